@@ -14,7 +14,7 @@ import numpy as np
 
 from synthkd_assets import contracts
 from synthkd_assets.core.atomic import partial_path, publish
-from synthkd_assets.core.tokenizer import sha256_file
+from synthkd_assets.core.manifest import sha256_file
 
 
 def trio_prefixes(split_dir: Path, shard_index: int) -> dict[str, Path]:

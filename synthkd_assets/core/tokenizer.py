@@ -16,18 +16,11 @@ from pathlib import Path
 
 from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_bytes
+from synthkd_assets.core.manifest import sha256_file
 
 
 class TokenizerPinError(RuntimeError):
     """The tokenizer file on disk is not the pinned one: refusing to tokenize with it."""
-
-
-def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def bundled_vocabulary_bytes() -> bytes:

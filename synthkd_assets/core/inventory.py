@@ -1,0 +1,59 @@
+"""The raw input inventory: which SYNTH shards exist, and a content hash for each.
+
+Hashing 500 shards of ~1 GB is minutes of I/O, so hashes are cached by (size, mtime_ns): an
+unchanged file is never re-read, a touched or rewritten one is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from synthkd_assets.core.atomic import atomic_write_text
+from synthkd_assets.core.manifest import sha256_file
+
+RAW_GLOB = "*.parquet"
+
+
+@dataclass(frozen=True)
+class RawShard:
+    """One raw SYNTH Parquet file; `name` (the file stem) is its Dagster partition key."""
+
+    name: str
+    path: str
+    bytes: int
+    mtime_ns: int
+    sha256: str
+
+
+def partition_key_for(path: Path) -> str:
+    return path.stem
+
+
+def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard]:
+    """Every `*.parquet` under `raw_dir` (sorted), hashed, reusing cached hashes of unchanged files."""
+    if not raw_dir.is_dir():
+        raise FileNotFoundError(f"raw SYNTH directory {raw_dir} does not exist")
+    cache = _load_cache(cache_path)
+    shards = []
+    for path in sorted(raw_dir.glob(RAW_GLOB)):
+        stat = path.stat()
+        cached = cache.get(path.name)
+        if cached and cached["bytes"] == stat.st_size and cached["mtime_ns"] == stat.st_mtime_ns:
+            digest = cached["sha256"]
+        else:
+            digest = sha256_file(path)
+        shards.append(RawShard(partition_key_for(path), str(path), stat.st_size, stat.st_mtime_ns, digest))
+    if cache_path is not None:
+        atomic_write_text(cache_path, json.dumps({Path(s.path).name: asdict(s) for s in shards}, indent=1, sort_keys=True))
+    return shards
+
+
+def _load_cache(cache_path: Path | None) -> dict[str, dict]:
+    if cache_path is None or not cache_path.is_file():
+        return {}
+    try:
+        return json.loads(cache_path.read_text())
+    except json.JSONDecodeError:
+        return {}  # a damaged cache only costs a re-hash

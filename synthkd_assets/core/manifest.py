@@ -1,0 +1,85 @@
+"""Provenance: git SHA, config hashes and the machine-readable manifests of seed 000."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from synthkd_assets.core.atomic import atomic_write_text
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of everything that can change the output bytes."""
+    return hashlib.sha256(canonical_json(config).encode("utf-8")).hexdigest()
+
+
+@functools.cache
+def git_state(repo_dir: str | None = None) -> dict[str, Any]:
+    """HEAD commit and whether the work tree has uncommitted changes; 'unknown' outside a git checkout."""
+    cwd = repo_dir or str(Path(__file__).resolve().parents[2])
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, check=True
+            ).stdout.strip()
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return {"git_sha": "unknown", "git_dirty": None}
+    return {"git_sha": sha, "git_dirty": dirty}
+
+
+def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> str:
+    """Write a manifest atomically (sorted keys, stable bytes); return its sha256."""
+    text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    atomic_write_text(path, text)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def sum_reports(reports: list[dict[str, Any]], key: str) -> dict[str, int]:
+    """Add up one counter field (`dropped`, `span_tokens`, ...) over shard reports."""
+    total: dict[str, int] = {}
+    for report in reports:
+        for name, count in report.get(key, {}).items():
+            total[name] = total.get(name, 0) + int(count)
+    return dict(sorted(total.items()))
+
+
+def kd_build_config(system: dict[str, Any], max_rows: int | None, max_tokens: int | None) -> dict[str, Any]:
+    """Everything that can change the bytes of synth_kd_v1, hashed into the manifest's config_hash."""
+    from importlib.metadata import version
+
+    from synthkd_assets import contracts
+
+    return {
+        "dataset": contracts.DATASET_NAME,
+        "harmony_schema": contracts.HARMONY_SCHEMA_NAME,
+        "user_template": contracts.USER_TEMPLATE,
+        "system_message": system,
+        "render": {"auto_drop_analysis": False, "training_style_return": True, "eod_token_id": contracts.EOD_TOKEN_ID},
+        "dtypes": {k: str(v.__name__) for k, v in contracts.ARRAY_DTYPES.items()},
+        "split": {"salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
+        "tokenizer_sha256": contracts.TOKENIZER_SHA256,
+        "caps": {"max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
+        "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "megatron-core", "synthkd")},
+    }

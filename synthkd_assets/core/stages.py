@@ -1,0 +1,258 @@
+"""One function per pipeline step, each turning one input shard into one output shard.
+
+These are the rules the Dagster assets wrap: plain functions over paths that return a
+`ShardReport` (rows in/out, drops by reason, mixes, token counts) the shell turns into metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from synthkd_assets import contracts
+from synthkd_assets.core.atomic import atomic_write_text
+from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory
+from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, list_column, list_column_rows
+from synthkd_assets.core.render import HarmonyRenderer, RenderError, span_token_counts
+from synthkd_assets.core.sampling import assign_split
+from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
+
+HARMONY_SCHEMA = pa.schema(
+    [
+        ("synth_id", pa.string()),
+        ("language", pa.string()),
+        ("exercise", pa.string()),
+        ("source_row", pa.int64()),
+        ("messages_json", pa.string()),
+        ("metadata_json", pa.string()),
+    ]
+)
+TOKENIZED_SCHEMA = pa.schema(
+    [
+        ("synth_id", pa.string()),
+        ("language", pa.string()),
+        ("exercise", pa.string()),
+        ("source_row", pa.int64()),
+        ("tokens", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.uint8())),
+        ("span_id", pa.list_(pa.uint8())),
+    ]
+)
+# text a row cannot do without; an empty reasoning is normal SYNTH, a missing answer is not
+REQUIRED_TEXT = ("synth_id", "query", "query_seed_text", "synthetic_answer")
+ERROR_SAMPLE_LIMIT = 1000
+
+
+@dataclass
+class ShardReport:
+    """What one step did to one shard: the numbers the UI plots and the manifests sum."""
+
+    shard: str
+    rows_in: int = 0
+    rows_out: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    sanitized: Counter = field(default_factory=Counter)
+    language: Counter = field(default_factory=Counter)
+    exercise: Counter = field(default_factory=Counter)
+    span_tokens: Counter = field(default_factory=Counter)
+    sequences: Counter = field(default_factory=Counter)  # per split, Megatron step only
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def drop(self, reason: str, source_row: int, synth_id: str | None, detail: str = "") -> None:
+        self.dropped[reason] += 1
+        if len(self.errors) < ERROR_SAMPLE_LIMIT:
+            self.errors.append(
+                {"shard": self.shard, "source_row": source_row, "synth_id": synth_id, "reason": reason, "detail": detail}
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            f.name: dict(sorted(value.items())) if isinstance(value, Counter) else value
+            for f in fields(self)
+            if f.name != "errors" and (value := getattr(self, f.name)) is not None
+        }
+
+    def write_json(self, path: Path) -> None:
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    def write_errors(self, path: Path) -> None:
+        """JSON lines naming shard, row, synth_id and reason of each dropped row (first 1000)."""
+        atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.errors))
+
+
+def shard_index_from_name(name: str) -> int:
+    """`synth_07.parquet` -> 7: the trailing number of the file stem is the shard index of the contract."""
+    match = re.search(r"(\d+)$", Path(name).stem)
+    if match is None:
+        raise ValueError(f"shard file {name!r} has no trailing shard number (expected e.g. synth_07.parquet)")
+    return int(match.group(1))
+
+
+def harmonize_shard(raw_path: Path, out_path: Path, system: dict[str, Any], shard: str) -> ShardReport:
+    """Raw SYNTH Parquet -> synth_harmony_v1 Parquet (messages_json + metadata_json + id columns)."""
+    report = ShardReport(shard)
+    source_row = 0
+    with ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
+        for frame in iter_frames(raw_path, contracts.RAW_COLUMNS):
+            frame = frame.with_columns(
+                pl.int_range(source_row, source_row + frame.height, dtype=pl.Int64).alias("source_row")
+            )
+            source_row += frame.height
+            report.rows_in += frame.height
+            frame = _drop_missing_required(frame, report)
+            frame = _sanitize(frame, report)
+            report.language.update(frame["language"].to_list())
+            report.exercise.update(frame["exercise"].to_list())
+            writer.write(
+                frame.select(
+                    "synth_id",
+                    "language",
+                    "exercise",
+                    "source_row",
+                    messages_json_expr(system).alias("messages_json"),
+                    _metadata_json(shard).alias("metadata_json"),
+                )
+            )
+        report.rows_out = writer.rows
+    return report
+
+
+def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
+    for column in REQUIRED_TEXT:
+        missing = pl.col(column).is_null() | (
+            (pl.col(column).str.strip_chars() == "") if column == "synth_id" else pl.lit(False)
+        )
+        bad = frame.filter(missing)
+        for row in bad.select("source_row", "synth_id").iter_rows():
+            report.drop(f"missing_{column}", row[0], row[1], f"{column} is null or empty")
+        frame = frame.filter(~missing)
+    return frame
+
+
+def _sanitize(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
+    """Remove NULs from every rendered text column and default the optional ones; count each fix."""
+    text_columns = ("query", "query_seed_text", "synthetic_reasoning", "synthetic_answer")
+    counts = frame.select(
+        *[pl.col(c).str.contains("\x00", literal=True).sum().alias(f"nul_in_{c}") for c in text_columns],
+        pl.col("synthetic_reasoning").is_null().sum().alias("null_synthetic_reasoning"),
+        pl.col("language").is_null().sum().alias("null_language"),
+        pl.col("exercise").is_null().sum().alias("null_exercise"),
+    ).row(0, named=True)
+    report.sanitized.update({k: v for k, v in counts.items() if v})
+    return frame.with_columns(
+        *[remove_nul(c) for c in text_columns],
+    ).with_columns(
+        pl.col("synthetic_reasoning").fill_null(""),
+        pl.col("language").fill_null("unknown"),
+        pl.col("exercise").fill_null("unknown"),
+    )
+
+
+def _metadata_json(shard: str) -> pl.Expr:
+    return pl.struct(
+        dataset=pl.lit(contracts.SOURCE_DATASET),
+        synth_id=pl.col("synth_id"),
+        source_shard=pl.lit(shard),
+        source_row=pl.col("source_row"),
+        model=pl.col("model"),
+        query_seed_url=pl.col("query_seed_url"),
+        seed_license=pl.col("seed_license"),
+        has_reasoning=has_visible_text("synthetic_reasoning"),
+    ).struct.json_encode()
+
+
+def tokenize_shard(harmony_path: Path, out_path: Path, renderer: HarmonyRenderer, shard: str) -> ShardReport:
+    """synth_harmony_v1 Parquet -> tokens / loss_mask / span_id per conversation (label-aligned)."""
+    report = ShardReport(shard)
+    columns = ("synth_id", "language", "exercise", "source_row", "messages_json")
+    with ParquetShardWriter(out_path, TOKENIZED_SCHEMA) as writer:
+        for frame in iter_frames(harmony_path, columns):
+            report.rows_in += frame.height
+            kept: list[int] = []
+            rendered = []
+            for i, (synth_id, source_row, payload) in enumerate(frame.select("synth_id", "source_row", "messages_json").iter_rows()):
+                try:
+                    conversation = renderer.render_json(payload)
+                except RenderError as error:
+                    report.drop(error.reason, source_row, synth_id, str(error))
+                    continue
+                kept.append(i)
+                rendered.append(conversation)
+                report.span_tokens.update(conversation.span_token_counts())
+            frame = frame[kept]
+            report.language.update(frame["language"].to_list())
+            report.exercise.update(frame["exercise"].to_list())
+            table = frame.select("synth_id", "language", "exercise", "source_row").to_arrow()
+            table = table.append_column("tokens", list_column([c.tokens for c in rendered], np.int32))
+            table = table.append_column("loss_mask", list_column([c.loss_mask for c in rendered], np.uint8))
+            table = table.append_column("span_id", list_column([c.span_id for c in rendered], np.uint8))
+            writer.write(table)
+        report.rows_out = writer.rows
+    return report
+
+
+@dataclass(frozen=True)
+class BuildCaps:
+    """Smoke-build limits per shard; `None` means the full build. Same code path either way."""
+
+    max_rows: int | None = None
+    max_tokens: int | None = None
+
+
+def write_megatron_shard(
+    tokenized_path: Path,
+    dataset_root: Path,
+    shard_index: int,
+    shard: str,
+    caps: BuildCaps = BuildCaps(),
+    valid_fraction: float = contracts.VALID_FRACTION,
+) -> tuple[ShardReport, list[ShardSplitInventory]]:
+    """Tokenized Parquet -> the Megatron trio of this shard in `train/` and `valid/`, split by synth_id."""
+    report = ShardReport(shard)
+    writers = {
+        split: MegatronShardWriter(dataset_root / split, shard_index, split, relative_to=dataset_root)
+        for split in contracts.SPLITS
+    }
+    try:
+        columns = ("synth_id", "language", "exercise", "tokens", "loss_mask", "span_id")
+        budget_exhausted = False
+        for frame in iter_frames(tokenized_path, columns):
+            arrow = frame.to_arrow()
+            token_rows = list_column_rows(arrow.column("tokens"))
+            mask_rows = list_column_rows(arrow.column("loss_mask"))
+            span_rows = list_column_rows(arrow.column("span_id"))
+            rows = zip(frame["synth_id"].to_list(), frame["language"].to_list(), frame["exercise"].to_list())
+            for i, (synth_id, language, exercise) in enumerate(rows):
+                report.rows_in += 1
+                if budget_exhausted or _over_caps(report, len(token_rows[i]), caps):
+                    budget_exhausted = True
+                    report.dropped["smoke_cap"] += 1
+                    continue
+                split = assign_split(synth_id, valid_fraction=valid_fraction)
+                writers[split].add(token_rows[i], mask_rows[i], span_rows[i])
+                report.rows_out += 1
+                report.sequences[split] += 1
+                report.language[language] += 1
+                report.exercise[exercise] += 1
+                report.span_tokens.update(span_token_counts(span_rows[i]))
+        inventories = [writer.commit() for writer in writers.values()]
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    return report, inventories
+
+
+def _over_caps(report: ShardReport, next_tokens: int, caps: BuildCaps) -> bool:
+    if caps.max_rows is not None and report.rows_out >= caps.max_rows:
+        return True
+    written = sum(report.span_tokens.values())
+    return caps.max_tokens is not None and written + next_tokens > caps.max_tokens

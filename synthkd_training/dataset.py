@@ -1,0 +1,374 @@
+"""Span-aware Megatron-Core GPT dataset (000 "Megatron integration contract").
+
+`SpanGPTDataset` is megatron-core's `GPTDataset` plus the two sibling arrays of every shard:
+Megatron builds and caches its document / sample / shuffle indices exactly as for a plain GPT run
+(GPT-style slicing across document boundaries, blends, per-split paths, epochs), and every sample
+reads the `…_lossmask` and `…_span` windows through the very same (document, offset, length)
+pieces as the `…_tokens` window. One helper (`_read_aligned_windows`) walks the indices for all
+three arrays, so they cannot drift apart.
+
+The stored arrays are aligned to labels: for a document of n tokens, `lossmask[i]` / `span[i]`
+describe token i+1, and position n-1 (the EOD) carries 0/0. A sample starting at global token
+offset a with `sequence_length` L therefore takes `tokens[a:a+L]` as input, `tokens[a+1:a+L+1]`
+as labels and `stored[a:a+L]` as its `loss_mask` / `span_id`, whatever documents it crosses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+from megatron.core.datasets.indexed_dataset import IndexedDataset, get_bin_path
+from megatron.core.datasets.utils import Split
+
+from synthkd_assets import contracts
+
+TOKENS_KIND, LOSSMASK_KIND, SPAN_KIND = contracts.ARRAY_KINDS
+_TOKENS_SUFFIX = f"_{TOKENS_KIND}"
+# largest value each supervision array may hold
+_MAX_VALUE = {LOSSMASK_KIND: 1, SPAN_KIND: contracts.SPAN_FINAL}
+# elements scanned at once by the value-domain check (bounded memory on any corpus size)
+_SCAN_CHUNK = 1 << 26
+
+
+class SpanDatasetError(ValueError):
+    """A `…_tokens` / `…_lossmask` / `…_span` trio that cannot be trained on as one dataset."""
+
+
+class O200kHarmonyIds:
+    """The token-id facts megatron-core's GPT dataset needs about o200k_harmony; no text tokenization.
+
+    `GPTDatasetConfig.tokenizer` is only asked for `eod` (position ids / attention masks / EOD loss
+    masking), `pad` (Megatron's own padding of short samples), `vocab_size` (index dtype) and
+    `unique_identifiers` (index cache key). The data is pre-tokenized, so nothing else is needed.
+    """
+
+    eod: int = contracts.EOD_TOKEN_ID
+    """`<|endoftext|>`, appended after every conversation."""
+
+    pad: int = -1
+    """o200k_harmony has no pad token: -1 never occurs in the data, so Megatron masks only the
+    padding it adds itself (partial validation samples), and maps it to id 0 in `tokens`/`labels`."""
+
+    vocab_size: int = contracts.PADDED_VOCAB_SIZE
+    """o200k_harmony defines every id in [0, 201088): mergeable ranks up to 199997, special and
+    reserved tokens 199998..201087."""
+
+    @property
+    def eos(self) -> int:
+        return self.eod
+
+    @property
+    def unique_identifiers(self) -> OrderedDict:
+        return OrderedDict(
+            {"class": f"{type(self).__module__}.{type(self).__qualname__}", "eod": self.eod, "vocab_size": self.vocab_size}
+        )
+
+
+def sibling_prefix(tokens_prefix: str, kind: str) -> str:
+    """`…/shard_00_tokens` -> `…/shard_00_<kind>`; raises SpanDatasetError for other names."""
+    if not str(tokens_prefix).endswith(_TOKENS_SUFFIX):
+        raise SpanDatasetError(
+            f"{tokens_prefix}: a SpanGPTDataset prefix must name the tokens dataset and end with "
+            f"{_TOKENS_SUFFIX!r} (e.g. train/{contracts.shard_prefix_name(0, TOKENS_KIND)})"
+        )
+    return f"{str(tokens_prefix)[: -len(TOKENS_KIND)]}{kind}"
+
+
+def tokens_prefixes(split_dir: str | Path) -> list[str]:
+    """Every `shard_XX_tokens` prefix present in a split directory, sorted (a Megatron blend list)."""
+    split_dir = Path(split_dir)
+    return sorted(str(path)[: -len(".idx")] for path in split_dir.glob(f"shard_*{_TOKENS_SUFFIX}.idx"))
+
+
+@dataclass
+class SpanGPTDatasetConfig(GPTDatasetConfig):
+    """`GPTDatasetConfig` for synth_kd_v1 trios. Blends and per-split paths name `…_tokens` prefixes,
+    exactly as for a plain Megatron GPT run; the sibling arrays are found next to each prefix.
+
+    Same fields as megatron-core's config, with contract-appropriate defaults for the ones it
+    requires, plus `validate_mask_values`.
+    """
+
+    reset_position_ids: Optional[bool] = False
+    """As in GPTDatasetConfig: restart position ids after every EOD."""
+
+    reset_attention_mask: Optional[bool] = False
+    """As in GPTDatasetConfig: block attention across EOD boundaries."""
+
+    eod_mask_loss: Optional[bool] = False
+    """As in GPTDatasetConfig: zero the loss where the input token is EOD. The stored loss mask
+    already does so (the EOD position carries 0), so this changes nothing for sound data."""
+
+    tokenizer: Optional[object] = field(default_factory=O200kHarmonyIds)
+    """Anything with `eod`, `vocab_size`, `unique_identifiers` (and optionally `pad`); `eod` must
+    be the contract's EOD id 199999."""
+
+    validate_mask_values: bool = True
+    """Scan, at construction, every lossmask/span value of the documents a dataset exposes and
+    fail unless lossmask is in {0,1}, span in {0,1,2}, `lossmask == 0` exactly where `span == 0`,
+    and the last (EOD) position of each document is 0/0. Reads 2 bytes per token (chunked, bounded
+    memory); leave on unless the trio has been validated already and start-up time matters."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mock:
+            raise ValueError("SpanGPTDatasetConfig needs real data: give `blend` or `blend_per_split` (mock data has no spans)")
+        if getattr(self.tokenizer, "eod", None) != contracts.EOD_TOKEN_ID:
+            raise ValueError(
+                f"tokenizer.eod is {getattr(self.tokenizer, 'eod', None)!r}, the contract's EOD id is {contracts.EOD_TOKEN_ID}"
+            )
+        if self.sequence_length < 1:
+            raise ValueError(f"sequence_length must be positive, got {self.sequence_length}")
+        blends = [self.blend] if self.blend is not None else list(self.blend_per_split or [])
+        for blend in blends:
+            if blend is not None:
+                for prefix in blend[0]:
+                    sibling_prefix(prefix, LOSSMASK_KIND)  # raises unless it is a `…_tokens` prefix
+
+
+class SpanGPTDataset(GPTDataset):
+    """megatron-core `GPTDataset` whose items also carry the stored `loss_mask` and `span_id`.
+
+    Items are Megatron's (`tokens`, `labels`, `loss_mask`, `position_ids`, and `attention_mask`
+    when `create_attention_mask`) plus `span_id` (int64), all of length `sequence_length`:
+    `loss_mask` (float) is Megatron's own mask (padding, optional EOD masking) times the stored
+    label-aligned mask, and `span_id` is the stored span id, forced to 0 wherever `loss_mask` is 0.
+
+    Construction fails fast (SpanDatasetError naming the tokens prefix) when the siblings are
+    missing, differ from the tokens dataset in dtype, number of sequences, `sequence_lengths`,
+    `document_indices` or .bin length, or (with `validate_mask_values`) hold a value outside the
+    contract. Built like GPTDataset, normally through `BlendedMegatronDatasetBuilder`.
+    """
+
+    def __init__(
+        self,
+        indexed_dataset: IndexedDataset,
+        dataset_path: Optional[str],
+        indexed_indices: np.ndarray,
+        num_samples: Optional[int],
+        index_split: Split,
+        config: SpanGPTDatasetConfig,
+    ) -> None:
+        if dataset_path is None:
+            raise SpanDatasetError("SpanGPTDataset needs a `…_tokens` dataset path (mock data is not supported)")
+        # everything is checked before Megatron builds (and caches) any index for this prefix
+        self.siblings = _open_and_check_siblings(indexed_dataset, str(dataset_path), config)
+        if getattr(config, "validate_mask_values", True):
+            _check_mask_values(self.siblings, str(dataset_path), indexed_indices, indexed_dataset)
+        self._window = threading.local()
+        super().__init__(indexed_dataset, dataset_path, indexed_indices, num_samples, index_split, config)
+
+    @staticmethod
+    def _key_config_attributes() -> list[str]:
+        # both change the sample index megatron builds, so they must key its cache too
+        return GPTDataset._key_config_attributes() + [
+            "add_extra_token_to_sequence",
+            "drop_last_partial_validation_sequence",
+        ]
+
+    # -- one walk of the document/sample/shuffle indices for all three arrays --------------------
+    def _read_aligned_windows(self, idx: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """kind -> window of sample `idx`, and the document ids it covers.
+
+        Mirrors GPTDataset._query_document_sample_shuffle_indices (megatron-core 0.16.1) and reads
+        each (document, offset, length) piece from the tokens dataset and both siblings alike; the
+        tokens window is padded with Megatron's pad id, the siblings with 0 (no loss).
+        """
+        if self.shuffle_index is None:  # defer_npy_index_mmap: lazily memory-map the indices
+            self.shuffle_index = np.load(self.path_to_shuffle_index, allow_pickle=True, mmap_mode="r")
+            self.sample_index = np.load(self.path_to_sample_index, allow_pickle=True, mmap_mode="r")
+            self.document_index = np.load(self.path_to_document_index, allow_pickle=True, mmap_mode="r")
+
+        datasets = {TOKENS_KIND: self.dataset, **self.siblings}
+        extra = int(self.config.add_extra_token_to_sequence)
+        idx = self.shuffle_index[idx]
+        doc_beg, offset_beg = self.sample_index[idx]
+        doc_end, offset_end = self.sample_index[idx + 1]
+
+        pieces: list[tuple[int, int, Optional[int]]] = []
+        if doc_beg == doc_end:
+            pieces.append((doc_beg, int(offset_beg), int(offset_end - offset_beg + extra)))
+        else:
+            for i in range(doc_beg, doc_end + 1):
+                offset = 0 if i > doc_beg else int(offset_beg)
+                length = None if i < doc_end else int(offset_end + extra)
+                pieces.append((i, offset, length))
+
+        document_ids = np.array([self.document_index[i] for i, _, _ in pieces], dtype=np.int64)
+        parts: dict[str, list] = {kind: [] for kind in datasets}
+        for i, offset, length in pieces:
+            document = self.document_index[i]
+            for kind, dataset in datasets.items():
+                parts[kind].append(dataset.get(document, offset=offset, length=length))
+
+        wanted = self.config.sequence_length + extra
+        windows = {}
+        for kind, kind_parts in parts.items():
+            missing = wanted - sum(map(len, kind_parts))
+            if missing > 0:
+                fill = self._pad_token_id if kind == TOKENS_KIND else 0
+                kind_parts.append(np.full(missing, fill, dtype=np.int64))
+            windows[kind] = np.concatenate(kind_parts, dtype=np.int64)
+        return windows, document_ids
+
+    def _query_document_sample_shuffle_indices(self, idx: int) -> tuple[np.ndarray, np.ndarray]:
+        """GPTDataset's hook, served by the shared walk; the sibling windows of the same walk are
+        kept (per thread) for `__getitem__`."""
+        windows, document_ids = self._read_aligned_windows(idx)
+        self._window.siblings = {kind: windows[kind] for kind in self.siblings}
+        return windows[TOKENS_KIND], document_ids
+
+    def __getitem__(self, idx: Optional[int]) -> dict[str, torch.Tensor]:
+        item = super().__getitem__(idx)  # calls _query_document_sample_shuffle_indices exactly once
+        siblings = self._window.siblings
+        self._window.siblings = None
+        length = item["tokens"].shape[0]
+        # label-aligned: the first `length` stored values describe labels[0:length]
+        stored_mask = torch.from_numpy(siblings[LOSSMASK_KIND][:length]).to(item["loss_mask"].dtype)
+        loss_mask = item["loss_mask"] * stored_mask
+        span_id = torch.from_numpy(siblings[SPAN_KIND][:length])
+        item["loss_mask"] = loss_mask
+        item["span_id"] = torch.where(loss_mask > 0, span_id, torch.zeros_like(span_id))
+        return item
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_window", None)  # thread-local, rebuilt on unpickling (DataLoader workers)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._window = threading.local()
+
+
+# -- fail-fast checks --------------------------------------------------------------------------
+def _expected_bin_bytes(dataset: IndexedDataset) -> int:
+    lengths = dataset.sequence_lengths
+    if lengths.shape[0] == 0:
+        return 0
+    itemsize = np.dtype(dataset.index.dtype).itemsize
+    return int(dataset.index.sequence_pointers[-1]) + int(lengths[-1]) * itemsize
+
+
+def _open_and_check_siblings(
+    tokens: IndexedDataset, tokens_prefix: str, config: GPTDatasetConfig
+) -> dict[str, IndexedDataset]:
+    """Open `…_lossmask` / `…_span` and check them against the tokens dataset (not the values)."""
+    siblings: dict[str, IndexedDataset] = {}
+    for kind in (LOSSMASK_KIND, SPAN_KIND):
+        prefix = sibling_prefix(tokens_prefix, kind)
+        if not IndexedDataset.exists(prefix):
+            raise SpanDatasetError(f"{tokens_prefix}: sibling dataset {prefix}.{{bin,idx}} is missing")
+        try:
+            siblings[kind] = IndexedDataset(prefix, multimodal=False, mmap=config.mmap_bin_files)
+        except Exception as error:  # megatron asserts on malformed index files
+            raise SpanDatasetError(
+                f"{tokens_prefix}: sibling {kind} dataset {prefix} is unreadable: {type(error).__name__}: {error}"
+            ) from error
+
+    for kind, dataset in {TOKENS_KIND: tokens, **siblings}.items():
+        expected = np.dtype(contracts.ARRAY_DTYPES[kind])
+        if np.dtype(dataset.index.dtype) != expected:
+            raise SpanDatasetError(
+                f"{tokens_prefix}: {kind} dtype is {np.dtype(dataset.index.dtype)}, the contract says {expected}"
+            )
+    for kind, dataset in siblings.items():
+        if len(dataset) != len(tokens):
+            raise SpanDatasetError(
+                f"{tokens_prefix}: {kind} has {len(dataset)} sequences, tokens has {len(tokens)}"
+            )
+        if not np.array_equal(dataset.sequence_lengths, tokens.sequence_lengths):
+            first = int(np.flatnonzero(dataset.sequence_lengths != tokens.sequence_lengths)[0])
+            raise SpanDatasetError(
+                f"{tokens_prefix}: {kind} sequence_lengths differ from tokens (first at sequence {first}: "
+                f"{int(dataset.sequence_lengths[first])} vs {int(tokens.sequence_lengths[first])})"
+            )
+        if not np.array_equal(dataset.document_indices, tokens.document_indices):
+            raise SpanDatasetError(f"{tokens_prefix}: {kind} document_indices differ from tokens")
+    for kind, dataset in {TOKENS_KIND: tokens, **siblings}.items():
+        path = get_bin_path(dataset.path_prefix)
+        actual, expected_bytes = Path(path).stat().st_size, _expected_bin_bytes(dataset)
+        if actual != expected_bytes:
+            raise SpanDatasetError(
+                f"{tokens_prefix}: {kind} data file {path} holds {actual} bytes, its index describes {expected_bytes}"
+            )
+    return siblings
+
+
+def _check_mask_values(
+    siblings: dict[str, IndexedDataset],
+    tokens_prefix: str,
+    indexed_indices: Optional[np.ndarray],
+    tokens: IndexedDataset,
+) -> None:
+    """Value-domain and cross-array checks over the documents this dataset exposes."""
+    lengths = tokens.sequence_lengths.astype(np.int64)
+    if lengths.shape[0] == 0:
+        return
+    # uint8 arrays: the element offset of a sequence is its byte pointer
+    starts = siblings[LOSSMASK_KIND].index.sequence_pointers.astype(np.int64)
+    if indexed_indices is None:  # fast_cache_load: megatron does not say which documents, check all
+        lo, hi = 0, lengths.shape[0] - 1
+    elif len(indexed_indices) == 0:
+        return
+    else:  # megatron's split indices are a contiguous range; scan its hull
+        lo, hi = int(np.min(indexed_indices)), int(np.max(indexed_indices))
+    begin, end = int(starts[lo]), int(starts[hi] + lengths[hi])
+    doc_ends = starts[lo : hi + 1] + lengths[lo : hi + 1] - 1  # the EOD position of each document
+
+    def where(position: int) -> str:
+        sequence = int(np.searchsorted(starts, position, side="right") - 1)
+        return f"sequence {sequence}, position {position - int(starts[sequence])}"
+
+    for chunk_begin in range(begin, end, _SCAN_CHUNK):
+        count = min(_SCAN_CHUNK, end - chunk_begin)
+        values = {kind: ds.bin_reader.read(dtype=np.uint8, count=count, offset=chunk_begin) for kind, ds in siblings.items()}
+        for kind, array in values.items():
+            bad = np.flatnonzero(array > _MAX_VALUE[kind])
+            if bad.size:
+                raise SpanDatasetError(
+                    f"{tokens_prefix}: {kind} value {int(array[bad[0]])} outside [0, {_MAX_VALUE[kind]}] at "
+                    f"{bad.size} positions of this chunk, first at {where(chunk_begin + int(bad[0]))}"
+                )
+        bad = np.flatnonzero((values[LOSSMASK_KIND] == 0) != (values[SPAN_KIND] == contracts.SPAN_PROMPT))
+        if bad.size:
+            raise SpanDatasetError(
+                f"{tokens_prefix}: lossmask == 0 and span == 0 disagree at {bad.size} positions of this chunk, "
+                f"first at {where(chunk_begin + int(bad[0]))}"
+            )
+        in_chunk = doc_ends[(doc_ends >= chunk_begin) & (doc_ends < chunk_begin + count)] - chunk_begin
+        bad = in_chunk[(values[LOSSMASK_KIND][in_chunk] != 0) | (values[SPAN_KIND][in_chunk] != 0)]
+        if bad.size:
+            raise SpanDatasetError(
+                f"{tokens_prefix}: the last (EOD) position of {bad.size} documents is not 0/0, first at "
+                f"{where(chunk_begin + int(bad[0]))}"
+            )
+
+
+# -- building ---------------------------------------------------------------------------------
+def build_span_datasets(
+    config: SpanGPTDatasetConfig,
+    sizes: Sequence[Optional[int]],
+    is_built_on_rank: Optional[Callable[[], bool]] = None,
+) -> list:
+    """[train, valid, test] datasets through megatron-core's `BlendedMegatronDatasetBuilder`.
+
+    `sizes` are the minimum numbers of samples per split (None: one epoch), as in Megatron
+    (`train_iters * global_batch_size`, ...). Each entry is a `SpanGPTDataset`, a `BlendedDataset`
+    of them (several prefixes), or None. `is_built_on_rank` defaults to "always"; in a
+    model-parallel run pass Megatron's usual one (first/last pipeline stage, TP rank 0).
+    """
+    if len(sizes) != len(Split):
+        raise ValueError(f"sizes must give one entry per split {[s.name for s in Split]}, got {list(sizes)}")
+    builder = BlendedMegatronDatasetBuilder(
+        SpanGPTDataset, list(sizes), is_built_on_rank or (lambda: True), config
+    )
+    return builder.build()
