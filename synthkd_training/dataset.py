@@ -368,6 +368,19 @@ def build_span_datasets(
     """
     if len(sizes) != len(Split):
         raise ValueError(f"sizes must give one entry per split {[s.name for s in Split]}, got {list(sizes)}")
+    blends = [config.blend] if config.blend is not None else list(config.blend_per_split or [])
+    if (
+        config.path_to_cache
+        and not torch.distributed.is_initialized()
+        and any(blend is not None and len(blend[0]) > 1 for blend in blends)
+    ):
+        # megatron-core 0.16.1's BlendedDataset asks torch.distributed for the rank whenever it has
+        # a cache path; say so instead of failing deep inside it
+        raise ValueError(
+            "blending several prefixes with path_to_cache set needs torch.distributed initialized "
+            "(megatron-core's BlendedDataset queries the rank); on a single process use "
+            "torch.distributed.init_process_group('gloo', store=torch.distributed.HashStore(), rank=0, world_size=1)"
+        )
     builder = BlendedMegatronDatasetBuilder(
         SpanGPTDataset, list(sizes), is_built_on_rank or (lambda: True), config
     )

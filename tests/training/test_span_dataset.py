@@ -1,0 +1,378 @@
+"""SpanGPTDataset against a slow reference that walks the raw arrays of real shards.
+
+Shards are written with the project's MegatronShardWriter; samples are drawn through megatron-core's
+BlendedMegatronDatasetBuilder on CPU, with its own document / sample / shuffle indices (cached on
+disk). The reference concatenates the documents the test generated, in Megatron's epoch order, and
+slices that: it never goes through IndexedDataset or the dataset's reading code.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from megatron.core.datasets.blended_dataset import BlendedDataset
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+from synthkd_assets import contracts
+from synthkd_assets.core.megatron_io import trio_alignment_problems
+from synthkd_training.dataset import (
+    O200kHarmonyIds,
+    SpanDatasetError,
+    SpanGPTDataset,
+    SpanGPTDatasetConfig,
+    build_span_datasets,
+    tokens_prefixes,
+)
+from synthkd_training.synthetic import Document, synthetic_document, write_documents, write_synthetic_split
+
+PAD = O200kHarmonyIds.pad
+
+
+def _reference_item(documents: list[Document], dataset: SpanGPTDataset, idx: int) -> dict[str, np.ndarray]:
+    """What item `idx` must be, from the raw documents and Megatron's index arrays only."""
+    config = dataset.config
+    length, extra = config.sequence_length, int(config.add_extra_token_to_sequence)
+    ordered = [documents[int(d)] for d in dataset.document_index]
+    cat = {
+        "tokens": np.concatenate([d.tokens for d in ordered]).astype(np.int64),
+        "loss_mask": np.concatenate([d.loss_mask for d in ordered]).astype(np.int64),
+        "span_id": np.concatenate([d.span_id for d in ordered]).astype(np.int64),
+    }
+    starts = np.concatenate([[0], np.cumsum([len(d.tokens) for d in ordered])])
+    j = int(dataset.shuffle_index[idx])
+    (doc_beg, off_beg), (doc_end, off_end) = dataset.sample_index[j], dataset.sample_index[j + 1]
+    begin, end = int(starts[doc_beg] + off_beg), int(starts[doc_end] + off_end)
+    assert 0 < end - begin <= length
+    text = np.full(length + extra, PAD, dtype=np.int64)
+    piece = cat["tokens"][begin : end + extra]
+    text[: len(piece)] = piece
+    if extra:
+        tokens, labels = text[:-1].copy(), text[1:].copy()
+    else:
+        tokens, labels = text.copy(), np.append(text[1:], PAD)
+    # label-aligned: stored[begin + i] describes token begin + i + 1 = labels[i]
+    masks = {}
+    for kind in ("loss_mask", "span_id"):
+        window = np.zeros(length, dtype=np.int64)
+        stored = cat[kind][begin : begin + length]
+        window[: len(stored)] = stored
+        window[labels == PAD] = 0
+        masks[kind] = window
+    tokens[tokens == PAD] = 0
+    labels[labels == PAD] = 0
+    return {"tokens": tokens, "labels": labels, **masks, "sample_length": end - begin}
+
+
+def _check_all_items(dataset, documents: list[Document]) -> int:
+    partial = 0
+    for idx in range(len(dataset)):
+        item = dataset[idx]
+        expected = _reference_item(documents, dataset, idx)
+        for key in ("tokens", "labels", "span_id"):
+            assert item[key].dtype == torch.int64
+            np.testing.assert_array_equal(item[key].numpy(), expected[key], err_msg=f"{key} of item {idx}")
+        assert item["loss_mask"].dtype == torch.float32
+        np.testing.assert_array_equal(item["loss_mask"].numpy(), expected["loss_mask"], err_msg=f"loss_mask of item {idx}")
+        # the contract: masked exactly where span_id == 0
+        np.testing.assert_array_equal(item["loss_mask"].numpy() == 0, item["span_id"].numpy() == 0)
+        partial += expected["sample_length"] < dataset.config.sequence_length
+    return partial
+
+
+def _config(cache: Path, **overrides) -> SpanGPTDatasetConfig:
+    fields = dict(random_seed=1234, sequence_length=64, path_to_cache=str(cache))
+    fields.update(overrides)
+    return SpanGPTDatasetConfig(**fields)
+
+
+def _plain_gpt_items(config: SpanGPTDatasetConfig, sizes):
+    """The same split through megatron-core's own GPTDataset (same seed, same indices)."""
+    plain = GPTDatasetConfig(
+        random_seed=config.random_seed,
+        sequence_length=config.sequence_length,
+        blend_per_split=config.blend_per_split,
+        path_to_cache=config.path_to_cache,
+        tokenizer=config.tokenizer,
+        reset_position_ids=config.reset_position_ids,
+        reset_attention_mask=config.reset_attention_mask,
+        eod_mask_loss=config.eod_mask_loss,
+        add_extra_token_to_sequence=config.add_extra_token_to_sequence,
+        drop_last_partial_validation_sequence=config.drop_last_partial_validation_sequence,
+    )
+    return BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, plain).build()
+
+
+@pytest.fixture(scope="module")
+def two_shards(tmp_path_factory) -> tuple[Path, dict[str, list[Document]]]:
+    split_dir = tmp_path_factory.mktemp("data") / "train"
+    written = write_synthetic_split(split_dir, shards=2, documents_per_shard=40, seed=7)
+    for shard in range(2):
+        assert trio_alignment_problems(split_dir, shard) == []
+    return split_dir, written
+
+
+@pytest.mark.parametrize(
+    "sequence_length, extra, reset",
+    [(64, True, False), (7, True, False), (64, False, False), (23, True, True), (31, False, True)],
+)
+def test_every_item_matches_the_raw_arrays(two_shards, tmp_path, sequence_length, extra, reset):
+    split_dir, written = two_shards
+    train_prefix, valid_prefix = tokens_prefixes(split_dir)
+    config = _config(
+        tmp_path / "cache",
+        sequence_length=sequence_length,
+        blend_per_split=[([train_prefix], None), ([valid_prefix], None), None],
+        add_extra_token_to_sequence=extra,
+        reset_position_ids=reset,
+        reset_attention_mask=reset,
+        drop_last_partial_validation_sequence=False,  # the valid split pads its last sample
+    )
+    tokens_per_epoch = sum(len(d.tokens) for d in written[train_prefix])
+    train_samples = 3 * tokens_per_epoch // sequence_length  # about three epochs
+    sizes = [train_samples, None, None]
+    train, valid, test = build_span_datasets(config, sizes)
+    assert isinstance(train, SpanGPTDataset) and isinstance(valid, SpanGPTDataset) and test is None
+    assert len(train) >= train_samples
+    assert len(train.document_index) >= 3 * len(written[train_prefix])  # several epochs really drawn
+    # samples do cross document boundaries
+    crossing = sum(int(train.sample_index[i][0] != train.sample_index[i + 1][0]) for i in range(len(train)))
+    assert crossing > 0
+
+    assert _check_all_items(train, written[train_prefix]) == 0
+    # the valid split keeps (and pads) its last partial sample, when there is one
+    valid_tokens = sum(len(d.tokens) for d in written[valid_prefix])
+    assert _check_all_items(valid, written[valid_prefix]) == int((valid_tokens - extra) % sequence_length != 0)
+
+    # everything but the masks is what megatron-core's own GPTDataset gives for the same index
+    plain_train, plain_valid, _ = _plain_gpt_items(config, sizes)
+    for ours, theirs in ((train, plain_train), (valid, plain_valid)):
+        assert len(ours) == len(theirs)
+        for idx in range(len(ours)):
+            a, b = ours[idx], theirs[idx]
+            assert set(a) == set(b) | {"span_id"}
+            for key in ("tokens", "labels", "position_ids", "attention_mask"):
+                assert torch.equal(a[key], b[key]), (key, idx)
+            # ours only ever removes positions from megatron's loss mask
+            assert torch.all(a["loss_mask"] <= b["loss_mask"])
+
+
+def test_index_cache_is_megatrons_and_reused(two_shards, tmp_path):
+    split_dir, written = two_shards
+    prefix = tokens_prefixes(split_dir)[0]
+    config = _config(tmp_path / "cache", blend_per_split=[([prefix], None), None, None])
+    first = build_span_datasets(config, [30, None, None])[0]
+    cached = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert {name.split("-", 1)[1] for name in cached} == {
+        f"SpanGPTDataset-train-{affix}" for affix in ("description.txt", "document_index.npy", "sample_index.npy", "shuffle_index.npy")
+    }
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").iterdir()}
+    second = build_span_datasets(config, [30, None, None])[0]
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").iterdir()} == mtimes  # loaded, not rebuilt
+    for idx in range(len(first)):
+        assert all(torch.equal(first[idx][k], second[idx][k]) for k in first[idx])
+    # pickling (DataLoader workers) keeps the items
+    clone = pickle.loads(pickle.dumps(second))
+    for idx in range(len(second)):
+        assert all(torch.equal(clone[idx][k], second[idx][k]) for k in second[idx])
+    batch = next(iter(torch.utils.data.DataLoader(second, batch_size=4)))
+    assert batch["span_id"].shape == batch["labels"].shape == (4, config.sequence_length)
+    # megatron's "batch padding" item (idx None) is fully masked
+    padding = second[None]
+    assert not padding["loss_mask"].any() and not padding["span_id"].any()
+
+
+def test_blend_of_two_shards(two_shards, tmp_path, gloo_world):
+    split_dir, written = two_shards
+    prefixes = tokens_prefixes(split_dir)
+    config = _config(tmp_path / "cache", sequence_length=32, blend=(prefixes, [0.3, 0.7]), split="100,0,0")
+    train, valid, test = build_span_datasets(config, [60, 0, 0])
+    assert isinstance(train, BlendedDataset) and valid is None and test is None
+    assert len(train) >= 60
+    seen = set()
+    for idx in range(len(train)):
+        item = train[idx]
+        dataset_id = int(train.dataset_index[idx])
+        assert item["dataset_id"] == dataset_id
+        member = train.datasets[dataset_id]
+        expected = _reference_item(written[member.dataset_path], member, int(train.dataset_sample_index[idx]))
+        for key in ("tokens", "labels", "loss_mask", "span_id"):
+            np.testing.assert_array_equal(item[key].numpy(), expected[key], err_msg=f"{key} of blended item {idx}")
+        seen.add(dataset_id)
+    assert seen == {0, 1}
+
+
+def test_blend_with_cache_needs_a_process_group(two_shards, tmp_path):
+    split_dir, _ = two_shards
+    config = _config(tmp_path / "cache", blend=(tokens_prefixes(split_dir), [0.5, 0.5]), split="100,0,0")
+    with pytest.raises(ValueError, match="init_process_group"):
+        build_span_datasets(config, [10, 0, 0])
+
+
+# -- fail fast ------------------------------------------------------------------------------
+def _documents(seed: int, count: int = 12) -> list[Document]:
+    rng = np.random.default_rng(seed)
+    return [synthetic_document(rng, min_tokens=5, max_tokens=30) for _ in range(count)]
+
+
+def _build(prefix: str, tmp_path: Path):
+    config = _config(tmp_path / "cache", sequence_length=16, blend_per_split=[([prefix], None), None, None])
+    return build_span_datasets(config, [5, None, None])
+
+
+def _expect_error(prefix: str, tmp_path: Path, pattern: str) -> None:
+    with pytest.raises(SpanDatasetError) as caught:
+        _build(prefix, tmp_path)
+    message = str(caught.value)
+    assert prefix in message, message
+    assert re.search(pattern, message), message
+    # nothing was built or cached for a broken trio
+    assert not (tmp_path / "cache").exists()
+
+
+def _replace_files(split_dir: Path, kind: str, source_dir: Path) -> None:
+    for ext in (".bin", ".idx"):
+        name = f"{contracts.shard_prefix_name(0, kind)}{ext}"
+        shutil.copyfile(source_dir / name, split_dir / name)
+
+
+def _write_array(split_dir: Path, kind: str, documents: list[Document], dtype) -> None:
+    """Overwrite one array of shard 0 with megatron's builder, in any dtype."""
+    prefix = split_dir / contracts.shard_prefix_name(0, kind)
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+    for document in documents:
+        array = {"tokens": document.tokens, "lossmask": document.loss_mask, "span": document.span_id}[kind]
+        builder.add_document(np.asarray(array, dtype=dtype), [len(array)])
+    builder.finalize(f"{prefix}.idx")
+
+
+def test_sound_trio_builds(tmp_path):
+    prefix = write_documents(tmp_path / "train", 0, _documents(1))
+    assert _build(prefix, tmp_path)[0] is not None
+
+
+def test_span_with_other_document_lengths_fails(tmp_path):
+    prefix = write_documents(tmp_path / "train", 0, _documents(1))
+    write_documents(tmp_path / "other", 0, _documents(2))  # same count, other lengths
+    _replace_files(tmp_path / "train", "span", tmp_path / "other")
+    _expect_error(prefix, tmp_path, r"span sequence_lengths differ from tokens")
+
+
+def test_span_with_other_document_count_fails(tmp_path):
+    prefix = write_documents(tmp_path / "train", 0, _documents(1))
+    write_documents(tmp_path / "other", 0, _documents(1, count=11))
+    _replace_files(tmp_path / "train", "span", tmp_path / "other")
+    _expect_error(prefix, tmp_path, r"span has 11 sequences, tokens has 12")
+
+
+def test_lossmask_document_indices_differ_fails(tmp_path):
+    documents = _documents(1)
+    prefix = write_documents(tmp_path / "train", 0, documents)
+    # same sequences, grouped into other documents
+    lossmask = tmp_path / "train" / contracts.shard_prefix_name(0, "lossmask")
+    builder = IndexedDatasetBuilder(f"{lossmask}.bin", dtype=contracts.LOSSMASK_DTYPE)
+    for first, second in zip(documents[::2], documents[1::2]):
+        builder.add_document(np.concatenate([first.loss_mask, second.loss_mask]), [len(first.loss_mask), len(second.loss_mask)])
+    builder.finalize(f"{lossmask}.idx")
+    _expect_error(prefix, tmp_path, r"lossmask document_indices differ")
+
+
+def _supervised(documents: list[Document], nth: int) -> int:
+    """Index of the nth document with at least one supervised position."""
+    return [i for i, d in enumerate(documents) if d.span_id.any()][nth]
+
+
+def test_span_value_out_of_domain_fails(tmp_path):
+    documents = _documents(1)
+    index = _supervised(documents, 2)
+    bad = documents[index]
+    span = bad.span_id.copy()
+    position = int(np.flatnonzero(span)[0])
+    span[position] = 3
+    documents[index] = Document(bad.tokens, bad.loss_mask, span)
+    prefix = write_documents(tmp_path / "train", 0, documents)
+    _expect_error(prefix, tmp_path, rf"span value 3 outside \[0, 2\].*sequence {index}, position {position}")
+
+
+def test_lossmask_value_out_of_domain_fails(tmp_path):
+    documents = _documents(1)
+    index = _supervised(documents, 1)
+    bad = documents[index]
+    mask = bad.loss_mask.copy()
+    mask[np.flatnonzero(mask)[0]] = 2
+    documents[index] = Document(bad.tokens, mask, bad.span_id)
+    prefix = write_documents(tmp_path / "train", 0, documents)
+    _expect_error(prefix, tmp_path, rf"lossmask value 2 outside \[0, 1\].*sequence {index}")
+
+
+def test_lossmask_and_span_disagreeing_fails(tmp_path):
+    documents = _documents(1)
+    bad = documents[0]
+    mask = bad.loss_mask.copy()
+    mask[0] = 1  # a prompt label position (span 0) marked as supervised
+    documents[0] = Document(bad.tokens, mask, bad.span_id)
+    prefix = write_documents(tmp_path / "train", 0, documents)
+    _expect_error(prefix, tmp_path, r"lossmask == 0 and span == 0 disagree")
+
+
+def test_eod_position_supervised_fails(tmp_path):
+    documents = _documents(1)
+    bad = documents[3]
+    mask, span = bad.loss_mask.copy(), bad.span_id.copy()
+    mask[-1], span[-1] = 1, contracts.SPAN_FINAL
+    documents[3] = Document(bad.tokens, mask, span)
+    prefix = write_documents(tmp_path / "train", 0, documents)
+    _expect_error(prefix, tmp_path, r"last \(EOD\) position of 1 documents is not 0/0")
+
+
+def test_span_dtype_mismatch_fails(tmp_path):
+    documents = _documents(1)
+    prefix = write_documents(tmp_path / "train", 0, documents)
+    _write_array(tmp_path / "train", "span", documents, np.int32)
+    _expect_error(prefix, tmp_path, r"span dtype is int32, the contract says uint8")
+
+
+def test_tokens_dtype_mismatch_fails(tmp_path):
+    documents = _documents(1)
+    prefix = write_documents(tmp_path / "train", 0, documents)
+    _write_array(tmp_path / "train", "tokens", documents, np.int64)
+    _expect_error(prefix, tmp_path, r"tokens dtype is int64, the contract says int32")
+
+
+def test_truncated_lossmask_bin_fails(tmp_path):
+    prefix = write_documents(tmp_path / "train", 0, _documents(1))
+    path = tmp_path / "train" / f"{contracts.shard_prefix_name(0, 'lossmask')}.bin"
+    path.write_bytes(path.read_bytes()[:-1])
+    _expect_error(prefix, tmp_path, r"lossmask data file .* holds \d+ bytes, its index describes \d+")
+
+
+def test_missing_sibling_fails(tmp_path):
+    prefix = write_documents(tmp_path / "train", 0, _documents(1))
+    (tmp_path / "train" / f"{contracts.shard_prefix_name(0, 'span')}.idx").unlink()
+    _expect_error(prefix, tmp_path, r"sibling dataset .*shard_00_span.* is missing")
+
+
+def test_prefix_must_name_the_tokens_dataset(tmp_path):
+    write_documents(tmp_path / "train", 0, _documents(1))
+    prefix = str(tmp_path / "train" / contracts.shard_prefix_name(0, "span"))
+    with pytest.raises(SpanDatasetError, match=re.escape(prefix)):
+        _config(tmp_path / "cache", blend_per_split=[([prefix], None), None, None])
+
+
+def test_config_rejects_mock_and_foreign_eod(tmp_path):
+    with pytest.raises(ValueError, match="needs real data"):
+        SpanGPTDatasetConfig(random_seed=1, sequence_length=8)
+
+    class OtherTokenizer(O200kHarmonyIds):
+        eod = 0
+
+    prefix = write_documents(tmp_path / "train", 0, _documents(1))
+    with pytest.raises(ValueError, match="199999"):
+        _config(tmp_path / "cache", blend_per_split=[([prefix], None), None, None], tokenizer=OtherTokenizer())
