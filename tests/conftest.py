@@ -1,0 +1,35 @@
+"""Shared fixtures: the real pinned tokenizer, the real openai-harmony encoding, the bundled sample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from synthkd_assets.core.render import HarmonyRenderer
+from synthkd_assets.core.tokenizer import load_harmony_encoding, materialize_tokenizer
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_RAW_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tokenizer")
+    materialize_tokenizer(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def encoding(tokenizer_dir: Path):
+    return load_harmony_encoding(tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def renderer(encoding) -> HarmonyRenderer:
+    return HarmonyRenderer(encoding)
+
+
+@pytest.fixture(scope="session")
+def sample_shards() -> list[Path]:
+    return sorted(SAMPLE_RAW_DIR.glob("*.parquet"))

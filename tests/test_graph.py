@@ -1,0 +1,125 @@
+"""The asset graph on the bundled sample, through a real Dagster instance and megatron-core readers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pytest
+
+from synthkd_assets import contracts
+from synthkd_assets.core.manifest import sha256_file
+from synthkd_assets.core.megatron_io import open_trio, trio_alignment_problems
+from synthkd_assets.core.sampling import assign_split
+from synthkd_assets.definitions import defs
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.resources import SynthKDPaths
+
+SAMPLE_RAW_DIR = Path(__file__).resolve().parents[1] / "data" / "sample" / "synth_raw"
+
+ALL_ASSETS = list(defs.assets)
+SHARD_STEPS = ["synth_harmony", "synth_tokenized", "synth_kd_v1"]
+
+
+def run(instance, paths: SynthKDPaths, selection: list[str], partition_key: str | None = None):
+    result = dg.materialize(
+        ALL_ASSETS, selection=selection, partition_key=partition_key, instance=instance, resources={"paths": paths}
+    )
+    assert result.success
+    return result
+
+
+def build_everything(instance, paths: SynthKDPaths) -> None:
+    run(instance, paths, ["o200k_tokenizer", "synth_raw_inventory"])
+    for key in instance.get_dynamic_partitions(SYNTH_SHARDS.name):
+        run(instance, paths, SHARD_STEPS, key)
+    run(instance, paths, ["synth_harmony_manifest", "synth_kd_v1_manifest"])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("data")
+    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(data_dir))
+    with dg.DagsterInstance.ephemeral() as instance:
+        build_everything(instance, paths)
+        yield instance, paths, data_dir
+
+
+def test_partitions_are_discovered_from_the_raw_directory(built):
+    instance, _, _ = built
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [p.stem for p in sorted(SAMPLE_RAW_DIR.glob("*.parquet"))]
+
+
+def test_layout_and_alignment(built):
+    _, _, data_dir = built
+    root = data_dir / "megatron" / "synth_kd_v1"
+    for shard_index in range(4):
+        assert trio_alignment_problems(root / "train", shard_index) == []
+        for kind in contracts.ARRAY_KINDS:
+            assert (root / "train" / f"shard_{shard_index:02d}_{kind}.bin").is_file()
+    assert not list(root.rglob("*.partial"))
+
+
+def test_manifest_provenance_matches_the_bytes_on_disk(built):
+    _, _, data_dir = built
+    root = data_dir / "megatron" / "synth_kd_v1"
+    manifest = json.loads((root / "manifest.json").read_text())
+    for key in ("git_sha", "config_hash", "tokenizer", "input_manifest", "split", "shards", "totals"):
+        assert key in manifest
+    assert manifest["tokenizer"]["sha256"] == contracts.TOKENIZER_SHA256
+    assert manifest["input_manifest"]["sha256"] == sha256_file(data_dir / "synth_harmony" / "manifest.json")
+    assert manifest["split"]["valid_fraction"] == contracts.VALID_FRACTION
+    assert manifest["totals"]["rows_in"] == 3000
+    files = [f for shard in manifest["shards"] for split in shard["splits"] for f in split["files"]]
+    assert len(files) >= 4 * 6
+    for record in files:
+        path = root / record["path"]
+        assert path.stat().st_size == record["bytes"] and sha256_file(path) == record["sha256"]
+    # per-span token totals equal what megatron-core reads back
+    span_totals = np.zeros(3, dtype=np.int64)
+    for shard in manifest["shards"]:
+        for split in shard["splits"]:
+            if split["sequences"]:
+                span = open_trio(root / split["split"], split["shard_index"])["span"]
+                span_totals += np.bincount(span.bin_reader.read(np.uint8, int(span.sequence_lengths.sum()), 0), minlength=3)
+    assert dict(zip(contracts.SPAN_NAMES.values(), span_totals.tolist())) == manifest["totals"]["span_tokens"]
+
+
+def test_documents_follow_tokenized_rows_and_the_split_rule(built):
+    _, _, data_dir = built
+    root = data_dir / "megatron" / "synth_kd_v1"
+    tokenized = pl.read_parquet(data_dir / "synth_tokenized" / "synth_01.parquet")
+    by_split = {split: tokenized.filter(pl.col("synth_id").map_elements(assign_split, return_dtype=pl.String) == split) for split in contracts.SPLITS}
+    trio = open_trio(root / "train", 1)
+    assert len(trio["tokens"]) == by_split["train"].height
+    for i, row in enumerate(by_split["train"].head(50).iter_rows(named=True)):
+        np.testing.assert_array_equal(trio["tokens"][i], row["tokens"])
+        np.testing.assert_array_equal(trio["span"][i], row["span_id"])
+
+
+def test_rematerializing_unchanged_input_is_byte_identical(built):
+    instance, paths, data_dir = built
+    root = data_dir / "megatron" / "synth_kd_v1"
+    before = {p: sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    run(instance, paths, SHARD_STEPS, "synth_02")
+    run(instance, paths, ["synth_harmony_manifest", "synth_kd_v1_manifest"])
+    after = {p: sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    assert after == before
+
+
+def test_smoke_build_is_the_same_path_capped(built, tmp_path):
+    instance, paths, data_dir = built
+    smoke_paths = SynthKDPaths(raw_dir=paths.raw_dir, data_dir=paths.data_dir, smoke=True, smoke_max_rows=10)
+    full_manifest = (data_dir / "megatron" / "synth_kd_v1" / "manifest.json").read_bytes()
+    for key in instance.get_dynamic_partitions(SYNTH_SHARDS.name):
+        run(instance, smoke_paths, ["synth_kd_v1"], key)
+    run(instance, smoke_paths, ["synth_kd_v1_manifest"])
+    smoke = json.loads((data_dir / "megatron" / "synth_kd_v1_smoke" / "manifest.json").read_text())
+    assert smoke["dataset"] == "synth_kd_v1_smoke"
+    assert smoke["totals"]["rows_out"] == 40 and smoke["totals"]["dropped"]["smoke_cap"] == 3000 - 40
+    assert smoke["config"]["caps"]["max_rows_per_shard"] == 10
+    assert (data_dir / "megatron" / "synth_kd_v1" / "manifest.json").read_bytes() == full_manifest

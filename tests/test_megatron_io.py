@@ -1,0 +1,110 @@
+"""The trio written with megatron-core's builder reads back aligned; failures leave nothing complete."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+from synthkd_assets import contracts
+from synthkd_assets.core.megatron_io import MegatronShardWriter, open_trio, trio_alignment_problems, trio_files
+
+
+def random_conversation(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    prompt, analysis, final = rng.integers(3, 40), rng.integers(0, 30), rng.integers(2, 30)
+    tokens = np.append(rng.integers(0, 199_000, prompt + analysis + final), contracts.EOD_TOKEN_ID).astype(np.int32)
+    token_spans = np.concatenate([np.zeros(prompt), np.ones(analysis), np.full(final, 2), [0]]).astype(np.uint8)
+    span = np.append(token_spans[1:], 0).astype(np.uint8)
+    return tokens, (span > 0).astype(np.uint8), span
+
+
+def write_shard(split_dir, shard_index, conversations):
+    with MegatronShardWriter(split_dir, shard_index, split_dir.name) as writer:
+        for conversation in conversations:
+            writer.add(*conversation)
+        return writer.commit()
+
+
+def test_trio_reads_back_aligned_with_megatron_core(tmp_path):
+    rng = np.random.default_rng(0)
+    conversations = [random_conversation(rng) for _ in range(50)]
+    inventory = write_shard(tmp_path / "train", 3, conversations)
+    assert inventory.sequences == 50 and inventory.tokens == sum(len(c[0]) for c in conversations)
+    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == sorted(p.name for p in trio_files(tmp_path / "train", 3))
+    trio = open_trio(tmp_path / "train", 3)
+    for kind in ("lossmask", "span"):
+        np.testing.assert_array_equal(trio[kind].sequence_lengths, trio["tokens"].sequence_lengths)
+        np.testing.assert_array_equal(trio[kind].document_indices, trio["tokens"].document_indices)
+    np.testing.assert_array_equal(trio["tokens"].document_indices, np.arange(51))
+    for i, (tokens, mask, span) in enumerate(conversations):
+        assert trio["tokens"][i].dtype == np.int32 and trio["lossmask"][i].dtype == np.uint8
+        np.testing.assert_array_equal(trio["tokens"][i], tokens)
+        np.testing.assert_array_equal(trio["lossmask"][i], mask)
+        np.testing.assert_array_equal(trio["span"][i], span)
+    assert trio_alignment_problems(tmp_path / "train", 3) == []
+
+
+def test_error_mid_write_leaves_no_file(tmp_path):
+    rng = np.random.default_rng(1)
+    with pytest.raises(RuntimeError):
+        with MegatronShardWriter(tmp_path / "train", 0, "train") as writer:
+            writer.add(*random_conversation(rng))
+            raise RuntimeError("simulated crash")
+    assert list((tmp_path / "train").iterdir()) == []
+
+
+def test_empty_split_publishes_nothing_and_removes_stale_files(tmp_path):
+    rng = np.random.default_rng(2)
+    write_shard(tmp_path / "valid", 0, [random_conversation(rng)])
+    inventory = write_shard(tmp_path / "valid", 0, [])
+    assert inventory.sequences == 0 and inventory.files == ()
+    assert list((tmp_path / "valid").iterdir()) == []
+
+
+def test_unequal_lengths_are_refused(tmp_path):
+    with MegatronShardWriter(tmp_path / "train", 0, "train") as writer:
+        with pytest.raises(ValueError, match="equal length"):
+            writer.add(np.array([1, 2]), np.array([0]), np.array([0, 0]))
+        writer.commit()
+
+
+@pytest.mark.parametrize(
+    "corruption, expected",
+    [
+        ("truncate_bin", "not readable"),
+        ("swap_idx", "sequence_lengths differ"),
+        ("span_value", "span_id outside"),
+        ("mask_disagrees", "disagree"),
+        ("missing_eod", "do not end with EOD"),
+    ],
+)
+def test_alignment_check_catches_corruption(tmp_path, corruption, expected):
+    rng = np.random.default_rng(3)
+    conversations = [random_conversation(rng) for _ in range(20)]
+    if corruption == "span_value":
+        conversations[4][2][0] = 3
+    if corruption == "mask_disagrees":
+        conversations[5][1][0] = 1 - conversations[5][1][0]
+    if corruption == "missing_eod":
+        conversations[6][0][-1] = 7
+    write_shard(tmp_path / "train", 0, conversations)
+    if corruption == "truncate_bin":
+        path = tmp_path / "train" / "shard_00_tokens.bin"
+        path.write_bytes(path.read_bytes()[:-8])
+    if corruption == "swap_idx":
+        other = [random_conversation(rng) for _ in range(20)]
+        write_shard(tmp_path / "other" / "train", 0, other)
+        (tmp_path / "train" / "shard_00_span.idx").write_bytes((tmp_path / "other" / "train" / "shard_00_span.idx").read_bytes())
+    problems = trio_alignment_problems(tmp_path / "train", 0)
+    assert any(expected in p for p in problems), problems
+
+
+def test_megatron_reader_refuses_truncated_bin(tmp_path):
+    """The truncated case above is also what megatron-core itself would choke on."""
+    rng = np.random.default_rng(4)
+    write_shard(tmp_path / "train", 0, [random_conversation(rng) for _ in range(5)])
+    path = tmp_path / "train" / "shard_00_tokens.bin"
+    path.write_bytes(path.read_bytes()[:-8])
+    dataset = IndexedDataset(str(tmp_path / "train" / "shard_00_tokens"))
+    with pytest.raises(ValueError):
+        dataset[4]
