@@ -57,3 +57,21 @@ def _load_cache(cache_path: Path | None) -> dict[str, dict]:
         return json.loads(cache_path.read_text())
     except json.JSONDecodeError:
         return {}  # a damaged cache only costs a re-hash
+
+
+def partition_changes(registered: list[str], shards: list[RawShard]) -> tuple[list[str], list[str]]:
+    """(to add, to remove) so that the registered partitions are exactly the files present."""
+    present = {s.name for s in shards}
+    return sorted(present - set(registered)), sorted(set(registered) - present)
+
+
+def shards_to_rebuild(last_seen: dict[str, str], shards: list[RawShard], built_from: dict[str, str | None]) -> list[str]:
+    """Shards whose bytes differ from what their current synth_harmony output was built from.
+
+    `last_seen` (the sensor cursor) suppresses asking twice for the same content while a run is in
+    flight; `built_from` (source hashes recorded in the step reports on disk) means a fresh cursor
+    does not rebuild shards that are already up to date.
+    """
+    return sorted(
+        s.name for s in shards if last_seen.get(s.name) != s.sha256 and built_from.get(s.name) != s.sha256
+    )

@@ -56,6 +56,7 @@ class ShardReport:
     """What one step did to one shard: the numbers the UI plots and the manifests sum."""
 
     shard: str
+    source_sha256: str | None = None  # content hash of the input file this report was made from
     rows_in: int = 0
     rows_out: int = 0
     dropped: Counter = field(default_factory=Counter)
@@ -96,9 +97,11 @@ def shard_index_from_name(name: str) -> int:
     return int(match.group(1))
 
 
-def harmonize_shard(raw_path: Path, out_path: Path, system: dict[str, Any], shard: str) -> ShardReport:
+def harmonize_shard(
+    raw_path: Path, out_path: Path, system: dict[str, Any], shard: str, source_sha256: str | None = None
+) -> ShardReport:
     """Raw SYNTH Parquet -> synth_harmony_v1 Parquet (messages_json + metadata_json + id columns)."""
-    report = ShardReport(shard)
+    report = ShardReport(shard, source_sha256=source_sha256)
     source_row = 0
     with ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
         for frame in iter_frames(raw_path, contracts.RAW_COLUMNS):
@@ -207,6 +210,14 @@ class BuildCaps:
     max_tokens: int | None = None
 
 
+DOCUMENTS_SCHEMA = pa.schema([("split", pa.string()), ("document_index", pa.int64()), ("synth_id", pa.string())])
+
+
+def documents_path(dataset_root: Path, shard_index: int) -> Path:
+    """Which synth_id is which document of which split: for debugging, and for the leakage check."""
+    return dataset_root / "shards" / f"shard_{shard_index:02d}_documents.parquet"
+
+
 def write_megatron_shard(
     tokenized_path: Path,
     dataset_root: Path,
@@ -215,8 +226,10 @@ def write_megatron_shard(
     caps: BuildCaps = BuildCaps(),
     valid_fraction: float = contracts.VALID_FRACTION,
 ) -> tuple[ShardReport, list[ShardSplitInventory]]:
-    """Tokenized Parquet -> the Megatron trio of this shard in `train/` and `valid/`, split by synth_id."""
+    """Tokenized Parquet -> the Megatron trio of this shard in `train/` and `valid/`, split by synth_id,
+    plus the documents table mapping (split, document index) -> synth_id."""
     report = ShardReport(shard)
+    documents: dict[str, list[str]] = {split: [] for split in contracts.SPLITS}
     writers = {
         split: MegatronShardWriter(dataset_root / split, shard_index, split, relative_to=dataset_root)
         for split in contracts.SPLITS
@@ -238,12 +251,18 @@ def write_megatron_shard(
                     continue
                 split = assign_split(synth_id, valid_fraction=valid_fraction)
                 writers[split].add(token_rows[i], mask_rows[i], span_rows[i])
+                documents[split].append(synth_id)
                 report.rows_out += 1
                 report.sequences[split] += 1
                 report.language[language] += 1
                 report.exercise[exercise] += 1
                 report.span_tokens.update(span_token_counts(span_rows[i]))
-        inventories = [writer.commit() for writer in writers.values()]
+        with ParquetShardWriter(documents_path(dataset_root, shard_index), DOCUMENTS_SCHEMA) as doc_writer:
+            for split, ids in documents.items():
+                doc_writer.write(
+                    pa.table({"split": [split] * len(ids), "document_index": range(len(ids)), "synth_id": ids})
+                )
+            inventories = [writer.commit() for writer in writers.values()]
     except BaseException:
         for writer in writers.values():
             writer.abort()

@@ -5,7 +5,7 @@ import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.inventory import scan_raw_dir
+from synthkd_assets.core.inventory import partition_changes, scan_raw_dir
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.render import HarmonyRenderer
 from synthkd_assets.core.stages import (
@@ -17,12 +17,15 @@ from synthkd_assets.core.stages import (
 )
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_harmony_encoding, materialize_tokenizer
+from synthkd_assets.defs.checks import ROWS_ACCOUNTED, TRIO_ALIGNMENT, rows_accounted_result, trio_alignment_result
 from synthkd_assets.defs.metadata import files_metadata, report_metadata
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDPaths, kd_config
 
 # bump when a rule changes the bytes a step writes: Dagster then marks downstream partitions stale
 CODE_VERSION = "synth_kd_v1.0"
+# the event tag under which Dagster records a data version reported from outside a materialization
+DATA_VERSION_TAG = "dagster/data_version"
 
 
 def _stage_files(paths: SynthKDPaths, stage: str, key: str):
@@ -49,22 +52,47 @@ def o200k_tokenizer(paths: SynthKDPaths) -> dg.MaterializeResult:
     )
 
 
+@dg.observable_source_asset(
+    partitions_def=SYNTH_SHARDS,
+    group_name="ingest",
+    description="The raw PleIAs/SYNTH Parquet shards, one partition per file; data version = sha256 of the file "
+    "(cached by size and mtime, so an unchanged shard is not re-read).",
+)
+def synth_raw(paths: SynthKDPaths) -> dg.DataVersionsByPartition:
+    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    return dg.DataVersionsByPartition({s.name: dg.DataVersion(s.sha256) for s in shards})
+
+
+def raw_observations(shards, keys: set[str] | None = None) -> list[dg.AssetObservation]:
+    """synth_raw data versions as observation events, so the UI marks changed partitions stale."""
+    return [
+        dg.AssetObservation(asset_key=synth_raw.key, partition=s.name, tags={DATA_VERSION_TAG: s.sha256})
+        for s in shards
+        if keys is None or s.name in keys
+    ]
+
+
 @dg.asset(
     group_name="ingest",
     code_version=CODE_VERSION,
-    description="Scans the raw SYNTH directory, hashes each shard (cached by size+mtime) and registers one "
-    "`synth_shards` partition per file.",
+    description="Scans the raw SYNTH directory, registers exactly one `synth_shards` partition per file and "
+    "records each shard's content hash as the synth_raw data version. What the sensor does on a tick, on demand "
+    "(for CLI builds without a daemon).",
 )
 def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
-    known = set(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name))
-    new = [s.name for s in shards if s.name not in known]
-    if new:
-        context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, new)
+    add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
+    if add:
+        context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
+    for key in remove:
+        context.instance.delete_dynamic_partition(SYNTH_SHARDS.name, key)
+    for observation in raw_observations(shards):
+        context.log_event(observation)
     return dg.MaterializeResult(
         metadata={
             "shards": len(shards),
-            "new_partitions": dg.MetadataValue.json(new),
+            "added_partitions": dg.MetadataValue.json(add),
+            "removed_partitions": dg.MetadataValue.json(remove),
             "raw_bytes": sum(s.bytes for s in shards),
             "raw_dir": dg.MetadataValue.path(str(paths.raw_root())),
         },
@@ -74,7 +102,8 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
 
 @dg.asset(
     partitions_def=SYNTH_SHARDS,
-    deps=[synth_raw_inventory],
+    deps=[synth_raw],
+    check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_harmony", blocking=True)],
     group_name="synth",
     code_version=CODE_VERSION,
     description="SYNTH rows as Harmony messages (schema synth_harmony_v1): system, user (query + reference), "
@@ -83,14 +112,22 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
 def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     key = context.partition_key
     out_path, report_path = _stage_files(paths, "synth_harmony", key)
-    report = harmonize_shard(paths.raw_shard(key), out_path, system_message_dict(), key)
+    raw_path = paths.raw_shard(key)
+    source = {s.name: s for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}.get(key)
+    if source is None:
+        raise dg.Failure(f"partition {key!r}: raw shard {raw_path} no longer exists")
+    report = harmonize_shard(raw_path, out_path, system_message_dict(), key, source.sha256)
     _publish_report(report, report_path, paths.errors_dir() / "synth_harmony" / f"{key}.jsonl")
-    return dg.MaterializeResult(metadata={**report_metadata(report.to_dict()), **files_metadata([out_path])})
+    return dg.MaterializeResult(
+        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path]), "source_sha256": source.sha256},
+        check_results=[rows_accounted_result(report)],
+    )
 
 
 @dg.asset(
     deps=[synth_harmony],
     group_name="synth",
+    automation_condition=dg.AutomationCondition.eager(),
     code_version=CODE_VERSION,
     description="data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts.",
 )
@@ -130,6 +167,7 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
 @dg.asset(
     partitions_def=SYNTH_SHARDS,
     deps=[synth_harmony, o200k_tokenizer],
+    check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_tokenized", blocking=True)],
     group_name="synth",
     code_version=CODE_VERSION,
     description="tokens / loss_mask / span_id per conversation, rendered by openai-harmony; masks label-aligned.",
@@ -141,12 +179,19 @@ def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> d
     renderer = HarmonyRenderer(load_harmony_encoding(paths.tokenizer_dir()))
     report = tokenize_shard(in_path, out_path, renderer, key)
     _publish_report(report, report_path, paths.errors_dir() / "synth_tokenized" / f"{key}.jsonl")
-    return dg.MaterializeResult(metadata={**report_metadata(report.to_dict()), **files_metadata([out_path])})
+    return dg.MaterializeResult(
+        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path])},
+        check_results=[rows_accounted_result(report)],
+    )
 
 
 @dg.asset(
     partitions_def=SYNTH_SHARDS,
     deps=[synth_tokenized],
+    check_specs=[
+        dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_kd_v1", blocking=True),
+        dg.AssetCheckSpec(TRIO_ALIGNMENT, asset="synth_kd_v1", blocking=True),
+    ],
     group_name="megatron",
     code_version=CODE_VERSION,
     description="Megatron IndexedDataset trio (tokens int32 / lossmask uint8 / span uint8) of this shard in "
@@ -166,13 +211,15 @@ def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.Ma
             **report_metadata(report.to_dict()),
             **files_metadata(written),
             "dataset_root": dg.MetadataValue.path(str(root)),
-        }
+        },
+        check_results=[rows_accounted_result(report), trio_alignment_result(root, inventories)],
     )
 
 
 @dg.asset(
     deps=[synth_kd_v1, synth_harmony_manifest, o200k_tokenizer],
     group_name="megatron",
+    automation_condition=dg.AutomationCondition.eager(),
     code_version=CODE_VERSION,
     description="data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest "
     "hash, split rule, shard inventory with bytes/sha256/counts, tokens per span and drops by reason.",
@@ -181,8 +228,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
     root = paths.megatron_root()
     harmony_manifest = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
     tokenizer_path = paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME
-    caps = paths.caps()
-    config = mf.kd_build_config(system_message_dict(), caps.max_rows, caps.max_tokens)
+    config = kd_config(paths)
     records, harmony_reports, tokenized_reports = [], [], []
     for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache()):
         record_path = root / "shards" / f"shard_{shard_index_from_name(shard.name):02d}.json"

@@ -9,7 +9,9 @@ import dagster as dg
 from pydantic import Field
 
 from synthkd_assets import contracts
+from synthkd_assets.core.manifest import kd_build_config
 from synthkd_assets.core.stages import BuildCaps
+from synthkd_assets.core.synth import system_message_dict
 
 DEFAULT_RAW_DIR = "data/sample/synth_raw"
 DEFAULT_DATA_DIR = "data"
@@ -52,3 +54,9 @@ class SynthKDPaths(dg.ConfigurableResource):
 
     def caps(self) -> BuildCaps:
         return BuildCaps(self.smoke_max_rows, self.smoke_max_tokens) if self.smoke else BuildCaps()
+
+
+def kd_config(paths: SynthKDPaths) -> dict:
+    """The synth_kd_v1 build config of these settings (hashed into the manifest, re-checked by checks)."""
+    caps = paths.caps()
+    return kd_build_config(system_message_dict(), caps.max_rows, caps.max_tokens)

@@ -1,0 +1,68 @@
+"""Dataset-level verifications behind the blocking asset checks; each returns readable problems."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from synthkd_assets import contracts
+from synthkd_assets.core.manifest import sha256_file
+from synthkd_assets.core.megatron_io import trio_alignment_problems
+
+REQUIRED_MANIFEST_KEYS = (
+    "git_sha",
+    "config",
+    "config_hash",
+    "tokenizer",
+    "input_manifest",
+    "split",
+    "shards",
+    "totals",
+)
+
+
+def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash: str) -> list[str]:
+    """Provenance complete, and every recorded hash and size still matching the bytes on disk."""
+    problems = [f"manifest lacks {key!r}" for key in REQUIRED_MANIFEST_KEYS if key not in manifest]
+    if problems:
+        return problems
+    if manifest["config_hash"] != expected_config_hash:
+        problems.append(f"config_hash {manifest['config_hash'][:12]} is not the current config's {expected_config_hash[:12]}")
+    if manifest["tokenizer"]["sha256"] != contracts.TOKENIZER_SHA256:
+        problems.append(f"tokenizer sha256 {manifest['tokenizer']['sha256']} is not the pinned one")
+    for label in ("tokenizer", "input_manifest"):
+        path = Path(manifest[label]["path"])
+        if not path.is_file() or sha256_file(path) != manifest[label]["sha256"]:
+            problems.append(f"{label} {path} no longer has the recorded sha256")
+    for shard in manifest["shards"]:
+        for split in shard["splits"]:
+            for record in split["files"]:
+                path = root / record["path"]
+                if not path.is_file():
+                    problems.append(f"{record['path']} is missing")
+                elif path.stat().st_size != record["bytes"] or sha256_file(path) != record["sha256"]:
+                    problems.append(f"{record['path']} differs from the manifest (bytes or sha256)")
+    return problems
+
+
+def split_leakage(document_tables: list[Path]) -> list[str]:
+    """synth_ids present in both train and valid, across all shards."""
+    documents = pl.concat([pl.read_parquet(path) for path in document_tables]) if document_tables else None
+    if documents is None or documents.is_empty():
+        return []
+    leaked = (
+        documents.group_by("synth_id").agg(pl.col("split").n_unique().alias("splits")).filter(pl.col("splits") > 1)
+    )
+    return [f"synth_id {sid!r} is in both splits" for sid in leaked["synth_id"].sort().head(20)]
+
+
+def unreadable_shards(root: Path, manifest: dict[str, Any]) -> list[str]:
+    """Every shard/split the manifest lists, opened with megatron-core and validated as a trio."""
+    problems: list[str] = []
+    for shard in manifest.get("shards", []):
+        for split in shard["splits"]:
+            if split["sequences"]:
+                problems.extend(trio_alignment_problems(root / split["split"], split["shard_index"]))
+    return problems

@@ -1,0 +1,79 @@
+"""Jobs, the raw-directory sensor and the nightly schedule: what rebuilds what, and when."""
+
+import json
+
+import dagster as dg
+
+from synthkd_assets import contracts
+from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.inventory import partition_changes, scan_raw_dir, shards_to_rebuild
+from synthkd_assets.defs.assets import raw_observations, synth_harmony, synth_harmony_manifest, synth_kd_v1, synth_kd_v1_manifest, synth_tokenized
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.resources import SynthKDPaths
+
+synth_shard_job = dg.define_asset_job(
+    "synth_shard_job",
+    selection=dg.AssetSelection.assets(synth_harmony, synth_tokenized, synth_kd_v1),
+    partitions_def=SYNTH_SHARDS,
+    description="One raw shard through Harmony, tokens/masks and the Megatron trio. Backfill it over all "
+    "partitions to build every shard; the manifests follow (eager automation, or synth_manifests_job).",
+)
+synth_manifests_job = dg.define_asset_job(
+    "synth_manifests_job",
+    selection=dg.AssetSelection.assets(synth_harmony_manifest, synth_kd_v1_manifest),
+    description="Rewrite data/synth_harmony/manifest.json and the synth_kd_v1 manifest from all shards, then run their checks.",
+)
+
+
+def _built_from(paths: SynthKDPaths, keys: list[str]) -> dict[str, str | None]:
+    """Source hash each shard's current synth_harmony output was built from (None: never built)."""
+    built = {}
+    for key in keys:
+        report = paths.stage_dir("synth_harmony") / f"{key}.report.json"
+        built[key] = mf.read_json(report).get("source_sha256") if report.is_file() else None
+    return built
+
+
+@dg.sensor(
+    jobs=[synth_shard_job, synth_manifests_job],
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Keeps one partition per raw shard file, and requests synth_shard_job for exactly the shards whose "
+    "bytes changed (or appeared); requests synth_manifests_job when data/synth_harmony/manifest.json changes.",
+)
+def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -> dg.SensorResult:
+    cursor = json.loads(context.cursor) if context.cursor else {"shards": {}, "harmony_manifest": None}
+    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
+    rebuild = shards_to_rebuild(cursor["shards"], shards, _built_from(paths, [s.name for s in shards]))
+    sha = {s.name: s.sha256 for s in shards}
+    run_requests = [
+        dg.RunRequest(job_name=synth_shard_job.name, partition_key=key, run_key=f"{key}:{sha[key]}") for key in rebuild
+    ]
+    manifest_path = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
+    manifest_sha = mf.sha256_file(manifest_path) if manifest_path.is_file() else None
+    if cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"] and not rebuild:
+        run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"harmony_manifest:{manifest_sha}"))
+    requests = []
+    if add:
+        requests.append(SYNTH_SHARDS.build_add_request(add))
+    if remove:
+        requests.append(SYNTH_SHARDS.build_delete_request(remove))
+    return dg.SensorResult(
+        run_requests=run_requests,
+        dynamic_partitions_requests=requests,
+        asset_events=raw_observations(shards, set(rebuild)),
+        cursor=json.dumps({"shards": sha, "harmony_manifest": manifest_sha}, sort_keys=True),
+    )
+
+
+@dg.schedule(
+    job=synth_shard_job,
+    cron_schedule="0 3 * * *",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Nightly full rebuild of every shard (unchanged inputs give byte-identical outputs).",
+)
+def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext):
+    date = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    for key in context.instance.get_dynamic_partitions(SYNTH_SHARDS.name):
+        yield dg.RunRequest(partition_key=key, run_key=f"nightly:{date}:{key}")

@@ -1,0 +1,93 @@
+"""Asset checks: in-asset ones for partitioned steps (results built here), standalone ones on the
+tokenizer and the dataset manifest. All blocking: downstream never runs on data that failed one."""
+
+from pathlib import Path
+
+import dagster as dg
+
+from synthkd_assets import contracts
+from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.checks import manifest_problems, split_leakage, unreadable_shards
+from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
+from synthkd_assets.core.stages import ShardReport, documents_path, shard_index_from_name
+from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
+from synthkd_assets.defs.resources import SynthKDPaths, kd_config
+
+ROWS_ACCOUNTED = "rows_accounted"
+TRIO_ALIGNMENT = "trio_alignment"
+
+
+def _result(problems: list[str], check_name: str | None = None, **metadata) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=check_name,
+        passed=not problems,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"problems": dg.MetadataValue.json(problems[:50]), "problem_count": len(problems), **metadata},
+    )
+
+
+def rows_accounted_result(report: ShardReport) -> dg.AssetCheckResult:
+    """rows in == rows out + rows dropped: no row disappears without a counted reason."""
+    dropped = sum(report.dropped.values())
+    problems = (
+        []
+        if report.rows_in == report.rows_out + dropped
+        else [f"{report.shard}: {report.rows_in} rows in but {report.rows_out} out + {dropped} dropped"]
+    )
+    return _result(problems, ROWS_ACCOUNTED, rows_in=report.rows_in, rows_out=report.rows_out, rows_dropped=dropped)
+
+
+def trio_alignment_result(root: Path, inventories: list[ShardSplitInventory]) -> dg.AssetCheckResult:
+    """The written trio: equal lengths/boundaries, dtypes, mask domains, EOD 0/0 at every document end."""
+    problems = [
+        problem
+        for inventory in inventories
+        if inventory.sequences
+        for problem in trio_alignment_problems(root / inventory.split, inventory.shard_index)
+    ]
+    return _result(problems, TRIO_ALIGNMENT, sequences=sum(i.sequences for i in inventories))
+
+
+@dg.asset_check(asset="o200k_tokenizer", blocking=True, description="The file on disk has the pinned sha256.")
+def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    try:
+        digest = verify_tokenizer(paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME)
+    except TokenizerPinError as error:
+        return _result([str(error)])
+    return _result([], sha256=digest)
+
+
+def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
+    root = paths.megatron_root()
+    return root, mf.read_json(root / contracts.MANIFEST_FILENAME)
+
+
+@dg.asset_check(
+    asset="synth_kd_v1_manifest",
+    blocking=True,
+    description="Provenance complete; every file's bytes and sha256, the tokenizer and the input manifest still "
+    "match what the manifest records; the config hash is the current config's.",
+)
+def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    root, manifest = _dataset_manifest(paths)
+    return _result(manifest_problems(root, manifest, mf.config_hash(kd_config(paths))))
+
+
+@dg.asset_check(asset="synth_kd_v1_manifest", blocking=True, description="No synth_id is in both train and valid.")
+def no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    root, manifest = _dataset_manifest(paths)
+    tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
+    return _result(split_leakage([t for t in tables if t.is_file()]))
+
+
+@dg.asset_check(
+    asset="synth_kd_v1_manifest",
+    blocking=True,
+    description="Every shard and split the manifest lists opens with megatron-core's IndexedDataset and is an aligned trio.",
+)
+def shards_readable_by_megatron(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    root, manifest = _dataset_manifest(paths)
+    return _result(unreadable_shards(root, manifest))
+
+
+STANDALONE_CHECKS = [tokenizer_sha256_pin, manifest_provenance, no_split_leakage, shards_readable_by_megatron]
