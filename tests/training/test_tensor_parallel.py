@@ -97,6 +97,11 @@ def test_tp2_vocab_split_matches_plain_torch(tmp_path):
         output = other.communicate(timeout=120)[0]
     assert other.returncode == 0, output
     ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    # rank 1 ran in a fresh interpreter: synthkd_training never imports dagster, even transitively
+    assert {"synthkd_training.dataset", "synthkd_training.losses", "synthkd_training.synthetic"} <= set(
+        ranks[1].pop("synthkd_training_modules")
+    )
+    assert ranks[1].pop("dagster_modules") == []
     for name, (kind, fields) in CASES.items():
         expected, expected_grad = _plain(kind, logits, labels, teacher, span_id, SpanLossConfig(**fields))
         tolerance = {"rtol": 1e-5, "atol": 1e-6} if kind == "ce" else {"rtol": 1e-10, "atol": 1e-12}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_tiny.py"
@@ -17,6 +18,7 @@ def _load_example():
     return module
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # megatron-core: "Apex is not installed", deprecations
 def test_train_tiny_on_synthetic_data(tmp_path, capsys):
     example = _load_example()
     summary = example.main(

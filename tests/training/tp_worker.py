@@ -44,6 +44,11 @@ def run_rank(rank: int, world: int, store_file: str, inputs_path: str, out_dir: 
                 "unchanged": torch.equal(student.detach(), before),
                 "counts": {k: int(v) for k, v in result.token_counts.items()},
             }
+        # this process started bare: record whether importing all of synthkd_training pulled in dagster
+        import synthkd_training.synthetic  # noqa: F401  (the dataset and losses modules are loaded)
+
+        results["dagster_modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "dagster")
+        results["synthkd_training_modules"] = sorted(m for m in sys.modules if m.startswith("synthkd_training"))
         torch.save(results, f"{out_dir}/rank{rank}.pt")
     finally:
         parallel_state.destroy_model_parallel()
