@@ -15,38 +15,14 @@ from synthkd_assets import contracts
 from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.megatron_io import open_trio, trio_alignment_problems
 from synthkd_assets.core.sampling import assign_split
-from synthkd_assets.definitions import defs
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
-
-SAMPLE_RAW_DIR = Path(__file__).resolve().parents[1] / "data" / "sample" / "synth_raw"
-
-ALL_ASSETS = list(defs.assets)
-SHARD_STEPS = ["synth_harmony", "synth_tokenized", "synth_kd_v1"]
+from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, build_everything, run
 
 
-def run(instance, paths: SynthKDPaths, selection: list[str], partition_key: str | None = None):
-    result = dg.materialize(
-        ALL_ASSETS, selection=selection, partition_key=partition_key, instance=instance, resources={"paths": paths}
-    )
-    assert result.success
-    return result
-
-
-def build_everything(instance, paths: SynthKDPaths) -> None:
-    run(instance, paths, ["o200k_tokenizer", "synth_raw_inventory"])
-    for key in instance.get_dynamic_partitions(SYNTH_SHARDS.name):
-        run(instance, paths, SHARD_STEPS, key)
-    run(instance, paths, ["synth_harmony_manifest", "synth_kd_v1_manifest"])
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("data")
-    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(data_dir))
-    with dg.DagsterInstance.ephemeral() as instance:
-        build_everything(instance, paths)
-        yield instance, paths, data_dir
+@pytest.fixture
+def built(built_sample):
+    return built_sample
 
 
 def test_partitions_are_discovered_from_the_raw_directory(built):
@@ -106,7 +82,7 @@ def test_rematerializing_unchanged_input_is_byte_identical(built):
     root = data_dir / "megatron" / "synth_kd_v1"
     before = {p: sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
     run(instance, paths, SHARD_STEPS, "synth_02")
-    run(instance, paths, ["synth_harmony_manifest", "synth_kd_v1_manifest"])
+    run(instance, paths, MANIFEST_STEPS)
     after = {p: sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
     assert after == before
 

@@ -1,0 +1,94 @@
+"""Each blocking check passes on a sound build and fails on a deliberately corrupted one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding
+from synthkd_assets.defs.resources import SynthKDPaths
+from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes
+
+MANIFEST_CHECKS = {"manifest_provenance", "no_split_leakage", "shards_readable_by_megatron"}
+
+
+def run_checks(instance, paths: SynthKDPaths, asset: str) -> dict[str, bool]:
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.checks_for_assets(asset),
+        instance=instance,
+        resources={"paths": paths},
+        raise_on_error=False,
+    )
+    return check_outcomes(result)
+
+
+@pytest.fixture
+def copy_of_build(built_sample, tmp_path):
+    instance, _, data_dir = built_sample
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    return instance, SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy)), copy
+
+
+def test_all_checks_pass_on_a_sound_build(copy_of_build):
+    instance, paths, _ = copy_of_build
+    assert run_checks(instance, paths, "synth_kd_v1_manifest") == dict.fromkeys(MANIFEST_CHECKS, True)
+    assert run_checks(instance, paths, "o200k_tokenizer") == {"tokenizer_sha256_pin": True}
+
+
+def test_truncated_bin_fails_provenance_and_readability(copy_of_build):
+    instance, paths, copy = copy_of_build
+    path = copy / "megatron" / "synth_kd_v1" / "train" / "shard_00_tokens.bin"
+    path.write_bytes(path.read_bytes()[:-4])
+    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    assert outcome["manifest_provenance"] is False and outcome["shards_readable_by_megatron"] is False
+    assert outcome["no_split_leakage"] is True
+
+
+def test_swapped_idx_fails_provenance_and_readability(copy_of_build):
+    instance, paths, copy = copy_of_build
+    train = copy / "megatron" / "synth_kd_v1" / "train"
+    a, b = train / "shard_00_span.idx", train / "shard_01_span.idx"
+    a_bytes, b_bytes = a.read_bytes(), b.read_bytes()
+    a.write_bytes(b_bytes)
+    b.write_bytes(a_bytes)
+    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    assert outcome["manifest_provenance"] is False and outcome["shards_readable_by_megatron"] is False
+
+
+def test_altered_tokenizer_fails_the_pin_and_is_refused(copy_of_build):
+    instance, paths, copy = copy_of_build
+    tokenizer = copy / "tokenizer" / "o200k_base.tiktoken"
+    tokenizer.write_bytes(tokenizer.read_bytes() + b"\n")
+    assert run_checks(instance, paths, "o200k_tokenizer") == {"tokenizer_sha256_pin": False}
+    load_harmony_encoding.cache_clear()
+    with pytest.raises(TokenizerPinError):
+        load_harmony_encoding(copy / "tokenizer")
+
+
+def test_leaked_synth_id_fails_the_leakage_check(copy_of_build):
+    instance, paths, copy = copy_of_build
+    documents = copy / "megatron" / "synth_kd_v1" / "shards" / "shard_01_documents.parquet"
+    table = pl.read_parquet(documents)
+    leaked = table.filter(pl.col("split") == "train").head(1).with_columns(split=pl.lit("valid"), document_index=pl.lit(999, pl.Int64))
+    pl.concat([table, leaked]).write_parquet(documents)
+    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    assert outcome["no_split_leakage"] is False
+
+
+def test_edited_input_manifest_fails_provenance(copy_of_build):
+    """The dataset manifest pins data/synth_harmony/manifest.json by sha256: editing it is caught."""
+    instance, paths, copy = copy_of_build
+    manifest = copy / "megatron" / "synth_kd_v1" / "manifest.json"
+    harmony = copy / "synth_harmony" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["input_manifest"]["path"] = str(harmony)  # the copy's own input manifest, same bytes as recorded
+    manifest.write_text(json.dumps(data))
+    assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is True
+    harmony.write_text(harmony.read_text() + " ")
+    assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is False

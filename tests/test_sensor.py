@@ -1,0 +1,96 @@
+"""Incremental rebuilds: the sensor asks for exactly the changed shard; other shards' files are untouched."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+
+from synthkd_assets.definitions import defs
+from synthkd_assets.defs.automation import synth_raw_sensor
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.resources import SynthKDPaths
+from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, build_everything, run
+
+
+def tick(instance, paths: SynthKDPaths, cursor: str | None) -> dg.SensorResult:
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"paths": paths}, definitions=defs)
+    result = synth_raw_sensor(context)
+    for request in result.dynamic_partitions_requests:  # what the daemon applies after a tick
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
+    return result
+
+
+def requested(result: dg.SensorResult) -> list[tuple[str, str | None]]:
+    return sorted((r.job_name, r.partition_key) for r in result.run_requests)
+
+
+def outputs_state(data_dir, shard: str, index: int) -> dict[str, tuple[int, int]]:
+    files = [
+        data_dir / "synth_harmony" / f"{shard}.parquet",
+        data_dir / "synth_tokenized" / f"{shard}.parquet",
+        *sorted((data_dir / "megatron" / "synth_kd_v1").glob(f"*/shard_{index:02d}_*")),
+    ]
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in files}
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    raw = tmp_path / "raw"
+    shutil.copytree(SAMPLE_RAW_DIR, raw)
+    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        yield instance, paths, raw, tmp_path / "data"
+
+
+def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
+    instance, paths, raw, data_dir = workspace
+    first = tick(instance, paths, None)
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01", "synth_02", "synth_03"]
+    assert requested(first) == [("synth_shard_job", f"synth_0{i}") for i in range(4)]
+
+    build_everything(instance, paths)
+    assert requested(tick(instance, paths, first.cursor)) == []
+    assert requested(tick(instance, paths, None)) == []  # a lost cursor does not rebuild up-to-date shards
+
+    untouched = {k: outputs_state(data_dir, f"synth_0{k}", k) for k in (0, 1, 3)}
+    table = pq.read_table(raw / "synth_02.parquet")
+    answers = table.column("synthetic_answer").to_pylist()
+    answers[0] = answers[0] + "\n\nEdited upstream."
+    pq.write_table(table.set_column(table.schema.get_field_index("synthetic_answer"), "synthetic_answer", [answers]), raw / "synth_02.parquet")
+
+    changed = tick(instance, paths, first.cursor)
+    assert requested(changed) == [("synth_shard_job", "synth_02")]
+    observed = {(e.partition, e.tags["dagster/data_version"]) for e in changed.asset_events}
+    assert observed == {("synth_02", json.loads(changed.cursor)["shards"]["synth_02"])}
+    assert requested(tick(instance, paths, changed.cursor)) == []  # asked once per content
+
+    before = outputs_state(data_dir, "synth_02", 2)
+    run(instance, paths, SHARD_STEPS, "synth_02")
+    run(instance, paths, MANIFEST_STEPS)
+    assert outputs_state(data_dir, "synth_02", 2) != before
+    assert {k: outputs_state(data_dir, f"synth_0{k}", k) for k in (0, 1, 3)} == untouched
+
+
+def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace):
+    instance, paths, raw, data_dir = workspace
+    first = tick(instance, paths, None)
+    build_everything(instance, paths)
+    settled = tick(instance, paths, first.cursor)
+
+    shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")
+    (raw / "synth_01.parquet").unlink()
+    result = tick(instance, paths, settled.cursor)
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_02", "synth_03", "synth_07"]
+    assert requested(result) == [("synth_shard_job", "synth_07")]
+
+    manifest = data_dir / "synth_harmony" / "manifest.json"
+    manifest.write_text(manifest.read_text() + "\n")
+    assert requested(tick(instance, paths, result.cursor)) == [("synth_manifests_job", None)]
