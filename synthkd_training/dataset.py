@@ -228,7 +228,9 @@ class SpanGPTDataset(GPTDataset):
 
     def __getitem__(self, idx: Optional[int]) -> dict[str, torch.Tensor]:
         item = super().__getitem__(idx)  # calls _query_document_sample_shuffle_indices exactly once
-        siblings = self._window.siblings
+        siblings = getattr(self._window, "siblings", None)
+        if siblings is None:  # only if a future megatron-core stops reading through the hook
+            raise RuntimeError("GPTDataset.__getitem__ did not call _query_document_sample_shuffle_indices")
         self._window.siblings = None
         length = item["tokens"].shape[0]
         # label-aligned: the first `length` stored values describe labels[0:length]
