@@ -8,7 +8,7 @@ from synthkd_assets.defs.checks import STANDALONE_CHECKS
 from synthkd_assets.defs.resources import SynthKDPaths
 
 defs = dg.Definitions(
-    assets=dg.load_assets_from_modules([assets]),
+    assets=[*dg.load_assets_from_modules([assets]), assets.synth_raw],
     asset_checks=STANDALONE_CHECKS,
     jobs=[synth_shard_job, synth_manifests_job],
     sensors=[synth_raw_sensor],

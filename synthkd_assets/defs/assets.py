@@ -52,24 +52,45 @@ def o200k_tokenizer(paths: SynthKDPaths) -> dg.MaterializeResult:
     )
 
 
-@dg.observable_source_asset(
+synth_raw = dg.AssetSpec(
+    "synth_raw",
     partitions_def=SYNTH_SHARDS,
     group_name="ingest",
-    description="The raw PleIAs/SYNTH Parquet shards, one partition per file; data version = sha256 of the file "
-    "(cached by size and mtime, so an unchanged shard is not re-read).",
+    description="The raw PleIAs/SYNTH Parquet shards, one partition per file. External: its events are reported "
+    "by synth_raw_inventory and synth_raw_sensor, with data version = sha256 of the file (cached by size and "
+    "mtime, so an unchanged shard is not re-read).",
 )
-def synth_raw(paths: SynthKDPaths) -> dg.DataVersionsByPartition:
-    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
-    return dg.DataVersionsByPartition({s.name: dg.DataVersion(s.sha256) for s in shards})
 
 
-def raw_observations(shards, keys: set[str] | None = None) -> list[dg.AssetObservation]:
-    """synth_raw data versions as observation events, so the UI marks changed partitions stale."""
-    return [
-        dg.AssetObservation(asset_key=synth_raw.key, partition=s.name, tags={DATA_VERSION_TAG: s.sha256})
-        for s in shards
-        if keys is None or s.name in keys
-    ]
+def latest_raw_versions(instance: dg.DagsterInstance, keys: list[str]) -> dict[str, str | None]:
+    """The content hash last reported for each synth_raw partition (None: never reported)."""
+    versions: dict[str, str | None] = {}
+    for key in keys:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=synth_raw.key, asset_partitions=[key]), limit=1
+        ).records
+        versions[key] = records[0].asset_materialization.tags.get(DATA_VERSION_TAG) if records else None
+    return versions
+
+
+def raw_reports(shards, keys: set[str]) -> list[dg.AssetObservation | dg.AssetMaterialization]:
+    """synth_raw events carrying each listed shard's content hash as its data version.
+
+    Dagster 1.13 reads an external asset's per-partition data version from two places: run provenance
+    (the `input_data_version` recorded on downstream materializations) uses materialization events,
+    while the stale-status resolver uses observation events. So each shard gets both, observation
+    first: the downstream provenance then points past that observation, and only a later, different
+    observation (a changed shard) marks exactly that partition's descendants stale.
+    """
+    events: list[dg.AssetObservation | dg.AssetMaterialization] = []
+    for shard in shards:
+        if shard.name not in keys:
+            continue
+        tags = {DATA_VERSION_TAG: shard.sha256}
+        metadata = {"path": dg.MetadataValue.path(shard.path), "bytes": shard.bytes, "sha256": shard.sha256}
+        events.append(dg.AssetObservation(asset_key=synth_raw.key, partition=shard.name, tags=tags, metadata=metadata))
+        events.append(dg.AssetMaterialization(asset_key=synth_raw.key, partition=shard.name, tags=tags, metadata=metadata))
+    return events
 
 
 @dg.asset(
@@ -86,13 +107,16 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
     for key in remove:
         context.instance.delete_dynamic_partition(SYNTH_SHARDS.name, key)
-    for observation in raw_observations(shards):
-        context.log_event(observation)
+    reported = latest_raw_versions(context.instance, [s.name for s in shards])
+    changed = {s.name for s in shards if reported[s.name] != s.sha256}
+    for event in raw_reports(shards, changed):
+        context.log_event(event)
     return dg.MaterializeResult(
         metadata={
             "shards": len(shards),
             "added_partitions": dg.MetadataValue.json(add),
             "removed_partitions": dg.MetadataValue.json(remove),
+            "changed_shards": dg.MetadataValue.json(sorted(changed)),
             "raw_bytes": sum(s.bytes for s in shards),
             "raw_dir": dg.MetadataValue.path(str(paths.raw_root())),
         },

@@ -7,7 +7,7 @@ import dagster as dg
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.inventory import partition_changes, scan_raw_dir, shards_to_rebuild
-from synthkd_assets.defs.assets import raw_observations, synth_harmony, synth_harmony_manifest, synth_kd_v1, synth_kd_v1_manifest, synth_tokenized
+from synthkd_assets.defs.assets import raw_reports, synth_harmony, synth_harmony_manifest, synth_kd_v1, synth_kd_v1_manifest, synth_tokenized
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
 
@@ -62,7 +62,7 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=requests,
-        asset_events=raw_observations(shards, set(rebuild)),
+        asset_events=raw_reports(shards, set(rebuild)),
         cursor=json.dumps({"shards": sha, "harmony_manifest": manifest_sha}, sort_keys=True),
     )
 
