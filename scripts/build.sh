@@ -18,9 +18,9 @@ materialize() { .venv/bin/dagster asset materialize -m synthkd_assets.definition
 
 # 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
 materialize --select o200k_tokenizer,synth_raw_inventory
-# 2. every shard partition: Harmony -> tokens/masks -> Megatron trio
+# 2. every shard partition: Harmony -> filtered -> sampled -> tokens/masks -> Megatron trio
 for key in $(.venv/bin/python -m synthkd_assets.cli partitions); do
-  materialize --select synth_harmony,synth_tokenized,synth_kd_v1 --partition "$key"
+  materialize --select synth_harmony,synth_filtered,synth_sampled,synth_tokenized,synth_kd_v1 --partition "$key"
 done
 # 3. provenance over all shards
 materialize --select synth_harmony_manifest,synth_kd_v1_manifest

@@ -13,7 +13,7 @@ from synthkd_assets.defs.resources import SynthKDPaths
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_RAW_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
 ALL_ASSETS = list(defs.assets) + list(defs.asset_checks)
-SHARD_STEPS = ["synth_harmony", "synth_tokenized", "synth_kd_v1"]
+SHARD_STEPS = ["synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1"]
 MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest"]
 
 

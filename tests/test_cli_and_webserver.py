@@ -19,7 +19,7 @@ from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 VENV_BIN = Path(sys.executable).parent
 ASSETS = {
-    "o200k_tokenizer", "synth_raw", "synth_raw_inventory", "synth_harmony", "synth_harmony_manifest",
+    "o200k_tokenizer", "synth_raw", "synth_raw_inventory", "synth_harmony", "synth_harmony_manifest", "synth_filtered", "synth_sampled",
     "synth_tokenized", "synth_kd_v1", "synth_kd_v1_manifest",
 }
 
@@ -98,7 +98,7 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
     env, root, _ = cli_build
     nodes = {"/".join(n["assetKey"]["path"]): n for n in graphql(webserver, NODES)["assetNodes"]}
     assert set(nodes) == ASSETS
-    for asset in ("synth_raw", "synth_harmony", "synth_tokenized", "synth_kd_v1"):
+    for asset in ("synth_raw", "synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1"):
         assert nodes[asset]["isPartitioned"] and nodes[asset]["partitionKeys"] == ["synth_00", "synth_01", "synth_02", "synth_03"]
     checks = {c["name"]: c for n in nodes.values() for c in n["assetChecksOrError"].get("checks", [])}
     assert {"tokenizer_sha256_pin", "manifest_provenance", "no_split_leakage", "shards_readable_by_megatron", "trio_alignment", "rows_accounted"} <= set(checks)

@@ -35,7 +35,7 @@ def requested(result: dg.SensorResult) -> list[tuple[str, str | None]]:
 def outputs_state(data_dir, shard: str, index: int) -> dict[str, tuple[int, int]]:
     files = [
         data_dir / "synth_harmony" / f"{shard}.parquet",
-        data_dir / "synth_tokenized" / f"{shard}.parquet",
+        *(data_dir / stage / f"{shard}.parquet" for stage in ("synth_filtered", "synth_sampled", "synth_tokenized")),
         *sorted((data_dir / "megatron" / "synth_kd_v1").glob(f"*/shard_{index:02d}_*")),
     ]
     return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in files}

@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import polars as pl
@@ -166,10 +166,37 @@ def _metadata_json(shard: str) -> pl.Expr:
         source_shard=pl.lit(shard),
         source_row=pl.col("source_row"),
         model=pl.col("model"),
+        constraints=pl.col("constraints"),
         query_seed_url=pl.col("query_seed_url"),
         seed_license=pl.col("seed_license"),
         has_reasoning=has_visible_text("synthetic_reasoning"),
     ).struct.json_encode()
+
+
+RowRule = Callable[[pl.DataFrame], pl.Series]
+"""Maps a synth_harmony_v1 frame to a String series: the drop reason of each row, or null to keep it."""
+
+
+def keep_everything(frame: pl.DataFrame) -> pl.Series:
+    return pl.Series("reason", [None] * frame.height, dtype=pl.String)
+
+
+def select_rows_shard(in_path: Path, out_path: Path, shard: str, drop_reason: RowRule = keep_everything) -> ShardReport:
+    """synth_harmony_v1 in, the rows `drop_reason` keeps out (same schema); every drop counted by reason."""
+    report = ShardReport(shard)
+    with ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
+        for frame in iter_frames(in_path, HARMONY_SCHEMA.names):
+            report.rows_in += frame.height
+            reasons = drop_reason(frame)
+            dropped = frame.with_columns(reasons.alias("_reason")).filter(pl.col("_reason").is_not_null())
+            for source_row, synth_id, reason in dropped.select("source_row", "synth_id", "_reason").iter_rows():
+                report.drop(reason, source_row, synth_id)
+            kept = frame.filter(reasons.is_null())
+            report.language.update(kept["language"].to_list())
+            report.exercise.update(kept["exercise"].to_list())
+            writer.write(kept)
+        report.rows_out = writer.rows
+    return report
 
 
 def tokenize_shard(harmony_path: Path, out_path: Path, renderer: HarmonyRenderer, shard: str) -> ShardReport:

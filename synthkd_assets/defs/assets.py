@@ -11,6 +11,8 @@ from synthkd_assets.core.render import HarmonyRenderer
 from synthkd_assets.core.stages import (
     ShardReport,
     harmonize_shard,
+    keep_everything,
+    select_rows_shard,
     shard_index_from_name,
     tokenize_shard,
     write_megatron_shard,
@@ -188,9 +190,47 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
     )
 
 
+def _select_rows_asset(context: dg.AssetExecutionContext, paths: SynthKDPaths, source: str, stage: str, rule) -> dg.MaterializeResult:
+    key = context.partition_key
+    in_path, _ = _stage_files(paths, source, key)
+    out_path, report_path = _stage_files(paths, stage, key)
+    report = select_rows_shard(in_path, out_path, key, rule)
+    _publish_report(report, report_path, paths.errors_dir() / stage / f"{key}.jsonl")
+    return dg.MaterializeResult(
+        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path])},
+        check_results=[rows_accounted_result(report)],
+    )
+
+
 @dg.asset(
     partitions_def=SYNTH_SHARDS,
-    deps=[synth_harmony, o200k_tokenizer],
+    deps=[synth_harmony],
+    check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_filtered", blocking=True)],
+    group_name="synth",
+    code_version=CODE_VERSION,
+    description="synth_harmony rows that pass the quality filters (every drop counted by reason). "
+    "Pass-through until the 001 filters land.",
+)
+def synth_filtered(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+    return _select_rows_asset(context, paths, "synth_harmony", "synth_filtered", keep_everything)
+
+
+@dg.asset(
+    partitions_def=SYNTH_SHARDS,
+    deps=[synth_filtered],
+    check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_sampled", blocking=True)],
+    group_name="synth",
+    code_version=CODE_VERSION,
+    description="synth_filtered rows kept by deterministic hash sampling of synth_id. Keeps every row until the "
+    "001 sampling plan lands.",
+)
+def synth_sampled(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+    return _select_rows_asset(context, paths, "synth_filtered", "synth_sampled", keep_everything)
+
+
+@dg.asset(
+    partitions_def=SYNTH_SHARDS,
+    deps=[synth_sampled, o200k_tokenizer],
     check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_tokenized", blocking=True)],
     group_name="synth",
     code_version=CODE_VERSION,
@@ -198,7 +238,7 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
 )
 def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     key = context.partition_key
-    in_path, _ = _stage_files(paths, "synth_harmony", key)
+    in_path, _ = _stage_files(paths, "synth_sampled", key)
     out_path, report_path = _stage_files(paths, "synth_tokenized", key)
     renderer = HarmonyRenderer(load_harmony_encoding(paths.tokenizer_dir()))
     report = tokenize_shard(in_path, out_path, renderer, key)
@@ -253,14 +293,15 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
     harmony_manifest = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
     tokenizer_path = paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME
     config = kd_config(paths)
-    records, harmony_reports, tokenized_reports = [], [], []
+    records, harmony_reports, step_reports = [], [], []
     for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache()):
         record_path = root / "shards" / f"shard_{shard_index_from_name(shard.name):02d}.json"
         if not record_path.is_file():
             raise dg.Failure(f"synth_kd_v1 partition {shard.name!r} has not been materialized ({record_path} missing)")
         records.append(mf.read_json(record_path))
         harmony_reports.append(mf.read_json(_stage_files(paths, "synth_harmony", shard.name)[1]))
-        tokenized_reports.append(mf.read_json(_stage_files(paths, "synth_tokenized", shard.name)[1]))
+        for stage in ("synth_filtered", "synth_sampled", "synth_tokenized"):
+            step_reports.append(mf.read_json(_stage_files(paths, stage, shard.name)[1]))
     kd_reports = [r["report"] for r in records]
     manifest = {
         "dataset": root.name,
@@ -276,7 +317,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
             "rows_out": sum(r["rows_out"] for r in kd_reports),
             "sequences": mf.sum_reports(kd_reports, "sequences"),
             "span_tokens": mf.sum_reports(kd_reports, "span_tokens"),
-            "dropped": mf.sum_reports(harmony_reports + tokenized_reports + kd_reports, "dropped"),
+            "dropped": mf.sum_reports(harmony_reports + step_reports + kd_reports, "dropped"),
             "sanitized": mf.sum_reports(harmony_reports, "sanitized"),
             "bytes": sum(s["bytes"] for r in records for s in r["splits"]),
         },

@@ -7,13 +7,22 @@ import dagster as dg
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.inventory import partition_changes, scan_raw_dir, shards_to_rebuild
-from synthkd_assets.defs.assets import raw_reports, synth_harmony, synth_harmony_manifest, synth_kd_v1, synth_kd_v1_manifest, synth_tokenized
+from synthkd_assets.defs.assets import (
+    raw_reports,
+    synth_filtered,
+    synth_harmony,
+    synth_harmony_manifest,
+    synth_kd_v1,
+    synth_kd_v1_manifest,
+    synth_sampled,
+    synth_tokenized,
+)
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
 
 synth_shard_job = dg.define_asset_job(
     "synth_shard_job",
-    selection=dg.AssetSelection.assets(synth_harmony, synth_tokenized, synth_kd_v1),
+    selection=dg.AssetSelection.assets(synth_harmony, synth_filtered, synth_sampled, synth_tokenized, synth_kd_v1),
     partitions_def=SYNTH_SHARDS,
     description="One raw shard through Harmony, tokens/masks and the Megatron trio. Backfill it over all "
     "partitions to build every shard; the manifests follow (eager automation, or synth_manifests_job).",
