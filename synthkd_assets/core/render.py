@@ -91,5 +91,129 @@ class HarmonyRenderer:
         loss_mask, span_id = label_aligned(token_spans)
         return RenderedConversation(tokens, loss_mask, span_id)
 
-    def render_json(self, messages_json: str) -> RenderedConversation:
-        return self.render(json.loads(messages_json)["messages"])
+    def render_many(self, conversations: list[list[dict[str, Any]]]) -> list[RenderedConversation | RenderError]:
+        """One by one through openai-harmony; a RenderError in the list drops that conversation."""
+        results: list[RenderedConversation | RenderError] = []
+        for messages in conversations:
+            try:
+                results.append(self.render(messages))
+            except RenderError as error:
+                results.append(error)
+        return results
+
+    @property
+    def routed_to_reference(self) -> int:
+        return 0
+
+
+class FastRenderer:
+    """The production renderer: byte-identical to `HarmonyRenderer`, at raw-BPE speed.
+
+    Harmony renders each message as wrapper tokens around the ordinary BPE encoding of its text, and
+    the training render only swaps the last final message's `<|end|>` for `<|return|>`. So the
+    wrappers (`<|start|>role<|channel|>channel<|message|>`) are taken once from openai-harmony itself,
+    whole system messages are rendered once per distinct message, and the contents of a batch are
+    encoded together with tiktoken (same pinned ranks). Conversations outside that shape (developer
+    messages, tools, recipients, several contents, not ending in a final) go to the reference
+    renderer and are counted in `routed_to_reference`.
+    """
+
+    def __init__(self, encoding: Any, bpe: Any, num_threads: int = 1) -> None:
+        self.reference = HarmonyRenderer(encoding)
+        self.encoding = encoding
+        self.bpe = bpe
+        self.num_threads = num_threads
+        self.end_id, self.return_id = (encoding.encode(t, allowed_special="all")[0] for t in ("<|end|>", "<|return|>"))
+        self._headers: dict[tuple[str, str | None], np.ndarray] = {}
+        self._whole_messages: dict[str, np.ndarray] = {}
+        self.routed_to_reference = 0
+
+    def _header(self, role: str, channel: str | None) -> np.ndarray:
+        """`<|start|>{role}[<|channel|>{channel}]<|message|>`: harmony's render of an empty message, minus `<|end|>`."""
+        key = (role, channel)
+        if key not in self._headers:
+            message = {"role": role, "name": None, "content": [{"type": "text", "text": ""}]}
+            if channel is not None:
+                message["channel"] = channel
+            rendered = self.encoding.render(Message.from_dict(message))
+            if rendered[-1] != self.end_id:
+                raise RenderError("message_boundary_mismatch", f"harmony renders an empty {key} message as {rendered}")
+            self._headers[key] = np.array(rendered[:-1], dtype=contracts.TOKENS_DTYPE)
+        return self._headers[key]
+
+    def _whole_message(self, message: dict[str, Any]) -> np.ndarray:
+        key = json.dumps(message, sort_keys=True)
+        if key not in self._whole_messages:
+            rendered = self.encoding.render(Message.from_dict(message))
+            self._whole_messages[key] = np.array(rendered, dtype=contracts.TOKENS_DTYPE)
+        return self._whole_messages[key]
+
+    @staticmethod
+    def _plain_text(message: dict[str, Any]) -> str | None:
+        """The text of a single-text-content message without recipient/name/content type, else None."""
+        content = message.get("content")
+        if message.get("recipient") or message.get("name") or message.get("content_type"):
+            return None
+        if not isinstance(content, list) or len(content) != 1 or content[0].get("type") != "text":
+            return None
+        return content[0]["text"]
+
+    def _plan(self, messages: list[dict[str, Any]], texts: list[str]) -> list[tuple[np.ndarray | int, int]] | None:
+        """Pieces of one conversation: fixed token arrays, or indices into `texts`; None = use the reference."""
+        last = messages[-1] if messages else {}
+        if last.get("role") != "assistant" or last.get("channel") != "final":
+            return None
+        pieces: list[tuple[np.ndarray | int, int]] = []
+        for position, message in enumerate(messages):
+            role = message.get("role")
+            if role == "system":
+                if self._plain_text(message) is None and len(message.get("content", [])) != 1:
+                    return None
+                pieces.append((self._whole_message(message), contracts.SPAN_PROMPT))
+                continue
+            text = self._plain_text(message)
+            if text is None or role not in ("user", "assistant"):
+                return None
+            channel = message.get("channel")
+            if role == "user" and channel is not None:
+                return None
+            span = message_span(message)
+            pieces.append((self._header(role, channel), span))
+            texts.append(text)
+            pieces.append((len(texts) - 1, span))
+            terminator = self.return_id if position == len(messages) - 1 else self.end_id
+            pieces.append((np.array([terminator], dtype=contracts.TOKENS_DTYPE), span))
+        return pieces
+
+    def render_many(self, conversations: list[list[dict[str, Any]]]) -> list[RenderedConversation | RenderError]:
+        """Render a batch; each item is the rendered conversation or the RenderError that drops it."""
+        texts: list[str] = []
+        plans: list[list[tuple[np.ndarray | int, int]] | None | RenderError] = []
+        for messages in conversations:
+            try:
+                plans.append(self._plan(messages, texts))
+            except RenderError as error:
+                plans.append(error)
+        encoded = [np.array(t, dtype=contracts.TOKENS_DTYPE) for t in self.bpe.encode_ordinary_batch(texts, num_threads=self.num_threads)]
+        eod = np.array([contracts.EOD_TOKEN_ID], dtype=contracts.TOKENS_DTYPE)
+        results: list[RenderedConversation | RenderError] = []
+        for messages, plan in zip(conversations, plans):
+            if isinstance(plan, RenderError):
+                results.append(plan)
+                continue
+            if plan is None:
+                self.routed_to_reference += 1
+                try:
+                    results.append(self.reference.render(messages))
+                except RenderError as error:
+                    results.append(error)
+                continue
+            arrays = [encoded[piece] if isinstance(piece, int) else piece for piece, _ in plan]
+            tokens = np.concatenate([*arrays, eod])
+            token_spans = np.zeros(len(tokens), dtype=contracts.SPAN_DTYPE)
+            token_spans[:-1] = np.repeat(
+                np.array([span for _, span in plan], dtype=contracts.SPAN_DTYPE), [len(a) for a in arrays]
+            )
+            loss_mask, span_id = label_aligned(token_spans)
+            results.append(RenderedConversation(tokens, loss_mask, span_id))
+        return results

@@ -21,7 +21,9 @@ from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory
 from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, list_column, list_column_rows
-from synthkd_assets.core.render import HarmonyRenderer, RenderError, span_token_counts
+from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
+
+Renderer = FastRenderer | HarmonyRenderer
 from synthkd_assets.core.sampling import assign_split
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
 
@@ -65,6 +67,7 @@ class ShardReport:
     exercise: Counter = field(default_factory=Counter)
     span_tokens: Counter = field(default_factory=Counter)
     sequences: Counter = field(default_factory=Counter)  # per split, Megatron step only
+    render_path: Counter = field(default_factory=Counter)  # tokenize step only: fast / reference
     errors: list[dict[str, Any]] = field(default_factory=list)
 
     def drop(self, reason: str, source_row: int, synth_id: str | None, detail: str = "") -> None:
@@ -199,24 +202,27 @@ def select_rows_shard(in_path: Path, out_path: Path, shard: str, drop_reason: Ro
     return report
 
 
-def tokenize_shard(harmony_path: Path, out_path: Path, renderer: HarmonyRenderer, shard: str) -> ShardReport:
-    """synth_harmony_v1 Parquet -> tokens / loss_mask / span_id per conversation (label-aligned)."""
+def tokenize_shard(harmony_path: Path, out_path: Path, renderer: Renderer, shard: str) -> ShardReport:
+    """synth_harmony_v1 Parquet -> tokens / loss_mask / span_id per conversation (label-aligned).
+
+    Streams batch by batch; `render_path` counts rows the fast renderer had to hand to openai-harmony.
+    """
     report = ShardReport(shard)
     columns = ("synth_id", "language", "exercise", "source_row", "messages_json")
+    routed_before = renderer.routed_to_reference
     with ParquetShardWriter(out_path, TOKENIZED_SCHEMA) as writer:
         for frame in iter_frames(harmony_path, columns):
             report.rows_in += frame.height
+            conversations = [json.loads(payload)["messages"] for payload in frame["messages_json"]]
             kept: list[int] = []
             rendered = []
-            for i, (synth_id, source_row, payload) in enumerate(frame.select("synth_id", "source_row", "messages_json").iter_rows()):
-                try:
-                    conversation = renderer.render_json(payload)
-                except RenderError as error:
-                    report.drop(error.reason, source_row, synth_id, str(error))
+            for i, result in enumerate(renderer.render_many(conversations)):
+                if isinstance(result, RenderError):
+                    report.drop(result.reason, frame["source_row"][i], frame["synth_id"][i], str(result))
                     continue
                 kept.append(i)
-                rendered.append(conversation)
-                report.span_tokens.update(conversation.span_token_counts())
+                rendered.append(result)
+                report.span_tokens.update(result.span_token_counts())
             frame = frame[kept]
             report.language.update(frame["language"].to_list())
             report.exercise.update(frame["exercise"].to_list())
@@ -226,6 +232,8 @@ def tokenize_shard(harmony_path: Path, out_path: Path, renderer: HarmonyRenderer
             table = table.append_column("span_id", list_column([c.span_id for c in rendered], np.uint8))
             writer.write(table)
         report.rows_out = writer.rows
+    routed = renderer.routed_to_reference - routed_before
+    report.render_path.update({"reference": routed, "fast": report.rows_in - routed - sum(report.dropped.values())})
     return report
 
 

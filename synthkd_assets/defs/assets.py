@@ -7,7 +7,7 @@ from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.inventory import partition_changes, scan_raw_dir
 from synthkd_assets.core.megatron_io import trio_files
-from synthkd_assets.core.render import HarmonyRenderer
+from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.stages import (
     ShardReport,
     harmonize_shard,
@@ -18,7 +18,7 @@ from synthkd_assets.core.stages import (
     write_megatron_shard,
 )
 from synthkd_assets.core.synth import system_message_dict
-from synthkd_assets.core.tokenizer import load_harmony_encoding, materialize_tokenizer
+from synthkd_assets.core.tokenizer import load_harmony_encoding, load_tiktoken_o200k, materialize_tokenizer
 from synthkd_assets.defs.checks import ROWS_ACCOUNTED, TRIO_ALIGNMENT, rows_accounted_result, trio_alignment_result
 from synthkd_assets.defs.metadata import files_metadata, report_metadata
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
@@ -234,13 +234,16 @@ def synth_sampled(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
     check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_tokenized", blocking=True)],
     group_name="synth",
     code_version=CODE_VERSION,
-    description="tokens / loss_mask / span_id per conversation, rendered by openai-harmony; masks label-aligned.",
+    description="tokens / loss_mask / span_id per conversation (label-aligned masks), by the fast renderer: "
+    "byte-identical to openai-harmony's training render, at tiktoken speed.",
 )
 def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     key = context.partition_key
     in_path, _ = _stage_files(paths, "synth_sampled", key)
     out_path, report_path = _stage_files(paths, "synth_tokenized", key)
-    renderer = HarmonyRenderer(load_harmony_encoding(paths.tokenizer_dir()))
+    renderer = FastRenderer(
+        load_harmony_encoding(paths.tokenizer_dir()), load_tiktoken_o200k(paths.tokenizer_dir()), paths.encode_threads
+    )
     report = tokenize_shard(in_path, out_path, renderer, key)
     _publish_report(report, report_path, paths.errors_dir() / "synth_tokenized" / f"{key}.jsonl")
     return dg.MaterializeResult(

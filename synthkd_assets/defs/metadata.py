@@ -27,6 +27,7 @@ def report_metadata(report: dict[str, Any]) -> dict[str, Any]:
     metadata.update({f"sanitized_{what}": n for what, n in report["sanitized"].items()})
     metadata.update({f"tokens_{span}": n for span, n in report["span_tokens"].items()})
     metadata.update({f"sequences_{split}": n for split, n in report["sequences"].items()})
+    metadata.update({f"rendered_{path}": n for path, n in report.get("render_path", {}).items()})
     if report["language"]:
         metadata["language_mix"] = mix_table(report["language"], "language")
     if report["exercise"]:

@@ -26,6 +26,11 @@ class SynthKDPaths(dg.ConfigurableResource):
     smoke: bool = Field(default=False, description="Cap each shard and write data/megatron/synth_kd_v1_smoke/ instead.")
     smoke_max_rows: int = Field(default=64, description="Rows per shard in a smoke build.")
     smoke_max_tokens: int = Field(default=200_000, description="Tokens per shard in a smoke build.")
+    encode_threads: int = Field(
+        default=1,
+        description="tiktoken threads per tokenize step. 1 when shards run in parallel processes (the default "
+        "executor); raise it to use idle cores when a single shard runs alone.",
+    )
 
     def raw_root(self) -> Path:
         return Path(self.raw_dir or os.environ.get("SYNTHKD_RAW_DIR") or DEFAULT_RAW_DIR)

@@ -1,0 +1,107 @@
+"""The fast renderer gives byte-identical tokens and masks to openai-harmony, or routes the row there."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from openai_harmony import Message, ReasoningEffort, Role, SystemContent
+
+from synthkd_assets.core.render import FastRenderer, RenderError
+from synthkd_assets.core.stages import harmonize_shard
+from synthkd_assets.core.synth import system_message_dict
+from synthkd_assets.core.tokenizer import load_tiktoken_o200k
+
+SYSTEM = system_message_dict()
+
+
+@pytest.fixture(scope="module")
+def fast(encoding, tokenizer_dir) -> FastRenderer:
+    return FastRenderer(encoding, load_tiktoken_o200k(tokenizer_dir))
+
+
+def assert_identical(fast: FastRenderer, reference, conversations: list[list[dict]]) -> None:
+    for got, messages in zip(fast.render_many(conversations), conversations):
+        want = reference.render(messages)
+        assert got.tokens.dtype == want.tokens.dtype and got.span_id.dtype == want.span_id.dtype
+        assert got.tokens.tobytes() == want.tokens.tobytes()
+        assert got.loss_mask.tobytes() == want.loss_mask.tobytes()
+        assert got.span_id.tobytes() == want.span_id.tobytes()
+
+
+def test_every_sample_row_is_byte_identical(tmp_path, sample_shards, fast, renderer):
+    routed = fast.routed_to_reference
+    total = 0
+    for shard in sample_shards:
+        out = tmp_path / f"{shard.stem}.parquet"
+        harmonize_shard(shard, out, SYSTEM, shard.stem)
+        conversations = [json.loads(m)["messages"] for m in pl.read_parquet(out)["messages_json"]]
+        assert_identical(fast, renderer, conversations)
+        total += len(conversations)
+    assert total == 3000 and fast.routed_to_reference == routed  # all of SYNTH's shapes take the fast path
+
+
+MARKERS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|endoftext|>", "<|call|>", "<|reserved_200013|>"]
+SCRIPTS = ["Ünïcödé", "漢字かな", "Ελληνικά", "עברית", "العربية", "हिन्दी", "🙂", "👩‍🔬", "\u200b", "\r\n", "\t", "  ", "\x1c"]
+text = st.lists(
+    st.one_of(
+        st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=40),
+        st.sampled_from(MARKERS + SCRIPTS),
+    ),
+    max_size=8,
+).map("".join)
+system_contents = st.builds(
+    lambda effort, identity, date, cutoff: (
+        SystemContent.new()
+        .with_reasoning_effort(effort)
+        .with_model_identity(identity)
+        .with_conversation_start_date(date)
+        .with_knowledge_cutoff(cutoff)
+    ),
+    st.sampled_from(list(ReasoningEffort)),
+    st.sampled_from(["You are ChatGPT, a large language model trained by OpenAI.", "You are a student model."]),
+    st.sampled_from(["2025-06-28", "2026-11-22"]),
+    st.sampled_from(["2024-06", "2025-01"]),
+)
+
+
+def conversation(system: SystemContent, user: str, analysis: str | None, final: str) -> list[dict]:
+    messages = [Message.from_role_and_content(Role.SYSTEM, system), Message.from_role_and_content(Role.USER, user)]
+    if analysis is not None:
+        messages.append(Message.from_role_and_content(Role.ASSISTANT, analysis).with_channel("analysis"))
+    messages.append(Message.from_role_and_content(Role.ASSISTANT, final).with_channel("final"))
+    return [json.loads(m.to_json()) for m in messages]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(system=system_contents, user=text, analysis=st.none() | text, final=text)
+def test_generated_conversations_are_byte_identical(fast, renderer, system, user, analysis, final):
+    """Whitespace at boundaries, literal special-token text, every script, emoji, empty channels, any system."""
+    routed = fast.routed_to_reference
+    assert_identical(fast, renderer, [conversation(system, user, analysis, final)])
+    assert fast.routed_to_reference == routed
+
+
+def test_empty_contents_are_byte_identical(fast, renderer):
+    assert_identical(fast, renderer, [conversation(SystemContent.new(), "", "", ""), conversation(SystemContent.new(), "", None, "")])
+
+
+def test_other_shapes_are_routed_to_the_reference_and_counted(fast, renderer):
+    base = conversation(SystemContent.new(), "q", "think", "answer")
+    developer = json.loads(Message.from_role_and_content(Role.DEVELOPER, "Be brief.").to_json())
+    with_developer = [base[0], developer, *base[1:]]
+    ending_in_analysis = base[:-1]
+    routed = fast.routed_to_reference
+    assert_identical(fast, renderer, [with_developer, ending_in_analysis])
+    assert fast.routed_to_reference == routed + 2
+
+
+def test_render_errors_match_the_reference(fast):
+    bad = conversation(SystemContent.new(), "q", None, "a")
+    bad[-1]["channel"] = "commentary"
+    [result] = fast.render_many([bad])
+    assert isinstance(result, RenderError) and result.reason == "unsupported_assistant_channel"
