@@ -66,7 +66,8 @@ class ParquetShardWriter:
         self.schema = schema
         final_path.parent.mkdir(parents=True, exist_ok=True)
         self._partial = partial_path(final_path)
-        self._writer = pq.ParquetWriter(self._partial, schema, compression="zstd", compression_level=3)
+        # zstd level 1: token lists barely compress further at higher levels, and writing is on the hot path
+        self._writer = pq.ParquetWriter(self._partial, schema, compression="zstd", compression_level=1)
         self.rows = 0
 
     def write(self, table: pa.Table | pl.DataFrame) -> None:

@@ -185,6 +185,14 @@ class FastRenderer:
             pieces.append((np.array([terminator], dtype=contracts.TOKENS_DTYPE), span))
         return pieces
 
+    def _encode(self, texts: list[str]) -> list[np.ndarray]:
+        """Ordinary BPE of every text (special-token text encoded as text, as harmony does)."""
+        if self.num_threads > 1:
+            batches = self.bpe.encode_ordinary_batch(texts, num_threads=self.num_threads)
+            return [np.array(t, dtype=contracts.TOKENS_DTYPE) for t in batches]
+        # one thread: straight into numpy, without a thread pool future and a Python list per text
+        return [self.bpe.encode_to_numpy(t, disallowed_special=()) for t in texts]
+
     def render_many(self, conversations: list[list[dict[str, Any]]]) -> list[RenderedConversation | RenderError]:
         """Render a batch; each item is the rendered conversation or the RenderError that drops it."""
         texts: list[str] = []
@@ -194,7 +202,7 @@ class FastRenderer:
                 plans.append(self._plan(messages, texts))
             except RenderError as error:
                 plans.append(error)
-        encoded = [np.array(t, dtype=contracts.TOKENS_DTYPE) for t in self.bpe.encode_ordinary_batch(texts, num_threads=self.num_threads)]
+        encoded = self._encode(texts)
         eod = np.array([contracts.EOD_TOKEN_ID], dtype=contracts.TOKENS_DTYPE)
         results: list[RenderedConversation | RenderError] = []
         for messages, plan in zip(conversations, plans):
@@ -209,7 +217,7 @@ class FastRenderer:
                     results.append(error)
                 continue
             arrays = [encoded[piece] if isinstance(piece, int) else piece for piece, _ in plan]
-            tokens = np.concatenate([*arrays, eod])
+            tokens = np.concatenate([*arrays, eod], dtype=contracts.TOKENS_DTYPE, casting="unsafe")
             token_spans = np.zeros(len(tokens), dtype=contracts.SPAN_DTYPE)
             token_spans[:-1] = np.repeat(
                 np.array([span for _, span in plan], dtype=contracts.SPAN_DTYPE), [len(a) for a in arrays]

@@ -1,0 +1,245 @@
+#!/usr/bin/env python
+"""Throughput and memory of the render/tokenize path, every ratio against a baseline from the same run.
+
+    .venv/bin/python benchmarks/throughput.py            # 20k long SYNTH-like rows (~1.3k tokens each)
+    .venv/bin/python benchmarks/throughput.py --quick    # 4k rows, scale 3: a smoke run of the benchmark
+
+Prints, on one core unless said otherwise:
+  1. fast renderer vs openai-harmony reference (tokens/s)                    target >= 3x
+  2. fast renderer vs raw tiktoken encode_ordinary_batch of the same texts     target >= 0.8x
+  3. end-to-end synth_raw -> synth_kd_v1 for one partition, through a real Dagster materialization
+     (Parquet in, trio + documents + reports out) vs raw encode                  target >= 0.6x
+  4. two partitions in 2 worker processes vs one after the other               target >= 1.7x
+  5. peak RSS of one partition at 1x and Nx the shard size                     target <= 1 GiB, growth <= 10%
+  6. projected core-hours for the full corpus (79.6M rows) at the end-to-end rate
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+
+FULL_CORPUS_ROWS = 79_600_000
+GIB = 1 << 30
+
+
+def make_shard(path: Path, rows: int, scale: int = 1) -> None:
+    """A SYNTH-like shard of `rows` long rows, repeated `scale` times with distinct synth_ids."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from make_sample_data import generate_rows, rows_to_table
+
+    base = rows_to_table(generate_rows(rows, seed=2026, long=True))
+    copies = []
+    for i in range(scale):
+        ids = pc.binary_join_element_wise(base.column("synth_id"), pa.scalar(f"_{i}"), "")
+        copies.append(base.set_column(base.schema.get_field_index("synth_id"), "synth_id", ids.cast(pa.string())))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.concat_tables(copies), path, compression="zstd", row_group_size=1024)
+
+
+def render_ratios(shard: Path, work: Path, reference_rows: int) -> dict:
+    """Items 1 and 2, in this process, one thread."""
+    import polars as pl
+
+    from synthkd_assets.core.render import FastRenderer, HarmonyRenderer
+    from synthkd_assets.core.stages import harmonize_shard
+    from synthkd_assets.core.synth import system_message_dict
+    from synthkd_assets.core.tokenizer import load_harmony_encoding, load_tiktoken_o200k, materialize_tokenizer
+
+    tokenizer_dir = work / "tokenizer"
+    materialize_tokenizer(tokenizer_dir)
+    encoding, bpe = load_harmony_encoding(tokenizer_dir), load_tiktoken_o200k(tokenizer_dir)
+    harmonize_shard(shard, work / "harmony.parquet", system_message_dict(), "bench")
+    conversations = [json.loads(m)["messages"] for m in pl.read_parquet(work / "harmony.parquet")["messages_json"]]
+    texts = [c["text"] for messages in conversations for m in messages[1:] for c in m["content"]]
+
+    start = time.perf_counter()
+    raw_tokens = sum(len(t) for t in bpe.encode_ordinary_batch(texts, num_threads=1))
+    raw_rate = raw_tokens / (time.perf_counter() - start)
+
+    fast = FastRenderer(encoding, bpe, num_threads=1)
+    start = time.perf_counter()
+    fast_tokens = sum(len(r.tokens) for i in range(0, len(conversations), 2048) for r in fast.render_many(conversations[i : i + 2048]))
+    fast_rate = fast_tokens / (time.perf_counter() - start)
+
+    reference = HarmonyRenderer(encoding)
+    subset = conversations[:reference_rows]
+    start = time.perf_counter()
+    reference_tokens = sum(len(reference.render(m).tokens) for m in subset)
+    reference_rate = reference_tokens / (time.perf_counter() - start)
+    return {
+        "rows": len(conversations),
+        "tokens": fast_tokens,
+        "tokens_per_row": fast_tokens / len(conversations),
+        "raw_encode_tok_s": raw_rate,
+        "fast_tok_s": fast_rate,
+        "reference_tok_s": reference_rate,
+        "reference_rows": len(subset),
+        "routed_to_reference": fast.routed_to_reference,
+    }
+
+
+def run_partition(raw_dir: str, data_dir: str) -> None:
+    """Child process: materialize one partition synth_raw -> synth_kd_v1 with Dagster, print timing JSON.
+
+    megatron-core's import (torch and its whole package) is a fixed cost of every worker process, not
+    of the partition: it is timed and reported on its own, before the partition clock starts."""
+    start = time.perf_counter()
+    import megatron.core.datasets.indexed_dataset  # noqa: F401
+
+    startup = time.perf_counter() - start
+    import dagster as dg
+
+    from synthkd_assets.definitions import defs
+    from synthkd_assets.defs.resources import SynthKDPaths
+
+    paths = SynthKDPaths(raw_dir=raw_dir, data_dir=data_dir)
+    assets = list(defs.assets)
+    with dg.DagsterInstance.ephemeral() as instance:
+        dg.materialize(assets, selection=["o200k_tokenizer", "synth_raw_inventory"], instance=instance, resources={"paths": paths})
+        [key] = instance.get_dynamic_partitions("synth_shards")
+        start = time.perf_counter()
+        result = dg.materialize(
+            assets,
+            selection=["synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1"],
+            partition_key=key,
+            instance=instance,
+            resources={"paths": paths},
+        )
+        seconds = time.perf_counter() - start
+    assert result.success
+    report = json.loads((Path(data_dir) / "synth_tokenized" / f"{key}.report.json").read_text())
+    print(json.dumps({"seconds": seconds, "startup_s": startup, "tokens": sum(report["span_tokens"].values()), "rows": report["rows_in"]}))
+
+
+def child_partition(raw_dir: Path, data_dir: Path) -> tuple[subprocess.Popen, Path]:
+    out = data_dir.with_suffix(".json")
+    handle = open(out, "w")
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--child", str(raw_dir), str(data_dir)], stdout=handle, stderr=subprocess.DEVNULL
+    )
+    return process, out
+
+
+def wait_child(process: subprocess.Popen, out: Path) -> dict:
+    """Wait for one child and return its timing plus its own peak RSS (from wait4, not RUSAGE_CHILDREN)."""
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"benchmark child failed ({process.returncode}); rerun it with --child to see why")
+    result = json.loads(out.read_text().strip().splitlines()[-1])
+    result["peak_rss_bytes"] = usage.ru_maxrss * 1024  # Linux reports KiB
+    return result
+
+
+def partition_run(raw_shard: Path, work: Path, name: str) -> dict:
+    raw_dir = work / name / "raw"
+    raw_dir.mkdir(parents=True)
+    shutil.copy(raw_shard, raw_dir / "synth_00.parquet")
+    return wait_child(*child_partition(raw_dir, work / name / "data"))
+
+
+def two_workers(raw_shard: Path, work: Path) -> dict:
+    """The same two partitions one after the other, then in two processes at once."""
+    dirs = []
+    for name in ("p0", "p1", "q0", "q1"):
+        raw_dir = work / name / "raw"
+        raw_dir.mkdir(parents=True)
+        shutil.copy(raw_shard, raw_dir / "synth_00.parquet")
+        dirs.append((raw_dir, work / name / "data"))
+    start = time.perf_counter()
+    for raw_dir, data_dir in dirs[:2]:
+        wait_child(*child_partition(raw_dir, data_dir))
+    sequential = time.perf_counter() - start
+    start = time.perf_counter()
+    children = [child_partition(raw_dir, data_dir) for raw_dir, data_dir in dirs[2:]]
+    for child in children:
+        wait_child(*child)
+    parallel = time.perf_counter() - start
+    return {"sequential_s": sequential, "parallel_s": parallel}
+
+
+def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
+    met = value >= target if higher_is_better else value <= target
+    return "met" if met else "NOT MET"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=20_000, help="rows of the generated shard (default 20000)")
+    parser.add_argument("--scale", type=int, default=10, help="the large shard is this many times the rows (default 10)")
+    parser.add_argument("--reference-rows", type=int, default=4000, help="rows rendered by the slow reference")
+    parser.add_argument("--quick", action="store_true", help="4000 rows, scale 3, 1000 reference rows")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        run_partition(*args.child)
+        return 0
+    if args.quick:
+        args.rows, args.scale, args.reference_rows = 4000, 3, 1000
+
+    work = Path(tempfile.mkdtemp(prefix="synthkd-bench-"))
+    try:
+        shard, big = work / "shard_1x.parquet", work / f"shard_{args.scale}x.parquet"
+        make_shard(shard, args.rows)
+        make_shard(big, args.rows, args.scale)
+        ratios = render_ratios(shard, work / "render", args.reference_rows)
+        one = partition_run(shard, work, "one")
+        large = partition_run(big, work, "large")
+        workers = two_workers(shard, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    e2e_rate = one["tokens"] / one["seconds"]
+    core_hours = FULL_CORPUS_ROWS * (one["seconds"] / one["rows"]) / 3600
+    figures = {
+        "machine": f"{os.cpu_count()} cores, {os.uname().machine}",
+        **ratios,
+        "e2e_tok_s": e2e_rate,
+        "e2e_seconds_1x": one["seconds"],
+        "worker_startup_s": one["startup_s"],
+        "e2e_seconds_scaled": large["seconds"],
+        "peak_rss_1x_bytes": one["peak_rss_bytes"],
+        "peak_rss_scaled_bytes": large["peak_rss_bytes"],
+        **workers,
+        "projected_core_hours_full_corpus": core_hours,
+    }
+    rss_growth = large["peak_rss_bytes"] / one["peak_rss_bytes"] - 1
+    speedup = workers["sequential_s"] / workers["parallel_s"]
+    lines = [
+        f"shard: {ratios['rows']} rows, {ratios['tokens']:,} tokens ({ratios['tokens_per_row']:.0f}/row); {figures['machine']}",
+        f"raw encode_ordinary_batch (1 thread): {ratios['raw_encode_tok_s'] / 1e6:.2f} M tok/s (baseline)",
+        f"openai-harmony reference ({ratios['reference_rows']} rows): {ratios['reference_tok_s'] / 1e6:.2f} M tok/s",
+        f"fast renderer: {ratios['fast_tok_s'] / 1e6:.2f} M tok/s ({ratios['routed_to_reference']} rows routed to the reference)",
+        f"1. fast vs reference:        {ratios['fast_tok_s'] / ratios['reference_tok_s']:.2f}x  (target >= 3x: {verdict(ratios['fast_tok_s'] / ratios['reference_tok_s'], 3)})",
+        f"2. fast vs raw encode:       {ratios['fast_tok_s'] / ratios['raw_encode_tok_s']:.2f}x  (target >= 0.8x: {verdict(ratios['fast_tok_s'] / ratios['raw_encode_tok_s'], 0.8)})",
+        f"3. end-to-end vs raw encode: {e2e_rate / ratios['raw_encode_tok_s']:.2f}x  ({e2e_rate / 1e6:.2f} M tok/s, {one['seconds']:.1f} s for the partition"
+        f" + {one['startup_s']:.1f} s fixed megatron-core import per worker process; target >= 0.6x: {verdict(e2e_rate / ratios['raw_encode_tok_s'], 0.6)})",
+        f"4. 2 workers vs 1:           {speedup:.2f}x  ({workers['sequential_s']:.1f} s vs {workers['parallel_s']:.1f} s for 2 partitions; target >= 1.7x: {verdict(speedup, 1.7)})",
+        f"5. peak RSS:                 {one['peak_rss_bytes'] / GIB:.2f} GiB at 1x, {large['peak_rss_bytes'] / GIB:.2f} GiB at {args.scale}x, growth {100 * rss_growth:+.1f}%"
+        f"  (target <= 1 GiB: {verdict(large['peak_rss_bytes'] / GIB, 1.0, False)}, growth <= 10%: {verdict(rss_growth, 0.10, False)})",
+        f"6. projection: {core_hours:.1f} core-hours for {FULL_CORPUS_ROWS:,} rows at this shard's end-to-end rate"
+        f" (~{core_hours / os.cpu_count():.1f} h on this {os.cpu_count()}-core machine)",
+    ]
+    print("\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
