@@ -127,9 +127,10 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
 
 def child_partition(raw_dir: Path, data_dir: Path) -> tuple[subprocess.Popen, Path]:
     out = data_dir.with_suffix(".json")
-    handle = open(out, "w")
     process = subprocess.Popen(
-        [sys.executable, __file__, "--child", str(raw_dir), str(data_dir)], stdout=handle, stderr=subprocess.DEVNULL
+        [sys.executable, __file__, "--child", str(raw_dir), str(data_dir)],
+        stdout=open(out, "w"),
+        stderr=open(out.with_suffix(".log"), "w"),
     )
     return process, out
 
@@ -139,7 +140,8 @@ def wait_child(process: subprocess.Popen, out: Path) -> dict:
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
-        raise RuntimeError(f"benchmark child failed ({process.returncode}); rerun it with --child to see why")
+        log = out.with_suffix(".log").read_text()[-4000:]
+        raise RuntimeError(f"benchmark child failed ({process.returncode}):\n{log}")
     result = json.loads(out.read_text().strip().splitlines()[-1])
     result["peak_rss_bytes"] = usage.ru_maxrss * 1024  # Linux reports KiB
     return result

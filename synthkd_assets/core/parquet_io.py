@@ -57,8 +57,9 @@ def list_column_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray]:
 class ParquetShardWriter:
     """Writes one Parquet shard under a `.partial` name and publishes it on `close()`.
 
-    Fixed compression and row-group size, no pandas metadata: the same rows give the same bytes.
-    Leaving the context with an exception deletes the partial file.
+    Rows are buffered into row groups of exactly WRITE_ROW_GROUP_ROWS (the last one shorter) with
+    fixed compression and no pandas metadata, so the same rows give the same bytes whatever batch
+    sizes they arrived in. Leaving the context with an exception deletes the partial file.
     """
 
     def __init__(self, final_path: Path, schema: pa.Schema) -> None:
@@ -68,17 +69,31 @@ class ParquetShardWriter:
         self._partial = partial_path(final_path)
         # zstd level 1: token lists barely compress further at higher levels, and writing is on the hot path
         self._writer = pq.ParquetWriter(self._partial, schema, compression="zstd", compression_level=1)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
         self.rows = 0
 
     def write(self, table: pa.Table | pl.DataFrame) -> None:
         if isinstance(table, pl.DataFrame):
             table = table.to_arrow()
-        table = table.cast(self.schema)
-        if table.num_rows:
-            self._writer.write_table(table, row_group_size=WRITE_ROW_GROUP_ROWS)
-            self.rows += table.num_rows
+        if not table.num_rows:
+            return
+        self._pending.append(table.cast(self.schema))
+        self._pending_rows += table.num_rows
+        self.rows += table.num_rows
+        if self._pending_rows >= WRITE_ROW_GROUP_ROWS:
+            self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        buffered = pa.concat_tables(self._pending) if self._pending else self.schema.empty_table()
+        whole = buffered.num_rows if final else buffered.num_rows - buffered.num_rows % WRITE_ROW_GROUP_ROWS
+        for start in range(0, whole, WRITE_ROW_GROUP_ROWS):
+            self._writer.write_table(buffered.slice(start, min(WRITE_ROW_GROUP_ROWS, whole - start)))
+        rest = buffered.slice(whole)
+        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
 
     def close(self) -> None:
+        self._flush(final=True)
         self._writer.close()
         publish([(self._partial, self.final_path)])
 

@@ -1,0 +1,49 @@
+"""Parquet outputs depend on the rows only, not on how the input was chunked into row groups."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synthkd_assets.core.parquet_io import WRITE_ROW_GROUP_ROWS, ParquetShardWriter
+from synthkd_assets.core.stages import harmonize_shard
+from synthkd_assets.core.synth import system_message_dict
+
+SCHEMA = pa.schema([("a", pa.int64())])
+
+
+def written_bytes(path, chunks: list[int]) -> bytes:
+    with ParquetShardWriter(path, SCHEMA) as writer:
+        start = 0
+        for size in chunks:
+            writer.write(pa.table({"a": list(range(start, start + size))}, schema=SCHEMA))
+            start += size
+    return path.read_bytes()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=6))
+def test_row_groups_do_not_depend_on_batch_sizes(tmp_path_factory, chunks):
+    directory = tmp_path_factory.mktemp("pq")
+    total = sum(chunks)
+    expected = written_bytes(directory / "one.parquet", [total])
+    assert written_bytes(directory / "many.parquet", chunks) == expected
+    groups = pq.ParquetFile(directory / "many.parquet").metadata
+    sizes = [groups.row_group(i).num_rows for i in range(groups.num_row_groups)]
+    assert all(size == WRITE_ROW_GROUP_ROWS for size in sizes[:-1]) and sum(sizes) == total
+
+
+def test_stage_output_is_independent_of_input_row_groups(tmp_path, sample_shards):
+    table = pq.read_table(sample_shards[0])
+    digests = set()
+    for row_group_size in (37, 256, 100_000):
+        raw = tmp_path / f"raw_{row_group_size}.parquet"
+        pq.write_table(table, raw, row_group_size=row_group_size)
+        out = tmp_path / f"harmony_{row_group_size}.parquet"
+        harmonize_shard(raw, out, system_message_dict(), "synth_00")
+        digests.add(hashlib.sha256(out.read_bytes()).hexdigest())
+    assert len(digests) == 1
