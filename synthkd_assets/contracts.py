@@ -86,3 +86,46 @@ RAW_RENDER_COLUMNS: Final = (
     "synthetic_reasoning",
     "synthetic_answer",
 )
+
+# --- quality filters (001 "Filtering policy") -------------------------------------------------
+# drop reasons, in the order they are tested (a row is counted under the first that applies)
+DROP_EMPTY_ANSWER: Final = "empty_synthetic_answer"
+DROP_RESULT_FAILED: Final = "result_failed_after_max_attempts"
+DROP_RESULT_INCONSISTENT: Final = "result_inconsistent_with_answer"
+FAILED_RESULT_MARKER: Final = "result:Failed after maximum attempts"  # matched case-insensitively
+RESULT_KEY: Final = "result"  # `result:<value>` items of the `;`-separated constraints
+
+# --- mixture sampling (001 "Exercise/language mixture") ---------------------------------------
+# one salt per rule; same construction as the split (stable_unit_interval), so a row's fate depends
+# on its synth_id and the plan's rates only, never on row order or shard layout
+MEMORIZATION_EXERCISE: Final = "memorization"
+ENGLISH_LANGUAGE: Final = "en"  # every other language value (including "unknown") is non-English
+SAMPLING_SALTS: Final = {
+    "memorization": "synthkd/sample/memorization",
+    "non_english": "synthkd/sample/non_english",
+    "english": "synthkd/sample/english",
+    "global": "synthkd/sample/global",
+}
+DROP_SAMPLED_OUT: Final = {rule: f"sampled_out_{rule}" for rule in SAMPLING_SALTS}
+MEMORIZATION_CAP: Final = 0.70
+NON_ENGLISH_MIN: Final = 0.25
+NON_ENGLISH_MAX: Final = 0.30
+GLOBAL_KEEP: Final = 1.0
+SAMPLING_PLAN_FILENAME: Final = "plan.json"
+
+# --- DistillKit / TRL dataset (001 "Output: training dataset schema") -------------------------
+DISTILL_DATASET_NAME: Final = "synth_distill"
+DISTILL_SMOKE_DATASET_NAME: Final = "synth_distill_smoke"
+DISTILL_SPLITS: Final = ("train", "validation")
+DISTILL_SPLIT_SALT: Final = "synth_distill/split"
+DISTILL_VALID_FRACTION: Final = 0.01
+DISTILL_ID_PREFIX: Final = "pleias_synth:"
+MAX_SEQ_LEN: Final = 8192  # phase 1; longer conversations are dropped (DistillKit output only)
+LABEL_IGNORE_ID: Final = -100
+DROP_OVER_MAX_SEQ_LEN: Final = "over_max_seq_len"
+DISTILL_ENCODING_ERRORS_FILENAME: Final = "synth_distill_encoding_errors.jsonl"
+
+
+def distill_part_name(shard_index: int) -> str:
+    """`part-00007.parquet`: one part per input shard and split, numbered like the Megatron shards."""
+    return f"part-{shard_index:05d}.parquet"

@@ -1,0 +1,220 @@
+"""Seed 001's quality filters ("cheap quality wins") as one `RowRule` over synth_harmony_v1 frames.
+
+A row is dropped, and counted under the first reason that applies, when
+
+1. `synthetic_answer.strip()` is empty (Python's whitespace definition)          -> empty_synthetic_answer
+2. `constraints` contains `result:Failed after maximum attempts` (any case)      -> result_failed_after_max_attempts
+3. a `result:` value of `constraints` is numerically or multiple-choice
+   inconsistent with the first line of the answer                                -> result_inconsistent_with_answer
+
+Rules 1 and 2 are polars expressions; rule 3 is the small pure function `result_is_inconsistent`,
+applied only to the rows whose constraints carry a `result:` item. The principle of rule 3 is "drop
+only what is obviously broken": a `result:` that is neither a number nor an MCQ letter, or a first
+line from which no number / option letter can be read, leaves the row in.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+import polars as pl
+
+from synthkd_assets import contracts
+from synthkd_assets.core.synth import python_whitespace
+
+# just what the filters read from messages_json (json_decode ignores every other field)
+_MESSAGES_DTYPE = pl.Struct(
+    {
+        "messages": pl.List(
+            pl.Struct(
+                {
+                    "role": pl.String,
+                    "channel": pl.String,
+                    "content": pl.List(pl.Struct({"type": pl.String, "text": pl.String})),
+                }
+            )
+        )
+    }
+)
+
+
+def answer_expr() -> pl.Expr:
+    """`synthetic_answer` (after NUL removal) of a synth_harmony_v1 row: the text of its last message,
+    which is always the assistant `final` message in that schema."""
+    return (
+        pl.col("messages_json")
+        .str.json_decode(_MESSAGES_DTYPE)
+        .struct.field("messages")
+        .list.last()
+        .struct.field("content")
+        .list.first()
+        .struct.field("text")
+    )
+
+
+def constraints_expr() -> pl.Expr:
+    """The raw SYNTH `constraints` string carried in metadata_json (null when absent)."""
+    return pl.col("metadata_json").str.json_path_match("$.constraints")
+
+
+def is_blank_expr(column: str) -> pl.Expr:
+    """Vectorized `value.strip() == ""` with Python's whitespace (null counts as blank)."""
+    return pl.col(column).fill_null("").str.strip_chars(python_whitespace()).str.len_bytes() == 0
+
+
+def failed_result_expr(column: str) -> pl.Expr:
+    """`constraints` contains `result:Failed after maximum attempts`, case-insensitively."""
+    return pl.col(column).fill_null("").str.contains("(?i)" + re.escape(contracts.FAILED_RESULT_MARKER))
+
+
+# `result:<value>` items: constraints are `key:value` items separated by `;` (or new lines); the key
+# is matched case-insensitively, like the failure marker
+RESULT_ITEM_PATTERN = r"(?:^|[;\n])[ \t]*" + contracts.RESULT_KEY + r"[ \t]*:([^;\n]*)"
+_RESULT_ITEM = re.compile(RESULT_ITEM_PATTERN, re.IGNORECASE)
+
+
+def has_result_expr(column: str) -> pl.Expr:
+    return pl.col(column).fill_null("").str.contains("(?i)" + RESULT_ITEM_PATTERN)
+
+
+def result_values(constraints: str | None) -> list[str]:
+    """Every `result:` value of a constraints string, stripped (`"tone:x; result:12"` -> `["12"]`)."""
+    return [value.strip() for value in _RESULT_ITEM.findall(constraints or "")]
+
+
+# a result value that is a number: `1000`, `1,000`, `1000.0`, `-3.5`, `.5` (comma = thousands only)
+_RESULT_NUMBER = re.compile(r"[-+\u2212]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
+# a result value that is an option letter: `b`, `B`, `(B)`, `B)`, `B.`
+_RESULT_LETTER = re.compile(r"\(?([A-Za-z])\)?\.?")
+
+
+def parse_number(text: str) -> Decimal | None:
+    """`1,000` / `1000` / `1000.0` -> Decimal('1000'), compared as numbers; None if not a plain number."""
+    if not _RESULT_NUMBER.fullmatch(text):
+        return None
+    try:
+        return Decimal(text.replace(",", "").replace("\u2212", "-")).normalize()
+    except InvalidOperation:  # pragma: no cover - the regex admits only valid literals
+        return None
+
+
+def parse_letter(text: str) -> str | None:
+    match = _RESULT_LETTER.fullmatch(text)
+    return None if match is None else match.group(1).upper()
+
+
+def first_line(answer: str) -> str:
+    """The first line of `answer.strip()`, without surrounding markdown emphasis / heading marks."""
+    line = re.split(r"\r\n|\r|\n", answer.strip(python_whitespace()), maxsplit=1)[0]
+    return re.sub(r"[*`]", "", line).strip(python_whitespace() + "_#>").strip(python_whitespace())
+
+
+# a run of digits possibly grouped by , . ' or (narrow, no-break) spaces: `12,532`, `12 532`, `3,5`
+_NUMERIC_RUN = re.compile(r"[-+\u2212]?\d(?:[\d,.'\u00a0\u202f\u2009 ]*\d)?")
+
+
+def _readings(run: str) -> list[str]:
+    """Decimal literals a grouped digit run can mean: `,` as thousands or decimal separator, `.` as
+    decimal or (`1.000`, `1.234.567`) thousands separator; spaces and apostrophes as thousands."""
+    compact = re.sub(r"[\s'\u00a0\u202f\u2009+\-\u2212]", "", run)
+    readings = []
+    if compact.count(".") <= 1:
+        readings.append(compact.replace(",", ""))
+    if compact.count(",") == 1:
+        readings.append(compact.replace(".", "").replace(",", "."))
+    if "," not in compact and re.fullmatch(r"\d{1,3}(?:\.\d{3})+", compact):
+        readings.append(compact.replace(".", ""))
+    return readings
+
+
+def line_numbers(line: str) -> set[Decimal]:
+    """Every number the line can be read as stating, generously (so that only clear mismatches drop):
+    each plain number in it, and each grouped run (and each of its space-separated pieces) read
+    with every separator convention of `_readings`."""
+    values: set[Decimal] = set()
+    for run in _NUMERIC_RUN.findall(line):
+        negative = run[0] in "-\u2212"
+        candidates = re.findall(r"\d+(?:\.\d+)?", run)
+        for piece in {run, *re.split(r"[,;]?[\s\u00a0\u202f\u2009]+", run)}:
+            candidates.extend(_readings(piece))
+        for candidate in candidates:
+            try:
+                value = Decimal(candidate).normalize()
+            except InvalidOperation:
+                continue
+            values.add(value)
+            if negative:
+                values.add(-value)
+    return values
+
+
+# `B`, `b) text`, `(C) text`, `D. text`, `A: text`, optionally after `Answer:` / `The answer is`
+_LINE_LETTER = re.compile(
+    r"(?:(?:the\s+)?(?:correct\s+)?answer(?:\s+is)?\s*[:\uff1a]?\s*)?\(?([A-Za-z])(?:\)|\.|:|$)(?:\s|$)",
+    re.IGNORECASE,
+)
+
+
+def line_letter(line: str) -> str | None:
+    match = _LINE_LETTER.match(line)
+    return None if match is None else match.group(1).upper()
+
+
+def result_is_inconsistent(constraints: str | None, answer: str | None) -> bool:
+    """True when some `result:` value is a number the answer's first line does not state, or an option
+    letter other than the one the first line gives. Anything undecidable is consistent."""
+    line = first_line(answer or "")
+    for value in result_values(constraints):
+        number = parse_number(value)
+        if number is not None:
+            stated = line_numbers(line)
+            if stated and number not in stated:
+                return True
+            continue
+        letter = parse_letter(value)
+        if letter is not None:
+            given = line_letter(line)
+            if given is not None and given != letter:
+                return True
+    return False
+
+
+def quality_drop_reasons(frame: pl.DataFrame) -> pl.Series:
+    """The 001 quality filters as a RowRule: a drop reason per synth_harmony_v1 row, or null to keep it."""
+    parts = frame.select(answer_expr().alias("answer"), constraints_expr().alias("constraints"))
+    flags = parts.select(
+        is_blank_expr("answer").alias("empty"),
+        failed_result_expr("constraints").alias("failed"),
+        has_result_expr("constraints").alias("has_result"),
+    )
+    candidates = parts.with_row_index("i").filter(
+        (~flags["empty"] & ~flags["failed"] & flags["has_result"]).to_list()
+    )
+    inconsistent = [False] * frame.height
+    for i, constraints, answer in candidates.select("i", "constraints", "answer").iter_rows():
+        inconsistent[i] = result_is_inconsistent(constraints, answer)
+    return flags.with_columns(inconsistent=pl.Series(inconsistent, dtype=pl.Boolean)).select(
+        pl.when("empty")
+        .then(pl.lit(contracts.DROP_EMPTY_ANSWER))
+        .when("failed")
+        .then(pl.lit(contracts.DROP_RESULT_FAILED))
+        .when("inconsistent")
+        .then(pl.lit(contracts.DROP_RESULT_INCONSISTENT))
+        .otherwise(pl.lit(None, dtype=pl.String))
+        .alias("reason")
+    )["reason"]
+
+
+def filter_config() -> dict:
+    """What the filters do, for the manifests' config hash."""
+    return {
+        "rules": [contracts.DROP_EMPTY_ANSWER, contracts.DROP_RESULT_FAILED, contracts.DROP_RESULT_INCONSISTENT],
+        "failed_marker": contracts.FAILED_RESULT_MARKER,
+        "failed_marker_case_insensitive": True,
+        "result_item": RESULT_ITEM_PATTERN,
+        "result_number": _RESULT_NUMBER.pattern,
+        "result_letter": _RESULT_LETTER.pattern,
+        "line_numeric_run": _NUMERIC_RUN.pattern,
+        "line_letter": _LINE_LETTER.pattern,
+    }
