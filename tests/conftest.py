@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+
 import pytest
+from hypothesis import settings
+
+# CI runs every property briefly; HYPOTHESIS_PROFILE=fuzz runs them for real (see README, "Fuzzing")
+settings.register_profile("ci", max_examples=60)
+settings.register_profile("fuzz", max_examples=5000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 from synthkd_assets.core.render import HarmonyRenderer
 from synthkd_assets.core.tokenizer import load_harmony_encoding, materialize_tokenizer

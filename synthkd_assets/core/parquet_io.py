@@ -30,8 +30,22 @@ def iter_frames(path: Path, columns: Sequence[str], batch_rows: int = READ_BATCH
     missing = [c for c in columns if c not in parquet.schema_arrow.names]
     if missing:
         raise InputFileError(f"{path}: missing required columns {missing} (has {parquet.schema_arrow.names})")
-    for batch in parquet.iter_batches(batch_size=batch_rows, columns=list(columns)):
-        yield pl.from_arrow(batch)
+    batches = parquet.iter_batches(batch_size=batch_rows, columns=list(columns))
+    rows_read = 0
+    while True:
+        try:
+            batch = next(batches)
+            # pyarrow does not check string bytes on read; invalid UTF-8 would panic later inside polars
+            batch.validate(full=True)
+            frame = pl.from_arrow(batch)
+        except StopIteration:
+            return
+        except Exception as error:  # corrupt pages, bad encodings, truncation found mid-file
+            raise InputFileError(
+                f"{path}: unreadable after row {rows_read} ({type(error).__name__}: {error})"
+            ) from error
+        rows_read += frame.height
+        yield frame
 
 
 def list_column(values: Sequence[np.ndarray], dtype: np.dtype) -> pa.Array:
