@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Materializes the whole synth_kd_v1 graph for every raw shard through the Dagster CLI, then prints
-# a summary. `--smoke` caps each shard and writes data/megatron/synth_kd_v1_smoke/ instead.
+# Materializes the whole graph (synth_kd_v1 and the DistillKit dataset) for every raw shard through the
+# Dagster CLI, then prints summaries. `--smoke` caps each shard and writes data/megatron/synth_kd_v1_smoke/
+# and data/distill/synth_distill_smoke/ instead.
 # Roots: SYNTHKD_RAW_DIR (default data/sample/synth_raw) and SYNTHKD_DATA_DIR (default data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,18 +11,28 @@ mkdir -p "$DAGSTER_HOME"
 
 config='{}'
 dataset=synth_kd_v1
+distill=synth_distill
 if [ "${1:-}" = "--smoke" ]; then
   config='{"resources": {"paths": {"config": {"smoke": true}}}}'
   dataset=synth_kd_v1_smoke
+  distill=synth_distill_smoke
 fi
 materialize() { .venv/bin/dagster asset materialize -m synthkd_assets.definitions --config-json "$config" "$@"; }
 
 # 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
 materialize --select o200k_tokenizer,synth_raw_inventory
-# 2. every shard partition: Harmony -> filtered -> sampled -> tokens/masks -> Megatron trio
-for key in $(.venv/bin/python -m synthkd_assets.cli partitions); do
-  materialize --select synth_harmony,synth_filtered,synth_sampled,synth_tokenized,synth_kd_v1 --partition "$key"
+keys=$(.venv/bin/python -m synthkd_assets.cli partitions)
+# 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts)
+for key in $keys; do
+  materialize --select synth_harmony,synth_filtered --partition "$key"
 done
-# 3. provenance over all shards
-materialize --select synth_harmony_manifest,synth_kd_v1_manifest
+# 3. the sampling plan, from every shard's counts
+materialize --select synth_sampling_plan
+# 4. the build pass, every shard partition: sampled -> tokens/masks -> Megatron trio + DistillKit parts
+for key in $keys; do
+  materialize --select synth_sampled,synth_tokenized,synth_kd_v1,synth_distill --partition "$key"
+done
+# 5. provenance over all shards
+materialize --select synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
 .venv/bin/python -m synthkd_assets.cli summary --manifest "${SYNTHKD_DATA_DIR:-data}/megatron/$dataset/manifest.json"
+.venv/bin/python -m synthkd_assets.cli summary --manifest "${SYNTHKD_DATA_DIR:-data}/distill/$distill/manifest.json"

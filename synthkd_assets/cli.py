@@ -20,6 +20,8 @@ def list_partitions() -> list[str]:
 
 
 def summary_lines(manifest: dict) -> list[str]:
+    if manifest.get("dataset") == contracts.DISTILL_DATASET_NAME:
+        return distill_summary_lines(manifest)
     totals = manifest["totals"]
     lines = [
         f"{manifest['dataset']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git {manifest['git_sha'][:12]}",
@@ -31,6 +33,29 @@ def summary_lines(manifest: dict) -> list[str]:
         f"bytes: {totals['bytes']}",
     ]
     return lines
+
+
+def distill_summary_lines(manifest: dict) -> list[str]:
+    totals, sampling = manifest["totals"], manifest["sampling"]
+    before, achieved = sampling["before"], sampling["achieved_after"]
+    lengths = manifest["token_lengths"]
+    return [
+        f"{manifest['name']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git {manifest['git_sha'][:12]}",
+        f"rows in: {totals['rows_in']}   rows written: {totals['rows_out']} ("
+        + ", ".join(f"{s}={totals['rows_per_split'].get(s, 0)}" for s in contracts.DISTILL_SPLITS)
+        + ")",
+        "sampling rates: " + ", ".join(f"{rule}={rate:.4g}" for rule, rate in sampling["rates"].items())
+        + (" (targets met in expectation)" if sampling["feasible"] else f" (targets NOT reachable: {sampling['notes']})"),
+        f"mix before -> after: memorization {100 * before['memorization_share']:.1f}% -> {100 * achieved['memorization_share']:.1f}%, "
+        f"non-English {100 * before['non_english_share']:.1f}% -> {100 * achieved['non_english_share']:.1f}%",
+        *(
+            f"{split} tokens: " + " ".join(f"{k}={lengths[split][k]}" for k in ("min", "p50", "p90", "p99", "max"))
+            for split in contracts.DISTILL_SPLITS
+        ),
+        "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
+        f"render failures logged: {manifest['encoding_errors_log']['records']} ({manifest['encoding_errors_log']['path']})",
+        f"bytes: {totals['bytes']}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,11 @@ from synthkd_assets.defs.resources import SynthKDPaths
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_RAW_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
 ALL_ASSETS = list(defs.assets) + list(defs.asset_checks)
-SHARD_STEPS = ["synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1"]
-MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest"]
+SCAN_STEPS = ["synth_harmony", "synth_filtered"]  # per shard, before the (global) sampling plan
+PLAN_STEPS = ["synth_sampling_plan"]
+BUILD_STEPS = ["synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"]  # per shard, with the plan
+SHARD_STEPS = SCAN_STEPS + BUILD_STEPS  # rebuilding one shard under the plan in force
+MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest"]
 
 
 def run(instance, paths: SynthKDPaths, selection: list[str], partition_key: str | None = None, raise_on_error: bool = True):
@@ -33,9 +36,14 @@ def run(instance, paths: SynthKDPaths, selection: list[str], partition_key: str 
 
 
 def build_everything(instance, paths: SynthKDPaths) -> None:
+    """What scripts/build.sh does: scan pass per shard, the plan, build pass per shard, manifests."""
     run(instance, paths, ["o200k_tokenizer", "synth_raw_inventory"])
-    for key in instance.get_dynamic_partitions(SYNTH_SHARDS.name):
-        run(instance, paths, SHARD_STEPS, key)
+    keys = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
+    for key in keys:
+        run(instance, paths, SCAN_STEPS, key)
+    run(instance, paths, PLAN_STEPS)
+    for key in keys:
+        run(instance, paths, BUILD_STEPS, key)
     run(instance, paths, MANIFEST_STEPS)
 
 

@@ -20,7 +20,7 @@ from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 VENV_BIN = Path(sys.executable).parent
 ASSETS = {
     "o200k_tokenizer", "synth_raw", "synth_raw_inventory", "synth_harmony", "synth_harmony_manifest", "synth_filtered", "synth_sampled",
-    "synth_tokenized", "synth_kd_v1", "synth_kd_v1_manifest",
+    "synth_tokenized", "synth_kd_v1", "synth_kd_v1_manifest", "synth_sampling_plan", "synth_distill", "synth_distill_manifest",
 }
 
 
@@ -43,6 +43,9 @@ def test_build_script_materializes_through_the_cli(cli_build):
     assert "synth_kd_v1_smoke: 4 shards" in stdout and "rows in: 3000" in stdout
     manifest = json.loads((root / "data" / "megatron" / "synth_kd_v1_smoke" / "manifest.json").read_text())
     assert manifest["totals"]["rows_out"] == 4 * 64
+    assert "synth_distill_smoke: 4 shards" in stdout
+    distill = json.loads((root / "data" / "distill" / "synth_distill_smoke" / "manifest.json").read_text())
+    assert distill["totals"]["rows_out"] == 4 * 64 and distill["config"]["caps"]["max_rows_per_shard"] == 64
     assert (root / "home" / "dagster.yaml").is_file()  # the instance lives where DAGSTER_HOME says
 
 
@@ -98,10 +101,12 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
     env, root, _ = cli_build
     nodes = {"/".join(n["assetKey"]["path"]): n for n in graphql(webserver, NODES)["assetNodes"]}
     assert set(nodes) == ASSETS
-    for asset in ("synth_raw", "synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1"):
+    for asset in ("synth_raw", "synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"):
         assert nodes[asset]["isPartitioned"] and nodes[asset]["partitionKeys"] == ["synth_00", "synth_01", "synth_02", "synth_03"]
     checks = {c["name"]: c for n in nodes.values() for c in n["assetChecksOrError"].get("checks", [])}
     assert {"tokenizer_sha256_pin", "manifest_provenance", "no_split_leakage", "shards_readable_by_megatron", "trio_alignment", "rows_accounted"} <= set(checks)
+    assert {"distill_rows_valid", "distill_labels_match_input_ids", "distill_spans_consistent", "distill_max_length_respected",
+            "distill_no_split_leakage", "distill_manifest_provenance"} <= set(checks)
     assert all(c["blocking"] for c in checks.values())
     assert all(c["executionForLatestMaterialization"]["status"] == "SUCCEEDED" for c in checks.values())
     assert stale(webserver, "synth_harmony", "synth_02") == "FRESH"

@@ -96,6 +96,7 @@ def test_smoke_build_is_the_same_path_capped(built, tmp_path):
     run(instance, smoke_paths, ["synth_kd_v1_manifest"])
     smoke = json.loads((data_dir / "megatron" / "synth_kd_v1_smoke" / "manifest.json").read_text())
     assert smoke["dataset"] == "synth_kd_v1_smoke"
-    assert smoke["totals"]["rows_out"] == 40 and smoke["totals"]["dropped"]["smoke_cap"] == 3000 - 40
+    tokenized = sum(json.loads((data_dir / "synth_tokenized" / f"synth_0{i}.report.json").read_text())["rows_out"] for i in range(4))
+    assert smoke["totals"]["rows_out"] == 40 and smoke["totals"]["dropped"]["smoke_cap"] == tokenized - 40
     assert smoke["config"]["caps"]["max_rows_per_shard"] == 10
     assert (data_dir / "megatron" / "synth_kd_v1" / "manifest.json").read_bytes() == full_manifest

@@ -37,6 +37,7 @@ def outputs_state(data_dir, shard: str, index: int) -> dict[str, tuple[int, int]
         data_dir / "synth_harmony" / f"{shard}.parquet",
         *(data_dir / stage / f"{shard}.parquet" for stage in ("synth_filtered", "synth_sampled", "synth_tokenized")),
         *sorted((data_dir / "megatron" / "synth_kd_v1").glob(f"*/shard_{index:02d}_*")),
+        *sorted((data_dir / "distill" / "synth_distill").glob(f"*/part-{index:05d}.parquet")),
     ]
     return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in files}
 
@@ -54,7 +55,8 @@ def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
     instance, paths, raw, data_dir = workspace
     first = tick(instance, paths, None)
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01", "synth_02", "synth_03"]
-    assert requested(first) == [("synth_shard_job", f"synth_0{i}") for i in range(4)]
+    # no sampling plan yet: only the scan pass (harmony + filters) can run per shard
+    assert requested(first) == [("synth_scan_job", f"synth_0{i}") for i in range(4)]
 
     build_everything(instance, paths)
     assert requested(tick(instance, paths, first.cursor)) == []
@@ -73,10 +75,12 @@ def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
     assert requested(tick(instance, paths, changed.cursor)) == []  # asked once per content
 
     before = outputs_state(data_dir, "synth_02", 2)
-    run(instance, paths, SHARD_STEPS, "synth_02")
+    plan = (data_dir / "synth_sampling_plan" / "plan.json").read_bytes()
+    run(instance, paths, SHARD_STEPS, "synth_02")  # rebuilt under the plan in force, which is not recomputed
     run(instance, paths, MANIFEST_STEPS)
     assert outputs_state(data_dir, "synth_02", 2) != before
     assert {k: outputs_state(data_dir, f"synth_0{k}", k) for k in (0, 1, 3)} == untouched
+    assert (data_dir / "synth_sampling_plan" / "plan.json").read_bytes() == plan
 
 
 def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace):

@@ -65,8 +65,11 @@ def sum_reports(reports: list[dict[str, Any]], key: str) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
-def kd_build_config(system: dict[str, Any], max_rows: int | None, max_tokens: int | None) -> dict[str, Any]:
-    """Everything that can change the bytes of synth_kd_v1, hashed into the manifest's config_hash."""
+def kd_build_config(
+    system: dict[str, Any], max_rows: int | None, max_tokens: int | None, selection: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything that can change the bytes of synth_kd_v1, hashed into the manifest's config_hash
+    (`selection`: the 001 filter and sampling settings the rows went through)."""
     from importlib.metadata import version
 
     from synthkd_assets import contracts
@@ -81,5 +84,6 @@ def kd_build_config(system: dict[str, Any], max_rows: int | None, max_tokens: in
         "split": {"salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
         "tokenizer_sha256": contracts.TOKENIZER_SHA256,
         "caps": {"max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
+        "selection": selection,
         "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "megatron-core", "synthkd")},
     }

@@ -59,6 +59,7 @@ class ShardReport:
 
     shard: str
     source_sha256: str | None = None  # content hash of the input file this report was made from
+    plan_sha256: str | None = None  # sha256 of the sampling plan a synth_sampled shard was made with
     rows_in: int = 0
     rows_out: int = 0
     dropped: Counter = field(default_factory=Counter)
@@ -67,6 +68,8 @@ class ShardReport:
     exercise: Counter = field(default_factory=Counter)
     span_tokens: Counter = field(default_factory=Counter)
     sequences: Counter = field(default_factory=Counter)  # per split, Megatron step only
+    # (exercise, language) -> rows out, row-selection steps: what the sampling plan is computed from
+    exercise_language: Counter = field(default_factory=Counter)
     render_path: Counter = field(default_factory=Counter)  # tokenize step only: fast / reference
     errors: list[dict[str, Any]] = field(default_factory=list)
 
@@ -79,7 +82,7 @@ class ShardReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            f.name: dict(sorted(value.items())) if isinstance(value, Counter) else value
+            f.name: _counter_dict(value) if isinstance(value, Counter) else value
             for f in fields(self)
             if f.name != "errors" and (value := getattr(self, f.name)) is not None
         }
@@ -90,6 +93,17 @@ class ShardReport:
     def write_errors(self, path: Path) -> None:
         """JSON lines naming shard, row, synth_id and reason of each dropped row (first 1000)."""
         atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.errors))
+
+
+def _counter_dict(counter: Counter) -> dict[str, Any]:
+    """Sorted plain dict; a counter keyed by (outer, inner) pairs becomes {outer: {inner: n}}."""
+    nested: dict[str, Any] = {}
+    for key, n in sorted(counter.items()):
+        if isinstance(key, tuple):
+            nested.setdefault(key[0], {})[key[1]] = n
+        else:
+            nested[key] = n
+    return nested
 
 
 def shard_index_from_name(name: str) -> int:
@@ -197,6 +211,7 @@ def select_rows_shard(in_path: Path, out_path: Path, shard: str, drop_reason: Ro
             kept = frame.filter(reasons.is_null())
             report.language.update(kept["language"].to_list())
             report.exercise.update(kept["exercise"].to_list())
+            report.exercise_language.update(zip(kept["exercise"].to_list(), kept["language"].to_list()))
             writer.write(kept)
         report.rows_out = writer.rows
     return report

@@ -5,13 +5,24 @@ import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.atomic import atomic_write_text
+from synthkd_assets.core.distill_io import length_stats, merge_histograms, write_distill_shard
+from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.inventory import partition_changes, scan_raw_dir
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.render import FastRenderer
+from synthkd_assets.core.sampling import (
+    MixTargets,
+    cells_from_nested,
+    mix_meets_targets,
+    mix_summary,
+    mix_table_markdown,
+    plan_keep_rates,
+    sampling_rule,
+)
 from synthkd_assets.core.stages import (
     ShardReport,
     harmonize_shard,
-    keep_everything,
     select_rows_shard,
     shard_index_from_name,
     tokenize_shard,
@@ -19,13 +30,20 @@ from synthkd_assets.core.stages import (
 )
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_harmony_encoding, load_tiktoken_o200k, materialize_tokenizer
-from synthkd_assets.defs.checks import ROWS_ACCOUNTED, TRIO_ALIGNMENT, rows_accounted_result, trio_alignment_result
+from synthkd_assets.defs.checks import (
+    DISTILL_ROWS_VALID,
+    ROWS_ACCOUNTED,
+    TRIO_ALIGNMENT,
+    distill_rows_result,
+    rows_accounted_result,
+    trio_alignment_result,
+)
 from synthkd_assets.defs.metadata import files_metadata, report_metadata
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths, kd_config
+from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
 
 # bump when a rule changes the bytes a step writes: Dagster then marks downstream partitions stale
-CODE_VERSION = "synth_kd_v1.0"
+CODE_VERSION = "synth_kd_v1.1"  # 1.1: 001 quality filters, mixture sampling plan, DistillKit output
 # the event tag under which Dagster records a data version reported from outside a materialization
 DATA_VERSION_TAG = "dagster/data_version"
 
@@ -39,6 +57,8 @@ def _publish_report(report: ShardReport, report_path, errors_path) -> None:
     report.write_json(report_path)
     if report.errors:
         report.write_errors(errors_path)
+    else:  # an earlier build's errors must not outlive it
+        errors_path.unlink(missing_ok=True)
 
 
 @dg.asset(
@@ -190,16 +210,75 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
     )
 
 
-def _select_rows_asset(context: dg.AssetExecutionContext, paths: SynthKDPaths, source: str, stage: str, rule) -> dg.MaterializeResult:
+def _select_rows_asset(
+    context: dg.AssetExecutionContext, paths: SynthKDPaths, source: str, stage: str, rule, plan_sha256: str | None = None
+) -> dg.MaterializeResult:
     key = context.partition_key
     in_path, _ = _stage_files(paths, source, key)
     out_path, report_path = _stage_files(paths, stage, key)
     report = select_rows_shard(in_path, out_path, key, rule)
+    report.plan_sha256 = plan_sha256
     _publish_report(report, report_path, paths.errors_dir() / stage / f"{key}.jsonl")
+    extra = {"plan_sha256": plan_sha256} if plan_sha256 else {}
     return dg.MaterializeResult(
-        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path])},
+        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path]), **extra},
         check_results=[rows_accounted_result(report)],
     )
+
+
+def read_plan(paths: SynthKDPaths) -> tuple[dict, str]:
+    """The current sampling plan and its sha256; fails if it is missing or was made for other targets."""
+    path = paths.sampling_plan_path()
+    if not path.is_file():
+        raise dg.Failure(f"no sampling plan at {path}: materialize synth_sampling_plan (after synth_filtered) first")
+    plan = mf.read_json(path)
+    if plan["targets"] != paths.targets().to_dict():
+        raise dg.Failure(
+            f"sampling plan {path} was computed for targets {plan['targets']}, not the configured "
+            f"{paths.targets().to_dict()}: re-materialize synth_sampling_plan"
+        )
+    return plan, mf.sha256_file(path)
+
+
+def sampling_section(paths: SynthKDPaths, shard_names: list[str]) -> dict:
+    """The plan, and the mix it achieved: before (after filters) / expected / achieved (synth_sampled).
+    Fails if a shard was sampled with another plan than the current one (re-plan => rebuild all shards)."""
+    plan, plan_sha = read_plan(paths)
+    filtered_cells: dict = {}
+    achieved_cells: dict = {}
+    for name in shard_names:
+        sampled = mf.read_json(_stage_files(paths, "synth_sampled", name)[1])
+        if sampled.get("plan_sha256") != plan_sha:
+            raise dg.Failure(
+                f"synth_sampled partition {name!r} was made with plan {str(sampled.get('plan_sha256'))[:12]}, the current "
+                f"plan is {plan_sha[:12]}: re-materialize every shard after a new plan"
+            )
+        for cells, report in ((achieved_cells, sampled), (filtered_cells, mf.read_json(_stage_files(paths, "synth_filtered", name)[1]))):
+            for cell, n in cells_from_nested(report.get("exercise_language", {})).items():
+                cells[cell] = cells.get(cell, 0) + n
+    achieved = mix_summary(achieved_cells)
+    return {
+        "plan_sha256": plan_sha,
+        "targets": plan["targets"],
+        "salts": plan["salts"],
+        "rule": plan["rule"],
+        "rates": plan["rates"],
+        "feasible": plan["feasible"],
+        "notes": plan["notes"],
+        "plan_counts_current": cells_from_nested(plan["counts"]) == filtered_cells,
+        "before": plan["before"],
+        "expected_after": plan["expected_after"],
+        "achieved_after": achieved,
+        "achieved_meets_targets": mix_meets_targets(achieved, MixTargets(**plan["targets"])),
+    }
+
+
+def mix_metadata(columns: dict) -> dict:
+    return {
+        "mix_before_after": dg.MetadataValue.md(mix_table_markdown(columns)),
+        **{f"memorization_share_{name.replace(' ', '_')}": s["memorization_share"] for name, s in columns.items()},
+        **{f"non_english_share_{name.replace(' ', '_')}": s["non_english_share"] for name, s in columns.items()},
+    }
 
 
 @dg.asset(
@@ -208,24 +287,67 @@ def _select_rows_asset(context: dg.AssetExecutionContext, paths: SynthKDPaths, s
     check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_filtered", blocking=True)],
     group_name="synth",
     code_version=CODE_VERSION,
-    description="synth_harmony rows that pass the quality filters (every drop counted by reason). "
-    "Pass-through until the 001 filters land.",
+    description="synth_harmony rows that pass the 001 quality filters: blank synthetic_answer, "
+    "`result:Failed after maximum attempts` in constraints, a `result:` number / MCQ letter inconsistent with "
+    "the answer's first line (each drop counted by reason). Its report's exercise x language counts feed the "
+    "sampling plan (the scan pass).",
 )
 def synth_filtered(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
-    return _select_rows_asset(context, paths, "synth_harmony", "synth_filtered", keep_everything)
+    return _select_rows_asset(context, paths, "synth_harmony", "synth_filtered", quality_drop_reasons)
+
+
+@dg.asset(
+    deps=[synth_filtered],
+    group_name="synth",
+    code_version=CODE_VERSION,
+    description="The 001 sampling plan (data/synth_sampling_plan/plan.json): from every shard's exercise x language "
+    "counts after the filters, keep rates so that memorization <= memorization_cap and non-English is within "
+    "[non_english_min, non_english_max] (in expectation), plus global_keep. One salted hash of synth_id per rule. "
+    "Not automated: a re-plan means rebuilding every shard from synth_sampled on.",
+)
+def synth_sampling_plan(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    cells: dict = {}
+    rows = {}
+    for shard in shards:
+        report_path = _stage_files(paths, "synth_filtered", shard.name)[1]
+        if not report_path.is_file():
+            raise dg.Failure(f"synth_filtered partition {shard.name!r} has not been materialized ({report_path} missing)")
+        report = mf.read_json(report_path)
+        rows[shard.name] = report["rows_out"]
+        for cell, n in cells_from_nested(report.get("exercise_language", {})).items():
+            cells[cell] = cells.get(cell, 0) + n
+    plan = {**plan_keep_rates(cells, paths.targets()), "shards": rows}
+    digest = mf.write_manifest(paths.sampling_plan_path(), plan)
+    if not plan["feasible"]:
+        context.log.warning(f"sampling plan cannot meet the targets in expectation: {plan['notes']}")
+    return dg.MaterializeResult(
+        metadata={
+            "plan_sha256": digest,
+            "path": dg.MetadataValue.path(str(paths.sampling_plan_path())),
+            "feasible": plan["feasible"],
+            "notes": dg.MetadataValue.json(plan["notes"]),
+            **{f"rate_{rule}": rate for rule, rate in plan["rates"].items()},
+            "rows_before": plan["before"]["rows"],
+            "rows_expected_after": plan["expected_after"]["rows"],
+            **mix_metadata({"before": plan["before"], "expected after": plan["expected_after"]}),
+        },
+        data_version=dg.DataVersion(digest),
+    )
 
 
 @dg.asset(
     partitions_def=SYNTH_SHARDS,
-    deps=[synth_filtered],
+    deps=[synth_filtered, synth_sampling_plan],
     check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_sampled", blocking=True)],
     group_name="synth",
     code_version=CODE_VERSION,
-    description="synth_filtered rows kept by deterministic hash sampling of synth_id. Keeps every row until the "
-    "001 sampling plan lands.",
+    description="synth_filtered rows kept by the sampling plan: per rule (memorization, english / non_english, "
+    "global) a salted sha256 of synth_id against the plan's rate, so independent of row order and shard layout.",
 )
 def synth_sampled(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
-    return _select_rows_asset(context, paths, "synth_filtered", "synth_sampled", keep_everything)
+    plan, plan_sha = read_plan(paths)
+    return _select_rows_asset(context, paths, "synth_filtered", "synth_sampled", sampling_rule(plan["rates"]), plan_sha)
 
 
 @dg.asset(
@@ -284,12 +406,13 @@ def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.Ma
 
 
 @dg.asset(
-    deps=[synth_kd_v1, synth_harmony_manifest, o200k_tokenizer],
+    deps=[synth_kd_v1, synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan],
     group_name="megatron",
     automation_condition=dg.AutomationCondition.eager(),
     code_version=CODE_VERSION,
     description="data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest "
-    "hash, split rule, shard inventory with bytes/sha256/counts, tokens per span and drops by reason.",
+    "hash, split rule, sampling plan and achieved mix, shard inventory with bytes/sha256/counts, tokens per span "
+    "and drops by reason.",
 )
 def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     root = paths.megatron_root()
@@ -306,6 +429,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
         for stage in ("synth_filtered", "synth_sampled", "synth_tokenized"):
             step_reports.append(mf.read_json(_stage_files(paths, stage, shard.name)[1]))
     kd_reports = [r["report"] for r in records]
+    sampling = sampling_section(paths, [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())])
     manifest = {
         "dataset": root.name,
         **mf.git_state(),
@@ -314,6 +438,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
         "tokenizer": {"path": str(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
         "input_manifest": {"path": str(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
         "split": {"rule": contracts.SPLIT_RULE, "salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
+        "sampling": sampling,
         "shards": records,
         "totals": {
             "rows_in": sum(r["rows_in"] for r in harmony_reports),
@@ -332,6 +457,149 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
             "config_hash": manifest["config_hash"],
             **{f"sequences_{k}": v for k, v in manifest["totals"]["sequences"].items()},
             **{f"tokens_{k}": v for k, v in manifest["totals"]["span_tokens"].items()},
+            **mix_metadata({"before": sampling["before"], "expected after": sampling["expected_after"], "achieved": sampling["achieved_after"]}),
+        },
+        data_version=dg.DataVersion(digest),
+    )
+
+
+@dg.asset(
+    partitions_def=SYNTH_SHARDS,
+    deps=[synth_tokenized],
+    check_specs=[
+        dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_distill", blocking=True),
+        dg.AssetCheckSpec(DISTILL_ROWS_VALID, asset="synth_distill", blocking=True),
+    ],
+    group_name="distill",
+    code_version=CODE_VERSION,
+    description="The DistillKit/TRL dataset of seed 001 for this shard: <root>/{train,validation}/part-XXXXX.parquet "
+    "(id, source, input_ids, labels, attention_mask, spans) derived from the synth_tokenized arrays that synth_kd_v1 "
+    "reads; assistant_token_start asserted against render_conversation_for_completion; conversations over "
+    "max_seq_len dropped and counted; split 99/1 by a salted hash of synth_id.",
+)
+def synth_distill(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+    key = context.partition_key
+    shard_index = shard_index_from_name(key)
+    root = paths.distill_root()
+    result = write_distill_shard(
+        _stage_files(paths, "synth_tokenized", key)[0],
+        _stage_files(paths, "synth_sampled", key)[0],
+        root,
+        shard_index,
+        key,
+        load_harmony_encoding(paths.tokenizer_dir()),
+        paths.max_seq_len,
+        paths.distill_valid_fraction,
+        paths.caps(),
+    )
+    record_path = paths.distill_records_dir() / f"{key}.json"
+    mf.write_manifest(record_path, result.record(key, shard_index, root))
+    errors_path = paths.errors_dir() / paths.distill_name() / f"{key}.jsonl"
+    if result.report.errors:
+        result.report.write_errors(errors_path)
+    else:
+        errors_path.unlink(missing_ok=True)
+    return dg.MaterializeResult(
+        metadata={
+            **report_metadata(result.report.to_dict()),
+            **files_metadata([root / f["path"] for f in result.files]),
+            **{f"max_len_{split}": max(lengths, default=0) for split, lengths in result.lengths.items()},
+            "dataset_root": dg.MetadataValue.path(str(root)),
+        },
+        check_results=[rows_accounted_result(result.report), distill_rows_result(root, result.files, paths)],
+    )
+
+
+def collect_encoding_errors(paths: SynthKDPaths, shard_names: list[str]) -> int:
+    """The Harmony render failures synth_tokenized dropped (its first 1000 per shard), gathered into one
+    JSON-lines log (`encoding_errors_log`); returns how many were written."""
+    lines = []
+    for name in shard_names:
+        errors = paths.errors_dir() / "synth_tokenized" / f"{name}.jsonl"
+        if errors.is_file():
+            lines.extend(line for line in errors.read_text(encoding="utf-8").splitlines() if line.strip())
+    atomic_write_text(paths.encoding_errors_log_path(), "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+@dg.asset(
+    deps=[synth_distill, synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan],
+    group_name="distill",
+    automation_condition=dg.AutomationCondition.eager(),
+    code_version=CODE_VERSION,
+    description="<distill root>/manifest.json: config and hash, git SHA, tokenizer pin, input manifest hash, "
+    "sampling plan with the before / expected / achieved mix, split rule, token-length stats (min/p50/p90/p99/max "
+    "per split), drops by reason, every part's bytes and sha256; plus the Harmony render-failure log.",
+)
+def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+    root = paths.distill_root()
+    harmony_manifest = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
+    tokenizer_path = paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME
+    config = distill_config(paths)
+    names = [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())]
+    records, harmony_reports, step_reports = [], [], []
+    for name in names:
+        record_path = paths.distill_records_dir() / f"{name}.json"
+        if not record_path.is_file():
+            raise dg.Failure(f"synth_distill partition {name!r} has not been materialized ({record_path} missing)")
+        record = mf.read_json(record_path)
+        if record["dataset_root"] != str(root):
+            raise dg.Failure(f"synth_distill partition {name!r} was written to {record['dataset_root']}, not {root}")
+        records.append(record)
+        harmony_reports.append(mf.read_json(_stage_files(paths, "synth_harmony", name)[1]))
+        for stage in ("synth_filtered", "synth_sampled", "synth_tokenized"):
+            step_reports.append(mf.read_json(_stage_files(paths, stage, name)[1]))
+    sampling = sampling_section(paths, names)
+    distill_reports = [r["report"] for r in records]
+    errors_logged = collect_encoding_errors(paths, names)
+    lengths = {
+        split: length_stats(merge_histograms([r["length_histogram"].get(split, {}) for r in records]))
+        for split in contracts.DISTILL_SPLITS
+    }
+    manifest = {
+        "dataset": contracts.DISTILL_DATASET_NAME,
+        "name": paths.distill_name(),
+        **mf.git_state(),
+        "config": config,
+        "config_hash": mf.config_hash(config),
+        "tokenizer": {"path": str(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
+        "input_manifest": {"path": str(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
+        "split": {
+            "rule": contracts.SPLIT_RULE,
+            "salt": contracts.DISTILL_SPLIT_SALT,
+            "valid_fraction": paths.distill_valid_fraction,
+            "names": list(contracts.DISTILL_SPLITS),
+        },
+        "max_seq_len": paths.max_seq_len,
+        "sampling": sampling,
+        "token_lengths": lengths,
+        "encoding_errors_log": {"path": str(paths.encoding_errors_log_path()), "records": errors_logged},
+        "shards": [
+            {"partition": r["partition"], "shard_index": r["shard_index"], "report": r["report"], "files": r["files"]}
+            for r in records
+        ],
+        "totals": {
+            "rows_in": sum(r["rows_in"] for r in harmony_reports),
+            "rows_out": sum(r["rows_out"] for r in distill_reports),
+            "rows_per_split": mf.sum_reports(distill_reports, "sequences"),
+            "span_tokens": mf.sum_reports(distill_reports, "span_tokens"),
+            "dropped": mf.sum_reports(harmony_reports + step_reports + distill_reports, "dropped"),
+            "sanitized": mf.sum_reports(harmony_reports, "sanitized"),
+            "bytes": sum(f["bytes"] for r in records for f in r["files"]),
+        },
+    }
+    digest = mf.write_manifest(root / contracts.MANIFEST_FILENAME, manifest)
+    return dg.MaterializeResult(
+        metadata={
+            "manifest_sha256": digest,
+            "config_hash": manifest["config_hash"],
+            "rows_out": manifest["totals"]["rows_out"],
+            **{f"rows_{k}": v for k, v in manifest["totals"]["rows_per_split"].items()},
+            **{f"dropped_{k}": v for k, v in manifest["totals"]["dropped"].items()},
+            **{f"{split}_len_{stat}": v for split, stats in lengths.items() for stat, v in stats.items() if v is not None},
+            "encoding_errors_logged": errors_logged,
+            "dataset_root": dg.MetadataValue.path(str(root)),
+            **mix_metadata({"before": sampling["before"], "expected after": sampling["expected_after"], "achieved": sampling["achieved_after"]}),
         },
         data_version=dg.DataVersion(digest),
     )

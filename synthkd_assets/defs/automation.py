@@ -9,28 +9,47 @@ from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.inventory import partition_changes, scan_raw_dir, shards_to_rebuild
 from synthkd_assets.defs.assets import (
     raw_reports,
+    synth_distill,
+    synth_distill_manifest,
     synth_filtered,
     synth_harmony,
     synth_harmony_manifest,
     synth_kd_v1,
     synth_kd_v1_manifest,
     synth_sampled,
+    synth_sampling_plan,
     synth_tokenized,
 )
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
 
+synth_scan_job = dg.define_asset_job(
+    "synth_scan_job",
+    selection=dg.AssetSelection.assets(synth_harmony, synth_filtered),
+    description="The scan pass of one shard: Harmony and the 001 quality filters, whose exercise x language "
+    "counts the sampling plan is computed from. Backfill it over all partitions, then run synth_plan_job.",
+)
+synth_plan_job = dg.define_asset_job(
+    "synth_plan_job",
+    selection=dg.AssetSelection.assets(synth_sampling_plan),
+    description="Recompute the sampling plan from every shard's filtered counts. A new plan changes which rows "
+    "every shard keeps: backfill synth_shard_job over all partitions afterwards (the manifests refuse a mix of plans).",
+)
 synth_shard_job = dg.define_asset_job(
     "synth_shard_job",
-    selection=dg.AssetSelection.assets(synth_harmony, synth_filtered, synth_sampled, synth_tokenized, synth_kd_v1),
+    selection=dg.AssetSelection.assets(
+        synth_harmony, synth_filtered, synth_sampled, synth_tokenized, synth_kd_v1, synth_distill
+    ),
     partitions_def=SYNTH_SHARDS,
-    description="One raw shard through Harmony, tokens/masks and the Megatron trio. Backfill it over all "
-    "partitions to build every shard; the manifests follow (eager automation, or synth_manifests_job).",
+    description="One raw shard through Harmony, the filters, the current sampling plan, tokens/masks, the Megatron "
+    "trio and the DistillKit parts. Backfill it over all partitions to build every shard; the manifests follow "
+    "(eager automation, or synth_manifests_job). Needs a sampling plan (synth_plan_job).",
 )
 synth_manifests_job = dg.define_asset_job(
     "synth_manifests_job",
-    selection=dg.AssetSelection.assets(synth_harmony_manifest, synth_kd_v1_manifest),
-    description="Rewrite data/synth_harmony/manifest.json and the synth_kd_v1 manifest from all shards, then run their checks.",
+    selection=dg.AssetSelection.assets(synth_harmony_manifest, synth_kd_v1_manifest, synth_distill_manifest),
+    description="Rewrite data/synth_harmony/manifest.json and the synth_kd_v1 and DistillKit manifests from all "
+    "shards, then run their checks.",
 )
 
 
@@ -44,11 +63,13 @@ def _built_from(paths: SynthKDPaths, keys: list[str]) -> dict[str, str | None]:
 
 
 @dg.sensor(
-    jobs=[synth_shard_job, synth_manifests_job],
+    jobs=[synth_scan_job, synth_shard_job, synth_manifests_job],
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Keeps one partition per raw shard file, and requests synth_shard_job for exactly the shards whose "
-    "bytes changed (or appeared); requests synth_manifests_job when data/synth_harmony/manifest.json changes.",
+    "bytes changed (or appeared), sampled with the current plan (the plan is not recomputed: that is "
+    "synth_plan_job, then a full rebuild); before any plan exists it requests only their scan pass "
+    "(synth_scan_job). Requests synth_manifests_job when data/synth_harmony/manifest.json changes.",
 )
 def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -> dg.SensorResult:
     cursor = json.loads(context.cursor) if context.cursor else {"shards": {}, "harmony_manifest": None}
@@ -56,9 +77,10 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
     rebuild = shards_to_rebuild(cursor["shards"], shards, _built_from(paths, [s.name for s in shards]))
     sha = {s.name: s.sha256 for s in shards}
-    run_requests = [
-        dg.RunRequest(job_name=synth_shard_job.name, partition_key=key, run_key=f"{key}:{sha[key]}") for key in rebuild
-    ]
+    # a global plan: a changed shard is rebuilt with the plan in force (its rates are global numbers, so
+    # the other shards stay valid and untouched); without a plan only the scan pass can run
+    job = synth_shard_job if paths.sampling_plan_path().is_file() else synth_scan_job
+    run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=f"{key}:{sha[key]}") for key in rebuild]
     manifest_path = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
     manifest_sha = mf.sha256_file(manifest_path) if manifest_path.is_file() else None
     if cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"] and not rebuild:

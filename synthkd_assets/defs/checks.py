@@ -8,13 +8,16 @@ import dagster as dg
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.checks import manifest_problems, split_leakage, unreadable_shards
+from synthkd_assets.core.distill_io import distill_part_problems
+from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
 from synthkd_assets.core.stages import ShardReport, documents_path, shard_index_from_name
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
-from synthkd_assets.defs.resources import SynthKDPaths, kd_config
+from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
 
 ROWS_ACCOUNTED = "rows_accounted"
 TRIO_ALIGNMENT = "trio_alignment"
+DISTILL_ROWS_VALID = "distill_rows_valid"
 
 
 def _result(problems: list[str], check_name: str | None = None, **metadata) -> dg.AssetCheckResult:
@@ -46,6 +49,19 @@ def trio_alignment_result(root: Path, inventories: list[ShardSplitInventory]) ->
         for problem in trio_alignment_problems(root / inventory.split, inventory.shard_index)
     ]
     return _result(problems, TRIO_ALIGNMENT, sequences=sum(i.sequences for i in inventories))
+
+
+def distill_rows_result(root: Path, files: list[dict], paths: SynthKDPaths) -> dg.AssetCheckResult:
+    """The parts just written, re-read: labels, spans, max length, split rule and ids (all kinds)."""
+    problems = [
+        problem
+        for record in files
+        for kind_problems in distill_part_problems(
+            root / record["path"], record["split"], paths.max_seq_len, paths.distill_valid_fraction
+        ).values()
+        for problem in kind_problems
+    ]
+    return _result(problems, DISTILL_ROWS_VALID, rows=sum(record["rows"] for record in files))
 
 
 @dg.asset_check(asset="o200k_tokenizer", blocking=True, description="The file on disk has the pinned sha256.")
@@ -90,4 +106,84 @@ def shards_readable_by_megatron(paths: SynthKDPaths) -> dg.AssetCheckResult:
     return _result(unreadable_shards(root, manifest))
 
 
-STANDALONE_CHECKS = [tokenizer_sha256_pin, manifest_provenance, no_split_leakage, shards_readable_by_megatron]
+def _distill_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
+    root = paths.distill_root()
+    return root, mf.read_json(root / contracts.MANIFEST_FILENAME)
+
+
+def _distill_parts(root: Path, manifest: dict) -> list[tuple[Path, str]]:
+    return [(root / f["path"], f["split"]) for shard in manifest["shards"] for f in shard["files"]]
+
+
+def _distill_row_check(paths: SynthKDPaths, kind: str) -> dg.AssetCheckResult:
+    root, manifest = _distill_manifest(paths)
+    problems: list[str] = []
+    for path, split in _distill_parts(root, manifest):
+        found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, (kind, "schema"))
+        problems += found["schema"] + found[kind]
+    return _result(problems, parts=len(_distill_parts(root, manifest)))
+
+
+@dg.asset_check(
+    asset="synth_distill_manifest",
+    blocking=True,
+    description="Every DistillKit part the manifest lists: labels == input_ids wherever labels != -100, and "
+    "labels / attention_mask (all 1) as long as input_ids.",
+)
+def distill_labels_match_input_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    return _distill_row_check(paths, "labels")
+
+
+@dg.asset_check(
+    asset="synth_distill_manifest",
+    blocking=True,
+    description="Every row: labels are -100 exactly before spans.assistant_token_start, and "
+    "analysis_token_count + final_token_count == len(input_ids) - assistant_token_start.",
+)
+def distill_spans_consistent(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    return _distill_row_check(paths, "spans")
+
+
+@dg.asset_check(asset="synth_distill_manifest", blocking=True, description="No row is longer than max_seq_len.")
+def distill_max_length_respected(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    return _distill_row_check(paths, "max_length")
+
+
+@dg.asset_check(
+    asset="synth_distill_manifest",
+    blocking=True,
+    description="No id is in both train and validation (or twice anywhere), every row is in the split its "
+    "synth_id hashes to, and id == 'pleias_synth:' + synth_id.",
+)
+def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    root, manifest = _distill_manifest(paths)
+    parts: dict[str, list[Path]] = {split: [] for split in contracts.DISTILL_SPLITS}
+    for path, split in _distill_parts(root, manifest):
+        parts.setdefault(split, []).append(path)
+    problems = distill_split_leakage({split: [p for p in paths_ if p.is_file()] for split, paths_ in parts.items()})
+    for path, split in _distill_parts(root, manifest):
+        found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, ("split", "schema"))
+        problems += found["schema"] + found["split"]
+    return _result(problems)
+
+
+@dg.asset_check(
+    asset="synth_distill_manifest",
+    blocking=True,
+    description="Provenance complete; every part's bytes and sha256, the tokenizer and the input manifest still match "
+    "the manifest; the config hash is the current config's.",
+)
+def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    root, manifest = _distill_manifest(paths)
+    as_kd = {**manifest, "shards": [{"splits": [{"files": shard["files"]}]} for shard in manifest.get("shards", [])]}
+    return _result(manifest_problems(root, as_kd, mf.config_hash(distill_config(paths))))
+
+
+DISTILL_CHECKS = [
+    distill_labels_match_input_ids,
+    distill_spans_consistent,
+    distill_max_length_respected,
+    distill_no_split_leakage,
+    distill_manifest_provenance,
+]
+STANDALONE_CHECKS = [tokenizer_sha256_pin, manifest_provenance, no_split_leakage, shards_readable_by_megatron, *DISTILL_CHECKS]

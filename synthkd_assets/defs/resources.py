@@ -9,7 +9,9 @@ import dagster as dg
 from pydantic import Field
 
 from synthkd_assets import contracts
+from synthkd_assets.core.distill_io import distill_build_config
 from synthkd_assets.core.manifest import kd_build_config
+from synthkd_assets.core.sampling import MixTargets, selection_config
 from synthkd_assets.core.stages import BuildCaps
 from synthkd_assets.core.synth import system_message_dict
 
@@ -31,6 +33,16 @@ class SynthKDPaths(dg.ConfigurableResource):
         description="tiktoken threads per tokenize step. 1 when shards run in parallel processes (the default "
         "executor); raise it to use idle cores when a single shard runs alone.",
     )
+
+    # 001 mixture targets (the synth_sampling_plan asset computes keep rates for them) and DistillKit output
+    memorization_cap: float = Field(default=contracts.MEMORIZATION_CAP, description="Max share of exercise == memorization after sampling.")
+    non_english_min: float = Field(default=contracts.NON_ENGLISH_MIN, description="Min share of non-English rows after sampling (0: never drop English rows to reach it).")
+    non_english_max: float = Field(default=contracts.NON_ENGLISH_MAX, description="Max share of non-English rows after sampling.")
+    global_keep: float = Field(default=contracts.GLOBAL_KEEP, description="Uniform deterministic keep rate on top of the mixture rates (token budgets).")
+    max_seq_len: int = Field(default=contracts.MAX_SEQ_LEN, description="DistillKit output: longer conversations are dropped (counted).")
+    distill_valid_fraction: float = Field(default=contracts.DISTILL_VALID_FRACTION, description="DistillKit validation fraction (hash of synth_id).")
+    distill_dir: str | None = Field(default=None, description="DistillKit dataset root; default <data_dir>/distill/synth_distill[_smoke].")
+    encoding_errors_log: str | None = Field(default=None, description="Sample of Harmony render failures (JSON lines); default <data_dir>/errors/synth_distill_encoding_errors.jsonl.")
 
     def raw_root(self) -> Path:
         return Path(self.raw_dir or os.environ.get("SYNTHKD_RAW_DIR") or DEFAULT_RAW_DIR)
@@ -57,6 +69,29 @@ class SynthKDPaths(dg.ConfigurableResource):
         name = contracts.SMOKE_DATASET_NAME if self.smoke else contracts.DATASET_NAME
         return self.data_root() / "megatron" / name
 
+    def targets(self) -> MixTargets:
+        return MixTargets(self.memorization_cap, self.non_english_min, self.non_english_max, self.global_keep)
+
+    def sampling_plan_path(self) -> Path:
+        return self.stage_dir("synth_sampling_plan") / contracts.SAMPLING_PLAN_FILENAME
+
+    def distill_root(self) -> Path:
+        if self.distill_dir:
+            return Path(self.distill_dir)
+        return self.data_root() / "distill" / self.distill_name()
+
+    def distill_name(self) -> str:
+        return contracts.DISTILL_SMOKE_DATASET_NAME if self.smoke else contracts.DISTILL_DATASET_NAME
+
+    def distill_records_dir(self) -> Path:
+        """Per-shard records (report, files, length histogram) of the DistillKit build, kept out of its root."""
+        return self.stage_dir(self.distill_name())
+
+    def encoding_errors_log_path(self) -> Path:
+        if self.encoding_errors_log:
+            return Path(self.encoding_errors_log)
+        return self.errors_dir() / contracts.DISTILL_ENCODING_ERRORS_FILENAME
+
     def caps(self) -> BuildCaps:
         return BuildCaps(self.smoke_max_rows, self.smoke_max_tokens) if self.smoke else BuildCaps()
 
@@ -64,4 +99,17 @@ class SynthKDPaths(dg.ConfigurableResource):
 def kd_config(paths: SynthKDPaths) -> dict:
     """The synth_kd_v1 build config of these settings (hashed into the manifest, re-checked by checks)."""
     caps = paths.caps()
-    return kd_build_config(system_message_dict(), caps.max_rows, caps.max_tokens)
+    return kd_build_config(system_message_dict(), caps.max_rows, caps.max_tokens, selection_config(paths.targets()))
+
+
+def distill_config(paths: SynthKDPaths) -> dict:
+    """The DistillKit build config of these settings (hashed into its manifest, re-checked by its checks)."""
+    caps = paths.caps()
+    return distill_build_config(
+        system_message_dict(),
+        selection_config(paths.targets()),
+        paths.max_seq_len,
+        paths.distill_valid_fraction,
+        caps.max_rows,
+        caps.max_tokens,
+    )

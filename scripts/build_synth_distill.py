@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Seed 001's canonical build command: PleIAs/SYNTH shards -> the DistillKit/TRL Parquet dataset.
+
+    python3 scripts/build_synth_distill.py --input-dir /path/to/pleias_synth --output-dir /path/to/synth_distill
+
+It runs the project's Dagster assets in-process (`dagster.materialize`), in the order scripts/build.sh uses:
+tokenizer + raw inventory (one partition per input file), the scan pass per shard (synth_harmony,
+synth_filtered), the sampling plan, the build pass per shard (synth_sampled, synth_tokenized,
+synth_distill) and the manifests, with every blocking check. There is no second code path. The instance is
+DAGSTER_HOME's when that is set, else an ephemeral one; intermediate stages go to --work-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCAN_STEPS = ["synth_harmony", "synth_filtered"]
+BUILD_STEPS = ["synth_sampled", "synth_tokenized", "synth_distill"]
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from synthkd_assets import contracts
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--input-dir", type=Path, required=True, help="directory of raw PleIAs/SYNTH *.parquet shards")
+    parser.add_argument("--output-dir", type=Path, required=True, help="DistillKit dataset root (train/, validation/, manifest.json)")
+    parser.add_argument("--work-dir", type=Path, help="intermediate stages, tokenizer, reports and error logs (default: <output-dir>.work)")
+    parser.add_argument("--max-seq-len", type=int, default=contracts.MAX_SEQ_LEN, help="drop (and count) longer conversations")
+    parser.add_argument("--global-keep", type=float, default=contracts.GLOBAL_KEEP, help="uniform deterministic keep rate (token budgets)")
+    parser.add_argument("--valid-fraction", type=float, default=contracts.DISTILL_VALID_FRACTION, help="validation split fraction")
+    parser.add_argument("--memorization-cap", type=float, default=contracts.MEMORIZATION_CAP, help="max share of exercise == memorization")
+    parser.add_argument("--non-english-min", type=float, default=contracts.NON_ENGLISH_MIN, help="min non-English share (0: never drop English rows for it)")
+    parser.add_argument("--non-english-max", type=float, default=contracts.NON_ENGLISH_MAX, help="max non-English share")
+    parser.add_argument("--encoding-errors-log", type=Path, help="JSON-lines sample of Harmony render failures (default: <work-dir>/errors/...)")
+    parser.add_argument("--smoke", action="store_true", help="cap each shard (64 rows / 200k tokens): a quick end-to-end run")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import dagster as dg
+    from tqdm import tqdm
+
+    from synthkd_assets.cli import distill_summary_lines
+    from synthkd_assets.definitions import defs
+    from synthkd_assets.defs.partitions import SYNTH_SHARDS
+    from synthkd_assets.defs.resources import SynthKDPaths
+
+    output_dir = args.output_dir.resolve()
+    work_dir = (args.work_dir or output_dir.with_name(output_dir.name + ".work")).resolve()
+    try:
+        paths = SynthKDPaths(
+            raw_dir=str(args.input_dir.resolve()),
+            data_dir=str(work_dir),
+            distill_dir=str(output_dir),
+            smoke=args.smoke,
+            max_seq_len=args.max_seq_len,
+            global_keep=args.global_keep,
+            distill_valid_fraction=args.valid_fraction,
+            memorization_cap=args.memorization_cap,
+            non_english_min=args.non_english_min,
+            non_english_max=args.non_english_max,
+            encoding_errors_log=str(args.encoding_errors_log.resolve()) if args.encoding_errors_log else None,
+        )
+        paths.targets()  # validates the mixture targets before any work
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not args.input_dir.is_dir():
+        print(f"error: --input-dir {args.input_dir} is not a directory", file=sys.stderr)
+        return 2
+    logging.getLogger("dagster").setLevel(logging.WARNING)
+    assets = list(defs.assets) + list(defs.asset_checks)
+
+    def materialize(instance: dg.DagsterInstance, selection: list[str], partition_key: str | None = None) -> None:
+        result = dg.materialize(
+            assets,
+            selection=dg.AssetSelection.assets(*selection) | dg.AssetSelection.checks_for_assets(*selection),
+            partition_key=partition_key,
+            instance=instance,
+            resources={"paths": paths},
+            run_config=QUIET,
+            raise_on_error=False,
+            tags={"synthkd/cli": "build_synth_distill"},
+        )
+        failed = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed]
+        if not result.success or failed:
+            where = f" (partition {partition_key})" if partition_key else ""
+            errors = [str(e.event_specific_data.error.message).strip() for e in result.all_events if e.is_step_failure]
+            raise SystemExit(f"error: {', '.join(selection)}{where} failed: {'; '.join(errors) or failed}")
+
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    with instance:
+        materialize(instance, ["o200k_tokenizer", "synth_raw_inventory"])
+        keys = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
+        if not keys:
+            print(f"error: no *.parquet shards in {args.input_dir}", file=sys.stderr)
+            return 1
+        for key in tqdm(keys, desc="scan: harmony + filters", unit="shard", file=sys.stderr):
+            materialize(instance, SCAN_STEPS, key)
+        materialize(instance, ["synth_sampling_plan"])
+        for key in tqdm(keys, desc="build: sample + tokenize + distill", unit="shard", file=sys.stderr):
+            materialize(instance, BUILD_STEPS, key)
+        materialize(instance, ["synth_harmony_manifest", "synth_distill_manifest"])
+    manifest = json.loads((output_dir / "manifest.json").read_text())
+    print("\n".join(distill_summary_lines(manifest)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO_ROOT))  # runnable from anywhere, installed or not
+    sys.exit(main())

@@ -1,0 +1,439 @@
+"""The DistillKit / TRL dataset of seed 001, derived from the same tokenized arrays as synth_kd_v1.
+
+Per conversation, from `data/synth_tokenized/<shard>.parquet` (tokens ending with EOD, label-aligned
+span_id) and the conversation's system + user messages:
+
+- `input_ids` = tokens without the trailing EOD;
+- `assistant_token_start` = len(render_conversation_for_completion(system + user, Role.ASSISTANT)),
+  whose tokens must equal the head of `input_ids` (asserted, `DistillContractError` otherwise);
+- `labels` = -100 before `assistant_token_start`, `input_ids` from there on;
+- `analysis_token_count` / `final_token_count` = the tokens from `assistant_token_start` on whose
+  span (from span_id) is analysis / final; they add up to len(input_ids) - assistant_token_start.
+
+The completion prefix ends with `<|start|>assistant`, so those tokens of the first assistant message are
+-100 here while synth_kd_v1 supervises them (its spans start at the message's `<|start|>`): the one
+deliberate difference between the two outputs, checked row by row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+from openai_harmony import Conversation, Message, Role
+
+from synthkd_assets import contracts
+from synthkd_assets.core.manifest import sha256_file
+from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, list_column, list_column_rows
+from synthkd_assets.core.sampling import is_valid
+from synthkd_assets.core.stages import BuildCaps, ShardReport
+
+SOURCE_TYPE = pa.struct(
+    [("dataset", pa.string()), ("synth_id", pa.string()), ("exercise", pa.string()), ("language", pa.string())]
+)
+SPANS_TYPE = pa.struct(
+    [
+        ("assistant_token_start", pa.int32()),
+        ("analysis_token_count", pa.int32()),
+        ("final_token_count", pa.int32()),
+    ]
+)
+DISTILL_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("source", SOURCE_TYPE),
+        ("input_ids", pa.list_(pa.int32())),
+        ("labels", pa.list_(pa.int32())),
+        ("attention_mask", pa.list_(pa.int8())),
+        ("spans", SPANS_TYPE),
+    ]
+)
+PERCENTILES = (50, 90, 99)
+
+
+class DistillContractError(AssertionError):
+    """The tokenized arrays and openai-harmony's completion render disagree: a bug, never a data drop."""
+
+
+@dataclass(frozen=True)
+class DistillRow:
+    input_ids: np.ndarray  # int32
+    labels: np.ndarray  # int32, LABEL_IGNORE_ID before assistant_token_start
+    assistant_token_start: int
+    analysis_token_count: int
+    final_token_count: int
+
+
+def distill_split(synth_id: str, valid_fraction: float = contracts.DISTILL_VALID_FRACTION) -> str:
+    """'validation' or 'train': the split rule of synth_kd_v1 with the distill salt and fraction."""
+    valid = is_valid(synth_id, contracts.DISTILL_SPLIT_SALT, valid_fraction)
+    return contracts.DISTILL_SPLITS[1] if valid else contracts.DISTILL_SPLITS[0]
+
+
+def prompt_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages before the first assistant message (system + user)."""
+    for i, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            return messages[:i]
+    raise DistillContractError("conversation has no assistant message")
+
+
+def completion_prefix(encoding: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """render_conversation_for_completion(system + user, Role.ASSISTANT): the tokens before the output."""
+    conversation = Conversation.from_messages([Message.from_dict(m) for m in prompt_messages(messages)])
+    return encoding.render_conversation_for_completion(conversation, Role.ASSISTANT)
+
+
+def token_spans(tokens: np.ndarray, span_id: np.ndarray) -> np.ndarray:
+    """Label-aligned span_id (position i describes token i+1) -> the span of each token; token 0 is prompt."""
+    spans = np.zeros(len(tokens), dtype=contracts.SPAN_DTYPE)
+    spans[1:] = span_id[:-1]
+    return spans
+
+
+def distill_row(tokens: np.ndarray, span_id: np.ndarray, prefix: list[int], synth_id: str = "?") -> DistillRow:
+    """One DistillKit row from a tokenized conversation and its completion prefix (asserting both agree)."""
+    if len(tokens) < 2 or tokens[-1] != contracts.EOD_TOKEN_ID or len(span_id) != len(tokens):
+        raise DistillContractError(f"{synth_id}: tokenized row does not end with EOD or span_id has another length")
+    spans = token_spans(tokens, span_id)[:-1]
+    input_ids = np.asarray(tokens[:-1], dtype=np.int32)
+    start = len(prefix)
+    if start >= len(input_ids) or not np.array_equal(input_ids[:start], np.asarray(prefix, dtype=np.int32)):
+        raise DistillContractError(
+            f"{synth_id}: render_conversation_for_completion(system + user) ({start} tokens) is not the head of input_ids"
+        )
+    supervised = np.flatnonzero(spans != contracts.SPAN_PROMPT)
+    # Megatron's spans start at the first assistant <|start|>, which the completion prefix ends with
+    if not len(supervised) or supervised[0] >= start or len(supervised) != len(spans) - supervised[0]:
+        raise DistillContractError(
+            f"{synth_id}: assistant tokens of the Megatron spans do not run from inside the completion prefix to the end"
+        )
+    output = spans[start:]
+    analysis = int(np.count_nonzero(output == contracts.SPAN_ANALYSIS))
+    final = int(np.count_nonzero(output == contracts.SPAN_FINAL))
+    if analysis + final != len(output) or final == 0:
+        raise DistillContractError(f"{synth_id}: assistant output has tokens outside analysis/final, or no final")
+    labels = input_ids.copy()
+    labels[:start] = contracts.LABEL_IGNORE_ID
+    return DistillRow(input_ids, labels, start, analysis, final)
+
+
+def _joined_messages(sampled_path: Path) -> Iterator[tuple[int, str]]:
+    for frame in iter_frames(sampled_path, ("source_row", "messages_json")):
+        yield from frame.iter_rows()
+
+
+def _messages_for(rows: Iterator[tuple[int, str]], source_row: int, shard: str) -> list[dict[str, Any]]:
+    """Advance the (source_row, messages_json) stream of synth_sampled to `source_row`: the tokenized
+    rows are the sampled rows in the same order, minus the ones the renderer dropped."""
+    for candidate, payload in rows:
+        if candidate == source_row:
+            return json.loads(payload)["messages"]
+    raise DistillContractError(f"{shard}: tokenized source_row {source_row} is not in synth_sampled (in order)")
+
+
+@dataclass
+class DistillShardResult:
+    report: ShardReport
+    files: list[dict[str, Any]]  # per split: path (relative to the dataset root), rows, bytes, sha256
+    lengths: dict[str, Counter]  # per split: len(input_ids) -> rows
+
+    def record(self, partition: str, shard_index: int, root: Path) -> dict[str, Any]:
+        return {
+            "partition": partition,
+            "shard_index": shard_index,
+            "dataset_root": str(root),
+            "report": self.report.to_dict(),
+            "files": self.files,
+            "length_histogram": {
+                split: {str(length): n for length, n in sorted(counts.items())} for split, counts in self.lengths.items()
+            },
+        }
+
+
+def write_distill_shard(
+    tokenized_path: Path,
+    sampled_path: Path,
+    root: Path,
+    shard_index: int,
+    shard: str,
+    encoding: Any,
+    max_seq_len: int = contracts.MAX_SEQ_LEN,
+    valid_fraction: float = contracts.DISTILL_VALID_FRACTION,
+    caps: BuildCaps = BuildCaps(),
+) -> DistillShardResult:
+    """Tokenized Parquet -> `<root>/{train,validation}/part-XXXXX.parquet` (both always written, so a
+    rebuild replaces both); conversations longer than `max_seq_len` are dropped and counted."""
+    report = ShardReport(shard)
+    lengths: dict[str, Counter] = {split: Counter() for split in contracts.DISTILL_SPLITS}
+    paths = {split: root / split / contracts.distill_part_name(shard_index) for split in contracts.DISTILL_SPLITS}
+    messages = _joined_messages(sampled_path)
+    written_tokens = 0
+    budget_exhausted = False
+    with contextlib.ExitStack() as stack:
+        writers = {split: stack.enter_context(ParquetShardWriter(paths[split], DISTILL_SCHEMA)) for split in paths}
+        columns = ("synth_id", "language", "exercise", "source_row", "tokens", "span_id")
+        for frame in iter_frames(tokenized_path, columns):
+            arrow = frame.to_arrow()
+            token_rows = list_column_rows(arrow.column("tokens"))
+            span_rows = list_column_rows(arrow.column("span_id"))
+            batches: dict[str, list[tuple[str, str, str, DistillRow]]] = {split: [] for split in paths}
+            rows = frame.select("synth_id", "language", "exercise", "source_row").iter_rows()
+            for i, (synth_id, language, exercise, source_row) in enumerate(rows):
+                report.rows_in += 1
+                length = len(token_rows[i]) - 1
+                if budget_exhausted or (caps.max_rows is not None and report.rows_out >= caps.max_rows) or (
+                    caps.max_tokens is not None and written_tokens + length > caps.max_tokens
+                ):
+                    budget_exhausted = True
+                    report.dropped["smoke_cap"] += 1
+                    continue
+                if length > max_seq_len:
+                    report.drop(contracts.DROP_OVER_MAX_SEQ_LEN, source_row, synth_id, f"{length} tokens > {max_seq_len}")
+                    continue
+                prefix = completion_prefix(encoding, _messages_for(messages, source_row, shard))
+                row = distill_row(token_rows[i], span_rows[i], prefix, synth_id)
+                split = distill_split(synth_id, valid_fraction)
+                batches[split].append((synth_id, exercise, language, row))
+                report.rows_out += 1
+                written_tokens += length
+                report.sequences[split] += 1
+                report.language[language] += 1
+                report.exercise[exercise] += 1
+                report.exercise_language[(exercise, language)] += 1
+                report.span_tokens.update(
+                    {
+                        "prompt": row.assistant_token_start,
+                        "analysis": row.analysis_token_count,
+                        "final": row.final_token_count,
+                    }
+                )
+                lengths[split][length] += 1
+            for split, batch in batches.items():
+                if batch:
+                    writers[split].write(distill_table(batch))
+    files = []
+    for split, path in paths.items():
+        files.append(
+            {
+                "split": split,
+                "path": str(path.relative_to(root)),
+                "rows": report.sequences[split],
+                "bytes": path.stat().st_size,
+                "sha256": sha256_file(path),
+            }
+        )
+    return DistillShardResult(report, files, lengths)
+
+
+def distill_table(rows: list[tuple[str, str, str, DistillRow]]) -> pa.Table:
+    """(synth_id, exercise, language, DistillRow) rows -> a table of DISTILL_SCHEMA."""
+    synth_ids = [r[0] for r in rows]
+    source = pa.StructArray.from_arrays(
+        [
+            pa.array([contracts.SOURCE_DATASET] * len(rows), pa.string()),
+            pa.array(synth_ids, pa.string()),
+            pa.array([r[1] for r in rows], pa.string()),
+            pa.array([r[2] for r in rows], pa.string()),
+        ],
+        fields=list(SOURCE_TYPE),
+    )
+    spans = pa.StructArray.from_arrays(
+        [
+            pa.array([r[3].assistant_token_start for r in rows], pa.int32()),
+            pa.array([r[3].analysis_token_count for r in rows], pa.int32()),
+            pa.array([r[3].final_token_count for r in rows], pa.int32()),
+        ],
+        fields=list(SPANS_TYPE),
+    )
+    input_ids = [r[3].input_ids for r in rows]
+    return pa.Table.from_arrays(
+        [
+            pa.array([contracts.DISTILL_ID_PREFIX + s for s in synth_ids], pa.string()),
+            source,
+            list_column(input_ids, np.int32),
+            list_column([r[3].labels for r in rows], np.int32),
+            list_column([np.ones(len(ids), dtype=np.int8) for ids in input_ids], np.int8),
+            spans,
+        ],
+        schema=DISTILL_SCHEMA,
+    )
+
+
+# --- verification (behind the blocking checks) ------------------------------------------------
+
+PROBLEM_KINDS = ("schema", "labels", "spans", "max_length", "split")
+
+
+def _flat(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(lengths, values) of a list column."""
+    array = column.combine_chunks()
+    offsets = array.offsets.to_numpy()
+    values = array.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+    return np.diff(offsets), values
+
+
+def distill_part_problems(
+    path: Path,
+    split: str,
+    max_seq_len: int,
+    valid_fraction: float,
+    kinds: tuple[str, ...] = PROBLEM_KINDS,
+    limit: int = 50,
+) -> dict[str, list[str]]:
+    """Re-read one written part and list what breaks the DistillKit contract, by kind:
+
+    - labels: labels[i] != input_ids[i] where labels[i] != -100; labels / attention_mask lengths differ
+      from input_ids; attention_mask not all 1
+    - spans: not (0 < assistant_token_start < len), -100 not exactly at the positions before it,
+      analysis + final != len - assistant_token_start
+    - max_length: len(input_ids) > max_seq_len
+    - split: a row whose hash split is not this part's split; id != 'pleias_synth:' + synth_id
+    """
+    problems: dict[str, list[str]] = {kind: [] for kind in kinds}
+
+    def add(kind: str, message: str) -> None:
+        if kind in problems and len(problems[kind]) < limit:
+            problems[kind].append(f"{path.name} ({split}): {message}")
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as error:
+        add("schema", f"unreadable ({type(error).__name__}: {error})")
+        return problems
+    if not parquet.schema_arrow.equals(DISTILL_SCHEMA):
+        add("schema", f"schema {parquet.schema_arrow} is not the DistillKit schema")
+        return problems
+    row_base = 0
+    for batch in parquet.iter_batches(batch_size=2048):
+        table = pa.Table.from_batches([batch])
+        n_rows = table.num_rows
+        lengths, ids = _flat(table.column("input_ids"))
+        label_lengths, labels = _flat(table.column("labels"))
+        mask_lengths, mask = _flat(table.column("attention_mask"))
+        spans = table.column("spans").combine_chunks()
+        start = spans.field("assistant_token_start").to_numpy(zero_copy_only=False).astype(np.int64)
+        analysis = spans.field("analysis_token_count").to_numpy(zero_copy_only=False).astype(np.int64)
+        final = spans.field("final_token_count").to_numpy(zero_copy_only=False).astype(np.int64)
+        same_shape = np.array_equal(lengths, label_lengths) and np.array_equal(lengths, mask_lengths)
+        if "labels" in problems:
+            if not same_shape:
+                add("labels", f"rows {row_base}..{row_base + n_rows}: labels/attention_mask lengths differ from input_ids")
+            else:
+                if not np.all(mask == 1):
+                    add("labels", f"rows {row_base}..{row_base + n_rows}: attention_mask has a value other than 1")
+                bad = np.flatnonzero((labels != contracts.LABEL_IGNORE_ID) & (labels != ids))
+                for row in np.unique(np.searchsorted(np.cumsum(lengths), bad, side="right"))[:limit]:
+                    add("labels", f"row {row_base + row}: labels differ from input_ids where not {contracts.LABEL_IGNORE_ID}")
+        if "spans" in problems:
+            for row in np.flatnonzero((start <= 0) | (start >= lengths) | (analysis < 0) | (final <= 0)):
+                add("spans", f"row {row_base + row}: assistant_token_start {start[row]} / counts out of range for {lengths[row]} tokens")
+            for row in np.flatnonzero(analysis + final != lengths - start):
+                add("spans", f"row {row_base + row}: analysis {analysis[row]} + final {final[row]} != {lengths[row]} - {start[row]}")
+            if same_shape:
+                position = np.arange(len(ids)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+                ignored = labels == contracts.LABEL_IGNORE_ID
+                wrong = np.flatnonzero(ignored != (position < np.repeat(start, lengths)))
+                for row in np.unique(np.searchsorted(np.cumsum(lengths), wrong, side="right"))[:limit]:
+                    add("spans", f"row {row_base + row}: labels are not -100 exactly before assistant_token_start")
+        if "max_length" in problems:
+            for row in np.flatnonzero(lengths > max_seq_len):
+                add("max_length", f"row {row_base + row}: {lengths[row]} tokens > max_seq_len {max_seq_len}")
+        if "split" in problems:
+            source = table.column("source").combine_chunks()
+            for row, (row_id, synth_id) in enumerate(zip(table.column("id").to_pylist(), source.field("synth_id").to_pylist())):
+                if row_id != contracts.DISTILL_ID_PREFIX + synth_id:
+                    add("split", f"row {row_base + row}: id {row_id!r} is not {contracts.DISTILL_ID_PREFIX}{synth_id}")
+                if distill_split(synth_id, valid_fraction) != split:
+                    add("split", f"row {row_base + row}: synth_id {synth_id!r} belongs to {distill_split(synth_id, valid_fraction)}")
+        row_base += n_rows
+    return problems
+
+
+def split_leakage(parts: Mapping[str, list[Path]]) -> list[str]:
+    """synth_ids found in more than one split (any parts), or twice in the dataset."""
+    frames = [
+        pl.read_parquet(path, columns=["id"]).with_columns(split=pl.lit(split))
+        for split, paths in parts.items()
+        for path in paths
+    ]
+    if not frames:
+        return []
+    ids = pl.concat(frames)
+    leaked = ids.group_by("id").agg(pl.col("split").n_unique().alias("splits"), pl.len().alias("rows"))
+    problems = [f"{i} is in {s} splits" for i, s in leaked.filter(pl.col("splits") > 1).sort("id").head(20).select("id", "splits").iter_rows()]
+    problems += [f"{i} appears {n} times" for i, n in leaked.filter(pl.col("rows") > 1).sort("id").head(20).select("id", "rows").iter_rows()]
+    return problems
+
+
+# --- manifest statistics ----------------------------------------------------------------------
+
+
+def merge_histograms(histograms: list[Mapping[str, int]]) -> Counter:
+    total: Counter = Counter()
+    for histogram in histograms:
+        for length, n in histogram.items():
+            total[int(length)] += int(n)
+    return total
+
+
+def length_stats(histogram: Mapping[int, int]) -> dict[str, int | None]:
+    """rows, tokens, min / p50 / p90 / p99 / max of len(input_ids); pXX is the nearest-rank percentile
+    (the smallest length with at least XX% of the rows at or below it)."""
+    rows = sum(histogram.values())
+    stats: dict[str, int | None] = {"rows": rows, "tokens": sum(length * n for length, n in histogram.items())}
+    if not rows:
+        return {**stats, "min": None, **{f"p{p}": None for p in PERCENTILES}, "max": None}
+    lengths = sorted(histogram)
+    cumulative = np.cumsum([histogram[length] for length in lengths])
+    stats["min"] = lengths[0]
+    for p in PERCENTILES:
+        rank = -(-p * rows // 100)  # ceil(p/100 * rows), integer arithmetic
+        stats[f"p{p}"] = lengths[int(np.searchsorted(cumulative, rank))]
+    stats["max"] = lengths[-1]
+    return stats
+
+
+def distill_build_config(
+    system: dict[str, Any],
+    selection: dict[str, Any],
+    max_seq_len: int,
+    valid_fraction: float,
+    max_rows: int | None,
+    max_tokens: int | None,
+) -> dict[str, Any]:
+    """Everything that can change the bytes of the DistillKit dataset, hashed into its manifest."""
+    from importlib.metadata import version
+
+    return {
+        "dataset": contracts.DISTILL_DATASET_NAME,
+        "format": "DistillKit/TRL unpacked examples (Parquet)",
+        "harmony_schema": contracts.HARMONY_SCHEMA_NAME,
+        "user_template": contracts.USER_TEMPLATE,
+        "system_message": system,
+        "render": {
+            "training": "render_conversation_for_training(auto_drop_analysis=False), trailing EOD removed",
+            "assistant_token_start": "len(render_conversation_for_completion(system + user, Role.ASSISTANT))",
+        },
+        "schema": DISTILL_SCHEMA.to_string(show_schema_metadata=False),
+        "label_ignore_id": contracts.LABEL_IGNORE_ID,
+        "max_seq_len": max_seq_len,
+        "split": {
+            "salt": contracts.DISTILL_SPLIT_SALT,
+            "valid_fraction": valid_fraction,
+            "names": list(contracts.DISTILL_SPLITS),
+        },
+        "selection": selection,
+        "tokenizer_sha256": contracts.TOKENIZER_SHA256,
+        "caps": {"max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
+        "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "synthkd")},
+    }

@@ -1,0 +1,274 @@
+"""The DistillKit/TRL dataset (001's schema) on the bundled sample: a row by hand, invariants on every row,
+`datasets.load_dataset`, the manifest, length drops, render-failure log and the blocking checks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from openai_harmony import Conversation, Message, RenderConversationConfig, Role, SystemContent
+
+from synthkd_assets import contracts
+from synthkd_assets.core.distill_io import DISTILL_SCHEMA, distill_part_problems, distill_split
+from synthkd_assets.core.manifest import sha256_file
+from synthkd_assets.core.parquet_io import list_column_rows
+from synthkd_assets.defs.resources import SynthKDPaths
+from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes, run
+
+DISTILL_CHECKS = {
+    "distill_labels_match_input_ids",
+    "distill_spans_consistent",
+    "distill_max_length_respected",
+    "distill_no_split_leakage",
+    "distill_manifest_provenance",
+}
+
+
+@pytest.fixture(scope="module")
+def distill(built_sample):
+    _, _, data_dir = built_sample
+    root = data_dir / "distill" / "synth_distill"
+    rows = pl.concat(
+        [pl.read_parquet(path).with_columns(split=pl.lit(split)) for split in contracts.DISTILL_SPLITS for path in sorted((root / split).glob("*.parquet"))]
+    )
+    return root, rows, json.loads((root / "manifest.json").read_text())
+
+
+def by_hand(raw: dict, encoding) -> dict:
+    """001's recipe written out with openai-harmony objects, independent of the pipeline."""
+    system = Message.from_role_and_content(Role.SYSTEM, SystemContent.new())
+    user = Message.from_role_and_content(Role.USER, f"{raw['query']}\n\nReference:\n{raw['query_seed_text']}")
+    assistant = []
+    if raw["synthetic_reasoning"].strip():
+        assistant.append(Message.from_role_and_content(Role.ASSISTANT, raw["synthetic_reasoning"]).with_channel("analysis"))
+    assistant.append(Message.from_role_and_content(Role.ASSISTANT, raw["synthetic_answer"]).with_channel("final"))
+    full = encoding.render_conversation_for_training(
+        Conversation.from_messages([system, user, *assistant]), RenderConversationConfig(auto_drop_analysis=False)
+    )
+    prefix = encoding.render_conversation_for_completion(Conversation.from_messages([system, user]), Role.ASSISTANT)
+    header = len(prefix) - len(encoding.render(system)) - len(encoding.render(user))  # <|start|>assistant
+    lengths = [len(encoding.render(m)) for m in assistant]
+    lengths[0] -= header
+    return {
+        "id": f"pleias_synth:{raw['synth_id']}",
+        "source": {"dataset": "PleIAs/SYNTH", "synth_id": raw["synth_id"], "exercise": raw["exercise"], "language": raw["language"]},
+        "input_ids": full,
+        "labels": [-100] * len(prefix) + full[len(prefix) :],
+        "attention_mask": [1] * len(full),
+        "spans": {
+            "assistant_token_start": len(prefix),
+            "analysis_token_count": lengths[0] if len(assistant) == 2 else 0,
+            "final_token_count": lengths[-1],
+        },
+    }
+
+
+@pytest.mark.parametrize("synth_id", ["synth_0000000", "synth_0000015"])  # with / without reasoning
+def test_one_row_by_hand(distill, encoding, synth_id):
+    _, rows, _ = distill
+    raw = pl.read_parquet(SAMPLE_RAW_DIR / "synth_00.parquet").filter(pl.col("synth_id") == synth_id).row(0, named=True)
+    row = rows.filter(pl.col("id") == f"pleias_synth:{synth_id}").drop("split").row(0, named=True)
+    assert row == by_hand(raw, encoding)
+    assert header_tokens(encoding) == ["<|start|>", "assistant"]
+
+
+def header_tokens(encoding) -> list[str]:
+    prefix = encoding.render_conversation_for_completion(Conversation.from_messages([]), Role.ASSISTANT)
+    return [encoding.decode([t]) for t in prefix]
+
+
+def test_every_row_keeps_the_contract(distill, built_sample):
+    root, rows, manifest = distill
+    _, _, data_dir = built_sample
+    assert pq.read_schema(root / "train" / "part-00000.parquet").equals(DISTILL_SCHEMA)
+    assert rows["id"].n_unique() == rows.height == manifest["totals"]["rows_out"]
+    tokenized = pl.concat([pl.read_parquet(p) for p in sorted((data_dir / "synth_tokenized").glob("*.parquet"))])
+    tokens = dict(zip(tokenized["synth_id"].to_list(), list_column_rows(tokenized.to_arrow().column("tokens"))))
+    spans_of = dict(zip(tokenized["synth_id"].to_list(), list_column_rows(tokenized.to_arrow().column("span_id"))))
+    for row in rows.iter_rows(named=True):
+        synth_id = row["source"]["synth_id"]
+        ids, labels, spans = np.array(row["input_ids"]), np.array(row["labels"]), row["spans"]
+        start = spans["assistant_token_start"]
+        assert row["id"] == "pleias_synth:" + synth_id and row["split"] == distill_split(synth_id)
+        np.testing.assert_array_equal(ids, tokens[synth_id][:-1])  # synth_kd_v1's tokens without the EOD
+        assert (labels[:start] == -100).all() and (labels[start:] == ids[start:]).all()
+        assert row["attention_mask"] == [1] * len(ids) and len(ids) <= contracts.MAX_SEQ_LEN
+        assert spans["analysis_token_count"] + spans["final_token_count"] == len(ids) - start
+        # the one difference to synth_kd_v1: its spans already supervise the first assistant <|start|>assistant
+        token_span = np.concatenate([[0], spans_of[synth_id][:-1]])[: len(ids)]
+        assert (token_span[start - 2 : start] != 0).all() and (token_span[: start - 2] == 0).all()
+        assert np.count_nonzero(token_span[start:] == 1) == spans["analysis_token_count"]
+    # one code path: exactly the conversations of synth_kd_v1 (no sample row is over 8192 tokens)
+    documents = pl.concat([pl.read_parquet(p) for p in sorted((data_dir / "megatron" / "synth_kd_v1" / "shards").glob("*_documents.parquet"))])
+    assert set(documents["synth_id"].to_list()) == set(rows["source"].struct.field("synth_id").to_list())
+    counts = rows.group_by("split").len()
+    assert dict(counts.iter_rows()) == manifest["totals"]["rows_per_split"]
+    assert 0 < manifest["totals"]["rows_per_split"]["validation"] < 0.03 * rows.height
+
+
+def test_datasets_load_dataset_reads_it(distill, tmp_path):
+    import datasets
+
+    root, rows, manifest = distill
+    loaded = datasets.load_dataset("parquet", data_dir=str(root), cache_dir=str(tmp_path / "hf"))
+    assert set(loaded) == {"train", "validation"}
+    assert {split: loaded[split].num_rows for split in loaded} == manifest["totals"]["rows_per_split"]
+    features = loaded["train"].features
+    assert features["input_ids"].feature.dtype == "int32" and features["labels"].feature.dtype == "int32"
+    first = loaded["train"][0]
+    start = first["spans"]["assistant_token_start"]
+    assert first["labels"][:start] == [-100] * start and first["labels"][start:] == first["input_ids"][start:]
+    assert first == rows.filter(pl.col("id") == first["id"]).drop("split").row(0, named=True)
+
+
+def nearest_rank(lengths: list[int], p: int) -> int:
+    ordered = sorted(lengths)
+    return ordered[max(0, -(-p * len(ordered) // 100) - 1)]
+
+
+def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sample):
+    root, rows, manifest = distill
+    _, _, data_dir = built_sample
+    for key in ("git_sha", "config", "config_hash", "tokenizer", "input_manifest", "split", "sampling", "token_lengths", "totals"):
+        assert key in manifest
+    assert manifest["config"]["max_seq_len"] == 8192 and manifest["config"]["split"]["valid_fraction"] == 0.01
+    for split in contracts.DISTILL_SPLITS:
+        lengths = [len(ids) for ids in rows.filter(pl.col("split") == split)["input_ids"].to_list()]
+        stats = manifest["token_lengths"][split]
+        assert stats["min"] == min(lengths) and stats["max"] == max(lengths) and stats["tokens"] == sum(lengths)
+        assert [stats[f"p{p}"] for p in (50, 90, 99)] == [nearest_rank(lengths, p) for p in (50, 90, 99)]
+    sampling = manifest["sampling"]
+    assert sampling["plan_sha256"] == sha256_file(data_dir / "synth_sampling_plan" / "plan.json")
+    assert sampling["feasible"] and sampling["plan_counts_current"] and sampling["achieved_meets_targets"]
+    assert sampling["expected_after"]["non_english_share"] == pytest.approx(0.25)  # the sample is 80% English
+    assert sampling["rates"]["english"] < 1 and sampling["rates"]["non_english"] == sampling["rates"]["memorization"] == 1
+    dropped = manifest["totals"]["dropped"]
+    for reason in ("empty_synthetic_answer", "result_failed_after_max_attempts", "result_inconsistent_with_answer", "sampled_out_english"):
+        assert dropped[reason] > 0
+    assert manifest["totals"]["rows_in"] == 3000 == manifest["totals"]["rows_out"] + sum(dropped.values())
+    kd = json.loads((data_dir / "megatron" / "synth_kd_v1" / "manifest.json").read_text())
+    assert kd["sampling"] == sampling and kd["config"]["selection"] == manifest["config"]["selection"]
+
+
+def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(built_sample, tmp_path):
+    instance, _, data_dir = built_sample
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy, ignore=shutil.ignore_patterns("megatron", "distill"))
+    # one conversation the renderer must refuse: an assistant channel v1 has no span for
+    sampled = copy / "synth_sampled" / "synth_03.parquet"
+    table = pq.read_table(sampled)
+    messages = table.column("messages_json").to_pylist()
+    bad_id = table.column("synth_id")[0].as_py()
+    messages[0] = messages[0].replace('"channel":"final"', '"channel":"commentary"')
+    pq.write_table(table.set_column(table.schema.get_field_index("messages_json"), "messages_json", [messages]), sampled)
+    paths = SynthKDPaths(
+        raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy), max_seq_len=1000, encoding_errors_log=str(tmp_path / "enc.jsonl")
+    )
+    run(instance, paths, ["synth_tokenized"], "synth_03")
+    for key in ("synth_00", "synth_01", "synth_02", "synth_03"):
+        run(instance, paths, ["synth_distill"], key)
+    result = run(instance, paths, ["synth_distill_manifest"])
+    assert set(check_outcomes(result).values()) == {True}
+    manifest = json.loads((copy / "distill" / "synth_distill" / "manifest.json").read_text())
+    tokenized = pl.concat([pl.read_parquet(p) for p in sorted((copy / "synth_tokenized").glob("*.parquet"))])
+    too_long = tokenized.filter(pl.col("tokens").list.len() - 1 > 1000).height
+    assert too_long > 0 and manifest["totals"]["dropped"]["over_max_seq_len"] == too_long
+    assert manifest["totals"]["rows_out"] == tokenized.height - too_long
+    assert max(manifest["token_lengths"][s]["max"] for s in contracts.DISTILL_SPLITS) <= 1000
+    assert manifest["totals"]["dropped"]["unsupported_assistant_channel"] == 1
+    logged = [json.loads(line) for line in (tmp_path / "enc.jsonl").read_text().splitlines()]
+    assert [(e["synth_id"], e["reason"]) for e in logged] == [(bad_id, "unsupported_assistant_channel")]
+    assert manifest["encoding_errors_log"] == {"path": str(tmp_path / "enc.jsonl"), "records": 1}
+    over = [json.loads(line) for line in (copy / "errors" / "synth_distill" / "synth_00.jsonl").read_text().splitlines()]
+    assert over and {e["reason"] for e in over} == {"over_max_seq_len"}
+
+
+# --- the blocking checks on a corrupted copy -------------------------------------------------------
+
+
+def run_checks(instance, paths: SynthKDPaths) -> dict[str, bool]:
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.checks_for_assets("synth_distill_manifest"),
+        instance=instance,
+        resources={"paths": paths},
+        raise_on_error=False,
+    )
+    return check_outcomes(result)
+
+
+@pytest.fixture
+def corruptible(built_sample, tmp_path):
+    instance, _, data_dir = built_sample
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir / "distill", copy / "distill")
+    for keep in ("tokenizer", "synth_harmony"):  # what the provenance check reads besides the parts
+        shutil.copytree(data_dir / keep, copy / keep)
+    manifest_path = copy / "distill" / "synth_distill" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["tokenizer"]["path"] = str(copy / "tokenizer" / contracts.TOKENIZER_FILENAME)
+    manifest["input_manifest"]["path"] = str(copy / "synth_harmony" / "manifest.json")
+    manifest_path.write_text(json.dumps(manifest))
+    return instance, SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy)), copy / "distill" / "synth_distill"
+
+
+def rewrite(path, edit) -> None:
+    rows = pq.read_table(path).to_pylist()
+    edit(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=DISTILL_SCHEMA), path)
+
+
+def test_checks_pass_on_the_sound_copy(corruptible):
+    instance, paths, _ = corruptible
+    assert run_checks(instance, paths) == dict.fromkeys(DISTILL_CHECKS, True)
+
+
+def test_a_wrong_label_fails_the_labels_check(corruptible):
+    instance, paths, root = corruptible
+
+    def edit(rows):
+        start = rows[3]["spans"]["assistant_token_start"]
+        rows[3]["labels"][start + 5] += 1
+
+    rewrite(root / "train" / "part-00001.parquet", edit)
+    outcome = run_checks(instance, paths)
+    assert outcome["distill_labels_match_input_ids"] is False and outcome["distill_manifest_provenance"] is False
+    assert outcome["distill_spans_consistent"] is True and outcome["distill_no_split_leakage"] is True
+
+
+def test_inconsistent_spans_fail_the_spans_check(corruptible):
+    instance, paths, root = corruptible
+
+    def edit(rows):
+        rows[0]["spans"]["final_token_count"] -= 1  # counts no longer add up
+        rows[1]["labels"][rows[1]["spans"]["assistant_token_start"]] = -100  # -100 past the start
+
+    rewrite(root / "train" / "part-00002.parquet", edit)
+    found = distill_part_problems(root / "train" / "part-00002.parquet", "train", 8192, 0.01)
+    assert len(found["spans"]) == 2 and found["labels"] == [] and found["split"] == []
+    outcome = run_checks(instance, paths)
+    assert outcome["distill_spans_consistent"] is False and outcome["distill_labels_match_input_ids"] is True
+
+
+def test_a_leaked_row_fails_the_leakage_check(corruptible):
+    instance, paths, root = corruptible
+    leaked = pq.read_table(root / "train" / "part-00000.parquet").slice(0, 1).to_pylist()
+    rewrite(root / "validation" / "part-00000.parquet", lambda rows: rows.extend(leaked))
+    outcome = run_checks(instance, paths)
+    assert outcome["distill_no_split_leakage"] is False and outcome["distill_labels_match_input_ids"] is True
+
+
+def test_a_too_long_row_fails_the_max_length_check(corruptible):
+    instance, paths, root = corruptible
+    longest = max(len(ids) for ids in pq.read_table(root / "train" / "part-00003.parquet").column("input_ids").to_pylist())
+    shorter = SynthKDPaths(raw_dir=paths.raw_dir, data_dir=paths.data_dir, max_seq_len=longest - 1)
+    outcome = run_checks(instance, shorter)
+    assert outcome["distill_max_length_respected"] is False
+    assert outcome["distill_manifest_provenance"] is False  # and max_seq_len is part of the config hash
+    assert outcome["distill_labels_match_input_ids"] is True
