@@ -82,13 +82,14 @@ def test_leaked_synth_id_fails_the_leakage_check(copy_of_build):
 
 
 def test_edited_input_manifest_fails_provenance(copy_of_build):
-    """The dataset manifest pins data/synth_harmony/manifest.json by sha256: editing it is caught."""
+    """The dataset manifest pins data/synth_harmony/manifest.json by sha256: editing it is caught.
+
+    Paths are recorded relative to the data root, so the copied build checks against its own files."""
     instance, paths, copy = copy_of_build
-    manifest = copy / "megatron" / "synth_kd_v1" / "manifest.json"
+    manifest = json.loads((copy / "megatron" / "synth_kd_v1" / "manifest.json").read_text())
+    assert manifest["input_manifest"]["path"] == "synth_harmony/manifest.json"
+    assert manifest["tokenizer"]["path"] == "tokenizer/o200k_base.tiktoken"
     harmony = copy / "synth_harmony" / "manifest.json"
-    data = json.loads(manifest.read_text())
-    data["input_manifest"]["path"] = str(harmony)  # the copy's own input manifest, same bytes as recorded
-    manifest.write_text(json.dumps(data))
     assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is True
     harmony.write_text(harmony.read_text() + " ")
     assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is False

@@ -210,11 +210,6 @@ def corruptible(built_sample, tmp_path):
     shutil.copytree(data_dir / "distill", copy / "distill")
     for keep in ("tokenizer", "synth_harmony"):  # what the provenance check reads besides the parts
         shutil.copytree(data_dir / keep, copy / keep)
-    manifest_path = copy / "distill" / "synth_distill" / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["tokenizer"]["path"] = str(copy / "tokenizer" / contracts.TOKENIZER_FILENAME)
-    manifest["input_manifest"]["path"] = str(copy / "synth_harmony" / "manifest.json")
-    manifest_path.write_text(json.dumps(manifest))
     return instance, SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy)), copy / "distill" / "synth_distill"
 
 

@@ -23,8 +23,11 @@ REQUIRED_MANIFEST_KEYS = (
 )
 
 
-def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash: str) -> list[str]:
-    """Provenance complete, and every recorded hash and size still matching the bytes on disk."""
+def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash: str, data_root: Path) -> list[str]:
+    """Provenance complete, and every recorded hash and size still matching the bytes on disk.
+
+    Dataset files are recorded relative to the dataset `root`; the tokenizer and input manifest
+    relative to `data_root` (or absolute when they live outside it)."""
     problems = [f"manifest lacks {key!r}" for key in REQUIRED_MANIFEST_KEYS if key not in manifest]
     if problems:
         return problems
@@ -33,7 +36,7 @@ def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash
     if manifest["tokenizer"]["sha256"] != contracts.TOKENIZER_SHA256:
         problems.append(f"tokenizer sha256 {manifest['tokenizer']['sha256']} is not the pinned one")
     for label in ("tokenizer", "input_manifest"):
-        path = Path(manifest[label]["path"])
+        path = data_root / manifest[label]["path"]
         if not path.is_file() or sha256_file(path) != manifest[label]["sha256"]:
             problems.append(f"{label} {path} no longer has the recorded sha256")
     for shard in manifest["shards"]:

@@ -147,11 +147,12 @@ class DistillShardResult:
     files: list[dict[str, Any]]  # per split: path (relative to the dataset root), rows, bytes, sha256
     lengths: dict[str, Counter]  # per split: len(input_ids) -> rows
 
-    def record(self, partition: str, shard_index: int, root: Path) -> dict[str, Any]:
+    def record(self, partition: str, shard_index: int, root: str) -> dict[str, Any]:
+        """The per-shard record; `root` is the dataset root as manifests record it (data-root relative)."""
         return {
             "partition": partition,
             "shard_index": shard_index,
-            "dataset_root": str(root),
+            "dataset_root": root,
             "report": self.report.to_dict(),
             "files": self.files,
             "length_histogram": {

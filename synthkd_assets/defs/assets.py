@@ -188,7 +188,7 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
             {
                 "name": shard.name,
                 "source": {"path": shard.path, "bytes": shard.bytes, "sha256": shard.sha256},
-                "output": {"path": str(out_path), "bytes": out_path.stat().st_size, "sha256": mf.sha256_file(out_path)},
+                "output": {"path": paths.recorded(out_path), "bytes": out_path.stat().st_size, "sha256": mf.sha256_file(out_path)},
                 "report": mf.read_json(report_path),
             }
         )
@@ -435,8 +435,8 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
         **mf.git_state(),
         "config": config,
         "config_hash": mf.config_hash(config),
-        "tokenizer": {"path": str(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
-        "input_manifest": {"path": str(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
+        "tokenizer": {"path": paths.recorded(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
+        "input_manifest": {"path": paths.recorded(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
         "split": {"rule": contracts.SPLIT_RULE, "salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
         "sampling": sampling,
         "shards": records,
@@ -493,7 +493,7 @@ def synth_distill(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
         paths.caps(),
     )
     record_path = paths.distill_records_dir() / f"{key}.json"
-    mf.write_manifest(record_path, result.record(key, shard_index, root))
+    mf.write_manifest(record_path, result.record(key, shard_index, paths.recorded(root)))
     errors_path = paths.errors_dir() / paths.distill_name() / f"{key}.jsonl"
     if result.report.errors:
         result.report.write_errors(errors_path)
@@ -543,7 +543,7 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
         if not record_path.is_file():
             raise dg.Failure(f"synth_distill partition {name!r} has not been materialized ({record_path} missing)")
         record = mf.read_json(record_path)
-        if record["dataset_root"] != str(root):
+        if record["dataset_root"] != paths.recorded(root):
             raise dg.Failure(f"synth_distill partition {name!r} was written to {record['dataset_root']}, not {root}")
         records.append(record)
         harmony_reports.append(mf.read_json(_stage_files(paths, "synth_harmony", name)[1]))
@@ -562,8 +562,8 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
         **mf.git_state(),
         "config": config,
         "config_hash": mf.config_hash(config),
-        "tokenizer": {"path": str(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
-        "input_manifest": {"path": str(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
+        "tokenizer": {"path": paths.recorded(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
+        "input_manifest": {"path": paths.recorded(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
         "split": {
             "rule": contracts.SPLIT_RULE,
             "salt": contracts.DISTILL_SPLIT_SALT,
@@ -573,7 +573,7 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
         "max_seq_len": paths.max_seq_len,
         "sampling": sampling,
         "token_lengths": lengths,
-        "encoding_errors_log": {"path": str(paths.encoding_errors_log_path()), "records": errors_logged},
+        "encoding_errors_log": {"path": paths.recorded(paths.encoding_errors_log_path()), "records": errors_logged},
         "shards": [
             {"partition": r["partition"], "shard_index": r["shard_index"], "report": r["report"], "files": r["files"]}
             for r in records

@@ -86,7 +86,7 @@ def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
 )
 def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _dataset_manifest(paths)
-    return _result(manifest_problems(root, manifest, mf.config_hash(kd_config(paths))))
+    return _result(manifest_problems(root, manifest, mf.config_hash(kd_config(paths)), paths.data_root()))
 
 
 @dg.asset_check(asset="synth_kd_v1_manifest", blocking=True, description="No synth_id is in both train and valid.")
@@ -176,7 +176,7 @@ def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
 def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _distill_manifest(paths)
     as_kd = {**manifest, "shards": [{"splits": [{"files": shard["files"]}]} for shard in manifest.get("shards", [])]}
-    return _result(manifest_problems(root, as_kd, mf.config_hash(distill_config(paths))))
+    return _result(manifest_problems(root, as_kd, mf.config_hash(distill_config(paths)), paths.data_root()))
 
 
 DISTILL_CHECKS = [

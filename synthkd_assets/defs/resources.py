@@ -50,6 +50,17 @@ class SynthKDPaths(dg.ConfigurableResource):
     def data_root(self) -> Path:
         return Path(self.data_dir or os.environ.get("SYNTHKD_DATA_DIR") or DEFAULT_DATA_DIR)
 
+    def recorded(self, path: Path) -> str:
+        """How a manifest records a path: relative to the data root when under it (so a dataset can move
+        and two builds in different roots have identical manifests), absolute otherwise."""
+        try:
+            return path.resolve().relative_to(self.data_root().resolve()).as_posix()
+        except ValueError:
+            return str(path.resolve())
+
+    def resolve_recorded(self, recorded: str) -> Path:
+        return self.data_root() / recorded  # an absolute recorded path stays absolute
+
     def raw_shard(self, partition_key: str) -> Path:
         return self.raw_root() / f"{partition_key}.parquet"
 

@@ -1,0 +1,14 @@
+"""Subprocess body for the SIGKILL test: build the whole graph for one raw directory, in-process."""
+
+import sys
+
+import dagster as dg
+
+from synthkd_assets.defs.resources import SynthKDPaths
+from tests.helpers import build_everything
+
+if __name__ == "__main__":
+    raw_dir, data_dir = sys.argv[1:3]
+    with dg.DagsterInstance.ephemeral() as instance:
+        build_everything(instance, SynthKDPaths(raw_dir=raw_dir, data_dir=data_dir))
+    print("done", flush=True)
