@@ -93,7 +93,8 @@ def render_ratios(shard: Path, work: Path, reference_rows: int) -> dict:
 
 
 def run_partition(raw_dir: str, data_dir: str) -> None:
-    """Child process: materialize one partition synth_raw -> synth_kd_v1 with Dagster, print timing JSON.
+    """Child process: build synth_kd_v1 from one raw shard with Dagster (inventory, scan, plan, build,
+    manifest and every check), print timing JSON.
 
     megatron-core's import (torch and its whole package) is a fixed cost of every worker process, not
     of the partition: it is timed and reported on its own, before the partition clock starts."""
@@ -103,24 +104,15 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
     startup = time.perf_counter() - start
     import dagster as dg
 
-    from synthkd_assets.definitions import defs
+    from synthkd_assets.defs.build import build_all
     from synthkd_assets.defs.resources import SynthKDPaths
 
     paths = SynthKDPaths(raw_dir=raw_dir, data_dir=data_dir)
-    assets = list(defs.assets)
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     with dg.DagsterInstance.ephemeral() as instance:
-        dg.materialize(assets, selection=["o200k_tokenizer", "synth_raw_inventory"], instance=instance, resources={"paths": paths})
-        [key] = instance.get_dynamic_partitions("synth_shards")
         start = time.perf_counter()
-        result = dg.materialize(
-            assets,
-            selection=["synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1"],
-            partition_key=key,
-            instance=instance,
-            resources={"paths": paths},
-        )
+        [key] = build_all(instance, paths, outputs=["synth_kd_v1"], run_config=quiet)
         seconds = time.perf_counter() - start
-    assert result.success
     report = json.loads((Path(data_dir) / "synth_tokenized" / f"{key}.report.json").read_text())
     print(json.dumps({"seconds": seconds, "startup_s": startup, "tokens": sum(report["span_tokens"].values()), "rows": report["rows_in"]}))
 

@@ -20,8 +20,6 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SCAN_STEPS = ["synth_harmony", "synth_filtered"]
-BUILD_STEPS = ["synth_sampled", "synth_tokenized", "synth_distill"]
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
@@ -49,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from synthkd_assets.cli import distill_summary_lines
-    from synthkd_assets.definitions import defs
-    from synthkd_assets.defs.partitions import SYNTH_SHARDS
+    from synthkd_assets.defs.build import BuildFailed, build_all
     from synthkd_assets.defs.resources import SynthKDPaths
 
     output_dir = args.output_dir.resolve()
@@ -77,38 +74,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --input-dir {args.input_dir} is not a directory", file=sys.stderr)
         return 2
     logging.getLogger("dagster").setLevel(logging.WARNING)
-    assets = list(defs.assets) + list(defs.asset_checks)
+    descriptions = {"scan": "scan: harmony + filters", "build": "build: sample + tokenize + distill"}
 
-    def materialize(instance: dg.DagsterInstance, selection: list[str], partition_key: str | None = None) -> None:
-        result = dg.materialize(
-            assets,
-            selection=dg.AssetSelection.assets(*selection) | dg.AssetSelection.checks_for_assets(*selection),
-            partition_key=partition_key,
-            instance=instance,
-            resources={"paths": paths},
-            run_config=QUIET,
-            raise_on_error=False,
-            tags={"synthkd/cli": "build_synth_distill"},
-        )
-        failed = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed]
-        if not result.success or failed:
-            where = f" (partition {partition_key})" if partition_key else ""
-            errors = [str(e.event_specific_data.error.message).strip() for e in result.all_events if e.is_step_failure]
-            raise SystemExit(f"error: {', '.join(selection)}{where} failed: {'; '.join(errors) or failed}")
+    def progress(keys: list[str], pass_name: str):
+        return tqdm(keys, desc=descriptions[pass_name], unit="shard", file=sys.stderr)
 
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     with instance:
-        materialize(instance, ["o200k_tokenizer", "synth_raw_inventory"])
-        keys = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
-        if not keys:
+        if not any(args.input_dir.glob("*.parquet")):
             print(f"error: no *.parquet shards in {args.input_dir}", file=sys.stderr)
             return 1
-        for key in tqdm(keys, desc="scan: harmony + filters", unit="shard", file=sys.stderr):
-            materialize(instance, SCAN_STEPS, key)
-        materialize(instance, ["synth_sampling_plan"])
-        for key in tqdm(keys, desc="build: sample + tokenize + distill", unit="shard", file=sys.stderr):
-            materialize(instance, BUILD_STEPS, key)
-        materialize(instance, ["synth_harmony_manifest", "synth_distill_manifest"])
+        try:
+            build_all(
+                instance, paths, outputs=["synth_distill"], over_shards=progress,
+                run_config=QUIET, tags={"synthkd/cli": "build_synth_distill"},
+            )
+        except BuildFailed as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
     manifest = json.loads((output_dir / "manifest.json").read_text())
     print("\n".join(distill_summary_lines(manifest)))
     return 0

@@ -1,0 +1,81 @@
+"""The build order of the graph, defined once: used by the tests, the DistillKit CLI and the benchmark.
+
+scripts/build.sh runs the same passes through the dagster CLI (its order is tested against a build
+through this module in tests/test_cli_and_webserver.py).
+"""
+
+from collections.abc import Callable, Iterable, Sequence
+
+import dagster as dg
+
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.resources import SynthKDPaths
+
+INVENTORY_STEPS = ["o200k_tokenizer", "synth_raw_inventory"]
+SCAN_STEPS = ["synth_harmony", "synth_filtered"]  # per shard, before the (global) sampling plan
+PLAN_STEPS = ["synth_sampling_plan"]
+BUILD_STEPS = ["synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"]  # per shard, under the plan
+SHARD_STEPS = SCAN_STEPS + BUILD_STEPS  # rebuilding one shard under the plan in force
+MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest"]
+OUTPUTS = {"synth_kd_v1": "synth_kd_v1_manifest", "synth_distill": "synth_distill_manifest"}
+
+
+class BuildFailed(RuntimeError):
+    """A step or a blocking check failed; the message names the steps, the partition and the reasons."""
+
+
+def all_definitions() -> list:
+    from synthkd_assets.definitions import defs
+
+    return list(defs.assets) + list(defs.asset_checks)
+
+
+def materialize_steps(
+    instance: dg.DagsterInstance,
+    paths: SynthKDPaths,
+    selection: Sequence[str],
+    partition_key: str | None = None,
+    raise_on_error: bool = True,
+    **kwargs,
+) -> dg.ExecuteInProcessResult:
+    """Materialize `selection` and run the checks of those assets, in process."""
+    result = dg.materialize(
+        all_definitions(),
+        selection=dg.AssetSelection.assets(*selection) | dg.AssetSelection.checks_for_assets(*selection),
+        partition_key=partition_key,
+        instance=instance,
+        resources={"paths": paths},
+        raise_on_error=False,
+        **kwargs,
+    )
+    failed_checks = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed]
+    if raise_on_error and (not result.success or failed_checks):
+        where = f" (partition {partition_key})" if partition_key else ""
+        errors = [str(e.event_specific_data.error.message).strip() for e in result.all_events if e.is_step_failure]
+        raise BuildFailed(f"{', '.join(selection)}{where} failed: {'; '.join(errors) or failed_checks}")
+    return result
+
+
+def build_all(
+    instance: dg.DagsterInstance,
+    paths: SynthKDPaths,
+    outputs: Iterable[str] = tuple(OUTPUTS),
+    over_shards: Callable[[list[str], str], Iterable[str]] = lambda keys, _pass: keys,
+    **kwargs,
+) -> list[str]:
+    """Inventory, scan pass per shard, the plan, build pass per shard, manifests; returns the shards.
+
+    `outputs` picks the datasets (synth_kd_v1, synth_distill); `over_shards(keys, pass_name)` may wrap
+    the shard loops (a progress bar)."""
+    wanted = set(outputs)
+    build_steps = [s for s in BUILD_STEPS if s not in OUTPUTS or s in wanted]
+    manifests = [m for m in MANIFEST_STEPS if m not in OUTPUTS.values() or any(OUTPUTS[o] == m for o in wanted)]
+    materialize_steps(instance, paths, INVENTORY_STEPS, **kwargs)
+    keys = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
+    for key in over_shards(keys, "scan"):
+        materialize_steps(instance, paths, SCAN_STEPS, key, **kwargs)
+    materialize_steps(instance, paths, PLAN_STEPS, **kwargs)
+    for key in over_shards(keys, "build"):
+        materialize_steps(instance, paths, build_steps, key, **kwargs)
+    materialize_steps(instance, paths, manifests, **kwargs)
+    return keys
