@@ -7,6 +7,7 @@ import shutil
 
 import dagster as dg
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding
@@ -93,3 +94,14 @@ def test_edited_input_manifest_fails_provenance(copy_of_build):
     assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is True
     harmony.write_text(harmony.read_text() + " ")
     assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is False
+
+
+def test_raw_shard_changed_after_the_manifest_fails_the_input_check(copy_of_build, tmp_path):
+    instance, _, copy = copy_of_build
+    raw = tmp_path / "raw"
+    shutil.copytree(SAMPLE_RAW_DIR, raw)
+    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(copy))
+    assert run_checks(instance, paths, "synth_harmony_manifest") == {"raw_inputs_unchanged": True}
+    table = pq.read_table(raw / "synth_03.parquet")
+    pq.write_table(table.slice(0, table.num_rows - 1), raw / "synth_03.parquet")
+    assert run_checks(instance, paths, "synth_harmony_manifest") == {"raw_inputs_unchanged": False}

@@ -108,3 +108,19 @@ def test_megatron_reader_refuses_truncated_bin(tmp_path):
     dataset = IndexedDataset(str(tmp_path / "train" / "shard_00_tokens"))
     with pytest.raises(ValueError):
         dataset[4]
+
+
+def test_chunked_validation_covers_every_document(tmp_path, monkeypatch):
+    """With chunks far smaller than the shard, a defect in any document (first, middle, last) is still found."""
+    import synthkd_assets.core.megatron_io as megatron_io
+
+    monkeypatch.setattr(megatron_io, "CHECK_CHUNK_TOKENS", 50)
+    for victim in (0, 17, 39):
+        rng = np.random.default_rng(victim)
+        conversations = [random_conversation(rng) for _ in range(40)]
+        conversations[victim][2][1] = 3
+        write_shard(tmp_path / str(victim) / "train", 0, conversations)
+        problems = trio_alignment_problems(tmp_path / str(victim) / "train", 0)
+        assert any("span_id outside" in p for p in problems), (victim, problems)
+    write_shard(tmp_path / "sound" / "train", 0, [random_conversation(rng) for _ in range(40)])
+    assert trio_alignment_problems(tmp_path / "sound" / "train", 0) == []

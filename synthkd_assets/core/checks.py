@@ -69,3 +69,16 @@ def unreadable_shards(root: Path, manifest: dict[str, Any]) -> list[str]:
             if split["sequences"]:
                 problems.extend(trio_alignment_problems(root / split["split"], split["shard_index"]))
     return problems
+
+
+def input_drift(recorded_shards: list[dict[str, Any]], current_sha256: dict[str, str]) -> list[str]:
+    """Raw shards whose bytes differ from (or are missing / new against) what the Harmony manifest recorded."""
+    recorded = {entry["name"]: entry["source"]["sha256"] for entry in recorded_shards}
+    problems = [
+        f"raw shard {name} changed since the manifest was written (sha256 {sha[:12]} -> {current_sha256[name][:12]})"
+        for name, sha in sorted(recorded.items())
+        if name in current_sha256 and current_sha256[name] != sha
+    ]
+    problems += [f"raw shard {name} recorded in the manifest is gone" for name in sorted(set(recorded) - set(current_sha256))]
+    problems += [f"raw shard {name} is not in the manifest" for name in sorted(set(current_sha256) - set(recorded))]
+    return problems

@@ -39,14 +39,14 @@ def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard
     shards = []
     for path in sorted(raw_dir.glob(RAW_GLOB)):
         stat = path.stat()
-        cached = cache.get(path.name)
+        cached = cache.get(str(path.resolve()))
         if cached and cached["bytes"] == stat.st_size and cached["mtime_ns"] == stat.st_mtime_ns:
             digest = cached["sha256"]
         else:
             digest = sha256_file(path)
         shards.append(RawShard(partition_key_for(path), str(path), stat.st_size, stat.st_mtime_ns, digest))
     if cache_path is not None:
-        atomic_write_text(cache_path, json.dumps({Path(s.path).name: asdict(s) for s in shards}, indent=1, sort_keys=True))
+        atomic_write_text(cache_path, json.dumps({str(Path(s.path).resolve()): asdict(s) for s in shards}, indent=1, sort_keys=True))
     return shards
 
 

@@ -155,10 +155,26 @@ def open_trio(split_dir: Path, shard_index: int):
     return {kind: IndexedDataset(str(prefix)) for kind, prefix in trio_prefixes(split_dir, shard_index).items()}
 
 
+CHECK_CHUNK_TOKENS = 1 << 22  # tokens validated at a time: bounded memory whatever the shard size
+
+
+def _document_chunks(lengths: np.ndarray, budget: int) -> list[tuple[int, int, int, int]]:
+    """(first_doc, end_doc, first_token, end_token) ranges of whole documents of about `budget` tokens."""
+    ends = np.cumsum(lengths, dtype=np.int64)
+    chunks, first_doc, first_token = [], 0, 0
+    while first_doc < len(lengths):
+        end_doc = max(int(np.searchsorted(ends, first_token + budget, side="right")), first_doc + 1)
+        chunks.append((first_doc, end_doc, first_token, int(ends[end_doc - 1])))
+        first_doc, first_token = end_doc, int(ends[end_doc - 1])
+    return chunks
+
+
 def trio_alignment_problems(split_dir: Path, shard_index: int) -> list[str]:
     """Everything wrong with one shard/split trio, as readable sentences (empty list = sound).
 
-    Loads through megatron-core, so an unreadable or truncated file is reported, not raised.
+    Opens each dataset with megatron-core (so an unreadable or truncated file is reported, not raised),
+    then validates the values in document-aligned chunks read with plain file I/O, so memory stays
+    bounded for shards of any size.
     """
     name = f"{split_dir.name}/shard_{shard_index:02d}"
     missing = [str(p.name) for p in trio_files(split_dir, shard_index) if not p.is_file()]
@@ -166,13 +182,10 @@ def trio_alignment_problems(split_dir: Path, shard_index: int) -> list[str]:
         return [f"{name}: missing files {missing}"]
     try:
         datasets = open_trio(split_dir, shard_index)
-        arrays = {}
         for kind, dataset in datasets.items():
             expected = np.dtype(contracts.ARRAY_DTYPES[kind])
             if np.dtype(dataset.index.dtype) != expected:
                 return [f"{name}: {kind} dtype is {np.dtype(dataset.index.dtype)}, expected {expected}"]
-            total = int(dataset.sequence_lengths.sum())
-            arrays[kind] = dataset.bin_reader.read(dtype=expected, count=total, offset=0)
     except Exception as error:  # megatron-core raises AssertionError/ValueError on malformed files
         return [f"{name}: not readable by megatron-core IndexedDataset: {type(error).__name__}: {error}"]
     problems: list[str] = []
@@ -184,17 +197,43 @@ def trio_alignment_problems(split_dir: Path, shard_index: int) -> list[str]:
             problems.append(f"{name}: {kind} document_indices differ from tokens")
     if problems:
         return problems
-    loss_mask, span = arrays["lossmask"], arrays["span"]
-    if (bad := np.flatnonzero(loss_mask > 1)).size:
-        problems.append(f"{name}: loss_mask outside {{0,1}} at {bad.size} positions, first {int(bad[0])}")
-    if (bad := np.flatnonzero(span > contracts.SPAN_FINAL)).size:
-        problems.append(f"{name}: span_id outside {{0,1,2}} at {bad.size} positions, first {int(bad[0])}")
-    if (bad := np.flatnonzero((loss_mask == 0) != (span == contracts.SPAN_PROMPT))).size:
-        problems.append(f"{name}: loss_mask==0 and span_id==0 disagree at {bad.size} positions, first {int(bad[0])}")
-    ends = np.cumsum(tokens_ds.sequence_lengths.astype(np.int64)) - 1
-    if ends.size:
-        if not np.all(arrays["tokens"][ends] == contracts.EOD_TOKEN_ID):
-            problems.append(f"{name}: {int(np.sum(arrays['tokens'][ends] != contracts.EOD_TOKEN_ID))} documents do not end with EOD")
-        if np.any(loss_mask[ends] != 0) or np.any(span[ends] != 0):
-            problems.append(f"{name}: the EOD position of some documents does not carry 0/0")
+    for kind, dataset in datasets.items():
+        needed = int(dataset.sequence_lengths.sum()) * np.dtype(contracts.ARRAY_DTYPES[kind]).itemsize
+        actual = Path(f"{dataset.path_prefix}.bin").stat().st_size
+        if actual != needed:
+            problems.append(f"{name}: not readable by megatron-core IndexedDataset: {kind}.bin has {actual} bytes, its index needs {needed}")
+    if problems:
+        return problems
+    lengths = tokens_ds.sequence_lengths.astype(np.int64)
+    counts = {"mask_domain": 0, "span_domain": 0, "disagree": 0, "no_eod": 0, "eod_supervised": 0}
+    first_bad: dict[str, int] = {}
+    prefixes = trio_prefixes(split_dir, shard_index)
+    for first_doc, end_doc, start, end in _document_chunks(lengths, CHECK_CHUNK_TOKENS):
+        arrays = {}
+        for kind, prefix in prefixes.items():
+            dtype = np.dtype(contracts.ARRAY_DTYPES[kind])
+            arrays[kind] = np.fromfile(f"{prefix}.bin", dtype=dtype, count=end - start, offset=start * dtype.itemsize)
+        loss_mask, span = arrays["lossmask"], arrays["span"]
+        doc_ends = np.cumsum(lengths[first_doc:end_doc]) - 1
+        for key, bad in (
+            ("mask_domain", loss_mask > 1),
+            ("span_domain", span > contracts.SPAN_FINAL),
+            ("disagree", (loss_mask == 0) != (span == contracts.SPAN_PROMPT)),
+        ):
+            found = np.flatnonzero(bad)
+            counts[key] += found.size
+            if found.size and key not in first_bad:
+                first_bad[key] = start + int(found[0])
+        counts["no_eod"] += int(np.sum(arrays["tokens"][doc_ends] != contracts.EOD_TOKEN_ID))
+        counts["eod_supervised"] += int(np.sum((loss_mask[doc_ends] != 0) | (span[doc_ends] != 0)))
+    if counts["mask_domain"]:
+        problems.append(f"{name}: loss_mask outside {{0,1}} at {counts['mask_domain']} positions, first {first_bad['mask_domain']}")
+    if counts["span_domain"]:
+        problems.append(f"{name}: span_id outside {{0,1,2}} at {counts['span_domain']} positions, first {first_bad['span_domain']}")
+    if counts["disagree"]:
+        problems.append(f"{name}: loss_mask==0 and span_id==0 disagree at {counts['disagree']} positions, first {first_bad['disagree']}")
+    if counts["no_eod"]:
+        problems.append(f"{name}: {counts['no_eod']} documents do not end with EOD")
+    if counts["eod_supervised"]:
+        problems.append(f"{name}: the EOD position of {counts['eod_supervised']} documents does not carry 0/0")
     return problems

@@ -7,7 +7,8 @@ import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.checks import manifest_problems, split_leakage, unreadable_shards
+from synthkd_assets.core.checks import input_drift, manifest_problems, split_leakage, unreadable_shards
+from synthkd_assets.core.inventory import scan_raw_dir
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
@@ -71,6 +72,18 @@ def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
     except TokenizerPinError as error:
         return _result([str(error)])
     return _result([], sha256=digest)
+
+
+@dg.asset_check(
+    asset="synth_harmony_manifest",
+    blocking=True,
+    description="Every raw shard still has the sha256 data/synth_harmony/manifest.json recorded (hashes cached by "
+    "size and mtime), and no shard appeared or vanished since.",
+)
+def raw_inputs_unchanged(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    manifest = mf.read_json(paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME)
+    current = {s.name: s.sha256 for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}
+    return _result(input_drift(manifest["shards"], current), shards=len(current))
 
 
 def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
@@ -186,4 +199,4 @@ DISTILL_CHECKS = [
     distill_no_split_leakage,
     distill_manifest_provenance,
 ]
-STANDALONE_CHECKS = [tokenizer_sha256_pin, manifest_provenance, no_split_leakage, shards_readable_by_megatron, *DISTILL_CHECKS]
+STANDALONE_CHECKS = [tokenizer_sha256_pin, raw_inputs_unchanged, manifest_provenance, no_split_leakage, shards_readable_by_megatron, *DISTILL_CHECKS]
