@@ -129,3 +129,9 @@ DISTILL_ENCODING_ERRORS_FILENAME: Final = "synth_distill_encoding_errors.jsonl"
 def distill_part_name(shard_index: int) -> str:
     """`part-00007.parquet`: one part per input shard and split, numbered like the Megatron shards."""
     return f"part-{shard_index:05d}.parquet"
+
+
+# --- bad input (raw rows that cannot be rendered as they are; see core/validation.py) ------------
+DROP_DUPLICATE_SYNTH_ID: Final = "duplicate_synth_id"  # a synth_id already kept earlier in the same shard
+DROP_INVALID_UTF8_PREFIX: Final = "invalid_utf8_"  # + column: a binary text value that is not valid UTF-8
+SANITIZED_INVALID_WORDS: Final = "invalid_words"  # `words` not a whole number >= 0 (counted; in no output)

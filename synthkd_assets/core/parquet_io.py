@@ -21,8 +21,35 @@ class InputFileError(ValueError):
     """An input file that cannot be used at all: names the file and the reason."""
 
 
+class OutputFileError(OSError):
+    """An output file that cannot be written (unwritable directory, full disk): names the file and the reason."""
+
+
+def read_arrow_schema(path: Path) -> pa.Schema:
+    """The Arrow schema of a Parquet file (footer only), or InputFileError naming the file."""
+    try:
+        return pq.ParquetFile(path).schema_arrow
+    except Exception as error:
+        raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
+
+
+def _invalid_column(batch: pa.RecordBatch) -> str | None:
+    """The first column of a batch that fails full validation (e.g. a string column with invalid UTF-8)."""
+    for name, column in zip(batch.schema.names, batch.columns):
+        try:
+            column.validate(full=True)
+        except Exception:
+            return name
+    return None
+
+
 def iter_frames(path: Path, columns: Sequence[str], batch_rows: int = READ_BATCH_ROWS) -> Iterator[pl.DataFrame]:
-    """Stream `columns` of a Parquet file as polars frames of at most `batch_rows` rows."""
+    """Stream `columns` of a Parquet file as polars frames of at most `batch_rows` rows.
+
+    Every batch is fully validated first: a `string` column holding invalid UTF-8 (which Parquet's
+    STRING type forbids, and which would panic inside polars) refuses the whole file, naming the
+    column; only `binary` columns may carry arbitrary bytes, for the caller to judge row by row.
+    """
     try:
         parquet = pq.ParquetFile(path)
     except Exception as error:
@@ -33,6 +60,7 @@ def iter_frames(path: Path, columns: Sequence[str], batch_rows: int = READ_BATCH
     batches = parquet.iter_batches(batch_size=batch_rows, columns=list(columns))
     rows_read = 0
     while True:
+        batch = None
         try:
             batch = next(batches)
             # pyarrow does not check string bytes on read; invalid UTF-8 would panic later inside polars
@@ -41,9 +69,12 @@ def iter_frames(path: Path, columns: Sequence[str], batch_rows: int = READ_BATCH
         except StopIteration:
             return
         except Exception as error:  # corrupt pages, bad encodings, truncation found mid-file
-            raise InputFileError(
-                f"{path}: unreadable after row {rows_read} ({type(error).__name__}: {error})"
-            ) from error
+            column = _invalid_column(batch) if batch is not None else None
+            if column is not None:
+                where = f"column {column!r} is invalid in rows {rows_read}-{rows_read + batch.num_rows - 1}"
+            else:
+                where = f"unreadable after row {rows_read}"
+            raise InputFileError(f"{path}: {where} ({type(error).__name__}: {error})") from error
         rows_read += frame.height
         yield frame
 
@@ -82,7 +113,11 @@ class ParquetShardWriter:
         final_path.parent.mkdir(parents=True, exist_ok=True)
         self._partial = partial_path(final_path)
         # zstd level 1: token lists barely compress further at higher levels, and writing is on the hot path
-        self._writer = pq.ParquetWriter(self._partial, schema, compression="zstd", compression_level=1)
+        try:  # the writer writes the magic bytes at once: a full disk fails here already
+            self._writer = pq.ParquetWriter(self._partial, schema, compression="zstd", compression_level=1)
+        except BaseException:
+            self._partial.unlink(missing_ok=True)
+            raise
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self.rows = 0
@@ -114,9 +149,20 @@ class ParquetShardWriter:
     def __enter__(self) -> "ParquetShardWriter":
         return self
 
+    def _discard(self) -> None:
+        """Close what can be closed and remove the partial file: nothing of a failed write remains."""
+        try:
+            self._writer.close()
+        except Exception:  # e.g. the disk is still full: the partial file goes anyway
+            pass
+        self._partial.unlink(missing_ok=True)
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc_type is None:
-            self.close()
+            try:
+                self.close()  # the last row group, the footer and the fsync can fail too (full disk)
+            except BaseException:
+                self._discard()
+                raise
         else:
-            self._writer.close()
-            self._partial.unlink(missing_ok=True)
+            self._discard()

@@ -6,9 +6,12 @@ These are the rules the Dagster assets wrap: plain functions over paths that ret
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -20,12 +23,13 @@ import pyarrow as pa
 from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory
-from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, list_column, list_column_rows
+from synthkd_assets.core.parquet_io import OutputFileError, ParquetShardWriter, iter_frames, list_column, list_column_rows
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
 
 Renderer = FastRenderer | HarmonyRenderer
 from synthkd_assets.core.sampling import assign_split
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
+from synthkd_assets.core.validation import DuplicateIds, check_raw_schema, conform_raw_frame
 
 HARMONY_SCHEMA = pa.schema(
     [
@@ -117,17 +121,26 @@ def shard_index_from_name(name: str) -> int:
 def harmonize_shard(
     raw_path: Path, out_path: Path, system: dict[str, Any], shard: str, source_sha256: str | None = None
 ) -> ShardReport:
-    """Raw SYNTH Parquet -> synth_harmony_v1 Parquet (messages_json + metadata_json + id columns)."""
+    """Raw SYNTH Parquet -> synth_harmony_v1 Parquet (messages_json + metadata_json + id columns).
+
+    A file that is not a usable SYNTH shard raises InputFileError before any output is opened; an
+    output that cannot be written raises OutputFileError; either way nothing remains under the final
+    name or as a partial file. Bad rows are dropped and counted (see core/validation.py for the rules).
+    """
     report = ShardReport(shard, source_sha256=source_sha256)
+    check_raw_schema(raw_path)
+    duplicates = DuplicateIds()
     source_row = 0
-    with ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
+    with _output_errors(out_path), ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
         for frame in iter_frames(raw_path, contracts.RAW_COLUMNS):
             frame = frame.with_columns(
                 pl.int_range(source_row, source_row + frame.height, dtype=pl.Int64).alias("source_row")
             )
             source_row += frame.height
             report.rows_in += frame.height
+            frame = conform_raw_frame(frame, report)
             frame = _drop_missing_required(frame, report)
+            frame = duplicates.drop_duplicates(frame, report)
             frame = _sanitize(frame, report)
             report.language.update(frame["language"].to_list())
             report.exercise.update(frame["exercise"].to_list())
@@ -143,6 +156,22 @@ def harmonize_shard(
             )
         report.rows_out = writer.rows
     return report
+
+
+@contextlib.contextmanager
+def _output_errors(out_path: Path) -> Iterator[None]:
+    """OSErrors of the write side (the reader raises InputFileError instead) as one message naming the file."""
+    try:
+        yield
+    except OSError as error:
+        if isinstance(error, OutputFileError):
+            raise
+        blocker = next((p for p in out_path.parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            reason = f"{blocker} is not a directory"
+        else:
+            reason = os.strerror(error.errno) if error.errno else str(error)
+        raise OutputFileError(f"{out_path}: cannot write output: {reason} ({type(error).__name__}: {error})") from error
 
 
 def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:

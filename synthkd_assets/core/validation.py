@@ -1,0 +1,209 @@
+"""Bad input, decided in one place: which raw files are SYNTH at all, which rows are usable.
+
+File level (`check_raw_schema`, before any output is opened): a file that is not Parquet, lacks a
+SYNTH column, names one twice, or stores a column in a type that cannot hold its values is refused
+with an `InputFileError` naming the file, the column, the expected and the actual type. A text
+column stored as int64 (or any other non-text type) is such a file: turning numbers into prompt text
+would be inventing data, so nothing is coerced.
+
+Row level (`conform_raw_frame`, `DuplicateIds`, then the harmonize step's own missing-value and NUL
+rules): every problem a single row can have either leaves the row rendered correctly or drops it,
+counted by reason with shard, source row and synth_id in the errors log.
+
+- `binary` text columns are decoded as UTF-8 row by row; a value that is not valid UTF-8 drops its
+  row as `invalid_utf8_<column>`. Lone surrogates cannot exist in Arrow strings (UTF-8 cannot encode
+  them, and a `string` column carrying such bytes is refused as a corrupt file by the reader); in a
+  binary column their bytes (`ED A0 80`...) are rejected by Python's UTF-8 decoder like any other
+  invalid sequence, so they drop the row as `invalid_utf8_<column>` too.
+- `null`-typed (all-null) and dictionary-encoded string columns are read as strings.
+- `words` is in no output; integer, float and text types are accepted and a value that is not a
+  non-negative whole number is only counted (`sanitized.invalid_words`).
+- a synth_id already seen earlier in the same shard drops the later row as `duplicate_synth_id`
+  (the first row that passed every other rule is kept). Duplicates across shards are found at the
+  dataset level, by `cross_shard_duplicates` over the per-shard documents tables.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+import pyarrow as pa
+
+from synthkd_assets import contracts
+from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
+
+if TYPE_CHECKING:  # stages imports this module
+    from synthkd_assets.core.stages import ShardReport
+
+TEXT_TYPES_DESCRIPTION = "string, large_string, string_view, binary, large_binary, binary_view, dictionary<string> or null"
+WORDS_TYPES_DESCRIPTION = "an integer or floating type, or " + TEXT_TYPES_DESCRIPTION
+
+
+def _is_string(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type)
+
+
+def is_text_type(arrow_type: pa.DataType) -> bool:
+    """An Arrow type a SYNTH text column may have: a string type, a binary type (decoded per row), a
+    dictionary of strings, or null (a column with no values)."""
+    if pa.types.is_dictionary(arrow_type):
+        return _is_string(arrow_type.value_type)
+    return (
+        _is_string(arrow_type)
+        or pa.types.is_binary(arrow_type)
+        or pa.types.is_large_binary(arrow_type)
+        or pa.types.is_binary_view(arrow_type)
+        or pa.types.is_null(arrow_type)
+    )
+
+
+def is_words_type(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or is_text_type(arrow_type)
+
+
+def check_raw_schema(path: Path) -> pa.Schema:
+    """The file's Arrow schema if it is a usable raw SYNTH shard; InputFileError naming what is wrong otherwise."""
+    schema = read_arrow_schema(path)
+    missing = [column for column in contracts.RAW_COLUMNS if column not in schema.names]
+    if missing:
+        raise InputFileError(
+            f"{path}: not a {contracts.SOURCE_DATASET} shard: missing columns {missing} (has {schema.names})"
+        )
+    for column in contracts.RAW_COLUMNS:
+        if (n := len(schema.get_all_field_indices(column))) > 1:
+            raise InputFileError(f"{path}: column {column!r} appears {n} times")
+        actual = schema.field(column).type
+        text = column in contracts.RAW_STRING_COLUMNS
+        if not (is_text_type(actual) if text else is_words_type(actual)):
+            expected = TEXT_TYPES_DESCRIPTION if text else WORDS_TYPES_DESCRIPTION
+            raise InputFileError(
+                f"{path}: column {column!r} has type {actual}, expected {expected} "
+                f"(a column of another type is not coerced: the file is refused)"
+            )
+    return schema
+
+
+def _decode_utf8(values: list[bytes | None]) -> tuple[list[str | None], dict[int, UnicodeDecodeError]]:
+    decoded: list[str | None] = []
+    errors: dict[int, UnicodeDecodeError] = {}
+    for i, value in enumerate(values):
+        if value is None:
+            decoded.append(None)
+            continue
+        try:
+            decoded.append(value.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            decoded.append(value.decode("utf-8", errors="replace"))  # only to name the row in the errors log
+            errors[i] = error
+    return decoded, errors
+
+
+def conform_raw_frame(frame: pl.DataFrame, report: "ShardReport") -> pl.DataFrame:
+    """A raw SYNTH frame (with `source_row`) whose text columns are all String: binary columns decoded
+    (rows with invalid UTF-8 dropped as `invalid_utf8_<column>`), null / categorical ones cast;
+    `words` as Int64 (values that are not whole numbers >= 0 become null, counted)."""
+    for column in contracts.RAW_STRING_COLUMNS:  # synth_id first: later drops name the row by it
+        dtype = frame.schema[column]
+        if dtype == pl.String:
+            continue
+        if dtype != pl.Binary:  # Null, Categorical, Enum
+            frame = frame.with_columns(pl.col(column).cast(pl.String))
+            continue
+        try:  # fast path: the whole column is valid UTF-8
+            frame = frame.with_columns(pl.col(column).cast(pl.String))
+            continue
+        except pl.exceptions.PolarsError:
+            pass
+        decoded, errors = _decode_utf8(frame[column].to_list())
+        frame = frame.with_columns(pl.Series(column, decoded, dtype=pl.String))
+        reason = f"{contracts.DROP_INVALID_UTF8_PREFIX}{column}"
+        rows = frame["source_row"].to_list()
+        ids = frame["synth_id"].to_list()
+        for i, error in errors.items():
+            report.drop(reason, rows[i], ids[i], f"{column} is not valid UTF-8: {error.reason} at byte {error.start}")
+        frame = frame.filter(pl.Series([i not in errors for i in range(frame.height)]))
+    return _conform_words(frame, report)
+
+
+def _conform_words(frame: pl.DataFrame, report: "ShardReport") -> pl.DataFrame:
+    words = pl.col("words")
+    dtype = frame.schema["words"]
+    if dtype == pl.Binary:
+        frame = frame.with_columns(
+            pl.Series("words", [None if v is None else v.decode("utf-8", "replace") for v in frame["words"]], pl.String)
+        )
+        dtype = pl.String
+    if dtype.is_integer():
+        conformed = pl.when(words >= 0).then(words.cast(pl.Int64, strict=False))
+    elif dtype.is_float():
+        conformed = pl.when(words.is_finite() & (words == words.floor()) & (words >= 0)).then(
+            words.cast(pl.Int64, strict=False)
+        )
+    else:  # String, Null, Categorical
+        as_int = words.cast(pl.String).str.strip_chars().cast(pl.Int64, strict=False)
+        conformed = pl.when(as_int >= 0).then(as_int)
+    invalid = frame.select((words.is_not_null() & conformed.is_null()).sum()).item()
+    if invalid:
+        report.sanitized[contracts.SANITIZED_INVALID_WORDS] += invalid
+    return frame.with_columns(conformed.alias("words"))
+
+
+class DuplicateIds:
+    """Remembers the synth_ids kept so far in one shard; a later row with one of them is dropped."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def drop_duplicates(self, frame: pl.DataFrame, report: "ShardReport") -> pl.DataFrame:
+        ids = frame["synth_id"].to_list()
+        batch = set(ids)
+        if len(batch) == len(ids) and self.seen.isdisjoint(batch):  # the usual case, at set speed
+            self.seen |= batch
+            return frame
+        keep: list[bool] = []
+        for synth_id in ids:
+            keep.append(synth_id not in self.seen)
+            self.seen.add(synth_id)
+        rows = frame["source_row"].to_list()
+        for i in (i for i, kept in enumerate(keep) if not kept):
+            report.drop(contracts.DROP_DUPLICATE_SYNTH_ID, rows[i], ids[i], "synth_id already kept earlier in this shard")
+        return frame.filter(pl.Series(keep, dtype=pl.Boolean))
+
+
+def cross_shard_duplicates(document_tables: Sequence[Path], limit: int = 20) -> list[str]:
+    """synth_ids in more than one of the given Parquet tables (any with a `synth_id` column, e.g. the
+    per-shard `shard_XX_documents.parquet`), or more than once in one: one sentence per synth_id,
+    sorted, at most `limit`, then one line counting the rest. Empty list = no duplicates."""
+    if not document_tables:
+        return []
+    names = [path.name for path in document_tables]
+    labels = names if len(set(names)) == len(names) else [str(path) for path in document_tables]
+    counts = (
+        pl.concat(
+            [
+                pl.scan_parquet(path).select(pl.col("synth_id").cast(pl.String)).with_columns(table=pl.lit(label))
+                for path, label in zip(document_tables, labels)
+            ]
+        )
+        .group_by("synth_id", "table")
+        .len()
+        .collect()
+    )
+    duplicated = (
+        counts.group_by("synth_id")
+        .agg(pl.col("len").sum().alias("total"), pl.struct("table", "len").alias("where"))
+        .filter(pl.col("total") > 1)
+        .sort("synth_id")
+    )
+    problems = []
+    for synth_id, total, where in duplicated.head(limit).iter_rows():
+        places = Counter({entry["table"]: entry["len"] for entry in where})
+        shown = ", ".join(f"{table} ({n}x)" if n > 1 else table for table, n in sorted(places.items()))
+        problems.append(f"synth_id {synth_id!r} occurs {total} times: {shown}")
+    if duplicated.height > limit:
+        problems.append(f"... and {duplicated.height - limit} more duplicated synth_ids")
+    return problems
