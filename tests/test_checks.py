@@ -14,7 +14,7 @@ from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encodi
 from synthkd_assets.defs.resources import SynthKDPaths
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes
 
-MANIFEST_CHECKS = {"manifest_provenance", "no_split_leakage", "shards_readable_by_megatron"}
+MANIFEST_CHECKS = {"manifest_provenance", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron"}
 
 
 def run_checks(instance, paths: SynthKDPaths, asset: str) -> dict[str, bool]:
@@ -105,3 +105,13 @@ def test_raw_shard_changed_after_the_manifest_fails_the_input_check(copy_of_buil
     table = pq.read_table(raw / "synth_03.parquet")
     pq.write_table(table.slice(0, table.num_rows - 1), raw / "synth_03.parquet")
     assert run_checks(instance, paths, "synth_harmony_manifest") == {"raw_inputs_unchanged": False}
+
+
+def test_synth_id_in_two_shards_fails_the_duplicate_check(copy_of_build):
+    instance, paths, copy = copy_of_build
+    shards = copy / "megatron" / "synth_kd_v1" / "shards"
+    first = pl.read_parquet(shards / "shard_00_documents.parquet").head(1)
+    second = pl.read_parquet(shards / "shard_02_documents.parquet")
+    pl.concat([second, first.with_columns(document_index=pl.lit(10_000, pl.Int64))]).write_parquet(shards / "shard_02_documents.parquet")
+    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    assert outcome["no_duplicate_synth_ids"] is False and outcome["no_split_leakage"] is True

@@ -105,3 +105,13 @@ def test_render_errors_match_the_reference(fast):
     bad[-1]["channel"] = "commentary"
     [result] = fast.render_many([bad])
     assert isinstance(result, RenderError) and result.reason == "unsupported_assistant_channel"
+
+
+def test_text_the_tokenizer_cannot_encode_drops_only_its_conversation(fast):
+    """tiktoken's regex overflows on ~1M identical whitespace characters: that row is a counted
+    RenderError, its neighbours render normally."""
+    good = conversation(SystemContent.new(), "q", None, "fine")
+    bad = conversation(SystemContent.new(), "q", None, " " * 1_000_000)
+    results = fast.render_many([good, bad, good])
+    assert not isinstance(results[0], RenderError) and not isinstance(results[2], RenderError)
+    assert isinstance(results[1], RenderError) and results[1].reason == "tokenizer_error"

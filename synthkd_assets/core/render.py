@@ -20,6 +20,12 @@ from synthkd_assets import contracts
 RENDER_CONFIG = RenderConversationConfig(auto_drop_analysis=False)
 
 
+def is_fatal(error: BaseException) -> bool:
+    """Interrupts and exits must propagate; anything else a tokenizer raises (including a Rust panic,
+    which pyo3 raises as a BaseException) is about the text of one conversation."""
+    return isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError))
+
+
 class RenderError(ValueError):
     """A conversation the v1 contract cannot render; `reason` is the drop-reason key counted."""
 
@@ -74,7 +80,9 @@ class HarmonyRenderer:
         try:
             conversation = Conversation.from_messages([Message.from_dict(m) for m in messages])
             rendered = self.encoding.render_conversation_for_training(conversation, RENDER_CONFIG)
-        except Exception as error:  # HarmonyError and pydantic validation errors alike
+        except BaseException as error:  # HarmonyError, pydantic errors, and Rust panics on pathological text
+            if is_fatal(error):
+                raise
             raise RenderError("harmony_render_error", f"{type(error).__name__}: {error}") from error
         tokens = np.empty(len(rendered) + 1, dtype=contracts.TOKENS_DTYPE)
         tokens[:-1] = rendered
@@ -185,13 +193,29 @@ class FastRenderer:
             pieces.append((np.array([terminator], dtype=contracts.TOKENS_DTYPE), span))
         return pieces
 
-    def _encode(self, texts: list[str]) -> list[np.ndarray]:
-        """Ordinary BPE of every text (special-token text encoded as text, as harmony does)."""
+    def _encode(self, texts: list[str]) -> list[np.ndarray | RenderError]:
+        """Ordinary BPE of every text (special-token text encoded as text, as harmony does).
+
+        A text the tokenizer cannot encode (tiktoken's regex overflows its stack on ~1M identical
+        characters) becomes a RenderError for its conversation only."""
         if self.num_threads > 1:
-            batches = self.bpe.encode_ordinary_batch(texts, num_threads=self.num_threads)
-            return [np.array(t, dtype=contracts.TOKENS_DTYPE) for t in batches]
-        # one thread: straight into numpy, without a thread pool future and a Python list per text
-        return [self.bpe.encode_to_numpy(t, disallowed_special=()) for t in texts]
+            try:
+                batches = self.bpe.encode_ordinary_batch(texts, num_threads=self.num_threads)
+                return [np.array(t, dtype=contracts.TOKENS_DTYPE) for t in batches]
+            except BaseException as error:
+                if is_fatal(error):
+                    raise
+                # one bad text fails the whole batch call: redo it text by text to find which
+        encoded: list[np.ndarray | RenderError] = []
+        for text in texts:
+            try:
+                # straight into numpy, without a thread pool future and a Python list per text
+                encoded.append(self.bpe.encode_to_numpy(text, disallowed_special=()))
+            except BaseException as error:
+                if is_fatal(error):
+                    raise
+                encoded.append(RenderError("tokenizer_error", f"{type(error).__name__}: {str(error)[:200]}"))
+        return encoded
 
     def render_many(self, conversations: list[list[dict[str, Any]]]) -> list[RenderedConversation | RenderError]:
         """Render a batch; each item is the rendered conversation or the RenderError that drops it."""
@@ -217,6 +241,10 @@ class FastRenderer:
                     results.append(error)
                 continue
             arrays = [encoded[piece] if isinstance(piece, int) else piece for piece, _ in plan]
+            failed = next((a for a in arrays if isinstance(a, RenderError)), None)
+            if failed is not None:
+                results.append(failed)
+                continue
             tokens = np.concatenate([*arrays, eod], dtype=contracts.TOKENS_DTYPE, casting="unsafe")
             token_spans = np.zeros(len(tokens), dtype=contracts.SPAN_DTYPE)
             token_spans[:-1] = np.repeat(

@@ -9,6 +9,7 @@ from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.checks import input_drift, manifest_problems, split_leakage, unreadable_shards
 from synthkd_assets.core.inventory import scan_raw_dir
+from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
@@ -102,11 +103,25 @@ def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     return _result(manifest_problems(root, manifest, mf.config_hash(kd_config(paths)), paths.data_root()))
 
 
+def _document_tables(root: Path, manifest: dict) -> list[Path]:
+    tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
+    return [t for t in tables if t.is_file()]
+
+
 @dg.asset_check(asset="synth_kd_v1_manifest", blocking=True, description="No synth_id is in both train and valid.")
 def no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _dataset_manifest(paths)
-    tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
-    return _result(split_leakage([t for t in tables if t.is_file()]))
+    return _result(split_leakage(_document_tables(root, manifest)))
+
+
+@dg.asset_check(
+    asset="synth_kd_v1_manifest",
+    blocking=True,
+    description="No synth_id is in two shards (within a shard, later duplicates are dropped as duplicate_synth_id).",
+)
+def no_duplicate_synth_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    root, manifest = _dataset_manifest(paths)
+    return _result(cross_shard_duplicates(_document_tables(root, manifest)))
 
 
 @dg.asset_check(
@@ -199,4 +214,4 @@ DISTILL_CHECKS = [
     distill_no_split_leakage,
     distill_manifest_provenance,
 ]
-STANDALONE_CHECKS = [tokenizer_sha256_pin, raw_inputs_unchanged, manifest_provenance, no_split_leakage, shards_readable_by_megatron, *DISTILL_CHECKS]
+STANDALONE_CHECKS = [tokenizer_sha256_pin, raw_inputs_unchanged, manifest_provenance, no_split_leakage, no_duplicate_synth_ids, shards_readable_by_megatron, *DISTILL_CHECKS]
