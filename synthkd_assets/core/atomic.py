@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -37,10 +38,15 @@ def publish(partials_to_finals: Sequence[tuple[Path, Path]]) -> None:
 
 
 @contextlib.contextmanager
-def atomic_output(final_path: Path) -> Iterator[Path]:
-    """Yield a `.partial` path to write; on success it replaces `final_path`, on error it is removed."""
+def atomic_output(final_path: Path, shared: bool = False) -> Iterator[Path]:
+    """Yield a `.partial` path to write; on success it replaces `final_path`, on error it is removed.
+
+    `shared=True` is for files several processes may rewrite at once (the raw hash cache): each writer
+    gets its own partial name, and the last rename wins."""
     final_path.parent.mkdir(parents=True, exist_ok=True)
     partial = partial_path(final_path)
+    if shared:
+        partial = partial.with_name(f"{final_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}{PARTIAL_SUFFIX}")
     try:
         yield partial
         publish([(partial, final_path)])
@@ -48,10 +54,10 @@ def atomic_output(final_path: Path) -> Iterator[Path]:
         partial.unlink(missing_ok=True)
 
 
-def atomic_write_bytes(final_path: Path, payload: bytes) -> None:
-    with atomic_output(final_path) as partial:
+def atomic_write_bytes(final_path: Path, payload: bytes, shared: bool = False) -> None:
+    with atomic_output(final_path, shared) as partial:
         partial.write_bytes(payload)
 
 
-def atomic_write_text(final_path: Path, text: str) -> None:
-    atomic_write_bytes(final_path, text.encode("utf-8"))
+def atomic_write_text(final_path: Path, text: str, shared: bool = False) -> None:
+    atomic_write_bytes(final_path, text.encode("utf-8"), shared)

@@ -45,8 +45,9 @@ def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard
         else:
             digest = sha256_file(path)
         shards.append(RawShard(partition_key_for(path), str(path), stat.st_size, stat.st_mtime_ns, digest))
-    if cache_path is not None:
-        atomic_write_text(cache_path, json.dumps({str(Path(s.path).resolve()): asdict(s) for s in shards}, indent=1, sort_keys=True))
+    updated = {str(Path(s.path).resolve()): asdict(s) for s in shards}
+    if cache_path is not None and updated != cache:  # steps of one run may scan at the same time
+        atomic_write_text(cache_path, json.dumps(updated, indent=1, sort_keys=True), shared=True)
     return shards
 
 
