@@ -124,3 +124,13 @@ def test_chunked_validation_covers_every_document(tmp_path, monkeypatch):
         assert any("span_id outside" in p for p in problems), (victim, problems)
     write_shard(tmp_path / "sound" / "train", 0, [random_conversation(rng) for _ in range(40)])
     assert trio_alignment_problems(tmp_path / "sound" / "train", 0) == []
+
+
+def test_failure_opening_a_sibling_removes_the_partials_already_created(tmp_path):
+    """The lossmask file cannot be created (a directory sits at its partial path): no partial remains."""
+    split_dir = tmp_path / "train"
+    split_dir.mkdir()
+    (split_dir / "shard_00_lossmask.bin.partial").mkdir()
+    with pytest.raises(OSError):
+        MegatronShardWriter(split_dir, 0, "train")
+    assert [p.name for p in split_dir.iterdir()] == ["shard_00_lossmask.bin.partial"]  # only the obstacle

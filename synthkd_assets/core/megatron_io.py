@@ -74,15 +74,18 @@ class MegatronShardWriter:
         self._relative_to = relative_to
         split_dir.mkdir(parents=True, exist_ok=True)
         self._prefixes = trio_prefixes(split_dir, shard_index)
-        self._builders = {
-            kind: IndexedDatasetBuilder(
-                str(partial_path(Path(f"{prefix}.bin"))), dtype=contracts.ARRAY_DTYPES[kind]
-            )
-            for kind, prefix in self._prefixes.items()
-        }
+        self._builders = {}
         self.sequences = 0
         self.tokens = 0
         self._closed = False
+        try:
+            for kind, prefix in self._prefixes.items():
+                self._builders[kind] = IndexedDatasetBuilder(
+                    str(partial_path(Path(f"{prefix}.bin"))), dtype=contracts.ARRAY_DTYPES[kind]
+                )
+        except BaseException:
+            self.abort()  # e.g. disk full on the second file: the first one's partial goes too
+            raise
 
     def add(self, tokens: np.ndarray, loss_mask: np.ndarray, span_id: np.ndarray) -> None:
         n = len(tokens)

@@ -309,11 +309,10 @@ def write_megatron_shard(
     plus the documents table mapping (split, document index) -> synth_id."""
     report = ShardReport(shard)
     documents: dict[str, list[str]] = {split: [] for split in contracts.SPLITS}
-    writers = {
-        split: MegatronShardWriter(dataset_root / split, shard_index, split, relative_to=dataset_root)
-        for split in contracts.SPLITS
-    }
+    writers: dict[str, MegatronShardWriter] = {}
     try:
+        for split in contracts.SPLITS:
+            writers[split] = MegatronShardWriter(dataset_root / split, shard_index, split, relative_to=dataset_root)
         columns = ("synth_id", "language", "exercise", "tokens", "loss_mask", "span_id")
         budget_exhausted = False
         for frame in iter_frames(tokenized_path, columns):
