@@ -123,3 +123,19 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
     # Dagster's stale status is one hop: the direct child of the changed source partition
     assert stale(webserver, "synth_harmony", "synth_02") == "STALE"
     assert all(stale(webserver, "synth_harmony", key) == "FRESH" for key in ("synth_00", "synth_01", "synth_03"))
+
+
+def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path):
+    """Executor choice does not change a byte: the CLI (multiprocess executor, a process per step) and
+    dagster.materialize in process (another data root) give identical outputs."""
+    import dagster as dg
+
+    from synthkd_assets.defs.build import build_all
+    from synthkd_assets.defs.resources import SynthKDPaths
+    from tests.test_crash_safety import final_files
+
+    env, root, _ = cli_build
+    other = tmp_path / "data"
+    with dg.DagsterInstance.ephemeral() as instance:
+        build_all(instance, SynthKDPaths(raw_dir=env["SYNTHKD_RAW_DIR"], data_dir=str(other), smoke=True))
+    assert final_files(other) == final_files(root / "data")

@@ -1,0 +1,39 @@
+"""Same inputs and config give the same bytes, whatever the thread count; the config hash moves with the output."""
+
+from __future__ import annotations
+
+import hashlib
+
+from openai_harmony import ReasoningEffort
+
+from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.render import FastRenderer
+from synthkd_assets.core.stages import harmonize_shard, tokenize_shard
+from synthkd_assets.core.synth import default_system_content, system_message_dict
+from synthkd_assets.core.tokenizer import load_tiktoken_o200k
+from synthkd_assets.defs.resources import SynthKDPaths, kd_config
+
+
+def test_encode_threads_do_not_change_the_tokenized_bytes(tmp_path, sample_shards, encoding, tokenizer_dir):
+    harmony = tmp_path / "harmony.parquet"
+    harmonize_shard(sample_shards[2], harmony, system_message_dict(), "synth_02")
+    digests = set()
+    for threads in (1, 2):
+        out = tmp_path / f"tokenized_{threads}.parquet"
+        tokenize_shard(harmony, out, FastRenderer(encoding, load_tiktoken_o200k(tokenizer_dir), num_threads=threads), "synth_02")
+        digests.add(hashlib.sha256(out.read_bytes()).hexdigest())
+    assert len(digests) == 1
+
+
+def test_config_hash_changes_exactly_when_the_output_could():
+    base = SynthKDPaths()
+    digest = mf.config_hash(kd_config(base))
+    # settings that cannot change a byte of synth_kd_v1 leave the hash alone
+    for same in (SynthKDPaths(encode_threads=2), SynthKDPaths(data_dir="/elsewhere", raw_dir="/raw")):
+        assert mf.config_hash(kd_config(same)) == digest
+    # settings that change the bytes move it
+    for different in (SynthKDPaths(smoke=True), SynthKDPaths(memorization_cap=0.5), SynthKDPaths(global_keep=0.5)):
+        assert mf.config_hash(kd_config(different)) != digest
+    selection = kd_config(base)["selection"]
+    low_effort = system_message_dict(default_system_content().with_reasoning_effort(ReasoningEffort.LOW))
+    assert mf.config_hash(mf.kd_build_config(low_effort, None, None, selection)) != digest
