@@ -405,6 +405,39 @@ def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.Ma
     )
 
 
+def _upstream_reports(paths: SynthKDPaths, names: list[str]) -> tuple[list[dict], list[dict]]:
+    """(synth_harmony reports, filtered/sampled/tokenized reports) of every shard, for dataset totals."""
+    harmony_reports, step_reports = [], []
+    for name in names:
+        harmony_reports.append(mf.read_json(_stage_files(paths, "synth_harmony", name)[1]))
+        for stage in ("synth_filtered", "synth_sampled", "synth_tokenized"):
+            step_reports.append(mf.read_json(_stage_files(paths, stage, name)[1]))
+    return harmony_reports, step_reports
+
+
+def _provenance(paths: SynthKDPaths, config: dict) -> dict:
+    """What every dataset manifest records about where its bytes came from (seed 000 "Provenance")."""
+    harmony_manifest = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
+    tokenizer_path = paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME
+    return {
+        **mf.git_state(),
+        "config": config,
+        "config_hash": mf.config_hash(config),
+        "tokenizer": {"path": paths.recorded(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
+        "input_manifest": {"path": paths.recorded(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
+    }
+
+
+def _row_totals(harmony_reports: list[dict], step_reports: list[dict], output_reports: list[dict]) -> dict:
+    return {
+        "rows_in": sum(r["rows_in"] for r in harmony_reports),
+        "rows_out": sum(r["rows_out"] for r in output_reports),
+        "span_tokens": mf.sum_reports(output_reports, "span_tokens"),
+        "dropped": mf.sum_reports(harmony_reports + step_reports + output_reports, "dropped"),
+        "sanitized": mf.sum_reports(harmony_reports, "sanitized"),
+    }
+
+
 @dg.asset(
     deps=[synth_kd_v1, synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan],
     group_name="megatron",
@@ -416,37 +449,25 @@ def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.Ma
 )
 def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     root = paths.megatron_root()
-    harmony_manifest = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
-    tokenizer_path = paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME
-    config = kd_config(paths)
-    records, harmony_reports, step_reports = [], [], []
-    for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache()):
-        record_path = root / "shards" / f"shard_{shard_index_from_name(shard.name):02d}.json"
+    names = [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())]
+    records = []
+    for name in names:
+        record_path = root / "shards" / f"shard_{shard_index_from_name(name):02d}.json"
         if not record_path.is_file():
-            raise dg.Failure(f"synth_kd_v1 partition {shard.name!r} has not been materialized ({record_path} missing)")
+            raise dg.Failure(f"synth_kd_v1 partition {name!r} has not been materialized ({record_path} missing)")
         records.append(mf.read_json(record_path))
-        harmony_reports.append(mf.read_json(_stage_files(paths, "synth_harmony", shard.name)[1]))
-        for stage in ("synth_filtered", "synth_sampled", "synth_tokenized"):
-            step_reports.append(mf.read_json(_stage_files(paths, stage, shard.name)[1]))
+    harmony_reports, step_reports = _upstream_reports(paths, names)
     kd_reports = [r["report"] for r in records]
-    sampling = sampling_section(paths, [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())])
+    sampling = sampling_section(paths, names)
     manifest = {
         "dataset": root.name,
-        **mf.git_state(),
-        "config": config,
-        "config_hash": mf.config_hash(config),
-        "tokenizer": {"path": paths.recorded(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
-        "input_manifest": {"path": paths.recorded(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
+        **_provenance(paths, kd_config(paths)),
         "split": {"rule": contracts.SPLIT_RULE, "salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
         "sampling": sampling,
         "shards": records,
         "totals": {
-            "rows_in": sum(r["rows_in"] for r in harmony_reports),
-            "rows_out": sum(r["rows_out"] for r in kd_reports),
+            **_row_totals(harmony_reports, step_reports, kd_reports),
             "sequences": mf.sum_reports(kd_reports, "sequences"),
-            "span_tokens": mf.sum_reports(kd_reports, "span_tokens"),
-            "dropped": mf.sum_reports(harmony_reports + step_reports + kd_reports, "dropped"),
-            "sanitized": mf.sum_reports(harmony_reports, "sanitized"),
             "bytes": sum(s["bytes"] for r in records for s in r["splits"]),
         },
     }
@@ -533,11 +554,8 @@ def collect_encoding_errors(paths: SynthKDPaths, shard_names: list[str]) -> int:
 )
 def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     root = paths.distill_root()
-    harmony_manifest = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
-    tokenizer_path = paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME
-    config = distill_config(paths)
     names = [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())]
-    records, harmony_reports, step_reports = [], [], []
+    records = []
     for name in names:
         record_path = paths.distill_records_dir() / f"{name}.json"
         if not record_path.is_file():
@@ -546,9 +564,7 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
         if record["dataset_root"] != paths.recorded(root):
             raise dg.Failure(f"synth_distill partition {name!r} was written to {record['dataset_root']}, not {root}")
         records.append(record)
-        harmony_reports.append(mf.read_json(_stage_files(paths, "synth_harmony", name)[1]))
-        for stage in ("synth_filtered", "synth_sampled", "synth_tokenized"):
-            step_reports.append(mf.read_json(_stage_files(paths, stage, name)[1]))
+    harmony_reports, step_reports = _upstream_reports(paths, names)
     sampling = sampling_section(paths, names)
     distill_reports = [r["report"] for r in records]
     errors_logged = collect_encoding_errors(paths, names)
@@ -559,11 +575,7 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
     manifest = {
         "dataset": contracts.DISTILL_DATASET_NAME,
         "name": paths.distill_name(),
-        **mf.git_state(),
-        "config": config,
-        "config_hash": mf.config_hash(config),
-        "tokenizer": {"path": paths.recorded(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
-        "input_manifest": {"path": paths.recorded(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
+        **_provenance(paths, distill_config(paths)),
         "split": {
             "rule": contracts.SPLIT_RULE,
             "salt": contracts.DISTILL_SPLIT_SALT,
@@ -579,12 +591,8 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
             for r in records
         ],
         "totals": {
-            "rows_in": sum(r["rows_in"] for r in harmony_reports),
-            "rows_out": sum(r["rows_out"] for r in distill_reports),
+            **_row_totals(harmony_reports, step_reports, distill_reports),
             "rows_per_split": mf.sum_reports(distill_reports, "sequences"),
-            "span_tokens": mf.sum_reports(distill_reports, "span_tokens"),
-            "dropped": mf.sum_reports(harmony_reports + step_reports + distill_reports, "dropped"),
-            "sanitized": mf.sum_reports(harmony_reports, "sanitized"),
             "bytes": sum(f["bytes"] for r in records for f in r["files"]),
         },
     }
