@@ -49,6 +49,22 @@ def test_build_script_materializes_through_the_cli(cli_build):
     assert (root / "home" / "dagster.yaml").is_file()  # the instance lives where DAGSTER_HOME says
 
 
+def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path):
+    """Executor choice does not change a byte: the CLI (multiprocess executor, a process per step) and
+    dagster.materialize in process (another data root) give identical outputs."""
+    import dagster as dg
+
+    from synthkd_assets.defs.build import build_all
+    from synthkd_assets.defs.resources import SynthKDPaths
+    from tests.test_crash_safety import final_files
+
+    env, root, _ = cli_build
+    other = tmp_path / "data"
+    with dg.DagsterInstance.ephemeral() as instance:
+        build_all(instance, SynthKDPaths(raw_dir=env["SYNTHKD_RAW_DIR"], data_dir=str(other), smoke=True))
+    assert final_files(other) == final_files(root / "data")
+
+
 def graphql(port: int, query: str) -> dict:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
@@ -113,29 +129,17 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
 
     # an upstream edit of one shard, seen by the inventory, marks exactly that partition stale
     raw = Path(env["SYNTHKD_RAW_DIR"]) / "synth_02.parquet"
-    table = pq.read_table(raw)
-    pq.write_table(table.slice(1), raw)
-    done = subprocess.run(
-        [str(VENV_BIN / "dagster"), "asset", "materialize", "-m", "synthkd_assets.definitions", "--select", "synth_raw_inventory"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    # Dagster's stale status is one hop: the direct child of the changed source partition
-    assert stale(webserver, "synth_harmony", "synth_02") == "STALE"
-    assert all(stale(webserver, "synth_harmony", key) == "FRESH" for key in ("synth_00", "synth_01", "synth_03"))
+    original = raw.read_bytes()
+    try:
+        pq.write_table(pq.read_table(raw).slice(1), raw)
+        done = subprocess.run(
+            [str(VENV_BIN / "dagster"), "asset", "materialize", "-m", "synthkd_assets.definitions", "--select", "synth_raw_inventory"],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        # Dagster's stale status is one hop: the direct child of the changed source partition
+        assert stale(webserver, "synth_harmony", "synth_02") == "STALE"
+        assert all(stale(webserver, "synth_harmony", key) == "FRESH" for key in ("synth_00", "synth_01", "synth_03"))
+    finally:
+        raw.write_bytes(original)  # the module's build stays consistent with its input for later tests
 
-
-def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path):
-    """Executor choice does not change a byte: the CLI (multiprocess executor, a process per step) and
-    dagster.materialize in process (another data root) give identical outputs."""
-    import dagster as dg
-
-    from synthkd_assets.defs.build import build_all
-    from synthkd_assets.defs.resources import SynthKDPaths
-    from tests.test_crash_safety import final_files
-
-    env, root, _ = cli_build
-    other = tmp_path / "data"
-    with dg.DagsterInstance.ephemeral() as instance:
-        build_all(instance, SynthKDPaths(raw_dir=env["SYNTHKD_RAW_DIR"], data_dir=str(other), smoke=True))
-    assert final_files(other) == final_files(root / "data")
