@@ -13,17 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from synthkd_assets.contracts import (  # noqa: E402
+from synthkd_assets.contracts import (
     RAW_COLUMNS,
     RAW_INT_COLUMNS,
     RAW_STRING_COLUMNS,
 )
 
-SAMPLE_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
+from tests.helpers import REPO_ROOT
+from tests.helpers import SAMPLE_RAW_DIR as SAMPLE_DIR
 SCRIPT = REPO_ROOT / "scripts" / "make_sample_data.py"
 SHARD_NAMES = [f"synth_{i:02d}.parquet" for i in range(4)]
 ROWS_PER_SHARD = 750
