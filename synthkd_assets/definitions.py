@@ -12,6 +12,7 @@ from synthkd_assets.defs.automation import (
     synth_shard_job,
 )
 from synthkd_assets.defs.checks import STANDALONE_CHECKS
+from synthkd_assets.defs.executors import executor_from_env
 from synthkd_assets.defs.resources import SynthKDPaths
 
 defs = dg.Definitions(
@@ -21,6 +22,6 @@ defs = dg.Definitions(
     sensors=[synth_raw_sensor],
     schedules=[synth_nightly_rebuild],
     resources={"paths": SynthKDPaths()},
-    # steps of one run in parallel on this 2-core machine; runs themselves are queued (dagster.yaml)
-    executor=dg.multiprocess_executor.configured({"max_concurrent": 2}),
+    # embedded multiprocess steps by default; SYNTHKD_EXECUTOR=celery|k8s on a cluster (defs/executors.py)
+    executor=executor_from_env(),
 )

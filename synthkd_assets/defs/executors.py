@@ -1,0 +1,54 @@
+"""Which engine runs the steps: the embedded multiprocess executor on one machine, Celery or Kubernetes on a cluster.
+
+Chosen by $SYNTHKD_EXECUTOR when the code location loads, so every process that loads it (webserver, daemon,
+run worker, Celery worker, step pod) must see the same value: deploy/cluster/env.sh sets it for all of them.
+The assets are the same in every mode; only where a step's process runs changes, and every step writes
+through the shared data root ($SYNTHKD_DATA_DIR), atomically, so any engine produces the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+EXECUTOR_ENV = "SYNTHKD_EXECUTOR"
+CELERY_CONFIG_ENV = "SYNTHKD_CELERY_CONFIG"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CELERY_CONFIG = REPO_ROOT / "deploy" / "cluster" / "celery.yaml"
+EMBEDDED_MAX_CONCURRENT = 2  # steps of one run in parallel on the 2-core reference machine
+EXECUTORS = ("multiprocess", "celery", "k8s")
+
+
+def celery_config_path(environ: Mapping[str, str] = os.environ) -> Path:
+    """The one YAML file both the executor and `dagster-celery worker start -y` read (broker, acks, timeouts)."""
+    return Path(environ.get(CELERY_CONFIG_ENV) or DEFAULT_CELERY_CONFIG)
+
+
+def celery_executor_config(path: Path) -> dict:
+    """The `execution.config` block of a dagster-celery worker YAML: the executor is configured from the
+    very file the workers start with, so broker, backend and acknowledgement settings cannot drift apart."""
+    config = yaml.safe_load(path.read_text()) or {}
+    try:
+        return dict(config["execution"]["config"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: expected an execution.config block (the dagster-celery worker YAML)") from exc
+
+
+def executor_from_env(environ: Mapping[str, str] = os.environ) -> dg.ExecutorDefinition:
+    name = environ.get(EXECUTOR_ENV) or "multiprocess"
+    if name == "multiprocess":
+        return dg.multiprocess_executor.configured({"max_concurrent": EMBEDDED_MAX_CONCURRENT})
+    if name == "celery":
+        from dagster_celery import celery_executor
+
+        return celery_executor.configured(celery_executor_config(celery_config_path(environ)))
+    if name == "k8s":
+        from dagster_k8s import k8s_job_executor
+
+        # configured per run from deploy/k8s/run_config.yaml (namespace, image, the data volume)
+        return k8s_job_executor
+    raise ValueError(f"{EXECUTOR_ENV}={name!r}: expected one of {', '.join(EXECUTORS)}")

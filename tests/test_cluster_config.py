@@ -1,0 +1,123 @@
+"""The cluster configurations in deploy/ validate against the schemas of the Dagster libraries that read them,
+and SYNTHKD_EXECUTOR picks the engine the code location loads with. No services needed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+import yaml
+from dagster._config import validate_config
+from dagster._core.instance.config import dagster_instance_config
+from dagster._serdes.config_class import class_from_code_pointer
+
+from synthkd_assets.defs.executors import (
+    CELERY_CONFIG_ENV,
+    DEFAULT_CELERY_CONFIG,
+    EXECUTOR_ENV,
+    celery_executor_config,
+    executor_from_env,
+)
+from tests.helpers import REPO_ROOT
+
+DEPLOY = REPO_ROOT / "deploy"
+CLUSTER_ENV = {
+    "SYNTHKD_CELERY_BROKER": "redis://redis.example:6379/0",
+    "SYNTHKD_CELERY_BACKEND": "redis://redis.example:6379/1",
+    "SYNTHKD_POSTGRES_URL": "postgresql+psycopg2://dagster@postgres.example:5432/dagster",
+    "SYNTHKD_MAX_CONCURRENT_RUNS": "8",
+}
+
+
+@pytest.fixture
+def cluster_env(monkeypatch):
+    for key, value in CLUSTER_ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_the_embedded_default_is_the_multiprocess_executor():
+    assert executor_from_env({}).name == "multiprocess"
+
+
+def test_an_unknown_executor_is_refused_by_name():
+    with pytest.raises(ValueError, match="SYNTHKD_EXECUTOR='spark'"):
+        executor_from_env({EXECUTOR_ENV: "spark"})
+
+
+def test_the_celery_executor_is_configured_from_the_worker_yaml(cluster_env):
+    from dagster_celery import celery_executor
+
+    executor = executor_from_env({EXECUTOR_ENV: "celery"})
+    assert executor.name == "celery"
+    config = celery_executor_config(DEFAULT_CELERY_CONFIG)
+    checked = validate_config(celery_executor.config_schema.config_type, config)
+    assert checked.success, checked.errors
+    source = config["config_source"]
+    # what makes a lost worker's step come back: acknowledged only when done, and redelivered
+    assert source["task_acks_late"] and source["task_reject_on_worker_lost"]
+    assert source["broker_transport_options"]["visibility_timeout"] >= 3600
+
+
+def test_the_celery_config_path_can_be_pointed_elsewhere(tmp_path, cluster_env):
+    other = tmp_path / "celery.yaml"
+    other.write_text(yaml.safe_dump({"execution": {"config": {"broker": "redis://elsewhere:6379/0"}}}))
+    assert executor_from_env({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)}).name == "celery"
+    other.write_text("broker: redis://x\n")
+    with pytest.raises(ValueError, match="execution.config"):
+        executor_from_env({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)})
+
+
+def test_the_code_location_loads_with_the_celery_executor_in_a_fresh_process():
+    env = {**os.environ, **CLUSTER_ENV, EXECUTOR_ENV: "celery"}
+    code = "from synthkd_assets.definitions import defs; print(defs.resolve_job_def('synth_shard_job').executor_def.name)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "celery"
+
+
+def _validate_instance_yaml(directory) -> dict:
+    """Dagster's own instance schema, then each configurable class's schema (without connecting anywhere)."""
+    config, _ = dagster_instance_config(str(directory))
+    for section in ("run_launcher", "run_coordinator"):
+        if section in config:
+            klass = class_from_code_pointer(config[section]["module"], config[section]["class"])
+            checked = validate_config(klass.config_type(), config[section].get("config", {}))
+            assert checked.success, (section, checked.errors)
+    return config
+
+
+def test_the_embedded_instance_yaml_validates():
+    """The repository's dagster.yaml (copied into .dagster_home by the README's commands)."""
+    config = _validate_instance_yaml(REPO_ROOT)
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+
+
+def test_the_cluster_instance_yaml_validates(cluster_env):
+    config = _validate_instance_yaml(DEPLOY / "cluster")
+    assert "postgres" in config["storage"]
+
+
+def test_the_k8s_instance_yaml_validates(cluster_env):
+    config = _validate_instance_yaml(DEPLOY / "k8s")
+    assert config["run_launcher"]["class"] == "K8sRunLauncher"
+
+
+def test_the_k8s_run_config_validates_against_the_shard_job(cluster_env):
+    from dagster_k8s import k8s_job_executor
+
+    from synthkd_assets.definitions import defs
+
+    k8s_defs = dg.Definitions(
+        assets=list(defs.assets), asset_checks=list(defs.asset_checks), jobs=list(defs.jobs),
+        resources=dict(defs.resources), executor=k8s_job_executor,
+    )
+    job = k8s_defs.resolve_job_def("synth_shard_job")
+    run_config = yaml.safe_load((DEPLOY / "k8s" / "run_config.yaml").read_text())
+    checked = dg.validate_run_config(job, run_config)
+    assert checked["execution"]["k8s"]["job_namespace"] == "synthkd"
+    # per-step overrides name real steps of the job (a typo there would silently apply to nothing)
+    steps = {node.name for node in job.graph.nodes}
+    assert set(run_config["execution"]["config"]["per_step_k8s_config"]) <= steps
