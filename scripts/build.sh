@@ -3,6 +3,8 @@
 # Dagster CLI, then prints summaries. `--smoke` caps each shard and writes data/megatron/synth_kd_v1_smoke/
 # and data/distill/synth_distill_smoke/ instead.
 # Roots: SYNTHKD_RAW_DIR (default data/sample/synth_raw) and SYNTHKD_DATA_DIR (default data).
+# SYNTHKD_PARALLEL_RUNS (default 1): shard runs submitted at once. Raise it with a PostgreSQL instance and
+# SYNTHKD_EXECUTOR=celery (README, "Running on a cluster"), where each run's steps go to the Celery workers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
@@ -17,21 +19,20 @@ if [ "${1:-}" = "--smoke" ]; then
   dataset=synth_kd_v1_smoke
   distill=synth_distill_smoke
 fi
-materialize() { .venv/bin/dagster asset materialize -m synthkd_assets.definitions --config-json "$config" "$@"; }
+dagster_materialize=(.venv/bin/dagster asset materialize -m synthkd_assets.definitions --config-json "$config")
+materialize() { "${dagster_materialize[@]}" "$@"; }
+# one run per shard partition, SYNTHKD_PARALLEL_RUNS at a time; fails if any run fails
+each_shard() { printf '%s\n' $keys | xargs -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I%KEY% "${dagster_materialize[@]}" "$@" --partition %KEY%; }
 
 # 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
 materialize --select o200k_tokenizer,synth_raw_inventory
 keys=$(.venv/bin/python -m synthkd_assets.cli partitions)
 # 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts)
-for key in $keys; do
-  materialize --select synth_harmony,synth_filtered --partition "$key"
-done
+each_shard --select synth_harmony,synth_filtered
 # 3. the sampling plan, from every shard's counts
 materialize --select synth_sampling_plan
 # 4. the build pass, every shard partition: sampled -> tokens/masks -> Megatron trio + DistillKit parts
-for key in $keys; do
-  materialize --select synth_sampled,synth_tokenized,synth_kd_v1,synth_distill --partition "$key"
-done
+each_shard --select synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
 # 5. provenance over all shards
 materialize --select synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
 .venv/bin/python -m synthkd_assets.cli summary --manifest "${SYNTHKD_DATA_DIR:-data}/megatron/$dataset/manifest.json"
