@@ -1,11 +1,12 @@
 """The same graph on a real distributed engine: a PostgreSQL instance, the Celery executor with a Redis broker
 and two Celery workers, all on 127.0.0.1 (synthkd_assets.local_cluster). Every sample partition goes through
 scripts/build.sh with SYNTHKD_EXECUTOR=celery, and the outputs must equal the embedded build byte for byte;
-then a worker is SIGKILLed in the middle of a step and the step must be redelivered to the other worker."""
+then a worker is SIGKILLed the moment it takes a step, and the step must be redelivered to the other worker."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import subprocess
 import time
@@ -64,6 +65,14 @@ def step_workers(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, s
     return found
 
 
+def received_tasks(local: LocalCluster, worker: str, seen: dict[str, list[str]]) -> list[str]:
+    """Celery task ids the worker's log says it received, minus those in seen[worker]."""
+    log = local.worker_log(worker)
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    ids = re.findall(r"Task execute_plan\[([0-9a-f-]+)\] received", text)
+    return [i for i in ids if i not in seen.get(worker, [])]
+
+
 @pytest.fixture(scope="module")
 def cluster_build(cluster):
     env = {**os.environ, **cluster.env(), "SYNTHKD_PARALLEL_RUNS": "2"}
@@ -105,33 +114,36 @@ def test_a_worker_killed_mid_step_is_redelivered_and_the_build_still_matches(clu
     env = {**os.environ, **cluster.env()}
     with cluster_instance(cluster, monkeypatch) as instance:
         known = {r.run_id for r in instance.get_runs()}
+        seen = {name: received_tasks(cluster, name, {}) for name in cluster.workers}
         run = subprocess.Popen(
             [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "synthkd_assets.definitions",
              "--select", ",".join(BUILD_STEPS), "--partition", KILLED_PARTITION],
             cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         try:
-            # wait until a worker has started a step of the new run, then take that worker down hard
+            # the moment a worker takes a step of the run, take that worker down hard: no step finishes in
+            # the time between its log line and the kill, so the step is surely unacknowledged
             deadline = time.monotonic() + 180
-            started: list[tuple[str, str]] = []
-            while not started:
+            taken = None
+            while taken is None:
                 assert run.poll() is None and time.monotonic() < deadline, "no step of the run reached a worker"
-                new = [r for r in instance.get_runs() if r.run_id not in known]
-                started = step_workers(instance, new[0].run_id) if new else []
-                time.sleep(0.2)
-            killed_step, killed_worker = started[0]
+                taken = next(((name, ids[0]) for name in cluster.workers if (ids := received_tasks(cluster, name, seen))), None)
+                time.sleep(0.02)
+            killed_worker, task_id = taken
             cluster.kill_worker(killed_worker)
             _, stderr = run.communicate(timeout=600)
         finally:
             if run.poll() is None:
                 run.kill()
         assert run.returncode == 0, stderr[-4000:]
+        survivor = ({"worker1", "worker2"} - {killed_worker}).pop()
+        assert task_id in received_tasks(cluster, survivor, seen)  # the same Celery task, redelivered
         (new_run,) = [r for r in instance.get_runs() if r.run_id not in known]
         assert instance.get_run_by_id(new_run.run_id).status == dg.DagsterRunStatus.SUCCESS
         executions = step_workers(instance, new_run.run_id)
-        survivor = ({"worker1", "worker2"} - {killed_worker}).pop()
-        # the killed step ran again, on the surviving worker, and everything after it ran there too
-        assert (killed_step, killed_worker) in executions and (killed_step, survivor) in executions
-        assert {worker for step, worker in executions if step != killed_step} == {survivor}
+        # every step of the partition, the killed one included, finished on the surviving worker
+        steps = {step for step, _ in executions}
+        assert {step for step, worker in executions if worker == survivor} == steps
+        assert {"synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"} <= steps
     assert all(path.is_file() for path in removed)
     assert final_files(cluster.data_dir) == final_files(embedded_data)
