@@ -9,23 +9,14 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.definitions import defs
-from synthkd_assets.defs.automation import synth_raw_sensor
+from synthkd_assets.defs.automation import tick_synth_raw_sensor
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
 from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, build_everything, run
 
 
 def tick(instance, paths: SynthKDPaths, cursor: str | None) -> dg.SensorResult:
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"paths": paths}, definitions=defs)
-    result = synth_raw_sensor(context)
-    for request in result.dynamic_partitions_requests:  # what the daemon applies after a tick
-        if isinstance(request, dg.AddDynamicPartitionsRequest):
-            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-        else:
-            for key in request.partition_keys:
-                instance.delete_dynamic_partition(request.partitions_def_name, key)
-    return result
+    return tick_synth_raw_sensor(instance, paths, cursor)
 
 
 def requested(result: dg.SensorResult) -> list[tuple[str, str | None]]:

@@ -98,6 +98,22 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
     )
 
 
+def tick_synth_raw_sensor(instance: dg.DagsterInstance, paths: SynthKDPaths, cursor: str | None) -> dg.SensorResult:
+    """One evaluation of synth_raw_sensor with its partition requests applied, as the sensor daemon applies
+    them after a tick: the sensor tests and benchmarks/partition_scale.py drive it without a daemon."""
+    from synthkd_assets.definitions import defs  # defs imports this module
+
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"paths": paths}, definitions=defs)
+    result = synth_raw_sensor(context)
+    for request in result.dynamic_partitions_requests:
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
+    return result
+
+
 @dg.schedule(
     job=synth_shard_job,
     cron_schedule="0 3 * * *",
