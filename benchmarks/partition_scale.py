@@ -31,7 +31,7 @@ phase against its budget below, and exits 1 if a phase is over budget (2 if an o
 
 Where the time goes: creating a run costs Dagster about 6 event writes (planned asset/check events, enqueue),
 and dagster.yaml's default sqlite storage also creates each run's own event-log database (schema and
-alembic stamp) on creation, about 0.4 s per run on 2 cores in all; --storage consolidated (one sqlite
+alembic stamp) on creation, about 0.35-0.45 s per run on 2 cores in all; --storage consolidated (one sqlite
 event log) is about 0.15 s. Phases 4 and 5 are therefore linear in N at that rate; phase 1 is 2N event writes.
 
 Private Dagster APIs (no public equivalent in 1.13): PartitionBackfill / BulkActionStatus and the backfill

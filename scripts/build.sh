@@ -9,7 +9,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"
-[ -f "$DAGSTER_HOME/dagster.yaml" ] || cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+if [ ! -f "$DAGSTER_HOME/dagster.yaml" ]; then
+  if [ -n "${SYNTHKD_EXECUTOR:-}" ] && [ "$SYNTHKD_EXECUTOR" != multiprocess ]; then
+    echo "SYNTHKD_EXECUTOR=$SYNTHKD_EXECUTOR but $DAGSTER_HOME/dagster.yaml is missing: copy deploy/cluster/dagster.yaml there (a cluster needs the shared PostgreSQL instance, not sqlite)" >&2
+    exit 2
+  fi
+  cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+fi
 
 config='{}'
 dataset=synth_kd_v1

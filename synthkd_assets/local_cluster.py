@@ -12,6 +12,7 @@ points at them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import pwd
@@ -34,7 +35,8 @@ from synthkd_assets.defs.executors import (
 )
 from synthkd_assets.defs.resources import DEFAULT_RAW_DIR
 
-POSTGRES_BIN_DIRS = [Path("/usr/lib/postgresql") / v / "bin" for v in ("17", "16", "15", "14", "13")]
+# Debian keeps the server tools off PATH, one directory per major version (newest first)
+POSTGRES_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda d: int(d.parent.name) if d.parent.name.isdigit() else 0, reverse=True)
 CLUSTER_DAGSTER_YAML = REPO_ROOT / "deploy" / "cluster" / "dagster.yaml"
 DATABASE = "dagster"
 
@@ -88,12 +90,12 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _as_postgres_user() -> tuple[list[str], int | None, int | None]:
+def _as_postgres_user() -> dict:
     """PostgreSQL refuses to run as root: run its tools as the `postgres` account when we are root."""
     if os.geteuid() != 0:
-        return [], None, None
+        return {}
     account = pwd.getpwnam("postgres")
-    return [], account.pw_uid, account.pw_gid
+    return {"user": account.pw_uid, "group": account.pw_gid}
 
 
 @dataclass
@@ -106,6 +108,10 @@ class LocalCluster:
     redis_port: int = field(default_factory=free_port)
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)
     _redis: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        while self.redis_port == self.pg_port:
+            self.redis_port = free_port()
 
     @property
     def pg_data(self) -> Path:
@@ -135,30 +141,23 @@ class LocalCluster:
         }
 
     def start_postgres(self) -> None:
-        _, uid, gid = _as_postgres_user()
+        user = _as_postgres_user()
         self.pg_data.mkdir(parents=True, exist_ok=True)
         log = self.pg_data.parent / f"{self.pg_data.name}.log"
         log.touch()
-        if uid is not None:
+        if user:
             for p in (self.pg_data, log):
-                os.chown(p, uid, gid)
-        user = {"user": uid, "group": gid} if uid is not None else {}
+                os.chown(p, user["user"], user["group"])
         if not (self.pg_data / "PG_VERSION").is_file():
             _run([str(postgres_bin("initdb")), "-D", str(self.pg_data), "-U", "postgres", "--auth=trust", "-E", "UTF8"], **user)
         options = f"-p {self.pg_port} -c listen_addresses=127.0.0.1 -k {self.pg_data} -c fsync=off"
         _run([str(postgres_bin("pg_ctl")), "-D", str(self.pg_data), "-l", str(log), "-o", options, "-w", "start"], **user)
         _wait_for(lambda: _port_open(self.pg_port), "PostgreSQL", log)
-        psql = postgres_bin("psql") or Path("psql")
-        exists = subprocess.run(
-            [str(psql), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres", "-tAc",
-             f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
-            check=True, capture_output=True, text=True,
-        ).stdout.strip()
+        psql = [str(postgres_bin("psql") or "psql"), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres"]
+        exists = subprocess.run([*psql, "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
+                                capture_output=True, text=True).stdout.strip()
         if not exists:
-            subprocess.run(
-                [str(psql), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres", "-c", f"CREATE DATABASE {DATABASE}"],
-                check=True, capture_output=True,
-            )
+            _run([*psql, "-c", f"CREATE DATABASE {DATABASE}"])
 
     def start_redis(self) -> None:
         log = self.state_dir / "redis.log"
@@ -183,8 +182,8 @@ class LocalCluster:
             str(Path(sys.executable).parent / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
             "-y", env[CELERY_CONFIG_ENV], "-n", name, "--", "--concurrency=1", f"--logfile={log}",
         ]
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=open(log.with_suffix(".err"), "w"))
+        with open(log.with_suffix(".err"), "w") as stderr:
+            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr)
         self.workers[name] = proc
         _wait_for(lambda: "ready." in _tail(log, 200) or proc.poll() is not None, f"Celery worker {name}", log, 120)
         if proc.poll() is not None:
@@ -212,16 +211,16 @@ class LocalCluster:
             self.start_worker(f"worker{i + 1}")
 
     def down(self) -> None:
-        for name in list(self.workers):
-            self.kill_worker(name)
-        if self._redis is not None and self._redis.poll() is None:
-            os.killpg(self._redis.pid, signal.SIGTERM)
-            self._redis.wait(timeout=30)
-        if (self.pg_data / "postmaster.pid").is_file():
-            _, uid, gid = _as_postgres_user()
-            user = {"user": uid, "group": gid} if uid is not None else {}
-            subprocess.run([str(postgres_bin("pg_ctl")), "-D", str(self.pg_data), "-m", "immediate", "stop"],
-                           capture_output=True, **user)
+        try:
+            for name in list(self.workers):
+                self.kill_worker(name)
+            if self._redis is not None and self._redis.poll() is None:
+                os.killpg(self._redis.pid, signal.SIGKILL)
+                self._redis.wait()
+        finally:
+            if (self.pg_data / "postmaster.pid").is_file():
+                subprocess.run([str(postgres_bin("pg_ctl")), "-D", str(self.pg_data), "-m", "immediate", "stop"],
+                               capture_output=True, **_as_postgres_user())
         if self.pg_data.parent != self.state_dir:
             shutil.rmtree(self.pg_data, ignore_errors=True)
             self.pg_data.with_name(f"{self.pg_data.name}.log").unlink(missing_ok=True)
@@ -258,10 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     for line in ports.read_text().splitlines() if ports.is_file() else []:
         if line.startswith("export SYNTHKD_LOCAL_CLUSTER_PIDS="):
             for pid in line.split("=", 1)[1].strip("'").split():
-                try:
-                    os.killpg(int(pid), signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                # only our own process groups: a pid from an old ports.env may belong to something else now
+                cmdline = Path(f"/proc/{pid}/cmdline")
+                if cmdline.is_file() and any(k in cmdline.read_bytes() for k in (b"redis-server", b"dagster-celery", b"celery")):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(int(pid), signal.SIGKILL)
+    ports.unlink(missing_ok=True)
     LocalCluster(state, Path(), Path()).down()
     return 0
 

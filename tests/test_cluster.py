@@ -105,7 +105,7 @@ def _build_pass_outputs(data_dir: Path, key: str) -> list[Path]:
     ]
 
 
-def test_a_worker_killed_mid_step_is_redelivered_and_the_build_still_matches(cluster, cluster_build, built_sample, monkeypatch):
+def test_a_worker_killed_holding_a_step_is_redelivered_and_the_build_still_matches(cluster, cluster_build, built_sample, monkeypatch):
     _, _, embedded_data = built_sample
     removed = _build_pass_outputs(cluster.data_dir, KILLED_PARTITION)
     assert removed, "the build pass wrote nothing for the partition"
@@ -121,8 +121,8 @@ def test_a_worker_killed_mid_step_is_redelivered_and_the_build_still_matches(clu
             cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         try:
-            # the moment a worker takes a step of the run, take that worker down hard: no step finishes in
-            # the time between its log line and the kill, so the step is surely unacknowledged
+            # the moment a worker's log shows it received a step of the run, take that worker down hard: a step
+            # is acknowledged only when finished, and none finishes between that line and the kill
             deadline = time.monotonic() + 180
             taken = None
             while taken is None:

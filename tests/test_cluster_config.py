@@ -17,8 +17,9 @@ from dagster._serdes.config_class import class_from_code_pointer
 from synthkd_assets.defs.executors import (
     CELERY_CONFIG_ENV,
     DEFAULT_CELERY_CONFIG,
+    DEFAULT_K8S_CONFIG,
     EXECUTOR_ENV,
-    celery_executor_config,
+    executor_config_from_yaml,
     executor_from_env,
 )
 from tests.helpers import REPO_ROOT
@@ -47,14 +48,25 @@ def test_an_unknown_executor_is_refused_by_name():
         executor_from_env({EXECUTOR_ENV: "spark"})
 
 
-def test_the_celery_executor_is_configured_from_the_worker_yaml(cluster_env):
-    from dagster_celery import celery_executor
+def shard_job_execution_config(environ: dict) -> dict:
+    """The executor config a synth_shard_job run gets with no run config (as sensor, schedule and backfill
+    runs have), under the engine SYNTHKD_EXECUTOR names: what the configured executor really resolves to."""
+    from synthkd_assets.definitions import defs
 
-    executor = executor_from_env({EXECUTOR_ENV: "celery"})
-    assert executor.name == "celery"
-    config = celery_executor_config(DEFAULT_CELERY_CONFIG)
-    checked = validate_config(celery_executor.config_schema.config_type, config)
-    assert checked.success, checked.errors
+    engine_defs = dg.Definitions(
+        assets=list(defs.assets), asset_checks=list(defs.asset_checks), jobs=list(defs.jobs),
+        resources=dict(defs.resources), executor=executor_from_env(environ),
+    )
+    job = engine_defs.resolve_job_def("synth_shard_job")
+    (config,) = dg.validate_run_config(job, {})["execution"].values()
+    return config
+
+
+def test_the_celery_executor_is_configured_from_the_worker_yaml(cluster_env):
+    config = shard_job_execution_config({EXECUTOR_ENV: "celery"})
+    assert config["broker"] == CLUSTER_ENV["SYNTHKD_CELERY_BROKER"]  # {env: ...} resolved, as on the workers
+    assert config["backend"] == CLUSTER_ENV["SYNTHKD_CELERY_BACKEND"]
+    assert config["config_source"] == executor_config_from_yaml(DEFAULT_CELERY_CONFIG)["config_source"]
     source = config["config_source"]
     # what makes a lost worker's step come back: acknowledged only when done, and redelivered
     assert source["task_acks_late"] and source["task_reject_on_worker_lost"]
@@ -64,7 +76,7 @@ def test_the_celery_executor_is_configured_from_the_worker_yaml(cluster_env):
 def test_the_celery_config_path_can_be_pointed_elsewhere(tmp_path, cluster_env):
     other = tmp_path / "celery.yaml"
     other.write_text(yaml.safe_dump({"execution": {"config": {"broker": "redis://elsewhere:6379/0"}}}))
-    assert executor_from_env({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)}).name == "celery"
+    assert shard_job_execution_config({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)})["broker"] == "redis://elsewhere:6379/0"
     other.write_text("broker: redis://x\n")
     with pytest.raises(ValueError, match="execution.config"):
         executor_from_env({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)})
@@ -105,19 +117,15 @@ def test_the_k8s_instance_yaml_validates(cluster_env):
     assert config["run_launcher"]["class"] == "K8sRunLauncher"
 
 
-def test_the_k8s_run_config_validates_against_the_shard_job(cluster_env):
-    from dagster_k8s import k8s_job_executor
-
+def test_the_k8s_executor_is_configured_from_the_k8s_run_config(cluster_env):
+    """SYNTHKD_EXECUTOR=k8s: every run, with or without run config, gets deploy/k8s/run_config.yaml's
+    namespace, data volume and step resources (validated by dagster-k8s's own executor schema)."""
     from synthkd_assets.definitions import defs
 
-    k8s_defs = dg.Definitions(
-        assets=list(defs.assets), asset_checks=list(defs.asset_checks), jobs=list(defs.jobs),
-        resources=dict(defs.resources), executor=k8s_job_executor,
-    )
-    job = k8s_defs.resolve_job_def("synth_shard_job")
-    run_config = yaml.safe_load((DEPLOY / "k8s" / "run_config.yaml").read_text())
-    checked = dg.validate_run_config(job, run_config)
-    assert checked["execution"]["k8s"]["job_namespace"] == "synthkd"
+    config = shard_job_execution_config({EXECUTOR_ENV: "k8s"})
+    assert config["job_namespace"] == "synthkd"
+    assert {"name": "synth-data", "mountPath": "/mnt/synth"} in config["volume_mounts"]
+    assert config["step_k8s_config"]["container_config"]["resources"]["requests"]["cpu"] == "1"
     # per-step overrides name real steps of the job (a typo there would silently apply to nothing)
-    steps = {node.name for node in job.graph.nodes}
-    assert set(run_config["execution"]["config"]["per_step_k8s_config"]) <= steps
+    steps = {node.name for node in defs.resolve_job_def("synth_shard_job").graph.nodes}
+    assert set(executor_config_from_yaml(DEFAULT_K8S_CONFIG)["per_step_k8s_config"]) <= steps

@@ -17,8 +17,10 @@ import yaml
 
 EXECUTOR_ENV = "SYNTHKD_EXECUTOR"
 CELERY_CONFIG_ENV = "SYNTHKD_CELERY_CONFIG"
+K8S_CONFIG_ENV = "SYNTHKD_K8S_CONFIG"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CELERY_CONFIG = REPO_ROOT / "deploy" / "cluster" / "celery.yaml"
+DEFAULT_K8S_CONFIG = REPO_ROOT / "deploy" / "k8s" / "run_config.yaml"
 EMBEDDED_MAX_CONCURRENT = 2  # steps of one run in parallel on the 2-core reference machine
 EXECUTORS = ("multiprocess", "celery", "k8s")
 
@@ -28,9 +30,15 @@ def celery_config_path(environ: Mapping[str, str] = os.environ) -> Path:
     return Path(environ.get(CELERY_CONFIG_ENV) or DEFAULT_CELERY_CONFIG)
 
 
-def celery_executor_config(path: Path) -> dict:
-    """The `execution.config` block of a dagster-celery worker YAML: the executor is configured from the
-    very file the workers start with, so broker, backend and acknowledgement settings cannot drift apart."""
+def k8s_config_path(environ: Mapping[str, str] = os.environ) -> Path:
+    return Path(environ.get(K8S_CONFIG_ENV) or DEFAULT_K8S_CONFIG)
+
+
+def executor_config_from_yaml(path: Path) -> dict:
+    """The `execution.config` block of a run-config-shaped YAML. The Celery executor is configured from the
+    very file the workers start with, so broker, backend and acknowledgement settings cannot drift apart;
+    the k8s executor from deploy/k8s/run_config.yaml, so runs from sensors, schedules and backfills (which
+    carry no run config) get the same namespace, volumes and step resources."""
     config = yaml.safe_load(path.read_text()) or {}
     try:
         return dict(config["execution"]["config"])
@@ -45,10 +53,9 @@ def executor_from_env(environ: Mapping[str, str] = os.environ) -> dg.ExecutorDef
     if name == "celery":
         from dagster_celery import celery_executor
 
-        return celery_executor.configured(celery_executor_config(celery_config_path(environ)))
+        return celery_executor.configured(executor_config_from_yaml(celery_config_path(environ)))
     if name == "k8s":
         from dagster_k8s import k8s_job_executor
 
-        # configured per run from deploy/k8s/run_config.yaml (namespace, image, the data volume)
-        return k8s_job_executor
+        return k8s_job_executor.configured(executor_config_from_yaml(k8s_config_path(environ)))
     raise ValueError(f"{EXECUTOR_ENV}={name!r}: expected one of {', '.join(EXECUTORS)}")
