@@ -100,3 +100,18 @@ def test_smoke_build_is_the_same_path_capped(built, tmp_path):
     assert smoke["totals"]["rows_out"] == 40 and smoke["totals"]["dropped"]["smoke_cap"] == tokenized - 40
     assert smoke["config"]["caps"]["max_rows_per_shard"] == 10
     assert (data_dir / "megatron" / "synth_kd_v1" / "manifest.json").read_bytes() == full_manifest
+
+
+@pytest.mark.parametrize("manifest", ["synth_kd_v1_manifest", "synth_distill_manifest"])
+def test_a_manifest_over_an_unbuilt_partition_fails_naming_it(manifest, tmp_path):
+    """The inventory registered the shards but none was built: the manifest refuses rather than list fewer."""
+    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path))
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, paths, ["o200k_tokenizer", "synth_raw_inventory"])
+        result = run(instance, paths, [manifest], raise_on_error=False)
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = failure.event_specific_data.error.message
+    first = sorted(p.stem for p in SAMPLE_RAW_DIR.glob("*.parquet"))[0]
+    assert f"partition {first!r} has not been materialized" in message
+    assert manifest.removesuffix("_manifest") in message

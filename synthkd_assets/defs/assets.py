@@ -1,5 +1,6 @@
 """The asset graph: thin wrappers that call the core rules and report what they did."""
 
+from pathlib import Path
 
 import dagster as dg
 
@@ -405,6 +406,15 @@ def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.Ma
     )
 
 
+def _partition_records(asset_name: str, record_paths: dict[str, Path]) -> list[dict]:
+    """The record each partition of `asset_name` published, in partition order; a manifest over a partition
+    that was never materialized fails, naming it."""
+    for name, record_path in record_paths.items():
+        if not record_path.is_file():
+            raise dg.Failure(f"{asset_name} partition {name!r} has not been materialized ({record_path} missing)")
+    return [mf.read_json(record_path) for record_path in record_paths.values()]
+
+
 def _upstream_reports(paths: SynthKDPaths, names: list[str]) -> tuple[list[dict], list[dict]]:
     """(synth_harmony reports, filtered/sampled/tokenized reports) of every shard, for dataset totals."""
     harmony_reports, step_reports = [], []
@@ -450,12 +460,9 @@ def _row_totals(harmony_reports: list[dict], step_reports: list[dict], output_re
 def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     root = paths.megatron_root()
     names = [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())]
-    records = []
-    for name in names:
-        record_path = root / "shards" / f"shard_{shard_index_from_name(name):02d}.json"
-        if not record_path.is_file():
-            raise dg.Failure(f"synth_kd_v1 partition {name!r} has not been materialized ({record_path} missing)")
-        records.append(mf.read_json(record_path))
+    records = _partition_records(
+        "synth_kd_v1", {name: root / "shards" / f"shard_{shard_index_from_name(name):02d}.json" for name in names}
+    )
     harmony_reports, step_reports = _upstream_reports(paths, names)
     kd_reports = [r["report"] for r in records]
     sampling = sampling_section(paths, names)
@@ -555,15 +562,10 @@ def collect_encoding_errors(paths: SynthKDPaths, shard_names: list[str]) -> int:
 def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     root = paths.distill_root()
     names = [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())]
-    records = []
-    for name in names:
-        record_path = paths.distill_records_dir() / f"{name}.json"
-        if not record_path.is_file():
-            raise dg.Failure(f"synth_distill partition {name!r} has not been materialized ({record_path} missing)")
-        record = mf.read_json(record_path)
+    records = _partition_records("synth_distill", {name: paths.distill_records_dir() / f"{name}.json" for name in names})
+    for name, record in zip(names, records):
         if record["dataset_root"] != paths.recorded(root):
             raise dg.Failure(f"synth_distill partition {name!r} was written to {record['dataset_root']}, not {root}")
-        records.append(record)
     harmony_reports, step_reports = _upstream_reports(paths, names)
     sampling = sampling_section(paths, names)
     distill_reports = [r["report"] for r in records]
