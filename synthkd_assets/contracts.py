@@ -36,6 +36,7 @@ SPAN_DTYPE: Final = np.uint8
 # --- Megatron layout (000 "Output dataset layout") ------------------------------------------
 DATASET_NAME: Final = "synth_kd_v1"
 SMOKE_DATASET_NAME: Final = "synth_kd_v1_smoke"
+DROP_SMOKE_CAP: Final = "smoke_cap"  # rows a smoke build did not read or write (its per-shard caps)
 SPLITS: Final = ("train", "valid")
 # suffix of each IndexedDataset prefix -> dtype; "tokens" first: it is the prefix Megatron is given
 ARRAY_KINDS: Final = ("tokens", "lossmask", "span")

@@ -87,21 +87,6 @@ def test_rematerializing_unchanged_input_is_byte_identical(built):
     assert after == before
 
 
-def test_smoke_build_is_the_same_path_capped(built, tmp_path):
-    instance, paths, data_dir = built
-    smoke_paths = SynthKDPaths(raw_dir=paths.raw_dir, data_dir=paths.data_dir, smoke=True, smoke_max_rows=10)
-    full_manifest = (data_dir / "megatron" / "synth_kd_v1" / "manifest.json").read_bytes()
-    for key in instance.get_dynamic_partitions(SYNTH_SHARDS.name):
-        run(instance, smoke_paths, ["synth_kd_v1"], key)
-    run(instance, smoke_paths, ["synth_kd_v1_manifest"])
-    smoke = json.loads((data_dir / "megatron" / "synth_kd_v1_smoke" / "manifest.json").read_text())
-    assert smoke["dataset"] == "synth_kd_v1_smoke"
-    tokenized = sum(json.loads((data_dir / "synth_tokenized" / f"synth_0{i}.report.json").read_text())["rows_out"] for i in range(4))
-    assert smoke["totals"]["rows_out"] == 40 and smoke["totals"]["dropped"]["smoke_cap"] == tokenized - 40
-    assert smoke["config"]["caps"]["max_rows_per_shard"] == 10
-    assert (data_dir / "megatron" / "synth_kd_v1" / "manifest.json").read_bytes() == full_manifest
-
-
 @pytest.mark.parametrize("manifest", ["synth_kd_v1_manifest", "synth_distill_manifest"])
 def test_a_manifest_over_an_unbuilt_partition_fails_naming_it(manifest, tmp_path):
     """The inventory registered the shards but none was built: the manifest refuses rather than list fewer."""

@@ -196,7 +196,7 @@ def write_distill_shard(
                     caps.max_tokens is not None and written_tokens + length > caps.max_tokens
                 ):
                     budget_exhausted = True
-                    report.dropped["smoke_cap"] += 1
+                    report.dropped[contracts.DROP_SMOKE_CAP] += 1
                     continue
                 if length > max_seq_len:
                     report.drop(contracts.DROP_OVER_MAX_SEQ_LEN, source_row, synth_id, f"{length} tokens > {max_seq_len}")
@@ -411,6 +411,7 @@ def distill_build_config(
     valid_fraction: float,
     max_rows: int | None,
     max_tokens: int | None,
+    max_input_rows: int | None = None,
 ) -> dict[str, Any]:
     """Everything that can change the bytes of the DistillKit dataset, hashed into its manifest."""
     from importlib.metadata import version
@@ -435,6 +436,6 @@ def distill_build_config(
         },
         "selection": selection,
         "tokenizer_sha256": contracts.TOKENIZER_SHA256,
-        "caps": {"max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
+        "caps": {"max_input_rows_per_shard": max_input_rows, "max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
         "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "synthkd")},
     }

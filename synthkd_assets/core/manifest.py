@@ -66,7 +66,11 @@ def sum_reports(reports: list[dict[str, Any]], key: str) -> dict[str, int]:
 
 
 def kd_build_config(
-    system: dict[str, Any], max_rows: int | None, max_tokens: int | None, selection: dict[str, Any] | None = None
+    system: dict[str, Any],
+    max_rows: int | None,
+    max_tokens: int | None,
+    selection: dict[str, Any] | None = None,
+    max_input_rows: int | None = None,
 ) -> dict[str, Any]:
     """Everything that can change the bytes of synth_kd_v1, hashed into the manifest's config_hash
     (`selection`: the 001 filter and sampling settings the rows went through)."""
@@ -83,7 +87,7 @@ def kd_build_config(
         "dtypes": {k: str(v.__name__) for k, v in contracts.ARRAY_DTYPES.items()},
         "split": {"salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
         "tokenizer_sha256": contracts.TOKENIZER_SHA256,
-        "caps": {"max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
+        "caps": {"max_input_rows_per_shard": max_input_rows, "max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
         "selection": selection,
         "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "megatron-core", "synthkd")},
     }

@@ -43,26 +43,44 @@ def _invalid_column(batch: pa.RecordBatch) -> str | None:
     return None
 
 
-def iter_frames(path: Path, columns: Sequence[str], batch_rows: int = READ_BATCH_ROWS) -> Iterator[pl.DataFrame]:
+def parquet_row_count(path: Path) -> int:
+    """The number of rows a Parquet file holds, from its footer: no data page is read."""
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception as error:
+        raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
+
+
+def iter_frames(
+    path: Path, columns: Sequence[str], batch_rows: int = READ_BATCH_ROWS, max_rows: int | None = None
+) -> Iterator[pl.DataFrame]:
     """Stream `columns` of a Parquet file as polars frames of at most `batch_rows` rows.
 
     Every batch is fully validated first: a `string` column holding invalid UTF-8 (which Parquet's
     STRING type forbids, and which would panic inside polars) refuses the whole file, naming the
     column; only `binary` columns may carry arbitrary bytes, for the caller to judge row by row.
+
+    `max_rows` reads only the first rows, in file order, and stops: batches no larger than needed,
+    pages streamed rather than whole column chunks, and nothing after the prefix read or validated.
     """
     try:
-        parquet = pq.ParquetFile(path)
+        # a capped read streams pages (1 MiB buffer) instead of loading whole column chunks
+        parquet = pq.ParquetFile(path, buffer_size=0 if max_rows is None else 1 << 20)
     except Exception as error:
         raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
     missing = [c for c in columns if c not in parquet.schema_arrow.names]
     if missing:
         raise InputFileError(f"{path}: missing required columns {missing} (has {parquet.schema_arrow.names})")
+    if max_rows is not None:
+        batch_rows = max(1, min(batch_rows, max_rows))
     batches = parquet.iter_batches(batch_size=batch_rows, columns=list(columns))
     rows_read = 0
-    while True:
+    while max_rows is None or rows_read < max_rows:
         batch = None
         try:
             batch = next(batches)
+            if max_rows is not None and rows_read + batch.num_rows > max_rows:
+                batch = batch.slice(0, max_rows - rows_read)  # the rows after the prefix are not looked at
             # pyarrow does not check string bytes on read; invalid UTF-8 would panic later inside polars
             batch.validate(full=True)
             frame = pl.from_arrow(batch)

@@ -23,7 +23,14 @@ import pyarrow as pa
 from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory
-from synthkd_assets.core.parquet_io import OutputFileError, ParquetShardWriter, iter_frames, list_column, list_column_rows
+from synthkd_assets.core.parquet_io import (
+    OutputFileError,
+    ParquetShardWriter,
+    iter_frames,
+    list_column,
+    list_column_rows,
+    parquet_row_count,
+)
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
 
 Renderer = FastRenderer | HarmonyRenderer
@@ -119,20 +126,29 @@ def shard_index_from_name(name: str) -> int:
 
 
 def harmonize_shard(
-    raw_path: Path, out_path: Path, system: dict[str, Any], shard: str, source_sha256: str | None = None
+    raw_path: Path,
+    out_path: Path,
+    system: dict[str, Any],
+    shard: str,
+    source_sha256: str | None = None,
+    max_rows: int | None = None,
 ) -> ShardReport:
     """Raw SYNTH Parquet -> synth_harmony_v1 Parquet (messages_json + metadata_json + id columns).
 
     A file that is not a usable SYNTH shard raises InputFileError before any output is opened; an
     output that cannot be written raises OutputFileError; either way nothing remains under the final
     name or as a partial file. Bad rows are dropped and counted (see core/validation.py for the rules).
+
+    `max_rows` (a smoke build) reads only the first rows of the file and stops, so every later step
+    sees only those; the rows never read still count in `rows_in` (the file's row count, from its
+    footer) and are dropped as `smoke_cap`.
     """
     report = ShardReport(shard, source_sha256=source_sha256)
     check_raw_schema(raw_path)
     duplicates = DuplicateIds()
     source_row = 0
     with _output_errors(out_path), ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
-        for frame in iter_frames(raw_path, contracts.RAW_COLUMNS):
+        for frame in iter_frames(raw_path, contracts.RAW_COLUMNS, max_rows=max_rows):
             frame = frame.with_columns(
                 pl.int_range(source_row, source_row + frame.height, dtype=pl.Int64).alias("source_row")
             )
@@ -154,6 +170,11 @@ def harmonize_shard(
                     _metadata_json(shard).alias("metadata_json"),
                 )
             )
+        if max_rows is not None:
+            unread = parquet_row_count(raw_path) - source_row
+            if unread:
+                report.rows_in += unread
+                report.dropped[contracts.DROP_SMOKE_CAP] += unread
         report.rows_out = writer.rows
     return report
 
@@ -283,10 +304,13 @@ def tokenize_shard(harmony_path: Path, out_path: Path, renderer: Renderer, shard
 
 @dataclass(frozen=True)
 class BuildCaps:
-    """Smoke-build limits per shard; `None` means the full build. Same code path either way."""
+    """Smoke-build limits per shard; `None` means the full build. Same code path either way: the first
+    step reads only the first `max_input_rows` raw rows (so no later step sees more), and the dataset
+    writers stop at `max_rows` conversations or `max_tokens` tokens."""
 
     max_rows: int | None = None
     max_tokens: int | None = None
+    max_input_rows: int | None = None
 
 
 DOCUMENTS_SCHEMA = pa.schema([("split", pa.string()), ("document_index", pa.int64()), ("synth_id", pa.string())])
@@ -325,7 +349,7 @@ def write_megatron_shard(
                 report.rows_in += 1
                 if budget_exhausted or _over_caps(report, len(token_rows[i]), caps):
                     budget_exhausted = True
-                    report.dropped["smoke_cap"] += 1
+                    report.dropped[contracts.DROP_SMOKE_CAP] += 1
                     continue
                 split = assign_split(synth_id, valid_fraction=valid_fraction)
                 writers[split].add(token_rows[i], mask_rows[i], span_rows[i])

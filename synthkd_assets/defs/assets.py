@@ -170,7 +170,7 @@ def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
     source = {s.name: s for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}.get(key)
     if source is None:
         raise dg.Failure(f"partition {key!r}: raw shard {raw_path} no longer exists")
-    report = harmonize_shard(raw_path, out_path, system_message_dict(), key, source.sha256)
+    report = harmonize_shard(raw_path, out_path, system_message_dict(), key, source.sha256, paths.caps().max_input_rows)
     _publish_report(report, report_path, paths.errors_dir() / "synth_harmony" / f"{key}.jsonl")
     return dg.MaterializeResult(
         metadata={**report_metadata(report.to_dict()), **files_metadata([out_path]), "source_sha256": source.sha256},

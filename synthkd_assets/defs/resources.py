@@ -17,6 +17,8 @@ from synthkd_assets.core.synth import system_message_dict
 
 DEFAULT_RAW_DIR = "data/sample/synth_raw"
 DEFAULT_DATA_DIR = "data"
+SMOKE_SUBDIR = "smoke"  # a smoke build's intermediate stages, plan and error logs: <data>/smoke/<stage>
+SMOKE_READ_AHEAD = 4  # default raw rows read per shard in a smoke build, per conversation it may write
 
 
 class SynthKDPaths(dg.ConfigurableResource):
@@ -25,9 +27,18 @@ class SynthKDPaths(dg.ConfigurableResource):
 
     raw_dir: str | None = Field(default=None, description="Raw SYNTH Parquet shards; default $SYNTHKD_RAW_DIR or the bundled sample.")
     data_dir: str | None = Field(default=None, description="Output root; default $SYNTHKD_DATA_DIR or data/.")
-    smoke: bool = Field(default=False, description="Cap each shard and write data/megatron/synth_kd_v1_smoke/ instead.")
-    smoke_max_rows: int = Field(default=64, description="Rows per shard in a smoke build.")
-    smoke_max_tokens: int = Field(default=200_000, description="Tokens per shard in a smoke build.")
+    smoke: bool = Field(
+        default=False,
+        description="Cap each shard and write data/megatron/synth_kd_v1_smoke/ and data/distill/synth_distill_smoke/ "
+        "instead, with every intermediate stage, plan and error log under data/smoke/.",
+    )
+    smoke_max_rows: int = Field(default=64, description="Conversations written per shard in a smoke build.")
+    smoke_max_tokens: int = Field(default=200_000, description="Tokens written per shard in a smoke build.")
+    smoke_input_rows: int | None = Field(
+        default=None,
+        description="Raw rows a smoke build reads per shard (the first, in file order; no later step sees more). "
+        f"Default {SMOKE_READ_AHEAD} x smoke_max_rows, so that smoke_max_rows conversations survive the filters and sampling.",
+    )
     encode_threads: int = Field(
         default=1,
         description="tiktoken threads per tokenize step. 1 when shards run in parallel processes (the default "
@@ -67,14 +78,19 @@ class SynthKDPaths(dg.ConfigurableResource):
     def tokenizer_dir(self) -> Path:
         return self.data_root() / "tokenizer"
 
+    def build_root(self) -> Path:
+        """Where this build keeps its intermediate stages, sampling plan, reports and error logs: the data
+        root, or `<data>/smoke/` for a smoke build, so a smoke build never touches a full build's files."""
+        return self.data_root() / SMOKE_SUBDIR if self.smoke else self.data_root()
+
     def stage_dir(self, stage: str) -> Path:
-        return self.data_root() / stage
+        return self.build_root() / stage
 
     def raw_hash_cache(self) -> Path:
         return self.data_root() / "synth_raw" / "hash_cache.json"
 
     def errors_dir(self) -> Path:
-        return self.data_root() / "errors"
+        return self.build_root() / "errors"
 
     def megatron_root(self) -> Path:
         name = contracts.SMOKE_DATASET_NAME if self.smoke else contracts.DATASET_NAME
@@ -104,13 +120,18 @@ class SynthKDPaths(dg.ConfigurableResource):
         return self.errors_dir() / contracts.DISTILL_ENCODING_ERRORS_FILENAME
 
     def caps(self) -> BuildCaps:
-        return BuildCaps(self.smoke_max_rows, self.smoke_max_tokens) if self.smoke else BuildCaps()
+        if not self.smoke:
+            return BuildCaps()
+        input_rows = self.smoke_input_rows if self.smoke_input_rows is not None else SMOKE_READ_AHEAD * self.smoke_max_rows
+        return BuildCaps(self.smoke_max_rows, self.smoke_max_tokens, input_rows)
 
 
 def kd_config(paths: SynthKDPaths) -> dict:
     """The synth_kd_v1 build config of these settings (hashed into the manifest, re-checked by checks)."""
     caps = paths.caps()
-    return kd_build_config(system_message_dict(), caps.max_rows, caps.max_tokens, selection_config(paths.targets()))
+    return kd_build_config(
+        system_message_dict(), caps.max_rows, caps.max_tokens, selection_config(paths.targets()), caps.max_input_rows
+    )
 
 
 def distill_config(paths: SynthKDPaths) -> dict:
@@ -123,4 +144,5 @@ def distill_config(paths: SynthKDPaths) -> dict:
         paths.distill_valid_fraction,
         caps.max_rows,
         caps.max_tokens,
+        caps.max_input_rows,
     )
