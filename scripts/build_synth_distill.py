@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--global-keep", type=float, default=contracts.GLOBAL_KEEP, help="uniform deterministic keep rate (token budgets)")
     parser.add_argument("--valid-fraction", type=float, default=contracts.DISTILL_VALID_FRACTION, help="validation split fraction")
     parser.add_argument("--memorization-cap", type=float, default=contracts.MEMORIZATION_CAP, help="max share of exercise == memorization")
-    parser.add_argument("--non-english-min", type=float, default=contracts.NON_ENGLISH_MIN, help="min non-English share (0: never drop English rows for it)")
+    parser.add_argument("--non-english-min", type=float, default=contracts.NON_ENGLISH_MIN, help="min non-English share, opt-in: English rows are sampled down to reach it (0: never)")
     parser.add_argument("--non-english-max", type=float, default=contracts.NON_ENGLISH_MAX, help="max non-English share")
     parser.add_argument("--encoding-errors-log", type=Path, help="JSON-lines sample of Harmony render failures (default: <work-dir>/errors/...)")
     parser.add_argument("--smoke", action="store_true", help="cap each shard (64 rows / 200k tokens): a quick end-to-end run")

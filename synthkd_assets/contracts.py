@@ -112,7 +112,9 @@ SAMPLING_SALTS: Final = {
 }
 DROP_SAMPLED_OUT: Final = {rule: f"sampled_out_{rule}" for rule in SAMPLING_SALTS}
 MEMORIZATION_CAP: Final = 0.70
-NON_ENGLISH_MIN: Final = 0.25
+# 001 caps non-English at ~25-30%: one-sided by default; a lower bound (English sampled down to raise the
+# non-English share) is opt-in, e.g. non_english_min=0.25
+NON_ENGLISH_MIN: Final = 0.0
 NON_ENGLISH_MAX: Final = 0.30
 GLOBAL_KEEP: Final = 1.0
 SAMPLING_PLAN_FILENAME: Final = "plan.json"

@@ -146,14 +146,36 @@ def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sampl
     sampling = manifest["sampling"]
     assert sampling["plan_sha256"] == sha256_file(data_dir / "synth_sampling_plan" / "plan.json")
     assert sampling["feasible"] and sampling["plan_counts_current"] and sampling["achieved_meets_targets"]
-    assert sampling["expected_after"]["non_english_share"] == pytest.approx(0.25)  # the sample is 80% English
-    assert sampling["rates"]["english"] < 1 and sampling["rates"]["non_english"] == sampling["rates"]["memorization"] == 1
+    # the filtered sample is under both caps (counted here from the synth_filtered rows): nothing is sampled out,
+    # English included (the non-English lower bound is opt-in)
+    filtered = pl.concat([pl.read_parquet(p, columns=["language", "exercise"]) for p in sorted((data_dir / "synth_filtered").glob("*.parquet"))])
+    non_english = filtered.filter(pl.col("language") != "en").height / filtered.height
+    memorization = filtered.filter(pl.col("exercise") == "memorization").height / filtered.height
+    assert non_english < 0.25 and memorization < 0.70
+    assert sampling["rates"] == dict.fromkeys(("memorization", "non_english", "english", "global"), 1.0)
+    assert sampling["expected_after"]["non_english_share"] == pytest.approx(non_english)
+    assert sampling["achieved_after"]["rows"] == filtered.height
     dropped = manifest["totals"]["dropped"]
-    for reason in ("empty_synthetic_answer", "result_failed_after_max_attempts", "result_inconsistent_with_answer", "sampled_out_english"):
+    for reason in ("empty_synthetic_answer", "result_failed_after_max_attempts", "result_inconsistent_with_answer"):
         assert dropped[reason] > 0
+    assert not [reason for reason in dropped if reason.startswith("sampled_out_")]
     assert manifest["totals"]["rows_in"] == 3000 == manifest["totals"]["rows_out"] + sum(dropped.values())
     kd = json.loads((data_dir / "megatron" / "synth_kd_v1" / "manifest.json").read_text())
     assert kd["sampling"] == sampling and kd["config"]["selection"] == manifest["config"]["selection"]
+
+
+def test_a_non_english_minimum_is_opt_in(built_sample, tmp_path):
+    """non_english_min > 0 samples English down to reach it: e with non / (e * en + non) = 0.25, e = 3 non / en."""
+    instance, _, data_dir = built_sample
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir / "synth_filtered", copy / "synth_filtered")
+    filtered = pl.concat([pl.read_parquet(p, columns=["language"]) for p in sorted((copy / "synth_filtered").glob("*.parquet"))])
+    english = filtered.filter(pl.col("language") == "en").height
+    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy), non_english_min=0.25)
+    run(instance, paths, ["synth_sampling_plan"])
+    plan = json.loads((copy / "synth_sampling_plan" / "plan.json").read_text())
+    assert plan["rates"]["english"] == pytest.approx(3 * (filtered.height - english) / english)
+    assert plan["rates"]["non_english"] == 1.0 and plan["expected_after"]["non_english_share"] == pytest.approx(0.25)
 
 
 def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(built_sample, tmp_path):

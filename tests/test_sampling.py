@@ -176,8 +176,8 @@ def test_plan_examples():
     plan = plan_keep_rates(cells, MixTargets())
     after = plan["expected_after"]
     assert plan["feasible"] and after["memorization_share"] == pytest.approx(0.70) and after["non_english_share"] == pytest.approx(0.30)
-    # English-only data cannot reach a non-English minimum: reported, English kept
-    plan = plan_keep_rates({("rag", "en"): 10, ("memorization", "en"): 90}, MixTargets())
+    # English-only data cannot reach an (opted-in) non-English minimum: reported, English kept
+    plan = plan_keep_rates({("rag", "en"): 10, ("memorization", "en"): 90}, MixTargets(non_english_min=0.25))
     assert not plan["feasible"] and plan["notes"] == ["no non-English rows"]
     assert plan["rates"]["english"] == 1.0 and plan["expected_after"]["memorization_share"] == pytest.approx(0.70)
     # min 0: English is never dropped to raise the multilingual share
@@ -189,6 +189,20 @@ def test_plan_examples():
     assert plan["expected_after"]["memorization_share"] == pytest.approx(0.25) and plan["rates"]["english"] == 1.0
     # nothing at all: vacuously fine
     assert plan_keep_rates({}, MixTargets())["feasible"]
+
+
+def test_the_default_language_rule_only_caps_non_english():
+    """001 caps non-English at ~25-30%: by default English is never dropped to raise the non-English share."""
+    assert MixTargets().non_english_min == 0.0 and MixTargets().non_english_max == 0.30
+    # 80% English, below the range (the bundled sample's shape): nothing is dropped for language
+    plan = plan_keep_rates({("rag", "en"): 80, ("rag", "fr"): 20}, MixTargets())
+    assert plan["feasible"] and plan["rates"] == {"memorization": 1.0, "non_english": 1.0, "english": 1.0, "global": 1.0}
+    # 50% non-English: kept at rate r with 50r / (50 + 50r) = 0.30, r = 3/7
+    plan = plan_keep_rates({("rag", "en"): 50, ("rag", "fr"): 50}, MixTargets())
+    assert plan["rates"]["english"] == 1.0 and plan["rates"]["non_english"] == pytest.approx(3 / 7)
+    # the lower bound is opt-in: English kept at e with 20 / (80e + 20) = 0.25, e = 3/4
+    plan = plan_keep_rates({("rag", "en"): 80, ("rag", "fr"): 20}, MixTargets(non_english_min=0.25))
+    assert plan["rates"]["english"] == pytest.approx(0.75) and plan["rates"]["non_english"] == 1.0
 
 
 @pytest.mark.parametrize(

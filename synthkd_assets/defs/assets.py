@@ -309,8 +309,8 @@ def synth_filtered(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg
     group_name="synth",
     code_version=CODE_VERSION,
     description="The 001 sampling plan (data/synth_sampling_plan/plan.json): from every shard's exercise x language "
-    "counts after the filters, keep rates so that memorization <= memorization_cap and non-English is within "
-    "[non_english_min, non_english_max] (in expectation), plus global_keep. One salted hash of synth_id per rule. "
+    "counts after the filters, keep rates so that memorization <= memorization_cap and non-English <= "
+    "non_english_max (and >= non_english_min when set; in expectation), plus global_keep. One salted hash of synth_id per rule. "
     "Not automated: a re-plan means rebuilding every shard from synth_sampled on.",
 )
 def synth_sampling_plan(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
