@@ -598,3 +598,58 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
     assert logged | {"detail": ""} == {
         "shard": "synth_00", "source_row": 20, "synth_id": good_rows[3]["synth_id"], "reason": "duplicate_synth_id", "detail": ""
     }
+
+
+# --- raw shards that change under a build ---------------------------------------------------------
+
+
+def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_path, sample_shards, monkeypatch):
+    """The shard is rewritten right after synth_harmony's inventory scan: the step hashes the bytes it
+    parses, finds they are not the scanned ones, fails naming the file and publishes nothing."""
+    from synthkd_assets.defs import assets
+
+    raw_dir = tmp_path / "raw"
+    rows = pq.read_table(sample_shards[0]).slice(0, 20).to_pylist()
+    raw = write_raw(raw_dir / "synth_00.parquet", rows)
+    paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
+    real_scan = assets.scan_raw_dir
+
+    def scan_then_rewrite(*args, **kwargs):
+        shards = real_scan(*args, **kwargs)
+        write_raw(raw, rows[:-1])  # a new version of the shard lands just after the scan
+        return shards
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, paths, ["synth_raw_inventory"])
+        monkeypatch.setattr(assets, "scan_raw_dir", scan_then_rewrite)
+        failed = run(instance, paths, ["synth_harmony"], "synth_00", raise_on_error=False)
+    assert not failed.success
+    [message] = step_failures(failed)
+    assert f"{raw}: raw shard changed since the inventory scan" in message, message
+    harmony = tmp_path / "data" / "synth_harmony"
+    assert not (harmony / "synth_00.parquet").exists() and not (harmony / "synth_00.report.json").exists()
+    assert not leftovers(tmp_path)
+
+
+def test_a_raw_shard_rewritten_in_place_while_read_publishes_nothing(tmp_path, monkeypatch):
+    """Bytes appended to the open raw file after its first batch was parsed: the step fails naming the
+    file, and the output it was writing is discarded (an earlier good output stays as it was)."""
+    from synthkd_assets.core import inventory, stages
+
+    raw = write_raw(tmp_path / "synth_00.parquet", [row(f"id{i}") for i in range(10)])
+    out = tmp_path / "out" / "synth_00.parquet"
+    good = harmonize_shard(raw, out, SYSTEM, SHARD)
+    assert good.source_sha256 == hashlib.sha256(raw.read_bytes()).hexdigest() and good.source_bytes == raw.stat().st_size
+    before = out.read_bytes()
+    real_iter_frames = stages.iter_frames
+
+    def frames_then_append(*args, **kwargs):
+        for frame in real_iter_frames(*args, **kwargs):
+            yield frame
+            with open(raw, "ab") as handle:  # another process writes to the file being read
+                handle.write(b"more")
+
+    monkeypatch.setattr(stages, "iter_frames", frames_then_append)
+    with pytest.raises(inventory.RawShardChangedError, match=f"^{raw}: raw shard was modified while it was being read"):
+        harmonize_shard(raw, out, SYSTEM, SHARD, good.source_sha256)
+    assert out.read_bytes() == before and not leftovers(tmp_path)

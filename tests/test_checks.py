@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -115,3 +116,26 @@ def test_synth_id_in_two_shards_fails_the_duplicate_check(copy_of_build):
     pl.concat([second, first.with_columns(document_index=pl.lit(10_000, pl.Int64))]).write_parquet(shards / "shard_02_documents.parquet")
     outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
     assert outcome["no_duplicate_synth_ids"] is False and outcome["no_split_leakage"] is True
+
+
+def test_raw_inputs_unchanged_compares_with_the_hashes_read_at_build_time(tmp_path, sample_shards):
+    """A raw shard changed after synth_harmony read it and before the manifest: the manifest records
+    the sha256 of the bytes that were read (not of the new file), and raw_inputs_unchanged fails."""
+    from tests.helpers import run
+
+    raw_dir = tmp_path / "raw"
+    raw_dir.mkdir()
+    raw = raw_dir / "synth_00.parquet"
+    table = pq.read_table(sample_shards[0]).slice(0, 20)
+    pq.write_table(table, raw)
+    read_sha = hashlib.sha256(raw.read_bytes()).hexdigest()
+    paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, paths, ["synth_raw_inventory"])
+        run(instance, paths, ["synth_harmony"], "synth_00")
+        pq.write_table(table.slice(0, 19), raw)  # the shard changes once it has been read
+        result = run(instance, paths, ["synth_harmony_manifest"], raise_on_error=False)
+    assert check_outcomes(result) == {"raw_inputs_unchanged": False}
+    manifest = json.loads((tmp_path / "data" / "synth_harmony" / "manifest.json").read_text())
+    [entry] = manifest["shards"]
+    assert entry["source"]["sha256"] == read_sha != hashlib.sha256(raw.read_bytes()).hexdigest()
