@@ -119,7 +119,11 @@ def read_raw_shard(path: Path, expected_sha256: str | None = None) -> Iterator[R
     file: the recorded hash describes the bytes parsed, and a file replaced by rename meanwhile cannot
     be mixed in. RawShardChangedError naming the file when the hash is not `expected_sha256` (the
     bytes changed since the inventory scan). Call `check_unchanged()` after parsing, before publishing."""
-    with open(path, "rb") as handle:
+    try:
+        handle = open(path, "rb")
+    except OSError as error:  # missing, a directory, unreadable
+        raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
+    with handle:
         identity = _identity(handle.fileno())
         digest = hashlib.sha256()
         while chunk := handle.read(1 << 20):
