@@ -103,8 +103,9 @@ def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
 @dg.asset_check(
     asset="synth_kd_v1_manifest",
     blocking=True,
-    description="Provenance complete; every file's bytes and sha256, the tokenizer and the input manifest still "
-    "match what the manifest records; the config hash is the current config's.",
+    description="Provenance complete; the manifest matches its seal (manifest.json.sha256); every file's bytes and "
+    "sha256, the tokenizer and the input manifest still match what the manifest records; no file under the dataset "
+    "root is unlisted; the config hash is the current config's.",
 )
 def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _dataset_manifest(paths)
@@ -206,8 +207,9 @@ def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
 @dg.asset_check(
     asset="synth_distill_manifest",
     blocking=True,
-    description="Provenance complete; every part's bytes and sha256, the tokenizer and the input manifest still match "
-    "the manifest; the config hash is the current config's.",
+    description="Provenance complete; the manifest matches its seal (manifest.json.sha256); every part's bytes and "
+    "sha256, the tokenizer and the input manifest still match the manifest; no file under the dataset root is "
+    "unlisted; the config hash is the current config's.",
 )
 def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _distill_manifest(paths)
