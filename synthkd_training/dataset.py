@@ -29,6 +29,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset, get_bin_path
 from megatron.core.datasets.utils import Split
 
 from synthkd_assets import contracts
+from synthkd_assets.core.dataset_manifest import MANIFEST_FILENAME, ManifestError, verify_manifest
 
 TOKENS_KIND, LOSSMASK_KIND, SPAN_KIND = contracts.ARRAY_KINDS
 _TOKENS_SUFFIX = f"_{TOKENS_KIND}"
@@ -117,6 +118,13 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
     and the last (EOD) position of each document is 0/0. Reads 2 bytes per token (chunked, bounded
     memory); leave on unless the trio has been validated already and start-up time matters."""
 
+    verify: bool = False
+    """Re-hash, at construction, the six files of every trio a dataset opens and fail unless each
+    matches the sha256 that the dataset's sealed `manifest.json` (next to the split directories)
+    records; a missing manifest is then an error too. Whether or not this is set, a trio whose dataset
+    root has a manifest is checked against it cheaply: the manifest against its sidecar seal, and
+    each file's size against the manifest."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.mock:
@@ -165,6 +173,19 @@ class SpanGPTDataset(GPTDataset):
             _check_mask_values(self.siblings, str(dataset_path), indexed_indices, indexed_dataset)
         self._window = threading.local()
         super().__init__(indexed_dataset, dataset_path, indexed_indices, num_samples, index_split, config)
+
+    @staticmethod
+    def build_low_level_dataset(dataset_path: str, config: GPTDatasetConfig) -> IndexedDataset:
+        """megatron-core's tokens IndexedDataset, after checking the trio against the dataset manifest
+        (see `SpanGPTDatasetConfig.verify`); an unreadable index names its file."""
+        check_trio_against_manifest(str(dataset_path), bool(getattr(config, "verify", False)))
+        try:
+            return GPTDataset.build_low_level_dataset(dataset_path, config)
+        except Exception as error:  # megatron asserts / numpy ValueError on a short or foreign index
+            raise SpanDatasetError(
+                f"{dataset_path}.idx: tokens index not readable by megatron-core (truncated or not an "
+                f"IndexedDataset index?): {type(error).__name__}: {error}"
+            ) from error
 
     @staticmethod
     def _key_config_attributes() -> list[str]:
@@ -252,6 +273,25 @@ class SpanGPTDataset(GPTDataset):
 
 
 # -- fail-fast checks --------------------------------------------------------------------------
+def check_trio_against_manifest(tokens_prefix: str, verify: bool) -> None:
+    """The trio of `tokens_prefix` against its dataset's sealed manifest (the directory above the split
+    directory): the seal and the six files' sizes whenever a manifest is there, their sha256 too and a
+    manifest required when `verify`. SpanDatasetError naming every mismatching file."""
+    prefix = Path(tokens_prefix)
+    root = prefix.parent.parent
+    if not verify and not (root / MANIFEST_FILENAME).is_file():
+        return  # a trio outside a built dataset (tests, hand-made data): nothing to check against
+    names = [
+        f"{prefix.parent.name}/{Path(sibling_prefix(tokens_prefix, kind)).name}{ext}"
+        for kind in contracts.ARRAY_KINDS
+        for ext in (".bin", ".idx")
+    ]
+    try:
+        verify_manifest(root, files=names, hash_files=verify)
+    except ManifestError as error:
+        raise SpanDatasetError(f"{tokens_prefix}: does not match its dataset manifest: {error}") from error
+
+
 def _expected_bin_bytes(dataset: IndexedDataset) -> int:
     lengths = dataset.sequence_lengths
     if lengths.shape[0] == 0:
@@ -273,7 +313,7 @@ def _open_and_check_siblings(
             siblings[kind] = IndexedDataset(prefix, multimodal=False, mmap=config.mmap_bin_files)
         except Exception as error:  # megatron asserts on malformed index files
             raise SpanDatasetError(
-                f"{tokens_prefix}: sibling {kind} dataset {prefix} is unreadable: {type(error).__name__}: {error}"
+                f"{tokens_prefix}: sibling {kind} dataset {prefix}.idx is unreadable: {type(error).__name__}: {error}"
             ) from error
 
     for kind, dataset in {TOKENS_KIND: tokens, **siblings}.items():

@@ -12,7 +12,8 @@ import hashlib
 import json
 import os
 import random
-import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -23,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets import contracts
-from synthkd_assets.core.atomic import PARTIAL_SUFFIX, partial_path
+from synthkd_assets.core.atomic import PARTIAL_SUFFIX
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.parquet_io import (
@@ -47,7 +48,7 @@ from synthkd_assets.core.synth import reference_messages, system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
 from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.defs.resources import SynthKDPaths
-from tests.helpers import SCAN_STEPS, run
+from tests.helpers import REPO_ROOT, SCAN_STEPS, run
 
 SYSTEM = system_message_dict()
 SHARD = "synth_00"
@@ -430,18 +431,72 @@ def test_an_output_directory_that_cannot_be_created_fails_clearly(tmp_path):
     assert blocker.read_text().startswith("a regular file") and not leftovers(tmp_path)
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-def test_a_full_disk_fails_the_stage_clearly_and_leaves_nothing(tmp_path):
-    """The partial file is a symlink to /dev/full: the writer gets a real ENOSPC from the kernel."""
-    raw = write_raw(tmp_path / "synth_00.parquet", [row(f"id{i}") for i in range(10)])
-    out = tmp_path / "out" / "synth_00.parquet"
-    out.parent.mkdir()
-    os.symlink("/dev/full", partial_path(out))
-    with pytest.raises(OutputFileError) as caught:
-        harmonize_shard(raw, out, SYSTEM, SHARD)
-    assert str(caught.value).startswith(f"{out}: cannot write output: No space left on device"), caught.value
-    assert not out.exists() and not os.path.lexists(partial_path(out)) and not leftovers(tmp_path)
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+def full_disk_outcomes(tmp_path: Path, spec: dict) -> list[dict]:
+    """Run tests/full_disk_child.py in a user + mount namespace of its own (real tmpfs mounts, no host
+    privileges needed): one tmpfs per scenario, each filled up by the step it runs."""
+    spec = {**spec, "mount_dir": str(tmp_path / "mounts")}
+    script = 'py="$1"; shift; exec "$py" -m tests.full_disk_child "$@"'
+    result = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", sys.executable, json.dumps(spec)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def scenario_sizes(needed: int) -> list[int]:
+    """tmpfs sizes from nearly empty to just short of `needed` bytes, and one with room to spare."""
+    page = 4096
+    return sorted({max(page, int(needed * f) // page * page) for f in (0.02, 0.3, 0.6, 0.85, 0.95, 0.99)} | {2 * needed + 16 * page})
+
+
+@pytest.fixture(scope="module")
+def one_shard_stages(tmp_path_factory, fast, tokenizer_dir) -> dict:
+    """synth_01 of the sample through harmony, filters, sampling (keep all) and tokens, on ordinary disk."""
+    work = tmp_path_factory.mktemp("stages")
+    raw = REPO_ROOT / "data" / "sample" / "synth_raw" / "synth_01.parquet"
+    harmony, filtered, sampled, tokenized = (work / f"{name}.parquet" for name in ("h", "f", "s", "t"))
+    harmonize_shard(raw, harmony, SYSTEM, "synth_01")
+    select_rows_shard(harmony, filtered, "synth_01", quality_drop_reasons)
+    select_rows_shard(filtered, sampled, "synth_01")
+    tokenize_shard(sampled, tokenized, fast, "synth_01")
+    return {"raw": str(raw), "tokenized": str(tokenized), "sampled": str(sampled), "tokenizer_dir": str(tokenizer_dir), "work": work}
+
+
+def test_a_full_disk_fails_each_step_clearly_and_publishes_nothing(tmp_path, one_shard_stages, encoding):
+    """Real tmpfs file systems of growing size fill up under harmonize, the Megatron trio writer and the
+    DistillKit writer, at every point from the first byte to the last: each failure names the file it
+    was writing, leaves no partial file, and publishes none of the shard's files (not one split's trio,
+    documents table or DistillKit part without the others); with room to spare everything is written."""
+    stages = one_shard_stages
+    needed = {}
+    expected_files = {}
+    for step, root_name in (("harmony", "synth_harmony"), ("megatron", "synth_kd_v1"), ("distill", "synth_distill")):
+        reference = tmp_path / "reference" / step
+        if step == "harmony":
+            harmonize_shard(Path(stages["raw"]), reference / root_name / "synth_01.parquet", SYSTEM, "synth_01")
+        elif step == "megatron":
+            write_megatron_shard(Path(stages["tokenized"]), reference / root_name, 1, "synth_01")
+        else:
+            write_distill_shard(Path(stages["tokenized"]), Path(stages["sampled"]), reference / root_name, 1, "synth_01", encoding)
+        files = [p for p in reference.rglob("*") if p.is_file()]
+        needed[step] = sum(p.stat().st_size for p in files)
+        expected_files[step] = sorted(str(p.relative_to(reference)) for p in files)
+    scenarios = [{"step": step, "size": size} for step in needed for size in scenario_sizes(needed[step])]
+    spec = {k: v for k, v in stages.items() if k != "work"} | {"scenarios": scenarios}
+    outcomes = full_disk_outcomes(tmp_path, spec)
+    assert len(outcomes) == len(scenarios)
+    for outcome in outcomes:
+        where = f"{outcome['step']} on a {outcome['size']}-byte tmpfs"
+        assert not [f for f in outcome["files"] if PARTIAL_SUFFIX in f], f"{where}: partial files left: {outcome['files']}"
+        if outcome["size"] > needed[outcome["step"]]:
+            assert outcome["error"] is None and outcome["files"] == expected_files[outcome["step"]], where
+            continue
+        assert outcome["error"] is not None, f"{where}: no error"
+        assert outcome["error"]["type"] == "OutputFileError", (where, outcome["error"])
+        message = outcome["error"]["message"]
+        assert message.startswith(outcome["mount"] + "/") and ": cannot write output: No space left on device" in message, (where, message)
+        assert outcome["files"] == [], f"{where}: published part of the shard: {outcome['files']}"
 
 
 class DiskFullAfter:
@@ -472,7 +527,7 @@ class FillingDiskWriter(ParquetShardWriter):
     def __init__(self, final_path: Path, schema: pa.Schema, capacity: int) -> None:
         super().__init__(final_path, schema)
         self._writer.close()
-        self._sink = DiskFullAfter(partial_path(final_path), capacity)
+        self._sink = DiskFullAfter(self._partial, capacity)
         self._writer = pq.ParquetWriter(self._sink, schema, compression="zstd", compression_level=1)
 
 
@@ -486,13 +541,13 @@ def test_a_writer_that_runs_out_of_space_removes_its_partial_file(tmp_path, n_ro
     table = pa.table({"synth_id": [hashlib.sha256(str(i).encode()).hexdigest() for i in range(n_rows)]})
     batches = [table.slice(start, 1000) for start in range(0, n_rows, 1000)]
     written = 0
-    with pytest.raises(OSError, match="No space left on device"):
+    with pytest.raises(OutputFileError, match=f"^{out}: cannot write output: No space left on device"):
         with FillingDiskWriter(out, table.schema, capacity) as writer:
             for batch in batches:
                 writer.write(batch)
                 written += 1
     assert written == (len(batches) if n_rows < WRITE_ROW_GROUP_ROWS else 2)  # where the disk filled up
-    assert not out.exists() and not partial_path(out).exists() and not leftovers(tmp_path)
+    assert not out.exists() and not leftovers(tmp_path)
 
 
 # --- through Dagster ----------------------------------------------------------------------------
@@ -543,3 +598,58 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
     assert logged | {"detail": ""} == {
         "shard": "synth_00", "source_row": 20, "synth_id": good_rows[3]["synth_id"], "reason": "duplicate_synth_id", "detail": ""
     }
+
+
+# --- raw shards that change under a build ---------------------------------------------------------
+
+
+def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_path, sample_shards, monkeypatch):
+    """The shard is rewritten right after synth_harmony's inventory scan: the step hashes the bytes it
+    parses, finds they are not the scanned ones, fails naming the file and publishes nothing."""
+    from synthkd_assets.defs import assets
+
+    raw_dir = tmp_path / "raw"
+    rows = pq.read_table(sample_shards[0]).slice(0, 20).to_pylist()
+    raw = write_raw(raw_dir / "synth_00.parquet", rows)
+    paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
+    real_scan = assets.scan_raw_dir
+
+    def scan_then_rewrite(*args, **kwargs):
+        shards = real_scan(*args, **kwargs)
+        write_raw(raw, rows[:-1])  # a new version of the shard lands just after the scan
+        return shards
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, paths, ["synth_raw_inventory"])
+        monkeypatch.setattr(assets, "scan_raw_dir", scan_then_rewrite)
+        failed = run(instance, paths, ["synth_harmony"], "synth_00", raise_on_error=False)
+    assert not failed.success
+    [message] = step_failures(failed)
+    assert f"{raw}: raw shard changed since the inventory scan" in message, message
+    harmony = tmp_path / "data" / "synth_harmony"
+    assert not (harmony / "synth_00.parquet").exists() and not (harmony / "synth_00.report.json").exists()
+    assert not leftovers(tmp_path)
+
+
+def test_a_raw_shard_rewritten_in_place_while_read_publishes_nothing(tmp_path, monkeypatch):
+    """Bytes appended to the open raw file after its first batch was parsed: the step fails naming the
+    file, and the output it was writing is discarded (an earlier good output stays as it was)."""
+    from synthkd_assets.core import inventory, stages
+
+    raw = write_raw(tmp_path / "synth_00.parquet", [row(f"id{i}") for i in range(10)])
+    out = tmp_path / "out" / "synth_00.parquet"
+    good = harmonize_shard(raw, out, SYSTEM, SHARD)
+    assert good.source_sha256 == hashlib.sha256(raw.read_bytes()).hexdigest() and good.source_bytes == raw.stat().st_size
+    before = out.read_bytes()
+    real_iter_frames = stages.iter_frames
+
+    def frames_then_append(*args, **kwargs):
+        for frame in real_iter_frames(*args, **kwargs):
+            yield frame
+            with open(raw, "ab") as handle:  # another process writes to the file being read
+                handle.write(b"more")
+
+    monkeypatch.setattr(stages, "iter_frames", frames_then_append)
+    with pytest.raises(inventory.RawShardChangedError, match=f"^{raw}: raw shard was modified while it was being read"):
+        harmonize_shard(raw, out, SYSTEM, SHARD, good.source_sha256)
+    assert out.read_bytes() == before and not leftovers(tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -10,6 +11,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from synthkd_assets.core.dataset_manifest import ManifestError, verify_manifest
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding
 from synthkd_assets.defs.resources import SynthKDPaths
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes
@@ -115,3 +117,97 @@ def test_synth_id_in_two_shards_fails_the_duplicate_check(copy_of_build):
     pl.concat([second, first.with_columns(document_index=pl.lit(10_000, pl.Int64))]).write_parquet(shards / "shard_02_documents.parquet")
     outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
     assert outcome["no_duplicate_synth_ids"] is False and outcome["no_split_leakage"] is True
+
+
+def test_raw_inputs_unchanged_compares_with_the_hashes_read_at_build_time(tmp_path, sample_shards):
+    """A raw shard changed after synth_harmony read it and before the manifest: the manifest records
+    the sha256 of the bytes that were read (not of the new file), and raw_inputs_unchanged fails."""
+    from tests.helpers import run
+
+    raw_dir = tmp_path / "raw"
+    raw_dir.mkdir()
+    raw = raw_dir / "synth_00.parquet"
+    table = pq.read_table(sample_shards[0]).slice(0, 20)
+    pq.write_table(table, raw)
+    read_sha = hashlib.sha256(raw.read_bytes()).hexdigest()
+    paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, paths, ["synth_raw_inventory"])
+        run(instance, paths, ["synth_harmony"], "synth_00")
+        pq.write_table(table.slice(0, 19), raw)  # the shard changes once it has been read
+        result = run(instance, paths, ["synth_harmony_manifest"], raise_on_error=False)
+    assert check_outcomes(result) == {"raw_inputs_unchanged": False}
+    manifest = json.loads((tmp_path / "data" / "synth_harmony" / "manifest.json").read_text())
+    [entry] = manifest["shards"]
+    assert entry["source"]["sha256"] == read_sha != hashlib.sha256(raw.read_bytes()).hexdigest()
+
+
+# --- the dataset is exactly what its sealed manifest lists ---------------------------------------
+
+
+def rewrite_json(path, edit) -> None:
+    value = json.loads(path.read_text())
+    edit(value)
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def provenance_outcomes(instance, paths) -> tuple[bool, bool]:
+    return (
+        run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"],
+        run_checks(instance, paths, "synth_distill_manifest")["distill_manifest_provenance"],
+    )
+
+
+def test_every_dataset_file_is_listed_and_the_manifests_are_sealed(copy_of_build):
+    _, _, copy = copy_of_build
+    for root in (copy / "megatron" / "synth_kd_v1", copy / "distill" / "synth_distill"):
+        manifest = verify_manifest(root)  # seal, every listed file's bytes and sha256, nothing unlisted
+        on_disk = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+        assert sorted([f["path"] for f in manifest["files"]] + ["manifest.json", "manifest.json.sha256"]) == on_disk
+    kd = json.loads((copy / "megatron" / "synth_kd_v1" / "manifest.json").read_text())
+    listed = {f["path"] for f in kd["files"]}
+    assert {"shards/shard_00.json", "shards/shard_00_documents.parquet", "train/shard_00_tokens.bin"} <= listed
+
+
+@pytest.mark.parametrize("dataset", ["synth_kd_v1", "synth_distill"])
+def test_hand_edited_manifest_totals_fail_provenance(copy_of_build, dataset):
+    instance, paths, copy = copy_of_build
+    root = copy / ("megatron" if dataset == "synth_kd_v1" else "distill") / dataset
+    assert provenance_outcomes(instance, paths) == (True, True)
+
+    def edit(manifest):
+        manifest["totals"]["rows_out"] += 1
+
+    rewrite_json(root / "manifest.json", edit)
+    assert provenance_outcomes(instance, paths) == ((dataset != "synth_kd_v1"), (dataset != "synth_distill"))
+    with pytest.raises(ManifestError, match="does not match its seal"):
+        verify_manifest(root)
+
+
+def test_an_edited_synth_id_in_a_documents_table_fails_provenance(copy_of_build):
+    instance, paths, copy = copy_of_build
+    documents = copy / "megatron" / "synth_kd_v1" / "shards" / "shard_01_documents.parquet"
+    table = pl.read_parquet(documents)
+    edited = table.with_columns(synth_id=pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited")).otherwise(pl.col("synth_id")))
+    edited.write_parquet(documents)
+    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    assert outcome["manifest_provenance"] is False and outcome["no_split_leakage"] is True
+
+
+def test_an_edited_shard_record_fails_provenance(copy_of_build):
+    instance, paths, copy = copy_of_build
+    rewrite_json(copy / "megatron" / "synth_kd_v1" / "shards" / "shard_02.json", lambda r: r["report"].update(rows_out=0))
+    assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is False
+
+
+@pytest.mark.parametrize("dataset", ["synth_kd_v1", "synth_distill"])
+def test_a_file_the_manifest_does_not_list_fails_provenance(copy_of_build, dataset):
+    """A stray file under a dataset root (another build's shard, a copy, a leftover) is not part of it."""
+    instance, paths, copy = copy_of_build
+    if dataset == "synth_kd_v1":
+        train = copy / "megatron" / "synth_kd_v1" / "train"
+        shutil.copy(train / "shard_00_span.bin", train / "shard_09_span.bin")
+    else:
+        train = copy / "distill" / "synth_distill" / "train"
+        shutil.copy(train / "part-00000.parquet", train / "part-00009.parquet")
+    assert provenance_outcomes(instance, paths) == ((dataset != "synth_kd_v1"), (dataset != "synth_distill"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import shutil
 import signal
@@ -11,7 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-from synthkd_assets.core.atomic import PARTIAL_SUFFIX
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from synthkd_assets import contracts
+from synthkd_assets.core.atomic import PARTIAL_SUFFIX, PartialFile, atomic_write_text
+from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_problems, trio_files
+from synthkd_assets.core.parquet_io import ParquetShardWriter
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 KILLS = 4
@@ -65,3 +73,63 @@ def test_sigkill_never_leaves_complete_looking_output(tmp_path):
         assert rerun.communicate(timeout=600)[0].strip().endswith("done")
         assert final_files(data) == expected, f"kill #{attempt}: rerun after the kill differs from a clean run"
         assert not list(data.rglob(f"*{PARTIAL_SUFFIX}")), "a rerun leaves no partial file behind"
+
+
+# --- partial files: unique, exclusive, never a planted link -----------------------------------
+
+PLANTED = b"another user's file, outside the data root"
+
+
+def plant_links(directory: Path, names: list[str], outside: Path) -> dict[Path, Path]:
+    """A symlink at each old, predictable partial name (`<final>.partial`), pointing outside the root."""
+    directory.mkdir(parents=True, exist_ok=True)
+    links = {}
+    for name in names:
+        target = outside / f"{name}.target"
+        target.write_bytes(PLANTED)
+        link = directory / f"{name}{PARTIAL_SUFFIX}"
+        os.symlink(target, link)
+        links[link] = target
+    return links
+
+
+def assert_untouched(links: dict[Path, Path]) -> None:
+    for link, target in links.items():
+        assert target.read_bytes() == PLANTED, f"the write followed {link} to {target}"
+        assert os.readlink(link) == str(target), f"{link} was replaced"
+
+
+def test_writes_do_not_follow_a_symlink_planted_at_a_partial_name(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+
+    parquet = root / "stage" / "synth_00.parquet"
+    links = plant_links(parquet.parent, [parquet.name], outside)
+    with ParquetShardWriter(parquet, pa.schema([("x", pa.int64())])) as writer:
+        writer.write(pa.table({"x": list(range(100))}))
+    assert pq.read_table(parquet)["x"].to_pylist() == list(range(100))
+
+    train = root / "megatron" / "train"
+    links |= plant_links(train, [p.name for p in trio_files(train, 0)], outside)
+    with MegatronShardWriter(train, 0, "train") as trio:
+        trio.add(np.array([5, 6, contracts.EOD_TOKEN_ID], np.int32), np.array([1, 0, 0], np.uint8), np.array([2, 0, 0], np.uint8))
+        trio.commit()
+    assert trio_alignment_problems(train, 0) == []
+
+    manifest = root / "megatron" / "manifest.json"
+    links |= plant_links(manifest.parent, [manifest.name], outside)
+    atomic_write_text(manifest, "{}\n")
+    assert manifest.read_text() == "{}\n"
+    assert_untouched(links)
+
+
+def test_a_dead_writers_partial_is_swept_and_a_live_ones_is_not(tmp_path):
+    final = tmp_path / "out.parquet"
+    live = PartialFile(final)  # a writer still at work (holds its lock)
+    dead = tmp_path / f"{final.name}.killed{PARTIAL_SUFFIX}"
+    dead.write_bytes(b"left by a SIGKILLed writer")  # nobody holds its lock
+    atomic_write_text(final, "done\n")
+    assert final.read_text() == "done\n" and not dead.exists() and live.path.exists()
+    live.discard()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 import numpy as np
 import pytest
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from synthkd_assets import contracts
+from synthkd_assets.core.parquet_io import OutputFileError
 from synthkd_assets.core.megatron_io import MegatronShardWriter, open_trio, trio_alignment_problems, trio_files
 
 
@@ -126,11 +130,23 @@ def test_chunked_validation_covers_every_document(tmp_path, monkeypatch):
     assert trio_alignment_problems(tmp_path / "sound" / "train", 0) == []
 
 
-def test_failure_opening_a_sibling_removes_the_partials_already_created(tmp_path):
-    """The lossmask file cannot be created (a directory sits at its partial path): no partial remains."""
+def test_failure_opening_a_sibling_removes_the_partials_already_created(tmp_path, monkeypatch):
+    """Creating the lossmask file fails (ENOSPC on the second builder): no partial remains, and the
+    error names the file. (A planted obstacle at a partial name cannot do this any more: partial
+    names are unique, see tests/test_crash_safety.py.)"""
+    from megatron.core.datasets import indexed_dataset
+
+    real_init = indexed_dataset.IndexedDatasetBuilder.__init__
+    opened = []
+
+    def init(self, path, *args, **kwargs):
+        opened.append(path)
+        if len(opened) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_init(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(indexed_dataset.IndexedDatasetBuilder, "__init__", init)
     split_dir = tmp_path / "train"
-    split_dir.mkdir()
-    (split_dir / "shard_00_lossmask.bin.partial").mkdir()
-    with pytest.raises(OSError):
+    with pytest.raises(OutputFileError, match=f"^{split_dir / 'shard_00_lossmask.bin'}: cannot write output: No space"):
         MegatronShardWriter(split_dir, 0, "train")
-    assert [p.name for p in split_dir.iterdir()] == ["shard_00_lossmask.bin.partial"]  # only the obstacle
+    assert list(split_dir.iterdir()) == []

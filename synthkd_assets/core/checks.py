@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from synthkd_assets import contracts
+from synthkd_assets.core.dataset_manifest import dataset_problems
 from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.megatron_io import trio_alignment_problems
 
@@ -19,12 +20,14 @@ REQUIRED_MANIFEST_KEYS = (
     "input_manifest",
     "split",
     "shards",
+    "files",
     "totals",
 )
 
 
 def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash: str, data_root: Path) -> list[str]:
-    """Provenance complete, and every recorded hash and size still matching the bytes on disk.
+    """Provenance complete, the manifest matching its sealed sha256, every recorded hash and size still
+    matching the bytes on disk, and no file under `root` that the manifest does not list.
 
     Dataset files are recorded relative to the dataset `root`; the tokenizer and input manifest
     relative to `data_root` (or absolute when they live outside it)."""
@@ -39,15 +42,21 @@ def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash
         path = data_root / manifest[label]["path"]
         if not path.is_file() or sha256_file(path) != manifest[label]["sha256"]:
             problems.append(f"{label} {path} no longer has the recorded sha256")
+    listed = {record["path"] for record in manifest["files"]}
     for shard in manifest["shards"]:
         for split in shard["splits"]:
             for record in split["files"]:
                 path = root / record["path"]
+                if record["path"] in listed:
+                    continue  # checked once, with the `files` list
                 if not path.is_file():
                     problems.append(f"{record['path']} is missing")
                 elif path.stat().st_size != record["bytes"] or sha256_file(path) != record["sha256"]:
                     problems.append(f"{record['path']} differs from the manifest (bytes or sha256)")
-    return problems
+    if any(f"{r['path']}" not in listed for s in manifest["shards"] for sp in s["splits"] for r in sp["files"]):
+        problems.append("the manifest's `files` does not list every shard file")
+    # the seal, every listed file's bytes and sha256, and no file under the root that is not listed
+    return problems + dataset_problems(root)
 
 
 def split_leakage(document_tables: list[Path]) -> list[str]:
@@ -72,10 +81,11 @@ def unreadable_shards(root: Path, manifest: dict[str, Any]) -> list[str]:
 
 
 def input_drift(recorded_shards: list[dict[str, Any]], current_sha256: dict[str, str]) -> list[str]:
-    """Raw shards whose bytes differ from (or are missing / new against) what the Harmony manifest recorded."""
+    """Raw shards whose bytes differ from (or are missing / new against) the recorded ones: the hashes
+    synth_harmony computed from the bytes it read."""
     recorded = {entry["name"]: entry["source"]["sha256"] for entry in recorded_shards}
     problems = [
-        f"raw shard {name} changed since the manifest was written (sha256 {sha[:12]} -> {current_sha256[name][:12]})"
+        f"raw shard {name} changed since synth_harmony read it (sha256 {str(sha)[:12]} -> {current_sha256[name][:12]})"
         for name, sha in sorted(recorded.items())
         if name in current_sha256 and current_sha256[name] != sha
     ]

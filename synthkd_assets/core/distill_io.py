@@ -17,7 +17,6 @@ deliberate difference between the two outputs, checked row by row.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -33,7 +32,7 @@ from openai_harmony import Conversation, Message, Role
 
 from synthkd_assets import contracts
 from synthkd_assets.core.manifest import sha256_file
-from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, list_column, list_column_rows
+from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, publish_together, list_column, list_column_rows
 from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.stages import BuildCaps, ShardReport
 
@@ -180,8 +179,10 @@ def write_distill_shard(
     messages = _joined_messages(sampled_path)
     written_tokens = 0
     budget_exhausted = False
-    with contextlib.ExitStack() as stack:
-        writers = {split: stack.enter_context(ParquetShardWriter(paths[split], DISTILL_SCHEMA)) for split in paths}
+    writers: dict[str, ParquetShardWriter] = {}
+    try:
+        for split in paths:
+            writers[split] = ParquetShardWriter(paths[split], DISTILL_SCHEMA)
         columns = ("synth_id", "language", "exercise", "source_row", "tokens", "span_id")
         for frame in iter_frames(tokenized_path, columns):
             arrow = frame.to_arrow()
@@ -222,6 +223,12 @@ def write_distill_shard(
             for split, batch in batches.items():
                 if batch:
                     writers[split].write(distill_table(batch))
+        # train and validation are renamed into place together, or neither (a full disk on either)
+        publish_together(list(writers.values()))
+    except BaseException:
+        for writer in writers.values():
+            writer._discard()
+        raise
     files = []
     for split, path in paths.items():
         files.append(

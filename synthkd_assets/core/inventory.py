@@ -6,12 +6,18 @@ unchanged file is never re-read, a touched or rewritten one is.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.manifest import sha256_file
+from synthkd_assets.core.parquet_io import InputFileError
 
 RAW_GLOB = "*.parquet"
 
@@ -76,3 +82,58 @@ def shards_to_rebuild(last_seen: dict[str, str], shards: list[RawShard], built_f
     return sorted(
         s.name for s in shards if last_seen.get(s.name) != s.sha256 and built_from.get(s.name) != s.sha256
     )
+
+
+class RawShardChangedError(InputFileError):
+    """A raw shard whose bytes are not the ones the step was scheduled for, or changed while being read."""
+
+
+def _identity(fd: int) -> tuple[int, int, int, int]:
+    stat = os.fstat(fd)
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
+@dataclass
+class RawRead:
+    """A raw shard opened once: `file` to parse, and the sha256 / size of the bytes behind it."""
+
+    path: Path
+    file: BinaryIO
+    sha256: str
+    bytes: int
+    _identity: tuple[int, int, int, int]
+
+    def check_unchanged(self) -> None:
+        """Raise RawShardChangedError if the open file was written to since it was hashed (size, mtime
+        or ctime changed: the kernel stamps an in-place rewrite with a new ctime)."""
+        if _identity(self.file.fileno()) != self._identity:
+            raise RawShardChangedError(
+                f"{self.path}: raw shard was modified while it was being read (sha256 {self.sha256[:12]} at the "
+                "start); its output is discarded: rebuild this shard"
+            )
+
+
+@contextlib.contextmanager
+def read_raw_shard(path: Path, expected_sha256: str | None = None) -> Iterator[RawRead]:
+    """Open a raw shard once, hash it through that open file and yield it to be parsed from the same
+    file: the recorded hash describes the bytes parsed, and a file replaced by rename meanwhile cannot
+    be mixed in. RawShardChangedError naming the file when the hash is not `expected_sha256` (the
+    bytes changed since the inventory scan). Call `check_unchanged()` after parsing, before publishing."""
+    try:
+        handle = open(path, "rb")
+    except OSError as error:  # missing, a directory, unreadable
+        raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
+    with handle:
+        identity = _identity(handle.fileno())
+        digest = hashlib.sha256()
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+        read = RawRead(path, handle, digest.hexdigest(), identity[1], identity)
+        if expected_sha256 is not None and read.sha256 != expected_sha256:
+            raise RawShardChangedError(
+                f"{path}: raw shard changed since the inventory scan (scanned sha256 {expected_sha256[:12]}, "
+                f"read {read.sha256[:12]}); rescan (synth_raw_inventory or the sensor) and rebuild this shard"
+            )
+        read.check_unchanged()
+        handle.seek(0)
+        yield read

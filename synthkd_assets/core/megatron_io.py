@@ -13,8 +13,13 @@ from types import TracebackType
 import numpy as np
 
 from synthkd_assets import contracts
-from synthkd_assets.core.atomic import partial_path, publish
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+
+from synthkd_assets.core.atomic import PartialFile, discard_all, publish_partials
 from synthkd_assets.core.manifest import sha256_file
+from synthkd_assets.core.parquet_io import OutputFileError, ParquetShardWriter
 
 
 def trio_prefixes(split_dir: Path, shard_index: int) -> dict[str, Path]:
@@ -57,10 +62,13 @@ class ShardSplitInventory:
 class MegatronShardWriter:
     """Streams conversations into the trio of one shard/split, published atomically on commit.
 
-    Use as a context manager: leaving it with an exception removes the partial files; `commit()`
-    fsyncs and renames them (all .bin first, then all .idx, so an .idx never points at a missing
-    or short .bin). A split that received no document publishes nothing, because megatron-core
-    cannot memory-map an empty .bin; its inventory says `sequences: 0`.
+    Every file is written under a fresh partial name (see core/atomic.py), which megatron-core's
+    IndexedDatasetBuilder then opens by path. Use as a context manager: leaving it with an exception
+    removes every partial file, whatever closing them raises (a full disk); `commit()` fsyncs and
+    renames them (all .bin first, then all .idx, so an .idx never points at a missing or short .bin);
+    `commit_shard` does so for both splits and the documents table of a shard at once. A split that
+    received no document publishes nothing, because megatron-core cannot memory-map an empty .bin;
+    its inventory says `sequences: 0`. An OSError while writing names the file it was writing.
     """
 
     def __init__(self, split_dir: Path, shard_index: int, split: str, relative_to: Path | None = None) -> None:
@@ -75,17 +83,33 @@ class MegatronShardWriter:
         split_dir.mkdir(parents=True, exist_ok=True)
         self._prefixes = trio_prefixes(split_dir, shard_index)
         self._builders = {}
+        self._bins: dict[str, PartialFile] = {}
+        self._idxs: dict[str, PartialFile] = {}
         self.sequences = 0
         self.tokens = 0
         self._closed = False
         try:
             for kind, prefix in self._prefixes.items():
-                self._builders[kind] = IndexedDatasetBuilder(
-                    str(partial_path(Path(f"{prefix}.bin"))), dtype=contracts.ARRAY_DTYPES[kind]
-                )
+                with self._errors_named(Path(f"{prefix}.bin")):
+                    self._bins[kind] = PartialFile(Path(f"{prefix}.bin"))
+                    self._idxs[kind] = PartialFile(Path(f"{prefix}.idx"))
+                    self._builders[kind] = IndexedDatasetBuilder(
+                        str(self._bins[kind].path), dtype=contracts.ARRAY_DTYPES[kind]
+                    )
         except BaseException:
             self.abort()  # e.g. disk full on the second file: the first one's partial goes too
             raise
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _errors_named(final: Path) -> Iterator[None]:
+        try:
+            yield
+        except OutputFileError:
+            raise
+        except OSError as error:
+            reason = os.strerror(error.errno) if error.errno else str(error)
+            raise OutputFileError(f"{final}: cannot write output: {reason} ({type(error).__name__}: {error})") from error
 
     def add(self, tokens: np.ndarray, loss_mask: np.ndarray, span_id: np.ndarray) -> None:
         n = len(tokens)
@@ -95,51 +119,51 @@ class MegatronShardWriter:
                 f"{len(tokens)}/{len(loss_mask)}/{len(span_id)}"
             )
         for kind, array in zip(contracts.ARRAY_KINDS, (tokens, loss_mask, span_id)):
-            self._builders[kind].add_document(np.asarray(array, dtype=contracts.ARRAY_DTYPES[kind]), [n])
+            with self._errors_named(self._bins[kind].final):
+                self._builders[kind].add_document(np.asarray(array, dtype=contracts.ARRAY_DTYPES[kind]), [n])
         self.sequences += 1
         self.tokens += n
 
-    def _partials(self) -> list[tuple[Path, Path]]:
-        bins = [(partial_path(Path(f"{p}.bin")), Path(f"{p}.bin")) for p in self._prefixes.values()]
-        idxs = [(partial_path(Path(f"{p}.idx")), Path(f"{p}.idx")) for p in self._prefixes.values()]
-        return bins + idxs
+    def finish(self) -> None:
+        """Close every .bin and write every .idx, all still under their partial names."""
+        for kind, builder in self._builders.items():
+            with self._errors_named(self._idxs[kind].final):
+                builder.finalize(str(self._idxs[kind].path))
+        self._closed = True
 
-    def _remove_finals(self) -> None:
+    def partial_files(self) -> tuple[list[PartialFile], list[PartialFile]]:
+        """(.bin partials, .idx partials); none when the split got no document."""
+        if self.sequences == 0:
+            return [], []
+        return list(self._bins.values()), list(self._idxs.values())
+
+    def remove_finals(self) -> None:
         # old output of this shard goes first: a crash from here on leaves the shard visibly absent
         for path in trio_files(self.split_dir, self.shard_index):
             path.unlink(missing_ok=True)
 
+    def inventory(self) -> ShardSplitInventory:
+        """What was published (call after the files were renamed into place)."""
+        files = tuple(self._record(p.final) for group in self.partial_files() for p in group)
+        return ShardSplitInventory(self.split, self.shard_index, self.sequences, self.tokens, files)
+
     def commit(self) -> ShardSplitInventory:
-        for kind, builder in self._builders.items():
-            builder.finalize(str(partial_path(Path(f"{self._prefixes[kind]}.idx"))))
-        self._closed = True
-        self._remove_finals()
-        if self.sequences == 0:
-            self._discard_partials()
-            return ShardSplitInventory(self.split, self.shard_index, 0, 0)
-        publish(self._partials())
-        return ShardSplitInventory(
-            self.split,
-            self.shard_index,
-            self.sequences,
-            self.tokens,
-            tuple(self._record(final) for _, final in self._partials()),
-        )
+        return commit_shard([self])[0]
 
     def _record(self, path: Path) -> FileRecord:
         shown = path.relative_to(self._relative_to) if self._relative_to else path
         return FileRecord(str(shown), path.stat().st_size, sha256_file(path))
 
-    def _discard_partials(self) -> None:
-        for partial, _ in self._partials():
-            partial.unlink(missing_ok=True)
-
     def abort(self) -> None:
-        if not self._closed:
-            for builder in self._builders.values():
-                builder.data_file.close()
-            self._closed = True
-        self._discard_partials()
+        """Remove every partial file; closing a builder's file may itself fail (ENOSPC on the flush)."""
+        try:
+            if not self._closed:
+                self._closed = True
+                for builder in self._builders.values():
+                    with contextlib.suppress(OSError):
+                        builder.data_file.close()
+        finally:
+            discard_all([*self._bins.values(), *self._idxs.values()])
 
     def __enter__(self) -> "MegatronShardWriter":
         return self
@@ -149,6 +173,37 @@ class MegatronShardWriter:
             self.abort()
         elif not self._closed:
             raise RuntimeError("MegatronShardWriter left without commit(): call commit() or let an error abort it")
+
+
+def commit_shard(
+    writers: Sequence[MegatronShardWriter], tables: Sequence[ParquetShardWriter] = ()
+) -> list[ShardSplitInventory]:
+    """Publish the trios of one shard (every split) and its tables together: everything is finished
+    under partial names first, so a full disk publishes none of it; then the shard's old files go,
+    and all .bin, the tables, then all .idx are renamed. On any error every partial is removed."""
+    try:
+        for writer in writers:
+            if not writer._closed:
+                writer.finish()
+        for table in tables:
+            table.finish()
+        for writer in writers:
+            writer.remove_finals()
+        bins = [p for writer in writers for p in writer.partial_files()[0]]
+        idxs = [p for writer in writers for p in writer.partial_files()[1]]
+        publish_partials([*bins, *[t._partial_file for t in tables], *idxs])
+        for table in tables:
+            table.published = True
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        for table in tables:
+            table._discard()
+        raise
+    for writer in writers:
+        if not writer.sequences:  # megatron-core cannot map an empty .bin: that split publishes nothing
+            discard_all([*writer._bins.values(), *writer._idxs.values()])
+    return [writer.inventory() for writer in writers]
 
 
 def open_trio(split_dir: Path, shard_index: int):

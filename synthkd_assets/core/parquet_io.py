@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -11,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from synthkd_assets.core.atomic import partial_path, publish
+from synthkd_assets.core.atomic import PartialFile, publish_partials
 
 READ_BATCH_ROWS = 2048
 WRITE_ROW_GROUP_ROWS = 2048
@@ -25,10 +27,11 @@ class OutputFileError(OSError):
     """An output file that cannot be written (unwritable directory, full disk): names the file and the reason."""
 
 
-def read_arrow_schema(path: Path) -> pa.Schema:
-    """The Arrow schema of a Parquet file (footer only), or InputFileError naming the file."""
+def read_arrow_schema(path: Path, source=None) -> pa.Schema:
+    """The Arrow schema of a Parquet file (footer only), or InputFileError naming the file; `source`: an
+    already open file of `path` to read instead."""
     try:
-        return pq.ParquetFile(path).schema_arrow
+        return pq.ParquetFile(path if source is None else source).schema_arrow
     except Exception as error:
         raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
 
@@ -43,16 +46,21 @@ def _invalid_column(batch: pa.RecordBatch) -> str | None:
     return None
 
 
-def parquet_row_count(path: Path) -> int:
-    """The number of rows a Parquet file holds, from its footer: no data page is read."""
+def parquet_row_count(path: Path, source=None) -> int:
+    """The number of rows a Parquet file holds, from its footer: no data page is read.
+    `source`: an already open file of `path` to read instead of opening `path`."""
     try:
-        return pq.ParquetFile(path).metadata.num_rows
+        return pq.ParquetFile(path if source is None else source).metadata.num_rows
     except Exception as error:
         raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
 
 
 def iter_frames(
-    path: Path, columns: Sequence[str], batch_rows: int = READ_BATCH_ROWS, max_rows: int | None = None
+    path: Path,
+    columns: Sequence[str],
+    batch_rows: int = READ_BATCH_ROWS,
+    max_rows: int | None = None,
+    source=None,
 ) -> Iterator[pl.DataFrame]:
     """Stream `columns` of a Parquet file as polars frames of at most `batch_rows` rows.
 
@@ -62,10 +70,11 @@ def iter_frames(
 
     `max_rows` reads only the first rows, in file order, and stops: batches no larger than needed,
     pages streamed rather than whole column chunks, and nothing after the prefix read or validated.
+    `source`: an already open file of `path` to read instead of opening `path`.
     """
     try:
         # a capped read streams pages (1 MiB buffer) instead of loading whole column chunks
-        parquet = pq.ParquetFile(path, buffer_size=0 if max_rows is None else 1 << 20)
+        parquet = pq.ParquetFile(path if source is None else source, buffer_size=0 if max_rows is None else 1 << 20)
     except Exception as error:
         raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
     missing = [c for c in columns if c not in parquet.schema_arrow.names]
@@ -128,17 +137,33 @@ class ParquetShardWriter:
     def __init__(self, final_path: Path, schema: pa.Schema) -> None:
         self.final_path = final_path
         self.schema = schema
-        final_path.parent.mkdir(parents=True, exist_ok=True)
-        self._partial = partial_path(final_path)
+        self._partial_file = PartialFile(final_path)
+        self._partial = self._partial_file.path
+        self._finished = False
+        self.published = False
         # zstd level 1: token lists barely compress further at higher levels, and writing is on the hot path
         try:  # the writer writes the magic bytes at once: a full disk fails here already
-            self._writer = pq.ParquetWriter(self._partial, schema, compression="zstd", compression_level=1)
+            with self._errors_named():
+                self._writer = pq.ParquetWriter(self._partial, schema, compression="zstd", compression_level=1)
         except BaseException:
-            self._partial.unlink(missing_ok=True)
+            self._partial_file.discard()
             raise
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self.rows = 0
+
+    @contextlib.contextmanager
+    def _errors_named(self) -> Iterator[None]:
+        """An OSError of the write side (ENOSPC, EIO...) as an OutputFileError naming the final file."""
+        try:
+            yield
+        except OutputFileError:
+            raise
+        except OSError as error:
+            reason = os.strerror(error.errno) if error.errno else str(error)
+            raise OutputFileError(
+                f"{self.final_path}: cannot write output: {reason} ({type(error).__name__}: {error})"
+            ) from error
 
     def write(self, table: pa.Table | pl.DataFrame) -> None:
         if isinstance(table, pl.DataFrame):
@@ -149,7 +174,8 @@ class ParquetShardWriter:
         self._pending_rows += table.num_rows
         self.rows += table.num_rows
         if self._pending_rows >= WRITE_ROW_GROUP_ROWS:
-            self._flush(final=False)
+            with self._errors_named():
+                self._flush(final=False)
 
     def _flush(self, final: bool) -> None:
         buffered = pa.concat_tables(self._pending) if self._pending else self.schema.empty_table()
@@ -159,10 +185,16 @@ class ParquetShardWriter:
         rest = buffered.slice(whole)
         self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
 
+    def finish(self) -> None:
+        """Write the last row group and the footer; the file stays under its partial name (see `publish_together`)."""
+        with self._errors_named():
+            self._flush(final=True)
+            self._writer.close()
+        self._finished = True
+
     def close(self) -> None:
-        self._flush(final=True)
-        self._writer.close()
-        publish([(self._partial, self.final_path)])
+        if not self.published:
+            publish_together([self])
 
     def __enter__(self) -> "ParquetShardWriter":
         return self
@@ -173,7 +205,7 @@ class ParquetShardWriter:
             self._writer.close()
         except Exception:  # e.g. the disk is still full: the partial file goes anyway
             pass
-        self._partial.unlink(missing_ok=True)
+        self._partial_file.discard()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc_type is None:
@@ -184,3 +216,20 @@ class ParquetShardWriter:
                 raise
         else:
             self._discard()
+
+
+def publish_together(writers: Sequence[ParquetShardWriter]) -> None:
+    """Finish every writer, then rename all their files into place together: one that fails to finish
+    (full disk) publishes none of them, and removes every partial."""
+    try:
+        for writer in writers:
+            if not writer._finished:
+                writer.finish()
+        with writers[0]._errors_named():
+            publish_partials([writer._partial_file for writer in writers])
+        for writer in writers:
+            writer.published = True
+    except BaseException:
+        for writer in writers:
+            writer._discard()
+        raise

@@ -22,7 +22,9 @@ import pyarrow as pa
 
 from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
-from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory
+from synthkd_assets.core.dataset_manifest import file_record, files_section
+from synthkd_assets.core.inventory import read_raw_shard
+from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.parquet_io import (
     OutputFileError,
     ParquetShardWriter,
@@ -69,7 +71,8 @@ class ShardReport:
     """What one step did to one shard: the numbers the UI plots and the manifests sum."""
 
     shard: str
-    source_sha256: str | None = None  # content hash of the input file this report was made from
+    source_sha256: str | None = None  # content hash of the input file this report was made from, as read
+    source_bytes: int | None = None  # its size, as read
     plan_sha256: str | None = None  # sha256 of the sampling plan a synth_sampled shard was made with
     rows_in: int = 0
     rows_out: int = 0
@@ -135,6 +138,11 @@ def harmonize_shard(
 ) -> ShardReport:
     """Raw SYNTH Parquet -> synth_harmony_v1 Parquet (messages_json + metadata_json + id columns).
 
+    The raw file is opened once, hashed through that open file and parsed from it; the report records
+    that hash (`source_sha256`) and size. RawShardChangedError (naming the file) when the hash is not
+    `source_sha256` as given (the file changed since the inventory scan) or the file is written to
+    while being read; no output is published then.
+
     A file that is not a usable SYNTH shard raises InputFileError before any output is opened; an
     output that cannot be written raises OutputFileError; either way nothing remains under the final
     name or as a partial file. Bad rows are dropped and counted (see core/validation.py for the rules).
@@ -143,39 +151,42 @@ def harmonize_shard(
     sees only those; the rows never read still count in `rows_in` (the file's row count, from its
     footer) and are dropped as `smoke_cap`.
     """
-    report = ShardReport(shard, source_sha256=source_sha256)
-    check_raw_schema(raw_path)
-    duplicates = DuplicateIds()
-    source_row = 0
-    with _output_errors(out_path), ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
-        for frame in iter_frames(raw_path, contracts.RAW_COLUMNS, max_rows=max_rows):
-            frame = frame.with_columns(
-                pl.int_range(source_row, source_row + frame.height, dtype=pl.Int64).alias("source_row")
-            )
-            source_row += frame.height
-            report.rows_in += frame.height
-            frame = conform_raw_frame(frame, report)
-            frame = _drop_missing_required(frame, report)
-            frame = duplicates.drop_duplicates(frame, report)
-            frame = _sanitize(frame, report)
-            report.language.update(frame["language"].to_list())
-            report.exercise.update(frame["exercise"].to_list())
-            writer.write(
-                frame.select(
-                    "synth_id",
-                    "language",
-                    "exercise",
-                    "source_row",
-                    messages_json_expr(system).alias("messages_json"),
-                    _metadata_json(shard).alias("metadata_json"),
+    report = ShardReport(shard)
+    with read_raw_shard(raw_path, source_sha256) as raw:
+        report.source_sha256, report.source_bytes = raw.sha256, raw.bytes  # what was read, not what was scanned
+        check_raw_schema(raw_path, raw.file)
+        duplicates = DuplicateIds()
+        source_row = 0
+        with _output_errors(out_path), ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
+            for frame in iter_frames(raw_path, contracts.RAW_COLUMNS, max_rows=max_rows, source=raw.file):
+                frame = frame.with_columns(
+                    pl.int_range(source_row, source_row + frame.height, dtype=pl.Int64).alias("source_row")
                 )
-            )
-        if max_rows is not None:
-            unread = parquet_row_count(raw_path) - source_row
-            if unread:
-                report.rows_in += unread
-                report.dropped[contracts.DROP_SMOKE_CAP] += unread
-        report.rows_out = writer.rows
+                source_row += frame.height
+                report.rows_in += frame.height
+                frame = conform_raw_frame(frame, report)
+                frame = _drop_missing_required(frame, report)
+                frame = duplicates.drop_duplicates(frame, report)
+                frame = _sanitize(frame, report)
+                report.language.update(frame["language"].to_list())
+                report.exercise.update(frame["exercise"].to_list())
+                writer.write(
+                    frame.select(
+                        "synth_id",
+                        "language",
+                        "exercise",
+                        "source_row",
+                        messages_json_expr(system).alias("messages_json"),
+                        _metadata_json(shard).alias("metadata_json"),
+                    )
+                )
+            if max_rows is not None:
+                unread = parquet_row_count(raw_path, raw.file) - source_row
+                if unread:
+                    report.rows_in += unread
+                    report.dropped[contracts.DROP_SMOKE_CAP] += unread
+            report.rows_out = writer.rows
+            raw.check_unchanged()  # before the output is published
     return report
 
 
@@ -321,6 +332,21 @@ def documents_path(dataset_root: Path, shard_index: int) -> Path:
     return dataset_root / "shards" / f"shard_{shard_index:02d}_documents.parquet"
 
 
+def shard_record_path(dataset_root: Path, shard_index: int) -> Path:
+    return dataset_root / "shards" / f"shard_{shard_index:02d}.json"
+
+
+def kd_dataset_files(dataset_root: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every file of synth_kd_v1 for its manifest's `files`: each shard's trio files (hashed when they
+    were written, from its record), its record and its documents table (hashed now)."""
+    listed = [f for record in records for split in record["splits"] for f in split["files"]]
+    for record in records:
+        shard_index = shard_index_from_name(record["partition"])
+        for path in (shard_record_path(dataset_root, shard_index), documents_path(dataset_root, shard_index)):
+            listed.append(file_record(dataset_root, path))
+    return files_section(listed)
+
+
 def write_megatron_shard(
     tokenized_path: Path,
     dataset_root: Path,
@@ -359,12 +385,17 @@ def write_megatron_shard(
                 report.language[language] += 1
                 report.exercise[exercise] += 1
                 report.span_tokens.update(span_token_counts(span_rows[i]))
-        with ParquetShardWriter(documents_path(dataset_root, shard_index), DOCUMENTS_SCHEMA) as doc_writer:
+        doc_writer = ParquetShardWriter(documents_path(dataset_root, shard_index), DOCUMENTS_SCHEMA)
+        try:
             for split, ids in documents.items():
                 doc_writer.write(
                     pa.table({"split": [split] * len(ids), "document_index": range(len(ids)), "synth_id": ids})
                 )
-            inventories = [writer.commit() for writer in writers.values()]
+        except BaseException:
+            doc_writer._discard()
+            raise
+        # both splits' trios and the documents table are renamed into place together, or none of them
+        inventories = commit_shard(list(writers.values()), [doc_writer])
     except BaseException:
         for writer in writers.values():
             writer.abort()

@@ -65,9 +65,10 @@ def is_words_type(arrow_type: pa.DataType) -> bool:
     return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or is_text_type(arrow_type)
 
 
-def check_raw_schema(path: Path) -> pa.Schema:
-    """The file's Arrow schema if it is a usable raw SYNTH shard; InputFileError naming what is wrong otherwise."""
-    schema = read_arrow_schema(path)
+def check_raw_schema(path: Path, source=None) -> pa.Schema:
+    """The file's Arrow schema if it is a usable raw SYNTH shard; InputFileError naming what is wrong otherwise
+    (`source`: an already open file of `path` to read)."""
+    schema = read_arrow_schema(path, source)
     missing = [column for column in contracts.RAW_COLUMNS if column not in schema.names]
     if missing:
         raise InputFileError(

@@ -7,6 +7,7 @@ import dagster as dg
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.atomic import atomic_write_text
+from synthkd_assets.core.dataset_manifest import files_section, write_sealed_manifest
 from synthkd_assets.core.distill_io import length_stats, merge_histograms, write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.inventory import partition_changes, scan_raw_dir
@@ -24,6 +25,7 @@ from synthkd_assets.core.sampling import (
 from synthkd_assets.core.stages import (
     ShardReport,
     harmonize_shard,
+    kd_dataset_files,
     select_rows_shard,
     shard_index_from_name,
     tokenize_shard,
@@ -173,7 +175,7 @@ def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
     report = harmonize_shard(raw_path, out_path, system_message_dict(), key, source.sha256, paths.caps().max_input_rows)
     _publish_report(report, report_path, paths.errors_dir() / "synth_harmony" / f"{key}.jsonl")
     return dg.MaterializeResult(
-        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path]), "source_sha256": source.sha256},
+        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path]), "source_sha256": report.source_sha256},
         check_results=[rows_accounted_result(report)],
     )
 
@@ -192,12 +194,14 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
         out_path, report_path = _stage_files(paths, "synth_harmony", shard.name)
         if not report_path.is_file():
             raise dg.Failure(f"synth_harmony partition {shard.name!r} has not been materialized ({report_path} missing)")
+        report = mf.read_json(report_path)
         entries.append(
             {
                 "name": shard.name,
-                "source": {"path": shard.path, "bytes": shard.bytes, "sha256": shard.sha256},
+                # the hash of the bytes the step read (its report), not of the file as it is now
+                "source": {"path": shard.path, "bytes": report.get("source_bytes"), "sha256": report.get("source_sha256")},
                 "output": {"path": paths.recorded(out_path), "bytes": out_path.stat().st_size, "sha256": mf.sha256_file(out_path)},
-                "report": mf.read_json(report_path),
+                "report": report,
             }
         )
     manifest = {
@@ -479,13 +483,14 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
         "split": {"rule": contracts.SPLIT_RULE, "salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
         "sampling": sampling,
         "shards": records,
+        "files": kd_dataset_files(root, records),
         "totals": {
             **_row_totals(harmony_reports, step_reports, kd_reports),
             "sequences": mf.sum_reports(kd_reports, "sequences"),
             "bytes": sum(s["bytes"] for r in records for s in r["splits"]),
         },
     }
-    digest = mf.write_manifest(root / contracts.MANIFEST_FILENAME, manifest)
+    digest = write_sealed_manifest(root / contracts.MANIFEST_FILENAME, manifest)
     return dg.MaterializeResult(
         metadata={
             "manifest_sha256": digest,
@@ -599,13 +604,14 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
             {"partition": r["partition"], "shard_index": r["shard_index"], "report": r["report"], "files": r["files"]}
             for r in records
         ],
+        "files": files_section(f for r in records for f in r["files"]),
         "totals": {
             **_row_totals(harmony_reports, step_reports, distill_reports),
             "rows_per_split": mf.sum_reports(distill_reports, "sequences"),
             "bytes": sum(f["bytes"] for r in records for f in r["files"]),
         },
     }
-    digest = mf.write_manifest(root / contracts.MANIFEST_FILENAME, manifest)
+    digest = write_sealed_manifest(root / contracts.MANIFEST_FILENAME, manifest)
     return dg.MaterializeResult(
         metadata={
             "manifest_sha256": digest,

@@ -78,13 +78,21 @@ def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
 @dg.asset_check(
     asset="synth_harmony_manifest",
     blocking=True,
-    description="Every raw shard still has the sha256 data/synth_harmony/manifest.json recorded (hashes cached by "
-    "size and mtime), and no shard appeared or vanished since.",
+    description="Every raw shard still has the sha256 that synth_harmony computed from the bytes it read (its "
+    "report; current hashes cached by size and mtime), and no shard appeared or vanished since the manifest.",
 )
 def raw_inputs_unchanged(paths: SynthKDPaths) -> dg.AssetCheckResult:
     manifest = mf.read_json(paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME)
     current = {s.name: s.sha256 for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}
-    return _result(input_drift(manifest["shards"], current), shards=len(current))
+    read_time = [
+        {"name": entry["name"], "source": {"sha256": _read_time_sha256(paths, entry["name"])}} for entry in manifest["shards"]
+    ]
+    return _result(input_drift(read_time, current), shards=len(current))
+
+
+def _read_time_sha256(paths: SynthKDPaths, name: str) -> str | None:
+    report = paths.stage_dir("synth_harmony") / f"{name}.report.json"
+    return mf.read_json(report).get("source_sha256") if report.is_file() else None
 
 
 def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
@@ -95,8 +103,9 @@ def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
 @dg.asset_check(
     asset="synth_kd_v1_manifest",
     blocking=True,
-    description="Provenance complete; every file's bytes and sha256, the tokenizer and the input manifest still "
-    "match what the manifest records; the config hash is the current config's.",
+    description="Provenance complete; the manifest matches its seal (manifest.json.sha256); every file's bytes and "
+    "sha256, the tokenizer and the input manifest still match what the manifest records; no file under the dataset "
+    "root is unlisted; the config hash is the current config's.",
 )
 def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _dataset_manifest(paths)
@@ -198,8 +207,9 @@ def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
 @dg.asset_check(
     asset="synth_distill_manifest",
     blocking=True,
-    description="Provenance complete; every part's bytes and sha256, the tokenizer and the input manifest still match "
-    "the manifest; the config hash is the current config's.",
+    description="Provenance complete; the manifest matches its seal (manifest.json.sha256); every part's bytes and "
+    "sha256, the tokenizer and the input manifest still match the manifest; no file under the dataset root is "
+    "unlisted; the config hash is the current config's.",
 )
 def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _distill_manifest(paths)

@@ -22,6 +22,7 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from synthkd_assets import contracts
+from synthkd_assets.core.dataset_manifest import ManifestError, file_record, files_section, verify_manifest, write_sealed_manifest
 from synthkd_assets.core.megatron_io import trio_alignment_problems
 from synthkd_training.dataset import (
     O200kHarmonyIds,
@@ -376,3 +377,63 @@ def test_config_rejects_mock_and_foreign_eod(tmp_path):
     prefix = write_documents(tmp_path / "train", 0, _documents(1))
     with pytest.raises(ValueError, match="199999"):
         _config(tmp_path / "cache", blend_per_split=[([prefix], None), None, None], tokenizer=OtherTokenizer())
+
+
+# -- the dataset manifest: sealed, and every file's sha256 ---------------------------------------
+def _sealed_dataset(root: Path) -> str:
+    """One trio under `root/train` with a manifest listing its six files, sealed by its sidecar (what
+    synth_kd_v1_manifest writes, through the same dagster-free functions)."""
+    prefix = write_documents(root / "train", 0, _documents(3))
+    files = files_section(file_record(root, path) for path in sorted((root / "train").iterdir()))
+    write_sealed_manifest(root / "manifest.json", {"dataset": "test", "files": files})
+    return prefix
+
+
+def test_a_sealed_dataset_builds_with_and_without_verify(tmp_path):
+    prefix = _sealed_dataset(tmp_path / "root")
+    assert verify_manifest(tmp_path / "root")["dataset"] == "test"
+    assert _build(prefix, tmp_path)[0] is not None
+    config = _config(tmp_path / "cache2", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True)
+    assert build_span_datasets(config, [5, None, None])[0] is not None
+
+
+def test_a_flipped_byte_in_a_tokens_bin_is_found_with_verify(tmp_path):
+    prefix = _sealed_dataset(tmp_path / "root")
+    path = Path(f"{prefix}.bin")
+    payload = bytearray(path.read_bytes())
+    payload[len(payload) // 2] ^= 0x01  # same size: only the sha256 tells
+    path.write_bytes(bytes(payload))
+    config = _config(tmp_path / "cache", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True)
+    with pytest.raises(SpanDatasetError, match=re.escape(f"{path} differs from the manifest (sha256")):
+        build_span_datasets(config, [5, None, None])
+    assert not (tmp_path / "cache").exists()
+
+
+def test_an_edited_manifest_is_refused_even_without_verify(tmp_path):
+    prefix = _sealed_dataset(tmp_path / "root")
+    manifest = tmp_path / "root" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"test"', '"edited"'))
+    _expect_error(prefix, tmp_path, r"manifest\.json does not match its seal manifest\.json\.sha256")
+    with pytest.raises(ManifestError, match="does not match its seal"):
+        verify_manifest(tmp_path / "root")
+
+
+def test_a_file_of_another_size_than_listed_is_refused_even_without_verify(tmp_path):
+    prefix = _sealed_dataset(tmp_path / "root")
+    path = Path(f"{prefix}.bin")
+    path.write_bytes(path.read_bytes() + bytes(4))
+    _expect_error(prefix, tmp_path, re.escape(f"{path} has ") + r"\d+ bytes, the manifest records \d+")
+
+
+def test_verify_needs_a_manifest(tmp_path):
+    prefix = write_documents(tmp_path / "train", 0, _documents(1))
+    config = _config(tmp_path / "cache", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True)
+    with pytest.raises(SpanDatasetError, match=r"manifest\.json is missing"):
+        build_span_datasets(config, [5, None, None])
+
+
+def test_a_truncated_tokens_idx_names_the_file(tmp_path):
+    prefix = write_documents(tmp_path / "train", 0, _documents(1))
+    path = Path(f"{prefix}.idx")
+    path.write_bytes(path.read_bytes()[:40])
+    _expect_error(prefix, tmp_path, re.escape(f"{path}: tokens index not readable by megatron-core"))
