@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Materializes the whole graph (synth_kd_v1 and the DistillKit dataset) for every raw shard through the
-# Dagster CLI, then prints summaries. `--smoke` caps each shard and writes data/megatron/synth_kd_v1_smoke/
-# and data/distill/synth_distill_smoke/ instead.
+# Dagster CLI, then prints summaries. `--smoke` reads only the first rows of each shard and writes
+# data/megatron/synth_kd_v1_smoke/ and data/distill/synth_distill_smoke/ instead (intermediates in data/smoke/).
 # Roots: SYNTHKD_RAW_DIR (default data/sample/synth_raw) and SYNTHKD_DATA_DIR (default data).
 # SYNTHKD_PARALLEL_RUNS (default 1): shard runs submitted at once. Raise it with a PostgreSQL instance and
 # SYNTHKD_EXECUTOR=celery (README, "Running on a cluster"), where each run's steps go to the Celery workers.

@@ -37,7 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--non-english-min", type=float, default=contracts.NON_ENGLISH_MIN, help="min non-English share, opt-in: English rows are sampled down to reach it (0: never)")
     parser.add_argument("--non-english-max", type=float, default=contracts.NON_ENGLISH_MAX, help="max non-English share")
     parser.add_argument("--encoding-errors-log", type=Path, help="JSON-lines sample of Harmony render failures (default: <work-dir>/errors/...)")
-    parser.add_argument("--smoke", action="store_true", help="cap each shard (64 rows / 200k tokens): a quick end-to-end run")
+    parser.add_argument("--smoke", action="store_true", help="read the first 256 rows of each shard, write at most 64 conversations / 200k tokens per shard: a quick end-to-end run")
     return parser.parse_args(argv)
 
 

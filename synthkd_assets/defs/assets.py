@@ -46,7 +46,7 @@ from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
 
 # bump when a rule changes the bytes a step writes: Dagster then marks downstream partitions stale
-CODE_VERSION = "synth_kd_v1.1"  # 1.1: 001 quality filters, mixture sampling plan, DistillKit output
+CODE_VERSION = "synth_kd_v1.2"  # 1.1: 001 quality filters, mixture sampling plan, DistillKit output; 1.2: one-sided language rule, smoke reads a prefix
 # the event tag under which Dagster records a data version reported from outside a materialization
 DATA_VERSION_TAG = "dagster/data_version"
 
