@@ -1,4 +1,5 @@
-"""Jobs, the raw-directory sensor and the nightly schedule: what rebuilds what, and when."""
+"""Jobs, the raw-directory sensor, the manifests' automation sensor and the nightly schedule: what rebuilds
+what, and when."""
 
 import json
 
@@ -83,7 +84,9 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
     run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=f"{key}:{sha[key]}") for key in rebuild]
     manifest_path = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
     manifest_sha = mf.sha256_file(manifest_path) if manifest_path.is_file() else None
-    if cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"] and not rebuild:
+    changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
+    # a rewrite by a materialization is followed by synth_manifests_automation; only another change is this sensor's
+    if changed and not rebuild and manifest_sha != _last_written_harmony_manifest(context.instance):
         run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"harmony_manifest:{manifest_sha}"))
     requests = []
     if add:
@@ -96,6 +99,13 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
         asset_events=raw_reports(shards, set(rebuild)),
         cursor=json.dumps({"shards": sha, "harmony_manifest": manifest_sha}, sort_keys=True),
     )
+
+
+def _last_written_harmony_manifest(instance: dg.DagsterInstance) -> str | None:
+    """sha256 of the manifest.json the latest synth_harmony_manifest materialization wrote."""
+    event = instance.get_latest_materialization_event(synth_harmony_manifest.key)
+    written = event.asset_materialization.metadata.get("manifest_sha256") if event and event.asset_materialization else None
+    return written.value if written is not None else None
 
 
 def tick_synth_raw_sensor(instance: dg.DagsterInstance, paths: SynthKDPaths, cursor: str | None) -> dg.SensorResult:
@@ -113,6 +123,20 @@ def tick_synth_raw_sensor(instance: dg.DagsterInstance, paths: SynthKDPaths, cur
                 instance.delete_dynamic_partition(request.partitions_def_name, key)
     return result
 
+
+MANIFEST_ASSETS = [synth_harmony_manifest, synth_kd_v1_manifest, synth_distill_manifest]
+
+# Open-source Dagster creates its default automation sensor STOPPED; this one is on from the start, so the
+# manifests' eager conditions are evaluated (every 30 s) and they are rewritten, then checked, after their
+# shards are rebuilt, with nothing to switch on.
+synth_manifests_automation = dg.AutomationConditionSensorDefinition(
+    "synth_manifests_automation",
+    target=dg.AssetSelection.assets(*MANIFEST_ASSETS),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Evaluates the eager automation conditions of the three manifests: after the shards they list are "
+    "rebuilt (and no shard run is still in progress) it requests one run rewriting them, with their checks.",
+)
 
 @dg.schedule(
     job=synth_shard_job,
