@@ -3,7 +3,9 @@ no hand step. The sample is built once (in process, on the same instance directo
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,9 +16,10 @@ from synthkd_assets import contracts
 from synthkd_assets.core.manifest import read_json, sha256_file
 from synthkd_assets.defs.build import MANIFEST_STEPS, build_all
 from synthkd_assets.defs.resources import SynthKDPaths
-from tests.daemon import dagster_home, open_instance, running_daemon
+from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
 from tests.helpers import SAMPLE_RAW_DIR
-from tests.raw_files import edit_shard
+from tests.raw_files import current_shas, edit_shard, write_input_manifest
+from tests.test_sensor import outputs_state
 
 pytestmark = pytest.mark.daemon
 
@@ -118,3 +121,33 @@ def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
         assert all(checks.values()), checks
     harmony = read_json(ws.data / "synth_harmony" / contracts.MANIFEST_FILENAME)
     assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_02"] == new_sha
+
+
+def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(workspace):
+    """With synth_raw_sensor stopped, the schedule (every minute here, through SYNTHKD_REBUILD_CRON) alone
+    notices the changed input manifest and rebuilds that shard."""
+    ws = workspace
+    env = ws.env(SYNTHKD_REBUILD_CRON="* * * * *")
+    stop = subprocess.run(
+        [str(DAGSTER_DAEMON.parent / "dagster"), "sensor", "stop", "synth_raw_sensor", "-w", str(REPO_ROOT / "workspace.yaml")],
+        cwd=REPO_ROOT, env={**os.environ, **env, "DAGSTER_HOME": str(ws.home)}, capture_output=True, text=True, timeout=120,
+    )
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    edit_shard(ws.raw / "synth_01.parquet")
+    write_input_manifest(ws.raw, current_shas(ws.raw))  # the user's new input manifest
+    new_sha = sha256_file(ws.raw / "synth_01.parquet")
+    untouched = {k: outputs_state(ws.data, f"synth_0{k}", k) for k in (0, 2, 3)}
+
+    with open_instance(ws.home) as instance:
+        with running_daemon(ws.home, env, ws.root / "daemon.log") as daemon:
+            run = daemon.wait_for(
+                "successful run requested by synth_nightly_rebuild",
+                lambda: finished_run(instance, tags={"dagster/schedule_name": "synth_nightly_rebuild"}),
+                timeout_s=240,
+            )
+        assert (run.job_name, run.tags["dagster/partition"], run.tags["dagster/run_key"]) == (
+            "synth_shard_job", "synth_01", f"synth_01:{new_sha}"
+        )
+        assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [run]  # no other shard, no second ask
+    assert read_json(ws.data / "synth_harmony" / "synth_01.report.json")["source_sha256"] == new_sha
+    assert {k: outputs_state(ws.data, f"synth_0{k}", k) for k in (0, 2, 3)} == untouched

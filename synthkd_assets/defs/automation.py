@@ -2,12 +2,20 @@
 what, and when."""
 
 import json
+import os
 
 import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.inventory import partition_changes, scan_raw_dir, shards_to_rebuild
+from synthkd_assets.core.inventory import (
+    InputManifestError,
+    input_manifest_disagreements,
+    partition_changes,
+    read_input_manifest,
+    scan_raw_dir,
+    shards_to_rebuild,
+)
 from synthkd_assets.defs.assets import (
     raw_reports,
     synth_distill,
@@ -138,13 +146,56 @@ synth_manifests_automation = dg.AutomationConditionSensorDefinition(
     "rebuilt (and no shard run is still in progress) it requests one run rewriting them, with their checks.",
 )
 
+REBUILD_CRON_ENV = "SYNTHKD_REBUILD_CRON"
+DEFAULT_REBUILD_CRON = "0 3 * * *"
+
+
 @dg.schedule(
     job=synth_shard_job,
-    cron_schedule="0 3 * * *",
-    default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="Nightly full rebuild of every shard (unchanged inputs give byte-identical outputs).",
+    cron_schedule=os.environ.get(REBUILD_CRON_ENV) or DEFAULT_REBUILD_CRON,
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Nightly (03:00, or $SYNTHKD_REBUILD_CRON): compares each raw shard's sha256 (checked against "
+    f"<raw dir>/{contracts.INPUT_MANIFEST_FILENAME} when that file exists) with the source sha256 its current "
+    "synth_harmony output was built from, and requests synth_shard_job for exactly the shards that differ or are "
+    "new (only their scan pass while no sampling plan exists). Skips when nothing changed; fails, naming each "
+    "file, when the input manifest and the raw files disagree.",
 )
-def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext):
-    date = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    for key in context.instance.get_dynamic_partitions(SYNTH_SHARDS.name):
-        yield dg.RunRequest(partition_key=key, run_key=f"nightly:{date}:{key}")
+def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext, paths: SynthKDPaths):
+    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    manifest_path = paths.raw_root() / contracts.INPUT_MANIFEST_FILENAME
+    listed = read_input_manifest(manifest_path)
+    if listed is not None:
+        problems = input_manifest_disagreements(listed, shards)
+        if problems:  # a half-copied input directory is not built piecemeal
+            raise InputManifestError(
+                f"{manifest_path} disagrees with the raw files, nothing requested:\n" + "\n".join(problems)
+            )
+    # the sensor's rule; no cursor: what each shard's outputs on disk were built from is the reference
+    rebuild = shards_to_rebuild({}, shards, _built_from(paths, [s.name for s in shards]))
+    against = f"the input manifest {manifest_path}" if listed is not None else "the raw files"
+    if not rebuild:
+        return dg.SkipReason(f"nothing changed: all {len(shards)} shards are built from {against}")
+    sha = {s.name: s.sha256 for s in shards}
+    run_keys = {key: f"{key}:{sha[key]}" for key in rebuild}  # the sensor's run keys: one per (shard, content)
+    in_flight = [key for key in rebuild if _has_active_run(context.instance, run_keys[key])]
+    rebuild = [key for key in rebuild if key not in in_flight]
+    if not rebuild:
+        return dg.SkipReason(f"changed shards already queued or running (sensor or earlier tick): {', '.join(in_flight)}")
+    add, _ = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
+    if add:  # new files the sensor has not registered yet (it may be stopped)
+        context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
+    # without a sampling plan only the scan pass can run (synth_scan_job's assets, as a subset of this job)
+    scan_only = None if paths.sampling_plan_path().is_file() else [synth_harmony.key, synth_filtered.key]
+    return [dg.RunRequest(partition_key=key, run_key=run_keys[key], asset_selection=scan_only) for key in rebuild]
+
+
+ACTIVE_RUN_STATUSES = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def _has_active_run(instance: dg.DagsterInstance, run_key: str) -> bool:
+    return bool(instance.get_runs(dg.RunsFilter(tags={"dagster/run_key": run_key}, statuses=ACTIVE_RUN_STATUSES), limit=1))
