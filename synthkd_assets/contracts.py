@@ -42,6 +42,8 @@ SPLITS: Final = ("train", "valid")
 ARRAY_KINDS: Final = ("tokens", "lossmask", "span")
 ARRAY_DTYPES: Final = {"tokens": TOKENS_DTYPE, "lossmask": LOSSMASK_DTYPE, "span": SPAN_DTYPE}
 MANIFEST_FILENAME: Final = "manifest.json"
+# optional, user-provided, in the raw directory: the shards the inputs should be (README "Scheduled rebuilds")
+INPUT_MANIFEST_FILENAME: Final = "input_manifest.json"
 
 
 def shard_prefix_name(shard_index: int, kind: str) -> str:

@@ -4,6 +4,7 @@ import dagster as dg
 
 from synthkd_assets.defs import assets
 from synthkd_assets.defs.automation import (
+    synth_manifests_automation,
     synth_manifests_job,
     synth_nightly_rebuild,
     synth_plan_job,
@@ -19,7 +20,7 @@ defs = dg.Definitions(
     assets=[*dg.load_assets_from_modules([assets]), assets.synth_raw],
     asset_checks=STANDALONE_CHECKS,
     jobs=[synth_scan_job, synth_plan_job, synth_shard_job, synth_manifests_job],
-    sensors=[synth_raw_sensor],
+    sensors=[synth_raw_sensor, synth_manifests_automation],
     schedules=[synth_nightly_rebuild],
     resources={"paths": SynthKDPaths()},
     # embedded multiprocess steps by default; SYNTHKD_EXECUTOR=celery|k8s on a cluster (defs/executors.py)

@@ -129,3 +129,7 @@ def test_the_k8s_executor_is_configured_from_the_k8s_run_config(cluster_env):
     # per-step overrides name real steps of the job (a typo there would silently apply to nothing)
     steps = {node.name for node in defs.resolve_job_def("synth_shard_job").graph.nodes}
     assert set(executor_config_from_yaml(DEFAULT_K8S_CONFIG)["per_step_k8s_config"]) <= steps
+
+
+def test_the_in_process_executor_can_be_chosen():
+    assert executor_from_env({EXECUTOR_ENV: "in_process"}).name == "in_process"

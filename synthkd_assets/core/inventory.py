@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +21,11 @@ from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.parquet_io import InputFileError
 
 RAW_GLOB = "*.parquet"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+class InputManifestError(ValueError):
+    """The user's input manifest is malformed, or disagrees with the raw files; the message says where."""
 
 
 @dataclass(frozen=True)
@@ -137,3 +143,45 @@ def read_raw_shard(path: Path, expected_sha256: str | None = None) -> Iterator[R
         read.check_unchanged()
         handle.seek(0)
         yield read
+
+
+def read_input_manifest(path: Path) -> dict[str, str] | None:
+    """`{file name: sha256}` listed by a user-provided input manifest, or None when `path` does not exist.
+
+    Format (README "Scheduled rebuilds"): `{"shards": [{"file": "synth_00.parquet", "sha256": "<64 hex>"}, ...]}`,
+    file names relative to the raw directory.
+    """
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputManifestError(f"{path}: not a JSON input manifest ({exc})") from exc
+    entries = data.get("shards") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise InputManifestError(f'{path}: expected {{"shards": [{{"file": "<name>.parquet", "sha256": "<hex>"}}, ...]}}')
+    listed: dict[str, str] = {}
+    for i, entry in enumerate(entries):
+        file, sha = (entry.get("file"), entry.get("sha256")) if isinstance(entry, dict) else (None, None)
+        if not isinstance(file, str) or Path(file).name != file or not Path(file).match(RAW_GLOB):
+            raise InputManifestError(f"{path}: shards[{i}]: 'file' must name a *.parquet file in the raw directory, got {file!r}")
+        if not isinstance(sha, str) or not SHA256_HEX.fullmatch(sha):
+            raise InputManifestError(f"{path}: shards[{i}] ({file}): 'sha256' must be 64 lowercase hex digits, got {sha!r}")
+        if file in listed:
+            raise InputManifestError(f"{path}: shards[{i}]: {file} is listed twice")
+        listed[file] = sha
+    return listed
+
+
+def input_manifest_disagreements(listed: dict[str, str], shards: list[RawShard]) -> list[str]:
+    """Where the raw directory is not what the input manifest lists: one line per file, sorted."""
+    on_disk = {Path(s.path).name: s.sha256 for s in shards}
+    problems = []
+    for file in sorted(set(listed) | set(on_disk)):
+        if file not in on_disk:
+            problems.append(f"{file}: listed (sha256 {listed[file]}) but not in the raw directory")
+        elif file not in listed:
+            problems.append(f"{file}: in the raw directory but not listed")
+        elif listed[file] != on_disk[file]:
+            problems.append(f"{file}: listed sha256 {listed[file]}, the file's is {on_disk[file]}")
+    return problems

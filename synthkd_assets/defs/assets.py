@@ -41,6 +41,7 @@ from synthkd_assets.defs.checks import (
     rows_accounted_result,
     trio_alignment_result,
 )
+from synthkd_assets.defs.conditions import MANIFEST_CONDITION
 from synthkd_assets.defs.metadata import files_metadata, report_metadata
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
@@ -183,7 +184,7 @@ def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
 @dg.asset(
     deps=[synth_harmony],
     group_name="synth",
-    automation_condition=dg.AutomationCondition.eager(),
+    automation_condition=MANIFEST_CONDITION,
     code_version=CODE_VERSION,
     description="data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts.",
 )
@@ -462,7 +463,7 @@ def _row_totals(harmony_reports: list[dict], step_reports: list[dict], output_re
 @dg.asset(
     deps=[synth_kd_v1, synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan],
     group_name="megatron",
-    automation_condition=dg.AutomationCondition.eager(),
+    automation_condition=MANIFEST_CONDITION,
     code_version=CODE_VERSION,
     description="data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest "
     "hash, split rule, sampling plan and achieved mix, shard inventory with bytes/sha256/counts, tokens per span "
@@ -565,7 +566,7 @@ def collect_encoding_errors(paths: SynthKDPaths, shard_names: list[str]) -> int:
 @dg.asset(
     deps=[synth_distill, synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan],
     group_name="distill",
-    automation_condition=dg.AutomationCondition.eager(),
+    automation_condition=MANIFEST_CONDITION,
     code_version=CODE_VERSION,
     description="<distill root>/manifest.json: config and hash, git SHA, tokenizer pin, input manifest hash, "
     "sampling plan with the before / expected / achieved mix, split rule, token-length stats (min/p50/p90/p99/max "

@@ -1,12 +1,21 @@
-"""Jobs, the raw-directory sensor and the nightly schedule: what rebuilds what, and when."""
+"""Jobs, the raw-directory sensor, the manifests' automation sensor and the nightly schedule: what rebuilds
+what, and when."""
 
 import json
+import os
 
 import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.inventory import partition_changes, scan_raw_dir, shards_to_rebuild
+from synthkd_assets.core.inventory import (
+    InputManifestError,
+    input_manifest_disagreements,
+    partition_changes,
+    read_input_manifest,
+    scan_raw_dir,
+    shards_to_rebuild,
+)
 from synthkd_assets.defs.assets import (
     raw_reports,
     synth_distill,
@@ -83,7 +92,9 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
     run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=f"{key}:{sha[key]}") for key in rebuild]
     manifest_path = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
     manifest_sha = mf.sha256_file(manifest_path) if manifest_path.is_file() else None
-    if cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"] and not rebuild:
+    changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
+    # a rewrite by a materialization is followed by synth_manifests_automation; only another change is this sensor's
+    if changed and not rebuild and manifest_sha != _last_written_harmony_manifest(context.instance):
         run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"harmony_manifest:{manifest_sha}"))
     requests = []
     if add:
@@ -96,6 +107,13 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
         asset_events=raw_reports(shards, set(rebuild)),
         cursor=json.dumps({"shards": sha, "harmony_manifest": manifest_sha}, sort_keys=True),
     )
+
+
+def _last_written_harmony_manifest(instance: dg.DagsterInstance) -> str | None:
+    """sha256 of the manifest.json the latest synth_harmony_manifest materialization wrote."""
+    event = instance.get_latest_materialization_event(synth_harmony_manifest.key)
+    written = event.asset_materialization.metadata.get("manifest_sha256") if event and event.asset_materialization else None
+    return written.value if written is not None else None
 
 
 def tick_synth_raw_sensor(instance: dg.DagsterInstance, paths: SynthKDPaths, cursor: str | None) -> dg.SensorResult:
@@ -114,13 +132,70 @@ def tick_synth_raw_sensor(instance: dg.DagsterInstance, paths: SynthKDPaths, cur
     return result
 
 
+MANIFEST_ASSETS = [synth_harmony_manifest, synth_kd_v1_manifest, synth_distill_manifest]
+
+# Open-source Dagster creates its default automation sensor STOPPED; this one is on from the start, so the
+# manifests' eager conditions are evaluated (every 30 s) and they are rewritten, then checked, after their
+# shards are rebuilt, with nothing to switch on.
+synth_manifests_automation = dg.AutomationConditionSensorDefinition(
+    "synth_manifests_automation",
+    target=dg.AssetSelection.assets(*MANIFEST_ASSETS),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Evaluates the eager automation conditions of the three manifests: after the shards they list are "
+    "rebuilt (and no shard run is still in progress) it requests one run rewriting them, with their checks.",
+)
+
+REBUILD_CRON_ENV = "SYNTHKD_REBUILD_CRON"
+DEFAULT_REBUILD_CRON = "0 3 * * *"
+
+
 @dg.schedule(
     job=synth_shard_job,
-    cron_schedule="0 3 * * *",
-    default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="Nightly full rebuild of every shard (unchanged inputs give byte-identical outputs).",
+    cron_schedule=os.environ.get(REBUILD_CRON_ENV) or DEFAULT_REBUILD_CRON,
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Nightly (03:00, or $SYNTHKD_REBUILD_CRON): compares each raw shard's sha256 (checked against "
+    f"<raw dir>/{contracts.INPUT_MANIFEST_FILENAME} when that file exists) with the source sha256 its current "
+    "synth_harmony output was built from, and requests synth_shard_job for exactly the shards that differ or are "
+    "new (only their scan pass while no sampling plan exists). Skips when nothing changed; fails, naming each "
+    "file, when the input manifest and the raw files disagree.",
 )
-def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext):
-    date = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    for key in context.instance.get_dynamic_partitions(SYNTH_SHARDS.name):
-        yield dg.RunRequest(partition_key=key, run_key=f"nightly:{date}:{key}")
+def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext, paths: SynthKDPaths):
+    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    manifest_path = paths.raw_root() / contracts.INPUT_MANIFEST_FILENAME
+    listed = read_input_manifest(manifest_path)
+    if listed is not None:
+        problems = input_manifest_disagreements(listed, shards)
+        if problems:  # a half-copied input directory is not built piecemeal
+            raise InputManifestError(
+                f"{manifest_path} disagrees with the raw files, nothing requested:\n" + "\n".join(problems)
+            )
+    # the sensor's rule; no cursor: what each shard's outputs on disk were built from is the reference
+    rebuild = shards_to_rebuild({}, shards, _built_from(paths, [s.name for s in shards]))
+    against = f"the input manifest {manifest_path}" if listed is not None else "the raw files"
+    if not rebuild:
+        return dg.SkipReason(f"nothing changed: all {len(shards)} shards are built from {against}")
+    sha = {s.name: s.sha256 for s in shards}
+    run_keys = {key: f"{key}:{sha[key]}" for key in rebuild}  # the sensor's run keys: one per (shard, content)
+    in_flight = [key for key in rebuild if _has_active_run(context.instance, run_keys[key])]
+    rebuild = [key for key in rebuild if key not in in_flight]
+    if not rebuild:
+        return dg.SkipReason(f"changed shards already queued or running (sensor or earlier tick): {', '.join(in_flight)}")
+    add, _ = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
+    if add:  # new files the sensor has not registered yet (it may be stopped)
+        context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
+    # without a sampling plan only the scan pass can run (synth_scan_job's assets, as a subset of this job)
+    scan_only = None if paths.sampling_plan_path().is_file() else [synth_harmony.key, synth_filtered.key]
+    return [dg.RunRequest(partition_key=key, run_key=run_keys[key], asset_selection=scan_only) for key in rebuild]
+
+
+ACTIVE_RUN_STATUSES = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def _has_active_run(instance: dg.DagsterInstance, run_key: str) -> bool:
+    return bool(instance.get_runs(dg.RunsFilter(tags={"dagster/run_key": run_key}, statuses=ACTIVE_RUN_STATUSES), limit=1))

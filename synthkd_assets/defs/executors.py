@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CELERY_CONFIG = REPO_ROOT / "deploy" / "cluster" / "celery.yaml"
 DEFAULT_K8S_CONFIG = REPO_ROOT / "deploy" / "k8s" / "run_config.yaml"
 EMBEDDED_MAX_CONCURRENT = 2  # steps of one run in parallel on the 2-core reference machine
-EXECUTORS = ("multiprocess", "celery", "k8s")
+EXECUTORS = ("multiprocess", "in_process", "celery", "k8s")
 
 
 def celery_config_path(environ: Mapping[str, str] = os.environ) -> Path:
@@ -50,6 +50,8 @@ def executor_from_env(environ: Mapping[str, str] = os.environ) -> dg.ExecutorDef
     name = environ.get(EXECUTOR_ENV) or "multiprocess"
     if name == "multiprocess":
         return dg.multiprocess_executor.configured({"max_concurrent": EMBEDDED_MAX_CONCURRENT})
+    if name == "in_process":  # every step in the run's own process: no per-step import cost, one step at a time
+        return dg.in_process_executor
     if name == "celery":
         from dagster_celery import celery_executor
 

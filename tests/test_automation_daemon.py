@@ -1,0 +1,153 @@
+"""What the daemon does on its own: a real `dagster-daemon run` on a sqlite DAGSTER_HOME, a changed raw shard,
+no hand step. The sample is built once (in process, on the same instance directory) and copied for each test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from synthkd_assets import contracts
+from synthkd_assets.core.manifest import read_json, sha256_file
+from synthkd_assets.defs.build import MANIFEST_STEPS, build_all
+from synthkd_assets.defs.resources import SynthKDPaths
+from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
+from tests.helpers import SAMPLE_RAW_DIR
+from tests.raw_files import current_shas, edit_shard, write_input_manifest
+from tests.test_sensor import outputs_state
+
+pytestmark = pytest.mark.daemon
+
+MANIFEST_CHECKS = {
+    "synth_harmony_manifest": {"raw_inputs_unchanged"},
+    "synth_kd_v1_manifest": {"manifest_provenance", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron"},
+    "synth_distill_manifest": {
+        "distill_labels_match_input_ids", "distill_spans_consistent", "distill_max_length_respected",
+        "distill_no_split_leakage", "distill_manifest_provenance",
+    },
+}
+
+
+@dataclass
+class Workspace:
+    root: Path
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "raw"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "dagster_home"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The daemon's environment: the data roots, and in_process steps (the sample's shards are small: one
+        process per run instead of one per step saves their imports)."""
+        return {"SYNTHKD_RAW_DIR": str(self.raw), "SYNTHKD_DATA_DIR": str(self.data), "SYNTHKD_EXECUTOR": "in_process", **extra}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("built_for_daemon")
+    shutil.copytree(SAMPLE_RAW_DIR, root / "raw")
+    with open_instance(dagster_home(root / "dagster_home")) as instance:
+        build_all(instance, SynthKDPaths(raw_dir=str(root / "raw"), data_dir=str(root / "data")))
+    return root
+
+
+@pytest.fixture
+def workspace(built, tmp_path) -> Workspace:
+    """A copy of the built sample: raw files, outputs and the instance that built them (runs, partitions)."""
+    for name in ("raw", "data", "dagster_home"):
+        shutil.copytree(built / name, tmp_path / name)
+    return Workspace(tmp_path)
+
+
+def finished_run(instance: dg.DagsterInstance, **filters) -> dg.DagsterRun | None:
+    """The newest finished run matching `filters`; it must have succeeded."""
+    statuses = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+    runs = instance.get_runs(dg.RunsFilter(statuses=statuses, **filters), limit=1)
+    if runs:
+        assert runs[0].status == dg.DagsterRunStatus.SUCCESS, f"run {runs[0].run_id} ({runs[0].job_name}, {runs[0].tags}) failed"
+        return runs[0]
+    return None
+
+
+def events(instance: dg.DagsterInstance, run_id: str, kind: dg.DagsterEventType) -> list:
+    return [record.dagster_event for record in instance.all_logs(run_id, of_type=kind)]
+
+
+def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
+    ws = workspace
+    edit_shard(ws.raw / "synth_02.parquet")
+    new_sha = sha256_file(ws.raw / "synth_02.parquet")
+    with open_instance(ws.home) as instance:
+        with running_daemon(ws.home, ws.env(), ws.root / "daemon.log") as daemon:
+            # synth_raw_sensor (running by default) asks for exactly the changed shard ...
+            shard_run = daemon.wait_for(
+                "successful synth_shard_job run of synth_02",
+                lambda: finished_run(instance, job_name="synth_shard_job", tags={"dagster/partition": "synth_02"}),
+                timeout_s=240,
+            )
+            # ... and synth_manifests_automation (running by default) then rewrites the three manifests
+            manifests_run = daemon.wait_for(
+                "manifests run requested by synth_manifests_automation",
+                lambda: finished_run(instance, tags={"dagster/sensor_name": "synth_manifests_automation"}),
+                timeout_s=180,
+            )
+        assert shard_run.tags["dagster/sensor_name"] == "synth_raw_sensor"
+        assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [shard_run]  # only synth_02 rebuilt
+        # one run for the three, after the whole shard run (not one per manifest as its direct dependency finished)
+        assert instance.get_runs(dg.RunsFilter(tags={"dagster/sensor_name": "synth_manifests_automation"})) == [manifests_run]
+        materialized = {e.asset_key.to_user_string() for e in events(instance, manifests_run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)}
+        assert materialized == set(MANIFEST_STEPS)
+        shard_end = instance.get_run_record_by_id(shard_run.run_id).end_time
+        assert instance.get_run_record_by_id(manifests_run.run_id).create_timestamp.timestamp() >= shard_end
+
+        checks = {
+            (e.event_specific_data.asset_key.to_user_string(), e.event_specific_data.check_name): e.event_specific_data.passed
+            for e in events(instance, manifests_run.run_id, dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        }
+        assert set(checks) == {(asset, check) for asset, names in MANIFEST_CHECKS.items() for check in names}
+        assert all(checks.values()), checks
+    harmony = read_json(ws.data / "synth_harmony" / contracts.MANIFEST_FILENAME)
+    assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_02"] == new_sha
+
+
+def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(workspace):
+    """With synth_raw_sensor stopped, the schedule (every minute here, through SYNTHKD_REBUILD_CRON) alone
+    notices the changed input manifest and rebuilds that shard."""
+    ws = workspace
+    env = ws.env(SYNTHKD_REBUILD_CRON="* * * * *")
+    stop = subprocess.run(
+        [str(DAGSTER_DAEMON.parent / "dagster"), "sensor", "stop", "synth_raw_sensor", "-w", str(REPO_ROOT / "workspace.yaml")],
+        cwd=REPO_ROOT, env={**os.environ, **env, "DAGSTER_HOME": str(ws.home)}, capture_output=True, text=True, timeout=120,
+    )
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    edit_shard(ws.raw / "synth_01.parquet")
+    write_input_manifest(ws.raw, current_shas(ws.raw))  # the user's new input manifest
+    new_sha = sha256_file(ws.raw / "synth_01.parquet")
+    untouched = {k: outputs_state(ws.data, f"synth_0{k}", k) for k in (0, 2, 3)}
+
+    with open_instance(ws.home) as instance:
+        with running_daemon(ws.home, env, ws.root / "daemon.log") as daemon:
+            run = daemon.wait_for(
+                "successful run requested by synth_nightly_rebuild",
+                lambda: finished_run(instance, tags={"dagster/schedule_name": "synth_nightly_rebuild"}),
+                timeout_s=240,
+            )
+        assert (run.job_name, run.tags["dagster/partition"], run.tags["dagster/run_key"]) == (
+            "synth_shard_job", "synth_01", f"synth_01:{new_sha}"
+        )
+        assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [run]  # no other shard, no second ask
+    assert read_json(ws.data / "synth_harmony" / "synth_01.report.json")["source_sha256"] == new_sha
+    assert {k: outputs_state(ws.data, f"synth_0{k}", k) for k in (0, 2, 3)} == untouched

@@ -1,0 +1,147 @@
+"""synth_nightly_rebuild evaluated as Dagster evaluates a tick (the loaded Definitions' schedule, build_schedule_context)
+against a built sample, and the input-manifest rules it applies. The daemon-driven rebuild is in
+tests/test_automation_daemon.py."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timezone
+
+import dagster as dg
+import pytest
+
+from synthkd_assets import contracts
+from synthkd_assets.core.inventory import (
+    InputManifestError,
+    RawShard,
+    input_manifest_disagreements,
+    read_input_manifest,
+)
+from synthkd_assets.core.manifest import sha256_file
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.definitions import defs
+from tests.daemon import dagster_home, open_instance
+from tests.helpers import SAMPLE_RAW_DIR
+from tests.raw_files import current_shas, edit_shard, write_input_manifest
+
+SHARDS = ["synth_00", "synth_01", "synth_02", "synth_03"]
+
+
+@pytest.fixture
+def setup(built_sample, tmp_path):
+    """A copy of the sample's raw files next to the data built from them, and a persistent instance with
+    their partitions registered (schedules are evaluated against a persistent instance)."""
+    _, _, data_dir = built_sample
+    raw = tmp_path / "raw"
+    shutil.copytree(SAMPLE_RAW_DIR, raw)
+    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(data_dir))
+    with open_instance(dagster_home(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions(SYNTH_SHARDS.name, SHARDS)
+        yield instance, paths, raw
+
+
+def tick(instance, paths):
+    """One evaluation of the schedule of the loaded Definitions, as the scheduler daemon evaluates it."""
+    with dg.build_schedule_context(
+        instance=instance,
+        scheduled_execution_time=datetime(2026, 1, 1, 3, tzinfo=timezone.utc),
+        resources={"paths": paths},
+        repository_def=defs.get_repository_def(),
+    ) as context:
+        return defs.resolve_schedule_def("synth_nightly_rebuild").evaluate_tick(context)
+
+
+def requested(data) -> list[tuple[str, str | None]]:
+    return sorted((r.partition_key, r.run_key) for r in data.run_requests)
+
+
+def test_nothing_changed_requests_nothing(setup):
+    instance, paths, raw = setup
+    data = tick(instance, paths)
+    assert data.run_requests == [] and data.skip_message.startswith("nothing changed: all 4 shards are built from the raw files")
+    write_input_manifest(raw, current_shas(raw))
+    data = tick(instance, paths)
+    assert data.run_requests == [] and "the input manifest" in data.skip_message
+
+
+def test_a_changed_input_manifest_rebuilds_exactly_its_changed_shard(setup):
+    instance, paths, raw = setup
+    before = current_shas(raw)
+    write_input_manifest(raw, before)
+    edit_shard(raw / "synth_02.parquet")
+    after = current_shas(raw)
+
+    # the file changed, the manifest still lists the old bytes: the tick fails naming the file, requests nothing
+    with pytest.raises(dg.DagsterUserCodeExecutionError) as failed:
+        tick(instance, paths)
+    error = failed.value.user_exception
+    assert isinstance(error, InputManifestError) and "disagrees with the raw files, nothing requested" in str(error)
+    assert f"synth_02.parquet: listed sha256 {before['synth_02']}, the file's is {after['synth_02']}" in str(error)
+
+    write_input_manifest(raw, after)
+    data = tick(instance, paths)
+    assert requested(data) == [("synth_02", f"synth_02:{after['synth_02']}")]
+    assert data.run_requests[0].asset_selection is None  # the whole synth_shard_job, under the plan in force
+
+    # while a run of it is in flight (from this schedule or the sensor: same run key), it is not asked for again
+    instance.create_run_for_job(
+        defs.resolve_job_def("synth_shard_job"),
+        status=dg.DagsterRunStatus.STARTED,
+        tags={"dagster/run_key": f"synth_02:{after['synth_02']}", "dagster/partition": "synth_02"},
+    )
+    data = tick(instance, paths)
+    assert data.run_requests == [] and "already queued or running" in data.skip_message and "synth_02" in data.skip_message
+
+
+def test_a_new_shard_is_registered_and_requested(setup):
+    instance, paths, raw = setup
+    shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")
+    data = tick(instance, paths)
+    assert requested(data) == [("synth_07", f"synth_07:{sha256_file(raw / 'synth_07.parquet')}")]
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [*SHARDS, "synth_07"]
+
+
+def test_without_a_plan_only_the_scan_pass_is_requested(tmp_path):
+    raw = tmp_path / "raw"
+    shutil.copytree(SAMPLE_RAW_DIR, raw)
+    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))  # nothing built
+    with open_instance(dagster_home(tmp_path / "home")) as instance:
+        data = tick(instance, paths)
+    assert [r.partition_key for r in data.run_requests] == SHARDS
+    assert {tuple(k.to_user_string() for k in r.asset_selection) for r in data.run_requests} == {("synth_harmony", "synth_filtered")}
+
+
+def shard(name: str, sha: str) -> RawShard:
+    return RawShard(name, f"/raw/{name}.parquet", 1, 1, sha)
+
+
+def test_input_manifest_disagreements_name_each_file():
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    listed = {"synth_00.parquet": a, "synth_01.parquet": b, "synth_05.parquet": c}
+    problems = input_manifest_disagreements(listed, [shard("synth_00", a), shard("synth_01", c), shard("synth_02", a)])
+    assert problems == [
+        f"synth_01.parquet: listed sha256 {b}, the file's is {c}",
+        "synth_02.parquet: in the raw directory but not listed",
+        f"synth_05.parquet: listed (sha256 {c}) but not in the raw directory",
+    ]
+    assert input_manifest_disagreements({"synth_00.parquet": a}, [shard("synth_00", a)]) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "not a JSON input manifest"),
+        ('["synth_00.parquet"]', 'expected {"shards"'),
+        ('{"shards": [{"file": "sub/synth_00.parquet", "sha256": "' + "a" * 64 + '"}]}', r"shards\[0\]: 'file' must name"),
+        ('{"shards": [{"file": "synth_00.parquet", "sha256": "ABC"}]}', r"shards\[0\] \(synth_00.parquet\): 'sha256' must be"),
+        ('{"shards": [{"file": "x.parquet", "sha256": "' + "a" * 64 + '"}, {"file": "x.parquet", "sha256": "' + "b" * 64 + '"}]}', r"shards\[1\]: x.parquet is listed twice"),
+    ],
+)
+def test_a_malformed_input_manifest_is_refused_naming_file_and_entry(tmp_path, text, message):
+    path = tmp_path / contracts.INPUT_MANIFEST_FILENAME
+    path.write_text(text)
+    with pytest.raises(InputManifestError, match=message) as refused:
+        read_input_manifest(path)
+    assert str(path) in str(refused.value)
+    assert read_input_manifest(tmp_path / "absent.json") is None
