@@ -45,16 +45,18 @@ def step_report(data_dir: Path, step: str, partition: str, smoke: bool = False) 
 
 
 def progress_line(data_dir: Path, steps: list[str], partition: str, smoke: bool = False) -> str:
-    """What the steps did to one shard: rows into the first, out of each, and drops, e.g.
-    `750 rows in, synth_harmony 748, synth_filtered 731 out (19 dropped)`."""
+    """What the steps did to one shard: rows into the first, then rows out of each step with its drops, e.g.
+    `726 rows in -> synth_sampled 573 (153 dropped), synth_tokenized 573, synth_kd_v1 573, synth_distill 573`."""
     reports = {step: step_report(data_dir, step, partition, smoke) for step in steps}
     built = {step: r for step, r in reports.items() if r is not None}
     if not built:
         return "no report written"
     first = next(iter(built.values()))
-    outs = ", ".join(f"{step} {r['rows_out']}" for step, r in built.items())
-    dropped = sum(sum(r["dropped"].values()) for r in built.values())
-    return f"{first['rows_in']} rows in -> {outs} out ({dropped} dropped)"
+    outs = []
+    for step, report in built.items():
+        dropped = sum(report["dropped"].values())
+        outs.append(f"{step} {report['rows_out']}" + (f" ({dropped} dropped)" if dropped else ""))
+    return f"{first['rows_in']} rows in -> " + ", ".join(outs)
 
 
 def summary_lines(manifest: dict) -> list[str]:

@@ -8,7 +8,6 @@ import shutil
 import dagster as dg
 
 from synthkd_assets import contracts
-from synthkd_assets.defs.checks import verdict_text
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.resources import SynthKDPaths
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR
@@ -141,6 +140,8 @@ def test_a_failed_check_says_what_failed_and_which_file(built_sample, tmp_path):
 
 
 def test_verdict_text_quotes_the_first_problems_and_counts_the_rest():
+    from synthkd_assets.defs.checks import verdict_text
+
     problems = [f"part-0000{i}.parquet (train): row {i} bad" for i in range(8)]
     text = verdict_text(problems, partition="synth_07")
     assert text.startswith("partition synth_07: FAILED, 8 problems: part-00000.parquet (train): row 0 bad;")
