@@ -51,7 +51,7 @@ def test_dg_check_and_list_defs_see_the_code_location(fresh):
     checks = {c["key"]: c for c in defs["asset_checks"]}
     assert "synth_kd_v1:trio_alignment" in checks and all(c.get("description") for c in checks.values())
     assert {j["name"] for j in defs["jobs"]} >= {"synth_scan_job", "synth_shard_job"}
-    assert {s["name"] for s in defs["sensors"]} == {"synth_raw_sensor"}
+    assert "synth_raw_sensor" in {s["name"] for s in defs["sensors"]}
 
 
 def test_dg_launch_on_a_fresh_instance(fresh):
