@@ -54,7 +54,7 @@ launch() {  # label, then dg launch arguments
 # a shard pass: one run per shard partition, SYNTHKD_PARALLEL_RUNS at a time, a line per shard
 shard_run() {  # pass, selection, "index key"
   local pass=$1 select=$2 index=${3% *} key=${3#* }
-  launch "$pass $key" --assets "$select" --partition "$key"
+  launch "$pass $key" --assets "$select" --partition "$key" || exit 255  # 255: xargs starts no further shard
   # shellcheck disable=SC2086
   echo "  $pass $key ($index/$BUILD_SHARDS): $(.venv/bin/python -m synthkd_assets.cli progress --partition "$key" --steps "$select" $BUILD_SMOKE) (${LAUNCH_SECONDS}s)"
 }
@@ -62,7 +62,7 @@ export -f launch shard_run
 each_shard() {  # pass name, selection
   local start=$SECONDS
   echo "$1 pass over $BUILD_SHARDS shards: $2"
-  awk '{print NR " " $0}' <<<"$keys" | xargs -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -d '\n' -I{} bash -c 'shard_run "$@"' _ "$1" "$2" {}
+  awk '{print NR " " $0}' <<<"$keys" | xargs -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I{} bash -c 'shard_run "$@"' _ "$1" "$2" {} || exit 1
   echo "$1 pass done ($((SECONDS - start))s)"
 }
 step() {  # label, selection: one unpartitioned run
