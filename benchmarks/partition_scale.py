@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/partition_scale.py --storage consolidated   # figures only, other event log
 
 Generates N small raw SYNTH shards (4 rows each, sliced from the bundled sample, every file with its own
-bytes) and times, on a real DagsterInstance configured by the repository's dagster.yaml (sqlite storage,
+bytes) and times, on a real DagsterInstance configured by deploy/local/dagster.yaml (sqlite storage,
 QueuedRunCoordinator), Dagster-side work only:
 
   1. discovery      materializing synth_raw_inventory: hash N files, register N `synth_shards` partitions,
@@ -159,7 +159,7 @@ STORAGES = ("sharded", "consolidated", "memory")
 
 
 def project_instance(home: Path, storage: str = "sharded"):
-    """A real DagsterInstance in `home`, configured by the repository's dagster.yaml (sqlite storage,
+    """A real DagsterInstance in `home`, configured by deploy/local/dagster.yaml (sqlite storage,
     QueuedRunCoordinator), as DAGSTER_HOME=<home> would give, with an event-log storage chosen by `storage`:
 
     sharded       dagster.yaml as it is: Dagster's default sqlite storage, one event-log database per run
@@ -171,7 +171,7 @@ def project_instance(home: Path, storage: str = "sharded"):
     import dagster as dg
 
     home.mkdir(parents=True, exist_ok=True)
-    config = (REPO_ROOT / "dagster.yaml").read_text()
+    config = (REPO_ROOT / "deploy" / "local" / "dagster.yaml").read_text()
     if storage == "consolidated":
         config += (
             "event_log_storage:\n  module: dagster._core.storage.event_log\n  class: ConsolidatedSqliteEventLogStorage\n"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Materializes the whole graph (synth_kd_v1 and the DistillKit dataset) for every raw shard through the
-# Dagster CLI, then prints summaries. `--smoke` reads only the first rows of each shard and writes
-# data/megatron/synth_kd_v1_smoke/ and data/distill/synth_distill_smoke/ instead (intermediates in data/smoke/).
+# Dagster CLI (`dg launch`), then prints summaries. `--smoke` reads only the first rows of each shard and
+# writes data/megatron/synth_kd_v1_smoke/ and data/distill/synth_distill_smoke/ instead (intermediates in data/smoke/).
 # Roots: SYNTHKD_RAW_DIR (default data/sample/synth_raw) and SYNTHKD_DATA_DIR (default data).
 # SYNTHKD_PARALLEL_RUNS (default 1): shard runs submitted at once. Raise it with a PostgreSQL instance and
 # SYNTHKD_EXECUTOR=celery (README, "Running on a cluster"), where each run's steps go to the Celery workers.
+# Prints one line per pass and shard; every Dagster log line goes to $DAGSTER_HOME/logs/build-<time>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
@@ -14,32 +15,74 @@ if [ ! -f "$DAGSTER_HOME/dagster.yaml" ]; then
     echo "SYNTHKD_EXECUTOR=$SYNTHKD_EXECUTOR but $DAGSTER_HOME/dagster.yaml is missing: copy deploy/cluster/dagster.yaml there (a cluster needs the shared PostgreSQL instance, not sqlite)" >&2
     exit 2
   fi
-  cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+  cp deploy/local/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
 fi
 
 config='{}'
 dataset=synth_kd_v1
 distill=synth_distill
+smoke=()
 if [ "${1:-}" = "--smoke" ]; then
   config='{"resources": {"paths": {"config": {"smoke": true}}}}'
   dataset=synth_kd_v1_smoke
   distill=synth_distill_smoke
+  smoke=(--smoke)
 fi
-dagster_materialize=(.venv/bin/dagster asset materialize -m synthkd_assets.definitions --config-json "$config")
-materialize() { "${dagster_materialize[@]}" "$@"; }
-# one run per shard partition, SYNTHKD_PARALLEL_RUNS at a time; fails if any run fails
-each_shard() { printf '%s\n' $keys | xargs -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I%KEY% "${dagster_materialize[@]}" "$@" --partition %KEY%; }
+mkdir -p "$DAGSTER_HOME/logs"
+export BUILD_LOG="$DAGSTER_HOME/logs/build-$(date +%Y%m%d-%H%M%S)-$$.log"
+export BUILD_CONFIG="$config" BUILD_SMOKE="${smoke[*]}"
+echo "build of $dataset + $distill from ${SYNTHKD_RAW_DIR:-data/sample/synth_raw}; full log: $BUILD_LOG"
+
+# one stock CLI call (`dg launch --assets <selection> [--partition <key>]`), its output appended to the log;
+# on failure: the failing step, the end of its output and the log path, and exit 1
+launch() {  # label, then dg launch arguments
+  local label=$1 out rc=0 start=$SECONDS
+  shift
+  out=$(mktemp)
+  .venv/bin/dg launch --config-json "$BUILD_CONFIG" "$@" >"$out" 2>&1 || rc=$?
+  { echo "=== $label: dg launch $*"; cat "$out"; } >>"$BUILD_LOG"
+  if [ "$rc" != 0 ]; then
+    { echo "FAILED: $label (exit $rc after $((SECONDS - start))s): dg launch $*"
+      grep -v ' - DEBUG - ' "$out" | tail -n 25
+      echo "full log: $BUILD_LOG"; } >&2
+    rm -f "$out"
+    return 1
+  fi
+  rm -f "$out"
+  LAUNCH_SECONDS=$((SECONDS - start))
+}
+# a shard pass: one run per shard partition, SYNTHKD_PARALLEL_RUNS at a time, a line per shard
+shard_run() {  # pass, selection, "index key"
+  local pass=$1 select=$2 index=${3% *} key=${3#* }
+  launch "$pass $key" --assets "$select" --partition "$key" || exit 255  # 255: xargs starts no further shard
+  # shellcheck disable=SC2086
+  echo "  $pass $key ($index/$BUILD_SHARDS): $(.venv/bin/python -m synthkd_assets.cli progress --partition "$key" --steps "$select" $BUILD_SMOKE) (${LAUNCH_SECONDS}s)"
+}
+export -f launch shard_run
+each_shard() {  # pass name, selection
+  local start=$SECONDS
+  echo "$1 pass over $BUILD_SHARDS shards: $2"
+  awk '{print NR " " $0}' <<<"$keys" | xargs -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I{} bash -c 'shard_run "$@"' _ "$1" "$2" {} || exit 1
+  echo "$1 pass done ($((SECONDS - start))s)"
+}
+step() {  # label, selection: one unpartitioned run
+  launch "$1" --assets "$2"
+  echo "$1: $2 (${LAUNCH_SECONDS}s)"
+}
 
 # 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
-materialize --select o200k_tokenizer,synth_raw_inventory
+step inventory o200k_tokenizer,synth_raw_inventory
 keys=$(.venv/bin/python -m synthkd_assets.cli partitions)
+export BUILD_SHARDS
+BUILD_SHARDS=$(wc -l <<<"$keys")
 # 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts)
-each_shard --select synth_harmony,synth_filtered
+each_shard scan synth_harmony,synth_filtered
 # 3. the sampling plan, from every shard's counts
-materialize --select synth_sampling_plan
+step plan synth_sampling_plan
 # 4. the build pass, every shard partition: sampled -> tokens/masks -> Megatron trio + DistillKit parts
-each_shard --select synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
+each_shard build synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
 # 5. provenance over all shards
-materialize --select synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
+step manifests synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
+echo
 .venv/bin/python -m synthkd_assets.cli summary --manifest "${SYNTHKD_DATA_DIR:-data}/megatron/$dataset/manifest.json"
 .venv/bin/python -m synthkd_assets.cli summary --manifest "${SYNTHKD_DATA_DIR:-data}/distill/$distill/manifest.json"

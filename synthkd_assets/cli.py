@@ -1,13 +1,21 @@
-"""Small helpers for the build script: list registered shard partitions, print a build summary."""
+"""Small helpers for the build script: list registered shard partitions, one progress line per shard
+step, print a build summary."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from synthkd_assets import contracts
+
+
+NO_PARTITIONS_HINT = (
+    "no synth_shards partitions are registered in this Dagster instance (DAGSTER_HOME={home}): register one per "
+    "raw file with `dg launch --assets synth_raw_inventory` (or start `dg dev`: its sensor registers them); after that, none means the raw directory holds no *.parquet file"
+)
 
 
 def list_partitions() -> list[str]:
@@ -17,6 +25,38 @@ def list_partitions() -> list[str]:
 
     with dg.DagsterInstance.get() as instance:
         return list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
+
+
+def step_report(data_dir: Path, step: str, partition: str, smoke: bool = False) -> dict | None:
+    """The report a shard step published for `partition` (None if it has not been built)."""
+    from synthkd_assets.core.stages import shard_index_from_name
+
+    if step == "synth_kd_v1":
+        name = contracts.SMOKE_DATASET_NAME if smoke else contracts.DATASET_NAME
+        path = data_dir / "megatron" / name / "shards" / f"shard_{shard_index_from_name(partition):02d}.json"
+    elif step == "synth_distill":
+        path = data_dir / (contracts.DISTILL_SMOKE_DATASET_NAME if smoke else contracts.DISTILL_DATASET_NAME) / f"{partition}.json"
+    else:
+        path = data_dir / step / f"{partition}.report.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    return record.get("report", record)
+
+
+def progress_line(data_dir: Path, steps: list[str], partition: str, smoke: bool = False) -> str:
+    """What the steps did to one shard: rows into the first, then rows out of each step with its drops, e.g.
+    `726 rows in -> synth_sampled 573 (153 dropped), synth_tokenized 573, synth_kd_v1 573, synth_distill 573`."""
+    reports = {step: step_report(data_dir, step, partition, smoke) for step in steps}
+    built = {step: r for step, r in reports.items() if r is not None}
+    if not built:
+        return "no report written"
+    first = next(iter(built.values()))
+    outs = []
+    for step, report in built.items():
+        dropped = sum(report["dropped"].values())
+        outs.append(f"{step} {report['rows_out']}" + (f" ({dropped} dropped)" if dropped else ""))
+    return f"{first['rows_in']} rows in -> " + ", ".join(outs)
 
 
 def summary_lines(manifest: dict) -> list[str]:
@@ -62,11 +102,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synthkd_assets.cli")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("partitions", help="registered synth_shards partition keys, one per line")
+    progress = sub.add_parser("progress", help="one line: rows in / out / dropped of shard steps of one partition")
+    progress.add_argument("--partition", required=True)
+    progress.add_argument("--steps", required=True, help="comma-separated shard steps")
+    progress.add_argument("--data-dir", type=Path, default=Path(os.environ.get("SYNTHKD_DATA_DIR") or "data"))
+    progress.add_argument("--smoke", action="store_true")
     summary = sub.add_parser("summary", help="print the summary of a built dataset manifest")
     summary.add_argument("--manifest", type=Path, default=Path("data/megatron") / contracts.DATASET_NAME / contracts.MANIFEST_FILENAME)
     args = parser.parse_args(argv)
     if args.command == "partitions":
-        print("\n".join(list_partitions()))
+        keys = list_partitions()
+        if not keys:
+            print(NO_PARTITIONS_HINT.format(home=os.environ.get("DAGSTER_HOME")), file=sys.stderr)
+            return 1
+        print("\n".join(keys))
+    elif args.command == "progress":
+        print(progress_line(args.data_dir, args.steps.split(","), args.partition, args.smoke))
     else:
         print("\n".join(summary_lines(json.loads(args.manifest.read_text()))))
     return 0

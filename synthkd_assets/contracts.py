@@ -143,3 +143,27 @@ def distill_part_name(shard_index: int) -> str:
 DROP_DUPLICATE_SYNTH_ID: Final = "duplicate_synth_id"  # a synth_id already kept earlier in the same shard
 DROP_INVALID_UTF8_PREFIX: Final = "invalid_utf8_"  # + column: a binary text value that is not valid UTF-8
 SANITIZED_INVALID_WORDS: Final = "invalid_words"  # `words` not a whole number >= 0 (counted; in no output)
+
+# --- every drop reason, by the step that counts it ---------------------------------------------
+# each step's metadata reports all of its reasons, 0 when none applied, so plots over time have no gaps
+DROP_SMOKE_CAP: Final = "smoke_cap"  # rows beyond the smoke build's per-shard caps
+DROP_REASONS_BY_STEP: Final = {
+    "synth_harmony": (
+        *(f"missing_{column}" for column in ("synth_id", "query", "query_seed_text", "synthetic_answer")),
+        *(f"{DROP_INVALID_UTF8_PREFIX}{column}" for column in RAW_STRING_COLUMNS),
+        DROP_DUPLICATE_SYNTH_ID,
+    ),
+    "synth_filtered": (DROP_EMPTY_ANSWER, DROP_RESULT_FAILED, DROP_RESULT_INCONSISTENT),
+    "synth_sampled": tuple(DROP_SAMPLED_OUT.values()),
+    "synth_tokenized": ("tokenizer_error", "harmony_render_error"),
+    "synth_kd_v1": (DROP_SMOKE_CAP,),
+    "synth_distill": (DROP_OVER_MAX_SEQ_LEN, DROP_SMOKE_CAP),
+}
+# what the harmony step sanitizes (kept rows, counted)
+SANITIZED_KEYS: Final = (
+    *(f"nul_in_{column}" for column in ("query", "query_seed_text", "synthetic_reasoning", "synthetic_answer")),
+    "null_synthetic_reasoning",
+    "null_language",
+    "null_exercise",
+    SANITIZED_INVALID_WORDS,
+)

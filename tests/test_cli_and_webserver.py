@@ -35,6 +35,7 @@ def cli_build(tmp_path_factory):
         ["bash", "scripts/build.sh", "--smoke"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    (root / "build.stderr").write_text(done.stderr)
     return env, root, done.stdout
 
 
@@ -47,6 +48,43 @@ def test_build_script_materializes_through_the_cli(cli_build):
     distill = json.loads((root / "data" / "distill" / "synth_distill_smoke" / "manifest.json").read_text())
     assert distill["totals"]["rows_out"] == 4 * 64 and distill["config"]["caps"]["max_rows_per_shard"] == 64
     assert (root / "home" / "dagster.yaml").is_file()  # the instance lives where DAGSTER_HOME says
+
+
+def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
+    """One line per pass and shard and the summaries on the terminal; Dagster's log lines in the build log;
+    no warning the user cannot act on (dagster.yaml in the working directory, superseded CLI, megatron's TE)."""
+    env, root, stdout = cli_build
+    stderr = (root / "build.stderr").read_text()
+    assert " - DEBUG - " not in stdout + stderr and len(stdout.splitlines()) < 40, stdout
+    logs = list((root / "home" / "logs").glob("build-*.log"))
+    assert len(logs) == 1 and stdout.splitlines()[0].endswith(f"full log: {logs[0]}")
+    log = logs[0].read_text()
+    assert log.count(" - DEBUG - ") > 100 and log.count("RUN_SUCCESS") == 11
+    lines = stdout.splitlines()
+    assert any(line.startswith("inventory: o200k_tokenizer,synth_raw_inventory (") for line in lines)
+    assert "scan pass over 4 shards: synth_harmony,synth_filtered" in lines
+    assert "  scan synth_00 (1/4): 750 rows in -> synth_harmony 750, synth_filtered 726 (24 dropped) (" in stdout
+    assert "  build synth_00 (1/4): 726 rows in -> synth_sampled 573 (153 dropped), synth_tokenized 573, " in stdout
+    for i, key in enumerate(["synth_00", "synth_01", "synth_02", "synth_03"], 1):
+        line = next(line for line in lines if line.startswith(f"  build {key} ({i}/4): "))
+        assert "synth_kd_v1 64 (" in line and "synth_distill 64 (" in line, line  # the smoke cap
+    assert any(line.startswith("manifests: synth_harmony_manifest,") for line in lines)
+    for noise in ("dagster.yaml", "SupersessionWarning", "superseded", "Transformer Engine", "Warning"):
+        assert noise not in stdout + stderr + log, noise
+    assert not (REPO_ROOT / "dagster.yaml").exists()  # `dagster dev` warns about one in the working directory
+
+
+def test_build_failure_names_the_step_and_the_log(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "synth_00.parquet").write_bytes(b"not a parquet file")
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "SYNTHKD_RAW_DIR": str(raw), "SYNTHKD_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run(["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1
+    assert "FAILED: scan synth_00 (exit 1 after" in done.stderr and "dg launch" in done.stderr
+    assert "synth_00.parquet: not a readable Parquet file" in done.stderr  # the end of the failing run's output
+    log = next((tmp_path / "home" / "logs").glob("build-*.log"))
+    assert f"full log: {log}" in done.stderr and "scan pass done" not in done.stdout
 
 
 def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path):

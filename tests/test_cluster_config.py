@@ -102,8 +102,8 @@ def _validate_instance_yaml(directory) -> dict:
 
 
 def test_the_embedded_instance_yaml_validates():
-    """The repository's dagster.yaml (copied into .dagster_home by the README's commands)."""
-    config = _validate_instance_yaml(REPO_ROOT)
+    """deploy/local/dagster.yaml (copied into .dagster_home by scripts/build.sh)."""
+    config = _validate_instance_yaml(DEPLOY / "local")
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
 
 

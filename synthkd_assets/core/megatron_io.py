@@ -6,6 +6,7 @@ back with its `IndexedDataset`, so what we validate is exactly what training wil
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -20,6 +21,10 @@ from collections.abc import Iterator, Sequence
 from synthkd_assets.core.atomic import PartialFile, discard_all, publish_partials
 from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.parquet_io import OutputFileError, ParquetShardWriter
+
+# importing megatron-core warns that Transformer Engine and Apex are absent: they are training kernels, of no
+# use for reading and writing IndexedDatasets, so a build has nothing to act on (synthkd_training still warns)
+warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed", category=UserWarning)
 
 
 def trio_prefixes(split_dir: Path, shard_index: int) -> dict[str, Path]:

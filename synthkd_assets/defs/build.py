@@ -79,3 +79,16 @@ def build_all(
         materialize_steps(instance, paths, build_steps, key, **kwargs)
     materialize_steps(instance, paths, manifests, **kwargs)
     return keys
+
+
+def launch_sequence(partition: str = "<shard>") -> list[str]:
+    """The same order as `dg launch` commands, for one shard partition (the working form of the card's
+    `dagster asset materialize --select synth_kd_v1`): what the README shows and upstream failures suggest."""
+    launch = "dg launch --assets"
+    return [
+        f"{launch} {','.join(INVENTORY_STEPS)}",
+        f"{launch} {','.join(SCAN_STEPS)} --partition {partition}   # every shard, before the plan",
+        f"{launch} {','.join(PLAN_STEPS)}",
+        f"{launch} {','.join(BUILD_STEPS)} --partition {partition}",
+        f"{launch} {','.join(MANIFEST_STEPS)}   # once every shard is built",
+    ]

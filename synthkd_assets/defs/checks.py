@@ -20,14 +20,54 @@ from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_confi
 ROWS_ACCOUNTED = "rows_accounted"
 TRIO_ALIGNMENT = "trio_alignment"
 DISTILL_ROWS_VALID = "distill_rows_valid"
+# the in-asset (per-shard) checks: what each verifies, shown in the UI next to every result
+SHARD_CHECK_DESCRIPTIONS = {
+    ROWS_ACCOUNTED: "Every input row of this shard is accounted for: rows in == rows out + rows dropped "
+    "(each drop counted under its reason).",
+    TRIO_ALIGNMENT: "The Megatron trio just written for this shard (tokens int32 / lossmask uint8 / span uint8, "
+    "train and valid): equal sequence_lengths and document_indices, dtypes, loss_mask in {0,1}, span in {0,1,2}, "
+    "loss_mask==0 iff span==0, every document ending with EOD carrying 0/0, readable by megatron-core.",
+    DISTILL_ROWS_VALID: "The DistillKit parts just written for this shard, re-read: schema, labels == input_ids "
+    "where labels != -100, -100 exactly before assistant_token_start, span counts, max_seq_len, split rule, ids.",
+}
+PROBLEMS_IN_TEXT = 5  # problems quoted in a result's description (all of them, up to 50, are in its metadata)
 
 
-def _result(problems: list[str], check_name: str | None = None, **metadata) -> dg.AssetCheckResult:
+def shard_check_spec(name: str, asset: str) -> dg.AssetCheckSpec:
+    """The spec of a per-shard check evaluated inside `asset`'s step (blocking, with its description)."""
+    return dg.AssetCheckSpec(name, asset=asset, blocking=True, description=SHARD_CHECK_DESCRIPTIONS[name])
+
+
+def current_partition() -> str | None:
+    """The partition of the asset step being executed, if any (None in a standalone check or outside a run)."""
+    try:
+        context = dg.AssetExecutionContext.get()
+    except Exception:  # no step in scope, or a standalone check's context
+        return None
+    return context.partition_key if context.has_partition_key else None
+
+
+def verdict_text(problems: list[str], passed_summary: str = "", partition: str | None = None) -> str:
+    """The check's verdict as one readable line: what failed and where (shard, file), or what passed."""
+    where = f"partition {partition}: " if partition else ""
+    if not problems:
+        return f"{where}passed" + (f": {passed_summary}" if passed_summary else "")
+    quoted = "; ".join(problems[:PROBLEMS_IN_TEXT])
+    more = f" (and {len(problems) - PROBLEMS_IN_TEXT} more, see metadata 'problems')" if len(problems) > PROBLEMS_IN_TEXT else ""
+    return f"{where}FAILED, {len(problems)} problem{'s' if len(problems) != 1 else ''}: {quoted}{more}"
+
+
+def _result(
+    problems: list[str], check_name: str | None = None, passed_summary: str = "", partition: str | None = None, **metadata
+) -> dg.AssetCheckResult:
+    partition = partition or current_partition()
+    where = {"partition": partition} if partition else {}
     return dg.AssetCheckResult(
         check_name=check_name,
         passed=not problems,
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"problems": dg.MetadataValue.json(problems[:50]), "problem_count": len(problems), **metadata},
+        description=verdict_text(problems, passed_summary, partition),
+        metadata={**where, "problems": dg.MetadataValue.json(problems[:50]), "problem_count": len(problems), **metadata},
     )
 
 
@@ -39,7 +79,15 @@ def rows_accounted_result(report: ShardReport) -> dg.AssetCheckResult:
         if report.rows_in == report.rows_out + dropped
         else [f"{report.shard}: {report.rows_in} rows in but {report.rows_out} out + {dropped} dropped"]
     )
-    return _result(problems, ROWS_ACCOUNTED, rows_in=report.rows_in, rows_out=report.rows_out, rows_dropped=dropped)
+    return _result(
+        problems,
+        ROWS_ACCOUNTED,
+        f"{report.rows_in} rows in = {report.rows_out} out + {dropped} dropped",
+        report.shard,
+        rows_in=report.rows_in,
+        rows_out=report.rows_out,
+        rows_dropped=dropped,
+    )
 
 
 def trio_alignment_result(root: Path, inventories: list[ShardSplitInventory]) -> dg.AssetCheckResult:
@@ -50,7 +98,9 @@ def trio_alignment_result(root: Path, inventories: list[ShardSplitInventory]) ->
         if inventory.sequences
         for problem in trio_alignment_problems(root / inventory.split, inventory.shard_index)
     ]
-    return _result(problems, TRIO_ALIGNMENT, sequences=sum(i.sequences for i in inventories))
+    sequences = sum(i.sequences for i in inventories)
+    checked = ", ".join(f"{i.split}/shard_{i.shard_index:02d} ({i.sequences} documents)" for i in inventories if i.sequences)
+    return _result(problems, TRIO_ALIGNMENT, f"{checked or 'no documents written'} aligned", sequences=sequences)
 
 
 def distill_rows_result(root: Path, files: list[dict], paths: SynthKDPaths) -> dg.AssetCheckResult:
@@ -63,7 +113,9 @@ def distill_rows_result(root: Path, files: list[dict], paths: SynthKDPaths) -> d
         ).values()
         for problem in kind_problems
     ]
-    return _result(problems, DISTILL_ROWS_VALID, rows=sum(record["rows"] for record in files))
+    rows = sum(record["rows"] for record in files)
+    checked = ", ".join(f"{record['path']} ({record['rows']} rows)" for record in files)
+    return _result(problems, DISTILL_ROWS_VALID, f"{checked or 'no parts written'} valid", rows=rows)
 
 
 @dg.asset_check(asset="o200k_tokenizer", blocking=True, description="The file on disk has the pinned sha256.")
@@ -72,7 +124,7 @@ def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
         digest = verify_tokenizer(paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME)
     except TokenizerPinError as error:
         return _result([str(error)])
-    return _result([], sha256=digest)
+    return _result([], passed_summary=f"sha256 {digest[:12]}… is the pinned one", sha256=digest)
 
 
 @dg.asset_check(
@@ -87,12 +139,18 @@ def raw_inputs_unchanged(paths: SynthKDPaths) -> dg.AssetCheckResult:
     read_time = [
         {"name": entry["name"], "source": {"sha256": _read_time_sha256(paths, entry["name"])}} for entry in manifest["shards"]
     ]
-    return _result(input_drift(read_time, current), shards=len(current))
+    return _result(
+        input_drift(read_time, current), passed_summary=f"{len(current)} raw shards match the hashes read at build time", shards=len(current)
+    )
 
 
 def _read_time_sha256(paths: SynthKDPaths, name: str) -> str | None:
     report = paths.stage_dir("synth_harmony") / f"{name}.report.json"
     return mf.read_json(report).get("source_sha256") if report.is_file() else None
+
+
+def _file_count(manifest: dict) -> int:
+    return sum(len(split["files"]) for shard in manifest.get("shards", []) for split in shard.get("splits", []))
 
 
 def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
@@ -109,7 +167,10 @@ def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
 )
 def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _dataset_manifest(paths)
-    return _result(manifest_problems(root, manifest, mf.config_hash(kd_config(paths)), paths.data_root()))
+    return _result(
+        manifest_problems(root, manifest, mf.config_hash(kd_config(paths)), paths.data_root()),
+        passed_summary=f"{_file_count(manifest)} files, tokenizer, input manifest and config hash match {root / contracts.MANIFEST_FILENAME}",
+    )
 
 
 def _document_tables(root: Path, manifest: dict) -> list[Path]:
@@ -120,7 +181,8 @@ def _document_tables(root: Path, manifest: dict) -> list[Path]:
 @dg.asset_check(asset="synth_kd_v1_manifest", blocking=True, description="No synth_id is in both train and valid.")
 def no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _dataset_manifest(paths)
-    return _result(split_leakage(_document_tables(root, manifest)))
+    tables = _document_tables(root, manifest)
+    return _result(split_leakage(tables), passed_summary=f"no synth_id in both splits ({len(tables)} document tables)")
 
 
 @dg.asset_check(
@@ -130,7 +192,8 @@ def no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
 )
 def no_duplicate_synth_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _dataset_manifest(paths)
-    return _result(cross_shard_duplicates(_document_tables(root, manifest)))
+    tables = _document_tables(root, manifest)
+    return _result(cross_shard_duplicates(tables), passed_summary=f"no synth_id in two shards ({len(tables)} document tables)")
 
 
 @dg.asset_check(
@@ -140,7 +203,7 @@ def no_duplicate_synth_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
 )
 def shards_readable_by_megatron(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _dataset_manifest(paths)
-    return _result(unreadable_shards(root, manifest))
+    return _result(unreadable_shards(root, manifest), passed_summary=f"{len(manifest.get('shards', []))} shards open with IndexedDataset and are aligned")
 
 
 def _distill_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
@@ -158,7 +221,8 @@ def _distill_row_check(paths: SynthKDPaths, kind: str) -> dg.AssetCheckResult:
     for path, split in _distill_parts(root, manifest):
         found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, (kind, "schema"))
         problems += found["schema"] + found[kind]
-    return _result(problems, parts=len(_distill_parts(root, manifest)))
+    parts = len(_distill_parts(root, manifest))
+    return _result(problems, passed_summary=f"{parts} parts checked", parts=parts)
 
 
 @dg.asset_check(
@@ -201,7 +265,7 @@ def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
     for path, split in _distill_parts(root, manifest):
         found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, ("split", "schema"))
         problems += found["schema"] + found["split"]
-    return _result(problems)
+    return _result(problems, passed_summary=f"{len(_distill_parts(root, manifest))} parts: no id in two splits or twice")
 
 
 @dg.asset_check(
@@ -214,7 +278,10 @@ def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
 def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _distill_manifest(paths)
     as_kd = {**manifest, "shards": [{"splits": [{"files": shard["files"]}]} for shard in manifest.get("shards", [])]}
-    return _result(manifest_problems(root, as_kd, mf.config_hash(distill_config(paths)), paths.data_root()))
+    return _result(
+        manifest_problems(root, as_kd, mf.config_hash(distill_config(paths)), paths.data_root()),
+        passed_summary=f"{_file_count(as_kd)} parts, tokenizer, input manifest and config hash match {root / contracts.MANIFEST_FILENAME}",
+    )
 
 
 DISTILL_CHECKS = [

@@ -1,13 +1,49 @@
-"""Shard reports -> Dagster metadata: flat numbers the UI plots over time, tables for mixes."""
+"""Shard reports -> Dagster metadata: flat numbers the UI plots over time, tables for mixes, and the
+standard table keys (`dagster/row_count`, `dagster/column_schema`, `dagster/uri`) the UI knows."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from synthkd_assets import contracts
 from synthkd_assets.core.manifest import sha256_file
+
+ROW_COUNT = "dagster/row_count"
+PARTITION_ROW_COUNT = "dagster/partition_row_count"
+COLUMN_SCHEMA = "dagster/column_schema"
+URI = "dagster/uri"
+
+# the Megatron trio as a table: one row per document, three aligned arrays (.bin/.idx IndexedDatasets)
+TRIO_SCHEMA = pa.schema(
+    [(kind, pa.list_(pa.from_numpy_dtype(contracts.ARRAY_DTYPES[kind]))) for kind in contracts.ARRAY_KINDS]
+)
+TRIO_COLUMN_DESCRIPTIONS = {
+    "tokens": "shard_XX_tokens.{bin,idx}: Harmony training render + EOD (the prefix Megatron is given)",
+    "lossmask": "shard_XX_lossmask.{bin,idx}: 1 where the label is supervised (label-aligned)",
+    "span": "shard_XX_span.{bin,idx}: 0 prompt / 1 analysis / 2 final (label-aligned)",
+}
+# keys a step reports even when nothing happened (0), beside its drop reasons
+STEP_SPLITS = {"synth_kd_v1": contracts.SPLITS, "synth_distill": contracts.DISTILL_SPLITS}
+STEP_SPANS = ("synth_tokenized", "synth_kd_v1", "synth_distill")
+
+
+def column_schema(schema: pa.Schema, descriptions: dict[str, str] | None = None) -> dg.TableSchema:
+    """An Arrow schema as the TableSchema the UI's Columns tab shows (nested types written out)."""
+    descriptions = descriptions or {}
+    return dg.TableSchema(
+        columns=[dg.TableColumn(f.name, str(f.type), description=descriptions.get(f.name)) for f in schema]
+    )
+
+
+def table_definition_metadata(schema: pa.Schema, descriptions: dict[str, str] | None = None) -> dict[str, Any]:
+    """Definition metadata of a table asset: its column schema, known before anything is built."""
+    return {COLUMN_SCHEMA: column_schema(schema, descriptions)}
 
 
 def mix_table(counts: dict[str, int], label: str) -> dg.MetadataValue:
@@ -16,17 +52,40 @@ def mix_table(counts: dict[str, int], label: str) -> dg.MetadataValue:
     return dg.MetadataValue.md("\n".join([f"| {label} | rows | share |", "|---|---:|---:|", *rows]))
 
 
-def report_metadata(report: dict[str, Any]) -> dict[str, Any]:
-    """rows in/out, drops and sanitizations by reason, tokens per span, sequences per split, mixes."""
+def zero_filled(counts: dict[str, int], keys) -> dict[str, int]:
+    """`counts` with every expected key present (0 when absent), expected keys first, then any others."""
+    return {**dict.fromkeys(keys, 0), **counts}
+
+
+def all_drop_reasons() -> list[str]:
+    return list(dict.fromkeys(reason for reasons in contracts.DROP_REASONS_BY_STEP.values() for reason in reasons))
+
+
+def drop_metadata(dropped: dict[str, int], reasons) -> dict[str, Any]:
+    """rows_dropped and one `dropped_<reason>` per registered reason (0 when none), for plots without gaps."""
+    return {
+        "rows_dropped": sum(dropped.values()),
+        **{f"dropped_{reason}": n for reason, n in zero_filled(dropped, reasons).items()},
+    }
+
+
+def report_metadata(report: dict[str, Any], step: str | None = None) -> dict[str, Any]:
+    """rows in/out (also as `dagster/row_count`), drops and sanitizations by reason, tokens per span,
+    sequences per split, mixes. With `step`, every key that step can report is there, 0 when nothing happened."""
     metadata: dict[str, Any] = {
         "rows_in": report["rows_in"],
         "rows_out": report["rows_out"],
-        "rows_dropped": sum(report["dropped"].values()),
+        ROW_COUNT: dg.MetadataValue.int(report["rows_out"]),
+        PARTITION_ROW_COUNT: dg.MetadataValue.int(report["rows_out"]),
     }
-    metadata.update({f"dropped_{reason}": n for reason, n in report["dropped"].items()})
-    metadata.update({f"sanitized_{what}": n for what, n in report["sanitized"].items()})
-    metadata.update({f"tokens_{span}": n for span, n in report["span_tokens"].items()})
-    metadata.update({f"sequences_{split}": n for split, n in report["sequences"].items()})
+    reasons = contracts.DROP_REASONS_BY_STEP.get(step or "", ())
+    metadata.update(drop_metadata(report["dropped"], reasons))
+    sanitized_keys = contracts.SANITIZED_KEYS if step == "synth_harmony" else ()
+    metadata.update({f"sanitized_{what}": n for what, n in zero_filled(report["sanitized"], sanitized_keys).items()})
+    span_keys = contracts.SPAN_NAMES.values() if step in STEP_SPANS else ()
+    metadata.update({f"tokens_{span}": n for span, n in zero_filled(report["span_tokens"], span_keys).items()})
+    split_keys = STEP_SPLITS.get(step or "", ())
+    metadata.update({f"sequences_{split}": n for split, n in zero_filled(report["sequences"], split_keys).items()})
     metadata.update({f"rendered_{path}": n for path, n in report.get("render_path", {}).items()})
     if report["language"]:
         metadata["language_mix"] = mix_table(report["language"], "language")
@@ -36,9 +95,25 @@ def report_metadata(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def files_metadata(paths: list[Path]) -> dict[str, Any]:
-    """bytes written and the sha256 of every file, so a later edit is visible against the UI."""
+    """bytes written and the sha256 of every file, so a later edit is visible against the UI; where they are
+    (`dagster/uri`: the file, or the directory holding all of them) and the column schema of what was written
+    (read back from the Parquet footer; the trio's for Megatron .bin/.idx files)."""
     existing = [p for p in paths if p.is_file()]
-    return {
+    metadata: dict[str, Any] = {
         "bytes_written": sum(p.stat().st_size for p in existing),
         "files_sha256": dg.MetadataValue.json({p.name: sha256_file(p) for p in existing}),
     }
+    if existing:
+        where = existing[0] if len(existing) == 1 else Path(os.path.commonpath([p.resolve().parent for p in existing]))
+        metadata[URI] = where.resolve().as_uri()
+        parquet = [p for p in existing if p.suffix == ".parquet"]
+        if parquet:
+            metadata[COLUMN_SCHEMA] = column_schema(pq.read_schema(parquet[0]))
+        elif any(p.suffix in (".bin", ".idx") for p in existing):
+            metadata[COLUMN_SCHEMA] = column_schema(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS)
+    return metadata
+
+
+def manifest_rows_metadata(rows_in: int, rows_out: int, dropped: dict[str, int]) -> dict[str, Any]:
+    """A manifest's row accounting over all shards: rows in/out and every registered drop reason (0 when none)."""
+    return {"rows_in": rows_in, "rows_out": rows_out, **drop_metadata(dropped, all_drop_reasons())}

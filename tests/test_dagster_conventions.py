@@ -1,0 +1,150 @@
+"""What Dagster users look for on assets and checks: descriptions, kinds, owners, tags, the standard table
+metadata keys, zero-filled drop counts, and check results that say in words what failed and where."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+
+from synthkd_assets import contracts
+from synthkd_assets.definitions import defs
+from synthkd_assets.defs.resources import SynthKDPaths
+from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR
+
+TABLE_ASSETS = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill")
+MANIFESTS = ("synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest")
+
+
+def all_check_specs() -> list[dg.AssetCheckSpec]:
+    return [spec for definition in [*defs.assets, *defs.asset_checks] if hasattr(definition, "check_specs") for spec in definition.check_specs]
+
+
+def latest(instance: dg.DagsterInstance, asset: str, partition: str | None = None) -> dict:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None), limit=1
+    ).records
+    assert records, f"{asset} {partition} was never materialized"
+    return records[0].asset_materialization.metadata
+
+
+def test_every_check_has_a_description():
+    specs = all_check_specs()
+    assert len(specs) == 19
+    assert [s.key.to_user_string() for s in specs if not (s.description or "").strip()] == []
+
+
+def test_every_asset_has_kinds_owners_and_a_pass_tag():
+    specs = defs.resolve_all_asset_specs()
+    assert {s.key.to_user_string() for s in specs} >= set(TABLE_ASSETS) | set(MANIFESTS)
+    for spec in specs:
+        assert spec.kinds, spec.key
+        assert spec.owners == ["team:synthkd"], spec.key
+        assert spec.tags.get("synthkd/pass") in {"inventory", "scan", "plan", "build", "manifest"}, spec.key
+    kinds = {s.key.to_user_string(): s.kinds for s in specs}
+    assert "megatron" in kinds["synth_kd_v1"] and "parquet" in kinds["synth_harmony"] and "python" in kinds["synth_tokenized"]
+
+
+def test_table_assets_declare_their_column_schema():
+    specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
+
+    def columns(asset: str) -> list[str]:
+        schema = specs[asset].metadata["dagster/column_schema"]
+        assert isinstance(schema, dg.TableSchema), asset
+        return [c.name for c in schema.columns]
+
+    assert all(columns(asset) for asset in TABLE_ASSETS)
+    assert columns("synth_kd_v1") == ["tokens", "lossmask", "span"]
+    assert "input_ids" in columns("synth_distill") and "messages_json" in columns("synth_harmony")
+
+
+def test_table_materializations_report_row_count_schema_uri_and_every_drop_reason(built_sample):
+    instance, paths, data_dir = built_sample
+    for asset in TABLE_ASSETS:
+        metadata = latest(instance, asset, "synth_01")
+        assert metadata["dagster/row_count"].value == metadata["rows_out"].value, asset
+        assert metadata["dagster/column_schema"].schema.columns, asset
+        uri = metadata["dagster/uri"].value
+        assert uri.startswith("file://") and str(data_dir.resolve()) in uri, (asset, uri)
+        for reason in contracts.DROP_REASONS_BY_STEP[asset]:
+            assert f"dropped_{reason}" in metadata, (asset, reason)  # 0 when nothing was dropped for it
+        assert metadata["rows_dropped"].value == sum(v.value for k, v in metadata.items() if k.startswith("dropped_"))
+    harmony = latest(instance, "synth_harmony", "synth_01")
+    assert harmony["dropped_duplicate_synth_id"].value == 0
+    assert all(f"sanitized_{key}" in harmony for key in contracts.SANITIZED_KEYS)
+    tokenized = latest(instance, "synth_tokenized", "synth_01")
+    assert all(f"tokens_{span}" in tokenized for span in contracts.SPAN_NAMES.values())
+    assert latest(instance, "synth_kd_v1", "synth_01")["dagster/uri"].value.endswith("/megatron/synth_kd_v1")
+
+
+def test_every_drop_reason_seen_is_registered(built_sample):
+    """The registry is complete: no step reports a reason it does not list (else plots would have gaps)."""
+    instance, _, _ = built_sample
+    for asset in TABLE_ASSETS:
+        for key in ("synth_00", "synth_01", "synth_02", "synth_03"):
+            reported = {k.removeprefix("dropped_") for k in latest(instance, asset, key) if k.startswith("dropped_")}
+            assert reported == set(contracts.DROP_REASONS_BY_STEP[asset]), asset
+
+
+def test_manifests_report_rows_in_out_and_every_drop_reason(built_sample):
+    instance, _, _ = built_sample
+    every_reason = {r for reasons in contracts.DROP_REASONS_BY_STEP.values() for r in reasons}
+    for asset in MANIFESTS:
+        metadata = latest(instance, asset)
+        assert metadata["rows_in"].value == 3000, asset
+        assert {k.removeprefix("dropped_") for k in metadata if k.startswith("dropped_")} == every_reason, asset
+        assert metadata["rows_in"].value == metadata["rows_out"].value + metadata["rows_dropped"].value, asset
+    assert latest(instance, "synth_kd_v1_manifest")["dropped_sampled_out_english"].value == 626
+
+
+def test_per_shard_check_results_name_their_partition(built_sample, tmp_path):
+    instance, _, data_dir = built_sample
+    shutil.copytree(data_dir, tmp_path / "data")
+    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.assets("synth_kd_v1") | dg.AssetSelection.checks_for_assets("synth_kd_v1"),
+        partition_key="synth_02",
+        instance=instance,
+        resources={"paths": paths},
+    )
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(evaluations) == {"rows_accounted", "trio_alignment"}
+    for evaluation in evaluations.values():
+        assert evaluation.passed
+        assert evaluation.metadata["partition"].value == "synth_02"
+        assert evaluation.description.startswith("partition synth_02: passed")
+    assert "train/shard_02 (" in evaluations["trio_alignment"].description
+
+
+def test_a_failed_check_says_what_failed_and_which_file(built_sample, tmp_path):
+    instance, _, data_dir = built_sample
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    tokens = copy / "megatron" / "synth_kd_v1" / "train" / "shard_01_tokens.bin"
+    tokens.write_bytes(tokens.read_bytes()[:-8])
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.checks_for_assets("synth_kd_v1_manifest"),
+        instance=instance,
+        resources={"paths": SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))},
+        raise_on_error=False,
+    )
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    for name in ("manifest_provenance", "shards_readable_by_megatron"):
+        assert not evaluations[name].passed
+        text = evaluations[name].description
+        assert text.startswith("FAILED, 1 problem: ") and "shard_01" in text and "train" in text, text
+    assert "shard_01_tokens.bin differs from the manifest" in evaluations["manifest_provenance"].description
+    assert evaluations["no_split_leakage"].description.startswith("passed: no synth_id in both splits")
+
+
+def test_verdict_text_quotes_the_first_problems_and_counts_the_rest():
+    from synthkd_assets.defs.checks import verdict_text
+
+    problems = [f"part-0000{i}.parquet (train): row {i} bad" for i in range(8)]
+    text = verdict_text(problems, partition="synth_07")
+    assert text.startswith("partition synth_07: FAILED, 8 problems: part-00000.parquet (train): row 0 bad;")
+    assert "row 4 bad" in text and "row 5 bad" not in text and "(and 3 more" in text
+    assert verdict_text([], "3 rows in = 3 out + 0 dropped", "synth_00") == "partition synth_00: passed: 3 rows in = 3 out + 0 dropped"
+
