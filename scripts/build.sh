@@ -33,6 +33,11 @@ export BUILD_LOG="$DAGSTER_HOME/logs/build-$(date +%Y%m%d-%H%M%S)-$$.log"
 export BUILD_CONFIG="$config" BUILD_SMOKE="${smoke[*]}"
 echo "build of $dataset + $distill from ${SYNTHKD_RAW_DIR:-data/sample/synth_raw}; full log: $BUILD_LOG"
 
+export ERROR_LINES='
+/ - ERROR - / { print substr($0, 1, 300); next }
+/^[A-Za-z_][A-Za-z0-9_.]*: / { if (!seen[$0]++) { print; grab = 1 }; next }
+/^$|^  File |^Stack Trace|^The above exception/ { grab = 0; next }
+grab { print }'
 # one stock CLI call (`dg launch --assets <selection> [--partition <key>]`), its output appended to the log;
 # on failure: the failing step, the end of its output and the log path, and exit 1
 launch() {  # label, then dg launch arguments
@@ -42,8 +47,10 @@ launch() {  # label, then dg launch arguments
   .venv/bin/dg launch --config-json "$BUILD_CONFIG" "$@" >"$out" 2>&1 || rc=$?
   { echo "=== $label: dg launch $*"; cat "$out"; } >>"$BUILD_LOG"
   if [ "$rc" != 0 ]; then
+    local why
+    why=$(awk "$ERROR_LINES" "$out")  # Dagster's ERROR lines and each error message, without tracebacks
     { echo "FAILED: $label (exit $rc after $((SECONDS - start))s): dg launch $*"
-      grep -v ' - DEBUG - ' "$out" | tail -n 25
+      if [ -n "$why" ]; then echo "$why"; else tail -n 25 "$out"; fi
       echo "full log: $BUILD_LOG"; } >&2
     rm -f "$out"
     return 1
