@@ -1,4 +1,5 @@
-"""Small helpers for the build script: list registered shard partitions, print a build summary."""
+"""Small helpers for the build script: list registered shard partitions, print a build summary, take the
+data root's build lock, and say why a build failed."""
 
 from __future__ import annotations
 
@@ -58,15 +59,54 @@ def distill_summary_lines(manifest: dict) -> list[str]:
     ]
 
 
+def print_failures(since: float) -> int:
+    """Print why every run since `since` (epoch seconds) failed; the number of failed runs."""
+    from datetime import datetime, timezone
+
+    import dagster as dg
+
+    from synthkd_assets.defs.failures import failed_runs_report
+
+    with dg.DagsterInstance.get() as instance:
+        lines = failed_runs_report(instance, datetime.fromtimestamp(since, tz=timezone.utc))
+    print("\n".join(lines), file=sys.stderr)
+    return sum(1 for line in lines if line.startswith("run "))
+
+
+def take_lock(fd: int, path: Path) -> int:
+    """Lock the build script's open lock file (the shell keeps the lock after this process exits)."""
+    import os
+
+    from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
+
+    try:
+        lock_fd(fd, path, os.getppid())
+    except BuildLockHeld as error:
+        print(error, file=sys.stderr)
+        return 75  # EX_TEMPFAIL
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synthkd_assets.cli")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("partitions", help="registered synth_shards partition keys, one per line")
+    partitions = sub.add_parser("partitions", help="registered synth_shards partition keys, one per line")
+    partitions.add_argument("--null", action="store_true", help="end each key with NUL instead (for xargs -0)")
     summary = sub.add_parser("summary", help="print the summary of a built dataset manifest")
     summary.add_argument("--manifest", type=Path, default=Path("data/megatron") / contracts.DATASET_NAME / contracts.MANIFEST_FILENAME)
+    failures = sub.add_parser("failures", help="print the failing checks' problems and step errors of runs that failed")
+    failures.add_argument("--since", type=float, required=True, help="runs created after this time (epoch seconds)")
+    lock = sub.add_parser("lock", help="take the build lock on an open file descriptor of the lock file")
+    lock.add_argument("--fd", type=int, required=True)
+    lock.add_argument("path", type=Path)
     args = parser.parse_args(argv)
     if args.command == "partitions":
-        print("\n".join(list_partitions()))
+        keys = list_partitions()
+        sys.stdout.write("".join(f"{key}\0" for key in keys) if args.null else "\n".join(keys) + "\n")
+    elif args.command == "failures":
+        print_failures(args.since)
+    elif args.command == "lock":
+        return take_lock(args.fd, args.path)
     else:
         print("\n".join(summary_lines(json.loads(args.manifest.read_text()))))
     return 0

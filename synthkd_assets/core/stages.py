@@ -140,6 +140,7 @@ def harmonize_shard(
             report.rows_in += frame.height
             frame = conform_raw_frame(frame, report)
             frame = _drop_missing_required(frame, report)
+            frame = _drop_nul_synth_id(frame, report)
             frame = duplicates.drop_duplicates(frame, report)
             frame = _sanitize(frame, report)
             report.language.update(frame["language"].to_list())
@@ -184,6 +185,15 @@ def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataF
             report.drop(f"missing_{column}", row[0], row[1], f"{column} is null or empty")
         frame = frame.filter(~missing)
     return frame
+
+
+def _drop_nul_synth_id(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
+    """A synth_id holding NUL is dropped, not cleaned: it would reach the DistillKit `id` and C-string
+    consumers, and removing the NUL could make it equal another row's id."""
+    bad = pl.col("synth_id").str.contains("\x00", literal=True)
+    for source_row, synth_id in frame.filter(bad).select("source_row", "synth_id").iter_rows():
+        report.drop(contracts.DROP_NUL_IN_SYNTH_ID, source_row, synth_id.replace("\x00", "\\0"), "synth_id contains NUL")
+    return frame.filter(~bad)
 
 
 def _sanitize(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:

@@ -9,7 +9,8 @@ from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.distill_io import length_stats, merge_histograms, write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
-from synthkd_assets.core.inventory import partition_changes, scan_raw_dir
+from synthkd_assets.core.cleanup import remove_orphaned_outputs
+from synthkd_assets.core.inventory import ignored_raw_files, partition_changes, scan_raw_dir
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.sampling import (
@@ -130,6 +131,12 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
     for key in remove:
         context.instance.delete_dynamic_partition(SYNTH_SHARDS.name, key)
+    removed_files = [paths.recorded(p) for p in remove_orphaned_outputs(paths.output_layout(), [s.name for s in shards])]
+    if removed_files:
+        context.log.warning(f"removed {len(removed_files)} output files of shards no longer in the raw directory: {removed_files[:20]}")
+    ignored = ignored_raw_files(paths.raw_root())
+    if ignored:
+        context.log.warning(f"not raw shards (only *.parquet directly in {paths.raw_root()} are), ignored: {ignored[:20]}")
     reported = latest_raw_versions(context.instance, [s.name for s in shards])
     changed = {s.name for s in shards if reported[s.name] != s.sha256}
     for event in raw_reports(shards, changed):
@@ -139,6 +146,8 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
             "shards": len(shards),
             "added_partitions": dg.MetadataValue.json(add),
             "removed_partitions": dg.MetadataValue.json(remove),
+            "removed_files": dg.MetadataValue.json(removed_files),
+            "ignored_files": dg.MetadataValue.json(ignored),
             "changed_shards": dg.MetadataValue.json(sorted(changed)),
             "raw_bytes": sum(s.bytes for s in shards),
             "raw_dir": dg.MetadataValue.path(str(paths.raw_root())),

@@ -6,6 +6,7 @@ import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import partition_changes, scan_raw_dir, shards_to_rebuild
 from synthkd_assets.defs.assets import (
     raw_reports,
@@ -90,6 +91,7 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
         requests.append(SYNTH_SHARDS.build_add_request(add))
     if remove:
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
+        remove_orphaned_outputs(paths.output_layout(), list(sha))  # outputs of the deleted partitions
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=requests,
