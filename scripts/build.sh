@@ -53,7 +53,8 @@ each_shard() { job xargs -0 -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I%KEY% "${dagst
 
 # 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
 materialize --select o200k_tokenizer,synth_raw_inventory
-keys="$data_root/.build.keys"
+keys=$(mktemp)
+trap 'rm -f "$keys"' EXIT
 .venv/bin/python -m synthkd_assets.cli partitions --null > "$keys"
 # 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts)
 each_shard --select synth_harmony,synth_filtered

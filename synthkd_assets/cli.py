@@ -75,12 +75,10 @@ def print_failures(since: float) -> int:
 
 def take_lock(fd: int, path: Path) -> int:
     """Lock the build script's open lock file (the shell keeps the lock after this process exits)."""
-    import os
-
     from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
 
     try:
-        lock_fd(fd, path, os.getppid())
+        lock_fd(fd, path)
     except BuildLockHeld as error:
         print(error, file=sys.stderr)
         return 75  # EX_TEMPFAIL

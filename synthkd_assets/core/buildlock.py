@@ -26,22 +26,12 @@ def lock_path(data_root: Path) -> Path:
     return data_root / LOCK_FILENAME
 
 
-def _holder(path: Path) -> str:
-    try:
-        pid = path.read_text().strip()
-    except OSError:
-        return ""
-    return f" (pid {pid})" if pid.isdigit() else ""
-
-
-def lock_fd(fd: int, path: Path, holder_pid: int) -> None:
-    """Lock the open file `fd` (the lock file `path`) or raise BuildLockHeld; records `holder_pid` in it."""
+def lock_fd(fd: int, path: Path) -> None:
+    """Lock the open file `fd` (the lock file `path`, which stays empty) or raise BuildLockHeld."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise BuildLockHeld(f"another build holds {path}{_holder(path)}: wait for it to finish, or stop it") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{holder_pid}\n".encode(), 0)
+        raise BuildLockHeld(f"another build holds {path}: wait for it to finish, or stop it") from None
 
 
 @contextlib.contextmanager
@@ -51,7 +41,7 @@ def build_lock(data_root: Path) -> Iterator[Path]:
     path = lock_path(data_root)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        lock_fd(fd, path, os.getpid())
+        lock_fd(fd, path)
         yield path
     finally:
         os.close(fd)  # releases the lock

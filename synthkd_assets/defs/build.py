@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 import dagster as dg
 
 from synthkd_assets.core.buildlock import build_lock
-from synthkd_assets.defs.failures import failed_check_lines
+from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
 
@@ -53,7 +53,7 @@ def materialize_steps(
     failed_checks = failed_check_lines(result.get_asset_check_evaluations())
     if raise_on_error and (not result.success or failed_checks):
         where = f" (partition {partition_key})" if partition_key else ""
-        errors = [str(e.event_specific_data.error.message).strip() for e in result.all_events if e.is_step_failure]
+        errors = [error_message(e.step_failure_data.error) for e in result.get_step_failure_events()]
         raise BuildFailed("\n".join([f"{', '.join(selection)}{where} failed: {'; '.join(errors)}", *failed_checks]))
     return result
 

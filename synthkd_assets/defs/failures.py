@@ -33,6 +33,15 @@ def failed_check_lines(evaluations: Iterable[dg.AssetCheckEvaluation]) -> list[s
     return [line for evaluation in evaluations if not evaluation.passed for line in check_failure_lines(evaluation)]
 
 
+def error_message(error) -> str:
+    """The first line of the innermost cause of a step's error (Dagster wraps it in "Error occurred while
+    executing op …"): e.g. `InputFileError: <file>: …`."""
+    while error.cause is not None:
+        error = error.cause
+    text = error.message.strip()
+    return text.splitlines()[0] if text else error.cls_name or "unknown error"
+
+
 def run_failure_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
     """The failing checks' problems and the failed steps' errors of one run."""
     evaluations = [
@@ -44,8 +53,7 @@ def run_failure_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
         error = entry.dagster_event.event_specific_data.error if entry.dagster_event else None
         if error is not None and "blocking asset check" not in error.message:  # those are listed above
-            first = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
-            lines.append(f"step {entry.step_key} failed: {first}")
+            lines.append(f"step {entry.step_key} failed: {error_message(error)}")
     return lines
 
 
