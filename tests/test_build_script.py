@@ -1,9 +1,9 @@
 """scripts/build.sh as a user runs it, on small shards: a file name with spaces and quotes, a second build on
-the same data root, a removed shard, SIGTERM, an empty raw dir (its error said on the console)."""
+the same data root, SIGTERM, an empty raw dir (its error said on the console). What a full build does with a
+removed shard is tested in process (tests/test_raw_inventory.py): same assets, same code."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,9 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets import contracts
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
-from synthkd_training.dataset import tokens_prefixes
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 QUOTED = 'it\'s a "quoted" shard 01'  # a partition key with spaces and both kinds of quote
@@ -50,8 +48,8 @@ def wait_for(condition, what: str, timeout: float = 300) -> None:
         time.sleep(0.2)
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process under `pid` (from /proc)."""
+def descendants(pid: int) -> dict[int, bytes]:
+    """Every live process under `pid` (from /proc), with its command line."""
     parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -60,10 +58,13 @@ def descendants(pid: int) -> set[int]:
             except (OSError, IndexError, ValueError):
                 continue
             parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [pid]
+    found, todo = {}, [pid]
     while todo:
         for child in parents.get(todo.pop(), []):
-            found.add(child)
+            try:
+                found[child] = (Path("/proc") / str(child) / "cmdline").read_bytes()
+            except OSError:
+                continue
             todo.append(child)
     return found
 
@@ -76,71 +77,39 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def dataset_files(data: Path) -> list[str]:
-    roots = [data / "megatron" / contracts.DATASET_NAME, data / "distill" / contracts.DISTILL_DATASET_NAME]
-    return sorted(str(p.relative_to(data)) for root in roots for p in root.rglob("*") if p.is_file())
+def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
+    """A build of two shards, one named with spaces and quotes, run two at a time: once its scan pass is
+    through (both keys reached Dagster whole), a second build.sh and an in-process build on the same data
+    root stop at once; then SIGTERM to build.sh stops it and every process under it, and frees the lock."""
+    small_shard(tmp_path / "raw" / f"{QUOTED}.parquet", 1)
+    small_shard(tmp_path / "raw" / "synth_03.parquet", 3)
+    data = tmp_path / "data"
+    first = start(tmp_path, SYNTHKD_PARALLEL_RUNS="2")
+    seen: dict[int, bytes] = {}
 
+    def scanned() -> bool:
+        seen.update(descendants(first.pid))
+        reports = [data / "synth_filtered" / f"{key}.report.json" for key in (QUOTED, "synth_03")]
+        return first.poll() is not None or all(report.is_file() for report in reports)
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("buildsh")
-    small_shard(root / "raw" / f"{QUOTED}.parquet", 1)
-    small_shard(root / "raw" / "synth_03.parquet", 3)
-    return root
-
-
-def test_a_second_build_on_the_same_data_root_stops_at_once(root):
-    first = start(root, SYNTHKD_PARALLEL_RUNS="2")  # both shards at once: keys go through xargs -P
     try:
-        # the inventory has run, so the first build holds the lock and has every other pass ahead of it
-        wait_for(lambda: (root / "data" / "synth_raw" / "hash_cache.json").is_file() or first.poll() is not None, "the inventory")
-        assert first.poll() is None, (root / "stdout.txt").read_text()[-3000:]
-        second = build(root, timeout=120)
+        wait_for(scanned, "the scan pass of both shards", timeout=600)
+        assert first.poll() is None, (tmp_path / "stdout.txt").read_text()[-3000:]
+        second = build(tmp_path, timeout=120)
         assert second.returncode == 75
-        assert f"another build holds {root / 'data' / '.build.lock'}" in second.stderr
-        with pytest.raises(BuildLockHeld):  # the in-process build honours the same lock
-            with build_lock(root / "data"):
+        assert f"another build holds {data / '.build.lock'}" in second.stderr
+        with pytest.raises(BuildLockHeld, match="another build holds"):  # the in-process build honours it too
+            with build_lock(data):
                 pass
-        assert first.wait(timeout=900) == 0, (root / "stdout.txt").read_text()[-4000:]
+        seen.update(descendants(first.pid))
+        first.send_signal(signal.SIGTERM)  # to build.sh only, as `kill <pid>` would
+        assert first.wait(timeout=120) == 143
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-    assert "synth_kd_v1: 2 shards" in (root / "stdout.txt").read_text()
-    with build_lock(root / "data"):  # released with the build
-        pass
-
-
-def test_a_removed_shard_leaves_nothing_behind(root):
-    data = root / "data"
-    assert any("shard_03" in f for f in dataset_files(data))  # built by the test above
-    (root / "raw" / "synth_03.parquet").unlink()
-    done = build(root)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    assert "synth_kd_v1: 1 shards" in done.stdout and "synth_distill: 1 shards" in done.stdout
-    assert not [f for f in dataset_files(data) if "shard_03" in f or "part-00003" in f]
-    assert not [p for p in data.rglob("*") if "synth_03" in p.name]  # stage files, records, error logs
-    kd = data / "megatron" / contracts.DATASET_NAME
-    assert [Path(p).name for p in tokens_prefixes(kd / "train")] == ["shard_01_tokens"]
-    manifest = json.loads((kd / "manifest.json").read_text())
-    assert [s["partition"] for s in manifest["shards"]] == [QUOTED]
-
-
-def test_sigterm_stops_the_build_and_every_process_under_it(root):
-    build_sh = start(root)
-    seen: set[int] = set()
-
-    def dagster_running() -> bool:
-        seen.update(descendants(build_sh.pid))
-        return build_sh.poll() is not None or any(
-            b"dagster" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in seen if alive(pid)
-        )
-
-    wait_for(dagster_running, "a dagster process under build.sh")
-    assert build_sh.poll() is None
-    build_sh.send_signal(signal.SIGTERM)  # to build.sh only, as `kill <pid>` would
-    assert build_sh.wait(timeout=120) == 143
+    assert any(b"dagster" in cmdline for cmdline in seen.values())
     wait_for(lambda: not any(alive(pid) for pid in seen), "the build's processes to exit", timeout=60)
-    with build_lock(root / "data"):  # nothing holds the lock any more
+    with build_lock(data):  # nothing holds the lock any more
         pass
 
 
@@ -149,5 +118,5 @@ def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):
     done = build(tmp_path, timeout=300)
     assert done.returncode != 0
     # the failed step's own error, printed by `cli failures` after Dagster's output
-    assert f"step synth_raw_inventory failed: synthkd_assets.core.parquet_io.InputFileError: no raw shards in {tmp_path / 'raw'}" in done.stdout
+    assert f"step synth_raw_inventory failed: synthkd_assets.core.parquet_io.InputFileError: no raw shards in {tmp_path / 'raw'}" in done.stderr
     assert "0 shards" not in done.stdout

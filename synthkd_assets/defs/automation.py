@@ -91,7 +91,7 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
         requests.append(SYNTH_SHARDS.build_add_request(add))
     if remove:
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
-        remove_orphaned_outputs(paths.output_layout(), list(sha))  # outputs of the deleted partitions
+        context.log.warning(f"deleted partitions {remove}; removed their outputs: {[str(p) for p in remove_orphaned_outputs(paths.output_layout(), list(sha))]}")
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=requests,
