@@ -117,6 +117,18 @@ def raw_reports(shards, keys: set[str]) -> list[dg.AssetObservation | dg.AssetMa
     return events
 
 
+def tidy_outputs(context, paths: SynthKDPaths, present: list[str]) -> tuple[list[str], list[str]]:
+    """Delete the outputs of shards no longer in the raw directory and warn about files the inventory skips;
+    returns (removed files, ignored files) for metadata."""
+    removed = [paths.recorded(p) for p in remove_orphaned_outputs(paths.output_layout(), present)]
+    if removed:
+        context.log.warning(f"removed {len(removed)} output files of shards no longer in the raw directory: {removed[:20]}")
+    ignored = ignored_raw_files(paths.raw_root())
+    if ignored:
+        context.log.warning(f"not raw shards (only *.parquet directly in {paths.raw_root()} are), ignored: {ignored[:20]}")
+    return removed, ignored
+
+
 @dg.asset(
     group_name="ingest",
     code_version=CODE_VERSION,
@@ -131,12 +143,7 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
     for key in remove:
         context.instance.delete_dynamic_partition(SYNTH_SHARDS.name, key)
-    removed_files = [paths.recorded(p) for p in remove_orphaned_outputs(paths.output_layout(), [s.name for s in shards])]
-    if removed_files:
-        context.log.warning(f"removed {len(removed_files)} output files of shards no longer in the raw directory: {removed_files[:20]}")
-    ignored = ignored_raw_files(paths.raw_root())
-    if ignored:
-        context.log.warning(f"not raw shards (only *.parquet directly in {paths.raw_root()} are), ignored: {ignored[:20]}")
+    removed_files, ignored = tidy_outputs(context, paths, [s.name for s in shards])
     reported = latest_raw_versions(context.instance, [s.name for s in shards])
     changed = {s.name for s in shards if reported[s.name] != s.sha256}
     for event in raw_reports(shards, changed):
