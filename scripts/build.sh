@@ -8,6 +8,26 @@
 # Prints one line per pass and shard; every Dagster log line goes to $DAGSTER_HOME/logs/build-<time>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_started=$(date +%s)
+
+# One build per data root: a second one stops here ("another build holds <lock>"). The lock is on fd 9,
+# which every child inherits, so it holds until the last of them exits (the kernel drops it, even on SIGKILL).
+data_root="${SYNTHKD_DATA_DIR:-data}"
+mkdir -p "$data_root"
+exec 9<>"$data_root/.build.lock"
+.venv/bin/python -m synthkd_assets.cli lock --fd 9 "$data_root/.build.lock" || exit 75
+
+# Each command runs as a job in its own process group (set -m); INT / TERM / HUP stop the running one and
+# every process under it (dagster runs, step processes) before the script exits.
+set -m
+running=
+stop() { trap - INT TERM HUP; if [ -n "$running" ]; then kill -TERM -- "-$running" 2>/dev/null || true; fi; wait; exit "$1"; }
+trap 'stop 130' INT
+trap 'stop 143' TERM
+trap 'stop 129' HUP
+job() { "$@" & running=$!; if wait "$running"; then running=; else local rc=$?; running=; return "$rc"; fi; }
+# a failed step: print each failing check's problems and each failed step's error, then stop
+failed() { local rc=$?; .venv/bin/python -m synthkd_assets.cli failures --since "$build_started" || true; exit "$rc"; }
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"
 if [ ! -f "$DAGSTER_HOME/dagster.yaml" ]; then
@@ -39,7 +59,7 @@ export ERROR_LINES='
 /^$|^  File |^Stack Trace|^The above exception/ { grab = 0; next }
 grab { print }'
 # one stock CLI call (`dg launch --assets <selection> [--partition <key>]`), its output appended to the log;
-# on failure: the failing step, the end of its output and the log path, and exit 1
+# on failure: the failing step, Dagster's error lines and the log path, and exit status 1
 launch() {  # label, then dg launch arguments
   local label=$1 out rc=0 start=$SECONDS
   shift
@@ -56,32 +76,36 @@ launch() {  # label, then dg launch arguments
     return 1
   fi
   rm -f "$out"
-  LAUNCH_SECONDS=$((SECONDS - start))
 }
-# a shard pass: one run per shard partition, SYNTHKD_PARALLEL_RUNS at a time, a line per shard
-shard_run() {  # pass, selection, "index key"
-  local pass=$1 select=$2 index=${3% *} key=${3#* }
+# a shard pass: one run per shard partition, a line per shard; keys arrive NUL-separated, so any file
+# name is one argument
+shard_run() {  # pass, selection, key
+  local pass=$1 select=$2 key=$3 start=$SECONDS index
+  index=$(grep -zxnF -- "$key" "$BUILD_KEYS" | tr '\0' '\n' | head -n 1 | cut -d: -f1)
   launch "$pass $key" --assets "$select" --partition "$key" || exit 255  # 255: xargs starts no further shard
   # shellcheck disable=SC2086
-  echo "  $pass $key ($index/$BUILD_SHARDS): $(.venv/bin/python -m synthkd_assets.cli progress --partition "$key" --steps "$select" $BUILD_SMOKE) (${LAUNCH_SECONDS}s)"
+  echo "  $pass $key ($index/$BUILD_SHARDS): $(.venv/bin/python -m synthkd_assets.cli progress --partition "$key" --steps "$select" $BUILD_SMOKE) ($((SECONDS - start))s)"
 }
 export -f launch shard_run
-each_shard() {  # pass name, selection
+each_shard() {  # pass name, selection: SYNTHKD_PARALLEL_RUNS shard runs at a time; stops at the first failure
   local start=$SECONDS
   echo "$1 pass over $BUILD_SHARDS shards: $2"
-  awk '{print NR " " $0}' <<<"$keys" | xargs -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I{} bash -c 'shard_run "$@"' _ "$1" "$2" {} || exit 1
+  job xargs -0 -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I{} bash -c 'shard_run "$@"' _ "$1" "$2" {} < "$BUILD_KEYS" || failed
   echo "$1 pass done ($((SECONDS - start))s)"
 }
 step() {  # label, selection: one unpartitioned run
-  launch "$1" --assets "$2"
-  echo "$1: $2 (${LAUNCH_SECONDS}s)"
+  local start=$SECONDS
+  job launch "$1" --assets "$2" || failed
+  echo "$1: $2 ($((SECONDS - start))s)"
 }
 
 # 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
 step inventory o200k_tokenizer,synth_raw_inventory
-keys=$(.venv/bin/python -m synthkd_assets.cli partitions)
-export BUILD_SHARDS
-BUILD_SHARDS=$(wc -l <<<"$keys")
+export BUILD_KEYS BUILD_SHARDS
+BUILD_KEYS=$(mktemp)
+trap 'rm -f "$BUILD_KEYS"' EXIT
+.venv/bin/python -m synthkd_assets.cli partitions --null > "$BUILD_KEYS"
+BUILD_SHARDS=$(tr -cd '\0' < "$BUILD_KEYS" | wc -c)
 # 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts)
 each_shard scan synth_harmony,synth_filtered
 # 3. the sampling plan, from every shard's counts

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from synthkd_assets.cli import distill_summary_lines
+    from synthkd_assets.core.buildlock import BuildLockHeld
     from synthkd_assets.defs.build import BuildFailed, build_all
     from synthkd_assets.defs.resources import SynthKDPaths
 
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         except BuildFailed as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
+        except BuildLockHeld as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 75
     manifest = json.loads((output_dir / "manifest.json").read_text())
     print("\n".join(distill_summary_lines(manifest)))
     return 0

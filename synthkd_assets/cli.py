@@ -1,5 +1,5 @@
 """Small helpers for the build script: list registered shard partitions, one progress line per shard
-step, print a build summary."""
+step, print a build summary, take the data root's build lock, and say why a build failed."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def list_partitions() -> list[str]:
 
 def step_report(data_dir: Path, step: str, partition: str, smoke: bool = False) -> dict | None:
     """The report a shard step published for `partition` (None if it has not been built)."""
-    from synthkd_assets.core.stages import shard_index_from_name
+    from synthkd_assets.core.inventory import shard_index_from_name
 
     if step == "synth_kd_v1":
         name = contracts.SMOKE_DATASET_NAME if smoke else contracts.DATASET_NAME
@@ -98,10 +98,37 @@ def distill_summary_lines(manifest: dict) -> list[str]:
     ]
 
 
+def print_failures(since: float) -> int:
+    """Print why every run since `since` (epoch seconds) failed; the number of failed runs."""
+    from datetime import datetime, timezone
+
+    import dagster as dg
+
+    from synthkd_assets.defs.failures import failed_runs_report
+
+    with dg.DagsterInstance.get() as instance:
+        lines = failed_runs_report(instance, datetime.fromtimestamp(since, tz=timezone.utc))
+    print("\n".join(lines), file=sys.stderr)
+    return sum(1 for line in lines if line.startswith("run "))
+
+
+def take_lock(fd: int, path: Path) -> int:
+    """Lock the build script's open lock file (the shell keeps the lock after this process exits)."""
+    from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
+
+    try:
+        lock_fd(fd, path)
+    except BuildLockHeld as error:
+        print(error, file=sys.stderr)
+        return 75  # EX_TEMPFAIL
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synthkd_assets.cli")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("partitions", help="registered synth_shards partition keys, one per line")
+    partitions = sub.add_parser("partitions", help="registered synth_shards partition keys, one per line")
+    partitions.add_argument("--null", action="store_true", help="end each key with NUL instead (for xargs -0)")
     progress = sub.add_parser("progress", help="one line: rows in / out / dropped of shard steps of one partition")
     progress.add_argument("--partition", required=True)
     progress.add_argument("--steps", required=True, help="comma-separated shard steps")
@@ -109,15 +136,24 @@ def main(argv: list[str] | None = None) -> int:
     progress.add_argument("--smoke", action="store_true")
     summary = sub.add_parser("summary", help="print the summary of a built dataset manifest")
     summary.add_argument("--manifest", type=Path, default=Path("data/megatron") / contracts.DATASET_NAME / contracts.MANIFEST_FILENAME)
+    failures = sub.add_parser("failures", help="print the failing checks' problems and step errors of runs that failed")
+    failures.add_argument("--since", type=float, required=True, help="runs created after this time (epoch seconds)")
+    lock = sub.add_parser("lock", help="take the build lock on an open file descriptor of the lock file")
+    lock.add_argument("--fd", type=int, required=True)
+    lock.add_argument("path", type=Path)
     args = parser.parse_args(argv)
     if args.command == "partitions":
         keys = list_partitions()
         if not keys:
             print(NO_PARTITIONS_HINT.format(home=os.environ.get("DAGSTER_HOME")), file=sys.stderr)
             return 1
-        print("\n".join(keys))
+        sys.stdout.write("".join(f"{key}\0" for key in keys) if args.null else "\n".join(keys) + "\n")
     elif args.command == "progress":
         print(progress_line(args.data_dir, args.steps.split(","), args.partition, args.smoke))
+    elif args.command == "failures":
+        print_failures(args.since)
+    elif args.command == "lock":
+        return take_lock(args.fd, args.path)
     else:
         print("\n".join(summary_lines(json.loads(args.manifest.read_text()))))
     return 0

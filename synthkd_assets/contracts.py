@@ -141,6 +141,7 @@ def distill_part_name(shard_index: int) -> str:
 
 # --- bad input (raw rows that cannot be rendered as they are; see core/validation.py) ------------
 DROP_DUPLICATE_SYNTH_ID: Final = "duplicate_synth_id"  # a synth_id already kept earlier in the same shard
+DROP_NUL_IN_SYNTH_ID: Final = "nul_in_synth_id"  # an id is not text to clean: "a\0b" would become another row's "ab"
 DROP_INVALID_UTF8_PREFIX: Final = "invalid_utf8_"  # + column: a binary text value that is not valid UTF-8
 SANITIZED_INVALID_WORDS: Final = "invalid_words"  # `words` not a whole number >= 0 (counted; in no output)
 

@@ -140,6 +140,27 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
             if blend is not None:
                 for prefix in blend[0]:
                     sibling_prefix(prefix, LOSSMASK_KIND)  # raises unless it is a `…_tokens` prefix
+        for split, blend in zip(Split, self.blend_per_split or []):
+            self._refuse_sample_less_prefixes(split, blend)
+
+    def _refuse_sample_less_prefixes(self, split: Split, blend) -> None:
+        """An unweighted blend of several prefixes is weighted by each prefix's samples, and megatron-core
+        asserts (a bare AssertionError) that none has 0: name the prefixes too short for one sample."""
+        if blend is None or blend[1] is not None or len(blend[0]) < 2:
+            return
+        if split != Split.train and not self.drop_last_partial_validation_sequence:
+            return  # a short prefix still gives one (padded) sample
+        needed = self.sequence_length + int(self.add_extra_token_to_sequence)
+        counts = [(prefix, _token_count(prefix)) for prefix in blend[0]]
+        short = [(prefix, tokens) for prefix, tokens in counts if tokens is not None and tokens < needed]
+        if short:
+            listed = ", ".join(f"{prefix} ({tokens} tokens)" for prefix, tokens in short[:5])
+            raise SpanDatasetError(
+                f"{split.name} split: {len(short)} of its {len(blend[0])} prefixes hold fewer tokens than one sample "
+                f"(sequence_length {self.sequence_length} + {int(self.add_extra_token_to_sequence)}): {listed}. Megatron "
+                "weights an unweighted blend by each prefix's samples and cannot use a weight of 0: drop those "
+                "prefixes, give the blend weights, or use a shorter sequence_length"
+            )
 
 
 class SpanGPTDataset(GPTDataset):
@@ -290,6 +311,14 @@ def check_trio_against_manifest(tokens_prefix: str, verify: bool) -> None:
         verify_manifest(root, files=names, hash_files=verify)
     except ManifestError as error:
         raise SpanDatasetError(f"{tokens_prefix}: does not match its dataset manifest: {error}") from error
+
+
+def _token_count(tokens_prefix: str) -> int | None:
+    """Tokens in a prefix's documents; None when it cannot be opened (the dataset reports that, naming it)."""
+    if not Path(f"{tokens_prefix}.idx").is_file():
+        return None
+    dataset = IndexedDataset(str(tokens_prefix))  # keep it alive while its index arrays are read
+    return int(dataset.sequence_lengths.sum(dtype=np.int64))
 
 
 def _expected_bin_bytes(dataset: IndexedDataset) -> int:

@@ -16,7 +16,7 @@ from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encodi
 from synthkd_assets.defs.resources import SynthKDPaths
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes
 
-MANIFEST_CHECKS = {"manifest_provenance", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron"}
+MANIFEST_CHECKS = {"manifest_provenance", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron", "dataset_rows_accounted"}
 
 
 def run_checks(instance, paths: SynthKDPaths, asset: str) -> dict[str, bool]:

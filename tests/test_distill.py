@@ -27,6 +27,7 @@ DISTILL_CHECKS = {
     "distill_max_length_respected",
     "distill_no_split_leakage",
     "distill_manifest_provenance",
+    "distill_dataset_rows_accounted",
 }
 
 

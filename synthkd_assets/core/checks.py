@@ -92,3 +92,21 @@ def input_drift(recorded_shards: list[dict[str, Any]], current_sha256: dict[str,
     problems += [f"raw shard {name} recorded in the manifest is gone" for name in sorted(set(recorded) - set(current_sha256))]
     problems += [f"raw shard {name} is not in the manifest" for name in sorted(set(current_sha256) - set(recorded))]
     return problems
+
+
+def dataset_rows_problems(manifest: dict[str, Any]) -> list[str]:
+    """Over the whole dataset: rows in == rows out + rows dropped (every step's drops), and each shard listed once."""
+    problems = []
+    partitions = [shard.get("partition") for shard in manifest.get("shards", [])]
+    for name in sorted({p for p in partitions if partitions.count(p) > 1}, key=str):
+        problems.append(f"shard {name!r} is listed {partitions.count(name)} times: two shards wrote one shard's files")
+    totals = manifest.get("totals", {})
+    rows_in, rows_out, dropped = totals.get("rows_in"), totals.get("rows_out"), sum(totals.get("dropped", {}).values())
+    if rows_in is None or rows_out is None:
+        problems.append("manifest totals lack rows_in / rows_out")
+    elif rows_in != rows_out + dropped:
+        problems.append(
+            f"{rows_in} rows in over {len(partitions)} shards but {rows_out} out + {dropped} dropped "
+            f"({rows_in - rows_out - dropped:+d} unaccounted)"
+        )
+    return problems

@@ -1,5 +1,12 @@
 """The raw input inventory: which SYNTH shards exist, and a content hash for each.
 
+The raw shards are the regular files directly in the raw directory whose names end in `.parquet`
+(lower case); each name's trailing number is its shard number (`synth_07.parquet` -> shard 07). A
+directory that holds none, two names with the same shard number, a name without one, or an entry that
+is not a readable regular file (a directory named `x.parquet`, a dangling symlink) is refused as a
+whole with an `InputFileError` naming the files. Parquet-looking files the rule skips (in a
+subdirectory, `.PARQUET`) are listed by `ignored_raw_files` so the inventory can warn about them.
+
 Hashing 500 shards of ~1 GB is minutes of I/O, so hashes are cached by (size, mtime_ns): an
 unchanged file is never re-read, a touched or rewritten one is.
 """
@@ -28,6 +35,14 @@ class InputManifestError(ValueError):
     """The user's input manifest is malformed, or disagrees with the raw files; the message says where."""
 
 
+def shard_index_from_name(name: str) -> int:
+    """`synth_07.parquet` -> 7: the trailing number of the file stem is the shard index of the contract."""
+    match = re.search(r"(\d+)$", Path(name).stem)
+    if match is None:
+        raise ValueError(f"shard file {name!r} has no trailing shard number (expected e.g. synth_07.parquet)")
+    return int(match.group(1))
+
+
 @dataclass(frozen=True)
 class RawShard:
     """One raw SYNTH Parquet file; `name` (the file stem) is its Dagster partition key."""
@@ -43,19 +58,71 @@ def partition_key_for(path: Path) -> str:
     return path.stem
 
 
-def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard]:
-    """Every `*.parquet` under `raw_dir` (sorted), hashed, reusing cached hashes of unchanged files."""
+# what Dagster refuses in a partition key (dagster/_core/definitions/partitions/utils/base.py)
+_BAD_KEY_SUBSTRINGS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
+
+
+def raw_shard_paths(raw_dir: Path) -> list[Path]:
+    """The raw shard files of `raw_dir`, sorted; refuses (InputFileError) a directory without any, a
+    name without a shard number or unusable as a partition key, two names with one shard number, and
+    an entry that is not a regular file."""
     if not raw_dir.is_dir():
-        raise FileNotFoundError(f"raw SYNTH directory {raw_dir} does not exist")
+        raise InputFileError(f"no raw shards in {raw_dir}: the directory does not exist")
+    paths = sorted(raw_dir.glob(RAW_GLOB))
+    if not paths:
+        raise InputFileError(f"no raw shards in {raw_dir}: no *.parquet file directly in it")
+    by_index: dict[int, list[Path]] = {}
+    for path in paths:
+        if not path.is_file():
+            what = "a dangling symlink" if path.is_symlink() and not path.exists() else "not a regular file"
+            raise InputFileError(f"{path}: not a readable Parquet file ({what})")
+        bad = [s for s in _BAD_KEY_SUBSTRINGS if s in path.stem]
+        if bad:
+            raise InputFileError(f"{path}: the name holds {bad}, which a partition key cannot: rename the file")
+        try:
+            by_index.setdefault(shard_index_from_name(path.name), []).append(path)
+        except ValueError as error:
+            raise InputFileError(f"{path}: {error}") from None
+    collisions = [names for names in by_index.values() if len(names) > 1]
+    if collisions:
+        raise InputFileError(
+            "raw shards with the same shard number would overwrite each other's output: "
+            + "; ".join(" and ".join(str(p) for p in names) + f" (shard {shard_index_from_name(names[0].name):02d})" for names in collisions)
+            + ": rename or remove one of each"
+        )
+    return paths
+
+
+def ignored_raw_files(raw_dir: Path) -> list[str]:
+    """Parquet-looking files under `raw_dir` that are not raw shards (in a subdirectory, or a suffix
+    in another case such as `.PARQUET`): the inventory warns about them."""
+    if not raw_dir.is_dir():
+        return []
+    shards = set(raw_dir.glob(RAW_GLOB))
+    return sorted(
+        str(path)
+        for path in raw_dir.rglob("*")
+        if path.suffix.lower() == ".parquet" and path not in shards and not any(p in shards for p in path.parents)
+    )
+
+
+def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard]:
+    """Every raw shard of `raw_dir` (`raw_shard_paths`), hashed, reusing cached hashes of unchanged files."""
     cache = _load_cache(cache_path)
     shards = []
-    for path in sorted(raw_dir.glob(RAW_GLOB)):
-        stat = path.stat()
+    for path in raw_shard_paths(raw_dir):
+        try:
+            stat = path.stat()
+        except OSError as error:
+            raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
         cached = cache.get(str(path.resolve()))
         if cached and cached["bytes"] == stat.st_size and cached["mtime_ns"] == stat.st_mtime_ns:
             digest = cached["sha256"]
         else:
-            digest = sha256_file(path)
+            try:
+                digest = sha256_file(path)
+            except OSError as error:
+                raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
         shards.append(RawShard(partition_key_for(path), str(path), stat.st_size, stat.st_mtime_ns, digest))
     updated = {str(Path(s.path).resolve()): asdict(s) for s in shards}
     if cache_path is not None and updated != cache:  # steps of one run may scan at the same time

@@ -23,7 +23,7 @@ import pyarrow as pa
 from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.dataset_manifest import file_record, files_section
-from synthkd_assets.core.inventory import read_raw_shard
+from synthkd_assets.core.inventory import read_raw_shard, shard_index_from_name
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.parquet_io import (
     OutputFileError,
@@ -120,14 +120,6 @@ def _counter_dict(counter: Counter) -> dict[str, Any]:
     return nested
 
 
-def shard_index_from_name(name: str) -> int:
-    """`synth_07.parquet` -> 7: the trailing number of the file stem is the shard index of the contract."""
-    match = re.search(r"(\d+)$", Path(name).stem)
-    if match is None:
-        raise ValueError(f"shard file {name!r} has no trailing shard number (expected e.g. synth_07.parquet)")
-    return int(match.group(1))
-
-
 def harmonize_shard(
     raw_path: Path,
     out_path: Path,
@@ -166,6 +158,7 @@ def harmonize_shard(
                 report.rows_in += frame.height
                 frame = conform_raw_frame(frame, report)
                 frame = _drop_missing_required(frame, report)
+                frame = _drop_nul_synth_id(frame, report)
                 frame = duplicates.drop_duplicates(frame, report)
                 frame = _sanitize(frame, report)
                 report.language.update(frame["language"].to_list())
@@ -216,6 +209,15 @@ def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataF
             report.drop(f"missing_{column}", row[0], row[1], f"{column} is null or empty")
         frame = frame.filter(~missing)
     return frame
+
+
+def _drop_nul_synth_id(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
+    """A synth_id holding NUL is dropped, not cleaned: it would reach the DistillKit `id` and C-string
+    consumers, and removing the NUL could make it equal another row's id."""
+    bad = pl.col("synth_id").str.contains("\x00", literal=True)
+    for source_row, synth_id in frame.filter(bad).select("source_row", "synth_id").iter_rows():
+        report.drop(contracts.DROP_NUL_IN_SYNTH_ID, source_row, synth_id.replace("\x00", "\\0"), "synth_id contains NUL")
+    return frame.filter(~bad)
 
 
 def _sanitize(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:

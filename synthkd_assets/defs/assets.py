@@ -10,7 +10,8 @@ from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.dataset_manifest import files_section, write_sealed_manifest
 from synthkd_assets.core.distill_io import DISTILL_SCHEMA, length_stats, merge_histograms, write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
-from synthkd_assets.core.inventory import partition_changes, scan_raw_dir
+from synthkd_assets.core.cleanup import remove_orphaned_outputs
+from synthkd_assets.core.inventory import ignored_raw_files, partition_changes, scan_raw_dir, shard_index_from_name
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.sampling import (
@@ -29,7 +30,6 @@ from synthkd_assets.core.stages import (
     harmonize_shard,
     kd_dataset_files,
     select_rows_shard,
-    shard_index_from_name,
     tokenize_shard,
     write_megatron_shard,
 )
@@ -167,6 +167,18 @@ def raw_reports(shards, keys: set[str]) -> list[dg.AssetObservation | dg.AssetMa
     return events
 
 
+def tidy_outputs(context, paths: SynthKDPaths, present: list[str]) -> tuple[list[str], list[str]]:
+    """Delete the outputs of shards no longer in the raw directory and warn about files the inventory skips;
+    returns (removed files, ignored files) for metadata."""
+    removed = [paths.recorded(p) for p in remove_orphaned_outputs(paths.output_layout(), present)]
+    if removed:
+        context.log.warning(f"removed {len(removed)} output files of shards no longer in the raw directory: {removed[:20]}")
+    ignored = ignored_raw_files(paths.raw_root())
+    if ignored:
+        context.log.warning(f"not raw shards (only *.parquet directly in {paths.raw_root()} are), ignored: {ignored[:20]}")
+    return removed, ignored
+
+
 @dg.asset(
     group_name="ingest",
     code_version=CODE_VERSION,
@@ -184,6 +196,7 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
     for key in remove:
         context.instance.delete_dynamic_partition(SYNTH_SHARDS.name, key)
+    removed_files, ignored = tidy_outputs(context, paths, [s.name for s in shards])
     reported = latest_raw_versions(context.instance, [s.name for s in shards])
     changed = {s.name for s in shards if reported[s.name] != s.sha256}
     for event in raw_reports(shards, changed):
@@ -193,6 +206,8 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
             "shards": len(shards),
             "added_partitions": dg.MetadataValue.json(add),
             "removed_partitions": dg.MetadataValue.json(remove),
+            "removed_files": dg.MetadataValue.json(removed_files),
+            "ignored_files": dg.MetadataValue.json(ignored),
             "changed_shards": dg.MetadataValue.json(sorted(changed)),
             "raw_bytes": sum(s.bytes for s in shards),
             "raw_dir": dg.MetadataValue.path(str(paths.raw_root())),

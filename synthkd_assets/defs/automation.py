@@ -8,6 +8,7 @@ import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import (
     InputManifestError,
     input_manifest_disagreements,
@@ -100,6 +101,7 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
         requests.append(SYNTH_SHARDS.build_add_request(add))
     if remove:
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
+        context.log.warning(f"deleted partitions {remove}; removed their outputs: {[str(p) for p in remove_orphaned_outputs(paths.output_layout(), list(sha))]}")
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=requests,

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import dagster as dg
 
+from synthkd_assets.core.buildlock import build_lock
+from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
 
@@ -48,11 +50,11 @@ def materialize_steps(
         raise_on_error=False,
         **kwargs,
     )
-    failed_checks = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed]
+    failed_checks = failed_check_lines(result.get_asset_check_evaluations())
     if raise_on_error and (not result.success or failed_checks):
         where = f" (partition {partition_key})" if partition_key else ""
-        errors = [str(e.event_specific_data.error.message).strip() for e in result.all_events if e.is_step_failure]
-        raise BuildFailed(f"{', '.join(selection)}{where} failed: {'; '.join(errors) or failed_checks}")
+        errors = [error_message(e.step_failure_data.error) for e in result.get_step_failure_events()]
+        raise BuildFailed("\n".join([f"{', '.join(selection)}{where} failed: {'; '.join(errors)}", *failed_checks]))
     return result
 
 
@@ -66,7 +68,13 @@ def build_all(
     """Inventory, scan pass per shard, the plan, build pass per shard, manifests; returns the shards.
 
     `outputs` picks the datasets (synth_kd_v1, synth_distill); `over_shards(keys, pass_name)` may wrap
-    the shard loops (a progress bar)."""
+    the shard loops (a progress bar). Holds the data root's build lock throughout: raises BuildLockHeld
+    at once if another build (this function or scripts/build.sh) is running on the same root."""
+    with build_lock(paths.data_root()):
+        return _build_all(instance, paths, outputs, over_shards, **kwargs)
+
+
+def _build_all(instance, paths, outputs, over_shards, **kwargs) -> list[str]:
     wanted = set(outputs)
     build_steps = [s for s in BUILD_STEPS if s not in OUTPUTS or s in wanted]
     manifests = [m for m in MANIFEST_STEPS if m not in OUTPUTS.values() or any(OUTPUTS[o] == m for o in wanted)]

@@ -7,13 +7,14 @@ import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.checks import input_drift, manifest_problems, split_leakage, unreadable_shards
+from synthkd_assets.core.checks import dataset_rows_problems, input_drift, manifest_problems, split_leakage, unreadable_shards
 from synthkd_assets.core.inventory import scan_raw_dir
 from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
-from synthkd_assets.core.stages import ShardReport, documents_path, shard_index_from_name
+from synthkd_assets.core.inventory import shard_index_from_name
+from synthkd_assets.core.stages import ShardReport, documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
 
@@ -173,6 +174,16 @@ def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     )
 
 
+@dg.asset_check(
+    asset="synth_kd_v1_manifest",
+    blocking=True,
+    description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
+)
+def dataset_rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    _, manifest = _dataset_manifest(paths)
+    return _result(dataset_rows_problems(manifest))
+
+
 def _document_tables(root: Path, manifest: dict) -> list[Path]:
     tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
     return [t for t in tables if t.is_file()]
@@ -284,11 +295,22 @@ def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     )
 
 
+@dg.asset_check(
+    asset="synth_distill_manifest",
+    blocking=True,
+    description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
+)
+def distill_dataset_rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    _, manifest = _distill_manifest(paths)
+    return _result(dataset_rows_problems(manifest))
+
+
 DISTILL_CHECKS = [
     distill_labels_match_input_ids,
     distill_spans_consistent,
     distill_max_length_respected,
     distill_no_split_leakage,
     distill_manifest_provenance,
+    distill_dataset_rows_accounted,
 ]
-STANDALONE_CHECKS = [tokenizer_sha256_pin, raw_inputs_unchanged, manifest_provenance, no_split_leakage, no_duplicate_synth_ids, shards_readable_by_megatron, *DISTILL_CHECKS]
+STANDALONE_CHECKS = [tokenizer_sha256_pin, raw_inputs_unchanged, manifest_provenance, dataset_rows_accounted, no_split_leakage, no_duplicate_synth_ids, shards_readable_by_megatron, *DISTILL_CHECKS]

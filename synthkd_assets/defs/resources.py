@@ -9,6 +9,7 @@ import dagster as dg
 from pydantic import Field
 
 from synthkd_assets import contracts
+from synthkd_assets.core.cleanup import STAGE_NAMES, OutputLayout
 from synthkd_assets.core.distill_io import distill_build_config
 from synthkd_assets.core.manifest import kd_build_config
 from synthkd_assets.core.sampling import MixTargets, selection_config
@@ -118,6 +119,19 @@ class SynthKDPaths(dg.ConfigurableResource):
         if self.encoding_errors_log:
             return Path(self.encoding_errors_log)
         return self.errors_dir() / contracts.DISTILL_ENCODING_ERRORS_FILENAME
+
+    def output_layout(self) -> OutputLayout:
+        """Where per-shard outputs live, for both datasets (full and smoke) whichever this build writes."""
+        data = self.data_root()
+        distill_names = (contracts.DISTILL_DATASET_NAME, contracts.DISTILL_SMOKE_DATASET_NAME)
+        distill_roots = [self.distill_root(), *(data / "distill" / name for name in distill_names)]
+        return OutputLayout(
+            stage_dirs=tuple(self.stage_dir(stage) for stage in STAGE_NAMES),
+            record_dirs=tuple(self.stage_dir(name) for name in distill_names),
+            errors_dir=self.errors_dir(),
+            megatron_roots=tuple(data / "megatron" / name for name in (contracts.DATASET_NAME, contracts.SMOKE_DATASET_NAME)),
+            distill_roots=tuple(dict.fromkeys(distill_roots)),
+        )
 
     def caps(self) -> BuildCaps:
         if not self.smoke:

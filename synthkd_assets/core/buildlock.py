@@ -1,0 +1,47 @@
+"""One build per data root: an exclusive `flock` on `<data root>/.build.lock`.
+
+A second build on the same root stops at once with "another build holds <lock>" instead of
+interleaving writes of the same `.partial` names. The lock belongs to the open file, so the kernel
+drops it when the last process holding it dies (a SIGKILLed build never leaves a stale lock).
+`scripts/build.sh` takes it on a file descriptor that its Dagster child processes inherit (they keep
+it while they run); the in-process build (`defs.build.build_all`) takes it with `build_lock`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+LOCK_FILENAME = ".build.lock"
+
+
+class BuildLockHeld(RuntimeError):
+    """Another build holds the data root's lock."""
+
+
+def lock_path(data_root: Path) -> Path:
+    return data_root / LOCK_FILENAME
+
+
+def lock_fd(fd: int, path: Path) -> None:
+    """Lock the open file `fd` (the lock file `path`, which stays empty) or raise BuildLockHeld."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise BuildLockHeld(f"another build holds {path}: wait for it to finish, or stop it") from None
+
+
+@contextlib.contextmanager
+def build_lock(data_root: Path) -> Iterator[Path]:
+    """Hold the data root's build lock for the body; raises BuildLockHeld at once if another build has it."""
+    data_root.mkdir(parents=True, exist_ok=True)
+    path = lock_path(data_root)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        lock_fd(fd, path)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock

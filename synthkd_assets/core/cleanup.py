@@ -1,0 +1,86 @@
+"""Outputs of shards that no longer exist: found by name across every stage and both datasets, and removed.
+
+A shard's outputs are named after its partition key (stage Parquet and reports, DistillKit records,
+error logs) or after its shard number (Megatron trio, documents table and shard record, DistillKit
+parts). When a raw file disappears, everything named after it would otherwise stay on disk, and the
+dataset directories (what `tokens_prefixes` globs, what a DistillKit loader reads) would hold data the
+manifest does not list. `orphaned_outputs` lists exactly those files given the shards present, so a
+lost Dagster instance (partitions never registered as deleted) cannot hide them either; removal
+deletes them (they are derived data: the raw file is what was removed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from synthkd_assets import contracts
+from synthkd_assets.core.atomic import PARTIAL_SUFFIX
+from synthkd_assets.core.inventory import shard_index_from_name
+
+# the partitioned steps that write <stage>/<key>.parquet and <stage>/<key>.report.json
+STAGE_NAMES = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized")
+_MEGATRON_NAME = re.compile(r"^shard_(\d+)(?:_(?:" + "|".join(contracts.ARRAY_KINDS) + r")\.(?:bin|idx)|\.json|_documents\.parquet)$")
+_DISTILL_NAME = re.compile(r"^part-(\d+)\.parquet$")
+
+
+@dataclass(frozen=True)
+class OutputLayout:
+    """Where per-shard outputs live: built by `SynthKDPaths.output_layout()`, both datasets (full and smoke)."""
+
+    stage_dirs: tuple[Path, ...]  # <key>.parquet, <key>.report.json
+    record_dirs: tuple[Path, ...]  # DistillKit per-shard records <key>.json
+    errors_dir: Path  # <step>/<key>.jsonl
+    megatron_roots: tuple[Path, ...]  # {train,valid}/shard_XX_*.{bin,idx}, shards/shard_XX{.json,_documents.parquet}
+    distill_roots: tuple[Path, ...]  # {train,validation}/part-XXXXX.parquet
+
+
+def _final_name(name: str) -> str:
+    return name[: -len(PARTIAL_SUFFIX)] if name.endswith(PARTIAL_SUFFIX) else name
+
+
+def _key_of(name: str, suffixes: Iterable[str]) -> str | None:
+    name = _final_name(name)
+    for suffix in suffixes:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def _files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.is_file() or p.is_symlink()) if directory.is_dir() else []
+
+
+def orphaned_outputs(layout: OutputLayout, present: Collection[str]) -> list[Path]:
+    """Every per-shard output file (final or `.partial`) that belongs to no shard in `present`: a key-named
+    file of another key, or a number-named file of a shard number no present shard has."""
+    present_keys = set(present)
+    present_numbers = {shard_index_from_name(key) for key in present_keys}
+    found: list[Path] = []
+    key_dirs = [(d, (".report.json", ".parquet")) for d in layout.stage_dirs]
+    key_dirs += [(d, (".json",)) for d in layout.record_dirs]
+    if layout.errors_dir.is_dir():
+        key_dirs += [(d, (".jsonl",)) for d in sorted(layout.errors_dir.iterdir()) if d.is_dir()]
+    for directory, suffixes in key_dirs:
+        for path in _files(directory):
+            key = _key_of(path.name, suffixes)
+            if key is not None and key not in present_keys and key != "manifest":
+                found.append(path)
+    numbered = [(root / sub, _MEGATRON_NAME) for root in layout.megatron_roots for sub in (*contracts.SPLITS, "shards")]
+    numbered += [(root / split, _DISTILL_NAME) for root in layout.distill_roots for split in contracts.DISTILL_SPLITS]
+    for directory, pattern in numbered:
+        for path in _files(directory):
+            match = pattern.match(_final_name(path.name))
+            if match and int(match.group(1)) not in present_numbers:
+                found.append(path)
+    return sorted(set(found))
+
+
+def remove_orphaned_outputs(layout: OutputLayout, present: Collection[str]) -> list[Path]:
+    """Delete `orphaned_outputs(layout, present)`; returns what was removed (for metadata and logs)."""
+    removed = orphaned_outputs(layout, present)
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed

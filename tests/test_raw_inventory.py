@@ -1,0 +1,297 @@
+"""The raw directory as users and filesystems leave it: empty, missing, colliding shard numbers, names
+without a number, a directory or a dangling symlink named *.parquet, files the rule skips; shards that
+vanish after a build; NUL in synth_id; the data root's build lock against a second real process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+
+from synthkd_assets import contracts
+from synthkd_assets.core.buildlock import BuildLockHeld, build_lock, lock_path
+from synthkd_assets.core.checks import dataset_rows_problems
+from synthkd_assets.core.cleanup import orphaned_outputs
+from synthkd_assets.core.inventory import ignored_raw_files, scan_raw_dir
+from synthkd_assets.core.parquet_io import InputFileError
+from synthkd_assets.core.stages import harmonize_shard
+from synthkd_assets.core.synth import system_message_dict
+from synthkd_assets.defs.build import BuildFailed, build_all
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_training.dataset import tokens_prefixes
+from tests.helpers import MANIFEST_STEPS, REPO_ROOT, SAMPLE_RAW_DIR, check_outcomes, run
+from tests.test_bad_input import row, write_raw
+
+ROWS = 40  # rows per small shard cut from the sample
+
+
+def small_shard(path: Path, source: int = 0, rows: int = ROWS) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, rows), path)
+    return path
+
+
+def every_file(*roots: Path) -> list[str]:
+    return sorted(str(p) for root in roots for p in root.rglob("*") if p.is_file())
+
+
+# --- what the inventory refuses -----------------------------------------------------------------
+
+
+def test_an_empty_or_missing_raw_directory_is_an_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputFileError, match=f"no raw shards in {tmp_path / 'empty'}"):
+        scan_raw_dir(tmp_path / "empty")
+    with pytest.raises(InputFileError, match=f"no raw shards in {tmp_path / 'missing'}: the directory does not exist"):
+        scan_raw_dir(tmp_path / "missing")
+
+
+def test_an_empty_raw_directory_fails_the_inventory_and_leaves_the_partitions(tmp_path):
+    raw = tmp_path / "raw"
+    small_shard(raw / "synth_00.parquet")
+    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, paths, ["synth_raw_inventory"])
+        (raw / "synth_00.parquet").unlink()  # e.g. an unmounted share
+        with pytest.raises(BuildFailed, match="no raw shards in"):
+            run(instance, paths, ["synth_raw_inventory"])
+        assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00"]
+
+
+@pytest.mark.parametrize("names", [("synth_01.parquet", "synth_1.parquet"), ("a_1.parquet", "b_1.parquet")])
+def test_two_names_with_one_shard_number_are_refused_naming_both(tmp_path, names):
+    for name in names:
+        small_shard(tmp_path / name)
+    with pytest.raises(InputFileError) as refused:
+        scan_raw_dir(tmp_path)
+    message = str(refused.value)
+    assert all(str(tmp_path / name) in message for name in names) and "(shard 01)" in message
+
+
+def test_a_zero_row_twin_cannot_overwrite_a_shard(tmp_path):
+    """The reported case: synth_01 with rows and an empty synth_1 are refused before any step runs."""
+    raw = tmp_path / "raw"
+    small_shard(raw / "synth_01.parquet")
+    write_raw(raw / "synth_1.parquet", [])
+    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(BuildFailed, match="synth_1.parquet"):
+        build_all(instance, paths)
+    assert not (tmp_path / "data" / "megatron").exists()
+
+
+def test_a_name_without_a_shard_number_is_refused_at_inventory(tmp_path):
+    small_shard(tmp_path / "synth_00.parquet")
+    small_shard(tmp_path / "extra.parquet")
+    with pytest.raises(InputFileError, match=f"{tmp_path / 'extra.parquet'}: shard file 'extra.parquet' has no trailing shard number"):
+        scan_raw_dir(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["directory", "dangling symlink"])
+def test_a_directory_or_dangling_symlink_named_parquet_is_an_input_file_error(tmp_path, kind):
+    small_shard(tmp_path / "synth_00.parquet")
+    odd = tmp_path / "synth_01.parquet"
+    if kind == "directory":
+        odd.mkdir()
+    else:
+        odd.symlink_to(tmp_path / "gone.parquet")
+    with pytest.raises(InputFileError, match=f"{odd}: not a readable Parquet file \\({'a dangling symlink' if kind != 'directory' else 'not a regular file'}\\)"):
+        scan_raw_dir(tmp_path)
+
+
+def test_files_the_rule_skips_are_reported(tmp_path):
+    raw = tmp_path / "raw"
+    small_shard(raw / "synth_00.parquet")
+    small_shard(raw / "SYNTH_01.PARQUET")
+    small_shard(raw / "more" / "synth_02.parquet")
+    (raw / "README.txt").write_text("not data")
+    assert [s.name for s in scan_raw_dir(raw)] == ["synth_00"]
+    assert ignored_raw_files(raw) == [str(raw / "SYNTH_01.PARQUET"), str(raw / "more" / "synth_02.parquet")]
+    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = run(instance, paths, ["synth_raw_inventory"])
+        [materialization] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "synth_raw_inventory"]
+        assert materialization.materialization.metadata["ignored_files"].value == ignored_raw_files(raw)
+        warnings = [r.user_message for r in instance.all_logs(result.run_id) if r.level >= 30]  # logging.WARNING
+        assert any("SYNTH_01.PARQUET" in message and "ignored" in message for message in warnings), warnings
+
+
+# --- rows -----------------------------------------------------------------------------------
+
+
+def test_nul_in_synth_id_drops_the_row_and_never_reaches_an_id(tmp_path):
+    raw = write_raw(tmp_path / "synth_00.parquet", [row("a\x00b"), row("ab"), row("c")])
+    report = harmonize_shard(raw, tmp_path / "out.parquet", system_message_dict(), "synth_00")
+    assert report.dropped == {contracts.DROP_NUL_IN_SYNTH_ID: 1} and report.rows_out == 2
+    assert pq.read_table(tmp_path / "out.parquet").column("synth_id").to_pylist() == ["ab", "c"]
+    [logged] = report.errors
+    assert logged["reason"] == contracts.DROP_NUL_IN_SYNTH_ID and "\x00" not in json.dumps(logged, ensure_ascii=False)
+
+
+def test_dataset_rows_problems_unit():
+    manifest = {"shards": [{"partition": "a"}, {"partition": "b"}], "totals": {"rows_in": 10, "rows_out": 7, "dropped": {"x": 3}}}
+    assert dataset_rows_problems(manifest) == []
+    manifest["totals"]["rows_out"] = 0
+    assert dataset_rows_problems(manifest) == ["10 rows in over 2 shards but 0 out + 3 dropped (+7 unaccounted)"]
+    manifest["shards"][1]["partition"] = "a"
+    assert dataset_rows_problems(manifest)[0] == "shard 'a' is listed 2 times: two shards wrote one shard's files"
+
+
+# --- shards that vanish ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def three_shards(tmp_path):
+    """Three small shards built in process: (instance, paths, raw, data)."""
+    raw = tmp_path / "raw"
+    for index in (0, 1, 3):
+        small_shard(raw / f"synth_0{index}.parquet", source=index)
+    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        build_all(instance, paths)
+        yield instance, paths, raw, tmp_path / "data"
+
+
+def shard_03_files(data: Path) -> list[str]:
+    return [f for f in every_file(data) if "shard_03" in f or "part-00003" in f or "synth_03" in f]
+
+
+def test_outputs_of_a_removed_shard_are_removed_and_the_checks_pass(three_shards):
+    instance, paths, raw, data = three_shards
+    assert shard_03_files(data)
+    (raw / "synth_03.parquet").unlink()
+    build_all(instance, paths)  # raises unless every step and check passed
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
+    assert shard_03_files(data) == []  # every stage, both datasets, records, error logs
+    kd = data / "megatron" / contracts.DATASET_NAME
+    assert [Path(p).name for p in tokens_prefixes(kd / "train")] == ["shard_00_tokens", "shard_01_tokens"]
+    manifest = json.loads((kd / "manifest.json").read_text())
+    assert [s["partition"] for s in manifest["shards"]] == ["synth_00", "synth_01"]
+    distill = data / "distill" / contracts.DISTILL_DATASET_NAME
+    assert sorted(p.name for p in (distill / "train").iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+
+
+def test_a_lost_instance_does_not_hide_outputs_of_removed_shards(three_shards, tmp_path):
+    """The partition was never registered in this (fresh) instance: the files on disk still go."""
+    _, paths, raw, data = three_shards
+    (raw / "synth_03.parquet").unlink()
+    with dg.DagsterInstance.ephemeral() as fresh:
+        run(fresh, paths, ["synth_raw_inventory"])
+    assert shard_03_files(data) == []
+    assert orphaned_outputs(paths.output_layout(), ["synth_00", "synth_01"]) == []
+
+
+def test_a_renamed_shard_keeps_its_number_files_until_rebuilt(three_shards):
+    """synth_03 renamed synth_3: the key-named files of synth_03 go, shard_03 files stay for synth_3."""
+    instance, paths, raw, data = three_shards
+    (raw / "synth_03.parquet").rename(raw / "synth_3.parquet")
+    orphans = [p.name for p in orphaned_outputs(paths.output_layout(), ["synth_00", "synth_01", "synth_3"])]
+    assert "synth_03.parquet" in orphans and not any("shard_03" in name or "part-00003" in name for name in orphans)
+    build_all(instance, paths)
+    assert not [f for f in every_file(data) if "synth_03" in f]
+
+
+def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
+    from synthkd_assets.defs.automation import tick_synth_raw_sensor
+
+    instance, paths, raw, data = three_shards
+    cursor = tick_synth_raw_sensor(instance, paths, None).cursor
+    (raw / "synth_03.parquet").unlink()
+    tick_synth_raw_sensor(instance, paths, cursor)
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
+    assert shard_03_files(data) == []
+
+
+def test_rows_are_accounted_over_the_whole_dataset(three_shards):
+    """The end state of an overwritten shard (an empty twin's record under shard 00's name, its files gone):
+    every other check passes on it; the dataset-level rows check does not."""
+    instance, paths, raw, data = three_shards
+    empty_raw = raw / "synth_05.parquet"
+    write_raw(empty_raw, [])
+    build_all(instance, paths)
+    kd = data / "megatron" / contracts.DATASET_NAME
+    shutil.copy(kd / "shards" / "shard_05.json", kd / "shards" / "shard_00.json")
+    for path in [*(kd / "train").glob("shard_00_*"), *(kd / "valid").glob("shard_00_*"), kd / "shards" / "shard_00_documents.parquet"]:
+        path.unlink()
+    distill_records = data / contracts.DISTILL_DATASET_NAME
+    shutil.copy(distill_records / "synth_05.json", distill_records / "synth_00.json")
+    for path in (data / "distill" / contracts.DISTILL_DATASET_NAME).glob("*/part-00000.parquet"):
+        path.unlink()
+    outcomes = check_outcomes(run(instance, paths, MANIFEST_STEPS, raise_on_error=False))
+    failing = sorted(name for name, passed in outcomes.items() if not passed)
+    assert failing == ["dataset_rows_accounted", "distill_dataset_rows_accounted"]
+
+
+def test_a_failing_check_says_why(three_shards):
+    """synth_04 repeats synth_00's rows: the build fails, and both the in-process error and the report the
+    build script prints (`cli failures`) list the duplicated ids and the files they are in."""
+    from datetime import datetime, timezone
+
+    from synthkd_assets.defs.failures import failed_runs_report
+
+    instance, paths, raw, data = three_shards
+    since = datetime.now(timezone.utc)
+    shutil.copy(raw / "synth_00.parquet", raw / "synth_04.parquet")
+    with pytest.raises(BuildFailed) as failed:
+        build_all(instance, paths)
+    report = failed_runs_report(instance, since)
+    for text in (str(failed.value), "\n".join(report)):
+        assert "check synth_kd_v1_manifest:no_duplicate_synth_ids failed: " in text, text
+        assert "occurs 2 times: shard_00_documents.parquet, shard_04_documents.parquet" in text
+        assert "more in the check's `problems` metadata" in text
+    assert report[0].startswith("run ") and report[0].endswith(" failed:")
+
+
+# --- one build per data root ----------------------------------------------------------------
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from synthkd_assets.core.buildlock import build_lock
+    with build_lock(Path(sys.argv[1])):
+        print("locked", flush=True)
+        sys.stdin.read()  # hold until the test closes stdin
+    """
+)
+
+
+def test_a_second_build_on_one_data_root_stops_at_once(tmp_path):
+    raw = tmp_path / "raw"
+    small_shard(raw / "synth_00.parquet")
+    data = tmp_path / "data"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(data)], cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(data))
+        with dg.DagsterInstance.ephemeral() as instance:
+            with pytest.raises(BuildLockHeld, match=f"another build holds {lock_path(data)}"):
+                build_all(instance, paths)
+        assert not (data / "synth_harmony").exists()  # it wrote nothing
+        with build_lock(tmp_path / "other"):  # another data root is not blocked
+            pass
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    with build_lock(data):  # released when its holder exits
+        pass
+
+
+def test_the_lock_is_released_when_its_holder_is_killed(tmp_path):
+    data = tmp_path / "data"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(data)], cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    with pytest.raises(BuildLockHeld):
+        with build_lock(data):
+            pass
+    holder.kill()
+    holder.wait(timeout=60)
+    with build_lock(data):
+        pass
