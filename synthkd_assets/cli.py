@@ -30,14 +30,16 @@ def list_partitions() -> list[str]:
 def step_report(data_dir: Path, step: str, partition: str, smoke: bool = False) -> dict | None:
     """The report a shard step published for `partition` (None if it has not been built)."""
     from synthkd_assets.core.inventory import shard_index_from_name
+    from synthkd_assets.core.stages import shard_record_path
+    from synthkd_assets.defs.resources import SynthKDPaths
 
+    paths = SynthKDPaths(data_dir=str(data_dir), smoke=smoke)
     if step == "synth_kd_v1":
-        name = contracts.SMOKE_DATASET_NAME if smoke else contracts.DATASET_NAME
-        path = data_dir / "megatron" / name / "shards" / f"shard_{shard_index_from_name(partition):02d}.json"
+        path = shard_record_path(paths.megatron_root(), shard_index_from_name(partition))
     elif step == "synth_distill":
-        path = data_dir / (contracts.DISTILL_SMOKE_DATASET_NAME if smoke else contracts.DISTILL_DATASET_NAME) / f"{partition}.json"
+        path = paths.distill_records_dir() / f"{partition}.json"
     else:
-        path = data_dir / step / f"{partition}.report.json"
+        path = paths.stage_dir(step) / f"{partition}.report.json"
     if not path.is_file():
         return None
     record = json.loads(path.read_text())

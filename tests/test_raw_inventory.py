@@ -295,3 +295,26 @@ def test_the_lock_is_released_when_its_holder_is_killed(tmp_path):
     holder.wait(timeout=60)
     with build_lock(data):
         pass
+
+
+def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
+    """A removed shard's leftovers in the full and the smoke build roots, and partials under the unique names
+    core/atomic.py gives them (`<name>.<random>.partial`), are all found; a present shard's are not."""
+    paths = SynthKDPaths(raw_dir=str(tmp_path / "raw"), data_dir=str(tmp_path / "data"))
+    data = tmp_path / "data"
+    gone = [
+        data / "synth_harmony" / "synth_03.parquet",
+        data / "smoke" / "synth_harmony" / "synth_03.report.json",
+        data / "smoke" / "errors" / "synth_harmony" / "synth_03.jsonl",
+        data / "smoke" / contracts.DISTILL_SMOKE_DATASET_NAME / "synth_03.json",
+        data / "megatron" / contracts.DATASET_NAME / "train" / "shard_03_tokens.bin.k2_x9abc.partial",
+        data / "distill" / contracts.DISTILL_DATASET_NAME / "train" / "part-00003.parquet.q1w2e3.partial",
+    ]
+    kept = [
+        data / "smoke" / "synth_harmony" / "synth_00.parquet",
+        data / "megatron" / contracts.DATASET_NAME / "train" / "shard_00_tokens.bin.a1b2c3.partial",
+    ]
+    for path in gone + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    assert orphaned_outputs(paths.output_layout(), ["synth_00"]) == sorted(gone)

@@ -32,13 +32,14 @@ class OutputLayout:
 
     stage_dirs: tuple[Path, ...]  # <key>.parquet, <key>.report.json
     record_dirs: tuple[Path, ...]  # DistillKit per-shard records <key>.json
-    errors_dir: Path  # <step>/<key>.jsonl
+    errors_dirs: tuple[Path, ...]  # <step>/<key>.jsonl
     megatron_roots: tuple[Path, ...]  # {train,valid}/shard_XX_*.{bin,idx}, shards/shard_XX{.json,_documents.parquet}
     distill_roots: tuple[Path, ...]  # {train,validation}/part-XXXXX.parquet
 
 
 def _final_name(name: str) -> str:
-    return name[: -len(PARTIAL_SUFFIX)] if name.endswith(PARTIAL_SUFFIX) else name
+    """The name a partial file (`<name>.<random>.partial`, core/atomic.py) will be published under."""
+    return name[: -len(PARTIAL_SUFFIX)].rsplit(".", 1)[0] if name.endswith(PARTIAL_SUFFIX) else name
 
 
 def _key_of(name: str, suffixes: Iterable[str]) -> str | None:
@@ -61,8 +62,9 @@ def orphaned_outputs(layout: OutputLayout, present: Collection[str]) -> list[Pat
     found: list[Path] = []
     key_dirs = [(d, (".report.json", ".parquet")) for d in layout.stage_dirs]
     key_dirs += [(d, (".json",)) for d in layout.record_dirs]
-    if layout.errors_dir.is_dir():
-        key_dirs += [(d, (".jsonl",)) for d in sorted(layout.errors_dir.iterdir()) if d.is_dir()]
+    for errors_dir in layout.errors_dirs:
+        if errors_dir.is_dir():
+            key_dirs += [(d, (".jsonl",)) for d in sorted(errors_dir.iterdir()) if d.is_dir()]
     for directory, suffixes in key_dirs:
         for path in _files(directory):
             key = _key_of(path.name, suffixes)

@@ -30,6 +30,7 @@ from synthkd_assets.core.stages import (
     harmonize_shard,
     kd_dataset_files,
     select_rows_shard,
+    shard_record_path,
     tokenize_shard,
     write_megatron_shard,
 )
@@ -498,7 +499,7 @@ def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.Ma
     root = paths.megatron_root()
     report, inventories = write_megatron_shard(in_path, root, shard_index, key, paths.caps())
     shard_record = {"partition": key, "report": report.to_dict(), "splits": [inv.to_dict() for inv in inventories]}
-    mf.write_manifest(root / "shards" / f"shard_{shard_index:02d}.json", shard_record)
+    mf.write_manifest(shard_record_path(root, shard_index), shard_record)
     written = [path for split in contracts.SPLITS for path in trio_files(root / split, shard_index)]
     return dg.MaterializeResult(
         metadata={
@@ -568,7 +569,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
     root = paths.megatron_root()
     names = [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())]
     records = _partition_records(
-        "synth_kd_v1", {name: root / "shards" / f"shard_{shard_index_from_name(name):02d}.json" for name in names}
+        "synth_kd_v1", {name: shard_record_path(root, shard_index_from_name(name)) for name in names}
     )
     harmony_reports, step_reports = _upstream_reports(paths, names)
     kd_reports = [r["report"] for r in records]

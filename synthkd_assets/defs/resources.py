@@ -121,14 +121,15 @@ class SynthKDPaths(dg.ConfigurableResource):
         return self.errors_dir() / contracts.DISTILL_ENCODING_ERRORS_FILENAME
 
     def output_layout(self) -> OutputLayout:
-        """Where per-shard outputs live, for both datasets (full and smoke) whichever this build writes."""
+        """Where per-shard outputs live, for full and smoke builds alike (a removed shard's outputs go from both)."""
         data = self.data_root()
+        build_roots = (data, data / SMOKE_SUBDIR)
         distill_names = (contracts.DISTILL_DATASET_NAME, contracts.DISTILL_SMOKE_DATASET_NAME)
         distill_roots = [self.distill_root(), *(data / "distill" / name for name in distill_names)]
         return OutputLayout(
-            stage_dirs=tuple(self.stage_dir(stage) for stage in STAGE_NAMES),
-            record_dirs=tuple(self.stage_dir(name) for name in distill_names),
-            errors_dir=self.errors_dir(),
+            stage_dirs=tuple(root / stage for root in build_roots for stage in STAGE_NAMES),
+            record_dirs=tuple(root / name for root in build_roots for name in distill_names),
+            errors_dirs=tuple(root / "errors" for root in build_roots),
             megatron_roots=tuple(data / "megatron" / name for name in (contracts.DATASET_NAME, contracts.SMOKE_DATASET_NAME)),
             distill_roots=tuple(dict.fromkeys(distill_roots)),
         )
