@@ -5,7 +5,7 @@
 # Roots: SYNTHKD_RAW_DIR (default data/sample/synth_raw) and SYNTHKD_DATA_DIR (default data).
 # SYNTHKD_PARALLEL_RUNS (default 1): shard runs submitted at once. Raise it with a PostgreSQL instance and
 # SYNTHKD_EXECUTOR=celery (README, "Running on a cluster"), where each run's steps go to the Celery workers.
-# Prints one line per pass and shard; every Dagster log line goes to $DAGSTER_HOME/logs/build-<time>.log.
+# Prints one line per pass and shard; every Dagster log line goes to $DAGSTER_HOME/logs/build-<time>-<pid>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_started=$(date +%s)
@@ -15,7 +15,7 @@ build_started=$(date +%s)
 data_root="${SYNTHKD_DATA_DIR:-data}"
 mkdir -p "$data_root"
 exec 9<>"$data_root/.build.lock"
-.venv/bin/python -m synthkd_assets.cli lock --fd 9 "$data_root/.build.lock" || exit 75
+.venv/bin/python -m synthkd_assets.cli lock --fd 9 "$data_root/.build.lock" || exit $?  # 75: held
 
 # Each command runs as a job in its own process group (set -m); INT / TERM / HUP stop the running one and
 # every process under it (dagster runs, step processes) before the script exits.
@@ -31,7 +31,7 @@ failed() { local rc=$?; .venv/bin/python -m synthkd_assets.cli failures --since 
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"
 if [ ! -f "$DAGSTER_HOME/dagster.yaml" ]; then
-  if [ -n "${SYNTHKD_EXECUTOR:-}" ] && [ "$SYNTHKD_EXECUTOR" != multiprocess ]; then
+  if [ -n "${SYNTHKD_EXECUTOR:-}" ] && [ "$SYNTHKD_EXECUTOR" != multiprocess ] && [ "$SYNTHKD_EXECUTOR" != in_process ]; then
     echo "SYNTHKD_EXECUTOR=$SYNTHKD_EXECUTOR but $DAGSTER_HOME/dagster.yaml is missing: copy deploy/cluster/dagster.yaml there (a cluster needs the shared PostgreSQL instance, not sqlite)" >&2
     exit 2
   fi
@@ -90,7 +90,7 @@ export -f launch shard_run
 each_shard() {  # pass name, selection: SYNTHKD_PARALLEL_RUNS shard runs at a time; stops at the first failure
   local start=$SECONDS
   echo "$1 pass over $BUILD_SHARDS shards: $2"
-  job xargs -0 -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I{} bash -c 'shard_run "$@"' _ "$1" "$2" {} < "$BUILD_KEYS" || failed
+  job xargs -0 -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I{} bash -c 'shard_run "$@"' _ "$1" "$2" {} < "$BUILD_KEYS" || (exit 1) || failed
   echo "$1 pass done ($((SECONDS - start))s)"
 }
 step() {  # label, selection: one unpartitioned run

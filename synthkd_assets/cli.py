@@ -14,7 +14,7 @@ from synthkd_assets import contracts
 
 NO_PARTITIONS_HINT = (
     "no synth_shards partitions are registered in this Dagster instance (DAGSTER_HOME={home}): register one per "
-    "raw file with `dg launch --assets synth_raw_inventory` (or start `dg dev`: its sensor registers them); after that, none means the raw directory holds no *.parquet file"
+    "raw file with `dg launch --assets synth_raw_inventory` (or start `dg dev`: its sensor registers them)"
 )
 
 

@@ -147,12 +147,13 @@ SANITIZED_INVALID_WORDS: Final = "invalid_words"  # `words` not a whole number >
 
 # --- every drop reason, by the step that counts it ---------------------------------------------
 # each step's metadata reports all of its reasons, 0 when none applied, so plots over time have no gaps
-DROP_SMOKE_CAP: Final = "smoke_cap"  # rows beyond the smoke build's per-shard caps
 DROP_REASONS_BY_STEP: Final = {
     "synth_harmony": (
         *(f"missing_{column}" for column in ("synth_id", "query", "query_seed_text", "synthetic_answer")),
         *(f"{DROP_INVALID_UTF8_PREFIX}{column}" for column in RAW_STRING_COLUMNS),
+        DROP_NUL_IN_SYNTH_ID,
         DROP_DUPLICATE_SYNTH_ID,
+        DROP_SMOKE_CAP,
     ),
     "synth_filtered": (DROP_EMPTY_ANSWER, DROP_RESULT_FAILED, DROP_RESULT_INCONSISTENT),
     "synth_sampled": tuple(DROP_SAMPLED_OUT.values()),

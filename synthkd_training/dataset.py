@@ -317,7 +317,10 @@ def _token_count(tokens_prefix: str) -> int | None:
     """Tokens in a prefix's documents; None when it cannot be opened (the dataset reports that, naming it)."""
     if not Path(f"{tokens_prefix}.idx").is_file():
         return None
-    dataset = IndexedDataset(str(tokens_prefix))  # keep it alive while its index arrays are read
+    try:
+        dataset = IndexedDataset(str(tokens_prefix))  # keep it alive while its index arrays are read
+    except Exception:  # a truncated or foreign .idx: the dataset build names it (SpanDatasetError)
+        return None
     return int(dataset.sequence_lengths.sum(dtype=np.int64))
 
 

@@ -19,7 +19,7 @@ from synthkd_assets import contracts
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock, lock_path
 from synthkd_assets.core.checks import dataset_rows_problems
 from synthkd_assets.core.cleanup import orphaned_outputs
-from synthkd_assets.core.inventory import ignored_raw_files, scan_raw_dir
+from synthkd_assets.core.inventory import ignored_raw_files, partition_key_for, scan_raw_dir, shard_index_from_name
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
@@ -66,14 +66,19 @@ def test_an_empty_raw_directory_fails_the_inventory_and_leaves_the_partitions(tm
         assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00"]
 
 
-@pytest.mark.parametrize("names", [("synth_01.parquet", "synth_1.parquet"), ("a_1.parquet", "b_1.parquet")])
-def test_two_names_with_one_shard_number_are_refused_naming_both(tmp_path, names):
+@pytest.mark.parametrize(
+    "names, number",
+    [(("synth_01.parquet", "synth_1.parquet"), 1), (("a_1.parquet", "b_1.parquet"), 1), (("x_1.5.parquet", "y_5.parquet"), 5)],
+)
+def test_two_names_with_one_shard_number_are_refused_naming_both(tmp_path, names, number):
     for name in names:
         small_shard(tmp_path / name)
+        # the number the inventory judges is the number every output of that partition is named after
+        assert shard_index_from_name(name) == shard_index_from_name(partition_key_for(tmp_path / name)) == number
     with pytest.raises(InputFileError) as refused:
         scan_raw_dir(tmp_path)
     message = str(refused.value)
-    assert all(str(tmp_path / name) in message for name in names) and "(shard 01)" in message
+    assert all(str(tmp_path / name) in message for name in names) and f"(shard {number:02d})" in message
 
 
 def test_a_zero_row_twin_cannot_overwrite_a_shard(tmp_path):
@@ -199,14 +204,21 @@ def test_a_renamed_shard_keeps_its_number_files_until_rebuilt(three_shards):
 
 
 def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
-    from synthkd_assets.defs.automation import tick_synth_raw_sensor
+    from synthkd_assets.defs.automation import synth_raw_sensor, tick_synth_raw_sensor
 
     instance, paths, raw, data = three_shards
     cursor = tick_synth_raw_sensor(instance, paths, None).cursor
     (raw / "synth_03.parquet").unlink()
-    tick_synth_raw_sensor(instance, paths, cursor)
+    with build_lock(paths.data_root()):  # a build in progress: the sensor waits, touching nothing
+        skipped = synth_raw_sensor(dg.build_sensor_context(instance=instance, cursor=cursor, resources={"paths": paths}))
+    assert isinstance(skipped, dg.SkipReason) and ".build.lock" in skipped.skip_message and shard_03_files(data)
+    result = tick_synth_raw_sensor(instance, paths, cursor)
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
     assert shard_03_files(data) == []
+    # nothing else rebuilds, so the sensor asks for the manifests to list what is left; then they pass
+    assert [r.job_name for r in result.run_requests] == ["synth_manifests_job"]
+    outcome = check_outcomes(run(instance, paths, MANIFEST_STEPS))
+    assert outcome and all(outcome.values()), outcome
 
 
 def test_rows_are_accounted_over_the_whole_dataset(three_shards):

@@ -45,3 +45,18 @@ def build_lock(data_root: Path) -> Iterator[Path]:
         yield path
     finally:
         os.close(fd)  # releases the lock
+
+
+def build_in_progress(data_root: Path) -> bool:
+    """Whether a build holds the data root's lock now (asked without taking it for longer than the test)."""
+    path = lock_path(data_root)
+    if not path.is_file():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the test lock when it was taken
+    return False

@@ -36,8 +36,10 @@ class InputManifestError(ValueError):
 
 
 def shard_index_from_name(name: str) -> int:
-    """`synth_07.parquet` -> 7: the trailing number of the file stem is the shard index of the contract."""
-    match = re.search(r"(\d+)$", Path(name).stem)
+    """`synth_07.parquet` (or its partition key `synth_07`) -> 7: the trailing number of the name without
+    `.parquet` is the shard index of the contract. Only that suffix is removed, so a file name and its
+    key always give the same number (`x_1.5.parquet` and `x_1.5` are both shard 5)."""
+    match = re.search(r"(\d+)$", name.removesuffix(RAW_GLOB.removeprefix("*")))
     if match is None:
         raise ValueError(f"shard file {name!r} has no trailing shard number (expected e.g. synth_07.parquet)")
     return int(match.group(1))
@@ -55,7 +57,7 @@ class RawShard:
 
 
 def partition_key_for(path: Path) -> str:
-    return path.stem
+    return path.name.removesuffix(RAW_GLOB.removeprefix("*"))
 
 
 # what Dagster refuses in a partition key (dagster/_core/definitions/partitions/utils/base.py)

@@ -8,6 +8,7 @@ import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.buildlock import build_in_progress, lock_path
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import (
     InputManifestError,
@@ -63,12 +64,15 @@ synth_manifests_job = dg.define_asset_job(
 
 
 def _built_from(paths: SynthKDPaths, keys: list[str]) -> dict[str, str | None]:
-    """Source hash each shard's current synth_harmony output was built from (None: never built)."""
-    built = {}
-    for key in keys:
-        report = paths.stage_dir("synth_harmony") / f"{key}.report.json"
-        built[key] = mf.read_json(report).get("source_sha256") if report.is_file() else None
-    return built
+    return {key: paths.built_from_sha256(key) for key in keys}
+
+
+def _wait_for_build(paths: SynthKDPaths) -> dg.SkipReason | None:
+    """A skip while a build (scripts/build.sh, build_all) holds the data root's lock: requested runs would race
+    its writes, and what it builds is what the next tick compares against."""
+    if build_in_progress(paths.data_root()):
+        return dg.SkipReason(f"a build holds {lock_path(paths.data_root())}: waiting for it to finish")
+    return None
 
 
 @dg.sensor(
@@ -80,7 +84,9 @@ def _built_from(paths: SynthKDPaths, keys: list[str]) -> dict[str, str | None]:
     "synth_plan_job, then a full rebuild); before any plan exists it requests only their scan pass "
     "(synth_scan_job). Requests synth_manifests_job when data/synth_harmony/manifest.json changes.",
 )
-def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -> dg.SensorResult:
+def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -> dg.SensorResult | dg.SkipReason:
+    if waiting := _wait_for_build(paths):
+        return waiting
     cursor = json.loads(context.cursor) if context.cursor else {"shards": {}, "harmony_manifest": None}
     shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
@@ -101,7 +107,13 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
         requests.append(SYNTH_SHARDS.build_add_request(add))
     if remove:
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
-        context.log.warning(f"deleted partitions {remove}; removed their outputs: {[str(p) for p in remove_orphaned_outputs(paths.output_layout(), list(sha))]}")
+    # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too)
+    removed = remove_orphaned_outputs(paths.output_layout(), list(sha))
+    if removed:
+        context.log.warning(f"raw shards gone ({remove or 'not registered here'}): removed their outputs {[str(p) for p in removed]}")
+        if not rebuild and paths.sampling_plan_path().is_file():  # a rebuild is followed by synth_manifests_automation
+            gone = mf.config_hash(sorted(str(p) for p in removed))
+            run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"removed:{gone}"))
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=requests,
@@ -162,6 +174,8 @@ DEFAULT_REBUILD_CRON = "0 3 * * *"
     "file, when the input manifest and the raw files disagree.",
 )
 def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext, paths: SynthKDPaths):
+    if waiting := _wait_for_build(paths):
+        return waiting
     shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
     manifest_path = paths.raw_root() / contracts.INPUT_MANIFEST_FILENAME
     listed = read_input_manifest(manifest_path)

@@ -8,12 +8,11 @@ import dagster as dg
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.checks import dataset_rows_problems, input_drift, manifest_problems, split_leakage, unreadable_shards
-from synthkd_assets.core.inventory import scan_raw_dir
+from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
 from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
-from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.stages import ShardReport, documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
@@ -138,16 +137,11 @@ def raw_inputs_unchanged(paths: SynthKDPaths) -> dg.AssetCheckResult:
     manifest = mf.read_json(paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME)
     current = {s.name: s.sha256 for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}
     read_time = [
-        {"name": entry["name"], "source": {"sha256": _read_time_sha256(paths, entry["name"])}} for entry in manifest["shards"]
+        {"name": entry["name"], "source": {"sha256": paths.built_from_sha256(entry["name"])}} for entry in manifest["shards"]
     ]
     return _result(
         input_drift(read_time, current), passed_summary=f"{len(current)} raw shards match the hashes read at build time", shards=len(current)
     )
-
-
-def _read_time_sha256(paths: SynthKDPaths, name: str) -> str | None:
-    report = paths.stage_dir("synth_harmony") / f"{name}.report.json"
-    return mf.read_json(report).get("source_sha256") if report.is_file() else None
 
 
 def _file_count(manifest: dict) -> int:
@@ -180,8 +174,17 @@ def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
 )
 def dataset_rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    _, manifest = _dataset_manifest(paths)
-    return _result(dataset_rows_problems(manifest))
+    return _dataset_rows_result(_dataset_manifest(paths)[1])
+
+
+def _dataset_rows_result(manifest: dict) -> dg.AssetCheckResult:
+    """rows in = rows out + dropped over all shards of a dataset manifest (either dataset)."""
+    totals = manifest.get("totals", {})
+    summary = (
+        f"{totals.get('rows_in')} rows in = {totals.get('rows_out')} out + {sum(totals.get('dropped', {}).values())} "
+        f"dropped over {len(manifest.get('shards', []))} shards"
+    )
+    return _result(dataset_rows_problems(manifest), passed_summary=summary)
 
 
 def _document_tables(root: Path, manifest: dict) -> list[Path]:
@@ -301,8 +304,7 @@ def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
 )
 def distill_dataset_rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    _, manifest = _distill_manifest(paths)
-    return _result(dataset_rows_problems(manifest))
+    return _dataset_rows_result(_distill_manifest(paths)[1])
 
 
 DISTILL_CHECKS = [

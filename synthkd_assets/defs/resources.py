@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -86,6 +87,12 @@ class SynthKDPaths(dg.ConfigurableResource):
 
     def stage_dir(self, stage: str) -> Path:
         return self.build_root() / stage
+
+    def built_from_sha256(self, key: str) -> str | None:
+        """The raw sha256 synth_harmony read when it last built shard `key` (its report), None if never built:
+        what the sensor, the schedule and raw_inputs_unchanged compare the raw files with."""
+        report = self.stage_dir("synth_harmony") / f"{key}.report.json"
+        return json.loads(report.read_text()).get("source_sha256") if report.is_file() else None
 
     def raw_hash_cache(self) -> Path:
         return self.data_root() / "synth_raw" / "hash_cache.json"
