@@ -25,10 +25,12 @@ pytestmark = pytest.mark.daemon
 
 MANIFEST_CHECKS = {
     "synth_harmony_manifest": {"raw_inputs_unchanged"},
-    "synth_kd_v1_manifest": {"manifest_provenance", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron"},
+    "synth_kd_v1_manifest": {
+        "manifest_provenance", "dataset_rows_accounted", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron",
+    },
     "synth_distill_manifest": {
         "distill_labels_match_input_ids", "distill_spans_consistent", "distill_max_length_respected",
-        "distill_no_split_leakage", "distill_manifest_provenance",
+        "distill_no_split_leakage", "distill_manifest_provenance", "distill_dataset_rows_accounted",
     },
 }
 

@@ -136,7 +136,7 @@ def test_a_failed_check_says_what_failed_and_which_file(built_sample, tmp_path):
         assert not evaluations[name].passed
         text = evaluations[name].description
         assert text.startswith("FAILED, 1 problem: ") and "shard_01" in text and "train" in text, text
-    assert "shard_01_tokens.bin differs from the manifest" in evaluations["manifest_provenance"].description
+    assert "train/shard_01_tokens.bin has" in evaluations["manifest_provenance"].description  # names the file and why
     assert evaluations["no_split_leakage"].description.startswith("passed: no synth_id in both splits")
 
 
