@@ -63,8 +63,9 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     lines = stdout.splitlines()
     assert any(line.startswith("inventory: o200k_tokenizer,synth_raw_inventory (") for line in lines)
     assert "scan pass over 4 shards: synth_harmony,synth_filtered" in lines
-    assert "  scan synth_00 (1/4): 750 rows in -> synth_harmony 750, synth_filtered 726 (24 dropped) (" in stdout
-    assert "  build synth_00 (1/4): 726 rows in -> synth_sampled 573 (153 dropped), synth_tokenized 573, " in stdout
+    # smoke: synth_harmony reads the first 256 of the 750 raw rows (the other 494 are counted as smoke_cap)
+    assert "  scan synth_00 (1/4): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 252 (4 dropped) (" in stdout
+    assert "  build synth_00 (1/4): 252 rows in -> synth_sampled 252, synth_tokenized 252, " in stdout
     for i, key in enumerate(["synth_00", "synth_01", "synth_02", "synth_03"], 1):
         line = next(line for line in lines if line.startswith(f"  build {key} ({i}/4): "))
         assert "synth_kd_v1 64 (" in line and "synth_distill 64 (" in line, line  # the smoke cap
