@@ -6,7 +6,9 @@ back with its `IndexedDataset`, so what we validate is exactly what training wil
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -14,13 +16,10 @@ from types import TracebackType
 import numpy as np
 
 from synthkd_assets import contracts
-import contextlib
-import os
-from collections.abc import Iterator, Sequence
 
 from synthkd_assets.core.atomic import PartialFile, discard_all, publish_partials
 from synthkd_assets.core.manifest import sha256_file
-from synthkd_assets.core.parquet_io import OutputFileError, ParquetShardWriter
+from synthkd_assets.core.parquet_io import ParquetShardWriter, output_errors_named
 
 # importing megatron-core warns that Transformer Engine and Apex are absent: they are training kernels, of no
 # use for reading and writing IndexedDatasets, so a build has nothing to act on (synthkd_training still warns)
@@ -95,7 +94,7 @@ class MegatronShardWriter:
         self._closed = False
         try:
             for kind, prefix in self._prefixes.items():
-                with self._errors_named(Path(f"{prefix}.bin")):
+                with output_errors_named(Path(f"{prefix}.bin")):
                     self._bins[kind] = PartialFile(Path(f"{prefix}.bin"))
                     self._idxs[kind] = PartialFile(Path(f"{prefix}.idx"))
                     self._builders[kind] = IndexedDatasetBuilder(
@@ -105,17 +104,6 @@ class MegatronShardWriter:
             self.abort()  # e.g. disk full on the second file: the first one's partial goes too
             raise
 
-    @staticmethod
-    @contextlib.contextmanager
-    def _errors_named(final: Path) -> Iterator[None]:
-        try:
-            yield
-        except OutputFileError:
-            raise
-        except OSError as error:
-            reason = os.strerror(error.errno) if error.errno else str(error)
-            raise OutputFileError(f"{final}: cannot write output: {reason} ({type(error).__name__}: {error})") from error
-
     def add(self, tokens: np.ndarray, loss_mask: np.ndarray, span_id: np.ndarray) -> None:
         n = len(tokens)
         if not (len(loss_mask) == n == len(span_id)) or n == 0:
@@ -124,7 +112,7 @@ class MegatronShardWriter:
                 f"{len(tokens)}/{len(loss_mask)}/{len(span_id)}"
             )
         for kind, array in zip(contracts.ARRAY_KINDS, (tokens, loss_mask, span_id)):
-            with self._errors_named(self._bins[kind].final):
+            with output_errors_named(self._bins[kind].final):
                 self._builders[kind].add_document(np.asarray(array, dtype=contracts.ARRAY_DTYPES[kind]), [n])
         self.sequences += 1
         self.tokens += n
@@ -132,7 +120,7 @@ class MegatronShardWriter:
     def finish(self) -> None:
         """Close every .bin and write every .idx, all still under their partial names."""
         for kind, builder in self._builders.items():
-            with self._errors_named(self._idxs[kind].final):
+            with output_errors_named(self._idxs[kind].final):
                 builder.finalize(str(self._idxs[kind].path))
         self._closed = True
 

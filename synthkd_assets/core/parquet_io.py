@@ -126,6 +126,18 @@ def list_column_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray]:
     return rows
 
 
+@contextlib.contextmanager
+def output_errors_named(final: Path) -> Iterator[None]:
+    """An OSError of the write side (ENOSPC, EIO...) as an OutputFileError naming the final file."""
+    try:
+        yield
+    except OutputFileError:
+        raise
+    except OSError as error:
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        raise OutputFileError(f"{final}: cannot write output: {reason} ({type(error).__name__}: {error})") from error
+
+
 class ParquetShardWriter:
     """Writes one Parquet shard under a `.partial` name and publishes it on `close()`.
 
@@ -152,18 +164,8 @@ class ParquetShardWriter:
         self._pending_rows = 0
         self.rows = 0
 
-    @contextlib.contextmanager
-    def _errors_named(self) -> Iterator[None]:
-        """An OSError of the write side (ENOSPC, EIO...) as an OutputFileError naming the final file."""
-        try:
-            yield
-        except OutputFileError:
-            raise
-        except OSError as error:
-            reason = os.strerror(error.errno) if error.errno else str(error)
-            raise OutputFileError(
-                f"{self.final_path}: cannot write output: {reason} ({type(error).__name__}: {error})"
-            ) from error
+    def _errors_named(self) -> contextlib.AbstractContextManager[None]:
+        return output_errors_named(self.final_path)
 
     def write(self, table: pa.Table | pl.DataFrame) -> None:
         if isinstance(table, pl.DataFrame):
