@@ -67,6 +67,11 @@ def _built_from(paths: SynthKDPaths, keys: list[str]) -> dict[str, str | None]:
     return {key: paths.built_from_sha256(key) for key in keys}
 
 
+def shard_run_key(key: str, sha256: str) -> str:
+    """One run key per (shard, content), shared by the sensor and the schedule so each sees the other's runs."""
+    return f"{key}:{sha256}"
+
+
 def _wait_for_build(paths: SynthKDPaths) -> dg.SkipReason | None:
     """A skip while a build (scripts/build.sh, build_all) holds the data root's lock: requested runs would race
     its writes, and what it builds is what the next tick compares against."""
@@ -95,7 +100,7 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
     # a global plan: a changed shard is rebuilt with the plan in force (its rates are global numbers, so
     # the other shards stay valid and untouched); without a plan only the scan pass can run
     job = synth_shard_job if paths.sampling_plan_path().is_file() else synth_scan_job
-    run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=f"{key}:{sha[key]}") for key in rebuild]
+    run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=shard_run_key(key, sha[key])) for key in rebuild]
     manifest_path = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
     manifest_sha = mf.sha256_file(manifest_path) if manifest_path.is_file() else None
     changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
@@ -191,7 +196,7 @@ def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext, paths: SynthKDP
     if not rebuild:
         return dg.SkipReason(f"nothing changed: all {len(shards)} shards are built from {against}")
     sha = {s.name: s.sha256 for s in shards}
-    run_keys = {key: f"{key}:{sha[key]}" for key in rebuild}  # the sensor's run keys: one per (shard, content)
+    run_keys = {key: shard_run_key(key, sha[key]) for key in rebuild}  # the sensor's: an in-flight run is found by it
     in_flight = [key for key in rebuild if _has_active_run(context.instance, run_keys[key])]
     rebuild = [key for key in rebuild if key not in in_flight]
     if not rebuild:
