@@ -19,10 +19,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.manifest import sha256_file, write_manifest
 
-MANIFEST_FILENAME = "manifest.json"
+MANIFEST_FILENAME = contracts.MANIFEST_FILENAME  # re-exported for the training loader
 SIDECAR_SUFFIX = ".sha256"
 
 
