@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from synthkd_assets import contracts
+from synthkd_contract import constants
 from synthkd_training.dataset import SpanGPTDatasetConfig, build_span_datasets, tokens_prefixes
 from synthkd_training.losses import SpanLossConfig, span_ce_loss
 from synthkd_training.synthetic import write_synthetic_split
@@ -38,10 +38,10 @@ from synthkd_training.synthetic import write_synthetic_split
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-root", type=Path, default=Path("data/megatron") / contracts.DATASET_NAME,
+    parser.add_argument("--data-root", type=Path, default=Path("data/megatron") / constants.DATASET_NAME,
                         help="dataset root holding train/ (and valid/) shard_XX_{tokens,lossmask,span} trios")
     parser.add_argument("--synthetic", action="store_true",
-                        help="write a small synthetic trio with the project's writer into --work-dir and train on it")
+                        help="write a small synthetic trio (megatron-core's builder) into --work-dir and train on it")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where synthetic data and megatron's index cache go (default: a temporary directory)")
     parser.add_argument("--steps", type=int, default=20)
@@ -110,7 +110,7 @@ def _build_model(args: argparse.Namespace, device: torch.device):
     model = GPTModel(
         config=config,
         transformer_layer_spec=get_gpt_layer_local_spec(),
-        vocab_size=contracts.PADDED_VOCAB_SIZE,
+        vocab_size=constants.PADDED_VOCAB_SIZE,
         max_sequence_length=args.seq_length,
         position_embedding_type="learned_absolute",
     )
@@ -127,7 +127,7 @@ def _datasets(args: argparse.Namespace, work_dir: Path):
     if args.synthetic:
         data_root = work_dir / "synthetic"
         write_synthetic_split(data_root / "train", shards=2, documents_per_shard=60, seed=args.seed)
-        write_synthetic_split(data_root / "valid", shards=1, documents_per_shard=20, seed=args.seed + 1, split="valid")
+        write_synthetic_split(data_root / "valid", shards=1, documents_per_shard=20, seed=args.seed + 1)
     train_prefixes = tokens_prefixes(data_root / "train")
     if not train_prefixes:
         raise SystemExit(f"no shard_XX_tokens trio under {data_root / 'train'}; build the dataset first or pass --synthetic")

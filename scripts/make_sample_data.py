@@ -3,7 +3,7 @@
 
 Writes ``--shards`` Parquet files ``synth_00.parquet`` ... into ``--output-dir`` (default
 ``data/sample/synth_raw``), ``--rows-per-shard`` rows each, with exactly the upstream columns
-(``synthkd_assets.contracts.RAW_COLUMNS``): every column ``string`` except ``words`` (``int64``).
+(``synthkd_contract.schemas.RAW_SCHEMA``): every column ``string`` except ``words`` (``int64``).
 
 The rows imitate SYNTH, including the messy parts the pipeline must cope with: ~20 % non-English
 rows (fr, de, es, it, pl, nl, la), a memorization majority, mcq / arithmetic rows whose
@@ -38,11 +38,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from synthkd_assets.contracts import (  # noqa: E402
-    RAW_COLUMNS,
-    RAW_INT_COLUMNS,
-    RAW_STRING_COLUMNS,
-)
+from synthkd_contract.constants import RAW_COLUMNS  # noqa: E402
+from synthkd_contract.schemas import RAW_SCHEMA  # noqa: E402
 
 DEFAULT_OUTPUT_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
 DEFAULT_SHARDS = 4
@@ -51,13 +48,6 @@ DEFAULT_SEED = 1234
 ROW_GROUP_SIZE = 256
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 3
-
-
-def raw_schema() -> pa.Schema:
-    """The raw SYNTH schema, built from the contract's column names (order = RAW_COLUMNS)."""
-    types = {name: pa.string() for name in RAW_STRING_COLUMNS}
-    types.update({name: pa.int64() for name in RAW_INT_COLUMNS})
-    return pa.schema([pa.field(name, types[name]) for name in RAW_COLUMNS])
 
 
 def shard_filename(shard_index: int) -> str:
@@ -899,9 +889,8 @@ def generate_rows(n_rows: int, seed: int, start_index: int = 0, long: bool = Fal
 
 
 def rows_to_table(rows: list[dict]) -> pa.Table:
-    schema = raw_schema()
     columns = {name: [row[name] for row in rows] for name in RAW_COLUMNS}
-    return pa.Table.from_pydict(columns, schema=schema)
+    return pa.Table.from_pydict(columns, schema=RAW_SCHEMA)
 
 
 def write_shards(output_dir, shards: int, rows_per_shard: int, seed: int,

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from synthkd_assets import contracts
+from synthkd_contract import constants
 
 
 NO_PARTITIONS_HINT = (
@@ -62,14 +62,14 @@ def progress_line(data_dir: Path, steps: list[str], partition: str, smoke: bool 
 
 
 def summary_lines(manifest: dict) -> list[str]:
-    if manifest.get("dataset") == contracts.DISTILL_DATASET_NAME:
+    if manifest.get("dataset") == constants.DISTILL_DATASET_NAME:
         return distill_summary_lines(manifest)
     totals = manifest["totals"]
     lines = [
         f"{manifest['dataset']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git {manifest['git_sha'][:12]}",
         f"rows in: {totals['rows_in']}   rows written: {totals['rows_out']}",
-        "sequences per split: " + ", ".join(f"{s}={totals['sequences'].get(s, 0)}" for s in contracts.SPLITS),
-        "tokens per span: " + ", ".join(f"{n}={totals['span_tokens'].get(n, 0)}" for n in contracts.SPAN_NAMES.values()),
+        "sequences per split: " + ", ".join(f"{s}={totals['sequences'].get(s, 0)}" for s in constants.SPLITS),
+        "tokens per span: " + ", ".join(f"{n}={totals['span_tokens'].get(n, 0)}" for n in constants.SPAN_NAMES.values()),
         "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
         "sanitized: " + (", ".join(f"{k}={v}" for k, v in totals["sanitized"].items()) or "none"),
         f"bytes: {totals['bytes']}",
@@ -84,7 +84,7 @@ def distill_summary_lines(manifest: dict) -> list[str]:
     return [
         f"{manifest['name']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git {manifest['git_sha'][:12]}",
         f"rows in: {totals['rows_in']}   rows written: {totals['rows_out']} ("
-        + ", ".join(f"{s}={totals['rows_per_split'].get(s, 0)}" for s in contracts.DISTILL_SPLITS)
+        + ", ".join(f"{s}={totals['rows_per_split'].get(s, 0)}" for s in constants.DISTILL_SPLITS)
         + ")",
         "sampling rates: " + ", ".join(f"{rule}={rate:.4g}" for rule, rate in sampling["rates"].items())
         + (" (targets met in expectation)" if sampling["feasible"] else f" (targets NOT reachable: {sampling['notes']})"),
@@ -92,7 +92,7 @@ def distill_summary_lines(manifest: dict) -> list[str]:
         f"non-English {100 * before['non_english_share']:.1f}% -> {100 * achieved['non_english_share']:.1f}%",
         *(
             f"{split} tokens: " + " ".join(f"{k}={lengths[split][k]}" for k in ("min", "p50", "p90", "p99", "max"))
-            for split in contracts.DISTILL_SPLITS
+            for split in constants.DISTILL_SPLITS
         ),
         "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
         f"render failures logged: {manifest['encoding_errors_log']['records']} ({manifest['encoding_errors_log']['path']})",
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     progress.add_argument("--data-dir", type=Path, default=Path(os.environ.get("SYNTHKD_DATA_DIR") or "data"))
     progress.add_argument("--smoke", action="store_true")
     summary = sub.add_parser("summary", help="print the summary of a built dataset manifest")
-    summary.add_argument("--manifest", type=Path, default=Path("data/megatron") / contracts.DATASET_NAME / contracts.MANIFEST_FILENAME)
+    summary.add_argument("--manifest", type=Path, default=Path("data/megatron") / constants.DATASET_NAME / constants.MANIFEST_FILENAME)
     failures = sub.add_parser("failures", help="print the failing checks' problems and step errors of runs that failed")
     failures.add_argument("--since", type=float, required=True, help="runs created after this time (epoch seconds)")
     lock = sub.add_parser("lock", help="take the build lock on an open file descriptor of the lock file")

@@ -1,4 +1,4 @@
-"""synthkd_training: train on synth_kd_v1 with Megatron-Core (never imports dagster).
+"""synthkd_training: train on synth_kd_v1 with Megatron-Core; imports synthkd_contract, never dagster or synthkd_assets.
 
 - `SpanGPTDataset` / `SpanGPTDatasetConfig` / `build_span_datasets`: megatron-core GPT dataset over
   the tokens / lossmask / span trio, items carrying label-aligned `loss_mask` and `span_id`.
@@ -12,7 +12,6 @@ from synthkd_training.dataset import (
     SpanGPTDataset,
     SpanGPTDatasetConfig,
     build_span_datasets,
-    sibling_prefix,
     tokens_prefixes,
 )
 from synthkd_training.losses import (
@@ -35,7 +34,6 @@ __all__ = [
     "build_span_datasets",
     "per_token_cross_entropy",
     "per_token_kd",
-    "sibling_prefix",
     "span_ce_loss",
     "span_kd_loss",
     "span_normalized_loss",

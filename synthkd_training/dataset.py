@@ -25,18 +25,20 @@ import numpy as np
 import torch
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-from megatron.core.datasets.indexed_dataset import IndexedDataset, get_bin_path
+from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.utils import Split
 
-from synthkd_assets import contracts
-from synthkd_assets.core.dataset_manifest import MANIFEST_FILENAME, ManifestError, verify_manifest
-
-TOKENS_KIND, LOSSMASK_KIND, SPAN_KIND = contracts.ARRAY_KINDS
-_TOKENS_SUFFIX = f"_{TOKENS_KIND}"
-# largest value each supervision array may hold
-_MAX_VALUE = {LOSSMASK_KIND: 1, SPAN_KIND: contracts.SPAN_FINAL}
-# elements scanned at once by the value-domain check (bounded memory on any corpus size)
-_SCAN_CHUNK = 1 << 26
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import ManifestError, verify_manifest
+from synthkd_contract.trio import (
+    LOSSMASK_KIND,
+    SPAN_KIND,
+    TOKENS_KIND,
+    TOKENS_SUFFIX,
+    TrioError,
+    sibling_prefix,
+    validate_trio,
+)
 
 
 class SpanDatasetError(ValueError):
@@ -51,14 +53,14 @@ class O200kHarmonyIds:
     `unique_identifiers` (index cache key). The data is pre-tokenized, so nothing else is needed.
     """
 
-    eod: int = contracts.EOD_TOKEN_ID
+    eod: int = constants.EOD_TOKEN_ID
     """`<|endoftext|>`, appended after every conversation."""
 
     pad: int = -1
     """o200k_harmony has no pad token: -1 never occurs in the data, so Megatron masks only the
     padding it adds itself (partial validation samples), and maps it to id 0 in `tokens`/`labels`."""
 
-    vocab_size: int = contracts.PADDED_VOCAB_SIZE
+    vocab_size: int = constants.PADDED_VOCAB_SIZE
     """o200k_harmony defines every id in [0, 201088): mergeable ranks up to 199997, special and
     reserved tokens 199998..201087."""
 
@@ -73,20 +75,10 @@ class O200kHarmonyIds:
         )
 
 
-def sibling_prefix(tokens_prefix: str, kind: str) -> str:
-    """`…/shard_00_tokens` -> `…/shard_00_<kind>`; raises SpanDatasetError for other names."""
-    if not str(tokens_prefix).endswith(_TOKENS_SUFFIX):
-        raise SpanDatasetError(
-            f"{tokens_prefix}: a SpanGPTDataset prefix must name the tokens dataset and end with "
-            f"{_TOKENS_SUFFIX!r} (e.g. train/{contracts.shard_prefix_name(0, TOKENS_KIND)})"
-        )
-    return f"{str(tokens_prefix)[: -len(TOKENS_KIND)]}{kind}"
-
-
 def tokens_prefixes(split_dir: str | Path) -> list[str]:
     """Every `shard_XX_tokens` prefix present in a split directory, sorted (a Megatron blend list)."""
     split_dir = Path(split_dir)
-    return sorted(str(path)[: -len(".idx")] for path in split_dir.glob(f"shard_*{_TOKENS_SUFFIX}.idx"))
+    return sorted(str(path)[: -len(".idx")] for path in split_dir.glob(f"shard_*{TOKENS_SUFFIX}.idx"))
 
 
 @dataclass
@@ -115,8 +107,9 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
     validate_mask_values: bool = True
     """Scan, at construction, every lossmask/span value of the documents a dataset exposes and
     fail unless lossmask is in {0,1}, span in {0,1,2}, `lossmask == 0` exactly where `span == 0`,
-    and the last (EOD) position of each document is 0/0. Reads 2 bytes per token (chunked, bounded
-    memory); leave on unless the trio has been validated already and start-up time matters."""
+    and each document ends with EOD at a position that is 0/0. Reads 2 bytes per token and the EOD
+    of each document (chunked, bounded memory); leave on unless the trio has been validated already
+    and start-up time matters."""
 
     verify: bool = False
     """Re-hash, at construction, the six files of every trio a dataset opens and fail unless each
@@ -129,9 +122,9 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
         super().__post_init__()
         if self.mock:
             raise ValueError("SpanGPTDatasetConfig needs real data: give `blend` or `blend_per_split` (mock data has no spans)")
-        if getattr(self.tokenizer, "eod", None) != contracts.EOD_TOKEN_ID:
+        if getattr(self.tokenizer, "eod", None) != constants.EOD_TOKEN_ID:
             raise ValueError(
-                f"tokenizer.eod is {getattr(self.tokenizer, 'eod', None)!r}, the contract's EOD id is {contracts.EOD_TOKEN_ID}"
+                f"tokenizer.eod is {getattr(self.tokenizer, 'eod', None)!r}, the contract's EOD id is {constants.EOD_TOKEN_ID}"
             )
         if self.sequence_length < 1:
             raise ValueError(f"sequence_length must be positive, got {self.sequence_length}")
@@ -139,7 +132,10 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
         for blend in blends:
             if blend is not None:
                 for prefix in blend[0]:
-                    sibling_prefix(prefix, LOSSMASK_KIND)  # raises unless it is a `…_tokens` prefix
+                    try:
+                        sibling_prefix(prefix, LOSSMASK_KIND)  # raises unless it is a `…_tokens` prefix
+                    except TrioError as error:
+                        raise SpanDatasetError(f"SpanGPTDataset blend: {error}") from None
         for split, blend in zip(Split, self.blend_per_split or []):
             self._refuse_sample_less_prefixes(split, blend)
 
@@ -171,10 +167,11 @@ class SpanGPTDataset(GPTDataset):
     `loss_mask` (float) is Megatron's own mask (padding, optional EOD masking) times the stored
     label-aligned mask, and `span_id` is the stored span id, forced to 0 wherever `loss_mask` is 0.
 
-    Construction fails fast (SpanDatasetError naming the tokens prefix) when the siblings are
-    missing, differ from the tokens dataset in dtype, number of sequences, `sequence_lengths`,
-    `document_indices` or .bin length, or (with `validate_mask_values`) hold a value outside the
-    contract. Built like GPTDataset, normally through `BlendedMegatronDatasetBuilder`.
+    Construction fails fast (SpanDatasetError naming the tokens prefix) unless the trio is sound by
+    `synthkd_contract.trio.validate_trio`, the check the build runs on every shard: siblings present,
+    dtypes, sequences, `sequence_lengths`, `document_indices` and .bin sizes as the tokens dataset's,
+    and (with `validate_mask_values`) every value within the contract. Built like GPTDataset,
+    normally through `BlendedMegatronDatasetBuilder`.
     """
 
     def __init__(
@@ -189,9 +186,17 @@ class SpanGPTDataset(GPTDataset):
         if dataset_path is None:
             raise SpanDatasetError("SpanGPTDataset needs a `…_tokens` dataset path (mock data is not supported)")
         # everything is checked before Megatron builds (and caches) any index for this prefix
-        self.siblings = _open_and_check_siblings(indexed_dataset, str(dataset_path), config)
-        if getattr(config, "validate_mask_values", True):
-            _check_mask_values(self.siblings, str(dataset_path), indexed_indices, indexed_dataset)
+        problems = validate_trio(
+            dataset_path,
+            check_values=getattr(config, "validate_mask_values", True),
+            sequences=_exposed_sequences(indexed_indices, len(indexed_dataset)),
+        )
+        if problems:
+            raise SpanDatasetError(f"{dataset_path}: " + "; ".join(problems))
+        self.siblings = {
+            kind: IndexedDataset(sibling_prefix(dataset_path, kind), multimodal=False, mmap=config.mmap_bin_files)
+            for kind in (LOSSMASK_KIND, SPAN_KIND)
+        }
         self._window = threading.local()
         super().__init__(indexed_dataset, dataset_path, indexed_indices, num_samples, index_split, config)
 
@@ -300,11 +305,11 @@ def check_trio_against_manifest(tokens_prefix: str, verify: bool) -> None:
     manifest required when `verify`. SpanDatasetError naming every mismatching file."""
     prefix = Path(tokens_prefix)
     root = prefix.parent.parent
-    if not verify and not (root / MANIFEST_FILENAME).is_file():
+    if not verify and not (root / constants.MANIFEST_FILENAME).is_file():
         return  # a trio outside a built dataset (tests, hand-made data): nothing to check against
     names = [
         f"{prefix.parent.name}/{Path(sibling_prefix(tokens_prefix, kind)).name}{ext}"
-        for kind in contracts.ARRAY_KINDS
+        for kind in constants.ARRAY_KINDS
         for ext in (".bin", ".idx")
     ]
     try:
@@ -324,107 +329,14 @@ def _token_count(tokens_prefix: str) -> int | None:
     return int(dataset.sequence_lengths.sum(dtype=np.int64))
 
 
-def _expected_bin_bytes(dataset: IndexedDataset) -> int:
-    lengths = dataset.sequence_lengths
-    if lengths.shape[0] == 0:
-        return 0
-    itemsize = np.dtype(dataset.index.dtype).itemsize
-    return int(dataset.index.sequence_pointers[-1]) + int(lengths[-1]) * itemsize
-
-
-def _open_and_check_siblings(
-    tokens: IndexedDataset, tokens_prefix: str, config: GPTDatasetConfig
-) -> dict[str, IndexedDataset]:
-    """Open `…_lossmask` / `…_span` and check them against the tokens dataset (not the values)."""
-    siblings: dict[str, IndexedDataset] = {}
-    for kind in (LOSSMASK_KIND, SPAN_KIND):
-        prefix = sibling_prefix(tokens_prefix, kind)
-        if not IndexedDataset.exists(prefix):
-            raise SpanDatasetError(f"{tokens_prefix}: sibling dataset {prefix}.{{bin,idx}} is missing")
-        try:
-            siblings[kind] = IndexedDataset(prefix, multimodal=False, mmap=config.mmap_bin_files)
-        except Exception as error:  # megatron asserts on malformed index files
-            raise SpanDatasetError(
-                f"{tokens_prefix}: sibling {kind} dataset {prefix}.idx is unreadable: {type(error).__name__}: {error}"
-            ) from error
-
-    for kind, dataset in {TOKENS_KIND: tokens, **siblings}.items():
-        expected = np.dtype(contracts.ARRAY_DTYPES[kind])
-        if np.dtype(dataset.index.dtype) != expected:
-            raise SpanDatasetError(
-                f"{tokens_prefix}: {kind} dtype is {np.dtype(dataset.index.dtype)}, the contract says {expected}"
-            )
-    for kind, dataset in siblings.items():
-        if len(dataset) != len(tokens):
-            raise SpanDatasetError(
-                f"{tokens_prefix}: {kind} has {len(dataset)} sequences, tokens has {len(tokens)}"
-            )
-        if not np.array_equal(dataset.sequence_lengths, tokens.sequence_lengths):
-            first = int(np.flatnonzero(dataset.sequence_lengths != tokens.sequence_lengths)[0])
-            raise SpanDatasetError(
-                f"{tokens_prefix}: {kind} sequence_lengths differ from tokens (first at sequence {first}: "
-                f"{int(dataset.sequence_lengths[first])} vs {int(tokens.sequence_lengths[first])})"
-            )
-        if not np.array_equal(dataset.document_indices, tokens.document_indices):
-            raise SpanDatasetError(f"{tokens_prefix}: {kind} document_indices differ from tokens")
-    for kind, dataset in {TOKENS_KIND: tokens, **siblings}.items():
-        path = get_bin_path(dataset.path_prefix)
-        actual, expected_bytes = Path(path).stat().st_size, _expected_bin_bytes(dataset)
-        if actual != expected_bytes:
-            raise SpanDatasetError(
-                f"{tokens_prefix}: {kind} data file {path} holds {actual} bytes, its index describes {expected_bytes}"
-            )
-    return siblings
-
-
-def _check_mask_values(
-    siblings: dict[str, IndexedDataset],
-    tokens_prefix: str,
-    indexed_indices: Optional[np.ndarray],
-    tokens: IndexedDataset,
-) -> None:
-    """Value-domain and cross-array checks over the documents this dataset exposes."""
-    lengths = tokens.sequence_lengths.astype(np.int64)
-    if lengths.shape[0] == 0:
-        return
-    # uint8 arrays: the element offset of a sequence is its byte pointer
-    starts = siblings[LOSSMASK_KIND].index.sequence_pointers.astype(np.int64)
-    if indexed_indices is None:  # fast_cache_load: megatron does not say which documents, check all
-        lo, hi = 0, lengths.shape[0] - 1
-    elif len(indexed_indices) == 0:
-        return
-    else:  # megatron's split indices are a contiguous range; scan its hull
-        lo, hi = int(np.min(indexed_indices)), int(np.max(indexed_indices))
-    begin, end = int(starts[lo]), int(starts[hi] + lengths[hi])
-    doc_ends = starts[lo : hi + 1] + lengths[lo : hi + 1] - 1  # the EOD position of each document
-
-    def where(position: int) -> str:
-        sequence = int(np.searchsorted(starts, position, side="right") - 1)
-        return f"sequence {sequence}, position {position - int(starts[sequence])}"
-
-    for chunk_begin in range(begin, end, _SCAN_CHUNK):
-        count = min(_SCAN_CHUNK, end - chunk_begin)
-        values = {kind: ds.bin_reader.read(dtype=np.uint8, count=count, offset=chunk_begin) for kind, ds in siblings.items()}
-        for kind, array in values.items():
-            bad = np.flatnonzero(array > _MAX_VALUE[kind])
-            if bad.size:
-                raise SpanDatasetError(
-                    f"{tokens_prefix}: {kind} value {int(array[bad[0]])} outside [0, {_MAX_VALUE[kind]}] at "
-                    f"{bad.size} positions of this chunk, first at {where(chunk_begin + int(bad[0]))}"
-                )
-        bad = np.flatnonzero((values[LOSSMASK_KIND] == 0) != (values[SPAN_KIND] == contracts.SPAN_PROMPT))
-        if bad.size:
-            raise SpanDatasetError(
-                f"{tokens_prefix}: lossmask == 0 and span == 0 disagree at {bad.size} positions of this chunk, "
-                f"first at {where(chunk_begin + int(bad[0]))}"
-            )
-        in_chunk = doc_ends[(doc_ends >= chunk_begin) & (doc_ends < chunk_begin + count)] - chunk_begin
-        bad = in_chunk[(values[LOSSMASK_KIND][in_chunk] != 0) | (values[SPAN_KIND][in_chunk] != 0)]
-        if bad.size:
-            raise SpanDatasetError(
-                f"{tokens_prefix}: the last (EOD) position of {bad.size} documents is not 0/0, first at "
-                f"{where(chunk_begin + int(bad[0]))}"
-            )
+def _exposed_sequences(indexed_indices: Optional[np.ndarray], count: int) -> tuple[int, int]:
+    """(first, end) of the sequences a dataset exposes, whose values are checked: all of them when megatron
+    does not say (fast_cache_load); else the hull of its split indices (a contiguous range)."""
+    if indexed_indices is None:
+        return 0, count
+    if len(indexed_indices) == 0:
+        return 0, 0
+    return int(np.min(indexed_indices)), int(np.max(indexed_indices)) + 1
 
 
 # -- building ---------------------------------------------------------------------------------

@@ -31,9 +31,9 @@ from typing import Literal, Optional
 
 import torch
 
-from synthkd_assets import contracts
+from synthkd_contract import constants
 
-SUPERVISED_SPANS = {contracts.SPAN_ANALYSIS: "analysis", contracts.SPAN_FINAL: "final"}
+SUPERVISED_SPANS = {constants.SPAN_ANALYSIS: "analysis", constants.SPAN_FINAL: "final"}
 KDDivergence = Literal["forward", "reverse", "mix"]
 
 
@@ -47,7 +47,7 @@ class SpanLossConfig:
     w_final: float = 1.0
     """w_f: weight of the mean loss over span_id == 2 (assistant final channel)."""
 
-    vocab_size_valid: int = contracts.PADDED_VOCAB_SIZE
+    vocab_size_valid: int = constants.PADDED_VOCAB_SIZE
     """Number of real token ids: logit columns [vocab_size_valid, V) are padding and are excluded
     from every softmax (student and teacher). o200k_harmony defines all 201088 ids (mergeable
     ranks < 199998, special/reserved tokens 199998..201087), so by default nothing is excluded at
@@ -84,7 +84,7 @@ class SpanLossConfig:
 
     @property
     def span_weights(self) -> dict[int, float]:
-        return {contracts.SPAN_ANALYSIS: self.w_reasoning, contracts.SPAN_FINAL: self.w_final}
+        return {constants.SPAN_ANALYSIS: self.w_reasoning, constants.SPAN_FINAL: self.w_final}
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def span_normalized_loss(
     span_id = span_id.to(per_token_loss.device)
     zero = per_token_loss.new_zeros(())
     loss = zero
-    counts = {"prompt": (span_id == contracts.SPAN_PROMPT).sum()}
+    counts = {"prompt": (span_id == constants.SPAN_PROMPT).sum()}
     means, sums, weights = {}, {}, {}
     for sid, name in SUPERVISED_SPANS.items():
         in_span = span_id == sid
@@ -179,7 +179,7 @@ def per_token_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
     *,
-    vocab_size_valid: int = contracts.PADDED_VOCAB_SIZE,
+    vocab_size_valid: int = constants.PADDED_VOCAB_SIZE,
     tensor_parallel: Optional[bool] = None,
 ) -> torch.Tensor:
     """-log softmax(logits)[label] at every position, padding columns excluded from the softmax.
@@ -301,7 +301,7 @@ def span_ce_loss(
     span_id = span_id.to(logits.device)
     # labels where nothing is learned (padding: Megatron maps them to 0, or anything else) are
     # made a harmless 0 so they can never produce an inf that a zero gradient would turn into NaN
-    safe_labels = torch.where(span_id != contracts.SPAN_PROMPT, labels.to(logits.device).long(), 0)
+    safe_labels = torch.where(span_id != constants.SPAN_PROMPT, labels.to(logits.device).long(), 0)
     per_token = per_token_cross_entropy(
         logits, safe_labels, vocab_size_valid=config.vocab_size_valid, tensor_parallel=tensor_parallel
     )

@@ -1,10 +1,11 @@
-"""Synthetic synth_kd_v1 trios: contract-shaped documents written with the project's own writer.
+"""Synthetic synth_kd_v1 trios: contract-shaped documents written with megatron-core's builder.
 
 For tests and for `examples/train_tiny.py --synthetic` when no real `data/megatron/synth_kd_v1`
 exists yet. Each document looks like a rendered conversation as far as the supervision arrays
 go: some prompt tokens, then assistant segments of the analysis or the final channel, then EOD;
-the stored lossmask / span are label-aligned (position i describes token i+1, the EOD position
-is 0/0), exactly as the real builder stores them.
+the stored lossmask / span come from per-token spans through `synthkd_contract.labels`, exactly
+as the real builder stores them, and the files are megatron-core IndexedDatasets named as the
+contract names them (tests check each trio with `synthkd_contract.trio.validate_trio`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-from synthkd_assets import contracts
-from synthkd_assets.core.megatron_io import MegatronShardWriter
+from synthkd_contract import constants
+from synthkd_contract.labels import supervision_arrays
+from synthkd_contract.trio import shard_tokens_prefix, trio_prefixes
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def synthetic_document(
     n = int(rng.integers(min_tokens, max_tokens + 1))
     body = n - 1  # the last token is EOD
     if spans is None:
-        spans = [(), (contracts.SPAN_ANALYSIS,), (contracts.SPAN_FINAL,), (contracts.SPAN_ANALYSIS, contracts.SPAN_FINAL)][
+        spans = [(), (constants.SPAN_ANALYSIS,), (constants.SPAN_FINAL,), (constants.SPAN_ANALYSIS, constants.SPAN_FINAL)][
             int(rng.integers(0, 4))
         ]
     token_span = np.zeros(n, dtype=np.int64)  # span of each *token*
@@ -60,36 +63,39 @@ def synthetic_document(
         cursor += length
     tokens = rng.integers(0, token_range, size=n).astype(np.int64)
     for i in range(1, body):
-        if token_span[i] != contracts.SPAN_PROMPT:
+        if token_span[i] != constants.SPAN_PROMPT:
             tokens[i] = (tokens[i - 1] + 1) % token_range
-    tokens[-1] = contracts.EOD_TOKEN_ID
-    # label alignment: stored[i] describes token i+1; the EOD position (last) is 0/0
-    span_id = np.zeros(n, dtype=np.int64)
-    span_id[:-1] = token_span[1:]
-    loss_mask = (span_id != contracts.SPAN_PROMPT).astype(np.int64)
-    return Document(
-        tokens.astype(contracts.TOKENS_DTYPE),
-        loss_mask.astype(contracts.LOSSMASK_DTYPE),
-        span_id.astype(contracts.SPAN_DTYPE),
-    )
+    tokens[-1] = constants.EOD_TOKEN_ID
+    loss_mask, span_id = supervision_arrays(token_span)
+    return Document(tokens.astype(constants.TOKENS_DTYPE), loss_mask, span_id)
 
 
-def write_documents(split_dir: Path, shard_index: int, documents: list[Document], split: str = "train") -> str:
-    """Write one trio with MegatronShardWriter; returns its `…_tokens` prefix."""
-    with MegatronShardWriter(Path(split_dir), shard_index, split) as writer:
-        for document in documents:
-            writer.add(document.tokens, document.loss_mask, document.span_id)
-        writer.commit()
-    return str(Path(split_dir) / contracts.shard_prefix_name(shard_index, contracts.ARRAY_KINDS[0]))
+def write_documents(split_dir: Path, shard_index: int, documents: list[Document]) -> str:
+    """Write one trio (one IndexedDataset document per Document); returns its `…_tokens` prefix."""
+    if not documents:
+        raise ValueError("a trio needs at least one document: megatron-core cannot map an empty .bin")
+    split_dir = Path(split_dir)
+    split_dir.mkdir(parents=True, exist_ok=True)
+    prefixes = trio_prefixes(split_dir, shard_index)
+    builders = {
+        kind: IndexedDatasetBuilder(f"{prefix}.bin", dtype=constants.ARRAY_DTYPES[kind])
+        for kind, prefix in prefixes.items()
+    }
+    for document in documents:
+        for kind, array in zip(constants.ARRAY_KINDS, (document.tokens, document.loss_mask, document.span_id)):
+            builders[kind].add_document(array, [len(array)])
+    for kind, builder in builders.items():
+        builder.finalize(f"{prefixes[kind]}.idx")
+    return str(shard_tokens_prefix(split_dir, shard_index))
 
 
 def write_synthetic_split(
-    split_dir: Path, *, shards: int = 2, documents_per_shard: int = 40, seed: int = 0, split: str = "train", **document_kwargs
+    split_dir: Path, *, shards: int = 2, documents_per_shard: int = 40, seed: int = 0, **document_kwargs
 ) -> dict[str, list[Document]]:
     """Write `shards` synthetic trios into `split_dir`; returns tokens prefix -> its documents."""
     rng = np.random.default_rng(seed)
     written = {}
     for shard in range(shards):
         documents = [synthetic_document(rng, **document_kwargs) for _ in range(documents_per_shard)]
-        written[write_documents(split_dir, shard, documents, split)] = documents
+        written[write_documents(split_dir, shard, documents)] = documents
     return written

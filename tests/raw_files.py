@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from synthkd_assets import contracts
-from synthkd_assets.core.manifest import sha256_file
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
 
 
 def edit_shard(path: Path) -> None:
@@ -25,4 +25,4 @@ def current_shas(raw: Path) -> dict[str, str]:
 
 def write_input_manifest(raw: Path, shas: dict[str, str]) -> None:
     entries = [{"file": f"{name}.parquet", "sha256": sha} for name, sha in sorted(shas.items())]
-    (raw / contracts.INPUT_MANIFEST_FILENAME).write_text(json.dumps({"shards": entries}, indent=1))
+    (raw / constants.INPUT_MANIFEST_FILENAME).write_text(json.dumps({"shards": entries}, indent=1))

@@ -12,10 +12,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from synthkd_assets import contracts
-from synthkd_assets.core.manifest import read_json, sha256_file
+from synthkd_assets.core.manifest import read_json
 from synthkd_assets.defs.build import MANIFEST_STEPS, build_all
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
 from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
 from tests.helpers import SAMPLE_RAW_DIR
 from tests.raw_files import current_shas, edit_shard, write_input_manifest
@@ -121,7 +122,7 @@ def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
         }
         assert set(checks) == {(asset, check) for asset, names in MANIFEST_CHECKS.items() for check in names}
         assert all(checks.values()), checks
-    harmony = read_json(ws.data / "synth_harmony" / contracts.MANIFEST_FILENAME)
+    harmony = read_json(ws.data / "synth_harmony" / constants.MANIFEST_FILENAME)
     assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_02"] == new_sha
 
 

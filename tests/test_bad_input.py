@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets import contracts
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
@@ -36,8 +35,6 @@ from synthkd_assets.core.parquet_io import (
 )
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.stages import (
-    HARMONY_SCHEMA,
-    TOKENIZED_SCHEMA,
     documents_path,
     harmonize_shard,
     select_rows_shard,
@@ -48,6 +45,8 @@ from synthkd_assets.core.synth import reference_messages, system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
 from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants
+from synthkd_contract.schemas import HARMONY_SCHEMA, TOKENIZED_SCHEMA
 from tests.helpers import REPO_ROOT, SCAN_STEPS, run
 
 SYSTEM = system_message_dict()
@@ -55,7 +54,7 @@ SHARD = "synth_00"
 
 
 def row(synth_id, **overrides) -> dict:
-    values = {column: "" for column in contracts.RAW_STRING_COLUMNS}
+    values = {column: "" for column in constants.RAW_STRING_COLUMNS}
     values.update(
         synth_id=synth_id,
         language="en",
@@ -75,8 +74,8 @@ def raw_table(rows: list[dict], types: dict[str, pa.DataType] | None = None) -> 
     str values of binary columns are UTF-8 encoded, bytes values are stored as they are."""
     types = types or {}
     arrays = {}
-    for column in contracts.RAW_COLUMNS:
-        arrow_type = types.get(column, pa.string() if column in contracts.RAW_STRING_COLUMNS else pa.int64())
+    for column in constants.RAW_COLUMNS:
+        arrow_type = types.get(column, pa.string() if column in constants.RAW_STRING_COLUMNS else pa.int64())
         values = [r.get(column) for r in rows]
         if pa.types.is_dictionary(arrow_type):
             arrays[column] = pa.array(values, arrow_type.value_type).dictionary_encode()
@@ -201,7 +200,7 @@ def test_other_text_encodings_give_the_same_bytes(tmp_path, arrow_type):
     rows = [row(f"id{i}", synthetic_reasoning=None if i % 3 == 0 else f"think {i}", query=f"q\x00{i} ü") for i in range(40)]
     baseline = tmp_path / "string.parquet"
     harmonize_shard(write_raw(tmp_path / "raw_string.parquet", rows), baseline, SYSTEM, SHARD)
-    types = {column: arrow_type for column in contracts.RAW_STRING_COLUMNS}
+    types = {column: arrow_type for column in constants.RAW_STRING_COLUMNS}
     types["words"] = pa.float64()  # pandas writes an int column with a missing value as float64
     rows[1]["words"], rows[2]["words"], rows[3]["words"] = None, 2.5, float("nan")
     out = tmp_path / "other.parquet"
@@ -282,7 +281,7 @@ def test_empty_shard_gives_valid_empty_output_at_every_stage(tmp_path, fast, enc
     for path, schema in ((harmony, HARMONY_SCHEMA), (filtered, HARMONY_SCHEMA), (sampled, HARMONY_SCHEMA), (tokenized, TOKENIZED_SCHEMA)):
         table = pq.read_table(path)
         assert table.num_rows == 0 and table.schema.equals(schema), path
-    assert [i.sequences for i in inventories] == [0, 0] and not [p for split in contracts.SPLITS for p in (root / split).glob("shard_03_*")]
+    assert [i.sequences for i in inventories] == [0, 0] and not [p for split in constants.SPLITS for p in (root / split).glob("shard_03_*")]
     assert pq.read_table(documents_path(root, 3)).num_rows == 0
     assert [f["rows"] for f in distill.files] == [0, 0]
     assert all(pq.read_table(tmp_path / "distill" / f["path"]).num_rows == 0 for f in distill.files)

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from synthkd_assets.core.manifest import sha256_file
+from synthkd_contract.manifest_seal import sha256_file
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 

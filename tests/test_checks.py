@@ -11,9 +11,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.core.dataset_manifest import ManifestError, verify_manifest
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract.manifest_seal import ManifestError, verify_manifest
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes
 
 MANIFEST_CHECKS = {"manifest_provenance", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron", "dataset_rows_accounted"}

@@ -16,10 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from synthkd_assets import contracts
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX, PartialFile, atomic_write_text
-from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_problems, trio_files
+from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_problems
 from synthkd_assets.core.parquet_io import ParquetShardWriter
+from synthkd_contract import constants
+from synthkd_contract.trio import trio_files
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 KILLS = 4
@@ -113,7 +114,7 @@ def test_writes_do_not_follow_a_symlink_planted_at_a_partial_name(tmp_path):
     train = root / "megatron" / "train"
     links |= plant_links(train, [p.name for p in trio_files(train, 0)], outside)
     with MegatronShardWriter(train, 0, "train") as trio:
-        trio.add(np.array([5, 6, contracts.EOD_TOKEN_ID], np.int32), np.array([1, 0, 0], np.uint8), np.array([2, 0, 0], np.uint8))
+        trio.add(np.array([5, 6, constants.EOD_TOKEN_ID], np.int32), np.array([1, 0, 0], np.uint8), np.array([2, 0, 0], np.uint8))
         trio.commit()
     assert trio_alignment_problems(train, 0) == []
 

@@ -7,9 +7,9 @@ import shutil
 
 import dagster as dg
 
-from synthkd_assets import contracts
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants, drops
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR
 
 TABLE_ASSETS = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill")
@@ -66,14 +66,14 @@ def test_table_materializations_report_row_count_schema_uri_and_every_drop_reaso
         assert metadata["dagster/column_schema"].schema.columns, asset
         uri = metadata["dagster/uri"].value
         assert uri.startswith("file://") and str(data_dir.resolve()) in uri, (asset, uri)
-        for reason in contracts.DROP_REASONS_BY_STEP[asset]:
+        for reason in drops.DROP_REASONS_BY_STEP[asset]:
             assert f"dropped_{reason}" in metadata, (asset, reason)  # 0 when nothing was dropped for it
         assert metadata["rows_dropped"].value == sum(v.value for k, v in metadata.items() if k.startswith("dropped_"))
     harmony = latest(instance, "synth_harmony", "synth_01")
     assert harmony["dropped_duplicate_synth_id"].value == 0
-    assert all(f"sanitized_{key}" in harmony for key in contracts.SANITIZED_KEYS)
+    assert all(f"sanitized_{key}" in harmony for key in drops.SANITIZED_KEYS)
     tokenized = latest(instance, "synth_tokenized", "synth_01")
-    assert all(f"tokens_{span}" in tokenized for span in contracts.SPAN_NAMES.values())
+    assert all(f"tokens_{span}" in tokenized for span in constants.SPAN_NAMES.values())
     assert latest(instance, "synth_kd_v1", "synth_01")["dagster/uri"].value.endswith("/megatron/synth_kd_v1")
 
 
@@ -83,12 +83,12 @@ def test_every_drop_reason_seen_is_registered(built_sample):
     for asset in TABLE_ASSETS:
         for key in ("synth_00", "synth_01", "synth_02", "synth_03"):
             reported = {k.removeprefix("dropped_") for k in latest(instance, asset, key) if k.startswith("dropped_")}
-            assert reported == set(contracts.DROP_REASONS_BY_STEP[asset]), asset
+            assert reported == set(drops.DROP_REASONS_BY_STEP[asset]), asset
 
 
 def test_manifests_report_rows_in_out_and_every_drop_reason(built_sample):
     instance, _, _ = built_sample
-    every_reason = {r for reasons in contracts.DROP_REASONS_BY_STEP.values() for r in reasons}
+    every_reason = {r for reasons in drops.DROP_REASONS_BY_STEP.values() for r in reasons}
     for asset in MANIFESTS:
         metadata = latest(instance, asset)
         assert metadata["rows_in"].value == 3000, asset

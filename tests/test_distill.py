@@ -14,11 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 from openai_harmony import Conversation, Message, RenderConversationConfig, Role, SystemContent
 
-from synthkd_assets import contracts
-from synthkd_assets.core.distill_io import DISTILL_SCHEMA, distill_part_problems, distill_split
-from synthkd_assets.core.manifest import sha256_file
+from synthkd_assets.core.distill_io import distill_part_problems, distill_split
 from synthkd_assets.core.parquet_io import list_column_rows
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.schemas import DISTILL_SCHEMA
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes, run
 
 DISTILL_CHECKS = {
@@ -36,7 +37,7 @@ def distill(built_sample):
     _, _, data_dir = built_sample
     root = data_dir / "distill" / "synth_distill"
     rows = pl.concat(
-        [pl.read_parquet(path).with_columns(split=pl.lit(split)) for split in contracts.DISTILL_SPLITS for path in sorted((root / split).glob("*.parquet"))]
+        [pl.read_parquet(path).with_columns(split=pl.lit(split)) for split in constants.DISTILL_SPLITS for path in sorted((root / split).glob("*.parquet"))]
     )
     return root, rows, json.loads((root / "manifest.json").read_text())
 
@@ -99,7 +100,7 @@ def test_every_row_keeps_the_contract(distill, built_sample):
         assert row["id"] == "pleias_synth:" + synth_id and row["split"] == distill_split(synth_id)
         np.testing.assert_array_equal(ids, tokens[synth_id][:-1])  # synth_kd_v1's tokens without the EOD
         assert (labels[:start] == -100).all() and (labels[start:] == ids[start:]).all()
-        assert row["attention_mask"] == [1] * len(ids) and len(ids) <= contracts.MAX_SEQ_LEN
+        assert row["attention_mask"] == [1] * len(ids) and len(ids) <= constants.MAX_SEQ_LEN
         assert spans["analysis_token_count"] + spans["final_token_count"] == len(ids) - start
         # the one difference to synth_kd_v1: its spans already supervise the first assistant <|start|>assistant
         token_span = np.concatenate([[0], spans_of[synth_id][:-1]])[: len(ids)]
@@ -139,7 +140,7 @@ def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sampl
     for key in ("git_sha", "config", "config_hash", "tokenizer", "input_manifest", "split", "sampling", "token_lengths", "totals"):
         assert key in manifest
     assert manifest["config"]["max_seq_len"] == 8192 and manifest["config"]["split"]["valid_fraction"] == 0.01
-    for split in contracts.DISTILL_SPLITS:
+    for split in constants.DISTILL_SPLITS:
         lengths = [len(ids) for ids in rows.filter(pl.col("split") == split)["input_ids"].to_list()]
         stats = manifest["token_lengths"][split]
         assert stats["min"] == min(lengths) and stats["max"] == max(lengths) and stats["tokens"] == sum(lengths)
@@ -203,7 +204,7 @@ def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(b
     too_long = tokenized.filter(pl.col("tokens").list.len() - 1 > 1000).height
     assert too_long > 0 and manifest["totals"]["dropped"]["over_max_seq_len"] == too_long
     assert manifest["totals"]["rows_out"] == tokenized.height - too_long
-    assert max(manifest["token_lengths"][s]["max"] for s in contracts.DISTILL_SPLITS) <= 1000
+    assert max(manifest["token_lengths"][s]["max"] for s in constants.DISTILL_SPLITS) <= 1000
     assert manifest["totals"]["dropped"]["unsupported_assistant_channel"] == 1
     logged = [json.loads(line) for line in (tmp_path / "enc.jsonl").read_text().splitlines()]
     assert [(e["synth_id"], e["reason"]) for e in logged] == [(bad_id, "unsupported_assistant_channel")]

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets import contracts
 from synthkd_assets.core.filters import (
     first_line,
     parse_letter,
@@ -20,13 +19,15 @@ from synthkd_assets.core.filters import (
 )
 from synthkd_assets.core.stages import harmonize_shard, select_rows_shard
 from synthkd_assets.core.synth import system_message_dict
+from synthkd_contract import constants, drops
+from synthkd_contract.schemas import RAW_SCHEMA
 from tests.conftest import SAMPLE_RAW_DIR
 
-EMPTY, FAILED, INCONSISTENT = contracts.DROP_EMPTY_ANSWER, contracts.DROP_RESULT_FAILED, contracts.DROP_RESULT_INCONSISTENT
+EMPTY, FAILED, INCONSISTENT = drops.DROP_EMPTY_ANSWER, drops.DROP_RESULT_FAILED, drops.DROP_RESULT_INCONSISTENT
 
 
 def raw_row(synth_id: str, answer: str = "Some answer.\n\nBody.", constraints: str | None = "", reasoning: str = "Thinking.") -> dict:
-    row = {column: "" for column in contracts.RAW_STRING_COLUMNS}
+    row = {column: "" for column in constants.RAW_STRING_COLUMNS}
     row.update(
         synth_id=synth_id,
         language="en",
@@ -44,8 +45,7 @@ def raw_row(synth_id: str, answer: str = "Some answer.\n\nBody.", constraints: s
 def filter_rows(tmp_path: Path, rows: list[dict]) -> tuple[dict[str, str | None], dict]:
     """Raw rows -> synth_harmony (real Parquet) -> synth_filtered with the 001 rule: reason per synth_id."""
     raw = tmp_path / "synth_00.parquet"
-    schema = pa.schema([(c, pa.string()) for c in contracts.RAW_STRING_COLUMNS] + [("words", pa.int64())])
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), raw)
+    pq.write_table(pa.Table.from_pylist(rows, schema=RAW_SCHEMA), raw)
     harmony = tmp_path / "harmony.parquet"
     harmonize_shard(raw, harmony, system_message_dict(), "synth_00")
     frame = pl.read_parquet(harmony)
@@ -177,7 +177,7 @@ def test_filters_on_the_sample_match_a_plain_python_reading_of_the_raw_rows(tmp_
             answer, constraints = row["synthetic_answer"].replace("\x00", ""), row["constraints"] or ""
             if not answer.strip():
                 expected[row["synth_id"]] = EMPTY
-            elif contracts.FAILED_RESULT_MARKER.lower() in constraints.lower():
+            elif constants.FAILED_RESULT_MARKER.lower() in constraints.lower():
                 expected[row["synth_id"]] = FAILED
             elif result_is_inconsistent(constraints, answer):
                 expected[row["synth_id"]] = INCONSISTENT

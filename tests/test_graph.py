@@ -11,12 +11,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from synthkd_assets import contracts
-from synthkd_assets.core.manifest import sha256_file
-from synthkd_assets.core.megatron_io import open_trio, trio_alignment_problems
+from synthkd_assets.core.megatron_io import trio_alignment_problems
 from synthkd_assets.core.sampling import assign_split
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.trio import open_trio, shard_tokens_prefix
 from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, build_everything, run
 
 
@@ -35,7 +36,7 @@ def test_layout_and_alignment(built):
     root = data_dir / "megatron" / "synth_kd_v1"
     for shard_index in range(4):
         assert trio_alignment_problems(root / "train", shard_index) == []
-        for kind in contracts.ARRAY_KINDS:
+        for kind in constants.ARRAY_KINDS:
             assert (root / "train" / f"shard_{shard_index:02d}_{kind}.bin").is_file()
     assert not list(root.rglob("*.partial"))
 
@@ -46,9 +47,9 @@ def test_manifest_provenance_matches_the_bytes_on_disk(built):
     manifest = json.loads((root / "manifest.json").read_text())
     for key in ("git_sha", "config_hash", "tokenizer", "input_manifest", "split", "shards", "totals"):
         assert key in manifest
-    assert manifest["tokenizer"]["sha256"] == contracts.TOKENIZER_SHA256
+    assert manifest["tokenizer"]["sha256"] == constants.TOKENIZER_SHA256
     assert manifest["input_manifest"]["sha256"] == sha256_file(data_dir / "synth_harmony" / "manifest.json")
-    assert manifest["split"]["valid_fraction"] == contracts.VALID_FRACTION
+    assert manifest["split"]["valid_fraction"] == constants.VALID_FRACTION
     assert manifest["totals"]["rows_in"] == 3000
     files = [f for shard in manifest["shards"] for split in shard["splits"] for f in split["files"]]
     assert len(files) >= 4 * 6
@@ -60,17 +61,17 @@ def test_manifest_provenance_matches_the_bytes_on_disk(built):
     for shard in manifest["shards"]:
         for split in shard["splits"]:
             if split["sequences"]:
-                span = open_trio(root / split["split"], split["shard_index"])["span"]
+                span = open_trio(shard_tokens_prefix(root / split["split"], split["shard_index"]))["span"]
                 span_totals += np.bincount(span.bin_reader.read(np.uint8, int(span.sequence_lengths.sum()), 0), minlength=3)
-    assert dict(zip(contracts.SPAN_NAMES.values(), span_totals.tolist())) == manifest["totals"]["span_tokens"]
+    assert dict(zip(constants.SPAN_NAMES.values(), span_totals.tolist())) == manifest["totals"]["span_tokens"]
 
 
 def test_documents_follow_tokenized_rows_and_the_split_rule(built):
     _, _, data_dir = built
     root = data_dir / "megatron" / "synth_kd_v1"
     tokenized = pl.read_parquet(data_dir / "synth_tokenized" / "synth_01.parquet")
-    by_split = {split: tokenized.filter(pl.col("synth_id").map_elements(assign_split, return_dtype=pl.String) == split) for split in contracts.SPLITS}
-    trio = open_trio(root / "train", 1)
+    by_split = {split: tokenized.filter(pl.col("synth_id").map_elements(assign_split, return_dtype=pl.String) == split) for split in constants.SPLITS}
+    trio = open_trio(shard_tokens_prefix(root / "train", 1))
     assert len(trio["tokens"]) == by_split["train"].height
     for i, row in enumerate(by_split["train"].head(50).iter_rows(named=True)):
         np.testing.assert_array_equal(trio["tokens"][i], row["tokens"])

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-from synthkd_assets import contracts
+from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_problems
 from synthkd_assets.core.parquet_io import OutputFileError
-from synthkd_assets.core.megatron_io import MegatronShardWriter, open_trio, trio_alignment_problems, trio_files
+from synthkd_contract import constants
+from synthkd_contract.trio import open_trio, shard_tokens_prefix, trio_files
 
 
 def random_conversation(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     prompt, analysis, final = rng.integers(3, 40), rng.integers(0, 30), rng.integers(2, 30)
-    tokens = np.append(rng.integers(0, 199_000, prompt + analysis + final), contracts.EOD_TOKEN_ID).astype(np.int32)
+    tokens = np.append(rng.integers(0, 199_000, prompt + analysis + final), constants.EOD_TOKEN_ID).astype(np.int32)
     token_spans = np.concatenate([np.zeros(prompt), np.ones(analysis), np.full(final, 2), [0]]).astype(np.uint8)
     span = np.append(token_spans[1:], 0).astype(np.uint8)
     return tokens, (span > 0).astype(np.uint8), span
@@ -35,7 +36,7 @@ def test_trio_reads_back_aligned_with_megatron_core(tmp_path):
     inventory = write_shard(tmp_path / "train", 3, conversations)
     assert inventory.sequences == 50 and inventory.tokens == sum(len(c[0]) for c in conversations)
     assert sorted(p.name for p in (tmp_path / "train").iterdir()) == sorted(p.name for p in trio_files(tmp_path / "train", 3))
-    trio = open_trio(tmp_path / "train", 3)
+    trio = open_trio(shard_tokens_prefix(tmp_path / "train", 3))
     for kind in ("lossmask", "span"):
         np.testing.assert_array_equal(trio[kind].sequence_lengths, trio["tokens"].sequence_lengths)
         np.testing.assert_array_equal(trio[kind].document_indices, trio["tokens"].document_indices)
@@ -75,9 +76,9 @@ def test_unequal_lengths_are_refused(tmp_path):
 @pytest.mark.parametrize(
     "corruption, expected",
     [
-        ("truncate_bin", "not readable"),
+        ("truncate_bin", "tokens data file"),
         ("swap_idx", "sequence_lengths differ"),
-        ("span_value", "span_id outside"),
+        ("span_value", "span value 3 outside [0, 2]"),
         ("mask_disagrees", "disagree"),
         ("missing_eod", "do not end with EOD"),
     ],
@@ -116,16 +117,14 @@ def test_megatron_reader_refuses_truncated_bin(tmp_path):
 
 def test_chunked_validation_covers_every_document(tmp_path, monkeypatch):
     """With chunks far smaller than the shard, a defect in any document (first, middle, last) is still found."""
-    import synthkd_assets.core.megatron_io as megatron_io
-
-    monkeypatch.setattr(megatron_io, "CHECK_CHUNK_TOKENS", 50)
+    monkeypatch.setattr("synthkd_contract.trio.CHECK_CHUNK_TOKENS", 50)
     for victim in (0, 17, 39):
         rng = np.random.default_rng(victim)
         conversations = [random_conversation(rng) for _ in range(40)]
         conversations[victim][2][1] = 3
         write_shard(tmp_path / str(victim) / "train", 0, conversations)
         problems = trio_alignment_problems(tmp_path / str(victim) / "train", 0)
-        assert any("span_id outside" in p for p in problems), (victim, problems)
+        assert any("span value 3 outside" in p for p in problems), (victim, problems)
     write_shard(tmp_path / "sound" / "train", 0, [random_conversation(rng) for _ in range(40)])
     assert trio_alignment_problems(tmp_path / "sound" / "train", 0) == []
 

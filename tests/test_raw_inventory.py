@@ -15,7 +15,6 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets import contracts
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock, lock_path
 from synthkd_assets.core.checks import dataset_rows_problems
 from synthkd_assets.core.cleanup import orphaned_outputs
@@ -26,6 +25,7 @@ from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.build import BuildFailed, build_all
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants, drops
 from synthkd_training.dataset import tokens_prefixes
 from tests.helpers import MANIFEST_STEPS, REPO_ROOT, SAMPLE_RAW_DIR, check_outcomes, run
 from tests.test_bad_input import row, write_raw
@@ -134,10 +134,10 @@ def test_files_the_rule_skips_are_reported(tmp_path):
 def test_nul_in_synth_id_drops_the_row_and_never_reaches_an_id(tmp_path):
     raw = write_raw(tmp_path / "synth_00.parquet", [row("a\x00b"), row("ab"), row("c")])
     report = harmonize_shard(raw, tmp_path / "out.parquet", system_message_dict(), "synth_00")
-    assert report.dropped == {contracts.DROP_NUL_IN_SYNTH_ID: 1} and report.rows_out == 2
+    assert report.dropped == {drops.DROP_NUL_IN_SYNTH_ID: 1} and report.rows_out == 2
     assert pq.read_table(tmp_path / "out.parquet").column("synth_id").to_pylist() == ["ab", "c"]
     [logged] = report.errors
-    assert logged["reason"] == contracts.DROP_NUL_IN_SYNTH_ID and "\x00" not in json.dumps(logged, ensure_ascii=False)
+    assert logged["reason"] == drops.DROP_NUL_IN_SYNTH_ID and "\x00" not in json.dumps(logged, ensure_ascii=False)
 
 
 def test_dataset_rows_problems_unit():
@@ -175,11 +175,11 @@ def test_outputs_of_a_removed_shard_are_removed_and_the_checks_pass(three_shards
     build_all(instance, paths)  # raises unless every step and check passed
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
     assert shard_03_files(data) == []  # every stage, both datasets, records, error logs
-    kd = data / "megatron" / contracts.DATASET_NAME
+    kd = data / "megatron" / constants.DATASET_NAME
     assert [Path(p).name for p in tokens_prefixes(kd / "train")] == ["shard_00_tokens", "shard_01_tokens"]
     manifest = json.loads((kd / "manifest.json").read_text())
     assert [s["partition"] for s in manifest["shards"]] == ["synth_00", "synth_01"]
-    distill = data / "distill" / contracts.DISTILL_DATASET_NAME
+    distill = data / "distill" / constants.DISTILL_DATASET_NAME
     assert sorted(p.name for p in (distill / "train").iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
 
 
@@ -229,13 +229,13 @@ def test_rows_are_accounted_over_the_whole_dataset(three_shards):
     empty_raw = raw / "synth_05.parquet"
     write_raw(empty_raw, [])
     build_all(instance, paths)
-    kd = data / "megatron" / contracts.DATASET_NAME
+    kd = data / "megatron" / constants.DATASET_NAME
     shutil.copy(kd / "shards" / "shard_05.json", kd / "shards" / "shard_00.json")
     for path in [*(kd / "train").glob("shard_00_*"), *(kd / "valid").glob("shard_00_*"), kd / "shards" / "shard_00_documents.parquet"]:
         path.unlink()
-    distill_records = data / contracts.DISTILL_DATASET_NAME
+    distill_records = data / constants.DISTILL_DATASET_NAME
     shutil.copy(distill_records / "synth_05.json", distill_records / "synth_00.json")
-    for path in (data / "distill" / contracts.DISTILL_DATASET_NAME).glob("*/part-00000.parquet"):
+    for path in (data / "distill" / constants.DISTILL_DATASET_NAME).glob("*/part-00000.parquet"):
         path.unlink()
     outcomes = check_outcomes(run(instance, paths, MANIFEST_STEPS, raise_on_error=False))
     failing = sorted(name for name, passed in outcomes.items() if not passed)
@@ -320,13 +320,13 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
         data / "synth_harmony" / "synth_03.parquet",
         data / "smoke" / "synth_harmony" / "synth_03.report.json",
         data / "smoke" / "errors" / "synth_harmony" / "synth_03.jsonl",
-        data / "smoke" / contracts.DISTILL_SMOKE_DATASET_NAME / "synth_03.json",
-        data / "megatron" / contracts.DATASET_NAME / "train" / "shard_03_tokens.bin.k2_x9abc.partial",
-        data / "distill" / contracts.DISTILL_DATASET_NAME / "train" / "part-00003.parquet.q1w2e3.partial",
+        data / "smoke" / constants.DISTILL_SMOKE_DATASET_NAME / "synth_03.json",
+        data / "megatron" / constants.DATASET_NAME / "train" / "shard_03_tokens.bin.k2_x9abc.partial",
+        data / "distill" / constants.DISTILL_DATASET_NAME / "train" / "part-00003.parquet.q1w2e3.partial",
     ]
     kept = [
         data / "smoke" / "synth_harmony" / "synth_00.parquet",
-        data / "megatron" / contracts.DATASET_NAME / "train" / "shard_00_tokens.bin.a1b2c3.partial",
+        data / "megatron" / constants.DATASET_NAME / "train" / "shard_00_tokens.bin.a1b2c3.partial",
     ]
     for path in gone + kept:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai_harmony import Conversation, Message
 
-from synthkd_assets import contracts
 from synthkd_assets.core.render import RENDER_CONFIG, RenderError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import messages_json_expr, reference_messages, system_message_dict
+from synthkd_contract import constants
 
 SYSTEM = system_message_dict()
 TEXT_COLUMNS = ("query", "query_seed_text", "synthetic_reasoning", "synthetic_answer")
@@ -38,7 +38,7 @@ def independent_masks(encoding, messages: list[dict]) -> tuple[np.ndarray, np.nd
 
 def harmony_tokens(encoding, messages: list[dict]) -> list[int]:
     conversation = Conversation.from_messages([Message.from_dict(m) for m in messages])
-    return encoding.render_conversation_for_training(conversation, RENDER_CONFIG) + [contracts.EOD_TOKEN_ID]
+    return encoding.render_conversation_for_training(conversation, RENDER_CONFIG) + [constants.EOD_TOKEN_ID]
 
 
 def assert_matches_reference(encoding, renderer, messages: list[dict]) -> None:
@@ -49,7 +49,7 @@ def assert_matches_reference(encoding, renderer, messages: list[dict]) -> None:
     np.testing.assert_array_equal(rendered.span_id, span_id)
     np.testing.assert_array_equal(rendered.loss_mask, loss_mask)
     assert len(rendered.tokens) == len(rendered.loss_mask) == len(rendered.span_id)
-    assert rendered.tokens[-1] == contracts.EOD_TOKEN_ID and rendered.loss_mask[-1] == 0 and rendered.span_id[-1] == 0
+    assert rendered.tokens[-1] == constants.EOD_TOKEN_ID and rendered.loss_mask[-1] == 0 and rendered.span_id[-1] == 0
     # the token predicted at the last supervised position is <|return|>, whose label position is 0 (it predicts EOD)
     assert encoding.decode([int(rendered.tokens[-2])]) == "<|return|>" and rendered.loss_mask[-2] == 0
 

@@ -13,11 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.contracts import (
-    RAW_COLUMNS,
-    RAW_INT_COLUMNS,
-    RAW_STRING_COLUMNS,
-)
+from synthkd_contract.constants import RAW_COLUMNS, RAW_STRING_COLUMNS
+from synthkd_contract.schemas import RAW_SCHEMA
 
 from tests.helpers import REPO_ROOT
 from tests.helpers import SAMPLE_RAW_DIR as SAMPLE_DIR
@@ -59,17 +56,11 @@ def test_shards_exist_and_are_small():
 
 
 def test_exact_schema_and_row_counts():
-    expected = pa.schema(
-        [
-            pa.field(name, pa.int64() if name in RAW_INT_COLUMNS else pa.string())
-            for name in RAW_COLUMNS
-        ]
-    )
     for name in SHARD_NAMES:
         pf = pq.ParquetFile(SAMPLE_DIR / name)
         schema = pf.schema_arrow
         assert schema.names == list(RAW_COLUMNS)
-        assert [f.type for f in schema] == [f.type for f in expected], name
+        assert [f.type for f in schema] == [f.type for f in RAW_SCHEMA], name
         for col in RAW_STRING_COLUMNS:
             assert schema.field(col).type == pa.string()  # not large_string
         assert (schema.metadata or {}).get(b"pandas") is None

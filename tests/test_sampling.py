@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from synthkd_assets import contracts
 from synthkd_assets.core.sampling import (
     MixTargets,
     keep_probability,
@@ -23,7 +22,9 @@ from synthkd_assets.core.sampling import (
     sampling_drop_reason,
     sampling_rule,
 )
-from synthkd_assets.core.stages import HARMONY_SCHEMA, select_rows_shard
+from synthkd_assets.core.stages import select_rows_shard
+from synthkd_contract import constants
+from synthkd_contract.schemas import HARMONY_SCHEMA
 
 EXERCISES = ("memorization", "rag", "mcq", "arithmetic")
 LANGUAGES = ("en", "fr", "de", "unknown")
@@ -61,11 +62,11 @@ def test_decision_is_the_salted_split_hash_per_rule():
             "global",
         ]
         for rule in rules:
-            if not unit(contracts.SAMPLING_SALTS[rule], synth_id) < RATES[rule]:
+            if not unit(constants.SAMPLING_SALTS[rule], synth_id) < RATES[rule]:
                 expected = f"sampled_out_{rule}"
                 break
         assert sampling_drop_reason(synth_id, exercise, language, RATES) == expected
-    assert len(set(contracts.SAMPLING_SALTS.values()) | {contracts.SPLIT_SALT, contracts.DISTILL_SPLIT_SALT}) == 6
+    assert len(set(constants.SAMPLING_SALTS.values()) | {constants.SPLIT_SALT, constants.DISTILL_SPLIT_SALT}) == 6
 
 
 def test_independent_of_row_order_and_shard_layout(tmp_path):
@@ -98,7 +99,7 @@ def test_raising_a_rate_only_adds_rows_and_rates_hold_statistically():
         kept = len(kept_ids(memorization_rows, {"memorization": rate, "english": 1.0, "non_english": 1.0, "global": 1.0}))
         n = memorization_rows.height
         assert abs(kept - n * rate) < 5 * math.sqrt(n * rate * (1 - rate))
-    every = {rule: 1.0 for rule in contracts.SAMPLING_SALTS}
+    every = {rule: 1.0 for rule in constants.SAMPLING_SALTS}
     assert kept_ids(frame, every) == set(frame["synth_id"].to_list())
 
 
@@ -146,7 +147,7 @@ def grid_feasible(cells, targets: MixTargets, margin: float = 1e-3) -> bool:
 def test_plan_meets_the_targets_whenever_they_are_reachable(cells, targets):
     plan = plan_keep_rates(cells, targets)
     rates = plan["rates"]
-    assert set(rates) == set(contracts.SAMPLING_SALTS) and all(0 <= r <= 1 for r in rates.values())
+    assert set(rates) == set(constants.SAMPLING_SALTS) and all(0 <= r <= 1 for r in rates.values())
     assert rates["global"] == targets.global_keep
     assert min(rates["english"], rates["non_english"]) <= 1 and max(rates["english"], rates["non_english"]) == 1
     total, mem, non_en = expected_mix(cells, rates)

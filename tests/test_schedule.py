@@ -10,17 +10,17 @@ from datetime import datetime, timezone
 import dagster as dg
 import pytest
 
-from synthkd_assets import contracts
 from synthkd_assets.core.inventory import (
     InputManifestError,
     RawShard,
     input_manifest_disagreements,
     read_input_manifest,
 )
-from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
 from synthkd_assets.definitions import defs
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
 from tests.daemon import dagster_home, open_instance
 from tests.helpers import SAMPLE_RAW_DIR
 from tests.raw_files import current_shas, edit_shard, write_input_manifest
@@ -139,7 +139,7 @@ def test_input_manifest_disagreements_name_each_file():
     ],
 )
 def test_a_malformed_input_manifest_is_refused_naming_file_and_entry(tmp_path, text, message):
-    path = tmp_path / contracts.INPUT_MANIFEST_FILENAME
+    path = tmp_path / constants.INPUT_MANIFEST_FILENAME
     path.write_text(text)
     with pytest.raises(InputManifestError, match=message) as refused:
         read_input_manifest(path)

@@ -10,12 +10,12 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets import contracts
-from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import drops
+from synthkd_contract.manifest_seal import sha256_file
 from tests.test_bad_input import SHARD, SYSTEM, accounted, row, write_raw
 
 GOOD_ROWS = 100  # the first row group; the second one is zeroed out
@@ -47,7 +47,7 @@ def test_a_capped_first_step_reads_only_the_prefix(tmp_path, half_corrupt_shard)
         assert pq.read_table(out).column("source_row").to_pylist() == list(range(cap))  # the first rows, in file order
         # rows never read are still accounted for: the file's row count (from its footer), dropped as smoke_cap
         assert report.rows_in == 2 * GOOD_ROWS and report.rows_out == cap
-        assert dict(report.dropped) == {contracts.DROP_SMOKE_CAP: 2 * GOOD_ROWS - cap} and accounted(report)
+        assert dict(report.dropped) == {drops.DROP_SMOKE_CAP: 2 * GOOD_ROWS - cap} and accounted(report)
     with pytest.raises(InputFileError, match="unreadable after row"):
         harmonize_shard(raw, tmp_path / "one_more.parquet", SYSTEM, SHARD, max_rows=GOOD_ROWS + 1)
 

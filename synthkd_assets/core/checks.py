@@ -7,10 +7,9 @@ from typing import Any
 
 import polars as pl
 
-from synthkd_assets import contracts
-from synthkd_assets.core.dataset_manifest import dataset_problems
-from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.megatron_io import trio_alignment_problems
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import dataset_problems, sha256_file
 
 REQUIRED_MANIFEST_KEYS = (
     "git_sha",
@@ -36,7 +35,7 @@ def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash
         return problems
     if manifest["config_hash"] != expected_config_hash:
         problems.append(f"config_hash {manifest['config_hash'][:12]} is not the current config's {expected_config_hash[:12]}")
-    if manifest["tokenizer"]["sha256"] != contracts.TOKENIZER_SHA256:
+    if manifest["tokenizer"]["sha256"] != constants.TOKENIZER_SHA256:
         problems.append(f"tokenizer sha256 {manifest['tokenizer']['sha256']} is not the pinned one")
     for label in ("tokenizer", "input_manifest"):
         path = data_root / manifest[label]["path"]

@@ -16,13 +16,13 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from synthkd_assets import contracts
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX
 from synthkd_assets.core.inventory import shard_index_from_name
+from synthkd_contract import constants
 
 # the partitioned steps that write <stage>/<key>.parquet and <stage>/<key>.report.json
 STAGE_NAMES = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized")
-_MEGATRON_NAME = re.compile(r"^shard_(\d+)(?:_(?:" + "|".join(contracts.ARRAY_KINDS) + r")\.(?:bin|idx)|\.json|_documents\.parquet)$")
+_MEGATRON_NAME = re.compile(r"^shard_(\d+)(?:_(?:" + "|".join(constants.ARRAY_KINDS) + r")\.(?:bin|idx)|\.json|_documents\.parquet)$")
 _DISTILL_NAME = re.compile(r"^part-(\d+)\.parquet$")
 
 
@@ -70,8 +70,8 @@ def orphaned_outputs(layout: OutputLayout, present: Collection[str]) -> list[Pat
             key = _key_of(path.name, suffixes)
             if key is not None and key not in present_keys and key != "manifest":
                 found.append(path)
-    numbered = [(root / sub, _MEGATRON_NAME) for root in layout.megatron_roots for sub in (*contracts.SPLITS, "shards")]
-    numbered += [(root / split, _DISTILL_NAME) for root in layout.distill_roots for split in contracts.DISTILL_SPLITS]
+    numbered = [(root / sub, _MEGATRON_NAME) for root in layout.megatron_roots for sub in (*constants.SPLITS, "shards")]
+    numbered += [(root / split, _DISTILL_NAME) for root in layout.distill_roots for split in constants.DISTILL_SPLITS]
     for directory, pattern in numbered:
         for path in _files(directory):
             match = pattern.match(_final_name(path.name))

@@ -1,38 +1,18 @@
-"""A dataset directory is exactly what its manifest lists, and the manifest is sealed by a sidecar.
+"""Writing a dataset manifest and its seal (what `synthkd_contract.manifest_seal` verifies).
 
-Dagster-free (stdlib only), so the asset checks and the training loader (`synthkd_training`) verify a
-dataset with the same code:
-
-- `manifest.json` lists every file under the dataset root in `files` (path relative to the root,
-  bytes, sha256): data files, per-shard records and documents tables alike;
-- `manifest.json.sha256` (the `sha256sum` format) holds the sha256 of the manifest's bytes, so an
-  edit anywhere in the manifest (totals included) is detected;
-- a file under the root that the manifest does not list (other than the manifest and its sidecar) is
-  a problem: the dataset on disk is exactly what its manifest says.
+`manifest.json` lists every file under the dataset root in `files` (path relative to the root, bytes,
+sha256); `manifest.json.sha256` seals the manifest's bytes.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
-from synthkd_assets.core.manifest import sha256_file, write_manifest
-
-MANIFEST_FILENAME = contracts.MANIFEST_FILENAME  # re-exported for the training loader
-SIDECAR_SUFFIX = ".sha256"
-
-
-class ManifestError(ValueError):
-    """A dataset that does not match its manifest, or a manifest that does not match its seal."""
-
-
-def sidecar_path(manifest_path: Path) -> Path:
-    return manifest_path.with_name(manifest_path.name + SIDECAR_SUFFIX)
+from synthkd_assets.core.manifest import write_manifest
+from synthkd_contract.manifest_seal import ManifestError, seal_text, sha256_file, sidecar_path
 
 
 def file_record(root: Path, path: Path) -> dict[str, Any]:
@@ -55,92 +35,5 @@ def write_sealed_manifest(path: Path, manifest: dict[str, Any]) -> str:
     """Write the manifest, then its sidecar; return the manifest's sha256. A crash in between leaves a
     sidecar that does not match, which the checks report until the manifest is rewritten."""
     digest = write_manifest(path, manifest)
-    atomic_write_text(sidecar_path(path), f"{digest}  {path.name}\n")
+    atomic_write_text(sidecar_path(path), seal_text(path, digest))
     return digest
-
-
-def read_sealed_manifest(manifest_path: Path) -> tuple[dict[str, Any] | None, list[str]]:
-    """(manifest, problems with its seal): the manifest's bytes are hashed as read, then parsed."""
-    if not manifest_path.is_file():
-        return None, [f"{manifest_path} is missing"]
-    payload = manifest_path.read_bytes()
-    digest = hashlib.sha256(payload).hexdigest()
-    problems = []
-    sidecar = sidecar_path(manifest_path)
-    if not sidecar.is_file():
-        problems.append(f"{sidecar} is missing: {manifest_path} is not sealed")
-    else:
-        recorded = sidecar.read_text(encoding="utf-8").split()
-        if not recorded or recorded[0] != digest:
-            problems.append(
-                f"{manifest_path} does not match its seal {sidecar.name} (sha256 {digest[:12]}, sealed "
-                f"{(recorded or ['nothing'])[0][:12]}): the manifest was edited or not completely written"
-            )
-    try:
-        return json.loads(payload), problems
-    except json.JSONDecodeError as error:
-        return None, problems + [f"{manifest_path} is not valid JSON: {error}"]
-
-
-def listed_file_problems(root: Path, manifest: dict[str, Any], only: Iterable[str] | None = None, hash_files: bool = True) -> list[str]:
-    """Each listed file (or the `only` paths, which must be listed) exists with the recorded bytes and,
-    with `hash_files`, the recorded sha256."""
-    listed = {record["path"]: record for record in manifest.get("files", [])}
-    wanted = sorted(listed) if only is None else list(only)
-    problems = []
-    for name in wanted:
-        record = listed.get(name)
-        path = root / name
-        if record is None:
-            problems.append(f"{path} is not listed in {root / MANIFEST_FILENAME}")
-        elif not path.is_file():
-            problems.append(f"{path} is listed in the manifest but missing")
-        elif path.stat().st_size != record["bytes"]:
-            problems.append(f"{path} has {path.stat().st_size} bytes, the manifest records {record['bytes']}")
-        elif hash_files and sha256_file(path) != record["sha256"]:
-            problems.append(f"{path} differs from the manifest (sha256 {sha256_file(path)[:12]}, recorded {record['sha256'][:12]})")
-    return problems
-
-
-def unlisted_files(root: Path, manifest: dict[str, Any]) -> list[str]:
-    """Everything under `root` that is not a listed file (nor the manifest or its sidecar): stray
-    files, leftovers of removed shards, partial files, symlinks."""
-    listed = {record["path"] for record in manifest.get("files", [])}
-    own = {MANIFEST_FILENAME, MANIFEST_FILENAME + SIDECAR_SUFFIX}
-    found = []
-    for path in sorted(root.rglob("*")):
-        if path.is_dir() and not path.is_symlink():
-            continue
-        name = str(path.relative_to(root))
-        if name not in listed and name not in own:
-            found.append(name)
-    return found
-
-
-def dataset_problems(root: Path, hash_files: bool = True) -> list[str]:
-    """Everything that makes the dataset at `root` differ from its sealed manifest."""
-    manifest, problems = read_sealed_manifest(root / MANIFEST_FILENAME)
-    if manifest is None:
-        return problems
-    if "files" not in manifest:
-        return problems + [f"{root / MANIFEST_FILENAME} has no `files` list"]
-    problems += listed_file_problems(root, manifest, hash_files=hash_files)
-    problems += [f"{root / name} is not listed in the manifest" for name in unlisted_files(root, manifest)]
-    return problems
-
-
-def verify_manifest(root: Path | str, files: Iterable[str] | None = None, hash_files: bool = True) -> dict[str, Any]:
-    """The dataset's manifest, after checking its seal and the listed files (all of them, or only
-    `files`, paths relative to `root`): sizes always, sha256 with `hash_files`. ManifestError naming
-    every problem otherwise. Unlisted files are only looked for when checking the whole dataset."""
-    root = Path(root)
-    if files is None:
-        problems = dataset_problems(root, hash_files)
-        manifest = read_sealed_manifest(root / MANIFEST_FILENAME)[0]
-    else:
-        manifest, problems = read_sealed_manifest(root / MANIFEST_FILENAME)
-        if manifest is not None:
-            problems += listed_file_problems(root, manifest, files, hash_files)
-    if problems:
-        raise ManifestError("; ".join(problems))
-    return manifest

@@ -30,32 +30,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from openai_harmony import Conversation, Message, Role
 
-from synthkd_assets import contracts
-from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, publish_together, list_column, list_column_rows
 from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.stages import BuildCaps, ShardReport
+from synthkd_contract import constants, drops
+from synthkd_contract.labels import token_align
+from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.schemas import DISTILL_SCHEMA, DISTILL_SOURCE_TYPE, DISTILL_SPANS_TYPE
 
-SOURCE_TYPE = pa.struct(
-    [("dataset", pa.string()), ("synth_id", pa.string()), ("exercise", pa.string()), ("language", pa.string())]
-)
-SPANS_TYPE = pa.struct(
-    [
-        ("assistant_token_start", pa.int32()),
-        ("analysis_token_count", pa.int32()),
-        ("final_token_count", pa.int32()),
-    ]
-)
-DISTILL_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("source", SOURCE_TYPE),
-        ("input_ids", pa.list_(pa.int32())),
-        ("labels", pa.list_(pa.int32())),
-        ("attention_mask", pa.list_(pa.int8())),
-        ("spans", SPANS_TYPE),
-    ]
-)
 PERCENTILES = (50, 90, 99)
 
 
@@ -72,10 +54,10 @@ class DistillRow:
     final_token_count: int
 
 
-def distill_split(synth_id: str, valid_fraction: float = contracts.DISTILL_VALID_FRACTION) -> str:
+def distill_split(synth_id: str, valid_fraction: float = constants.DISTILL_VALID_FRACTION) -> str:
     """'validation' or 'train': the split rule of synth_kd_v1 with the distill salt and fraction."""
-    valid = is_valid(synth_id, contracts.DISTILL_SPLIT_SALT, valid_fraction)
-    return contracts.DISTILL_SPLITS[1] if valid else contracts.DISTILL_SPLITS[0]
+    valid = is_valid(synth_id, constants.DISTILL_SPLIT_SALT, valid_fraction)
+    return constants.DISTILL_SPLITS[1] if valid else constants.DISTILL_SPLITS[0]
 
 
 def prompt_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -92,37 +74,30 @@ def completion_prefix(encoding: Any, messages: list[dict[str, Any]]) -> list[int
     return encoding.render_conversation_for_completion(conversation, Role.ASSISTANT)
 
 
-def token_spans(tokens: np.ndarray, span_id: np.ndarray) -> np.ndarray:
-    """Label-aligned span_id (position i describes token i+1) -> the span of each token; token 0 is prompt."""
-    spans = np.zeros(len(tokens), dtype=contracts.SPAN_DTYPE)
-    spans[1:] = span_id[:-1]
-    return spans
-
-
 def distill_row(tokens: np.ndarray, span_id: np.ndarray, prefix: list[int], synth_id: str = "?") -> DistillRow:
     """One DistillKit row from a tokenized conversation and its completion prefix (asserting both agree)."""
-    if len(tokens) < 2 or tokens[-1] != contracts.EOD_TOKEN_ID or len(span_id) != len(tokens):
+    if len(tokens) < 2 or tokens[-1] != constants.EOD_TOKEN_ID or len(span_id) != len(tokens):
         raise DistillContractError(f"{synth_id}: tokenized row does not end with EOD or span_id has another length")
-    spans = token_spans(tokens, span_id)[:-1]
+    spans = token_align(np.asarray(span_id, dtype=constants.SPAN_DTYPE))[:-1]
     input_ids = np.asarray(tokens[:-1], dtype=np.int32)
     start = len(prefix)
     if start >= len(input_ids) or not np.array_equal(input_ids[:start], np.asarray(prefix, dtype=np.int32)):
         raise DistillContractError(
             f"{synth_id}: render_conversation_for_completion(system + user) ({start} tokens) is not the head of input_ids"
         )
-    supervised = np.flatnonzero(spans != contracts.SPAN_PROMPT)
+    supervised = np.flatnonzero(spans != constants.SPAN_PROMPT)
     # Megatron's spans start at the first assistant <|start|>, which the completion prefix ends with
     if not len(supervised) or supervised[0] >= start or len(supervised) != len(spans) - supervised[0]:
         raise DistillContractError(
             f"{synth_id}: assistant tokens of the Megatron spans do not run from inside the completion prefix to the end"
         )
     output = spans[start:]
-    analysis = int(np.count_nonzero(output == contracts.SPAN_ANALYSIS))
-    final = int(np.count_nonzero(output == contracts.SPAN_FINAL))
+    analysis = int(np.count_nonzero(output == constants.SPAN_ANALYSIS))
+    final = int(np.count_nonzero(output == constants.SPAN_FINAL))
     if analysis + final != len(output) or final == 0:
         raise DistillContractError(f"{synth_id}: assistant output has tokens outside analysis/final, or no final")
     labels = input_ids.copy()
-    labels[:start] = contracts.LABEL_IGNORE_ID
+    labels[:start] = constants.LABEL_IGNORE_ID
     return DistillRow(input_ids, labels, start, analysis, final)
 
 
@@ -167,15 +142,15 @@ def write_distill_shard(
     shard_index: int,
     shard: str,
     encoding: Any,
-    max_seq_len: int = contracts.MAX_SEQ_LEN,
-    valid_fraction: float = contracts.DISTILL_VALID_FRACTION,
+    max_seq_len: int = constants.MAX_SEQ_LEN,
+    valid_fraction: float = constants.DISTILL_VALID_FRACTION,
     caps: BuildCaps = BuildCaps(),
 ) -> DistillShardResult:
     """Tokenized Parquet -> `<root>/{train,validation}/part-XXXXX.parquet` (both always written, so a
     rebuild replaces both); conversations longer than `max_seq_len` are dropped and counted."""
     report = ShardReport(shard)
-    lengths: dict[str, Counter] = {split: Counter() for split in contracts.DISTILL_SPLITS}
-    paths = {split: root / split / contracts.distill_part_name(shard_index) for split in contracts.DISTILL_SPLITS}
+    lengths: dict[str, Counter] = {split: Counter() for split in constants.DISTILL_SPLITS}
+    paths = {split: root / split / constants.distill_part_name(shard_index) for split in constants.DISTILL_SPLITS}
     messages = _joined_messages(sampled_path)
     written_tokens = 0
     budget_exhausted = False
@@ -197,10 +172,10 @@ def write_distill_shard(
                     caps.max_tokens is not None and written_tokens + length > caps.max_tokens
                 ):
                     budget_exhausted = True
-                    report.dropped[contracts.DROP_SMOKE_CAP] += 1
+                    report.dropped[drops.DROP_SMOKE_CAP] += 1
                     continue
                 if length > max_seq_len:
-                    report.drop(contracts.DROP_OVER_MAX_SEQ_LEN, source_row, synth_id, f"{length} tokens > {max_seq_len}")
+                    report.drop(drops.DROP_OVER_MAX_SEQ_LEN, source_row, synth_id, f"{length} tokens > {max_seq_len}")
                     continue
                 prefix = completion_prefix(encoding, _messages_for(messages, source_row, shard))
                 row = distill_row(token_rows[i], span_rows[i], prefix, synth_id)
@@ -248,12 +223,12 @@ def distill_table(rows: list[tuple[str, str, str, DistillRow]]) -> pa.Table:
     synth_ids = [r[0] for r in rows]
     source = pa.StructArray.from_arrays(
         [
-            pa.array([contracts.SOURCE_DATASET] * len(rows), pa.string()),
+            pa.array([constants.SOURCE_DATASET] * len(rows), pa.string()),
             pa.array(synth_ids, pa.string()),
             pa.array([r[1] for r in rows], pa.string()),
             pa.array([r[2] for r in rows], pa.string()),
         ],
-        fields=list(SOURCE_TYPE),
+        fields=list(DISTILL_SOURCE_TYPE),
     )
     spans = pa.StructArray.from_arrays(
         [
@@ -261,12 +236,12 @@ def distill_table(rows: list[tuple[str, str, str, DistillRow]]) -> pa.Table:
             pa.array([r[3].analysis_token_count for r in rows], pa.int32()),
             pa.array([r[3].final_token_count for r in rows], pa.int32()),
         ],
-        fields=list(SPANS_TYPE),
+        fields=list(DISTILL_SPANS_TYPE),
     )
     input_ids = [r[3].input_ids for r in rows]
     return pa.Table.from_arrays(
         [
-            pa.array([contracts.DISTILL_ID_PREFIX + s for s in synth_ids], pa.string()),
+            pa.array([constants.DISTILL_ID_PREFIX + s for s in synth_ids], pa.string()),
             source,
             list_column(input_ids, np.int32),
             list_column([r[3].labels for r in rows], np.int32),
@@ -339,9 +314,9 @@ def distill_part_problems(
             else:
                 if not np.all(mask == 1):
                     add("labels", f"rows {row_base}..{row_base + n_rows}: attention_mask has a value other than 1")
-                bad = np.flatnonzero((labels != contracts.LABEL_IGNORE_ID) & (labels != ids))
+                bad = np.flatnonzero((labels != constants.LABEL_IGNORE_ID) & (labels != ids))
                 for row in np.unique(np.searchsorted(np.cumsum(lengths), bad, side="right"))[:limit]:
-                    add("labels", f"row {row_base + row}: labels differ from input_ids where not {contracts.LABEL_IGNORE_ID}")
+                    add("labels", f"row {row_base + row}: labels differ from input_ids where not {constants.LABEL_IGNORE_ID}")
         if "spans" in problems:
             for row in np.flatnonzero((start <= 0) | (start >= lengths) | (analysis < 0) | (final <= 0)):
                 add("spans", f"row {row_base + row}: assistant_token_start {start[row]} / counts out of range for {lengths[row]} tokens")
@@ -349,7 +324,7 @@ def distill_part_problems(
                 add("spans", f"row {row_base + row}: analysis {analysis[row]} + final {final[row]} != {lengths[row]} - {start[row]}")
             if same_shape:
                 position = np.arange(len(ids)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-                ignored = labels == contracts.LABEL_IGNORE_ID
+                ignored = labels == constants.LABEL_IGNORE_ID
                 wrong = np.flatnonzero(ignored != (position < np.repeat(start, lengths)))
                 for row in np.unique(np.searchsorted(np.cumsum(lengths), wrong, side="right"))[:limit]:
                     add("spans", f"row {row_base + row}: labels are not -100 exactly before assistant_token_start")
@@ -359,8 +334,8 @@ def distill_part_problems(
         if "split" in problems:
             source = table.column("source").combine_chunks()
             for row, (row_id, synth_id) in enumerate(zip(table.column("id").to_pylist(), source.field("synth_id").to_pylist())):
-                if row_id != contracts.DISTILL_ID_PREFIX + synth_id:
-                    add("split", f"row {row_base + row}: id {row_id!r} is not {contracts.DISTILL_ID_PREFIX}{synth_id}")
+                if row_id != constants.DISTILL_ID_PREFIX + synth_id:
+                    add("split", f"row {row_base + row}: id {row_id!r} is not {constants.DISTILL_ID_PREFIX}{synth_id}")
                 if distill_split(synth_id, valid_fraction) != split:
                     add("split", f"row {row_base + row}: synth_id {synth_id!r} belongs to {distill_split(synth_id, valid_fraction)}")
         row_base += n_rows
@@ -424,25 +399,25 @@ def distill_build_config(
     from importlib.metadata import version
 
     return {
-        "dataset": contracts.DISTILL_DATASET_NAME,
+        "dataset": constants.DISTILL_DATASET_NAME,
         "format": "DistillKit/TRL unpacked examples (Parquet)",
-        "harmony_schema": contracts.HARMONY_SCHEMA_NAME,
-        "user_template": contracts.USER_TEMPLATE,
+        "harmony_schema": constants.HARMONY_SCHEMA_NAME,
+        "user_template": constants.USER_TEMPLATE,
         "system_message": system,
         "render": {
             "training": "render_conversation_for_training(auto_drop_analysis=False), trailing EOD removed",
             "assistant_token_start": "len(render_conversation_for_completion(system + user, Role.ASSISTANT))",
         },
         "schema": DISTILL_SCHEMA.to_string(show_schema_metadata=False),
-        "label_ignore_id": contracts.LABEL_IGNORE_ID,
+        "label_ignore_id": constants.LABEL_IGNORE_ID,
         "max_seq_len": max_seq_len,
         "split": {
-            "salt": contracts.DISTILL_SPLIT_SALT,
+            "salt": constants.DISTILL_SPLIT_SALT,
             "valid_fraction": valid_fraction,
-            "names": list(contracts.DISTILL_SPLITS),
+            "names": list(constants.DISTILL_SPLITS),
         },
         "selection": selection,
-        "tokenizer_sha256": contracts.TOKENIZER_SHA256,
+        "tokenizer_sha256": constants.TOKENIZER_SHA256,
         "caps": {"max_input_rows_per_shard": max_input_rows, "max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
         "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "synthkd")},
     }

@@ -20,8 +20,8 @@ from decimal import Decimal, InvalidOperation
 
 import polars as pl
 
-from synthkd_assets import contracts
 from synthkd_assets.core.synth import python_whitespace
+from synthkd_contract import constants, drops
 
 # just what the filters read from messages_json (json_decode ignores every other field)
 _MESSAGES_DTYPE = pl.Struct(
@@ -65,12 +65,12 @@ def is_blank_expr(column: str) -> pl.Expr:
 
 def failed_result_expr(column: str) -> pl.Expr:
     """`constraints` contains `result:Failed after maximum attempts`, case-insensitively."""
-    return pl.col(column).fill_null("").str.contains("(?i)" + re.escape(contracts.FAILED_RESULT_MARKER))
+    return pl.col(column).fill_null("").str.contains("(?i)" + re.escape(constants.FAILED_RESULT_MARKER))
 
 
 # `result:<value>` items: constraints are `key:value` items separated by `;` (or new lines); the key
 # is matched case-insensitively, like the failure marker
-RESULT_ITEM_PATTERN = r"(?:^|[;\n])[ \t]*" + contracts.RESULT_KEY + r"[ \t]*:([^;\n]*)"
+RESULT_ITEM_PATTERN = r"(?:^|[;\n])[ \t]*" + constants.RESULT_KEY + r"[ \t]*:([^;\n]*)"
 _RESULT_ITEM = re.compile(RESULT_ITEM_PATTERN, re.IGNORECASE)
 
 
@@ -196,11 +196,11 @@ def quality_drop_reasons(frame: pl.DataFrame) -> pl.Series:
         inconsistent[i] = result_is_inconsistent(constraints, answer)
     return flags.with_columns(inconsistent=pl.Series(inconsistent, dtype=pl.Boolean)).select(
         pl.when("empty")
-        .then(pl.lit(contracts.DROP_EMPTY_ANSWER))
+        .then(pl.lit(drops.DROP_EMPTY_ANSWER))
         .when("failed")
-        .then(pl.lit(contracts.DROP_RESULT_FAILED))
+        .then(pl.lit(drops.DROP_RESULT_FAILED))
         .when("inconsistent")
-        .then(pl.lit(contracts.DROP_RESULT_INCONSISTENT))
+        .then(pl.lit(drops.DROP_RESULT_INCONSISTENT))
         .otherwise(pl.lit(None, dtype=pl.String))
         .alias("reason")
     )["reason"]
@@ -209,8 +209,8 @@ def quality_drop_reasons(frame: pl.DataFrame) -> pl.Series:
 def filter_config() -> dict:
     """What the filters do, for the manifests' config hash."""
     return {
-        "rules": [contracts.DROP_EMPTY_ANSWER, contracts.DROP_RESULT_FAILED, contracts.DROP_RESULT_INCONSISTENT],
-        "failed_marker": contracts.FAILED_RESULT_MARKER,
+        "rules": [drops.DROP_EMPTY_ANSWER, drops.DROP_RESULT_FAILED, drops.DROP_RESULT_INCONSISTENT],
+        "failed_marker": constants.FAILED_RESULT_MARKER,
         "failed_marker_case_insensitive": True,
         "result_item": RESULT_ITEM_PATTERN,
         "result_number": _RESULT_NUMBER.pattern,

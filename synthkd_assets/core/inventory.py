@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from synthkd_assets.core.atomic import atomic_write_text
-from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.parquet_io import InputFileError
+from synthkd_contract.manifest_seal import sha256_file
 
 RAW_GLOB = "*.parquet"
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")

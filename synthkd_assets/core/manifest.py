@@ -6,10 +6,12 @@ import functools
 import hashlib
 import json
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from synthkd_assets.core.atomic import atomic_write_text
+from synthkd_contract import constants
 
 
 def canonical_json(value: Any) -> str:
@@ -35,14 +37,6 @@ def git_state(repo_dir: str | None = None) -> dict[str, Any]:
     except (OSError, subprocess.CalledProcessError):
         return {"git_sha": "unknown", "git_dirty": None}
     return {"git_sha": sha, "git_dirty": dirty}
-
-
-def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_manifest(path: Path, manifest: dict[str, Any]) -> str:
@@ -74,19 +68,15 @@ def kd_build_config(
 ) -> dict[str, Any]:
     """Everything that can change the bytes of synth_kd_v1, hashed into the manifest's config_hash
     (`selection`: the 001 filter and sampling settings the rows went through)."""
-    from importlib.metadata import version
-
-    from synthkd_assets import contracts
-
     return {
-        "dataset": contracts.DATASET_NAME,
-        "harmony_schema": contracts.HARMONY_SCHEMA_NAME,
-        "user_template": contracts.USER_TEMPLATE,
+        "dataset": constants.DATASET_NAME,
+        "harmony_schema": constants.HARMONY_SCHEMA_NAME,
+        "user_template": constants.USER_TEMPLATE,
         "system_message": system,
-        "render": {"auto_drop_analysis": False, "training_style_return": True, "eod_token_id": contracts.EOD_TOKEN_ID},
-        "dtypes": {k: str(v.__name__) for k, v in contracts.ARRAY_DTYPES.items()},
-        "split": {"salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
-        "tokenizer_sha256": contracts.TOKENIZER_SHA256,
+        "render": {"auto_drop_analysis": False, "training_style_return": True, "eod_token_id": constants.EOD_TOKEN_ID},
+        "dtypes": {k: str(v.__name__) for k, v in constants.ARRAY_DTYPES.items()},
+        "split": {"salt": constants.SPLIT_SALT, "valid_fraction": constants.VALID_FRACTION},
+        "tokenizer_sha256": constants.TOKENIZER_SHA256,
         "caps": {"max_input_rows_per_shard": max_input_rows, "max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
         "selection": selection,
         "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "megatron-core", "synthkd")},

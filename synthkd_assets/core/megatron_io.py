@@ -1,7 +1,7 @@
 """The Megatron trio of one shard and split: tokens / lossmask / span IndexedDatasets.
 
-Written with megatron-core's own `IndexedDatasetBuilder` (one document per conversation) and read
-back with its `IndexedDataset`, so what we validate is exactly what training will load.
+Written with megatron-core's own `IndexedDatasetBuilder` (one document per conversation), published
+atomically, and checked with `synthkd_contract.trio.validate_trio`: the validator the training loader runs.
 """
 
 from __future__ import annotations
@@ -15,24 +15,15 @@ from types import TracebackType
 
 import numpy as np
 
-from synthkd_assets import contracts
-
 from synthkd_assets.core.atomic import PartialFile, discard_all, publish_partials
-from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.parquet_io import ParquetShardWriter, output_errors_named
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.trio import shard_tokens_prefix, trio_files, trio_prefixes, validate_trio
 
 # importing megatron-core warns that Transformer Engine and Apex are absent: they are training kernels, of no
 # use for reading and writing IndexedDatasets, so a build has nothing to act on (synthkd_training still warns)
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed", category=UserWarning)
-
-
-def trio_prefixes(split_dir: Path, shard_index: int) -> dict[str, Path]:
-    """kind -> IndexedDataset path prefix (no .bin/.idx) for one shard of one split."""
-    return {kind: split_dir / contracts.shard_prefix_name(shard_index, kind) for kind in contracts.ARRAY_KINDS}
-
-
-def trio_files(split_dir: Path, shard_index: int) -> list[Path]:
-    return [Path(f"{prefix}{ext}") for prefix in trio_prefixes(split_dir, shard_index).values() for ext in (".bin", ".idx")]
 
 
 @dataclass(frozen=True)
@@ -78,8 +69,8 @@ class MegatronShardWriter:
     def __init__(self, split_dir: Path, shard_index: int, split: str, relative_to: Path | None = None) -> None:
         from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-        if split not in contracts.SPLITS:
-            raise ValueError(f"unknown split {split!r}; expected one of {contracts.SPLITS}")
+        if split not in constants.SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {constants.SPLITS}")
         self.split_dir = split_dir
         self.shard_index = shard_index
         self.split = split
@@ -98,7 +89,7 @@ class MegatronShardWriter:
                     self._bins[kind] = PartialFile(Path(f"{prefix}.bin"))
                     self._idxs[kind] = PartialFile(Path(f"{prefix}.idx"))
                     self._builders[kind] = IndexedDatasetBuilder(
-                        str(self._bins[kind].path), dtype=contracts.ARRAY_DTYPES[kind]
+                        str(self._bins[kind].path), dtype=constants.ARRAY_DTYPES[kind]
                     )
         except BaseException:
             self.abort()  # e.g. disk full on the second file: the first one's partial goes too
@@ -111,9 +102,9 @@ class MegatronShardWriter:
                 f"shard {self.shard_index} {self.split}: arrays must be non-empty and of equal length, got "
                 f"{len(tokens)}/{len(loss_mask)}/{len(span_id)}"
             )
-        for kind, array in zip(contracts.ARRAY_KINDS, (tokens, loss_mask, span_id)):
+        for kind, array in zip(constants.ARRAY_KINDS, (tokens, loss_mask, span_id)):
             with output_errors_named(self._bins[kind].final):
-                self._builders[kind].add_document(np.asarray(array, dtype=contracts.ARRAY_DTYPES[kind]), [n])
+                self._builders[kind].add_document(np.asarray(array, dtype=constants.ARRAY_DTYPES[kind]), [n])
         self.sequences += 1
         self.tokens += n
 
@@ -199,92 +190,8 @@ def commit_shard(
     return [writer.inventory() for writer in writers]
 
 
-def open_trio(split_dir: Path, shard_index: int):
-    """kind -> megatron-core IndexedDataset (mmap) for one shard/split."""
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
-    return {kind: IndexedDataset(str(prefix)) for kind, prefix in trio_prefixes(split_dir, shard_index).items()}
-
-
-CHECK_CHUNK_TOKENS = 1 << 22  # tokens validated at a time: bounded memory whatever the shard size
-
-
-def _document_chunks(lengths: np.ndarray, budget: int) -> list[tuple[int, int, int, int]]:
-    """(first_doc, end_doc, first_token, end_token) ranges of whole documents of about `budget` tokens."""
-    ends = np.cumsum(lengths, dtype=np.int64)
-    chunks, first_doc, first_token = [], 0, 0
-    while first_doc < len(lengths):
-        end_doc = max(int(np.searchsorted(ends, first_token + budget, side="right")), first_doc + 1)
-        chunks.append((first_doc, end_doc, first_token, int(ends[end_doc - 1])))
-        first_doc, first_token = end_doc, int(ends[end_doc - 1])
-    return chunks
-
-
 def trio_alignment_problems(split_dir: Path, shard_index: int) -> list[str]:
-    """Everything wrong with one shard/split trio, as readable sentences (empty list = sound).
-
-    Opens each dataset with megatron-core (so an unreadable or truncated file is reported, not raised),
-    then validates the values in document-aligned chunks read with plain file I/O, so memory stays
-    bounded for shards of any size.
-    """
+    """Everything wrong with one shard/split trio (`validate_trio`), each problem naming it
+    (`train/shard_00: ...`); an empty list when it is sound."""
     name = f"{split_dir.name}/shard_{shard_index:02d}"
-    missing = [str(p.name) for p in trio_files(split_dir, shard_index) if not p.is_file()]
-    if missing:
-        return [f"{name}: missing files {missing}"]
-    try:
-        datasets = open_trio(split_dir, shard_index)
-        for kind, dataset in datasets.items():
-            expected = np.dtype(contracts.ARRAY_DTYPES[kind])
-            if np.dtype(dataset.index.dtype) != expected:
-                return [f"{name}: {kind} dtype is {np.dtype(dataset.index.dtype)}, expected {expected}"]
-    except Exception as error:  # megatron-core raises AssertionError/ValueError on malformed files
-        return [f"{name}: not readable by megatron-core IndexedDataset: {type(error).__name__}: {error}"]
-    problems: list[str] = []
-    tokens_ds = datasets["tokens"]
-    for kind in ("lossmask", "span"):
-        if not np.array_equal(datasets[kind].sequence_lengths, tokens_ds.sequence_lengths):
-            problems.append(f"{name}: {kind} sequence_lengths differ from tokens")
-        if not np.array_equal(datasets[kind].document_indices, tokens_ds.document_indices):
-            problems.append(f"{name}: {kind} document_indices differ from tokens")
-    if problems:
-        return problems
-    for kind, dataset in datasets.items():
-        needed = int(dataset.sequence_lengths.sum()) * np.dtype(contracts.ARRAY_DTYPES[kind]).itemsize
-        actual = Path(f"{dataset.path_prefix}.bin").stat().st_size
-        if actual != needed:
-            problems.append(f"{name}: not readable by megatron-core IndexedDataset: {kind}.bin has {actual} bytes, its index needs {needed}")
-    if problems:
-        return problems
-    lengths = tokens_ds.sequence_lengths.astype(np.int64)
-    counts = {"mask_domain": 0, "span_domain": 0, "disagree": 0, "no_eod": 0, "eod_supervised": 0}
-    first_bad: dict[str, int] = {}
-    prefixes = trio_prefixes(split_dir, shard_index)
-    for first_doc, end_doc, start, end in _document_chunks(lengths, CHECK_CHUNK_TOKENS):
-        arrays = {}
-        for kind, prefix in prefixes.items():
-            dtype = np.dtype(contracts.ARRAY_DTYPES[kind])
-            arrays[kind] = np.fromfile(f"{prefix}.bin", dtype=dtype, count=end - start, offset=start * dtype.itemsize)
-        loss_mask, span = arrays["lossmask"], arrays["span"]
-        doc_ends = np.cumsum(lengths[first_doc:end_doc]) - 1
-        for key, bad in (
-            ("mask_domain", loss_mask > 1),
-            ("span_domain", span > contracts.SPAN_FINAL),
-            ("disagree", (loss_mask == 0) != (span == contracts.SPAN_PROMPT)),
-        ):
-            found = np.flatnonzero(bad)
-            counts[key] += found.size
-            if found.size and key not in first_bad:
-                first_bad[key] = start + int(found[0])
-        counts["no_eod"] += int(np.sum(arrays["tokens"][doc_ends] != contracts.EOD_TOKEN_ID))
-        counts["eod_supervised"] += int(np.sum((loss_mask[doc_ends] != 0) | (span[doc_ends] != 0)))
-    if counts["mask_domain"]:
-        problems.append(f"{name}: loss_mask outside {{0,1}} at {counts['mask_domain']} positions, first {first_bad['mask_domain']}")
-    if counts["span_domain"]:
-        problems.append(f"{name}: span_id outside {{0,1,2}} at {counts['span_domain']} positions, first {first_bad['span_domain']}")
-    if counts["disagree"]:
-        problems.append(f"{name}: loss_mask==0 and span_id==0 disagree at {counts['disagree']} positions, first {first_bad['disagree']}")
-    if counts["no_eod"]:
-        problems.append(f"{name}: {counts['no_eod']} documents do not end with EOD")
-    if counts["eod_supervised"]:
-        problems.append(f"{name}: the EOD position of {counts['eod_supervised']} documents does not carry 0/0")
-    return problems
+    return [f"{name}: {problem}" for problem in validate_trio(shard_tokens_prefix(split_dir, shard_index))]

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from openai_harmony import Conversation, Message, RenderConversationConfig
 
-from synthkd_assets import contracts
+from synthkd_contract import constants, drops
+from synthkd_contract.labels import supervision_arrays
 
 RENDER_CONFIG = RenderConversationConfig(auto_drop_analysis=False)
 
@@ -46,26 +47,18 @@ class RenderedConversation:
 
 def span_token_counts(span_id: np.ndarray) -> dict[str, int]:
     """Label positions per span name (prompt / analysis / final); EOD positions count as prompt."""
-    counts = np.bincount(span_id, minlength=len(contracts.SPAN_NAMES))
-    return {name: int(counts[span]) for span, name in contracts.SPAN_NAMES.items()}
+    counts = np.bincount(span_id, minlength=len(constants.SPAN_NAMES))
+    return {name: int(counts[span]) for span, name in constants.SPAN_NAMES.items()}
 
 
 def message_span(message: dict[str, Any]) -> int:
     """Span id of every token of a message: assistant analysis/final are supervised, all else prompt."""
     if message.get("role") != "assistant":
-        return contracts.SPAN_PROMPT
+        return constants.SPAN_PROMPT
     channel = message.get("channel")
-    if channel not in contracts.CHANNEL_TO_SPAN:
-        raise RenderError("unsupported_assistant_channel", f"assistant channel {channel!r} has no v1 span")
-    return contracts.CHANNEL_TO_SPAN[channel]
-
-
-def label_aligned(token_spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Token-level spans (EOD included, 0) -> label-aligned (loss_mask, span_id)."""
-    span_id = np.zeros(len(token_spans), dtype=contracts.SPAN_DTYPE)
-    span_id[:-1] = token_spans[1:]
-    loss_mask = (span_id != contracts.SPAN_PROMPT).astype(contracts.LOSSMASK_DTYPE)
-    return loss_mask, span_id
+    if channel not in constants.CHANNEL_TO_SPAN:
+        raise RenderError(drops.DROP_UNSUPPORTED_CHANNEL, f"assistant channel {channel!r} has no v1 span")
+    return constants.CHANNEL_TO_SPAN[channel]
 
 
 class HarmonyRenderer:
@@ -76,27 +69,27 @@ class HarmonyRenderer:
         self.start_id = encoding.encode("<|start|>", allowed_special="all")[0]
 
     def render(self, messages: list[dict[str, Any]]) -> RenderedConversation:
-        spans = np.array([message_span(m) for m in messages], dtype=contracts.SPAN_DTYPE)
+        spans = np.array([message_span(m) for m in messages], dtype=constants.SPAN_DTYPE)
         try:
             conversation = Conversation.from_messages([Message.from_dict(m) for m in messages])
             rendered = self.encoding.render_conversation_for_training(conversation, RENDER_CONFIG)
         except BaseException as error:  # HarmonyError, pydantic errors, and Rust panics on pathological text
             if is_fatal(error):
                 raise
-            raise RenderError("harmony_render_error", f"{type(error).__name__}: {error}") from error
-        tokens = np.empty(len(rendered) + 1, dtype=contracts.TOKENS_DTYPE)
+            raise RenderError(drops.DROP_HARMONY_RENDER_ERROR, f"{type(error).__name__}: {error}") from error
+        tokens = np.empty(len(rendered) + 1, dtype=constants.TOKENS_DTYPE)
         tokens[:-1] = rendered
-        tokens[-1] = contracts.EOD_TOKEN_ID
+        tokens[-1] = constants.EOD_TOKEN_ID
         starts = np.flatnonzero(tokens == self.start_id)
         if len(starts) != len(messages) or (len(starts) and starts[0] != 0):
             raise RenderError(
-                "message_boundary_mismatch",
+                drops.DROP_MESSAGE_BOUNDARY_MISMATCH,
                 f"{len(messages)} messages but {len(starts)} <|start|> tokens in the render",
             )
         lengths = np.diff(np.append(starts, len(tokens) - 1))
-        token_spans = np.zeros(len(tokens), dtype=contracts.SPAN_DTYPE)
+        token_spans = np.zeros(len(tokens), dtype=constants.SPAN_DTYPE)
         token_spans[:-1] = np.repeat(spans, lengths)
-        loss_mask, span_id = label_aligned(token_spans)
+        loss_mask, span_id = supervision_arrays(token_spans)
         return RenderedConversation(tokens, loss_mask, span_id)
 
     def render_many(self, conversations: list[list[dict[str, Any]]]) -> list[RenderedConversation | RenderError]:
@@ -145,15 +138,15 @@ class FastRenderer:
                 message["channel"] = channel
             rendered = self.encoding.render(Message.from_dict(message))
             if rendered[-1] != self.end_id:
-                raise RenderError("message_boundary_mismatch", f"harmony renders an empty {key} message as {rendered}")
-            self._headers[key] = np.array(rendered[:-1], dtype=contracts.TOKENS_DTYPE)
+                raise RenderError(drops.DROP_MESSAGE_BOUNDARY_MISMATCH, f"harmony renders an empty {key} message as {rendered}")
+            self._headers[key] = np.array(rendered[:-1], dtype=constants.TOKENS_DTYPE)
         return self._headers[key]
 
     def _whole_message(self, message: dict[str, Any]) -> np.ndarray:
         key = json.dumps(message, sort_keys=True)
         if key not in self._whole_messages:
             rendered = self.encoding.render(Message.from_dict(message))
-            self._whole_messages[key] = np.array(rendered, dtype=contracts.TOKENS_DTYPE)
+            self._whole_messages[key] = np.array(rendered, dtype=constants.TOKENS_DTYPE)
         return self._whole_messages[key]
 
     @staticmethod
@@ -177,7 +170,7 @@ class FastRenderer:
             if role == "system":
                 if self._plain_text(message) is None and len(message.get("content", [])) != 1:
                     return None
-                pieces.append((self._whole_message(message), contracts.SPAN_PROMPT))
+                pieces.append((self._whole_message(message), constants.SPAN_PROMPT))
                 continue
             text = self._plain_text(message)
             if text is None or role not in ("user", "assistant"):
@@ -190,7 +183,7 @@ class FastRenderer:
             texts.append(text)
             pieces.append((len(texts) - 1, span))
             terminator = self.return_id if position == len(messages) - 1 else self.end_id
-            pieces.append((np.array([terminator], dtype=contracts.TOKENS_DTYPE), span))
+            pieces.append((np.array([terminator], dtype=constants.TOKENS_DTYPE), span))
         return pieces
 
     def _encode(self, texts: list[str]) -> list[np.ndarray | RenderError]:
@@ -201,7 +194,7 @@ class FastRenderer:
         if self.num_threads > 1:
             try:
                 batches = self.bpe.encode_ordinary_batch(texts, num_threads=self.num_threads)
-                return [np.array(t, dtype=contracts.TOKENS_DTYPE) for t in batches]
+                return [np.array(t, dtype=constants.TOKENS_DTYPE) for t in batches]
             except BaseException as error:
                 if is_fatal(error):
                     raise
@@ -214,7 +207,7 @@ class FastRenderer:
             except BaseException as error:
                 if is_fatal(error):
                     raise
-                encoded.append(RenderError("tokenizer_error", f"{type(error).__name__}: {str(error)[:200]}"))
+                encoded.append(RenderError(drops.DROP_TOKENIZER_ERROR, f"{type(error).__name__}: {str(error)[:200]}"))
         return encoded
 
     def render_many(self, conversations: list[list[dict[str, Any]]]) -> list[RenderedConversation | RenderError]:
@@ -227,7 +220,7 @@ class FastRenderer:
             except RenderError as error:
                 plans.append(error)
         encoded = self._encode(texts)
-        eod = np.array([contracts.EOD_TOKEN_ID], dtype=contracts.TOKENS_DTYPE)
+        eod = np.array([constants.EOD_TOKEN_ID], dtype=constants.TOKENS_DTYPE)
         results: list[RenderedConversation | RenderError] = []
         for messages, plan in zip(conversations, plans):
             if isinstance(plan, RenderError):
@@ -245,11 +238,11 @@ class FastRenderer:
             if failed is not None:
                 results.append(failed)
                 continue
-            tokens = np.concatenate([*arrays, eod], dtype=contracts.TOKENS_DTYPE, casting="unsafe")
-            token_spans = np.zeros(len(tokens), dtype=contracts.SPAN_DTYPE)
+            tokens = np.concatenate([*arrays, eod], dtype=constants.TOKENS_DTYPE, casting="unsafe")
+            token_spans = np.zeros(len(tokens), dtype=constants.SPAN_DTYPE)
             token_spans[:-1] = np.repeat(
-                np.array([span for _, span in plan], dtype=contracts.SPAN_DTYPE), [len(a) for a in arrays]
+                np.array([span for _, span in plan], dtype=constants.SPAN_DTYPE), [len(a) for a in arrays]
             )
-            loss_mask, span_id = label_aligned(token_spans)
+            loss_mask, span_id = supervision_arrays(token_spans)
             results.append(RenderedConversation(tokens, loss_mask, span_id))
         return results

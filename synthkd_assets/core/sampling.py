@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from synthkd_assets import contracts
+from synthkd_contract import constants, drops
 
 
 def stable_unit_interval(salt: str, key: str) -> float:
@@ -19,13 +19,13 @@ def stable_unit_interval(salt: str, key: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def is_valid(synth_id: str, salt: str = contracts.SPLIT_SALT, valid_fraction: float = contracts.VALID_FRACTION) -> bool:
+def is_valid(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION) -> bool:
     return stable_unit_interval(salt, synth_id) < valid_fraction
 
 
-def assign_split(synth_id: str, salt: str = contracts.SPLIT_SALT, valid_fraction: float = contracts.VALID_FRACTION) -> str:
-    """'valid' or 'train' for one conversation, by the locked rule in `contracts.SPLIT_RULE`."""
-    return contracts.SPLITS[1] if is_valid(synth_id, salt, valid_fraction) else contracts.SPLITS[0]
+def assign_split(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION) -> str:
+    """'valid' or 'train' for one conversation, by the locked rule in `constants.SPLIT_RULE`."""
+    return constants.SPLITS[1] if is_valid(synth_id, salt, valid_fraction) else constants.SPLITS[0]
 
 
 # --- mixture sampling (001 "Exercise/language mixture") --------------------------------------
@@ -45,10 +45,10 @@ class MixTargets:
     """What the plan aims for: memorization share <= memorization_cap, non-English share within
     [non_english_min, non_english_max], and a uniform `global_keep` on top (token budgets)."""
 
-    memorization_cap: float = contracts.MEMORIZATION_CAP
-    non_english_min: float = contracts.NON_ENGLISH_MIN
-    non_english_max: float = contracts.NON_ENGLISH_MAX
-    global_keep: float = contracts.GLOBAL_KEEP
+    memorization_cap: float = constants.MEMORIZATION_CAP
+    non_english_min: float = constants.NON_ENGLISH_MIN
+    non_english_max: float = constants.NON_ENGLISH_MAX
+    global_keep: float = constants.GLOBAL_KEEP
 
     def __post_init__(self) -> None:
         problems = []
@@ -70,11 +70,11 @@ class MixTargets:
 
 
 def is_memorization(exercise: str) -> bool:
-    return exercise == contracts.MEMORIZATION_EXERCISE
+    return exercise == constants.MEMORIZATION_EXERCISE
 
 
 def is_english(language: str) -> bool:
-    return language == contracts.ENGLISH_LANGUAGE
+    return language == constants.ENGLISH_LANGUAGE
 
 
 def rules_for(exercise: str, language: str) -> tuple[str, ...]:
@@ -94,8 +94,8 @@ def sampling_drop_reason(synth_id: str, exercise: str, language: str, rates: Map
     """The first rule that drops this row (`sampled_out_<rule>`), or None when every rule keeps it."""
     for rule in rules_for(exercise, language):
         rate = rates[rule]
-        if rate < 1.0 and not stable_unit_interval(contracts.SAMPLING_SALTS[rule], synth_id) < rate:
-            return contracts.DROP_SAMPLED_OUT[rule]
+        if rate < 1.0 and not stable_unit_interval(constants.SAMPLING_SALTS[rule], synth_id) < rate:
+            return drops.DROP_SAMPLED_OUT[rule]
     return None
 
 
@@ -239,7 +239,7 @@ def plan_keep_rates(counts: Mapping[Cell, int], targets: MixTargets) -> dict[str
     met = mix_meets_targets(after, targets)
     return {
         "targets": targets.to_dict(),
-        "salts": dict(contracts.SAMPLING_SALTS),
+        "salts": dict(constants.SAMPLING_SALTS),
         "rule": "keep iff stable_unit_interval(salt[rule], synth_id) < rates[rule] for every rule of the row "
         "(memorization: exercise == 'memorization'; english / non_english: by language; global: all rows)",
         "rates": rates,
@@ -290,9 +290,9 @@ def selection_config(targets: MixTargets) -> dict[str, Any]:
         "filters": filter_config(),
         "sampling": {
             "targets": targets.to_dict(),
-            "salts": dict(contracts.SAMPLING_SALTS),
+            "salts": dict(constants.SAMPLING_SALTS),
             "rule_order": list(RULE_ORDER),
-            "memorization_exercise": contracts.MEMORIZATION_EXERCISE,
-            "english_language": contracts.ENGLISH_LANGUAGE,
+            "memorization_exercise": constants.MEMORIZATION_EXERCISE,
+            "english_language": constants.ENGLISH_LANGUAGE,
         },
     }

@@ -19,7 +19,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.dataset_manifest import file_record, files_section
 from synthkd_assets.core.inventory import read_raw_shard, shard_index_from_name
@@ -38,30 +37,9 @@ Renderer = FastRenderer | HarmonyRenderer
 from synthkd_assets.core.sampling import assign_split
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
 from synthkd_assets.core.validation import DuplicateIds, check_raw_schema, conform_raw_frame
+from synthkd_contract import constants, drops
+from synthkd_contract.schemas import DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_SCHEMA
 
-HARMONY_SCHEMA = pa.schema(
-    [
-        ("synth_id", pa.string()),
-        ("language", pa.string()),
-        ("exercise", pa.string()),
-        ("source_row", pa.int64()),
-        ("messages_json", pa.string()),
-        ("metadata_json", pa.string()),
-    ]
-)
-TOKENIZED_SCHEMA = pa.schema(
-    [
-        ("synth_id", pa.string()),
-        ("language", pa.string()),
-        ("exercise", pa.string()),
-        ("source_row", pa.int64()),
-        ("tokens", pa.list_(pa.int32())),
-        ("loss_mask", pa.list_(pa.uint8())),
-        ("span_id", pa.list_(pa.uint8())),
-    ]
-)
-# text a row cannot do without; an empty reasoning is normal SYNTH, a missing answer is not
-REQUIRED_TEXT = ("synth_id", "query", "query_seed_text", "synthetic_answer")
 ERROR_SAMPLE_LIMIT = 1000
 
 
@@ -149,7 +127,7 @@ def harmonize_shard(
         duplicates = DuplicateIds()
         source_row = 0
         with _output_errors(out_path), ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
-            for frame in iter_frames(raw_path, contracts.RAW_COLUMNS, max_rows=max_rows, source=raw.file):
+            for frame in iter_frames(raw_path, constants.RAW_COLUMNS, max_rows=max_rows, source=raw.file):
                 frame = frame.with_columns(
                     pl.int_range(source_row, source_row + frame.height, dtype=pl.Int64).alias("source_row")
                 )
@@ -176,7 +154,7 @@ def harmonize_shard(
                 unread = parquet_row_count(raw_path, raw.file) - source_row
                 if unread:
                     report.rows_in += unread
-                    report.dropped[contracts.DROP_SMOKE_CAP] += unread
+                    report.dropped[drops.DROP_SMOKE_CAP] += unread
             report.rows_out = writer.rows
             raw.check_unchanged()  # before the output is published
     return report
@@ -199,13 +177,13 @@ def _output_errors(out_path: Path) -> Iterator[None]:
 
 
 def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
-    for column in REQUIRED_TEXT:
+    for column in constants.REQUIRED_TEXT_COLUMNS:
         missing = pl.col(column).is_null() | (
             (pl.col(column).str.strip_chars() == "") if column == "synth_id" else pl.lit(False)
         )
         bad = frame.filter(missing)
         for row in bad.select("source_row", "synth_id").iter_rows():
-            report.drop(f"missing_{column}", row[0], row[1], f"{column} is null or empty")
+            report.drop(drops.DROP_MISSING[column], row[0], row[1], f"{column} is null or empty")
         frame = frame.filter(~missing)
     return frame
 
@@ -215,32 +193,30 @@ def _drop_nul_synth_id(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame
     consumers, and removing the NUL could make it equal another row's id."""
     bad = pl.col("synth_id").str.contains("\x00", literal=True)
     for source_row, synth_id in frame.filter(bad).select("source_row", "synth_id").iter_rows():
-        report.drop(contracts.DROP_NUL_IN_SYNTH_ID, source_row, synth_id.replace("\x00", "\\0"), "synth_id contains NUL")
+        report.drop(drops.DROP_NUL_IN_SYNTH_ID, source_row, synth_id.replace("\x00", "\\0"), "synth_id contains NUL")
     return frame.filter(~bad)
 
 
 def _sanitize(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
     """Remove NULs from every rendered text column and default the optional ones; count each fix."""
-    text_columns = ("query", "query_seed_text", "synthetic_reasoning", "synthetic_answer")
     counts = frame.select(
-        *[pl.col(c).str.contains("\x00", literal=True).sum().alias(f"nul_in_{c}") for c in text_columns],
-        pl.col("synthetic_reasoning").is_null().sum().alias("null_synthetic_reasoning"),
-        pl.col("language").is_null().sum().alias("null_language"),
-        pl.col("exercise").is_null().sum().alias("null_exercise"),
+        *[
+            pl.col(c).str.contains("\x00", literal=True).sum().alias(drops.SANITIZED_NUL_IN[c])
+            for c in constants.NUL_CLEANED_COLUMNS
+        ],
+        *[pl.col(c).is_null().sum().alias(drops.SANITIZED_NULL[c]) for c in constants.NULL_DEFAULTS],
     ).row(0, named=True)
     report.sanitized.update({k: v for k, v in counts.items() if v})
     return frame.with_columns(
-        *[remove_nul(c) for c in text_columns],
+        *[remove_nul(c) for c in constants.NUL_CLEANED_COLUMNS],
     ).with_columns(
-        pl.col("synthetic_reasoning").fill_null(""),
-        pl.col("language").fill_null("unknown"),
-        pl.col("exercise").fill_null("unknown"),
+        *[pl.col(c).fill_null(default) for c, default in constants.NULL_DEFAULTS.items()],
     )
 
 
 def _metadata_json(shard: str) -> pl.Expr:
     return pl.struct(
-        dataset=pl.lit(contracts.SOURCE_DATASET),
+        dataset=pl.lit(constants.SOURCE_DATASET),
         synth_id=pl.col("synth_id"),
         source_shard=pl.lit(shard),
         source_row=pl.col("source_row"),
@@ -325,9 +301,6 @@ class BuildCaps:
     max_input_rows: int | None = None
 
 
-DOCUMENTS_SCHEMA = pa.schema([("split", pa.string()), ("document_index", pa.int64()), ("synth_id", pa.string())])
-
-
 def documents_path(dataset_root: Path, shard_index: int) -> Path:
     """Which synth_id is which document of which split: for debugging, and for the leakage check."""
     return dataset_root / "shards" / f"shard_{shard_index:02d}_documents.parquet"
@@ -354,15 +327,15 @@ def write_megatron_shard(
     shard_index: int,
     shard: str,
     caps: BuildCaps = BuildCaps(),
-    valid_fraction: float = contracts.VALID_FRACTION,
+    valid_fraction: float = constants.VALID_FRACTION,
 ) -> tuple[ShardReport, list[ShardSplitInventory]]:
     """Tokenized Parquet -> the Megatron trio of this shard in `train/` and `valid/`, split by synth_id,
     plus the documents table mapping (split, document index) -> synth_id."""
     report = ShardReport(shard)
-    documents: dict[str, list[str]] = {split: [] for split in contracts.SPLITS}
+    documents: dict[str, list[str]] = {split: [] for split in constants.SPLITS}
     writers: dict[str, MegatronShardWriter] = {}
     try:
-        for split in contracts.SPLITS:
+        for split in constants.SPLITS:
             writers[split] = MegatronShardWriter(dataset_root / split, shard_index, split, relative_to=dataset_root)
         columns = ("synth_id", "language", "exercise", "tokens", "loss_mask", "span_id")
         budget_exhausted = False
@@ -376,7 +349,7 @@ def write_megatron_shard(
                 report.rows_in += 1
                 if budget_exhausted or _over_caps(report, len(token_rows[i]), caps):
                     budget_exhausted = True
-                    report.dropped[contracts.DROP_SMOKE_CAP] += 1
+                    report.dropped[drops.DROP_SMOKE_CAP] += 1
                     continue
                 split = assign_split(synth_id, valid_fraction=valid_fraction)
                 writers[split].add(token_rows[i], mask_rows[i], span_rows[i])

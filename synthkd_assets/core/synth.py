@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 from openai_harmony import Message, Role, SystemContent
 
-from synthkd_assets import contracts
+from synthkd_contract import constants
 
 
 def default_system_content() -> SystemContent:
@@ -43,8 +43,8 @@ def remove_nul(column: str) -> pl.Expr:
 
 
 def user_content_expr() -> pl.Expr:
-    """`f"{query}\\n\\nReference:\\n{query_seed_text}"` (contracts.USER_TEMPLATE), vectorized."""
-    head, rest = contracts.USER_TEMPLATE.split("{query}")
+    """`f"{query}\\n\\nReference:\\n{query_seed_text}"` (constants.USER_TEMPLATE), vectorized."""
+    head, rest = constants.USER_TEMPLATE.split("{query}")
     middle, tail = rest.split("{query_seed_text}")
     return pl.concat_str([pl.lit(head), pl.col("query"), pl.lit(middle), pl.col("query_seed_text"), pl.lit(tail)])
 
@@ -81,7 +81,7 @@ def messages_json_expr(system: dict[str, Any]) -> pl.Expr:
 
 def reference_messages(row: dict[str, str], system: dict[str, Any]) -> list[dict[str, Any]]:
     """The same messages built row by row with openai-harmony objects: the oracle for tests and CLI."""
-    messages = [system, json.loads(Message.from_role_and_content(Role.USER, contracts.USER_TEMPLATE.format(**row)).to_json())]
+    messages = [system, json.loads(Message.from_role_and_content(Role.USER, constants.USER_TEMPLATE.format(**row)).to_json())]
     if row["synthetic_reasoning"].strip():
         analysis = Message.from_role_and_content(Role.ASSISTANT, row["synthetic_reasoning"]).with_channel("analysis")
         messages.append(json.loads(analysis.to_json()))

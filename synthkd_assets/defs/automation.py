@@ -6,7 +6,6 @@ import os
 
 import dagster as dg
 
-from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.buildlock import build_in_progress, lock_path
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
@@ -33,6 +32,7 @@ from synthkd_assets.defs.assets import (
 )
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants
 
 synth_scan_job = dg.define_asset_job(
     "synth_scan_job",
@@ -101,7 +101,7 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
     # the other shards stay valid and untouched); without a plan only the scan pass can run
     job = synth_shard_job if paths.sampling_plan_path().is_file() else synth_scan_job
     run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=shard_run_key(key, sha[key])) for key in rebuild]
-    manifest_path = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
+    manifest_path = paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME
     manifest_sha = mf.sha256_file(manifest_path) if manifest_path.is_file() else None
     changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
     # a rewrite by a materialization is followed by synth_manifests_automation; only another change is this sensor's
@@ -173,7 +173,7 @@ DEFAULT_REBUILD_CRON = "0 3 * * *"
     cron_schedule=os.environ.get(REBUILD_CRON_ENV) or DEFAULT_REBUILD_CRON,
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Nightly (03:00, or $SYNTHKD_REBUILD_CRON): compares each raw shard's sha256 (checked against "
-    f"<raw dir>/{contracts.INPUT_MANIFEST_FILENAME} when that file exists) with the source sha256 its current "
+    f"<raw dir>/{constants.INPUT_MANIFEST_FILENAME} when that file exists) with the source sha256 its current "
     "synth_harmony output was built from, and requests synth_shard_job for exactly the shards that differ or are "
     "new (only their scan pass while no sampling plan exists). Skips when nothing changed; fails, naming each "
     "file, when the input manifest and the raw files disagree.",
@@ -182,7 +182,7 @@ def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext, paths: SynthKDP
     if waiting := _wait_for_build(paths):
         return waiting
     shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
-    manifest_path = paths.raw_root() / contracts.INPUT_MANIFEST_FILENAME
+    manifest_path = paths.raw_root() / constants.INPUT_MANIFEST_FILENAME
     listed = read_input_manifest(manifest_path)
     if listed is not None:
         problems = input_manifest_disagreements(listed, shards)

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import dagster as dg
 
-from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.checks import dataset_rows_problems, input_drift, manifest_problems, split_leakage, unreadable_shards
 from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
@@ -16,6 +15,7 @@ from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_
 from synthkd_assets.core.stages import ShardReport, documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
+from synthkd_contract import constants
 
 ROWS_ACCOUNTED = "rows_accounted"
 TRIO_ALIGNMENT = "trio_alignment"
@@ -121,7 +121,7 @@ def distill_rows_result(root: Path, files: list[dict], paths: SynthKDPaths) -> d
 @dg.asset_check(asset="o200k_tokenizer", blocking=True, description="The file on disk has the pinned sha256.")
 def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
     try:
-        digest = verify_tokenizer(paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME)
+        digest = verify_tokenizer(paths.tokenizer_dir() / constants.TOKENIZER_FILENAME)
     except TokenizerPinError as error:
         return _result([str(error)])
     return _result([], passed_summary=f"sha256 {digest[:12]}… is the pinned one", sha256=digest)
@@ -134,7 +134,7 @@ def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
     "report; current hashes cached by size and mtime), and no shard appeared or vanished since the manifest.",
 )
 def raw_inputs_unchanged(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    manifest = mf.read_json(paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME)
+    manifest = mf.read_json(paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME)
     current = {s.name: s.sha256 for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}
     read_time = [
         {"name": entry["name"], "source": {"sha256": paths.built_from_sha256(entry["name"])}} for entry in manifest["shards"]
@@ -150,7 +150,7 @@ def _file_count(manifest: dict) -> int:
 
 def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
     root = paths.megatron_root()
-    return root, mf.read_json(root / contracts.MANIFEST_FILENAME)
+    return root, mf.read_json(root / constants.MANIFEST_FILENAME)
 
 
 @dg.asset_check(
@@ -164,7 +164,7 @@ def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _dataset_manifest(paths)
     return _result(
         manifest_problems(root, manifest, mf.config_hash(kd_config(paths)), paths.data_root()),
-        passed_summary=f"{_file_count(manifest)} files, tokenizer, input manifest and config hash match {root / contracts.MANIFEST_FILENAME}",
+        passed_summary=f"{_file_count(manifest)} files, tokenizer, input manifest and config hash match {root / constants.MANIFEST_FILENAME}",
     )
 
 
@@ -222,7 +222,7 @@ def shards_readable_by_megatron(paths: SynthKDPaths) -> dg.AssetCheckResult:
 
 def _distill_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
     root = paths.distill_root()
-    return root, mf.read_json(root / contracts.MANIFEST_FILENAME)
+    return root, mf.read_json(root / constants.MANIFEST_FILENAME)
 
 
 def _distill_parts(root: Path, manifest: dict) -> list[tuple[Path, str]]:
@@ -272,7 +272,7 @@ def distill_max_length_respected(paths: SynthKDPaths) -> dg.AssetCheckResult:
 )
 def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
     root, manifest = _distill_manifest(paths)
-    parts: dict[str, list[Path]] = {split: [] for split in contracts.DISTILL_SPLITS}
+    parts: dict[str, list[Path]] = {split: [] for split in constants.DISTILL_SPLITS}
     for path, split in _distill_parts(root, manifest):
         parts.setdefault(split, []).append(path)
     problems = distill_split_leakage({split: [p for p in paths_ if p.is_file()] for split, paths_ in parts.items()})
@@ -294,7 +294,7 @@ def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     as_kd = {**manifest, "shards": [{"splits": [{"files": shard["files"]}]} for shard in manifest.get("shards", [])]}
     return _result(
         manifest_problems(root, as_kd, mf.config_hash(distill_config(paths)), paths.data_root()),
-        passed_summary=f"{_file_count(as_kd)} parts, tokenizer, input manifest and config hash match {root / contracts.MANIFEST_FILENAME}",
+        passed_summary=f"{_file_count(as_kd)} parts, tokenizer, input manifest and config hash match {root / constants.MANIFEST_FILENAME}",
     )
 
 

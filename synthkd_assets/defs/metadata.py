@@ -11,25 +11,17 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from synthkd_assets import contracts
-from synthkd_assets.core.manifest import sha256_file
+from synthkd_contract import constants, drops
+from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.schemas import TRIO_COLUMN_DESCRIPTIONS, TRIO_SCHEMA
 
 ROW_COUNT = "dagster/row_count"
 PARTITION_ROW_COUNT = "dagster/partition_row_count"
 COLUMN_SCHEMA = "dagster/column_schema"
 URI = "dagster/uri"
 
-# the Megatron trio as a table: one row per document, three aligned arrays (.bin/.idx IndexedDatasets)
-TRIO_SCHEMA = pa.schema(
-    [(kind, pa.list_(pa.from_numpy_dtype(contracts.ARRAY_DTYPES[kind]))) for kind in contracts.ARRAY_KINDS]
-)
-TRIO_COLUMN_DESCRIPTIONS = {
-    "tokens": "shard_XX_tokens.{bin,idx}: Harmony training render + EOD (the prefix Megatron is given)",
-    "lossmask": "shard_XX_lossmask.{bin,idx}: 1 where the label is supervised (label-aligned)",
-    "span": "shard_XX_span.{bin,idx}: 0 prompt / 1 analysis / 2 final (label-aligned)",
-}
 # keys a step reports even when nothing happened (0), beside its drop reasons
-STEP_SPLITS = {"synth_kd_v1": contracts.SPLITS, "synth_distill": contracts.DISTILL_SPLITS}
+STEP_SPLITS = {"synth_kd_v1": constants.SPLITS, "synth_distill": constants.DISTILL_SPLITS}
 STEP_SPANS = ("synth_tokenized", "synth_kd_v1", "synth_distill")
 
 
@@ -58,7 +50,7 @@ def zero_filled(counts: dict[str, int], keys) -> dict[str, int]:
 
 
 def all_drop_reasons() -> list[str]:
-    return list(dict.fromkeys(reason for reasons in contracts.DROP_REASONS_BY_STEP.values() for reason in reasons))
+    return list(dict.fromkeys(reason for reasons in drops.DROP_REASONS_BY_STEP.values() for reason in reasons))
 
 
 def drop_metadata(dropped: dict[str, int], reasons) -> dict[str, Any]:
@@ -78,11 +70,11 @@ def report_metadata(report: dict[str, Any], step: str | None = None) -> dict[str
         ROW_COUNT: dg.MetadataValue.int(report["rows_out"]),
         PARTITION_ROW_COUNT: dg.MetadataValue.int(report["rows_out"]),
     }
-    reasons = contracts.DROP_REASONS_BY_STEP.get(step or "", ())
+    reasons = drops.DROP_REASONS_BY_STEP.get(step or "", ())
     metadata.update(drop_metadata(report["dropped"], reasons))
-    sanitized_keys = contracts.SANITIZED_KEYS if step == "synth_harmony" else ()
+    sanitized_keys = drops.SANITIZED_KEYS if step == "synth_harmony" else ()
     metadata.update({f"sanitized_{what}": n for what, n in zero_filled(report["sanitized"], sanitized_keys).items()})
-    span_keys = contracts.SPAN_NAMES.values() if step in STEP_SPANS else ()
+    span_keys = constants.SPAN_NAMES.values() if step in STEP_SPANS else ()
     metadata.update({f"tokens_{span}": n for span, n in zero_filled(report["span_tokens"], span_keys).items()})
     split_keys = STEP_SPLITS.get(step or "", ())
     metadata.update({f"sequences_{split}": n for split, n in zero_filled(report["sequences"], split_keys).items()})

@@ -9,13 +9,13 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from synthkd_assets import contracts
 from synthkd_assets.core.cleanup import STAGE_NAMES, OutputLayout
 from synthkd_assets.core.distill_io import distill_build_config
 from synthkd_assets.core.manifest import kd_build_config
 from synthkd_assets.core.sampling import MixTargets, selection_config
 from synthkd_assets.core.stages import BuildCaps
 from synthkd_assets.core.synth import system_message_dict
+from synthkd_contract import constants
 
 DEFAULT_RAW_DIR = "data/sample/synth_raw"
 DEFAULT_DATA_DIR = "data"
@@ -48,12 +48,12 @@ class SynthKDPaths(dg.ConfigurableResource):
     )
 
     # 001 mixture targets (the synth_sampling_plan asset computes keep rates for them) and DistillKit output
-    memorization_cap: float = Field(default=contracts.MEMORIZATION_CAP, description="Max share of exercise == memorization after sampling.")
-    non_english_min: float = Field(default=contracts.NON_ENGLISH_MIN, description="Min share of non-English rows after sampling, opt-in: English rows are sampled down to reach it (default 0: English is never dropped).")
-    non_english_max: float = Field(default=contracts.NON_ENGLISH_MAX, description="Max share of non-English rows after sampling.")
-    global_keep: float = Field(default=contracts.GLOBAL_KEEP, description="Uniform deterministic keep rate on top of the mixture rates (token budgets).")
-    max_seq_len: int = Field(default=contracts.MAX_SEQ_LEN, description="DistillKit output: longer conversations are dropped (counted).")
-    distill_valid_fraction: float = Field(default=contracts.DISTILL_VALID_FRACTION, description="DistillKit validation fraction (hash of synth_id).")
+    memorization_cap: float = Field(default=constants.MEMORIZATION_CAP, description="Max share of exercise == memorization after sampling.")
+    non_english_min: float = Field(default=constants.NON_ENGLISH_MIN, description="Min share of non-English rows after sampling, opt-in: English rows are sampled down to reach it (default 0: English is never dropped).")
+    non_english_max: float = Field(default=constants.NON_ENGLISH_MAX, description="Max share of non-English rows after sampling.")
+    global_keep: float = Field(default=constants.GLOBAL_KEEP, description="Uniform deterministic keep rate on top of the mixture rates (token budgets).")
+    max_seq_len: int = Field(default=constants.MAX_SEQ_LEN, description="DistillKit output: longer conversations are dropped (counted).")
+    distill_valid_fraction: float = Field(default=constants.DISTILL_VALID_FRACTION, description="DistillKit validation fraction (hash of synth_id).")
     distill_dir: str | None = Field(default=None, description="DistillKit dataset root; default <data_dir>/distill/synth_distill[_smoke].")
     encoding_errors_log: str | None = Field(default=None, description="Sample of Harmony render failures (JSON lines); default <data_dir>/errors/synth_distill_encoding_errors.jsonl.")
 
@@ -101,14 +101,14 @@ class SynthKDPaths(dg.ConfigurableResource):
         return self.build_root() / "errors"
 
     def megatron_root(self) -> Path:
-        name = contracts.SMOKE_DATASET_NAME if self.smoke else contracts.DATASET_NAME
+        name = constants.SMOKE_DATASET_NAME if self.smoke else constants.DATASET_NAME
         return self.data_root() / "megatron" / name
 
     def targets(self) -> MixTargets:
         return MixTargets(self.memorization_cap, self.non_english_min, self.non_english_max, self.global_keep)
 
     def sampling_plan_path(self) -> Path:
-        return self.stage_dir("synth_sampling_plan") / contracts.SAMPLING_PLAN_FILENAME
+        return self.stage_dir("synth_sampling_plan") / constants.SAMPLING_PLAN_FILENAME
 
     def distill_root(self) -> Path:
         if self.distill_dir:
@@ -116,7 +116,7 @@ class SynthKDPaths(dg.ConfigurableResource):
         return self.data_root() / "distill" / self.distill_name()
 
     def distill_name(self) -> str:
-        return contracts.DISTILL_SMOKE_DATASET_NAME if self.smoke else contracts.DISTILL_DATASET_NAME
+        return constants.DISTILL_SMOKE_DATASET_NAME if self.smoke else constants.DISTILL_DATASET_NAME
 
     def distill_records_dir(self) -> Path:
         """Per-shard records (report, files, length histogram) of the DistillKit build, kept out of its root."""
@@ -125,19 +125,19 @@ class SynthKDPaths(dg.ConfigurableResource):
     def encoding_errors_log_path(self) -> Path:
         if self.encoding_errors_log:
             return Path(self.encoding_errors_log)
-        return self.errors_dir() / contracts.DISTILL_ENCODING_ERRORS_FILENAME
+        return self.errors_dir() / constants.DISTILL_ENCODING_ERRORS_FILENAME
 
     def output_layout(self) -> OutputLayout:
         """Where per-shard outputs live, for full and smoke builds alike (a removed shard's outputs go from both)."""
         data = self.data_root()
         build_roots = (data, data / SMOKE_SUBDIR)
-        distill_names = (contracts.DISTILL_DATASET_NAME, contracts.DISTILL_SMOKE_DATASET_NAME)
+        distill_names = (constants.DISTILL_DATASET_NAME, constants.DISTILL_SMOKE_DATASET_NAME)
         distill_roots = [self.distill_root(), *(data / "distill" / name for name in distill_names)]
         return OutputLayout(
             stage_dirs=tuple(root / stage for root in build_roots for stage in STAGE_NAMES),
             record_dirs=tuple(root / name for root in build_roots for name in distill_names),
             errors_dirs=tuple(root / "errors" for root in build_roots),
-            megatron_roots=tuple(data / "megatron" / name for name in (contracts.DATASET_NAME, contracts.SMOKE_DATASET_NAME)),
+            megatron_roots=tuple(data / "megatron" / name for name in (constants.DATASET_NAME, constants.SMOKE_DATASET_NAME)),
             distill_roots=tuple(dict.fromkeys(distill_roots)),
         )
 

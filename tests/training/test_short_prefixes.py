@@ -13,7 +13,7 @@ from synthkd_training.synthetic import write_synthetic_split
 @pytest.fixture
 def short_valid(tmp_path):
     write_synthetic_split(tmp_path / "train", shards=2, documents_per_shard=40, seed=1)
-    write_synthetic_split(tmp_path / "valid", shards=3, documents_per_shard=1, seed=2, split="valid")  # a few dozen tokens each
+    write_synthetic_split(tmp_path / "valid", shards=3, documents_per_shard=1, seed=2)  # a few dozen tokens each
     return tokens_prefixes(tmp_path / "train"), tokens_prefixes(tmp_path / "valid")
 
 

@@ -21,9 +21,10 @@ from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegat
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-from synthkd_assets import contracts
-from synthkd_assets.core.dataset_manifest import ManifestError, file_record, files_section, verify_manifest, write_sealed_manifest
-from synthkd_assets.core.megatron_io import trio_alignment_problems
+from synthkd_assets.core.dataset_manifest import file_record, files_section, write_sealed_manifest
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import ManifestError, verify_manifest
+from synthkd_contract.trio import validate_trio
 from synthkd_training.dataset import (
     O200kHarmonyIds,
     SpanDatasetError,
@@ -115,8 +116,8 @@ def _plain_gpt_items(config: SpanGPTDatasetConfig, sizes):
 def two_shards(tmp_path_factory) -> tuple[Path, dict[str, list[Document]]]:
     split_dir = tmp_path_factory.mktemp("data") / "train"
     written = write_synthetic_split(split_dir, shards=2, documents_per_shard=40, seed=7)
-    for shard in range(2):
-        assert trio_alignment_problems(split_dir, shard) == []
+    for prefix in written:
+        assert validate_trio(prefix) == []
     return split_dir, written
 
 
@@ -240,13 +241,13 @@ def _expect_error(prefix: str, tmp_path: Path, pattern: str) -> None:
 
 def _replace_files(split_dir: Path, kind: str, source_dir: Path) -> None:
     for ext in (".bin", ".idx"):
-        name = f"{contracts.shard_prefix_name(0, kind)}{ext}"
+        name = f"{constants.shard_prefix_name(0, kind)}{ext}"
         shutil.copyfile(source_dir / name, split_dir / name)
 
 
 def _write_array(split_dir: Path, kind: str, documents: list[Document], dtype) -> None:
     """Overwrite one array of shard 0 with megatron's builder, in any dtype."""
-    prefix = split_dir / contracts.shard_prefix_name(0, kind)
+    prefix = split_dir / constants.shard_prefix_name(0, kind)
     builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
     for document in documents:
         array = {"tokens": document.tokens, "lossmask": document.loss_mask, "span": document.span_id}[kind]
@@ -277,8 +278,8 @@ def test_lossmask_document_indices_differ_fails(tmp_path):
     documents = _documents(1)
     prefix = write_documents(tmp_path / "train", 0, documents)
     # same sequences, grouped into other documents
-    lossmask = tmp_path / "train" / contracts.shard_prefix_name(0, "lossmask")
-    builder = IndexedDatasetBuilder(f"{lossmask}.bin", dtype=contracts.LOSSMASK_DTYPE)
+    lossmask = tmp_path / "train" / constants.shard_prefix_name(0, "lossmask")
+    builder = IndexedDatasetBuilder(f"{lossmask}.bin", dtype=constants.LOSSMASK_DTYPE)
     for first, second in zip(documents[::2], documents[1::2]):
         builder.add_document(np.concatenate([first.loss_mask, second.loss_mask]), [len(first.loss_mask), len(second.loss_mask)])
     builder.finalize(f"{lossmask}.idx")
@@ -327,7 +328,7 @@ def test_eod_position_supervised_fails(tmp_path):
     documents = _documents(1)
     bad = documents[3]
     mask, span = bad.loss_mask.copy(), bad.span_id.copy()
-    mask[-1], span[-1] = 1, contracts.SPAN_FINAL
+    mask[-1], span[-1] = 1, constants.SPAN_FINAL
     documents[3] = Document(bad.tokens, mask, span)
     prefix = write_documents(tmp_path / "train", 0, documents)
     _expect_error(prefix, tmp_path, r"last \(EOD\) position of 1 documents is not 0/0")
@@ -349,20 +350,20 @@ def test_tokens_dtype_mismatch_fails(tmp_path):
 
 def test_truncated_lossmask_bin_fails(tmp_path):
     prefix = write_documents(tmp_path / "train", 0, _documents(1))
-    path = tmp_path / "train" / f"{contracts.shard_prefix_name(0, 'lossmask')}.bin"
+    path = tmp_path / "train" / f"{constants.shard_prefix_name(0, 'lossmask')}.bin"
     path.write_bytes(path.read_bytes()[:-1])
     _expect_error(prefix, tmp_path, r"lossmask data file .* holds \d+ bytes, its index describes \d+")
 
 
 def test_missing_sibling_fails(tmp_path):
     prefix = write_documents(tmp_path / "train", 0, _documents(1))
-    (tmp_path / "train" / f"{contracts.shard_prefix_name(0, 'span')}.idx").unlink()
-    _expect_error(prefix, tmp_path, r"sibling dataset .*shard_00_span.* is missing")
+    (tmp_path / "train" / f"{constants.shard_prefix_name(0, 'span')}.idx").unlink()
+    _expect_error(prefix, tmp_path, r"shard_00_span\.idx is missing")
 
 
 def test_prefix_must_name_the_tokens_dataset(tmp_path):
     write_documents(tmp_path / "train", 0, _documents(1))
-    prefix = str(tmp_path / "train" / contracts.shard_prefix_name(0, "span"))
+    prefix = str(tmp_path / "train" / constants.shard_prefix_name(0, "span"))
     with pytest.raises(SpanDatasetError, match=re.escape(prefix)):
         _config(tmp_path / "cache", blend_per_split=[([prefix], None), None, None])
 

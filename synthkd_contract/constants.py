@@ -1,7 +1,8 @@
 """Every constant of the synth_kd_v1 contract, defined once (seeds 000 and 001).
 
-Anything that changes these values changes the bytes of the output, so every other module
-imports them from here instead of restating them.
+Anything that changes these values changes the bytes of the output, so the build (synthkd_assets) and
+the training loader (synthkd_training) import them from here instead of restating them. Drop and
+sanitization reasons are in `drops.py`, table schemas in `schemas.py`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ SPAN_DTYPE: Final = np.uint8
 # --- Megatron layout (000 "Output dataset layout") ------------------------------------------
 DATASET_NAME: Final = "synth_kd_v1"
 SMOKE_DATASET_NAME: Final = "synth_kd_v1_smoke"
-DROP_SMOKE_CAP: Final = "smoke_cap"  # rows a smoke build did not read or write (its per-shard caps)
 SPLITS: Final = ("train", "valid")
 # suffix of each IndexedDataset prefix -> dtype; "tokens" first: it is the prefix Megatron is given
 ARRAY_KINDS: Final = ("tokens", "lossmask", "span")
@@ -82,6 +82,12 @@ RAW_STRING_COLUMNS: Final = (
 )
 RAW_INT_COLUMNS: Final = ("words",)
 RAW_COLUMNS: Final = RAW_STRING_COLUMNS + RAW_INT_COLUMNS
+# text a row cannot do without (dropped as missing_<column>); an empty reasoning is normal SYNTH, a missing answer not
+REQUIRED_TEXT_COLUMNS: Final = ("synth_id", "query", "query_seed_text", "synthetic_answer")
+# the rendered text columns: NULs are removed from them (counted as nul_in_<column>)
+NUL_CLEANED_COLUMNS: Final = ("query", "query_seed_text", "synthetic_reasoning", "synthetic_answer")
+# optional columns and the value a null becomes (counted as null_<column>)
+NULL_DEFAULTS: Final = {"synthetic_reasoning": "", "language": "unknown", "exercise": "unknown"}
 # the columns rendering reads; the others are carried for provenance only
 RAW_RENDER_COLUMNS: Final = (
     "synth_id",
@@ -94,10 +100,6 @@ RAW_RENDER_COLUMNS: Final = (
 )
 
 # --- quality filters (001 "Filtering policy") -------------------------------------------------
-# drop reasons, in the order they are tested (a row is counted under the first that applies)
-DROP_EMPTY_ANSWER: Final = "empty_synthetic_answer"
-DROP_RESULT_FAILED: Final = "result_failed_after_max_attempts"
-DROP_RESULT_INCONSISTENT: Final = "result_inconsistent_with_answer"
 FAILED_RESULT_MARKER: Final = "result:Failed after maximum attempts"  # matched case-insensitively
 RESULT_KEY: Final = "result"  # `result:<value>` items of the `;`-separated constraints
 
@@ -112,7 +114,6 @@ SAMPLING_SALTS: Final = {
     "english": "synthkd/sample/english",
     "global": "synthkd/sample/global",
 }
-DROP_SAMPLED_OUT: Final = {rule: f"sampled_out_{rule}" for rule in SAMPLING_SALTS}
 MEMORIZATION_CAP: Final = 0.70
 # 001 caps non-English at ~25-30%: one-sided by default; a lower bound (English sampled down to raise the
 # non-English share) is opt-in, e.g. non_english_min=0.25
@@ -130,42 +131,9 @@ DISTILL_VALID_FRACTION: Final = 0.01
 DISTILL_ID_PREFIX: Final = "pleias_synth:"
 MAX_SEQ_LEN: Final = 8192  # phase 1; longer conversations are dropped (DistillKit output only)
 LABEL_IGNORE_ID: Final = -100
-DROP_OVER_MAX_SEQ_LEN: Final = "over_max_seq_len"
 DISTILL_ENCODING_ERRORS_FILENAME: Final = "synth_distill_encoding_errors.jsonl"
 
 
 def distill_part_name(shard_index: int) -> str:
     """`part-00007.parquet`: one part per input shard and split, numbered like the Megatron shards."""
     return f"part-{shard_index:05d}.parquet"
-
-
-# --- bad input (raw rows that cannot be rendered as they are; see core/validation.py) ------------
-DROP_DUPLICATE_SYNTH_ID: Final = "duplicate_synth_id"  # a synth_id already kept earlier in the same shard
-DROP_NUL_IN_SYNTH_ID: Final = "nul_in_synth_id"  # an id is not text to clean: "a\0b" would become another row's "ab"
-DROP_INVALID_UTF8_PREFIX: Final = "invalid_utf8_"  # + column: a binary text value that is not valid UTF-8
-SANITIZED_INVALID_WORDS: Final = "invalid_words"  # `words` not a whole number >= 0 (counted; in no output)
-
-# --- every drop reason, by the step that counts it ---------------------------------------------
-# each step's metadata reports all of its reasons, 0 when none applied, so plots over time have no gaps
-DROP_REASONS_BY_STEP: Final = {
-    "synth_harmony": (
-        *(f"missing_{column}" for column in ("synth_id", "query", "query_seed_text", "synthetic_answer")),
-        *(f"{DROP_INVALID_UTF8_PREFIX}{column}" for column in RAW_STRING_COLUMNS),
-        DROP_NUL_IN_SYNTH_ID,
-        DROP_DUPLICATE_SYNTH_ID,
-        DROP_SMOKE_CAP,
-    ),
-    "synth_filtered": (DROP_EMPTY_ANSWER, DROP_RESULT_FAILED, DROP_RESULT_INCONSISTENT),
-    "synth_sampled": tuple(DROP_SAMPLED_OUT.values()),
-    "synth_tokenized": ("tokenizer_error", "harmony_render_error"),
-    "synth_kd_v1": (DROP_SMOKE_CAP,),
-    "synth_distill": (DROP_OVER_MAX_SEQ_LEN, DROP_SMOKE_CAP),
-}
-# what the harmony step sanitizes (kept rows, counted)
-SANITIZED_KEYS: Final = (
-    *(f"nul_in_{column}" for column in ("query", "query_seed_text", "synthetic_reasoning", "synthetic_answer")),
-    "null_synthetic_reasoning",
-    "null_language",
-    "null_exercise",
-    SANITIZED_INVALID_WORDS,
-)

@@ -1,0 +1,11 @@
+"""synthkd_contract: the synth_kd_v1 contract, shared by the build (synthkd_assets) and training (synthkd_training).
+
+- `constants`: every value that shapes the output bytes (tokenizer pin, dtypes, names, salts, caps);
+- `schemas`: the Arrow schema of every table;
+- `drops`: every drop and sanitization reason, with what it means, by step;
+- `labels`: how per-token spans become the stored, label-aligned loss mask and span ids;
+- `trio`: how a shard's tokens / lossmask / span files are named, and `validate_trio`;
+- `manifest_seal`: verifying a dataset against its sealed `manifest.json`.
+
+Nothing here imports dagster or synthkd_assets; megatron-core loads only when a trio is opened.
+"""

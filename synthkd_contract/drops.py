@@ -1,0 +1,116 @@
+"""Why a row leaves the pipeline, or a value of a kept row is fixed: every reason named once, described once.
+
+A reason is the key a step counts (`ShardReport.dropped` / `.sanitized`), the `reason` of an errors-log
+line, a key of every manifest's `totals.dropped`, and the `dropped_<reason>` / `sanitized_<key>` metadata
+Dagster plots. Code counts a reason through its constant here, never by spelling it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from synthkd_contract.constants import (
+    NUL_CLEANED_COLUMNS,
+    NULL_DEFAULTS,
+    RAW_STRING_COLUMNS,
+    REQUIRED_TEXT_COLUMNS,
+    SAMPLING_SALTS,
+)
+
+DROP_DESCRIPTIONS: Final[dict[str, str]] = {}
+"""drop reason -> what it means, one line each (filled by the definitions below)."""
+
+SANITIZED_DESCRIPTIONS: Final[dict[str, str]] = {}
+"""sanitization key -> what was fixed, one line each (filled by the definitions below)."""
+
+
+def _drop(reason: str, description: str) -> str:
+    DROP_DESCRIPTIONS[reason] = description
+    return reason
+
+
+def _sanitized(key: str, description: str) -> str:
+    SANITIZED_DESCRIPTIONS[key] = description
+    return key
+
+
+# --- synth_harmony: raw rows that cannot be rendered as they are (core/validation.py, core/stages.py) ---
+DROP_MISSING: Final = {
+    column: _drop(f"missing_{column}", f"{column} is null" + (" or blank" if column == "synth_id" else ""))
+    for column in REQUIRED_TEXT_COLUMNS
+}
+DROP_INVALID_UTF8: Final = {
+    column: _drop(f"invalid_utf8_{column}", f"{column} is stored as binary and is not valid UTF-8")
+    for column in RAW_STRING_COLUMNS
+}
+DROP_NUL_IN_SYNTH_ID: Final = _drop(
+    "nul_in_synth_id", 'synth_id holds NUL: an id is not text to clean ("a\\0b" would become another row\'s "ab")'
+)
+DROP_DUPLICATE_SYNTH_ID: Final = _drop("duplicate_synth_id", "a synth_id already kept earlier in the same shard")
+DROP_SMOKE_CAP: Final = _drop("smoke_cap", "a row a smoke build did not read or write (its per-shard caps)")
+
+# --- synth_filtered (001 "Filtering policy"), in the order they are tested: a row counts under the first ---
+DROP_EMPTY_ANSWER: Final = _drop(
+    "empty_synthetic_answer", "`synthetic_answer.strip()` is empty (Python's whitespace definition)"
+)
+DROP_RESULT_FAILED: Final = _drop(
+    "result_failed_after_max_attempts", "`constraints` contains `result:Failed after maximum attempts` (any case)"
+)
+DROP_RESULT_INCONSISTENT: Final = _drop(
+    "result_inconsistent_with_answer",
+    "a `result:` value of `constraints` is numerically or multiple-choice inconsistent with the answer's first line",
+)
+
+# --- synth_sampled (001 "Exercise/language mixture"): one reason per sampling rule ------------------------
+DROP_SAMPLED_OUT: Final = {
+    rule: _drop(f"sampled_out_{rule}", f"not kept by the {rule} rule of the sampling plan") for rule in SAMPLING_SALTS
+}
+
+# --- synth_tokenized: conversations the v1 render cannot produce (core/render.py) ---------------------------
+DROP_TOKENIZER_ERROR: Final = _drop("tokenizer_error", "the tokenizer could not encode a message's text")
+DROP_HARMONY_RENDER_ERROR: Final = _drop("harmony_render_error", "openai-harmony could not render the conversation")
+DROP_UNSUPPORTED_CHANNEL: Final = _drop(
+    "unsupported_assistant_channel", "an assistant message on a channel other than analysis/final: no v1 span"
+)
+DROP_MESSAGE_BOUNDARY_MISMATCH: Final = _drop(
+    "message_boundary_mismatch", "the render does not open each message with exactly one <|start|>, in order"
+)
+
+# --- synth_distill ------------------------------------------------------------------------------------------
+DROP_OVER_MAX_SEQ_LEN: Final = _drop("over_max_seq_len", "longer than max_seq_len tokens (DistillKit output only)")
+
+# --- what the harmony step fixes in rows it keeps (counted, the rows stay) -------------------------------------
+SANITIZED_NUL_IN: Final = {
+    column: _sanitized(f"nul_in_{column}", f"NUL characters removed from {column}") for column in NUL_CLEANED_COLUMNS
+}
+SANITIZED_NULL: Final = {
+    column: _sanitized(f"null_{column}", f"a null {column} became {default!r}")
+    for column, default in NULL_DEFAULTS.items()
+}
+SANITIZED_INVALID_WORDS: Final = _sanitized(
+    "invalid_words", "`words` not a whole number >= 0 (in no output, only counted)"
+)
+
+# --- every reason, by the step that counts it ------------------------------------------------------------------
+# each step's metadata reports all of its reasons, 0 when none applied, so plots over time have no gaps
+DROP_REASONS_BY_STEP: Final = {
+    "synth_harmony": (
+        *DROP_MISSING.values(),
+        *DROP_INVALID_UTF8.values(),
+        DROP_NUL_IN_SYNTH_ID,
+        DROP_DUPLICATE_SYNTH_ID,
+        DROP_SMOKE_CAP,
+    ),
+    "synth_filtered": (DROP_EMPTY_ANSWER, DROP_RESULT_FAILED, DROP_RESULT_INCONSISTENT),
+    "synth_sampled": tuple(DROP_SAMPLED_OUT.values()),
+    "synth_tokenized": (
+        DROP_TOKENIZER_ERROR,
+        DROP_HARMONY_RENDER_ERROR,
+        DROP_UNSUPPORTED_CHANNEL,
+        DROP_MESSAGE_BOUNDARY_MISMATCH,
+    ),
+    "synth_kd_v1": (DROP_SMOKE_CAP,),
+    "synth_distill": (DROP_OVER_MAX_SEQ_LEN, DROP_SMOKE_CAP),
+}
+# what the harmony step sanitizes (kept rows, counted)
+SANITIZED_KEYS: Final = (*SANITIZED_NUL_IN.values(), *SANITIZED_NULL.values(), SANITIZED_INVALID_WORDS)

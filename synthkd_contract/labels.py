@@ -1,0 +1,34 @@
+"""Where a token's mask comes from: per-token spans, shifted once to the labels they supervise.
+
+The renderer knows the span of every token (prompt / analysis / final, the EOD a prompt token). A
+model at position i predicts token i+1, so the stored arrays are label-aligned: position i carries
+what is known about token i+1, and the last position (the EOD, after which nothing is predicted)
+carries 0/0. `loss_mask` is 1 exactly where that span is not the prompt.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from synthkd_contract.constants import LOSSMASK_DTYPE, SPAN_DTYPE, SPAN_PROMPT
+
+
+def label_align(per_token: np.ndarray) -> np.ndarray:
+    """Per-token values -> label-aligned: `out[i] = per_token[i + 1]`, the last position 0 (same dtype)."""
+    aligned = np.zeros_like(per_token)
+    aligned[:-1] = per_token[1:]
+    return aligned
+
+
+def token_align(label_aligned: np.ndarray) -> np.ndarray:
+    """The inverse of `label_align`: `out[i + 1] = label_aligned[i]`, token 0 (never a label) 0 (same dtype)."""
+    per_token = np.zeros_like(label_aligned)
+    per_token[1:] = label_aligned[:-1]
+    return per_token
+
+
+def supervision_arrays(token_spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token spans of a conversation (EOD last, 0) -> the stored `(loss_mask, span_id)`, label-aligned."""
+    span_id = label_align(np.asarray(token_spans, dtype=SPAN_DTYPE))
+    loss_mask = (span_id != SPAN_PROMPT).astype(LOSSMASK_DTYPE)
+    return loss_mask, span_id

@@ -1,0 +1,89 @@
+"""The Arrow schema of every table the pipeline reads or writes, declared once.
+
+Parquet files are written with exactly these schemas (any change changes the output bytes); the
+Megatron trio is described as a table too, for the column view of the Dagster UI.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pyarrow as pa
+
+from synthkd_contract.constants import (
+    ARRAY_DTYPES,
+    ARRAY_KINDS,
+    LOSSMASK_DTYPE,
+    RAW_COLUMNS,
+    RAW_INT_COLUMNS,
+    SPAN_DTYPE,
+    TOKENS_DTYPE,
+)
+
+# a raw PleIAs/SYNTH shard as upstream publishes it (and the sample generator writes it); the harmonize
+# step also accepts other text and number types per column (core/validation.py)
+RAW_SCHEMA: Final = pa.schema(
+    [pa.field(name, pa.int64() if name in RAW_INT_COLUMNS else pa.string()) for name in RAW_COLUMNS]
+)
+
+# synth_harmony, synth_filtered, synth_sampled: one row per conversation, messages as Harmony JSON
+HARMONY_SCHEMA: Final = pa.schema(
+    [
+        ("synth_id", pa.string()),
+        ("language", pa.string()),
+        ("exercise", pa.string()),
+        ("source_row", pa.int64()),
+        ("messages_json", pa.string()),
+        ("metadata_json", pa.string()),
+    ]
+)
+
+# synth_tokenized: the rendered conversation and its label-aligned supervision arrays
+TOKENIZED_SCHEMA: Final = pa.schema(
+    [
+        ("synth_id", pa.string()),
+        ("language", pa.string()),
+        ("exercise", pa.string()),
+        ("source_row", pa.int64()),
+        ("tokens", pa.list_(pa.from_numpy_dtype(TOKENS_DTYPE))),
+        ("loss_mask", pa.list_(pa.from_numpy_dtype(LOSSMASK_DTYPE))),
+        ("span_id", pa.list_(pa.from_numpy_dtype(SPAN_DTYPE))),
+    ]
+)
+
+# synth_kd_v1 shards/shard_XX_documents.parquet: which synth_id is which document of which split
+DOCUMENTS_SCHEMA: Final = pa.schema(
+    [("split", pa.string()), ("document_index", pa.int64()), ("synth_id", pa.string())]
+)
+
+# synth_kd_v1 as a table: one row per document, three aligned arrays (.bin/.idx IndexedDatasets)
+TRIO_SCHEMA: Final = pa.schema(
+    [(kind, pa.list_(pa.from_numpy_dtype(ARRAY_DTYPES[kind]))) for kind in ARRAY_KINDS]
+)
+TRIO_COLUMN_DESCRIPTIONS: Final = {
+    "tokens": "shard_XX_tokens.{bin,idx}: Harmony training render + EOD (the prefix Megatron is given)",
+    "lossmask": "shard_XX_lossmask.{bin,idx}: 1 where the label is supervised (label-aligned)",
+    "span": "shard_XX_span.{bin,idx}: 0 prompt / 1 analysis / 2 final (label-aligned)",
+}
+
+# synth_distill (001 "Output: training dataset schema"): DistillKit / TRL rows
+DISTILL_SOURCE_TYPE: Final = pa.struct(
+    [("dataset", pa.string()), ("synth_id", pa.string()), ("exercise", pa.string()), ("language", pa.string())]
+)
+DISTILL_SPANS_TYPE: Final = pa.struct(
+    [
+        ("assistant_token_start", pa.int32()),
+        ("analysis_token_count", pa.int32()),
+        ("final_token_count", pa.int32()),
+    ]
+)
+DISTILL_SCHEMA: Final = pa.schema(
+    [
+        ("id", pa.string()),
+        ("source", DISTILL_SOURCE_TYPE),
+        ("input_ids", pa.list_(pa.int32())),
+        ("labels", pa.list_(pa.int32())),
+        ("attention_mask", pa.list_(pa.int8())),
+        ("spans", DISTILL_SPANS_TYPE),
+    ]
+)
