@@ -50,15 +50,11 @@ DROP_DUPLICATE_SYNTH_ID: Final = _drop("duplicate_synth_id", "a synth_id already
 DROP_SMOKE_CAP: Final = _drop("smoke_cap", "a row a smoke build did not read or write (its per-shard caps)")
 
 # --- synth_filtered (001 "Filtering policy"), in the order they are tested: a row counts under the first ---
-DROP_EMPTY_ANSWER: Final = _drop(
-    "empty_synthetic_answer", "`synthetic_answer.strip()` is empty (Python's whitespace definition)"
-)
-DROP_RESULT_FAILED: Final = _drop(
-    "result_failed_after_max_attempts", "`constraints` contains `result:Failed after maximum attempts` (any case)"
-)
+DROP_EMPTY_ANSWER: Final = _drop("empty_synthetic_answer", "`synthetic_answer.strip()` is empty")
+DROP_RESULT_FAILED: Final = _drop("result_failed_after_max_attempts", "constraints: `result:Failed after maximum attempts`")
 DROP_RESULT_INCONSISTENT: Final = _drop(
     "result_inconsistent_with_answer",
-    "a `result:` value of `constraints` is numerically or multiple-choice inconsistent with the answer's first line",
+    "a `result:` of `constraints` is numerically or multiple-choice inconsistent with the answer's first line",
 )
 
 # --- synth_sampled (001 "Exercise/language mixture"): one reason per sampling rule ------------------------
@@ -69,9 +65,7 @@ DROP_SAMPLED_OUT: Final = {
 # --- synth_tokenized: conversations the v1 render cannot produce (core/render.py) ---------------------------
 DROP_TOKENIZER_ERROR: Final = _drop("tokenizer_error", "the tokenizer could not encode a message's text")
 DROP_HARMONY_RENDER_ERROR: Final = _drop("harmony_render_error", "openai-harmony could not render the conversation")
-DROP_UNSUPPORTED_CHANNEL: Final = _drop(
-    "unsupported_assistant_channel", "an assistant message on a channel other than analysis/final: no v1 span"
-)
+DROP_UNSUPPORTED_CHANNEL: Final = _drop("unsupported_assistant_channel", "an assistant channel with no v1 span")
 DROP_MESSAGE_BOUNDARY_MISMATCH: Final = _drop(
     "message_boundary_mismatch", "the render does not open each message with exactly one <|start|>, in order"
 )

@@ -15,6 +15,7 @@ from synthkd_assets.core.render import FastRenderer, RenderError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
+from synthkd_contract import drops
 
 SYSTEM = system_message_dict()
 
@@ -104,7 +105,7 @@ def test_render_errors_match_the_reference(fast):
     bad = conversation(SystemContent.new(), "q", None, "a")
     bad[-1]["channel"] = "commentary"
     [result] = fast.render_many([bad])
-    assert isinstance(result, RenderError) and result.reason == "unsupported_assistant_channel"
+    assert isinstance(result, RenderError) and result.reason == drops.DROP_UNSUPPORTED_CHANNEL
 
 
 def test_text_the_tokenizer_cannot_encode_drops_only_its_conversation(fast):
@@ -114,4 +115,4 @@ def test_text_the_tokenizer_cannot_encode_drops_only_its_conversation(fast):
     bad = conversation(SystemContent.new(), "q", None, " " * 1_000_000)
     results = fast.render_many([good, bad, good])
     assert not isinstance(results[0], RenderError) and not isinstance(results[2], RenderError)
-    assert isinstance(results[1], RenderError) and results[1].reason == "tokenizer_error"
+    assert isinstance(results[1], RenderError) and results[1].reason == drops.DROP_TOKENIZER_ERROR

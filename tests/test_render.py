@@ -14,7 +14,7 @@ from openai_harmony import Conversation, Message
 from synthkd_assets.core.render import RENDER_CONFIG, RenderError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import messages_json_expr, reference_messages, system_message_dict
-from synthkd_contract import constants
+from synthkd_contract import constants, drops
 
 SYSTEM = system_message_dict()
 TEXT_COLUMNS = ("query", "query_seed_text", "synthetic_reasoning", "synthetic_answer")
@@ -96,7 +96,7 @@ def test_unsupported_assistant_channel_is_a_counted_render_error(renderer):
     messages[-1]["channel"] = "commentary"
     with pytest.raises(RenderError) as info:
         renderer.render(messages)
-    assert info.value.reason == "unsupported_assistant_channel"
+    assert info.value.reason == drops.DROP_UNSUPPORTED_CHANNEL
 
 
 HARMONY_MARKERS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|endoftext|>", "<|call|>", "<|constrain|>"]

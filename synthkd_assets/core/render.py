@@ -138,7 +138,8 @@ class FastRenderer:
                 message["channel"] = channel
             rendered = self.encoding.render(Message.from_dict(message))
             if rendered[-1] != self.end_id:
-                raise RenderError(drops.DROP_MESSAGE_BOUNDARY_MISMATCH, f"harmony renders an empty {key} message as {rendered}")
+                detail = f"harmony renders an empty {key} message as {rendered}"
+                raise RenderError(drops.DROP_MESSAGE_BOUNDARY_MISMATCH, detail)
             self._headers[key] = np.array(rendered[:-1], dtype=constants.TOKENS_DTYPE)
         return self._headers[key]
 

@@ -52,6 +52,7 @@ from synthkd_assets.defs.metadata import (
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
 from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import (
     DISTILL_SCHEMA,
     HARMONY_SCHEMA,
@@ -271,7 +272,7 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
                 "name": shard.name,
                 # the hash of the bytes the step read (its report), not of the file as it is now
                 "source": {"path": shard.path, "bytes": report.get("source_bytes"), "sha256": report.get("source_sha256")},
-                "output": {"path": paths.recorded(out_path), "bytes": out_path.stat().st_size, "sha256": mf.sha256_file(out_path)},
+                "output": {"path": paths.recorded(out_path), "bytes": out_path.stat().st_size, "sha256": sha256_file(out_path)},
                 "report": report,
             }
         )
@@ -325,7 +326,7 @@ def read_plan(paths: SynthKDPaths) -> tuple[dict, str]:
             f"sampling plan {path} was computed for targets {plan['targets']}, not the configured "
             f"{paths.targets().to_dict()}: re-materialize synth_sampling_plan"
         )
-    return plan, mf.sha256_file(path)
+    return plan, sha256_file(path)
 
 
 def sampling_section(paths: SynthKDPaths, shard_names: list[str]) -> dict:
@@ -541,8 +542,8 @@ def _provenance(paths: SynthKDPaths, config: dict) -> dict:
         **mf.git_state(),
         "config": config,
         "config_hash": mf.config_hash(config),
-        "tokenizer": {"path": paths.recorded(tokenizer_path), "sha256": mf.sha256_file(tokenizer_path)},
-        "input_manifest": {"path": paths.recorded(harmony_manifest), "sha256": mf.sha256_file(harmony_manifest)},
+        "tokenizer": {"path": paths.recorded(tokenizer_path), "sha256": sha256_file(tokenizer_path)},
+        "input_manifest": {"path": paths.recorded(harmony_manifest), "sha256": sha256_file(harmony_manifest)},
     }
 
 

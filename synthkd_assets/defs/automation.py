@@ -33,6 +33,7 @@ from synthkd_assets.defs.assets import (
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
 from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
 
 synth_scan_job = dg.define_asset_job(
     "synth_scan_job",
@@ -102,7 +103,7 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
     job = synth_shard_job if paths.sampling_plan_path().is_file() else synth_scan_job
     run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=shard_run_key(key, sha[key])) for key in rebuild]
     manifest_path = paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME
-    manifest_sha = mf.sha256_file(manifest_path) if manifest_path.is_file() else None
+    manifest_sha = sha256_file(manifest_path) if manifest_path.is_file() else None
     changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
     # a rewrite by a materialization is followed by synth_manifests_automation; only another change is this sensor's
     if changed and not rebuild and manifest_sha != _last_written_harmony_manifest(context.instance):
