@@ -2,8 +2,8 @@
 PostgreSQL (the Dagster instance), Redis (the Celery broker and result backend) and Celery workers, all on
 127.0.0.1, all state under one directory.
 
-    python -m synthkd_assets.local_cluster up   STATE_DIR [--workers 2]   # prints the env to source
-    python -m synthkd_assets.local_cluster down STATE_DIR
+    python -m synthkd_dev.local_cluster up   STATE_DIR [--workers 2]   # prints the env to source
+    python -m synthkd_dev.local_cluster down STATE_DIR
 
 Nothing here is used by a real deployment: there the services already exist and deploy/cluster/env.sh
 points at them.
@@ -227,7 +227,7 @@ class LocalCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m synthkd_assets.local_cluster")
+    parser = argparse.ArgumentParser(prog="python -m synthkd_dev.local_cluster")
     parser.add_argument("command", choices=["up", "down"])
     parser.add_argument("state_dir", type=Path)
     parser.add_argument("--workers", type=int, default=2)
