@@ -69,8 +69,10 @@ def report(result: ScaleResult, storage: str) -> bool:
     partitions on dagster.yaml's storage; any other run prints its figures without judging them."""
     n = result.partitions
     judged = n == SCALE_PARTITIONS and storage == "sharded"
-    print(f"\n{n} partitions ({ROWS_PER_SHARD} rows each), {os.cpu_count()} cores, dagster.yaml instance "
-          f"(sqlite, queued runs), {storage} event log\n")
+    print(
+        f"\n{n} partitions ({ROWS_PER_SHARD} rows each), {os.cpu_count()} cores, dagster.yaml instance "
+        f"(sqlite, queued runs), {storage} event log\n"
+    )
     print(f"{'phase':<14} {'what':<72} {'seconds':>8} {'budget':>7} {'ratio':>6}")
     ok = True
     for phase, budget in BUDGETS.items():
@@ -92,7 +94,8 @@ def report(result: ScaleResult, storage: str) -> bool:
         f"{chunk} runs); the rest is {working / n * 1000:.0f} ms per run"
     )
     if "sensor daemon" in result.seconds:
-        print(f"sensor daemon: tick {result.daemon_tick_status}, {result.seconds['sensor daemon'] / n * 1000:.0f} ms per requested run")
+        per_run_ms = result.seconds["sensor daemon"] / n * 1000
+        print(f"sensor daemon: tick {result.daemon_tick_status}, {per_run_ms:.0f} ms per requested run")
     if not judged:
         print(f"\nbudgets are for {SCALE_PARTITIONS} partitions on the sharded (dagster.yaml) storage: not judged")
     else:
@@ -104,11 +107,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=SCALE_PARTITIONS)
     parser.add_argument(
-        "--storage", choices=STORAGES, default="sharded",
+        "--storage",
+        choices=STORAGES,
+        default="sharded",
         help="event-log storage: sharded (dagster.yaml as it is, a sqlite database per run; the budgets are for "
         "it), consolidated (one sqlite database), memory (in-memory; implies --in-process)",
     )
-    parser.add_argument("--in-process", action="store_true", help="load the code location in this process, not a code server")
+    parser.add_argument(
+        "--in-process", action="store_true", help="load the code location in this process, not a code server"
+    )
     parser.add_argument("--no-sensor-daemon", action="store_true", help="skip phase 4")
     parser.add_argument("--keep", type=Path, default=None, help="work in this directory and keep it")
     parser.add_argument("--verbose", action="store_true", help="the daemons' INFO logs")
@@ -119,8 +126,12 @@ def main() -> int:
         work = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="partition_scale_")))
         work.mkdir(parents=True, exist_ok=True)
         result = run_scenario(
-            args.partitions, work, storage=args.storage, in_process=args.in_process or args.storage == "memory",
-            sensor_daemon=not args.no_sensor_daemon, quiet=not args.verbose,
+            args.partitions,
+            work,
+            storage=args.storage,
+            in_process=args.in_process or args.storage == "memory",
+            sensor_daemon=not args.no_sensor_daemon,
+            quiet=not args.verbose,
         )
     problems = outcome_problems(result)
     if problems:

@@ -158,8 +158,7 @@ def _slots(rng: random.Random, title: str) -> dict:
         "adj": rng.choice(ADJECTIVES),
         "year": year,
         "year2": min(year + rng.randint(10, 300), 2023),
-        "century": rng.choice(("twelfth", "fifteenth", "seventeenth", "eighteenth",
-                               "nineteenth", "twentieth")),
+        "century": rng.choice(("twelfth", "fifteenth", "seventeenth", "eighteenth", "nineteenth", "twentieth")),
         "num": f"{rng.randint(1, 900) * 100:,}",
         "small": rng.randint(2, 9),
         "pct": rng.randint(2, 40),
@@ -193,8 +192,7 @@ class _Deck:
         return self.pool.pop()
 
 
-def _paragraphs(rng: random.Random, bank, slots: dict, target_words: int,
-                per_par=(2, 5)) -> str:
+def _paragraphs(rng: random.Random, bank, slots: dict, target_words: int, per_par=(2, 5)) -> str:
     deck = _Deck(rng, bank)
     pars: list[str] = []
     total = 0
@@ -223,8 +221,7 @@ def _fmt_tenths(tenths: int, trailing_zero: bool = False) -> str:
     return s + "0" if trailing_zero else s
 
 
-def _markdown_answer(rng: random.Random, bank: dict, slots: dict, target_words: int,
-                     code_bias: float = 0.0) -> str:
+def _markdown_answer(rng: random.Random, bank: dict, slots: dict, target_words: int, code_bias: float = 0.0) -> str:
     deck = _Deck(rng, bank["answer"])
     parts: list[str] = []
     if rng.random() < 0.75:
@@ -260,7 +257,7 @@ def _markdown_answer(rng: random.Random, bank: dict, slots: dict, target_words: 
             "```python\n"
             f"events = {{'{_slug(slots['title'])}': {slots['year']}}}\n"
             "for name, year in sorted(events.items()):\n"
-            "    print(f\"{name}: {year}\")\n"
+            '    print(f"{name}: {year}")\n'
             "```"
         )
     text = "\n\n".join(parts)
@@ -297,8 +294,7 @@ def _make_row(seed: int, index: int, long: bool) -> dict:
     # --- seed ---------------------------------------------------------------------------
     wiki_lang = language if (language != "en" and language != "la" and rng.random() < 0.3) else "en"
     query_seed_url = f"https://{wiki_lang}.wikipedia.org/wiki/{_slug(title)}"
-    query_seed_text = _paragraphs(rng, SEED_SENTENCES, slots, rng.randint(*SEED_WORDS[li]),
-                                  per_par=(3, 6))
+    query_seed_text = _paragraphs(rng, SEED_SENTENCES, slots, rng.randint(*SEED_WORDS[li]), per_par=(3, 6))
     if rng.random() < 0.55:
         additional_seed_url = ""
     else:
@@ -347,8 +343,7 @@ def _make_row(seed: int, index: int, long: bool) -> dict:
             a = rng.randint(50, 20000)
             b = rng.randint(5, 900)
             value = a + b * n
-            query = bank["arith_int"].format(title=title, a=f"{a:,}" if rng.random() < 0.5 else a,
-                                              b=b, n=n)
+            query = bank["arith_int"].format(title=title, a=f"{a:,}" if rng.random() < 0.5 else a, b=b, n=n)
             answer_head = _fmt_int(value, commas=value >= 1000 and rng.random() < 0.6)
             result = _fmt_int(value, commas=rng.random() < 0.15)
             if rng.random() < P_INCONSISTENT:
@@ -368,19 +363,16 @@ def _make_row(seed: int, index: int, long: bool) -> dict:
             query = rng.choice(en_bank["queries"][exercise]).format(**slots)
         else:
             query = rng.choice(bank["queries"]).format(**slots)
-            if exercise in ("creative_writing", "constrained_writing", "editing") and \
-                    rng.random() < 0.5:
+            if exercise in ("creative_writing", "constrained_writing", "editing") and rng.random() < 0.5:
                 # instruction-style rows sometimes mix an English task with a local question
                 query += " " + rng.choice(en_bank["queries"][exercise]).format(**slots)
     if rng.random() < 0.1:
         query = query.lower() if rng.random() < 0.5 else query + " " + query.split()[0]
 
     # --- reasoning / answer ----------------------------------------------------------------
-    reasoning = _paragraphs(rng, bank["reasoning"], slots, rng.randint(*REASONING_WORDS[li]),
-                            per_par=(2, 5))
+    reasoning = _paragraphs(rng, bank["reasoning"], slots, rng.randint(*REASONING_WORDS[li]), per_par=(2, 5))
     if exercise == "arithmetic":
-        reasoning += (f"\n\nLet me compute step by step and verify: the result should be "
-                      f"{answer_head}.")
+        reasoning += f"\n\nLet me compute step by step and verify: the result should be {answer_head}."
     body = _markdown_answer(rng, bank, slots, rng.randint(*ANSWER_WORDS[li]), code_bias)
     answer = f"{answer_head}\n\n{body}" if answer_head else body
 
@@ -457,8 +449,7 @@ def rows_to_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=schema)
 
 
-def write_shards(output_dir, shards: int, rows_per_shard: int, seed: int,
-                 long: bool = False) -> list[Path]:
+def write_shards(output_dir, shards: int, rows_per_shard: int, seed: int, long: bool = False) -> list[Path]:
     """Write ``shards`` files ``synth_NN.parquet`` of ``rows_per_shard`` rows; returns paths."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -490,13 +481,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=DEFAULT_SHARDS)
     ap.add_argument("--rows-per-shard", type=int, default=DEFAULT_ROWS_PER_SHARD)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    ap.add_argument("--long", action="store_true",
-                    help="longer seed text / reasoning / answer (~1.3k o200k tokens per row)")
+    ap.add_argument(
+        "--long", action="store_true", help="longer seed text / reasoning / answer (~1.3k o200k tokens per row)"
+    )
     args = ap.parse_args(argv)
     if args.shards < 1 or args.rows_per_shard < 1 or args.seed < 0:
         ap.error("--shards and --rows-per-shard must be >= 1, --seed >= 0")
-    paths = write_shards(args.output_dir, args.shards, args.rows_per_shard, args.seed,
-                         long=args.long)
+    paths = write_shards(args.output_dir, args.shards, args.rows_per_shard, args.seed, long=args.long)
     for p in paths:
         print(f"{p}  {p.stat().st_size:,} bytes")
     return 0

@@ -150,7 +150,8 @@ def project_instance(home: Path, storage: str = "sharded") -> dg.DagsterInstance
     config = (REPO_ROOT / "deploy" / "local" / "dagster.yaml").read_text()
     if storage == "consolidated":
         config += (
-            "event_log_storage:\n  module: dagster._core.storage.event_log\n  class: ConsolidatedSqliteEventLogStorage\n"
+            "event_log_storage:\n  module: dagster._core.storage.event_log\n"
+            "  class: ConsolidatedSqliteEventLogStorage\n"
             f"  config:\n    base_dir: {json.dumps(str(home / 'history'))}\n"
         )
     elif storage == "memory":

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dagster as dg
 
+from synthkd_assets.definitions import defs
 from synthkd_assets.defs.automation import synth_raw_sensor
 from synthkd_assets.defs.resources import SynthKDPaths
-from synthkd_assets.definitions import defs
 
 
 def tick_synth_raw_sensor(instance: dg.DagsterInstance, paths: SynthKDPaths, cursor: str | None) -> dg.SensorResult:
