@@ -60,8 +60,7 @@ USER_TEMPLATE: Final = "{query}\n\nReference:\n{query_seed_text}"
 SPLIT_SALT: Final = "synth_kd_v1/split"
 VALID_FRACTION: Final = 0.001
 SPLIT_RULE: Final = (
-    "valid iff int.from_bytes(sha256(f'{salt}:{synth_id}'.encode()).digest()[:8], 'big') / 2**64"
-    " < valid_fraction"
+    "valid iff int.from_bytes(sha256(f'{salt}:{synth_id}'.encode()).digest()[:8], 'big') / 2**64 < valid_fraction"
 )
 
 # --- raw PleIAs/SYNTH schema (all upstream columns; `words` is the only integer) -------------

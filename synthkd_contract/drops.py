@@ -51,7 +51,7 @@ DROP_SMOKE_CAP: Final = _drop("smoke_cap", "a row a smoke build did not read or 
 
 # --- synth_filtered (001 "Filtering policy"), in the order they are tested: a row counts under the first ---
 DROP_EMPTY_ANSWER: Final = _drop("empty_synthetic_answer", "`synthetic_answer.strip()` is empty")
-DROP_RESULT_FAILED: Final = _drop("result_failed_after_max_attempts", "constraints: `result:Failed after maximum attempts`")
+DROP_RESULT_FAILED: Final = _drop("result_failed_after_max_attempts", "`result:Failed after maximum attempts`")
 DROP_RESULT_INCONSISTENT: Final = _drop(
     "result_inconsistent_with_answer",
     "a `result:` of `constraints` is numerically or multiple-choice inconsistent with the answer's first line",

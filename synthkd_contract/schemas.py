@@ -52,14 +52,10 @@ TOKENIZED_SCHEMA: Final = pa.schema(
 )
 
 # synth_kd_v1 shards/shard_XX_documents.parquet: which synth_id is which document of which split
-DOCUMENTS_SCHEMA: Final = pa.schema(
-    [("split", pa.string()), ("document_index", pa.int64()), ("synth_id", pa.string())]
-)
+DOCUMENTS_SCHEMA: Final = pa.schema([("split", pa.string()), ("document_index", pa.int64()), ("synth_id", pa.string())])
 
 # synth_kd_v1 as a table: one row per document, three aligned arrays (.bin/.idx IndexedDatasets)
-TRIO_SCHEMA: Final = pa.schema(
-    [(kind, pa.list_(pa.from_numpy_dtype(ARRAY_DTYPES[kind]))) for kind in ARRAY_KINDS]
-)
+TRIO_SCHEMA: Final = pa.schema([(kind, pa.list_(pa.from_numpy_dtype(ARRAY_DTYPES[kind]))) for kind in ARRAY_KINDS])
 TRIO_COLUMN_DESCRIPTIONS: Final = {
     "tokens": "shard_XX_tokens.{bin,idx}: Harmony training render + EOD (the prefix Megatron is given)",
     "lossmask": "shard_XX_lossmask.{bin,idx}: 1 where the label is supervised (label-aligned)",

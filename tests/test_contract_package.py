@@ -165,7 +165,8 @@ def test_a_sound_trio_has_no_problem(tmp_path):
     prefix = _trio(tmp_path / "train", _documents(1))
     assert prefix == str(shard_tokens_prefix(tmp_path / "train", 0))
     assert validate_trio(prefix) == []
-    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == sorted(p.name for p in trio_files(tmp_path / "train", 0))
+    written = sorted(p.name for p in (tmp_path / "train").iterdir())
+    assert written == sorted(p.name for p in trio_files(tmp_path / "train", 0))
 
 
 @pytest.mark.parametrize("kind", constants.ARRAY_KINDS)
@@ -175,8 +176,8 @@ def test_a_bin_of_another_size_than_its_index(tmp_path, kind, change):
     path = Path(f"{sibling_prefix(prefix, kind)}.bin")
     payload = path.read_bytes()
     path.write_bytes(payload[:-1] if change < 0 else payload + b"\0")
-    needed = len(payload)
-    assert _one_problem(prefix) == f"{kind} data file {path} holds {needed + change} bytes, its index describes {needed}"
+    needed, held = len(payload), len(payload) + change
+    assert _one_problem(prefix) == f"{kind} data file {path} holds {held} bytes, its index describes {needed}"
 
 
 @pytest.mark.parametrize("sequence", [4, 11])
