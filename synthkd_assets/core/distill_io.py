@@ -34,7 +34,8 @@ from synthkd_assets import contracts
 from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, publish_together, list_column, list_column_rows
 from synthkd_assets.core.sampling import is_valid
-from synthkd_assets.core.stages import BuildCaps, ShardReport
+from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.stages import BuildCaps
 
 SOURCE_TYPE = pa.struct(
     [("dataset", pa.string()), ("synth_id", pa.string()), ("exercise", pa.string()), ("language", pa.string())]

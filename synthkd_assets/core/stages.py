@@ -11,7 +11,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +33,7 @@ from synthkd_assets.core.parquet_io import (
     parquet_row_count,
 )
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
+from synthkd_assets.core.report import ShardReport
 
 Renderer = FastRenderer | HarmonyRenderer
 from synthkd_assets.core.sampling import assign_split
@@ -62,61 +63,6 @@ TOKENIZED_SCHEMA = pa.schema(
 )
 # text a row cannot do without; an empty reasoning is normal SYNTH, a missing answer is not
 REQUIRED_TEXT = ("synth_id", "query", "query_seed_text", "synthetic_answer")
-ERROR_SAMPLE_LIMIT = 1000
-
-
-@dataclass
-class ShardReport:
-    """What one step did to one shard: the numbers the UI plots and the manifests sum."""
-
-    shard: str
-    source_sha256: str | None = None  # content hash of the input file this report was made from, as read
-    source_bytes: int | None = None  # its size, as read
-    plan_sha256: str | None = None  # sha256 of the sampling plan a synth_sampled shard was made with
-    rows_in: int = 0
-    rows_out: int = 0
-    dropped: Counter = field(default_factory=Counter)
-    sanitized: Counter = field(default_factory=Counter)
-    language: Counter = field(default_factory=Counter)
-    exercise: Counter = field(default_factory=Counter)
-    span_tokens: Counter = field(default_factory=Counter)
-    sequences: Counter = field(default_factory=Counter)  # per split, Megatron step only
-    # (exercise, language) -> rows out, row-selection steps: what the sampling plan is computed from
-    exercise_language: Counter = field(default_factory=Counter)
-    render_path: Counter = field(default_factory=Counter)  # tokenize step only: fast / reference
-    errors: list[dict[str, Any]] = field(default_factory=list)
-
-    def drop(self, reason: str, source_row: int, synth_id: str | None, detail: str = "") -> None:
-        self.dropped[reason] += 1
-        if len(self.errors) < ERROR_SAMPLE_LIMIT:
-            self.errors.append(
-                {"shard": self.shard, "source_row": source_row, "synth_id": synth_id, "reason": reason, "detail": detail}
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            f.name: _counter_dict(value) if isinstance(value, Counter) else value
-            for f in fields(self)
-            if f.name != "errors" and (value := getattr(self, f.name)) is not None
-        }
-
-    def write_json(self, path: Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-
-    def write_errors(self, path: Path) -> None:
-        """JSON lines naming shard, row, synth_id and reason of each dropped row (first 1000)."""
-        atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.errors))
-
-
-def _counter_dict(counter: Counter) -> dict[str, Any]:
-    """Sorted plain dict; a counter keyed by (outer, inner) pairs becomes {outer: {inner: n}}."""
-    nested: dict[str, Any] = {}
-    for key, n in sorted(counter.items()):
-        if isinstance(key, tuple):
-            nested.setdefault(key[0], {})[key[1]] = n
-        else:
-            nested[key] = n
-    return nested
 
 
 def harmonize_shard(

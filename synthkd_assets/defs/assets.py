@@ -23,10 +23,10 @@ from synthkd_assets.core.sampling import (
     plan_keep_rates,
     sampling_rule,
 )
+from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import (
     HARMONY_SCHEMA,
     TOKENIZED_SCHEMA,
-    ShardReport,
     harmonize_shard,
     kd_dataset_files,
     select_rows_shard,
@@ -95,10 +95,7 @@ def require_upstream(paths: SynthKDPaths, asset: str, key: str, *upstream: str) 
 
 def _publish_report(report: ShardReport, report_path, errors_path) -> None:
     report.write_json(report_path)
-    if report.errors:
-        report.write_errors(errors_path)
-    else:  # an earlier build's errors must not outlive it
-        errors_path.unlink(missing_ok=True)
+    report.write_errors(errors_path)
 
 
 @dg.asset(
@@ -638,10 +635,7 @@ def synth_distill(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
     record_path = paths.distill_records_dir() / f"{key}.json"
     mf.write_manifest(record_path, result.record(key, shard_index, paths.recorded(root)))
     errors_path = paths.errors_dir() / paths.distill_name() / f"{key}.jsonl"
-    if result.report.errors:
-        result.report.write_errors(errors_path)
-    else:
-        errors_path.unlink(missing_ok=True)
+    result.report.write_errors(errors_path)
     return dg.MaterializeResult(
         metadata={
             **report_metadata(result.report.to_dict(), "synth_distill"),

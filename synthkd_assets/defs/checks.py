@@ -13,7 +13,8 @@ from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
-from synthkd_assets.core.stages import ShardReport, documents_path
+from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
 
