@@ -31,11 +31,12 @@ import pyarrow.parquet as pq
 from openai_harmony import Conversation, Message, Role
 
 from synthkd_assets import contracts
-from synthkd_assets.core.manifest import sha256_file
-from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, publish_together, list_column, list_column_rows
-from synthkd_assets.core.sampling import is_valid
+from synthkd_assets.core.caps import BuildCaps, SmokeBudget
+from synthkd_assets.core.dataset_manifest import file_record
+from synthkd_assets.core.parquet_io import iter_frames, list_column, list_column_rows
 from synthkd_assets.core.report import ShardReport
-from synthkd_assets.core.stages import BuildCaps
+from synthkd_assets.core.sampling import is_valid
+from synthkd_assets.core.steps import Outputs, ParquetOutputs, ShardStep, Table, run_step
 
 SOURCE_TYPE = pa.struct(
     [("dataset", pa.string()), ("synth_id", pa.string()), ("exercise", pa.string()), ("language", pa.string())]
@@ -161,6 +162,59 @@ class DistillShardResult:
         }
 
 
+class DistillStep(ShardStep):
+    """Tokenized conversations -> DistillKit rows of their split, within max_seq_len and the smoke caps."""
+
+    def __init__(
+        self,
+        tokenized_path: Path,
+        sampled_path: Path,
+        paths: dict[str, Path],
+        shard: str,
+        encoding: Any,
+        max_seq_len: int,
+        valid_fraction: float,
+        caps: BuildCaps,
+    ) -> None:
+        self.tokenized_path, self.paths, self.shard, self.encoding = tokenized_path, paths, shard, encoding
+        self.max_seq_len, self.valid_fraction, self.budget = max_seq_len, valid_fraction, SmokeBudget(caps)
+        self.messages = _joined_messages(sampled_path)
+        self.lengths: dict[str, Counter] = {split: Counter() for split in contracts.DISTILL_SPLITS}
+
+    def open_outputs(self) -> Outputs:
+        return ParquetOutputs({split: (path, DISTILL_SCHEMA) for split, path in self.paths.items()})
+
+    def frames(self) -> Iterator[pl.DataFrame]:
+        return iter_frames(self.tokenized_path, ("synth_id", "language", "exercise", "source_row", "tokens", "span_id"))
+
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        arrow = frame.to_arrow()
+        token_rows = list_column_rows(arrow.column("tokens"))
+        span_rows = list_column_rows(arrow.column("span_id"))
+        batches: dict[str, list[tuple[str, str, str, DistillRow]]] = {split: [] for split in self.paths}
+        rows = frame.select("synth_id", "language", "exercise", "source_row").iter_rows()
+        for i, (synth_id, language, exercise, source_row) in enumerate(rows):
+            if not self.budget.admits(len(token_rows[i]), report):
+                continue
+            length = len(token_rows[i]) - 1  # input_ids: the tokens without the trailing EOD
+            if length > self.max_seq_len:
+                report.drop(contracts.DROP_OVER_MAX_SEQ_LEN, source_row, synth_id, f"{length} tokens > {self.max_seq_len}")
+                continue
+            self.budget.spend(len(token_rows[i]))
+            prefix = completion_prefix(self.encoding, _messages_for(self.messages, source_row, self.shard))
+            row = distill_row(token_rows[i], span_rows[i], prefix, synth_id)
+            split = distill_split(synth_id, self.valid_fraction)
+            batches[split].append((synth_id, exercise, language, row))
+            report.sequences[split] += 1
+            report.language[language] += 1
+            report.exercise[exercise] += 1
+            report.exercise_language[(exercise, language)] += 1
+            spans = {"prompt": row.assistant_token_start, "analysis": row.analysis_token_count}
+            report.span_tokens.update({**spans, "final": row.final_token_count})
+            self.lengths[split][length] += 1
+        return {split: distill_table(batch) for split, batch in batches.items() if batch}
+
+
 def write_distill_shard(
     tokenized_path: Path,
     sampled_path: Path,
@@ -171,77 +225,18 @@ def write_distill_shard(
     max_seq_len: int = contracts.MAX_SEQ_LEN,
     valid_fraction: float = contracts.DISTILL_VALID_FRACTION,
     caps: BuildCaps = BuildCaps(),
+    errors_log: Path | None = None,
 ) -> DistillShardResult:
     """Tokenized Parquet -> `<root>/{train,validation}/part-XXXXX.parquet` (both always written, so a
-    rebuild replaces both); conversations longer than `max_seq_len` are dropped and counted."""
-    report = ShardReport(shard)
-    lengths: dict[str, Counter] = {split: Counter() for split in contracts.DISTILL_SPLITS}
+    rebuild replaces both, and renamed into place together); conversations longer than `max_seq_len`
+    are dropped and counted."""
     paths = {split: root / split / contracts.distill_part_name(shard_index) for split in contracts.DISTILL_SPLITS}
-    messages = _joined_messages(sampled_path)
-    written_tokens = 0
-    budget_exhausted = False
-    writers: dict[str, ParquetShardWriter] = {}
-    try:
-        for split in paths:
-            writers[split] = ParquetShardWriter(paths[split], DISTILL_SCHEMA)
-        columns = ("synth_id", "language", "exercise", "source_row", "tokens", "span_id")
-        for frame in iter_frames(tokenized_path, columns):
-            arrow = frame.to_arrow()
-            token_rows = list_column_rows(arrow.column("tokens"))
-            span_rows = list_column_rows(arrow.column("span_id"))
-            batches: dict[str, list[tuple[str, str, str, DistillRow]]] = {split: [] for split in paths}
-            rows = frame.select("synth_id", "language", "exercise", "source_row").iter_rows()
-            for i, (synth_id, language, exercise, source_row) in enumerate(rows):
-                report.rows_in += 1
-                length = len(token_rows[i]) - 1
-                if budget_exhausted or (caps.max_rows is not None and report.rows_out >= caps.max_rows) or (
-                    caps.max_tokens is not None and written_tokens + length > caps.max_tokens
-                ):
-                    budget_exhausted = True
-                    report.dropped[contracts.DROP_SMOKE_CAP] += 1
-                    continue
-                if length > max_seq_len:
-                    report.drop(contracts.DROP_OVER_MAX_SEQ_LEN, source_row, synth_id, f"{length} tokens > {max_seq_len}")
-                    continue
-                prefix = completion_prefix(encoding, _messages_for(messages, source_row, shard))
-                row = distill_row(token_rows[i], span_rows[i], prefix, synth_id)
-                split = distill_split(synth_id, valid_fraction)
-                batches[split].append((synth_id, exercise, language, row))
-                report.rows_out += 1
-                written_tokens += length
-                report.sequences[split] += 1
-                report.language[language] += 1
-                report.exercise[exercise] += 1
-                report.exercise_language[(exercise, language)] += 1
-                report.span_tokens.update(
-                    {
-                        "prompt": row.assistant_token_start,
-                        "analysis": row.analysis_token_count,
-                        "final": row.final_token_count,
-                    }
-                )
-                lengths[split][length] += 1
-            for split, batch in batches.items():
-                if batch:
-                    writers[split].write(distill_table(batch))
-        # train and validation are renamed into place together, or neither (a full disk on either)
-        publish_together(list(writers.values()))
-    except BaseException:
-        for writer in writers.values():
-            writer._discard()
-        raise
-    files = []
-    for split, path in paths.items():
-        files.append(
-            {
-                "split": split,
-                "path": str(path.relative_to(root)),
-                "rows": report.sequences[split],
-                "bytes": path.stat().st_size,
-                "sha256": sha256_file(path),
-            }
-        )
-    return DistillShardResult(report, files, lengths)
+    step = DistillStep(tokenized_path, sampled_path, paths, shard, encoding, max_seq_len, valid_fraction, caps)
+    report = run_step(step, shard, errors_log)
+    files = [
+        {**file_record(root, path), "split": split, "rows": report.sequences[split]} for split, path in paths.items()
+    ]
+    return DistillShardResult(report, files, step.lengths)
 
 
 def distill_table(rows: list[tuple[str, str, str, DistillRow]]) -> pa.Table:

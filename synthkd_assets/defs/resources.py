@@ -14,7 +14,7 @@ from synthkd_assets.core.cleanup import STAGE_NAMES, OutputLayout
 from synthkd_assets.core.distill_io import distill_build_config
 from synthkd_assets.core.manifest import kd_build_config
 from synthkd_assets.core.sampling import MixTargets, selection_config
-from synthkd_assets.core.stages import BuildCaps
+from synthkd_assets.core.caps import BuildCaps
 from synthkd_assets.core.synth import system_message_dict
 
 DEFAULT_RAW_DIR = "data/sample/synth_raw"
