@@ -14,7 +14,8 @@ import pytest
 
 from synthkd_assets import contracts
 from synthkd_assets.core.manifest import read_json, sha256_file
-from synthkd_assets.defs.build import MANIFEST_STEPS, build_all
+from synthkd_assets.defs.build import build_all
+from synthkd_assets.defs.passes import MANIFEST_STEPS
 from synthkd_assets.defs.resources import SynthKDPaths
 from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
 from tests.helpers import SAMPLE_RAW_DIR

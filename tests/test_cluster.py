@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from synthkd_assets.defs.build import BUILD_STEPS
+from synthkd_assets.defs.passes import BUILD_STEPS
 from synthkd_assets.defs.executors import DEFAULT_CELERY_CONFIG
 from synthkd_assets.local_cluster import LocalCluster, services_available
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR

@@ -21,6 +21,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -417,8 +418,6 @@ def distill_build_config(
     max_input_rows: int | None = None,
 ) -> dict[str, Any]:
     """Everything that can change the bytes of the DistillKit dataset, hashed into its manifest."""
-    from importlib.metadata import version
-
     return {
         "dataset": contracts.DISTILL_DATASET_NAME,
         "format": "DistillKit/TRL unpacked examples (Parquet)",

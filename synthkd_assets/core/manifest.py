@@ -6,9 +6,11 @@ import functools
 import hashlib
 import json
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
 
 
@@ -74,10 +76,6 @@ def kd_build_config(
 ) -> dict[str, Any]:
     """Everything that can change the bytes of synth_kd_v1, hashed into the manifest's config_hash
     (`selection`: the 001 filter and sampling settings the rows went through)."""
-    from importlib.metadata import version
-
-    from synthkd_assets import contracts
-
     return {
         "dataset": contracts.DATASET_NAME,
         "harmony_schema": contracts.HARMONY_SCHEMA_NAME,

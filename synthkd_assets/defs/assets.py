@@ -45,7 +45,7 @@ from synthkd_assets.defs.checks import (
     shard_check_spec,
     trio_alignment_result,
 )
-from synthkd_assets.defs.build import launch_sequence
+from synthkd_assets.defs.passes import launch_sequence
 from synthkd_assets.defs.conditions import MANIFEST_CONDITION
 from synthkd_assets.defs.metadata import (
     TRIO_COLUMN_DESCRIPTIONS,
@@ -63,7 +63,7 @@ CODE_VERSION = "synth_kd_v1.2"  # 1.1: 001 quality filters, mixture sampling pla
 # the event tag under which Dagster records a data version reported from outside a materialization
 DATA_VERSION_TAG = "dagster/data_version"
 # Dagster conventions the UI lists and filters on: kinds (icons), owners, and a tag naming the build pass
-# (scripts/build.sh's order, defs/build.py), so `--select 'tag:synthkd/pass=scan'` selects a pass
+# (scripts/build.sh's order, defs/passes.py), so `--select 'tag:synthkd/pass=scan'` selects a pass
 OWNERS = ["team:synthkd"]
 
 
