@@ -125,7 +125,7 @@ def test_both_dataset_writers_apply_the_same_token_cap(built_sample, encoding, t
         assert report.rows_out == 5 and report.dropped == {contracts.DROP_SMOKE_CAP: len(lengths) - 5}
     kd_ids = pq.read_table(documents_path(tmp_path / "kd", 1))["synth_id"].to_pylist()
     parts = [pq.read_table(tmp_path / "distill" / record["path"]) for record in distill.files]
-    distill_ids = [synth_id for part in parts for synth_id in part["source"].combine_chunks().field("synth_id").to_pylist()]
+    distill_ids = [i for part in parts for i in part["source"].combine_chunks().field("synth_id").to_pylist()]
     assert sorted(kd_ids) == sorted(distill_ids)
 
 

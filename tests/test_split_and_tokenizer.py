@@ -18,7 +18,7 @@ from synthkd_assets import contracts
 from synthkd_assets.core.sampling import assign_split, stable_unit_interval
 from synthkd_assets.core import tokenizer as tokenizer_module
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding, materialize_tokenizer, verify_tokenizer
-from synthkd_assets.defs.assets import o200k_tokenizer
+from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.resources import SynthKDPaths
 
 

@@ -21,7 +21,6 @@ import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,13 @@ import pyarrow.parquet as pq
 from openai_harmony import Conversation, Message, Role
 
 from synthkd_assets import contracts
-from synthkd_assets.core.caps import BuildCaps, SmokeBudget
+from synthkd_assets.core.caps import BuildCaps
 from synthkd_assets.core.dataset_manifest import file_record
-from synthkd_assets.core.parquet_io import iter_frames, list_column, list_column_rows
+from synthkd_assets.core.parquet_io import iter_frames, list_column
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import is_valid
-from synthkd_assets.core.steps import Outputs, ParquetOutputs, ShardStep, Table, run_step
+from synthkd_assets.core.stages import DatasetStep, TokenizedRow
+from synthkd_assets.core.steps import Outputs, ParquetOutputs, Table, run_step
 
 SOURCE_TYPE = pa.struct(
     [("dataset", pa.string()), ("synth_id", pa.string()), ("exercise", pa.string()), ("language", pa.string())]
@@ -59,7 +59,6 @@ DISTILL_SCHEMA = pa.schema(
         ("spans", SPANS_TYPE),
     ]
 )
-PERCENTILES = (50, 90, 99)
 
 
 class DistillContractError(AssertionError):
@@ -163,8 +162,10 @@ class DistillShardResult:
         }
 
 
-class DistillStep(ShardStep):
-    """Tokenized conversations -> DistillKit rows of their split, within max_seq_len and the smoke caps."""
+class DistillStep(DatasetStep):
+    """Tokenized conversations -> DistillKit rows of their split; longer than max_seq_len: dropped."""
+
+    COLUMNS = ("synth_id", "language", "exercise", "source_row", "tokens", "span_id")
 
     def __init__(
         self,
@@ -177,43 +178,32 @@ class DistillStep(ShardStep):
         valid_fraction: float,
         caps: BuildCaps,
     ) -> None:
-        self.tokenized_path, self.paths, self.shard, self.encoding = tokenized_path, paths, shard, encoding
-        self.max_seq_len, self.valid_fraction, self.budget = max_seq_len, valid_fraction, SmokeBudget(caps)
+        super().__init__(tokenized_path, caps)
+        self.paths, self.shard, self.encoding = paths, shard, encoding
+        self.max_seq_len, self.valid_fraction = max_seq_len, valid_fraction
         self.messages = _joined_messages(sampled_path)
         self.lengths: dict[str, Counter] = {split: Counter() for split in contracts.DISTILL_SPLITS}
 
     def open_outputs(self) -> Outputs:
         return ParquetOutputs({split: (path, DISTILL_SCHEMA) for split, path in self.paths.items()})
 
-    def frames(self) -> Iterator[pl.DataFrame]:
-        return iter_frames(self.tokenized_path, ("synth_id", "language", "exercise", "source_row", "tokens", "span_id"))
+    def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, tuple[str, str, str, DistillRow]] | None:
+        length = len(row.tokens) - 1  # input_ids: the tokens without the trailing EOD
+        if length > self.max_seq_len:
+            detail = f"{length} tokens > {self.max_seq_len}"
+            report.drop(contracts.DROP_OVER_MAX_SEQ_LEN, row.source_row, row.synth_id, detail)
+            return None
+        prefix = completion_prefix(self.encoding, _messages_for(self.messages, row.source_row, self.shard))
+        distilled = distill_row(row.tokens, row.span_id, prefix, row.synth_id)
+        split = distill_split(row.synth_id, self.valid_fraction)
+        report.exercise_language[(row.exercise, row.language)] += 1
+        spans = {"prompt": distilled.assistant_token_start, "analysis": distilled.analysis_token_count}
+        report.span_tokens.update({**spans, "final": distilled.final_token_count})
+        self.lengths[split][length] += 1
+        return split, (row.synth_id, row.exercise, row.language, distilled)
 
-    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
-        arrow = frame.to_arrow()
-        token_rows = list_column_rows(arrow.column("tokens"))
-        span_rows = list_column_rows(arrow.column("span_id"))
-        batches: dict[str, list[tuple[str, str, str, DistillRow]]] = {split: [] for split in self.paths}
-        rows = frame.select("synth_id", "language", "exercise", "source_row").iter_rows()
-        for i, (synth_id, language, exercise, source_row) in enumerate(rows):
-            if not self.budget.admits(len(token_rows[i]), report):
-                continue
-            length = len(token_rows[i]) - 1  # input_ids: the tokens without the trailing EOD
-            if length > self.max_seq_len:
-                report.drop(contracts.DROP_OVER_MAX_SEQ_LEN, source_row, synth_id, f"{length} tokens > {self.max_seq_len}")
-                continue
-            self.budget.spend(len(token_rows[i]))
-            prefix = completion_prefix(self.encoding, _messages_for(self.messages, source_row, self.shard))
-            row = distill_row(token_rows[i], span_rows[i], prefix, synth_id)
-            split = distill_split(synth_id, self.valid_fraction)
-            batches[split].append((synth_id, exercise, language, row))
-            report.sequences[split] += 1
-            report.language[language] += 1
-            report.exercise[exercise] += 1
-            report.exercise_language[(exercise, language)] += 1
-            spans = {"prompt": row.assistant_token_start, "analysis": row.analysis_token_count}
-            report.span_tokens.update({**spans, "final": row.final_token_count})
-            self.lengths[split][length] += 1
-        return {split: distill_table(batch) for split, batch in batches.items() if batch}
+    def tables(self, arrow: pa.Table, kept: dict[str, list[tuple[str, str, str, DistillRow]]]) -> dict[str, Table]:
+        return {split: distill_table(rows) for split, rows in kept.items()}
 
 
 def write_distill_shard(
@@ -378,66 +368,3 @@ def split_leakage(parts: Mapping[str, list[Path]]) -> list[str]:
     problems = [f"{i} is in {s} splits" for i, s in leaked.filter(pl.col("splits") > 1).sort("id").head(20).select("id", "splits").iter_rows()]
     problems += [f"{i} appears {n} times" for i, n in leaked.filter(pl.col("rows") > 1).sort("id").head(20).select("id", "rows").iter_rows()]
     return problems
-
-
-# --- manifest statistics ----------------------------------------------------------------------
-
-
-def merge_histograms(histograms: list[Mapping[str, int]]) -> Counter:
-    total: Counter = Counter()
-    for histogram in histograms:
-        for length, n in histogram.items():
-            total[int(length)] += int(n)
-    return total
-
-
-def length_stats(histogram: Mapping[int, int]) -> dict[str, int | None]:
-    """rows, tokens, min / p50 / p90 / p99 / max of len(input_ids); pXX is the nearest-rank percentile
-    (the smallest length with at least XX% of the rows at or below it)."""
-    rows = sum(histogram.values())
-    stats: dict[str, int | None] = {"rows": rows, "tokens": sum(length * n for length, n in histogram.items())}
-    if not rows:
-        return {**stats, "min": None, **{f"p{p}": None for p in PERCENTILES}, "max": None}
-    lengths = sorted(histogram)
-    cumulative = np.cumsum([histogram[length] for length in lengths])
-    stats["min"] = lengths[0]
-    for p in PERCENTILES:
-        rank = -(-p * rows // 100)  # ceil(p/100 * rows), integer arithmetic
-        stats[f"p{p}"] = lengths[int(np.searchsorted(cumulative, rank))]
-    stats["max"] = lengths[-1]
-    return stats
-
-
-def distill_build_config(
-    system: dict[str, Any],
-    selection: dict[str, Any],
-    max_seq_len: int,
-    valid_fraction: float,
-    max_rows: int | None,
-    max_tokens: int | None,
-    max_input_rows: int | None = None,
-) -> dict[str, Any]:
-    """Everything that can change the bytes of the DistillKit dataset, hashed into its manifest."""
-    return {
-        "dataset": contracts.DISTILL_DATASET_NAME,
-        "format": "DistillKit/TRL unpacked examples (Parquet)",
-        "harmony_schema": contracts.HARMONY_SCHEMA_NAME,
-        "user_template": contracts.USER_TEMPLATE,
-        "system_message": system,
-        "render": {
-            "training": "render_conversation_for_training(auto_drop_analysis=False), trailing EOD removed",
-            "assistant_token_start": "len(render_conversation_for_completion(system + user, Role.ASSISTANT))",
-        },
-        "schema": DISTILL_SCHEMA.to_string(show_schema_metadata=False),
-        "label_ignore_id": contracts.LABEL_IGNORE_ID,
-        "max_seq_len": max_seq_len,
-        "split": {
-            "salt": contracts.DISTILL_SPLIT_SALT,
-            "valid_fraction": valid_fraction,
-            "names": list(contracts.DISTILL_SPLITS),
-        },
-        "selection": selection,
-        "tokenizer_sha256": contracts.TOKENIZER_SHA256,
-        "caps": {"max_input_rows_per_shard": max_input_rows, "max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
-        "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "synthkd")},
-    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,8 @@ class ShardReport:
         """Count a dropped row under `reason`, and name it in the error log (the first ERROR_SAMPLE_LIMIT)."""
         self.dropped[reason] += 1
         if len(self.errors) < ERROR_SAMPLE_LIMIT:
-            self.errors.append(
-                {"shard": self.shard, "source_row": source_row, "synth_id": synth_id, "reason": reason, "detail": detail}
-            )
+            row = {"shard": self.shard, "source_row": source_row, "synth_id": synth_id}
+            self.errors.append({**row, "reason": reason, "detail": detail})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,3 +70,14 @@ def _counter_dict(counter: Counter) -> dict[str, Any]:
         else:
             nested[key] = n
     return nested
+
+
+def merge_error_logs(logs: Iterable[Path], target: Path) -> int:
+    """The lines of every log of `logs` that exists, in order, as one JSON-lines file written atomically
+    (empty when there is none); returns how many lines it holds."""
+    lines = []
+    for log in logs:
+        if log.is_file():
+            lines.extend(line for line in log.read_text(encoding="utf-8").splitlines() if line.strip())
+    atomic_write_text(target, "".join(line + "\n" for line in lines))
+    return len(lines)

@@ -12,7 +12,9 @@ into metadata. The DistillKit step is core/distill_io.py.
 from __future__ import annotations
 
 import json
+from abc import abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,8 +24,7 @@ import pyarrow as pa
 
 from synthkd_assets import contracts
 from synthkd_assets.core.caps import BuildCaps, SmokeBudget
-from synthkd_assets.core.dataset_manifest import file_record, files_section
-from synthkd_assets.core.inventory import RawRead, read_raw_shard, shard_index_from_name
+from synthkd_assets.core.inventory import RawRead, read_raw_shard
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.parquet_io import (
     ParquetShardWriter,
@@ -91,9 +92,9 @@ class HarmonizeStep(ShardStep):
         frame = _sanitize(frame, report)
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())
-        columns = ("synth_id", "language", "exercise", "source_row")
-        rendered = (messages_json_expr(self.system).alias("messages_json"), _metadata_json(self.shard).alias("metadata_json"))
-        return {SHARD: frame.select(*columns, *rendered)}
+        messages = messages_json_expr(self.system).alias("messages_json")
+        metadata = _metadata_json(self.shard).alias("metadata_json")
+        return {SHARD: frame.select("synth_id", "language", "exercise", "source_row", messages, metadata)}
 
     def finish(self, report: ShardReport) -> None:
         report.source_sha256, report.source_bytes = self.raw.sha256, self.raw.bytes  # what was read, not scanned
@@ -288,15 +289,58 @@ def shard_record_path(dataset_root: Path, shard_index: int) -> Path:
     return dataset_root / "shards" / f"shard_{shard_index:02d}.json"
 
 
-def kd_dataset_files(dataset_root: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every file of synth_kd_v1 for its manifest's `files`: each shard's trio files (hashed when they
-    were written, from its record), its record and its documents table (hashed now)."""
-    listed = [f for record in records for split in record["splits"] for f in split["files"]]
-    for record in records:
-        shard_index = shard_index_from_name(record["partition"])
-        for path in (shard_record_path(dataset_root, shard_index), documents_path(dataset_root, shard_index)):
-            listed.append(file_record(dataset_root, path))
-    return files_section(listed)
+@dataclass(frozen=True)
+class TokenizedRow:
+    """One row of synth_tokenized, as the dataset writers see it."""
+
+    index: int  # in its frame
+    synth_id: str
+    language: str
+    exercise: str
+    source_row: int
+    tokens: np.ndarray
+    span_id: np.ndarray
+
+
+class DatasetStep(ShardStep):
+    """A dataset writer: the conversations of synth_tokenized one by one, in order, through the smoke budget
+    (core/caps.py), each kept into the split `keep` names (or dropped by it, counted); `tables` turns what a
+    frame kept into the rows of each split's output."""
+
+    COLUMNS = ("synth_id", "language", "exercise", "source_row", "tokens", "loss_mask", "span_id")
+
+    def __init__(self, tokenized_path: Path, caps: BuildCaps) -> None:
+        self.tokenized_path, self.budget = tokenized_path, SmokeBudget(caps)
+
+    def frames(self) -> Iterator[pl.DataFrame]:
+        return iter_frames(self.tokenized_path, self.COLUMNS)
+
+    @abstractmethod
+    def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, Any] | None:
+        """(split, what `tables` needs of the row), or None for a row dropped (and counted in `report`)."""
+
+    @abstractmethod
+    def tables(self, arrow: pa.Table, kept: dict[str, list[Any]]) -> dict[str, Table]:
+        """The output rows of the kept conversations of a frame (`arrow`), by split."""
+
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        arrow = frame.to_arrow()
+        tokens, span_ids = list_column_rows(arrow.column("tokens")), list_column_rows(arrow.column("span_id"))
+        kept: dict[str, list[Any]] = {}
+        for i, fields in enumerate(frame.select("synth_id", "language", "exercise", "source_row").iter_rows()):
+            row = TokenizedRow(i, *fields, tokens[i], span_ids[i])
+            if not self.budget.admits(len(row.tokens), report):
+                continue
+            decision = self.keep(row, report)
+            if decision is None:
+                continue
+            self.budget.spend(len(row.tokens))
+            split, payload = decision
+            kept.setdefault(split, []).append(payload)
+            report.sequences[split] += 1
+            report.language[row.language] += 1
+            report.exercise[row.exercise] += 1
+        return self.tables(arrow, kept)
 
 
 class TrioOutputs(Outputs):
@@ -340,38 +384,26 @@ class TrioOutputs(Outputs):
             self.documents_table._discard()
 
 
-class TrioStep(ShardStep):
-    """Tokenized conversations -> the trio of their split (a salted hash of synth_id), within the smoke caps."""
+class TrioStep(DatasetStep):
+    """Tokenized conversations -> the trio of their split (a salted hash of synth_id)."""
 
-    def __init__(self, tokenized_path: Path, dataset_root: Path, shard_index: int, caps: BuildCaps, valid_fraction: float):
-        self.tokenized_path, self.dataset_root, self.shard_index = tokenized_path, dataset_root, shard_index
-        self.budget, self.valid_fraction = SmokeBudget(caps), valid_fraction
+    def __init__(
+        self, tokenized_path: Path, dataset_root: Path, shard_index: int, caps: BuildCaps, valid_fraction: float
+    ) -> None:
+        super().__init__(tokenized_path, caps)
+        self.dataset_root, self.shard_index, self.valid_fraction = dataset_root, shard_index, valid_fraction
         self.outputs: TrioOutputs | None = None
 
     def open_outputs(self) -> Outputs:
         self.outputs = TrioOutputs(self.dataset_root, self.shard_index)
         return self.outputs
 
-    def frames(self) -> Iterator[pl.DataFrame]:
-        return iter_frames(self.tokenized_path, ("synth_id", "language", "exercise", "tokens", "loss_mask", "span_id"))
+    def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, int]:
+        report.span_tokens.update(span_token_counts(row.span_id))
+        return assign_split(row.synth_id, valid_fraction=self.valid_fraction), row.index
 
-    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
-        arrow = frame.to_arrow()
-        token_rows = list_column_rows(arrow.column("tokens"))
-        span_rows = list_column_rows(arrow.column("span_id"))
-        kept: dict[str, list[int]] = {split: [] for split in contracts.SPLITS}
-        rows = zip(frame["synth_id"].to_list(), frame["language"].to_list(), frame["exercise"].to_list())
-        for i, (synth_id, language, exercise) in enumerate(rows):
-            if not self.budget.admits(len(token_rows[i]), report):
-                continue
-            self.budget.spend(len(token_rows[i]))
-            split = assign_split(synth_id, valid_fraction=self.valid_fraction)
-            kept[split].append(i)
-            report.sequences[split] += 1
-            report.language[language] += 1
-            report.exercise[exercise] += 1
-            report.span_tokens.update(span_token_counts(span_rows[i]))
-        return {split: arrow.take(indices) for split, indices in kept.items() if indices}
+    def tables(self, arrow: pa.Table, kept: dict[str, list[int]]) -> dict[str, Table]:
+        return {split: arrow.take(indices) for split, indices in kept.items()}
 
 
 def write_megatron_shard(
