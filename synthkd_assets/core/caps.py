@@ -26,6 +26,8 @@ class BuildCaps:
     max_input_rows: int | None = None
 
 
+NO_CAPS = BuildCaps()  # a full build
+
 class SmokeBudget:
     """What a dataset writer may still write of one shard under `caps`."""
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from openai_harmony import Conversation, Message, Role
 
 from synthkd_assets import contracts
-from synthkd_assets.core.caps import BuildCaps
+from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.dataset_manifest import file_record
 from synthkd_assets.core.parquet_io import iter_frames, list_column
 from synthkd_assets.core.report import ShardReport
@@ -215,7 +215,7 @@ def write_distill_shard(
     encoding: Any,
     max_seq_len: int = contracts.MAX_SEQ_LEN,
     valid_fraction: float = contracts.DISTILL_VALID_FRACTION,
-    caps: BuildCaps = BuildCaps(),
+    caps: BuildCaps = NO_CAPS,
     errors_log: Path | None = None,
 ) -> DistillShardResult:
     """Tokenized Parquet -> `<root>/{train,validation}/part-XXXXX.parquet` (both always written, so a

@@ -22,8 +22,8 @@ import numpy as np
 
 from synthkd_assets import contracts
 from synthkd_assets.core.dataset_manifest import file_record, files_section
-from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.distill_io import DISTILL_SCHEMA
+from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.manifest import config_hash, sum_reports
 from synthkd_assets.core.megatron_io import ShardSplitInventory
 from synthkd_assets.core.report import ShardReport

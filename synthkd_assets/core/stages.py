@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from synthkd_assets import contracts
-from synthkd_assets.core.caps import BuildCaps, SmokeBudget
+from synthkd_assets.core.caps import NO_CAPS, BuildCaps, SmokeBudget
 from synthkd_assets.core.inventory import RawRead, read_raw_shard
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.parquet_io import (
@@ -411,7 +411,7 @@ def write_megatron_shard(
     dataset_root: Path,
     shard_index: int,
     shard: str,
-    caps: BuildCaps = BuildCaps(),
+    caps: BuildCaps = NO_CAPS,
     valid_fraction: float = contracts.VALID_FRACTION,
     errors_log: Path | None = None,
 ) -> tuple[ShardReport, list[ShardSplitInventory]]:

@@ -77,7 +77,7 @@ class ShardStep(ABC):
     def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
         """The rule: the rows of `frame` to keep, by output name; every row not kept counted in `report`."""
 
-    def finish(self, report: ShardReport) -> None:
+    def finish(self, report: ShardReport) -> None:  # noqa: B027 - a hook most steps do without
         """After the last frame, before anything is published: final counts and checks."""
 
 

@@ -8,15 +8,21 @@ import dagster as dg
 
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.checks import dataset_rows_problems, input_drift, manifest_problems, split_leakage, unreadable_shards
-from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
-from synthkd_assets.core.validation import cross_shard_duplicates
+from synthkd_assets.core.checks import (
+    dataset_rows_problems,
+    input_drift,
+    manifest_problems,
+    split_leakage,
+    unreadable_shards,
+)
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
+from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
+from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
 
 ROWS_ACCOUNTED = "rows_accounted"
