@@ -10,10 +10,10 @@ import dagster as dg
 from pydantic import Field
 
 from synthkd_assets import contracts
+from synthkd_assets.core.caps import BuildCaps
 from synthkd_assets.core.cleanup import STAGE_NAMES, OutputLayout
 from synthkd_assets.core.manifest_builders import distill_build_config, kd_build_config
 from synthkd_assets.core.sampling import MixTargets, selection_config
-from synthkd_assets.core.caps import BuildCaps
 from synthkd_assets.core.synth import system_message_dict
 
 DEFAULT_RAW_DIR = "data/sample/synth_raw"
