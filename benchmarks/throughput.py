@@ -39,6 +39,7 @@ def make_shard(path: Path, rows: int, scale: int = 1) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
     from synthkd_dev.make_sample_data import generate_rows, rows_to_table
 
     base = rows_to_table(generate_rows(rows, seed=2026, long=True))

@@ -7,10 +7,18 @@ import argparse
 import json
 import os
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
-from synthkd_contract import constants
+import dagster as dg
 
+from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
+from synthkd_assets.core.inventory import shard_index_from_name
+from synthkd_assets.core.stages import shard_record_path
+from synthkd_assets.defs.failures import failed_runs_report
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants
 
 NO_PARTITIONS_HINT = (
     "no synth_shards partitions are registered in this Dagster instance (DAGSTER_HOME={home}): register one per "
@@ -19,20 +27,12 @@ NO_PARTITIONS_HINT = (
 
 
 def list_partitions() -> list[str]:
-    import dagster as dg
-
-    from synthkd_assets.defs.partitions import SYNTH_SHARDS
-
     with dg.DagsterInstance.get() as instance:
         return list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
 
 
 def step_report(data_dir: Path, step: str, partition: str, smoke: bool = False) -> dict | None:
     """The report a shard step published for `partition` (None if it has not been built)."""
-    from synthkd_assets.core.inventory import shard_index_from_name
-    from synthkd_assets.core.stages import shard_record_path
-    from synthkd_assets.defs.resources import SynthKDPaths
-
     paths = SynthKDPaths(data_dir=str(data_dir), smoke=smoke)
     if step == "synth_kd_v1":
         path = shard_record_path(paths.megatron_root(), shard_index_from_name(partition))
@@ -102,12 +102,6 @@ def distill_summary_lines(manifest: dict) -> list[str]:
 
 def print_failures(since: float) -> int:
     """Print why every run since `since` (epoch seconds) failed; the number of failed runs."""
-    from datetime import datetime, timezone
-
-    import dagster as dg
-
-    from synthkd_assets.defs.failures import failed_runs_report
-
     with dg.DagsterInstance.get() as instance:
         lines = failed_runs_report(instance, datetime.fromtimestamp(since, tz=timezone.utc))
     print("\n".join(lines), file=sys.stderr)
@@ -116,8 +110,6 @@ def print_failures(since: float) -> int:
 
 def take_lock(fd: int, path: Path) -> int:
     """Lock the build script's open lock file (the shell keeps the lock after this process exits)."""
-    from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
-
     try:
         lock_fd(fd, path)
     except BuildLockHeld as error:

@@ -2,7 +2,6 @@
 
 import dagster as dg
 
-from synthkd_assets.defs import assets
 from synthkd_assets.defs.automation import (
     synth_manifests_automation,
     synth_manifests_job,
@@ -12,13 +11,13 @@ from synthkd_assets.defs.automation import (
     synth_scan_job,
     synth_shard_job,
 )
-from synthkd_assets.defs.checks import STANDALONE_CHECKS
 from synthkd_assets.defs.executors import executor_from_env
+from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.resources import SynthKDPaths
 
 defs = dg.Definitions(
-    assets=[*dg.load_assets_from_modules([assets]), assets.synth_raw],
-    asset_checks=STANDALONE_CHECKS,
+    assets=ASSETS,
+    asset_checks=ASSET_CHECKS,
     jobs=[synth_scan_job, synth_plan_job, synth_shard_job, synth_manifests_job],
     sensors=[synth_raw_sensor, synth_manifests_automation],
     schedules=[synth_nightly_rebuild],

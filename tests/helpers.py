@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the tests)
-    MANIFEST_STEPS,
-    PLAN_STEPS,
-    SCAN_STEPS,
-    SHARD_STEPS,
     all_definitions,
     build_all,
     materialize_steps,
 )
+from synthkd_assets.defs.passes import MANIFEST_STEPS, PLAN_STEPS, SCAN_STEPS, SHARD_STEPS  # noqa: F401
 from synthkd_assets.defs.resources import SynthKDPaths
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

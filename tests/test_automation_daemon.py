@@ -13,7 +13,8 @@ import dagster as dg
 import pytest
 
 from synthkd_assets.core.manifest import read_json
-from synthkd_assets.defs.build import MANIFEST_STEPS, build_all
+from synthkd_assets.defs.build import build_all
+from synthkd_assets.defs.passes import MANIFEST_STEPS
 from synthkd_assets.defs.resources import SynthKDPaths
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,8 +17,8 @@ import dagster as dg
 import pytest
 import yaml
 
-from synthkd_assets.defs.build import BUILD_STEPS
 from synthkd_assets.defs.executors import DEFAULT_CELERY_CONFIG
+from synthkd_assets.defs.passes import BUILD_STEPS
 from synthkd_dev.local_cluster import LocalCluster, services_available
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 from tests.test_crash_safety import final_files

@@ -7,6 +7,7 @@ import hashlib
 from openai_harmony import ReasoningEffort
 
 from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.manifest_builders import kd_build_config
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.stages import harmonize_shard, tokenize_shard
 from synthkd_assets.core.synth import default_system_content, system_message_dict
@@ -36,4 +37,4 @@ def test_config_hash_changes_exactly_when_the_output_could():
         assert mf.config_hash(kd_config(different)) != digest
     selection = kd_config(base)["selection"]
     low_effort = system_message_dict(default_system_content().with_reasoning_effort(ReasoningEffort.LOW))
-    assert mf.config_hash(mf.kd_build_config(low_effort, None, None, selection)) != digest
+    assert mf.config_hash(kd_build_config(low_effort, None, None, selection)) != digest

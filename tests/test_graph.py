@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -18,7 +16,7 @@ from synthkd_assets.defs.resources import SynthKDPaths
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.trio import open_trio, shard_tokens_prefix
-from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, build_everything, run
+from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, run
 
 
 @pytest.fixture

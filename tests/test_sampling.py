@@ -8,7 +8,6 @@ import math
 import random
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings

@@ -16,9 +16,9 @@ from synthkd_assets.core.inventory import (
     input_manifest_disagreements,
     read_input_manifest,
 )
+from synthkd_assets.definitions import defs
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
-from synthkd_assets.definitions import defs
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 from tests.daemon import dagster_home, open_instance

@@ -9,9 +9,9 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, build_everything, run
 
 

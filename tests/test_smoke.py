@@ -10,8 +10,11 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+from synthkd_assets.core.caps import BuildCaps, SmokeBudget
+from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.parquet_io import InputFileError
-from synthkd_assets.core.stages import harmonize_shard
+from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.stages import documents_path, harmonize_shard, write_megatron_shard
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.resources import SynthKDPaths
 from synthkd_contract import drops
@@ -105,3 +108,38 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
         totals = manifest["totals"]
         assert totals["rows_in"] == sum(raw_rows.values()) == totals["rows_out"] + sum(totals["dropped"].values())
         assert totals["rows_out"] == 64 * len(keys)  # the sample keeps 64 conversations of every 256-row prefix
+
+
+def test_both_dataset_writers_apply_the_same_token_cap(built_sample, encoding, tmp_path):
+    """One cap rule for synth_kd_v1 and synth_distill: conversations counted by their tokenized length (EOD
+    included), kept in order until the next would pass the cap, so both keep the same first conversations."""
+    _, paths, data_dir = built_sample
+    tokenized = paths.stage_dir("synth_tokenized") / "synth_01.parquet"
+    sampled = paths.stage_dir("synth_sampled") / "synth_01.parquet"
+    lengths = [len(tokens) for tokens in pq.read_table(tokenized, columns=["tokens"])["tokens"].to_pylist()]
+    cap = sum(lengths[:5]) + lengths[5] - 1  # the sixth conversation is one token too many
+    caps = BuildCaps(max_tokens=cap)
+    kd, _ = write_megatron_shard(tokenized, tmp_path / "kd", 1, "synth_01", caps)
+    distill = write_distill_shard(tokenized, sampled, tmp_path / "distill", 1, "synth_01", encoding, caps=caps)
+    for report in (kd, distill.report):
+        assert report.rows_out == 5 and report.dropped == {drops.DROP_SMOKE_CAP: len(lengths) - 5}
+    kd_ids = pq.read_table(documents_path(tmp_path / "kd", 1))["synth_id"].to_pylist()
+    parts = [pq.read_table(tmp_path / "distill" / record["path"]) for record in distill.files]
+    distill_ids = [i for part in parts for i in part["source"].combine_chunks().field("synth_id").to_pylist()]
+    assert sorted(kd_ids) == sorted(distill_ids)
+
+
+def admitted(caps: BuildCaps, lengths: list[int]) -> tuple[list[int], ShardReport]:
+    report, budget, kept = ShardReport("synth_00"), SmokeBudget(caps), []
+    for tokens in lengths:
+        if budget.admits(tokens, report):
+            budget.spend(tokens)
+            kept.append(tokens)
+    return kept, report
+
+
+def test_the_smoke_budget_keeps_a_prefix():
+    kept, report = admitted(BuildCaps(max_rows=2, max_tokens=10), [4, 7, 1, 1, 1])  # 4 + 7 passes 10 tokens
+    assert kept == [4] and report.dropped == {drops.DROP_SMOKE_CAP: 4}  # what follows is capped too
+    kept, report = admitted(BuildCaps(max_rows=2), [1, 1, 1])
+    assert kept == [1, 1] and report.dropped == {drops.DROP_SMOKE_CAP: 1}

@@ -9,15 +9,19 @@ import random
 import socket
 
 import dagster as dg
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from synthkd_assets.core.sampling import assign_split, stable_unit_interval
 from synthkd_assets.core import tokenizer as tokenizer_module
-from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding, materialize_tokenizer, verify_tokenizer
-from synthkd_assets.defs.assets import o200k_tokenizer
+from synthkd_assets.core.sampling import assign_split, stable_unit_interval
+from synthkd_assets.core.tokenizer import (
+    TokenizerPinError,
+    load_harmony_encoding,
+    materialize_tokenizer,
+    verify_tokenizer,
+)
+from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.resources import SynthKDPaths
 from synthkd_contract import constants
 

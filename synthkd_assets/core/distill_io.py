@@ -30,15 +30,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from openai_harmony import Conversation, Message, Role
 
-from synthkd_assets.core.parquet_io import ParquetShardWriter, iter_frames, publish_together, list_column, list_column_rows
+from synthkd_assets.core.caps import NO_CAPS, BuildCaps
+from synthkd_assets.core.dataset_manifest import file_record
+from synthkd_assets.core.parquet_io import iter_frames, list_column
+from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import is_valid
-from synthkd_assets.core.stages import BuildCaps, ShardReport
+from synthkd_assets.core.stages import DatasetStep, TokenizedRow
+from synthkd_assets.core.steps import Outputs, ParquetOutputs, Table, run_step
 from synthkd_contract import constants, drops
 from synthkd_contract.labels import token_align
-from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import DISTILL_SCHEMA, DISTILL_SOURCE_TYPE, DISTILL_SPANS_TYPE
-
-PERCENTILES = (50, 90, 99)
 
 
 class DistillContractError(AssertionError):
@@ -135,6 +136,50 @@ class DistillShardResult:
         }
 
 
+class DistillStep(DatasetStep):
+    """Tokenized conversations -> DistillKit rows of their split; longer than max_seq_len: dropped."""
+
+    COLUMNS = ("synth_id", "language", "exercise", "source_row", "tokens", "span_id")
+
+    def __init__(
+        self,
+        tokenized_path: Path,
+        sampled_path: Path,
+        paths: dict[str, Path],
+        shard: str,
+        encoding: Any,
+        max_seq_len: int,
+        valid_fraction: float,
+        caps: BuildCaps,
+    ) -> None:
+        super().__init__(tokenized_path, caps)
+        self.paths, self.shard, self.encoding = paths, shard, encoding
+        self.max_seq_len, self.valid_fraction = max_seq_len, valid_fraction
+        self.messages = _joined_messages(sampled_path)
+        self.lengths: dict[str, Counter] = {split: Counter() for split in constants.DISTILL_SPLITS}
+
+    def open_outputs(self) -> Outputs:
+        return ParquetOutputs({split: (path, DISTILL_SCHEMA) for split, path in self.paths.items()})
+
+    def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, tuple[str, str, str, DistillRow]] | None:
+        length = len(row.tokens) - 1  # input_ids: the tokens without the trailing EOD
+        if length > self.max_seq_len:
+            detail = f"{length} tokens > {self.max_seq_len}"
+            report.drop(drops.DROP_OVER_MAX_SEQ_LEN, row.source_row, row.synth_id, detail)
+            return None
+        prefix = completion_prefix(self.encoding, _messages_for(self.messages, row.source_row, self.shard))
+        distilled = distill_row(row.tokens, row.span_id, prefix, row.synth_id)
+        split = distill_split(row.synth_id, self.valid_fraction)
+        report.exercise_language[(row.exercise, row.language)] += 1
+        spans = {"prompt": distilled.assistant_token_start, "analysis": distilled.analysis_token_count}
+        report.span_tokens.update({**spans, "final": distilled.final_token_count})
+        self.lengths[split][length] += 1
+        return split, (row.synth_id, row.exercise, row.language, distilled)
+
+    def tables(self, arrow: pa.Table, kept: dict[str, list[tuple[str, str, str, DistillRow]]]) -> dict[str, Table]:
+        return {split: distill_table(rows) for split, rows in kept.items()}
+
+
 def write_distill_shard(
     tokenized_path: Path,
     sampled_path: Path,
@@ -144,78 +189,19 @@ def write_distill_shard(
     encoding: Any,
     max_seq_len: int = constants.MAX_SEQ_LEN,
     valid_fraction: float = constants.DISTILL_VALID_FRACTION,
-    caps: BuildCaps = BuildCaps(),
+    caps: BuildCaps = NO_CAPS,
+    errors_log: Path | None = None,
 ) -> DistillShardResult:
     """Tokenized Parquet -> `<root>/{train,validation}/part-XXXXX.parquet` (both always written, so a
-    rebuild replaces both); conversations longer than `max_seq_len` are dropped and counted."""
-    report = ShardReport(shard)
-    lengths: dict[str, Counter] = {split: Counter() for split in constants.DISTILL_SPLITS}
+    rebuild replaces both, and renamed into place together); conversations longer than `max_seq_len`
+    are dropped and counted."""
     paths = {split: root / split / constants.distill_part_name(shard_index) for split in constants.DISTILL_SPLITS}
-    messages = _joined_messages(sampled_path)
-    written_tokens = 0
-    budget_exhausted = False
-    writers: dict[str, ParquetShardWriter] = {}
-    try:
-        for split in paths:
-            writers[split] = ParquetShardWriter(paths[split], DISTILL_SCHEMA)
-        columns = ("synth_id", "language", "exercise", "source_row", "tokens", "span_id")
-        for frame in iter_frames(tokenized_path, columns):
-            arrow = frame.to_arrow()
-            token_rows = list_column_rows(arrow.column("tokens"))
-            span_rows = list_column_rows(arrow.column("span_id"))
-            batches: dict[str, list[tuple[str, str, str, DistillRow]]] = {split: [] for split in paths}
-            rows = frame.select("synth_id", "language", "exercise", "source_row").iter_rows()
-            for i, (synth_id, language, exercise, source_row) in enumerate(rows):
-                report.rows_in += 1
-                length = len(token_rows[i]) - 1
-                if budget_exhausted or (caps.max_rows is not None and report.rows_out >= caps.max_rows) or (
-                    caps.max_tokens is not None and written_tokens + length > caps.max_tokens
-                ):
-                    budget_exhausted = True
-                    report.dropped[drops.DROP_SMOKE_CAP] += 1
-                    continue
-                if length > max_seq_len:
-                    report.drop(drops.DROP_OVER_MAX_SEQ_LEN, source_row, synth_id, f"{length} tokens > {max_seq_len}")
-                    continue
-                prefix = completion_prefix(encoding, _messages_for(messages, source_row, shard))
-                row = distill_row(token_rows[i], span_rows[i], prefix, synth_id)
-                split = distill_split(synth_id, valid_fraction)
-                batches[split].append((synth_id, exercise, language, row))
-                report.rows_out += 1
-                written_tokens += length
-                report.sequences[split] += 1
-                report.language[language] += 1
-                report.exercise[exercise] += 1
-                report.exercise_language[(exercise, language)] += 1
-                report.span_tokens.update(
-                    {
-                        "prompt": row.assistant_token_start,
-                        "analysis": row.analysis_token_count,
-                        "final": row.final_token_count,
-                    }
-                )
-                lengths[split][length] += 1
-            for split, batch in batches.items():
-                if batch:
-                    writers[split].write(distill_table(batch))
-        # train and validation are renamed into place together, or neither (a full disk on either)
-        publish_together(list(writers.values()))
-    except BaseException:
-        for writer in writers.values():
-            writer._discard()
-        raise
-    files = []
-    for split, path in paths.items():
-        files.append(
-            {
-                "split": split,
-                "path": str(path.relative_to(root)),
-                "rows": report.sequences[split],
-                "bytes": path.stat().st_size,
-                "sha256": sha256_file(path),
-            }
-        )
-    return DistillShardResult(report, files, lengths)
+    step = DistillStep(tokenized_path, sampled_path, paths, shard, encoding, max_seq_len, valid_fraction, caps)
+    report = run_step(step, shard, errors_log)
+    files = [
+        {**file_record(root, path), "split": split, "rows": report.sequences[split]} for split, path in paths.items()
+    ]
+    return DistillShardResult(report, files, step.lengths)
 
 
 def distill_table(rows: list[tuple[str, str, str, DistillRow]]) -> pa.Table:
@@ -356,68 +342,3 @@ def split_leakage(parts: Mapping[str, list[Path]]) -> list[str]:
     problems = [f"{i} is in {s} splits" for i, s in leaked.filter(pl.col("splits") > 1).sort("id").head(20).select("id", "splits").iter_rows()]
     problems += [f"{i} appears {n} times" for i, n in leaked.filter(pl.col("rows") > 1).sort("id").head(20).select("id", "rows").iter_rows()]
     return problems
-
-
-# --- manifest statistics ----------------------------------------------------------------------
-
-
-def merge_histograms(histograms: list[Mapping[str, int]]) -> Counter:
-    total: Counter = Counter()
-    for histogram in histograms:
-        for length, n in histogram.items():
-            total[int(length)] += int(n)
-    return total
-
-
-def length_stats(histogram: Mapping[int, int]) -> dict[str, int | None]:
-    """rows, tokens, min / p50 / p90 / p99 / max of len(input_ids); pXX is the nearest-rank percentile
-    (the smallest length with at least XX% of the rows at or below it)."""
-    rows = sum(histogram.values())
-    stats: dict[str, int | None] = {"rows": rows, "tokens": sum(length * n for length, n in histogram.items())}
-    if not rows:
-        return {**stats, "min": None, **{f"p{p}": None for p in PERCENTILES}, "max": None}
-    lengths = sorted(histogram)
-    cumulative = np.cumsum([histogram[length] for length in lengths])
-    stats["min"] = lengths[0]
-    for p in PERCENTILES:
-        rank = -(-p * rows // 100)  # ceil(p/100 * rows), integer arithmetic
-        stats[f"p{p}"] = lengths[int(np.searchsorted(cumulative, rank))]
-    stats["max"] = lengths[-1]
-    return stats
-
-
-def distill_build_config(
-    system: dict[str, Any],
-    selection: dict[str, Any],
-    max_seq_len: int,
-    valid_fraction: float,
-    max_rows: int | None,
-    max_tokens: int | None,
-    max_input_rows: int | None = None,
-) -> dict[str, Any]:
-    """Everything that can change the bytes of the DistillKit dataset, hashed into its manifest."""
-    from importlib.metadata import version
-
-    return {
-        "dataset": constants.DISTILL_DATASET_NAME,
-        "format": "DistillKit/TRL unpacked examples (Parquet)",
-        "harmony_schema": constants.HARMONY_SCHEMA_NAME,
-        "user_template": constants.USER_TEMPLATE,
-        "system_message": system,
-        "render": {
-            "training": "render_conversation_for_training(auto_drop_analysis=False), trailing EOD removed",
-            "assistant_token_start": "len(render_conversation_for_completion(system + user, Role.ASSISTANT))",
-        },
-        "schema": DISTILL_SCHEMA.to_string(show_schema_metadata=False),
-        "label_ignore_id": constants.LABEL_IGNORE_ID,
-        "max_seq_len": max_seq_len,
-        "split": {
-            "salt": constants.DISTILL_SPLIT_SALT,
-            "valid_fraction": valid_fraction,
-            "names": list(constants.DISTILL_SPLITS),
-        },
-        "selection": selection,
-        "tokenizer_sha256": constants.TOKENIZER_SHA256,
-        "caps": {"max_input_rows_per_shard": max_input_rows, "max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
-        "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "synthkd")},
-    }

@@ -1,4 +1,4 @@
-"""Provenance: git SHA, config hashes and the machine-readable manifests of seed 000."""
+"""Provenance helpers: git SHA, config hashes, file hashes, and writing a manifest with stable bytes."""
 
 from __future__ import annotations
 
@@ -6,12 +6,10 @@ import functools
 import hashlib
 import json
 import subprocess
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from synthkd_assets.core.atomic import atomic_write_text
-from synthkd_contract import constants
 
 
 def canonical_json(value: Any) -> str:
@@ -57,27 +55,3 @@ def sum_reports(reports: list[dict[str, Any]], key: str) -> dict[str, int]:
         for name, count in report.get(key, {}).items():
             total[name] = total.get(name, 0) + int(count)
     return dict(sorted(total.items()))
-
-
-def kd_build_config(
-    system: dict[str, Any],
-    max_rows: int | None,
-    max_tokens: int | None,
-    selection: dict[str, Any] | None = None,
-    max_input_rows: int | None = None,
-) -> dict[str, Any]:
-    """Everything that can change the bytes of synth_kd_v1, hashed into the manifest's config_hash
-    (`selection`: the 001 filter and sampling settings the rows went through)."""
-    return {
-        "dataset": constants.DATASET_NAME,
-        "harmony_schema": constants.HARMONY_SCHEMA_NAME,
-        "user_template": constants.USER_TEMPLATE,
-        "system_message": system,
-        "render": {"auto_drop_analysis": False, "training_style_return": True, "eod_token_id": constants.EOD_TOKEN_ID},
-        "dtypes": {k: str(v.__name__) for k, v in constants.ARRAY_DTYPES.items()},
-        "split": {"salt": constants.SPLIT_SALT, "valid_fraction": constants.VALID_FRACTION},
-        "tokenizer_sha256": constants.TOKENIZER_SHA256,
-        "caps": {"max_input_rows_per_shard": max_input_rows, "max_rows_per_shard": max_rows, "max_tokens_per_shard": max_tokens},
-        "selection": selection,
-        "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "megatron-core", "synthkd")},
-    }

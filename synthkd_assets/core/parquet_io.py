@@ -128,13 +128,18 @@ def list_column_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray]:
 
 @contextlib.contextmanager
 def output_errors_named(final: Path) -> Iterator[None]:
-    """An OSError of the write side (ENOSPC, EIO...) as an OutputFileError naming the final file."""
+    """An OSError of the write side (ENOSPC, EIO, a regular file where a directory should be...) as an
+    OutputFileError naming the final file and the reason."""
     try:
         yield
     except OutputFileError:
         raise
     except OSError as error:
-        reason = os.strerror(error.errno) if error.errno else str(error)
+        blocker = next((p for p in final.parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            reason = f"{blocker} is not a directory"
+        else:
+            reason = os.strerror(error.errno) if error.errno else str(error)
         raise OutputFileError(f"{final}: cannot write output: {reason} ({type(error).__name__}: {error})") from error
 
 
@@ -149,7 +154,8 @@ class ParquetShardWriter:
     def __init__(self, final_path: Path, schema: pa.Schema) -> None:
         self.final_path = final_path
         self.schema = schema
-        self._partial_file = PartialFile(final_path)
+        with self._errors_named():
+            self._partial_file = PartialFile(final_path)
         self._partial = self._partial_file.path
         self._finished = False
         self.published = False

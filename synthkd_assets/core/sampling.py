@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from synthkd_assets.core.filters import filter_config
 from synthkd_contract import constants, drops
 
 
@@ -284,8 +285,6 @@ def mix_table_markdown(columns: Mapping[str, Mapping[str, Any]]) -> str:
 def selection_config(targets: MixTargets) -> dict[str, Any]:
     """The row-selection settings (001 filters and sampling targets) for the manifests' config hash.
     The plan's rates depend on the data too: the manifests record the plan (and its sha256) itself."""
-    from synthkd_assets.core.filters import filter_config
-
     return {
         "filters": filter_config(),
         "sampling": {

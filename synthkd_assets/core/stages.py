@@ -1,30 +1,31 @@
-"""One function per pipeline step, each turning one input shard into one output shard.
+"""The per-shard steps before and of synth_kd_v1, each a rule plugged into the step loop (core/steps.py).
 
-These are the rules the Dagster assets wrap: plain functions over paths that return a
-`ShardReport` (rows in/out, drops by reason, mixes, token counts) the shell turns into metadata.
+- harmonize: raw SYNTH Parquet -> synth_harmony_v1 (messages_json + metadata_json + id columns);
+- select rows: synth_harmony_v1 -> the rows a `RowRule` keeps (the 001 filters, the sampling plan);
+- tokenize: synth_harmony_v1 -> tokens / loss_mask / span_id per conversation (label-aligned);
+- trio: tokenized -> the Megatron trio of the shard in train/ and valid/, and its documents table.
+
+Each returns the `ShardReport` (rows in/out, drops by reason, mixes, token counts) the shell turns
+into metadata. The DistillKit step is core/distill_io.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from abc import abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.atomic import atomic_write_text
-from synthkd_assets.core.dataset_manifest import file_record, files_section
-from synthkd_assets.core.inventory import read_raw_shard, shard_index_from_name
+from synthkd_assets.core.caps import NO_CAPS, BuildCaps, SmokeBudget
+from synthkd_assets.core.inventory import RawRead, read_raw_shard
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.parquet_io import (
-    OutputFileError,
     ParquetShardWriter,
     iter_frames,
     list_column,
@@ -32,69 +33,55 @@ from synthkd_assets.core.parquet_io import (
     parquet_row_count,
 )
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
-
-Renderer = FastRenderer | HarmonyRenderer
+from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import assign_split
+from synthkd_assets.core.steps import Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
 from synthkd_assets.core.validation import DuplicateIds, check_raw_schema, conform_raw_frame
 from synthkd_contract import constants, drops
 from synthkd_contract.schemas import DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_SCHEMA
 
-ERROR_SAMPLE_LIMIT = 1000
+Renderer = FastRenderer | HarmonyRenderer
+SHARD = "shard"  # the output name of the steps that write one file per shard
 
 
-@dataclass
-class ShardReport:
-    """What one step did to one shard: the numbers the UI plots and the manifests sum."""
 
-    shard: str
-    source_sha256: str | None = None  # content hash of the input file this report was made from, as read
-    source_bytes: int | None = None  # its size, as read
-    plan_sha256: str | None = None  # sha256 of the sampling plan a synth_sampled shard was made with
-    rows_in: int = 0
-    rows_out: int = 0
-    dropped: Counter = field(default_factory=Counter)
-    sanitized: Counter = field(default_factory=Counter)
-    language: Counter = field(default_factory=Counter)
-    exercise: Counter = field(default_factory=Counter)
-    span_tokens: Counter = field(default_factory=Counter)
-    sequences: Counter = field(default_factory=Counter)  # per split, Megatron step only
-    # (exercise, language) -> rows out, row-selection steps: what the sampling plan is computed from
-    exercise_language: Counter = field(default_factory=Counter)
-    render_path: Counter = field(default_factory=Counter)  # tokenize step only: fast / reference
-    errors: list[dict[str, Any]] = field(default_factory=list)
+class HarmonizeStep(ShardStep):
+    """Raw rows -> synth_harmony_v1 rows: bad rows dropped and counted (core/validation.py), text sanitized."""
 
-    def drop(self, reason: str, source_row: int, synth_id: str | None, detail: str = "") -> None:
-        self.dropped[reason] += 1
-        if len(self.errors) < ERROR_SAMPLE_LIMIT:
-            self.errors.append(
-                {"shard": self.shard, "source_row": source_row, "synth_id": synth_id, "reason": reason, "detail": detail}
-            )
+    def __init__(self, raw: RawRead, out_path: Path, system: dict[str, Any], shard: str, max_rows: int | None) -> None:
+        self.raw, self.out_path, self.system, self.shard, self.max_rows = raw, out_path, system, shard, max_rows
+        self.duplicates = DuplicateIds()
+        self.rows_read = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            f.name: _counter_dict(value) if isinstance(value, Counter) else value
-            for f in fields(self)
-            if f.name != "errors" and (value := getattr(self, f.name)) is not None
-        }
+    def open_outputs(self) -> Outputs:
+        return ParquetOutputs({SHARD: (self.out_path, HARMONY_SCHEMA)})
 
-    def write_json(self, path: Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+    def frames(self) -> Iterator[pl.DataFrame]:
+        for frame in iter_frames(self.raw.path, constants.RAW_COLUMNS, max_rows=self.max_rows, source=self.raw.file):
+            first, self.rows_read = self.rows_read, self.rows_read + frame.height
+            yield frame.with_columns(pl.int_range(first, self.rows_read, dtype=pl.Int64).alias("source_row"))
 
-    def write_errors(self, path: Path) -> None:
-        """JSON lines naming shard, row, synth_id and reason of each dropped row (first 1000)."""
-        atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.errors))
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        frame = conform_raw_frame(frame, report)
+        frame = _drop_missing_required(frame, report)
+        frame = _drop_nul_synth_id(frame, report)
+        frame = self.duplicates.drop_duplicates(frame, report)
+        frame = _sanitize(frame, report)
+        report.language.update(frame["language"].to_list())
+        report.exercise.update(frame["exercise"].to_list())
+        messages = messages_json_expr(self.system).alias("messages_json")
+        metadata = _metadata_json(self.shard).alias("metadata_json")
+        return {SHARD: frame.select("synth_id", "language", "exercise", "source_row", messages, metadata)}
 
-
-def _counter_dict(counter: Counter) -> dict[str, Any]:
-    """Sorted plain dict; a counter keyed by (outer, inner) pairs becomes {outer: {inner: n}}."""
-    nested: dict[str, Any] = {}
-    for key, n in sorted(counter.items()):
-        if isinstance(key, tuple):
-            nested.setdefault(key[0], {})[key[1]] = n
-        else:
-            nested[key] = n
-    return nested
+    def finish(self, report: ShardReport) -> None:
+        report.source_sha256, report.source_bytes = self.raw.sha256, self.raw.bytes  # what was read, not scanned
+        if self.max_rows is not None:  # the rows a smoke build never read still count, as smoke_cap
+            unread = parquet_row_count(self.raw.path, self.raw.file) - self.rows_read
+            if unread:
+                report.rows_in += unread
+                report.dropped[drops.DROP_SMOKE_CAP] += unread
+        self.raw.check_unchanged()  # before the output is published
 
 
 def harmonize_shard(
@@ -104,6 +91,7 @@ def harmonize_shard(
     shard: str,
     source_sha256: str | None = None,
     max_rows: int | None = None,
+    errors_log: Path | None = None,
 ) -> ShardReport:
     """Raw SYNTH Parquet -> synth_harmony_v1 Parquet (messages_json + metadata_json + id columns).
 
@@ -120,60 +108,9 @@ def harmonize_shard(
     sees only those; the rows never read still count in `rows_in` (the file's row count, from its
     footer) and are dropped as `smoke_cap`.
     """
-    report = ShardReport(shard)
     with read_raw_shard(raw_path, source_sha256) as raw:
-        report.source_sha256, report.source_bytes = raw.sha256, raw.bytes  # what was read, not what was scanned
         check_raw_schema(raw_path, raw.file)
-        duplicates = DuplicateIds()
-        source_row = 0
-        with _output_errors(out_path), ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
-            for frame in iter_frames(raw_path, constants.RAW_COLUMNS, max_rows=max_rows, source=raw.file):
-                frame = frame.with_columns(
-                    pl.int_range(source_row, source_row + frame.height, dtype=pl.Int64).alias("source_row")
-                )
-                source_row += frame.height
-                report.rows_in += frame.height
-                frame = conform_raw_frame(frame, report)
-                frame = _drop_missing_required(frame, report)
-                frame = _drop_nul_synth_id(frame, report)
-                frame = duplicates.drop_duplicates(frame, report)
-                frame = _sanitize(frame, report)
-                report.language.update(frame["language"].to_list())
-                report.exercise.update(frame["exercise"].to_list())
-                writer.write(
-                    frame.select(
-                        "synth_id",
-                        "language",
-                        "exercise",
-                        "source_row",
-                        messages_json_expr(system).alias("messages_json"),
-                        _metadata_json(shard).alias("metadata_json"),
-                    )
-                )
-            if max_rows is not None:
-                unread = parquet_row_count(raw_path, raw.file) - source_row
-                if unread:
-                    report.rows_in += unread
-                    report.dropped[drops.DROP_SMOKE_CAP] += unread
-            report.rows_out = writer.rows
-            raw.check_unchanged()  # before the output is published
-    return report
-
-
-@contextlib.contextmanager
-def _output_errors(out_path: Path) -> Iterator[None]:
-    """OSErrors of the write side (the reader raises InputFileError instead) as one message naming the file."""
-    try:
-        yield
-    except OSError as error:
-        if isinstance(error, OutputFileError):
-            raise
-        blocker = next((p for p in out_path.parents if p.exists() and not p.is_dir()), None)
-        if blocker is not None:
-            reason = f"{blocker} is not a directory"
-        else:
-            reason = os.strerror(error.errno) if error.errno else str(error)
-        raise OutputFileError(f"{out_path}: cannot write output: {reason} ({type(error).__name__}: {error})") from error
+        return run_step(HarmonizeStep(raw, out_path, system, shard, max_rows), shard, errors_log)
 
 
 def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
@@ -236,69 +173,84 @@ def keep_everything(frame: pl.DataFrame) -> pl.Series:
     return pl.Series("reason", [None] * frame.height, dtype=pl.String)
 
 
-def select_rows_shard(in_path: Path, out_path: Path, shard: str, drop_reason: RowRule = keep_everything) -> ShardReport:
+
+
+class SelectRowsStep(ShardStep):
+    """synth_harmony_v1 rows -> the ones `drop_reason` keeps (same schema)."""
+
+    def __init__(self, in_path: Path, out_path: Path, drop_reason: RowRule) -> None:
+        self.in_path, self.out_path, self.drop_reason = in_path, out_path, drop_reason
+
+    def open_outputs(self) -> Outputs:
+        return ParquetOutputs({SHARD: (self.out_path, HARMONY_SCHEMA)})
+
+    def frames(self) -> Iterator[pl.DataFrame]:
+        return iter_frames(self.in_path, HARMONY_SCHEMA.names)
+
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        reasons = self.drop_reason(frame)
+        dropped = frame.with_columns(reasons.alias("_reason")).filter(pl.col("_reason").is_not_null())
+        for source_row, synth_id, reason in dropped.select("source_row", "synth_id", "_reason").iter_rows():
+            report.drop(reason, source_row, synth_id)
+        kept = frame.filter(reasons.is_null())
+        report.language.update(kept["language"].to_list())
+        report.exercise.update(kept["exercise"].to_list())
+        report.exercise_language.update(zip(kept["exercise"].to_list(), kept["language"].to_list()))
+        return {SHARD: kept}
+
+
+def select_rows_shard(
+    in_path: Path, out_path: Path, shard: str, drop_reason: RowRule = keep_everything, errors_log: Path | None = None
+) -> ShardReport:
     """synth_harmony_v1 in, the rows `drop_reason` keeps out (same schema); every drop counted by reason."""
-    report = ShardReport(shard)
-    with ParquetShardWriter(out_path, HARMONY_SCHEMA) as writer:
-        for frame in iter_frames(in_path, HARMONY_SCHEMA.names):
-            report.rows_in += frame.height
-            reasons = drop_reason(frame)
-            dropped = frame.with_columns(reasons.alias("_reason")).filter(pl.col("_reason").is_not_null())
-            for source_row, synth_id, reason in dropped.select("source_row", "synth_id", "_reason").iter_rows():
-                report.drop(reason, source_row, synth_id)
-            kept = frame.filter(reasons.is_null())
-            report.language.update(kept["language"].to_list())
-            report.exercise.update(kept["exercise"].to_list())
-            report.exercise_language.update(zip(kept["exercise"].to_list(), kept["language"].to_list()))
-            writer.write(kept)
-        report.rows_out = writer.rows
-    return report
+    return run_step(SelectRowsStep(in_path, out_path, drop_reason), shard, errors_log)
 
 
-def tokenize_shard(harmony_path: Path, out_path: Path, renderer: Renderer, shard: str) -> ShardReport:
+class TokenizeStep(ShardStep):
+    """synth_harmony_v1 rows -> tokens / loss_mask / span_id; a conversation the renderer refuses is dropped."""
+
+    def __init__(self, harmony_path: Path, out_path: Path, renderer: Renderer) -> None:
+        self.harmony_path, self.out_path, self.renderer = harmony_path, out_path, renderer
+        self.routed_before = renderer.routed_to_reference
+
+    def open_outputs(self) -> Outputs:
+        return ParquetOutputs({SHARD: (self.out_path, TOKENIZED_SCHEMA)})
+
+    def frames(self) -> Iterator[pl.DataFrame]:
+        return iter_frames(self.harmony_path, ("synth_id", "language", "exercise", "source_row", "messages_json"))
+
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        conversations = [json.loads(payload)["messages"] for payload in frame["messages_json"]]
+        kept: list[int] = []
+        rendered = []
+        for i, result in enumerate(self.renderer.render_many(conversations)):
+            if isinstance(result, RenderError):
+                report.drop(result.reason, frame["source_row"][i], frame["synth_id"][i], str(result))
+                continue
+            kept.append(i)
+            rendered.append(result)
+            report.span_tokens.update(result.span_token_counts())
+        frame = frame[kept]
+        report.language.update(frame["language"].to_list())
+        report.exercise.update(frame["exercise"].to_list())
+        table = frame.select("synth_id", "language", "exercise", "source_row").to_arrow()
+        table = table.append_column("tokens", list_column([c.tokens for c in rendered], np.int32))
+        table = table.append_column("loss_mask", list_column([c.loss_mask for c in rendered], np.uint8))
+        return {SHARD: table.append_column("span_id", list_column([c.span_id for c in rendered], np.uint8))}
+
+    def finish(self, report: ShardReport) -> None:
+        routed = self.renderer.routed_to_reference - self.routed_before
+        report.render_path.update({"reference": routed, "fast": report.rows_in - routed - sum(report.dropped.values())})
+
+
+def tokenize_shard(
+    harmony_path: Path, out_path: Path, renderer: Renderer, shard: str, errors_log: Path | None = None
+) -> ShardReport:
     """synth_harmony_v1 Parquet -> tokens / loss_mask / span_id per conversation (label-aligned).
 
     Streams batch by batch; `render_path` counts rows the fast renderer had to hand to openai-harmony.
     """
-    report = ShardReport(shard)
-    columns = ("synth_id", "language", "exercise", "source_row", "messages_json")
-    routed_before = renderer.routed_to_reference
-    with ParquetShardWriter(out_path, TOKENIZED_SCHEMA) as writer:
-        for frame in iter_frames(harmony_path, columns):
-            report.rows_in += frame.height
-            conversations = [json.loads(payload)["messages"] for payload in frame["messages_json"]]
-            kept: list[int] = []
-            rendered = []
-            for i, result in enumerate(renderer.render_many(conversations)):
-                if isinstance(result, RenderError):
-                    report.drop(result.reason, frame["source_row"][i], frame["synth_id"][i], str(result))
-                    continue
-                kept.append(i)
-                rendered.append(result)
-                report.span_tokens.update(result.span_token_counts())
-            frame = frame[kept]
-            report.language.update(frame["language"].to_list())
-            report.exercise.update(frame["exercise"].to_list())
-            table = frame.select("synth_id", "language", "exercise", "source_row").to_arrow()
-            table = table.append_column("tokens", list_column([c.tokens for c in rendered], np.int32))
-            table = table.append_column("loss_mask", list_column([c.loss_mask for c in rendered], np.uint8))
-            table = table.append_column("span_id", list_column([c.span_id for c in rendered], np.uint8))
-            writer.write(table)
-        report.rows_out = writer.rows
-    routed = renderer.routed_to_reference - routed_before
-    report.render_path.update({"reference": routed, "fast": report.rows_in - routed - sum(report.dropped.values())})
-    return report
-
-
-@dataclass(frozen=True)
-class BuildCaps:
-    """Smoke-build limits per shard; `None` means the full build. Same code path either way: the first
-    step reads only the first `max_input_rows` raw rows (so no later step sees more), and the dataset
-    writers stop at `max_rows` conversations or `max_tokens` tokens."""
-
-    max_rows: int | None = None
-    max_tokens: int | None = None
-    max_input_rows: int | None = None
+    return run_step(TokenizeStep(harmony_path, out_path, renderer), shard, errors_log)
 
 
 def documents_path(dataset_root: Path, shard_index: int) -> Path:
@@ -310,15 +262,121 @@ def shard_record_path(dataset_root: Path, shard_index: int) -> Path:
     return dataset_root / "shards" / f"shard_{shard_index:02d}.json"
 
 
-def kd_dataset_files(dataset_root: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every file of synth_kd_v1 for its manifest's `files`: each shard's trio files (hashed when they
-    were written, from its record), its record and its documents table (hashed now)."""
-    listed = [f for record in records for split in record["splits"] for f in split["files"]]
-    for record in records:
-        shard_index = shard_index_from_name(record["partition"])
-        for path in (shard_record_path(dataset_root, shard_index), documents_path(dataset_root, shard_index)):
-            listed.append(file_record(dataset_root, path))
-    return files_section(listed)
+@dataclass(frozen=True)
+class TokenizedRow:
+    """One row of synth_tokenized, as the dataset writers see it."""
+
+    index: int  # in its frame
+    synth_id: str
+    language: str
+    exercise: str
+    source_row: int
+    tokens: np.ndarray
+    span_id: np.ndarray
+
+
+class DatasetStep(ShardStep):
+    """A dataset writer: the conversations of synth_tokenized one by one, in order, through the smoke budget
+    (core/caps.py), each kept into the split `keep` names (or dropped by it, counted); `tables` turns what a
+    frame kept into the rows of each split's output."""
+
+    COLUMNS = ("synth_id", "language", "exercise", "source_row", "tokens", "loss_mask", "span_id")
+
+    def __init__(self, tokenized_path: Path, caps: BuildCaps) -> None:
+        self.tokenized_path, self.budget = tokenized_path, SmokeBudget(caps)
+
+    def frames(self) -> Iterator[pl.DataFrame]:
+        return iter_frames(self.tokenized_path, self.COLUMNS)
+
+    @abstractmethod
+    def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, Any] | None:
+        """(split, what `tables` needs of the row), or None for a row dropped (and counted in `report`)."""
+
+    @abstractmethod
+    def tables(self, arrow: pa.Table, kept: dict[str, list[Any]]) -> dict[str, Table]:
+        """The output rows of the kept conversations of a frame (`arrow`), by split."""
+
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        arrow = frame.to_arrow()
+        tokens, span_ids = list_column_rows(arrow.column("tokens")), list_column_rows(arrow.column("span_id"))
+        kept: dict[str, list[Any]] = {}
+        for i, fields in enumerate(frame.select("synth_id", "language", "exercise", "source_row").iter_rows()):
+            row = TokenizedRow(i, *fields, tokens[i], span_ids[i])
+            if not self.budget.admits(len(row.tokens), report):
+                continue
+            decision = self.keep(row, report)
+            if decision is None:
+                continue
+            self.budget.spend(len(row.tokens))
+            split, payload = decision
+            kept.setdefault(split, []).append(payload)
+            report.sequences[split] += 1
+            report.language[row.language] += 1
+            report.exercise[row.exercise] += 1
+        return self.tables(arrow, kept)
+
+
+class TrioOutputs(Outputs):
+    """Both splits' trios of one shard and its documents table (split, document index -> synth_id),
+    published together by `commit_shard`; `inventories` says what was published."""
+
+    def __init__(self, dataset_root: Path, shard_index: int) -> None:
+        self.writers: dict[str, MegatronShardWriter] = {}
+        self.documents: dict[str, list[str]] = {split: [] for split in constants.SPLITS}
+        self.inventories: list[ShardSplitInventory] = []
+        self.documents_table: ParquetShardWriter | None = None
+        try:
+            for split in constants.SPLITS:
+                self.writers[split] = MegatronShardWriter(
+                    dataset_root / split, shard_index, split, relative_to=dataset_root
+                )
+            self.documents_table = ParquetShardWriter(documents_path(dataset_root, shard_index), DOCUMENTS_SCHEMA)
+        except BaseException:
+            self.discard()
+            raise
+
+    def write(self, name: str, table: Table) -> None:
+        arrow = table if isinstance(table, pa.Table) else table.to_arrow()
+        arrays = [list_column_rows(arrow.column(column)) for column in ("tokens", "loss_mask", "span_id")]
+        for tokens, loss_mask, span_id in zip(*arrays):
+            self.writers[name].add(tokens, loss_mask, span_id)
+        self.documents[name].extend(arrow.column("synth_id").to_pylist())
+
+    def publish(self) -> None:
+        for split, ids in self.documents.items():
+            self.documents_table.write(
+                pa.table({"split": [split] * len(ids), "document_index": range(len(ids)), "synth_id": ids})
+            )
+        # both splits' trios and the documents table are renamed into place together, or none of them
+        self.inventories = commit_shard(list(self.writers.values()), [self.documents_table])
+
+    def discard(self) -> None:
+        for writer in self.writers.values():
+            writer.abort()
+        if self.documents_table is not None:
+            self.documents_table._discard()
+
+
+class TrioStep(DatasetStep):
+    """Tokenized conversations -> the trio of their split (a salted hash of synth_id)."""
+
+    def __init__(
+        self, tokenized_path: Path, dataset_root: Path, shard_index: int, caps: BuildCaps, valid_fraction: float
+    ) -> None:
+        super().__init__(tokenized_path, caps)
+        self.dataset_root, self.shard_index, self.valid_fraction = dataset_root, shard_index, valid_fraction
+        self.outputs: TrioOutputs | None = None
+
+    def open_outputs(self) -> Outputs:
+        self.outputs = TrioOutputs(self.dataset_root, self.shard_index)
+        return self.outputs
+
+    def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, int]:
+        report.span_tokens.update(span_token_counts(row.span_id))
+        return assign_split(row.synth_id, valid_fraction=self.valid_fraction), row.index
+
+    def tables(self, arrow: pa.Table, kept: dict[str, list[int]]) -> dict[str, Table]:
+        return {split: arrow.take(indices) for split, indices in kept.items()}
 
 
 def write_megatron_shard(
@@ -326,59 +384,12 @@ def write_megatron_shard(
     dataset_root: Path,
     shard_index: int,
     shard: str,
-    caps: BuildCaps = BuildCaps(),
+    caps: BuildCaps = NO_CAPS,
     valid_fraction: float = constants.VALID_FRACTION,
+    errors_log: Path | None = None,
 ) -> tuple[ShardReport, list[ShardSplitInventory]]:
     """Tokenized Parquet -> the Megatron trio of this shard in `train/` and `valid/`, split by synth_id,
     plus the documents table mapping (split, document index) -> synth_id."""
-    report = ShardReport(shard)
-    documents: dict[str, list[str]] = {split: [] for split in constants.SPLITS}
-    writers: dict[str, MegatronShardWriter] = {}
-    try:
-        for split in constants.SPLITS:
-            writers[split] = MegatronShardWriter(dataset_root / split, shard_index, split, relative_to=dataset_root)
-        columns = ("synth_id", "language", "exercise", "tokens", "loss_mask", "span_id")
-        budget_exhausted = False
-        for frame in iter_frames(tokenized_path, columns):
-            arrow = frame.to_arrow()
-            token_rows = list_column_rows(arrow.column("tokens"))
-            mask_rows = list_column_rows(arrow.column("loss_mask"))
-            span_rows = list_column_rows(arrow.column("span_id"))
-            rows = zip(frame["synth_id"].to_list(), frame["language"].to_list(), frame["exercise"].to_list())
-            for i, (synth_id, language, exercise) in enumerate(rows):
-                report.rows_in += 1
-                if budget_exhausted or _over_caps(report, len(token_rows[i]), caps):
-                    budget_exhausted = True
-                    report.dropped[drops.DROP_SMOKE_CAP] += 1
-                    continue
-                split = assign_split(synth_id, valid_fraction=valid_fraction)
-                writers[split].add(token_rows[i], mask_rows[i], span_rows[i])
-                documents[split].append(synth_id)
-                report.rows_out += 1
-                report.sequences[split] += 1
-                report.language[language] += 1
-                report.exercise[exercise] += 1
-                report.span_tokens.update(span_token_counts(span_rows[i]))
-        doc_writer = ParquetShardWriter(documents_path(dataset_root, shard_index), DOCUMENTS_SCHEMA)
-        try:
-            for split, ids in documents.items():
-                doc_writer.write(
-                    pa.table({"split": [split] * len(ids), "document_index": range(len(ids)), "synth_id": ids})
-                )
-        except BaseException:
-            doc_writer._discard()
-            raise
-        # both splits' trios and the documents table are renamed into place together, or none of them
-        inventories = commit_shard(list(writers.values()), [doc_writer])
-    except BaseException:
-        for writer in writers.values():
-            writer.abort()
-        raise
-    return report, inventories
-
-
-def _over_caps(report: ShardReport, next_tokens: int, caps: BuildCaps) -> bool:
-    if caps.max_rows is not None and report.rows_out >= caps.max_rows:
-        return True
-    written = sum(report.span_tokens.values())
-    return caps.max_tokens is not None and written + next_tokens > caps.max_tokens
+    step = TrioStep(tokenized_path, dataset_root, shard_index, caps, valid_fraction)
+    report = run_step(step, shard, errors_log)
+    return report, step.outputs.inventories

@@ -12,8 +12,8 @@ import gzip
 import hashlib
 import importlib.resources
 import os
-from unittest import mock
 from pathlib import Path
+from unittest import mock
 
 from synthkd_assets.core.atomic import atomic_write_bytes
 from synthkd_contract import constants

@@ -28,16 +28,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import polars as pl
 import pyarrow as pa
 
 from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
+from synthkd_assets.core.report import ShardReport
 from synthkd_contract import constants, drops
-
-if TYPE_CHECKING:  # stages imports this module
-    from synthkd_assets.core.stages import ShardReport
 
 TEXT_TYPES_DESCRIPTION = "string, large_string, string_view, binary, large_binary, binary_view, dictionary<string> or null"
 WORDS_TYPES_DESCRIPTION = "an integer or floating type, or " + TEXT_TYPES_DESCRIPTION
@@ -103,7 +100,7 @@ def _decode_utf8(values: list[bytes | None]) -> tuple[list[str | None], dict[int
     return decoded, errors
 
 
-def conform_raw_frame(frame: pl.DataFrame, report: "ShardReport") -> pl.DataFrame:
+def conform_raw_frame(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
     """A raw SYNTH frame (with `source_row`) whose text columns are all String: binary columns decoded
     (rows with invalid UTF-8 dropped as `invalid_utf8_<column>`), null / categorical ones cast;
     `words` as Int64 (values that are not whole numbers >= 0 become null, counted)."""
@@ -130,7 +127,7 @@ def conform_raw_frame(frame: pl.DataFrame, report: "ShardReport") -> pl.DataFram
     return _conform_words(frame, report)
 
 
-def _conform_words(frame: pl.DataFrame, report: "ShardReport") -> pl.DataFrame:
+def _conform_words(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
     words = pl.col("words")
     dtype = frame.schema["words"]
     if dtype == pl.Binary:
@@ -159,7 +156,7 @@ class DuplicateIds:
     def __init__(self) -> None:
         self.seen: set[str] = set()
 
-    def drop_duplicates(self, frame: pl.DataFrame, report: "ShardReport") -> pl.DataFrame:
+    def drop_duplicates(self, frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
         ids = frame["synth_id"].to_list()
         batch = set(ids)
         if len(batch) == len(ids) and self.seen.isdisjoint(batch):  # the usual case, at set speed

@@ -18,18 +18,16 @@ from synthkd_assets.core.inventory import (
     shards_to_rebuild,
 )
 from synthkd_assets.defs.assets import (
-    raw_reports,
     synth_distill,
-    synth_distill_manifest,
     synth_filtered,
     synth_harmony,
-    synth_harmony_manifest,
     synth_kd_v1,
-    synth_kd_v1_manifest,
     synth_sampled,
     synth_sampling_plan,
     synth_tokenized,
 )
+from synthkd_assets.defs.ingest import raw_reports
+from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_manifest, synth_kd_v1_manifest
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDPaths
 from synthkd_contract import constants

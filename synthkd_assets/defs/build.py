@@ -1,8 +1,5 @@
-"""The build order of the graph, defined once: used by the tests, the DistillKit CLI and the benchmark.
-
-scripts/build.sh runs the same passes through the dagster CLI (its order is tested against a build
-through this module in tests/test_cli_and_webserver.py).
-"""
+"""The whole graph built in process, pass by pass (defs/passes.py): used by the tests, the DistillKit CLI
+and the benchmark. scripts/build.sh runs the same passes through the dagster CLI."""
 
 from collections.abc import Callable, Iterable, Sequence
 
@@ -10,16 +7,10 @@ import dagster as dg
 
 from synthkd_assets.core.buildlock import build_lock
 from synthkd_assets.defs.failures import error_message, failed_check_lines
+from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.passes import BUILD_STEPS, INVENTORY_STEPS, MANIFEST_STEPS, OUTPUTS, PLAN_STEPS, SCAN_STEPS
 from synthkd_assets.defs.resources import SynthKDPaths
-
-INVENTORY_STEPS = ["o200k_tokenizer", "synth_raw_inventory"]
-SCAN_STEPS = ["synth_harmony", "synth_filtered"]  # per shard, before the (global) sampling plan
-PLAN_STEPS = ["synth_sampling_plan"]
-BUILD_STEPS = ["synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"]  # per shard, under the plan
-SHARD_STEPS = SCAN_STEPS + BUILD_STEPS  # rebuilding one shard under the plan in force
-MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest"]
-OUTPUTS = {"synth_kd_v1": "synth_kd_v1_manifest", "synth_distill": "synth_distill_manifest"}
 
 
 class BuildFailed(RuntimeError):
@@ -27,9 +18,7 @@ class BuildFailed(RuntimeError):
 
 
 def all_definitions() -> list:
-    from synthkd_assets.definitions import defs
-
-    return list(defs.assets) + list(defs.asset_checks)
+    return [*ASSETS, *ASSET_CHECKS]
 
 
 def materialize_steps(
@@ -87,16 +76,3 @@ def _build_all(instance, paths, outputs, over_shards, **kwargs) -> list[str]:
         materialize_steps(instance, paths, build_steps, key, **kwargs)
     materialize_steps(instance, paths, manifests, **kwargs)
     return keys
-
-
-def launch_sequence(partition: str = "<shard>") -> list[str]:
-    """The same order as `dg launch` commands, for one shard partition (the working form of the card's
-    `dagster asset materialize --select synth_kd_v1`): what the README shows and upstream failures suggest."""
-    launch = "dg launch --assets"
-    return [
-        f"{launch} {','.join(INVENTORY_STEPS)}",
-        f"{launch} {','.join(SCAN_STEPS)} --partition {partition}   # every shard, before the plan",
-        f"{launch} {','.join(PLAN_STEPS)}",
-        f"{launch} {','.join(BUILD_STEPS)} --partition {partition}",
-        f"{launch} {','.join(MANIFEST_STEPS)}   # once every shard is built",
-    ]

@@ -1,19 +1,27 @@
 """Asset checks: in-asset ones for partitioned steps (results built here), standalone ones on the
 tokenizer and the dataset manifest. All blocking: downstream never runs on data that failed one."""
 
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.checks import dataset_rows_problems, input_drift, manifest_problems, split_leakage, unreadable_shards
-from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
-from synthkd_assets.core.validation import cross_shard_duplicates
+from synthkd_assets.core.checks import (
+    dataset_rows_problems,
+    input_drift,
+    manifest_problems,
+    split_leakage,
+    unreadable_shards,
+)
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
+from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
-from synthkd_assets.core.stages import ShardReport, documents_path
+from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
+from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
 from synthkd_contract import constants
 
@@ -153,28 +161,45 @@ def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
     return root, mf.read_json(root / constants.MANIFEST_FILENAME)
 
 
-@dg.asset_check(
-    asset="synth_kd_v1_manifest",
-    blocking=True,
-    description="Provenance complete; the manifest matches its seal (manifest.json.sha256); every file's bytes and "
-    "sha256, the tokenizer and the input manifest still match what the manifest records; no file under the dataset "
-    "root is unlisted; the config hash is the current config's.",
-)
-def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    root, manifest = _dataset_manifest(paths)
-    return _result(
-        manifest_problems(root, manifest, mf.config_hash(kd_config(paths)), paths.data_root()),
-        passed_summary=f"{_file_count(manifest)} files, tokenizer, input manifest and config hash match {root / constants.MANIFEST_FILENAME}",
+def dataset_manifest_checks(
+    asset: str,
+    prefix: str,
+    load: Callable[[SynthKDPaths], tuple[Path, dict]],
+    config: Callable[[SynthKDPaths], dict],
+    noun: str,
+    shards_as_splits: Callable[[dict], dict] = lambda manifest: manifest,
+) -> list[dg.AssetChecksDefinition]:
+    """The two checks of a dataset manifest (`load` reads it, `config` is the config it must hash to): its
+    provenance (`<prefix>manifest_provenance`) and its rows (`<prefix>dataset_rows_accounted`). Shard files
+    are checked as synth_kd_v1 lists them, per split (`shards_as_splits` lists another layout that way)."""
+
+    @dg.asset_check(
+        asset=asset,
+        name=f"{prefix}manifest_provenance",
+        blocking=True,
+        description=f"Provenance complete; the manifest matches its seal (manifest.json.sha256); every {noun}'s bytes "
+        "and sha256, the tokenizer and the input manifest still match what the manifest records; no file under the "
+        "dataset root is unlisted; the config hash is the current config's.",
     )
+    def provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
+        root, manifest = load(paths)
+        listed = shards_as_splits(manifest)
+        return _result(
+            manifest_problems(root, listed, mf.config_hash(config(paths)), paths.data_root()),
+            passed_summary=f"{_file_count(listed)} {noun}s, tokenizer, input manifest and config hash match "
+            f"{root / constants.MANIFEST_FILENAME}",
+        )
 
+    @dg.asset_check(
+        asset=asset,
+        name=f"{prefix}dataset_rows_accounted",
+        blocking=True,
+        description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
+    )
+    def rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
+        return _dataset_rows_result(load(paths)[1])
 
-@dg.asset_check(
-    asset="synth_kd_v1_manifest",
-    blocking=True,
-    description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
-)
-def dataset_rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _dataset_rows_result(_dataset_manifest(paths)[1])
+    return [provenance, rows_accounted]
 
 
 def _dataset_rows_result(manifest: dict) -> dg.AssetCheckResult:
@@ -187,27 +212,30 @@ def _dataset_rows_result(manifest: dict) -> dg.AssetCheckResult:
     return _result(dataset_rows_problems(manifest), passed_summary=summary)
 
 
-def _document_tables(root: Path, manifest: dict) -> list[Path]:
-    tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
-    return [t for t in tables if t.is_file()]
+def documents_check(
+    name: str, find: Callable[[list[Path]], list[str]], passed: str, description: str
+) -> dg.AssetChecksDefinition:
+    """A check of `find`'s problems over the documents tables of every shard the synth_kd_v1 manifest lists."""
+
+    @dg.asset_check(asset="synth_kd_v1_manifest", name=name, blocking=True, description=description)
+    def check(paths: SynthKDPaths) -> dg.AssetCheckResult:
+        root, manifest = _dataset_manifest(paths)
+        tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
+        tables = [table for table in tables if table.is_file()]
+        return _result(find(tables), passed_summary=f"{passed} ({len(tables)} document tables)")
+
+    return check
 
 
-@dg.asset_check(asset="synth_kd_v1_manifest", blocking=True, description="No synth_id is in both train and valid.")
-def no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    root, manifest = _dataset_manifest(paths)
-    tables = _document_tables(root, manifest)
-    return _result(split_leakage(tables), passed_summary=f"no synth_id in both splits ({len(tables)} document tables)")
-
-
-@dg.asset_check(
-    asset="synth_kd_v1_manifest",
-    blocking=True,
-    description="No synth_id is in two shards (within a shard, later duplicates are dropped as duplicate_synth_id).",
+no_split_leakage = documents_check(
+    "no_split_leakage", split_leakage, "no synth_id in both splits", "No synth_id is in both train and valid."
 )
-def no_duplicate_synth_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    root, manifest = _dataset_manifest(paths)
-    tables = _document_tables(root, manifest)
-    return _result(cross_shard_duplicates(tables), passed_summary=f"no synth_id in two shards ({len(tables)} document tables)")
+no_duplicate_synth_ids = documents_check(
+    "no_duplicate_synth_ids",
+    cross_shard_duplicates,
+    "no synth_id in two shards",
+    "No synth_id is in two shards (within a shard, later duplicates are dropped as duplicate_synth_id).",
+)
 
 
 @dg.asset_check(
@@ -229,90 +257,83 @@ def _distill_parts(root: Path, manifest: dict) -> list[tuple[Path, str]]:
     return [(root / f["path"], f["split"]) for shard in manifest["shards"] for f in shard["files"]]
 
 
-def _distill_row_check(paths: SynthKDPaths, kind: str) -> dg.AssetCheckResult:
-    root, manifest = _distill_manifest(paths)
-    problems: list[str] = []
-    for path, split in _distill_parts(root, manifest):
-        found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, (kind, "schema"))
-        problems += found["schema"] + found[kind]
-    parts = len(_distill_parts(root, manifest))
-    return _result(problems, passed_summary=f"{parts} parts checked", parts=parts)
+def _leakage_across_parts(parts: list[tuple[Path, str]]) -> list[str]:
+    by_split: dict[str, list[Path]] = {split: [] for split in constants.DISTILL_SPLITS}
+    for path, split in parts:
+        by_split.setdefault(split, []).append(path)
+    return distill_split_leakage({split: [p for p in paths if p.is_file()] for split, paths in by_split.items()})
 
 
-@dg.asset_check(
-    asset="synth_distill_manifest",
-    blocking=True,
-    description="Every DistillKit part the manifest lists: labels == input_ids wherever labels != -100, and "
+def distill_row_check(
+    name: str,
+    kind: str,
+    description: str,
+    across_parts: Callable[[list[tuple[Path, str]]], list[str]] | None = None,
+    passed: str = " checked",
+) -> dg.AssetChecksDefinition:
+    """A check of every DistillKit part the manifest lists, for one kind of problem of `distill_part_problems`
+    (and `across_parts`'s problems of the parts together)."""
+
+    @dg.asset_check(asset="synth_distill_manifest", name=name, blocking=True, description=description)
+    def check(paths: SynthKDPaths) -> dg.AssetCheckResult:
+        root, manifest = _distill_manifest(paths)
+        parts = _distill_parts(root, manifest)
+        problems = across_parts(parts) if across_parts else []
+        for path, split in parts:
+            kinds = (kind, "schema")
+            found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, kinds)
+            problems += found["schema"] + found[kind]
+        return _result(problems, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts))
+
+    return check
+
+
+distill_labels_match_input_ids = distill_row_check(
+    "distill_labels_match_input_ids",
+    "labels",
+    "Every DistillKit part the manifest lists: labels == input_ids wherever labels != -100, and "
     "labels / attention_mask (all 1) as long as input_ids.",
 )
-def distill_labels_match_input_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _distill_row_check(paths, "labels")
-
-
-@dg.asset_check(
-    asset="synth_distill_manifest",
-    blocking=True,
-    description="Every row: labels are -100 exactly before spans.assistant_token_start, and "
+distill_spans_consistent = distill_row_check(
+    "distill_spans_consistent",
+    "spans",
+    "Every row: labels are -100 exactly before spans.assistant_token_start, and "
     "analysis_token_count + final_token_count == len(input_ids) - assistant_token_start.",
 )
-def distill_spans_consistent(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _distill_row_check(paths, "spans")
-
-
-@dg.asset_check(asset="synth_distill_manifest", blocking=True, description="No row is longer than max_seq_len.")
-def distill_max_length_respected(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _distill_row_check(paths, "max_length")
-
-
-@dg.asset_check(
-    asset="synth_distill_manifest",
-    blocking=True,
-    description="No id is in both train and validation (or twice anywhere), every row is in the split its "
+distill_max_length_respected = distill_row_check(
+    "distill_max_length_respected", "max_length", "No row is longer than max_seq_len."
+)
+distill_no_split_leakage = distill_row_check(
+    "distill_no_split_leakage",
+    "split",
+    "No id is in both train and validation (or twice anywhere), every row is in the split its "
     "synth_id hashes to, and id == 'pleias_synth:' + synth_id.",
+    _leakage_across_parts,
+    ": no id in two splits or twice",
 )
-def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    root, manifest = _distill_manifest(paths)
-    parts: dict[str, list[Path]] = {split: [] for split in constants.DISTILL_SPLITS}
-    for path, split in _distill_parts(root, manifest):
-        parts.setdefault(split, []).append(path)
-    problems = distill_split_leakage({split: [p for p in paths_ if p.is_file()] for split, paths_ in parts.items()})
-    for path, split in _distill_parts(root, manifest):
-        found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, ("split", "schema"))
-        problems += found["schema"] + found["split"]
-    return _result(problems, passed_summary=f"{len(_distill_parts(root, manifest))} parts: no id in two splits or twice")
 
 
-@dg.asset_check(
-    asset="synth_distill_manifest",
-    blocking=True,
-    description="Provenance complete; the manifest matches its seal (manifest.json.sha256); every part's bytes and "
-    "sha256, the tokenizer and the input manifest still match the manifest; no file under the dataset root is "
-    "unlisted; the config hash is the current config's.",
+def _distill_parts_as_splits(manifest: dict) -> dict:
+    return {**manifest, "shards": [{"splits": [{"files": shard["files"]}]} for shard in manifest.get("shards", [])]}
+
+
+KD_MANIFEST_CHECKS = dataset_manifest_checks("synth_kd_v1_manifest", "", _dataset_manifest, kd_config, "file")
+DISTILL_MANIFEST_CHECKS = dataset_manifest_checks(
+    "synth_distill_manifest", "distill_", _distill_manifest, distill_config, "part", _distill_parts_as_splits
 )
-def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    root, manifest = _distill_manifest(paths)
-    as_kd = {**manifest, "shards": [{"splits": [{"files": shard["files"]}]} for shard in manifest.get("shards", [])]}
-    return _result(
-        manifest_problems(root, as_kd, mf.config_hash(distill_config(paths)), paths.data_root()),
-        passed_summary=f"{_file_count(as_kd)} parts, tokenizer, input manifest and config hash match {root / constants.MANIFEST_FILENAME}",
-    )
-
-
-@dg.asset_check(
-    asset="synth_distill_manifest",
-    blocking=True,
-    description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
-)
-def distill_dataset_rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _dataset_rows_result(_distill_manifest(paths)[1])
-
-
 DISTILL_CHECKS = [
     distill_labels_match_input_ids,
     distill_spans_consistent,
     distill_max_length_respected,
     distill_no_split_leakage,
-    distill_manifest_provenance,
-    distill_dataset_rows_accounted,
+    *DISTILL_MANIFEST_CHECKS,
 ]
-STANDALONE_CHECKS = [tokenizer_sha256_pin, raw_inputs_unchanged, manifest_provenance, dataset_rows_accounted, no_split_leakage, no_duplicate_synth_ids, shards_readable_by_megatron, *DISTILL_CHECKS]
+STANDALONE_CHECKS = [
+    tokenizer_sha256_pin,
+    raw_inputs_unchanged,
+    *KD_MANIFEST_CHECKS,
+    no_split_leakage,
+    no_duplicate_synth_ids,
+    shards_readable_by_megatron,
+    *DISTILL_CHECKS,
+]

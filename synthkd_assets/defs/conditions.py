@@ -8,7 +8,7 @@ requested together, in one run, after the last shard step of the last queued or 
 
 import dagster as dg
 
-from synthkd_assets.defs.build import SHARD_STEPS
+from synthkd_assets.defs.passes import SHARD_STEPS
 
 
 def _any_shard_step_in_progress() -> dg.AutomationCondition:

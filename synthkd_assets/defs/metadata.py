@@ -11,6 +11,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from synthkd_assets.core.sampling import mix_table_markdown
 from synthkd_contract import constants, drops
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import TRIO_COLUMN_DESCRIPTIONS, TRIO_SCHEMA
@@ -109,3 +110,26 @@ def files_metadata(paths: list[Path]) -> dict[str, Any]:
 def manifest_rows_metadata(rows_in: int, rows_out: int, dropped: dict[str, int]) -> dict[str, Any]:
     """A manifest's row accounting over all shards: rows in/out and every registered drop reason (0 when none)."""
     return {"rows_in": rows_in, "rows_out": rows_out, **drop_metadata(dropped, all_drop_reasons())}
+
+
+def mix_metadata(columns: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A before/after table of mix summaries (plan, expected, achieved) and each one's two shares, to plot."""
+    return {
+        "mix_before_after": dg.MetadataValue.md(mix_table_markdown(columns)),
+        **{f"memorization_share_{name.replace(' ', '_')}": s["memorization_share"] for name, s in columns.items()},
+        **{f"non_english_share_{name.replace(' ', '_')}": s["non_english_share"] for name, s in columns.items()},
+    }
+
+
+def dataset_manifest_metadata(manifest: dict[str, Any], digest: str) -> dict[str, Any]:
+    """What both dataset manifests show: their sha256 and config hash, row accounting over all shards, and the
+    mix before sampling, expected by the plan and achieved."""
+    totals, sampling = manifest["totals"], manifest["sampling"]
+    mixes = {"before": sampling["before"], "expected after": sampling["expected_after"]}
+    mixes["achieved"] = sampling["achieved_after"]
+    return {
+        "manifest_sha256": digest,
+        "config_hash": manifest["config_hash"],
+        **manifest_rows_metadata(totals["rows_in"], totals["rows_out"], totals["dropped"]),
+        **mix_metadata(mixes),
+    }

@@ -9,11 +9,10 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from synthkd_assets.core.caps import BuildCaps
 from synthkd_assets.core.cleanup import STAGE_NAMES, OutputLayout
-from synthkd_assets.core.distill_io import distill_build_config
-from synthkd_assets.core.manifest import kd_build_config
+from synthkd_assets.core.manifest_builders import distill_build_config, kd_build_config
 from synthkd_assets.core.sampling import MixTargets, selection_config
-from synthkd_assets.core.stages import BuildCaps
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_contract import constants
 

