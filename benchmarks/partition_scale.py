@@ -187,7 +187,7 @@ def project_instance(home: Path, storage: str = "sharded"):
 
 @contextlib.contextmanager
 def synthkd_env(raw_dir: Path, data_dir: Path) -> Iterator[None]:
-    """SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR for the code location's default SynthKDPaths (the daemons' sensor
+    """SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR for the code location's layout resource (the daemons' sensor
     evaluation reads them; a code server subprocess inherits them when it starts)."""
     saved = {k: os.environ.get(k) for k in ("SYNTHKD_RAW_DIR", "SYNTHKD_DATA_DIR")}
     os.environ.update(SYNTHKD_RAW_DIR=str(raw_dir), SYNTHKD_DATA_DIR=str(data_dir))
@@ -235,21 +235,21 @@ def _run_summary(run) -> dict:
     return {"job_name": run.job_name, "partition": run.tags.get("dagster/partition"), "status": run.status.value, "tags": dict(run.tags)}
 
 
-def discover(instance, paths) -> list[str]:
+def discover(instance, layout) -> list[str]:
     """Phase 1: materialize synth_raw_inventory; returns the registered partitions."""
     from synthkd_assets.defs.build import materialize_steps
     from synthkd_assets.defs.partitions import SYNTH_SHARDS
 
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # not 2N event lines on stderr
-    materialize_steps(instance, paths, ["synth_raw_inventory"], run_config=quiet)
+    materialize_steps(instance, layout, ["synth_raw_inventory"], run_config=quiet)
     return instance.get_dynamic_partitions(SYNTH_SHARDS.name)
 
 
-def sensor_tick(instance, paths, cursor: str | None):
+def sensor_tick(instance, layout, cursor: str | None):
     """Evaluate synth_raw_sensor and apply its partition requests, as the sensor daemon does after a tick."""
     from synthkd_assets.defs.automation import tick_synth_raw_sensor
 
-    return tick_synth_raw_sensor(instance, paths, cursor)
+    return tick_synth_raw_sensor(instance, layout, cursor)
 
 
 def _requests(result) -> list[tuple[str, str | None, str | None]]:
@@ -374,7 +374,7 @@ def run_scenario(
     in this process instead of a code server; sensor_daemon: run phase 4; backfill_pause_s: replaces the
     backfill daemon's 1 s pause between chunks (None: Dagster's own; the test passes 0)."""
     from synthkd_assets.defs.partitions import SYNTH_SHARDS
-    from synthkd_assets.defs.resources import SynthKDPaths
+    from synthkd_assets.defs.resources import SynthKDLayout
 
     if storage == "memory" and not in_process:
         raise ValueError("an in-memory event log is not shared with a code server: use in_process=True")
@@ -385,10 +385,10 @@ def run_scenario(
     files = make_shards(raw_dir, partitions)
 
     # phases 2-3 on their own instance and output root: a deployment whose sensor finds N new files
-    sensed_paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(work_dir / "data_sensed"))
+    sensed_layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(work_dir / "data_sensed"))
     with project_instance(work_dir / "home_sensed", storage) as instance:
         start = time.perf_counter()
-        first = sensor_tick(instance, sensed_paths, None)
+        first = sensor_tick(instance, sensed_layout, None)
         result.seconds["sensor tick 1"] = time.perf_counter() - start
         result.tick1_added = sorted(key for r in first.dynamic_partitions_requests for key in r.partition_keys)
         result.tick1_registered = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
@@ -397,7 +397,7 @@ def run_scenario(
         changed = files[len(files) // 2]
         change_shard(changed)
         start = time.perf_counter()
-        second = sensor_tick(instance, sensed_paths, first.cursor)
+        second = sensor_tick(instance, sensed_layout, first.cursor)
         result.seconds["sensor tick 2"] = time.perf_counter() - start
         result.tick2_requests = _requests(second)
         result.changed_shard = changed.stem
@@ -405,10 +405,10 @@ def run_scenario(
 
     # phases 1, 4, 5 on one instance: inventory discovers, then the daemons see N registered partitions
     data_dir = work_dir / "data"
-    paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(data_dir))
+    layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(data_dir))
     with synthkd_env(raw_dir, data_dir), project_instance(work_dir / "home", storage) as instance:
         start = time.perf_counter()
-        result.registered_by_inventory = discover(instance, paths)
+        result.registered_by_inventory = discover(instance, layout)
         result.seconds["discovery"] = time.perf_counter() - start
 
         with workspace_context(instance, in_process=in_process) as context:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from synthkd_assets.core.layout import DataLayout
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 VENV_BIN = Path(sys.executable).parent
@@ -42,10 +43,11 @@ def cli_build(tmp_path_factory):
 def test_build_script_materializes_through_the_cli(cli_build):
     env, root, stdout = cli_build
     assert "synth_kd_v1_smoke: 4 shards" in stdout and "rows in: 3000" in stdout
-    manifest = json.loads((root / "data" / "megatron" / "synth_kd_v1_smoke" / "manifest.json").read_text())
+    smoke = DataLayout.from_environ(env, smoke=True)
+    manifest = json.loads(smoke.megatron_manifest().read_text())
     assert manifest["totals"]["rows_out"] == 4 * 64
     assert "synth_distill_smoke: 4 shards" in stdout
-    distill = json.loads((root / "data" / "distill" / "synth_distill_smoke" / "manifest.json").read_text())
+    distill = json.loads(smoke.distill_manifest().read_text())
     assert distill["totals"]["rows_out"] == 4 * 64 and distill["config"]["caps"]["max_rows_per_shard"] == 64
     assert (root / "home" / "dagster.yaml").is_file()  # the instance lives where DAGSTER_HOME says
 
@@ -94,13 +96,14 @@ def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path)
     import dagster as dg
 
     from synthkd_assets.defs.build import build_all
-    from synthkd_assets.defs.resources import SynthKDPaths
+    from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
     from tests.test_crash_safety import final_files
 
     env, root, _ = cli_build
     other = tmp_path / "data"
     with dg.DagsterInstance.ephemeral() as instance:
-        build_all(instance, SynthKDPaths(raw_dir=env["SYNTHKD_RAW_DIR"], data_dir=str(other), smoke=True))
+        layout = SynthKDLayout(raw_dir=env["SYNTHKD_RAW_DIR"], data_dir=str(other))
+        build_all(instance, layout, SynthKDBuildConfig(smoke=True))
     assert final_files(other) == final_files(root / "data")
 
 

@@ -17,10 +17,11 @@ import dagster as dg
 import pytest
 
 from synthkd_assets.defs.build import build_all
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.core.layout import BUILD_LOCK_FILENAME, HASH_CACHE_FILENAME
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 
 RECORDED = Path(__file__).parent / "data" / "sample_build_sha256.json"
-NOT_OUTPUTS = {"hash_cache.json", ".build.lock"}
+NOT_OUTPUTS = {HASH_CACHE_FILENAME, BUILD_LOCK_FILENAME}
 
 
 def file_digests(root: Path) -> dict[str, str]:
@@ -39,7 +40,7 @@ def assert_same_files(recorded: dict[str, str], built: dict[str, str]) -> None:
 
 
 def test_full_build_writes_the_recorded_bytes(built_sample):
-    _instance, _paths, data_dir = built_sample
+    _instance, _layout, data_dir = built_sample
     assert_same_files(json.loads(RECORDED.read_text())["full"], file_digests(Path(data_dir)))
 
 
@@ -47,7 +48,7 @@ def test_full_build_writes_the_recorded_bytes(built_sample):
 def test_smoke_build_writes_the_recorded_bytes(tmp_path, variant):
     from tests.helpers import SAMPLE_RAW_DIR
 
-    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path), smoke=True)
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path))
     with dg.DagsterInstance.ephemeral() as instance:
-        build_all(instance, paths)
+        build_all(instance, layout, SynthKDBuildConfig(smoke=True))
     assert_same_files(json.loads(RECORDED.read_text())[variant], file_digests(tmp_path))

@@ -23,6 +23,7 @@ from synthkd_assets import contracts
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.dataset_manifest import file_record, files_section
 from synthkd_assets.core.inventory import read_raw_shard, shard_index_from_name
+from synthkd_assets.core.layout import documents_path, shard_record_path
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.parquet_io import (
     OutputFileError,
@@ -326,15 +327,6 @@ class BuildCaps:
 
 
 DOCUMENTS_SCHEMA = pa.schema([("split", pa.string()), ("document_index", pa.int64()), ("synth_id", pa.string())])
-
-
-def documents_path(dataset_root: Path, shard_index: int) -> Path:
-    """Which synth_id is which document of which split: for debugging, and for the leakage check."""
-    return dataset_root / "shards" / f"shard_{shard_index:02d}_documents.parquet"
-
-
-def shard_record_path(dataset_root: Path, shard_index: int) -> Path:
-    return dataset_root / "shards" / f"shard_{shard_index:02d}.json"
 
 
 def kd_dataset_files(dataset_root: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

