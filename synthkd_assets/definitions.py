@@ -24,6 +24,7 @@ from synthkd_assets.defs.automation import (
     synth_shard_job,
 )
 from synthkd_assets.defs.checks import STANDALONE_CHECKS
+from synthkd_assets.defs.code_versions import with_code_versions
 from synthkd_assets.defs.executors import executor_from_env
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 
@@ -31,7 +32,7 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, syn
 def build_definitions(environ: Mapping[str, str]) -> dg.Definitions:
     """The code location as a process with environment `environ` loads it."""
     return dg.Definitions(
-        assets=[*dg.load_assets_from_modules([assets]), assets.synth_raw],
+        assets=with_code_versions([*dg.load_assets_from_modules([assets]), assets.synth_raw]),
         asset_checks=STANDALONE_CHECKS,
         jobs=[synth_scan_job, synth_plan_job, synth_shard_job, synth_manifests_job],
         sensors=[synth_raw_sensor, synth_manifests_automation],

@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,6 +14,7 @@ import pytest
 
 from synthkd_assets.core.layout import DataLayout
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
+from tests.webserver import graphql, running_webserver
 
 VENV_BIN = Path(sys.executable).parent
 ASSETS = {
@@ -107,43 +105,11 @@ def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path)
     assert final_files(other) == final_files(root / "data")
 
 
-def graphql(port: int, query: str) -> dict:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        payload = json.loads(response.read())
-    assert "errors" not in payload, payload
-    return payload["data"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def webserver(cli_build):
     env, _, _ = cli_build
-    port = free_port()
-    server = subprocess.Popen(
-        [str(VENV_BIN / "dagster-webserver"), "-m", "synthkd_assets.definitions", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5)
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, "dagster-webserver did not come up"
-                time.sleep(1)
+    with running_webserver(env, "-m", "synthkd_assets.definitions") as port:
         yield port
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 NODES = """{ assetNodes { assetKey { path } isPartitioned partitionKeys
