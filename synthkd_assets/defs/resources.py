@@ -85,26 +85,17 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
     )
 
     # 001 mixture targets (the synth_sampling_plan asset computes keep rates for them) and DistillKit output
-    memorization_cap: float = Field(
-        default=contracts.MEMORIZATION_CAP, description="Max share of exercise == memorization after sampling."
-    )
+    memorization_cap: float = Field(contracts.MEMORIZATION_CAP, description="Max memorization share after sampling.")
     non_english_min: float = Field(
-        default=contracts.NON_ENGLISH_MIN,
+        contracts.NON_ENGLISH_MIN,
         description="Min share of non-English rows after sampling, opt-in: English rows are sampled down to reach "
         "it (default 0: English is never dropped).",
     )
-    non_english_max: float = Field(
-        default=contracts.NON_ENGLISH_MAX, description="Max share of non-English rows after sampling."
-    )
-    global_keep: float = Field(
-        default=contracts.GLOBAL_KEEP,
-        description="Uniform deterministic keep rate on top of the mixture rates (token budgets).",
-    )
-    max_seq_len: int = Field(
-        default=contracts.MAX_SEQ_LEN, description="DistillKit output: longer conversations are dropped (counted)."
-    )
+    non_english_max: float = Field(contracts.NON_ENGLISH_MAX, description="Max non-English share after sampling.")
+    global_keep: float = Field(contracts.GLOBAL_KEEP, description="Uniform keep rate on top of the mixture rates.")
+    max_seq_len: int = Field(contracts.MAX_SEQ_LEN, description="DistillKit: longer conversations are dropped.")
     distill_valid_fraction: float = Field(
-        default=contracts.DISTILL_VALID_FRACTION, description="DistillKit validation fraction (hash of synth_id)."
+        contracts.DISTILL_VALID_FRACTION, description="DistillKit validation fraction (hash of synth_id)."
     )
 
     def targets(self) -> MixTargets:
