@@ -18,6 +18,7 @@ from synthkd_assets.core.inventory import (
     scan_raw_dir,
     shards_to_rebuild,
 )
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs.assets import (
     raw_reports,
     synth_distill,
@@ -32,7 +33,6 @@ from synthkd_assets.defs.assets import (
     synth_tokenized,
 )
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 
 synth_scan_job = dg.define_asset_job(
@@ -172,7 +172,7 @@ REBUILD_CRON_ENV = "SYNTHKD_REBUILD_CRON"
 DEFAULT_REBUILD_CRON = "0 3 * * *"
 
 
-def synth_nightly_rebuild(
+def evaluate_nightly_rebuild(
     context: dg.ScheduleEvaluationContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.SkipReason | list[dg.RunRequest]:
     """Compares each raw shard's sha256 (checked against the input manifest when it exists) with the source
@@ -221,7 +221,7 @@ def nightly_rebuild_schedule(cron: str) -> dg.ScheduleDefinition:
         "synth_harmony output was built from, and requests synth_shard_job for exactly the shards that differ or "
         "are new (only their scan pass while no sampling plan exists). Skips when nothing changed; fails, naming "
         "each file, when the input manifest and the raw files disagree.",
-    )(synth_nightly_rebuild)
+    )(evaluate_nightly_rebuild)
 
 
 ACTIVE_RUN_STATUSES = [
