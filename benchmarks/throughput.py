@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
+if str(REPO_ROOT) not in sys.path:  # run as `python benchmarks/throughput.py`: synthkd_dev is at the root
+    sys.path.insert(0, str(REPO_ROOT))
 
 FULL_CORPUS_ROWS = 79_600_000
 GIB = 1 << 30
@@ -39,7 +39,7 @@ def make_shard(path: Path, rows: int, scale: int = 1) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    from make_sample_data import generate_rows, rows_to_table
+    from synthkd_dev.make_sample_data import generate_rows, rows_to_table
 
     base = rows_to_table(generate_rows(rows, seed=2026, long=True))
     copies = []

@@ -4,7 +4,7 @@
 # writes data/megatron/synth_kd_v1_smoke/ and data/distill/synth_distill_smoke/ instead (intermediates in data/smoke/).
 # Roots: SYNTHKD_RAW_DIR (default data/sample/synth_raw) and SYNTHKD_DATA_DIR (default data).
 # SYNTHKD_PARALLEL_RUNS (default 1): shard runs submitted at once. Raise it with a PostgreSQL instance and
-# SYNTHKD_EXECUTOR=celery (README, "Running on a cluster"), where each run's steps go to the Celery workers.
+# SYNTHKD_EXECUTOR=celery (docs/cluster.md), where each run's steps go to the Celery workers.
 # Prints one line per pass and shard; every Dagster log line goes to $DAGSTER_HOME/logs/build-<time>-<pid>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."

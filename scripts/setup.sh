@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Creates .venv and installs synthkd with its pins. torch goes first, from its own line, so that no
-# later requirement can resolve an unpinned torch (which would pull a multi-GB CUDA build).
+# Creates .venv and installs exactly the versions of requirements.lock (sha256-checked), then synthkd itself
+# without resolving anything. torch goes first, from its own line: the CPU build pip finds through its
+# find-links, held to the lock's pin (2.13.0+cpu) so that nothing can pull a multi-GB CUDA build.
+# How to change a pin: docs/development.md, "Dependencies and the lock file".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet "torch==2.13.0"
-.venv/bin/python -m pip install --quiet -e ".[test,cluster]"
+.venv/bin/python -m pip install --quiet "torch==2.13.0" --constraint requirements.lock
+.venv/bin/python -m pip install --quiet --require-hashes --requirement requirements.lock
+.venv/bin/python -m pip install --quiet --no-deps --no-build-isolation --editable .

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command: install (idempotent) and run the whole suite. .ci/run calls exactly this.
+# The test command: install (idempotent), lint, check the formatting, run the whole suite. .ci/run calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 exec .venv/bin/python -m pytest "$@"

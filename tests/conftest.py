@@ -9,7 +9,7 @@ import os
 import pytest
 from hypothesis import settings
 
-# CI runs every property briefly; HYPOTHESIS_PROFILE=fuzz runs them for real (see README, "Fuzzing")
+# CI runs every property briefly; HYPOTHESIS_PROFILE=fuzz runs them for real (docs/development.md, "Fuzzing")
 settings.register_profile("ci", max_examples=60)
 settings.register_profile("fuzz", max_examples=5000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

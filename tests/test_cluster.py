@@ -1,5 +1,5 @@
 """The same graph on a real distributed engine: a PostgreSQL instance, the Celery executor with a Redis broker
-and two Celery workers, all on 127.0.0.1 (synthkd_assets.local_cluster). Every sample partition goes through
+and two Celery workers, all on 127.0.0.1 (synthkd_dev.local_cluster). Every sample partition goes through
 scripts/build.sh with SYNTHKD_EXECUTOR=celery, and the outputs must equal the embedded build byte for byte;
 then a worker is SIGKILLed the moment it takes a step, and the step must be redelivered to the other worker."""
 
@@ -19,7 +19,7 @@ import yaml
 
 from synthkd_assets.defs.build import BUILD_STEPS
 from synthkd_assets.defs.executors import DEFAULT_CELERY_CONFIG
-from synthkd_assets.local_cluster import LocalCluster, services_available
+from synthkd_dev.local_cluster import LocalCluster, services_available
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 from tests.test_crash_safety import final_files
 

@@ -1,5 +1,5 @@
 """Dagster's `dg` CLI on this project, as real subprocesses: `dg check defs`, `dg list defs`, and `dg launch`
-on a fresh DAGSTER_HOME and data directory (the README's "Dagster CLI" commands)."""
+on a fresh DAGSTER_HOME and data directory (the README's "Dagster's UI and CLI" commands)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Fuzz targets (hypothesis): the Parquet reader and the renderers.
 
 CI runs them briefly; `HYPOTHESIS_PROFILE=fuzz .venv/bin/python -m pytest tests/test_fuzz.py` runs them
-for thousands of examples (see the README).
+for thousands of examples (docs/development.md, "Fuzzing").
 """
 
 from __future__ import annotations

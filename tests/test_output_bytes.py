@@ -1,10 +1,13 @@
 """Every file a build writes on the bundled sample keeps its bytes: sha256 per file, recorded from a build.
 
 tests/data/sample_build_sha256.json holds the digests of a full and a smoke build of data/sample made
-before the code was reorganised into its current layout; a refactor that changes any output byte (or adds
-or loses a file) fails here, naming the files. Two files are left out because they are not outputs: the
-raw hash cache (it records the raw files' mtimes, which differ per clone) and the build lock.
-Re-record only for a change that is meant to change bytes (see docs/development.md).
+before the code was reorganised into its current layout; a change that alters any output byte (or adds or
+loses a file) fails here, naming the files. What is not content is held fixed so the digests do not depend on
+where or at which commit the test runs: the manifests' git provenance (`git_state`, the commit of the code
+that built them) is pinned, and the raw directory is given relative to the repository root, as the bundled
+configuration does. Two files are left out because they are not outputs: the raw hash cache (it records the
+raw files' mtimes, which differ per clone) and the build lock.
+Re-record only for a change that is meant to change bytes (docs/development.md).
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from synthkd_assets.core import manifest as manifest_module
+from synthkd_assets.core.layout import BUILD_LOCK_FILENAME, DEFAULT_RAW_DIR, HASH_CACHE_FILENAME
 from synthkd_assets.defs.build import build_all
-from synthkd_assets.core.layout import BUILD_LOCK_FILENAME, HASH_CACHE_FILENAME
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORDED = Path(__file__).parent / "data" / "sample_build_sha256.json"
 NOT_OUTPUTS = {HASH_CACHE_FILENAME, BUILD_LOCK_FILENAME}
+PINNED_GIT_STATE = {"git_sha": "0" * 40, "git_dirty": False}
 
 
 def file_digests(root: Path) -> dict[str, str]:
@@ -32,23 +38,29 @@ def file_digests(root: Path) -> dict[str, str]:
     }
 
 
-def assert_same_files(recorded: dict[str, str], built: dict[str, str]) -> None:
+def build_sample(data_dir: Path, smoke: bool) -> dict[str, str]:
+    layout = SynthKDLayout(raw_dir=DEFAULT_RAW_DIR, data_dir=str(data_dir))
+    with dg.DagsterInstance.ephemeral() as instance:
+        build_all(instance, layout, SynthKDBuildConfig(smoke=smoke))
+    return file_digests(data_dir)
+
+
+@pytest.mark.parametrize("variant", ["full", "smoke"])
+def test_build_writes_the_recorded_bytes(tmp_path, monkeypatch, variant):
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setattr(manifest_module, "git_state", lambda *args, **kwargs: dict(PINNED_GIT_STATE))
+    built = build_sample(tmp_path, smoke=variant == "smoke")
+    recorded = json.loads(RECORDED.read_text())[variant]
     missing = sorted(set(recorded) - set(built))
     extra = sorted(set(built) - set(recorded))
     changed = sorted(name for name in set(recorded) & set(built) if recorded[name] != built[name])
     assert not (missing or extra or changed), f"missing {missing}; new {extra}; changed bytes {changed}"
 
 
-def test_full_build_writes_the_recorded_bytes(built_sample):
-    _instance, _layout, data_dir = built_sample
-    assert_same_files(json.loads(RECORDED.read_text())["full"], file_digests(Path(data_dir)))
+if __name__ == "__main__":  # re-record (docs/development.md): python -m tests.test_output_bytes
+    import tempfile
 
-
-@pytest.mark.parametrize("variant", ["smoke"])
-def test_smoke_build_writes_the_recorded_bytes(tmp_path, variant):
-    from tests.helpers import SAMPLE_RAW_DIR
-
-    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path))
-    with dg.DagsterInstance.ephemeral() as instance:
-        build_all(instance, layout, SynthKDBuildConfig(smoke=True))
-    assert_same_files(json.loads(RECORDED.read_text())[variant], file_digests(tmp_path))
+    manifest_module.git_state = lambda *args, **kwargs: dict(PINNED_GIT_STATE)
+    with tempfile.TemporaryDirectory() as scratch:
+        digests = {v: build_sample(Path(scratch) / v, smoke=v == "smoke") for v in ("full", "smoke")}
+    RECORDED.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")

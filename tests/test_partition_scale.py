@@ -1,9 +1,9 @@
 """500 partitions: discovery, the sensor's two ticks and a full job backfill do what they should at scale.
 
-The scenario is benchmarks/partition_scale.py's (loaded by path; benchmarks/ is not a package): the
-benchmark times it against budgets, this test checks only its outcomes, never a duration. Real Parquet
-shards, a real DagsterInstance configured by dagster.yaml (QueuedRunCoordinator), the real sensor, and
-the backfill daemon's own iteration over the real code location. Differences from the benchmark, for time
+The scenario is synthkd_dev.partition_scale's: benchmarks/partition_scale.py times it against budgets, this
+test checks only its outcomes, never a duration. Real Parquet shards, a real DagsterInstance configured by
+dagster.yaml (QueuedRunCoordinator), the real sensor, and the backfill daemon's own iteration over the real
+code location. Differences from the benchmark, for time
 only (they leave the outcomes alone): Dagster's in-memory event log (as DagsterInstance.ephemeral() uses;
 the code location is then loaded in process), no sensor-daemon tick (phase 4; its run creation is the
 backfill's), and the backfill daemon's 1 s pauses between chunks of 25 runs last 0 s.
@@ -11,17 +11,9 @@ backfill's), and the backfill daemon's 1 s pauses between chunks of 25 runs last
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.helpers import REPO_ROOT
-
-_spec = importlib.util.spec_from_file_location("synthkd_benchmarks_partition_scale", REPO_ROOT / "benchmarks" / "partition_scale.py")
-partition_scale = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = partition_scale  # its dataclasses look their module up
-_spec.loader.exec_module(partition_scale)
+from synthkd_dev import partition_scale
 
 pytestmark = pytest.mark.scale
 

@@ -24,9 +24,11 @@ from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
+from synthkd_assets.defs.automation import synth_raw_sensor
 from synthkd_assets.defs.build import BuildFailed, build_all
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
+from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 from synthkd_training.dataset import tokens_prefixes
 from tests.helpers import MANIFEST_STEPS, REPO_ROOT, SAMPLE_RAW_DIR, check_outcomes, run
 from tests.test_bad_input import row, write_raw
@@ -211,8 +213,6 @@ def test_a_renamed_shard_keeps_its_number_files_until_rebuilt(three_shards):
 
 
 def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
-    from synthkd_assets.defs.automation import synth_raw_sensor, tick_synth_raw_sensor
-
     instance, layout, raw, data = three_shards
     cursor = tick_synth_raw_sensor(instance, layout, None).cursor
     (raw / "synth_03.parquet").unlink()

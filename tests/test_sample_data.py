@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,23 +16,14 @@ from synthkd_assets.contracts import (
     RAW_INT_COLUMNS,
     RAW_STRING_COLUMNS,
 )
-
-from tests.helpers import REPO_ROOT
+from synthkd_dev import make_sample_data
 from tests.helpers import SAMPLE_RAW_DIR as SAMPLE_DIR
-SCRIPT = REPO_ROOT / "scripts" / "make_sample_data.py"
+
 SHARD_NAMES = [f"synth_{i:02d}.parquet" for i in range(4)]
 ROWS_PER_SHARD = 750
 
 CJK_RE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 EMOJI_RE = re.compile(r"[\U0001F300-\U0001FAFF]")
-
-
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("make_sample_data", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("make_sample_data", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _sha256(path: Path) -> str:
@@ -135,17 +124,16 @@ def test_words_is_answer_word_count(rows):
     assert all(r["words"] == len(r["synthetic_answer"].split()) for r in rows)
 
 
-def test_regeneration_is_byte_identical(tmp_path):
-    gen = _load_generator()
-    paths = gen.write_shards(tmp_path, shards=4, rows_per_shard=ROWS_PER_SHARD, seed=1234)
-    assert [p.name for p in paths] == SHARD_NAMES
-    for p in paths:
-        assert _sha256(p) == _sha256(SAMPLE_DIR / p.name), p.name
+def test_regeneration_is_byte_identical(tmp_path, capsys):
+    """`python -m synthkd_dev.make_sample_data` with its defaults rewrites the committed sample byte for byte."""
+    assert make_sample_data.main(["--output-dir", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == SHARD_NAMES
+    for name in SHARD_NAMES:
+        assert _sha256(tmp_path / name) == _sha256(SAMPLE_DIR / name), name
 
 
 def test_rows_do_not_depend_on_sharding():
-    gen = _load_generator()
-    whole = gen.generate_rows(40, seed=7)
-    parts = gen.generate_rows(15, seed=7) + gen.generate_rows(25, seed=7, start_index=15)
+    whole = make_sample_data.generate_rows(40, seed=7)
+    parts = make_sample_data.generate_rows(15, seed=7) + make_sample_data.generate_rows(25, seed=7, start_index=15)
     assert whole == parts
     assert list(whole[0]) == list(RAW_COLUMNS)

@@ -9,7 +9,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.defs.automation import tick_synth_raw_sensor
+from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.core.layout import STAGE_NAMES, DataLayout
 from synthkd_assets.defs.resources import SynthKDLayout

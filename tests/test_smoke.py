@@ -59,7 +59,7 @@ def test_an_uncapped_read_of_a_short_shard_counts_no_smoke_cap(tmp_path):
     assert report.rows_in == report.rows_out == 10 and not report.dropped
 
 
-# shared by design between full and smoke builds of one data root (README "Smoke build"): the raw hash cache,
+# shared by design between full and smoke builds of one data root (docs/design.md, "Smoke build"): the raw hash cache,
 # which any scan of the raw directory may rewrite (other tests on this shared build scan other directories)
 SHARED_FILES = {f"{RAW_STATE_SUBDIR}/{HASH_CACHE_FILENAME}"}
 

@@ -225,8 +225,8 @@ def read_raw_shard(path: Path, expected_sha256: str | None = None) -> Iterator[R
 def read_input_manifest(path: Path) -> dict[str, str] | None:
     """`{file name: sha256}` listed by a user-provided input manifest, or None when `path` does not exist.
 
-    Format (README "Scheduled rebuilds"): `{"shards": [{"file": "synth_00.parquet", "sha256": "<64 hex>"}, ...]}`,
-    file names relative to the raw directory.
+    Format: `{"shards": [{"file": "synth_00.parquet", "sha256": "<64 hex>"}, ...]}`, file names relative to the
+    raw directory (docs/design.md, "Sensors, automation and the schedule").
     """
     if not path.is_file():
         return None

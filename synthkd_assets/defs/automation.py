@@ -134,26 +134,6 @@ def _last_written_harmony_manifest(instance: dg.DagsterInstance) -> str | None:
     return written.value if written is not None else None
 
 
-def tick_synth_raw_sensor(
-    instance: dg.DagsterInstance, layout: SynthKDLayout, cursor: str | None, build: SynthKDBuildConfig | None = None
-) -> dg.SensorResult:
-    """One evaluation of synth_raw_sensor with its partition requests applied, as the sensor daemon applies
-    them after a tick: the sensor tests and benchmarks/partition_scale.py drive it without a daemon."""
-    from synthkd_assets.definitions import defs  # defs imports this module
-
-    context = dg.build_sensor_context(
-        instance=instance, cursor=cursor, resources=synthkd_resources(layout, build), definitions=defs()
-    )
-    result = synth_raw_sensor(context)
-    for request in result.dynamic_partitions_requests:
-        if isinstance(request, dg.AddDynamicPartitionsRequest):
-            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-        else:
-            for key in request.partition_keys:
-                instance.delete_dynamic_partition(request.partitions_def_name, key)
-    return result
-
-
 MANIFEST_ASSETS = [synth_harmony_manifest, synth_kd_v1_manifest, synth_distill_manifest]
 
 # Open-source Dagster creates its default automation sensor STOPPED; this one is on from the start, so the

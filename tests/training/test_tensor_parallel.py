@@ -7,7 +7,6 @@ computation.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -17,11 +16,7 @@ import pytest
 import torch
 
 from synthkd_training.losses import SpanLossConfig, span_ce_loss, span_kd_loss
-
-WORKER = Path(__file__).with_name("tp_worker.py")
-_spec = importlib.util.spec_from_file_location("synthkd_training_tests_tp_worker", WORKER)
-tp_worker = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tp_worker)
+from tests.training import tp_worker
 
 
 def _inputs(vocab: int = 16, seed: int = 0):
@@ -89,7 +84,7 @@ def test_tp2_vocab_split_matches_plain_torch(tmp_path):
     args = ["2", str(tmp_path / "store"), str(inputs), str(tmp_path)]
     # rank 1 in a fresh process, rank 0 here (megatron is imported already: half the start-up)
     other = subprocess.Popen(
-        [sys.executable, str(WORKER), "1", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, tp_worker.__file__, "1", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         tp_worker.run_rank(0, 2, *args[1:])

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_tiny.py"
-
-
-def _load_example():
-    spec = importlib.util.spec_from_file_location("synthkd_examples_train_tiny", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from examples import train_tiny
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # megatron-core: "Apex is not installed", deprecations
 def test_train_tiny_on_synthetic_data(tmp_path, capsys):
-    example = _load_example()
-    summary = example.main(
+    summary = train_tiny.main(
         ["--synthetic", "--work-dir", str(tmp_path), "--device", "cpu", "--steps", "10",
          "--seq-length", "32", "--micro-batch-size", "2", "--window", "3", "--lr", "1e-2"]
     )

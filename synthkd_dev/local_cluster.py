@@ -2,8 +2,8 @@
 PostgreSQL (the Dagster instance), Redis (the Celery broker and result backend) and Celery workers, all on
 127.0.0.1, all state under one directory.
 
-    python -m synthkd_assets.local_cluster up   STATE_DIR [--workers 2]   # prints the env to source
-    python -m synthkd_assets.local_cluster down STATE_DIR
+    python -m synthkd_dev.local_cluster up   STATE_DIR [--workers 2]   # prints the env to source
+    python -m synthkd_dev.local_cluster down STATE_DIR
 
 Nothing here is used by a real deployment: there the services already exist and deploy/cluster/env.sh
 points at them.
@@ -36,7 +36,11 @@ from synthkd_assets.defs.executors import (
 )
 
 # Debian keeps the server tools off PATH, one directory per major version (newest first)
-POSTGRES_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda d: int(d.parent.name) if d.parent.name.isdigit() else 0, reverse=True)
+POSTGRES_BIN_DIRS = sorted(
+    Path("/usr/lib/postgresql").glob("*/bin"),
+    key=lambda d: int(d.parent.name) if d.parent.name.isdigit() else 0,
+    reverse=True,
+)
 CLUSTER_DAGSTER_YAML = REPO_ROOT / "deploy" / "cluster" / "dagster.yaml"
 DATABASE = "dagster"
 
@@ -149,21 +153,40 @@ class LocalCluster:
             for p in (self.pg_data, log):
                 os.chown(p, user["user"], user["group"])
         if not (self.pg_data / "PG_VERSION").is_file():
-            _run([str(postgres_bin("initdb")), "-D", str(self.pg_data), "-U", "postgres", "--auth=trust", "-E", "UTF8"], **user)
+            _run(
+                [str(postgres_bin("initdb")), "-D", str(self.pg_data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+                **user,
+            )
         options = f"-p {self.pg_port} -c listen_addresses=127.0.0.1 -k {self.pg_data} -c fsync=off"
-        _run([str(postgres_bin("pg_ctl")), "-D", str(self.pg_data), "-l", str(log), "-o", options, "-w", "start"], **user)
+        _run(
+            [str(postgres_bin("pg_ctl")), "-D", str(self.pg_data), "-l", str(log), "-o", options, "-w", "start"], **user
+        )
         _wait_for(lambda: _port_open(self.pg_port), "PostgreSQL", log)
         psql = [str(postgres_bin("psql") or "psql"), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres"]
-        exists = subprocess.run([*psql, "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
-                                capture_output=True, text=True).stdout.strip()
+        exists = subprocess.run(
+            [*psql, "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"], capture_output=True, text=True
+        ).stdout.strip()
         if not exists:
             _run([*psql, "-c", f"CREATE DATABASE {DATABASE}"])
 
     def start_redis(self) -> None:
         log = self.state_dir / "redis.log"
         self._redis = subprocess.Popen(
-            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.state_dir), "--logfile", str(log)],
+            [
+                "redis-server",
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.state_dir),
+                "--logfile",
+                str(log),
+            ],
             start_new_session=True,
         )
         _wait_for(lambda: _port_open(self.redis_port), "Redis", log)
@@ -179,11 +202,23 @@ class LocalCluster:
         env = {**os.environ, **self.env(), **(extra_env or {})}
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # it execs `celery`
         cmd = [
-            str(Path(sys.executable).parent / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
-            "-y", env[CELERY_CONFIG_ENV], "-n", name, "--", "--concurrency=1", f"--logfile={log}",
+            str(Path(sys.executable).parent / "dagster-celery"),
+            "worker",
+            "start",
+            "-A",
+            "dagster_celery.app",
+            "-y",
+            env[CELERY_CONFIG_ENV],
+            "-n",
+            name,
+            "--",
+            "--concurrency=1",
+            f"--logfile={log}",
         ]
         with open(log.with_suffix(".err"), "w") as stderr:
-            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr)
+            proc = subprocess.Popen(
+                cmd, cwd=REPO_ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr
+            )
         self.workers[name] = proc
         _wait_for(lambda: "ready." in _tail(log, 200) or proc.poll() is not None, f"Celery worker {name}", log, 120)
         if proc.poll() is not None:
@@ -219,19 +254,24 @@ class LocalCluster:
                 self._redis.wait()
         finally:
             if (self.pg_data / "postmaster.pid").is_file():
-                subprocess.run([str(postgres_bin("pg_ctl")), "-D", str(self.pg_data), "-m", "immediate", "stop"],
-                               capture_output=True, **_as_postgres_user())
+                subprocess.run(
+                    [str(postgres_bin("pg_ctl")), "-D", str(self.pg_data), "-m", "immediate", "stop"],
+                    capture_output=True,
+                    **_as_postgres_user(),
+                )
         if self.pg_data.parent != self.state_dir:
             shutil.rmtree(self.pg_data, ignore_errors=True)
             self.pg_data.with_name(f"{self.pg_data.name}.log").unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m synthkd_assets.local_cluster")
+    parser = argparse.ArgumentParser(prog="python -m synthkd_dev.local_cluster")
     parser.add_argument("command", choices=["up", "down"])
     parser.add_argument("state_dir", type=Path)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--raw-dir", type=Path, default=Path(os.environ.get("SYNTHKD_RAW_DIR") or REPO_ROOT / DEFAULT_RAW_DIR))
+    parser.add_argument(
+        "--raw-dir", type=Path, default=Path(os.environ.get("SYNTHKD_RAW_DIR") or REPO_ROOT / DEFAULT_RAW_DIR)
+    )
     parser.add_argument("--data-dir", type=Path, help="default: STATE_DIR/data")
     parser.add_argument("--celery-config", type=Path, default=celery_config_path(os.environ))
     args = parser.parse_args(argv)
@@ -241,15 +281,17 @@ def main(argv: list[str] | None = None) -> int:
         if missing := services_available():
             print(missing, file=sys.stderr)
             return 2
-        cluster = LocalCluster(state, args.raw_dir.resolve(), (args.data_dir or state / "data").resolve(),
-                               args.celery_config.resolve())
+        cluster = LocalCluster(
+            state, args.raw_dir.resolve(), (args.data_dir or state / "data").resolve(), args.celery_config.resolve()
+        )
         try:
             cluster.up(args.workers)
         except BaseException:
             cluster.down()
             raise
         lines = [f"export {k}={v}" for k, v in cluster.env().items()]
-        lines.append(f"export SYNTHKD_LOCAL_CLUSTER_PIDS='{cluster._redis.pid} {' '.join(str(p.pid) for p in cluster.workers.values())}'")
+        pids = [cluster._redis.pid, *(p.pid for p in cluster.workers.values())]
+        lines.append(f"export SYNTHKD_LOCAL_CLUSTER_PIDS='{' '.join(str(pid) for pid in pids)}'")
         ports.write_text("\n".join(lines) + "\n")
         print(ports.read_text(), end="")
         print(f"# source {ports}", file=sys.stderr)
@@ -259,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
             for pid in line.split("=", 1)[1].strip("'").split():
                 # only our own process groups: a pid from an old ports.env may belong to something else now
                 cmdline = Path(f"/proc/{pid}/cmdline")
-                if cmdline.is_file() and any(k in cmdline.read_bytes() for k in (b"redis-server", b"dagster-celery", b"celery")):
+                if cmdline.is_file() and any(
+                    k in cmdline.read_bytes() for k in (b"redis-server", b"dagster-celery", b"celery")
+                ):
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(int(pid), signal.SIGKILL)
     ports.unlink(missing_ok=True)

@@ -1,0 +1,1 @@
+"""Runnable examples (`python examples/train_tiny.py`), importable from the repository root so tests call them."""

@@ -1,0 +1,497 @@
+"""Deterministic generator of bundled sample input in the raw PleIAs/SYNTH schema.
+
+    python -m synthkd_dev.make_sample_data            # rewrites data/sample/synth_raw byte for byte
+
+Writes ``--shards`` Parquet files ``synth_00.parquet`` ... into ``--output-dir`` (default
+``data/sample/synth_raw``), ``--rows-per-shard`` rows each, with exactly the upstream columns
+(``synthkd_assets.contracts.RAW_COLUMNS``): every column ``string`` except ``words`` (``int64``).
+
+The rows imitate SYNTH, including the messy parts the pipeline must cope with: ~20 % non-English
+rows (fr, de, es, it, pl, nl, la), a memorization majority, mcq / arithmetic rows whose
+``constraints`` carry a ``result:<value>`` (usually consistent with the answer's first line,
+sometimes formatted differently, ~5 % deliberately inconsistent), ``result:Failed after maximum
+attempts`` rows, empty / whitespace-only reasoning and answers, CJK, emoji (ZWJ sequences
+included), literal Harmony marker text and NUL characters. The text it draws from (titles, sentence
+templates, per-language banks, snippets) is ``word_banks.json`` beside this module; how often each case
+occurs is set here.
+
+Determinism: every row ``i`` (global index) is drawn from its own ``random.Random((seed << 40) |
+i)``, so a row does not depend on how rows are split into shards, nothing reads the clock or
+``hash()``, and the Parquet files are written with fixed options (zstd, fixed row-group size, no
+pandas metadata): two runs give byte-identical files for a given pyarrow version.
+
+``--long`` makes seed text, reasoning and answer longer (about 1.3k o200k tokens per row on
+average) for benchmarks; it is off for the committed sample.
+
+Public API: ``generate_rows(n_rows, seed, start_index=0, long=False)`` and
+``write_shards(output_dir, shards, rows_per_shard, seed, long=False)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from synthkd_assets.contracts import (
+    RAW_COLUMNS,
+    RAW_INT_COLUMNS,
+    RAW_STRING_COLUMNS,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUTPUT_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
+DEFAULT_SHARDS = 4
+DEFAULT_ROWS_PER_SHARD = 750
+DEFAULT_SEED = 1234
+ROW_GROUP_SIZE = 256
+COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 3
+
+
+def raw_schema() -> pa.Schema:
+    """The raw SYNTH schema, built from the contract's column names (order = RAW_COLUMNS)."""
+    types = {name: pa.string() for name in RAW_STRING_COLUMNS}
+    types.update({name: pa.int64() for name in RAW_INT_COLUMNS})
+    return pa.schema([pa.field(name, types[name]) for name in RAW_COLUMNS])
+
+
+def shard_filename(shard_index: int) -> str:
+    return f"synth_{shard_index:02d}.parquet"
+
+
+# ---------------------------------------------------------------------------------------------
+# how often each kind of row occurs (the text itself is word_banks.json)
+# ---------------------------------------------------------------------------------------------
+
+NON_ENGLISH = ("fr", "de", "es", "it", "pl", "nl", "la")
+NON_ENGLISH_FRACTION = 0.20
+
+EXERCISES = (
+    ("memorization", 0.62),
+    ("rag", 0.10),
+    ("mcq", 0.08),
+    ("arithmetic", 0.08),
+    ("creative_writing", 0.04),
+    ("editing", 0.04),
+    ("constrained_writing", 0.04),
+)
+
+MODELS = (
+    ("Qwen3-8B", 0.30),
+    ("Qwen3-32B", 0.25),
+    ("Qwen3-235B-A22B", 0.20),
+    ("Mistral-Small-3", 0.15),
+    ("Mistral-Small-3.1", 0.05),
+    ("Qwen2.5-72B-Instruct", 0.05),
+)
+
+LICENSES = (
+    ("CC-BY-SA 4.0", 0.80),
+    ("CC-BY-SA 3.0", 0.12),
+    ("CC0 1.0", 0.04),
+    ("Public Domain", 0.04),
+)
+
+WORD_BANKS_FILE = Path(__file__).with_name("word_banks.json")
+_BANKS = json.loads(WORD_BANKS_FILE.read_text(encoding="utf-8"))
+
+TITLES = _BANKS["titles"]
+FIELDS = _BANKS["fields"]
+PLACES = _BANKS["places"]
+PEOPLE = _BANKS["people"]
+ADJECTIVES = _BANKS["adjectives"]
+SCRIPTS = _BANKS["scripts"]  # per exercise
+SEED_SENTENCES = _BANKS["seed_sentences"]
+EN = _BANKS["english"]
+LANG = _BANKS["other_languages"]  # one small bank per non-English language (text really in that language)
+MCQ_OPTIONS = _BANKS["mcq_options"]
+ADDITIONAL_LINKS = _BANKS["additional_links"]
+CJK_SNIPPETS = _BANKS["cjk_snippets"]
+EMOJI = _BANKS["emoji"]
+HARMONY_SNIPPETS = _BANKS["harmony_snippets"]
+WHITESPACE_ONLY = _BANKS["whitespace_only"]
+FAILED_RESULT = _BANKS["failed_results"]
+OTHER_CONSTRAINTS = _BANKS["other_constraints"]  # key -> values
+
+# probabilities of the special cases (per row)
+P_EMPTY_REASONING = 0.08
+P_WS_REASONING = 0.03
+P_EMPTY_ANSWER = 0.01
+P_FAILED = 0.02
+P_INCONSISTENT = 0.05  # among mcq / arithmetic rows with a result
+P_HARMONY = 0.01
+P_NUL = 0.005
+P_CJK = 0.04
+P_EMOJI = 0.05
+
+# word-length ranges (normal, long)
+SEED_WORDS = ((180, 420), (280, 560))
+REASONING_WORDS = ((100, 400), (220, 480))
+ANSWER_WORDS = ((50, 300), (120, 360))
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _weighted(rng: random.Random, pairs) -> str:
+    return rng.choices([p[0] for p in pairs], weights=[p[1] for p in pairs], k=1)[0]
+
+
+def _slots(rng: random.Random, title: str) -> dict:
+    year = rng.randint(800, 1950)
+    f1, f2 = rng.sample(FIELDS, 2)
+    p1, p2 = rng.sample(PLACES, 2)
+    return {
+        "title": title,
+        "field": f1,
+        "field2": f2,
+        "place": p1,
+        "place2": p2,
+        "people": rng.choice(PEOPLE),
+        "adj": rng.choice(ADJECTIVES),
+        "year": year,
+        "year2": min(year + rng.randint(10, 300), 2023),
+        "century": rng.choice(("twelfth", "fifteenth", "seventeenth", "eighteenth", "nineteenth", "twentieth")),
+        "num": f"{rng.randint(1, 900) * 100:,}",
+        "small": rng.randint(2, 9),
+        "pct": rng.randint(2, 40),
+    }
+
+
+def _fill(rng: random.Random, template: str, slots: dict) -> str:
+    # re-draw a few slots per sentence so long texts do not repeat verbatim
+    local = dict(slots)
+    local["adj"] = rng.choice(ADJECTIVES)
+    local["people"] = rng.choice(PEOPLE)
+    return template.format(**local)
+
+
+def _n_words(text: str) -> int:
+    return len(text.split())
+
+
+class _Deck:
+    """Draws from a bank without replacement, reshuffling when exhausted (fewer repeats)."""
+
+    def __init__(self, rng: random.Random, bank) -> None:
+        self.rng = rng
+        self.bank = list(bank)
+        self.pool: list[str] = []
+
+    def draw(self) -> str:
+        if not self.pool:
+            self.pool = self.bank[:]
+            self.rng.shuffle(self.pool)
+        return self.pool.pop()
+
+
+def _paragraphs(rng: random.Random, bank, slots: dict, target_words: int, per_par=(2, 5)) -> str:
+    deck = _Deck(rng, bank)
+    pars: list[str] = []
+    total = 0
+    while total < target_words:
+        k = rng.randint(*per_par)
+        sents = [_fill(rng, deck.draw(), slots) for _ in range(k)]
+        par = " ".join(sents)
+        pars.append(par)
+        total += _n_words(par)
+    return "\n\n".join(pars)
+
+
+def _slug(title: str) -> str:
+    return title.replace(" ", "_")
+
+
+def _fmt_int(value: int, commas: bool) -> str:
+    return f"{value:,}" if commas else str(value)
+
+
+def _fmt_tenths(tenths: int, trailing_zero: bool = False) -> str:
+    whole, frac = divmod(tenths, 10)
+    if frac == 0 and not trailing_zero:
+        return str(whole)
+    s = f"{whole}.{frac}"
+    return s + "0" if trailing_zero else s
+
+
+def _markdown_answer(rng: random.Random, bank: dict, slots: dict, target_words: int, code_bias: float = 0.0) -> str:
+    deck = _Deck(rng, bank["answer"])
+    parts: list[str] = []
+    if rng.random() < 0.75:
+        level = rng.choice(("##", "###", "#"))
+        parts.append(f"{level} {rng.choice(bank['headings'])}: {slots['title']}")
+    intro = " ".join(_fill(rng, deck.draw(), slots) for _ in range(rng.randint(1, 3)))
+    intro = intro.replace(slots["title"], f"**{slots['title']}**", 1)
+    parts.append(intro)
+    bullets = []
+    for _ in range(rng.randint(3, 6)):
+        s = _fill(rng, deck.draw(), slots)
+        if rng.random() < 0.5:
+            if slots["title"] in s:
+                s = s.replace(slots["title"], f"**{slots['title']}**", 1)
+            else:
+                s = f"**{s.rstrip('.')}**."
+        bullets.append(("- " if rng.random() < 0.8 else "* ") + s)
+    parts.append(f"{bank['answer_intro']}\n\n" + "\n".join(bullets))
+    if rng.random() < 0.15:
+        h1, h2 = bank["table_head"]
+        r = bank["table_rows"]
+        rows = [
+            f"| {h1} | {h2} |",
+            "|---|---|",
+            f"| {r[0]} | {slots['year']} |",
+            f"| {r[1]} | {slots['place']} |",
+            f"| {r[2]} | {slots['field']} |",
+            f"| {r[3]} | {slots['adj']} |",
+        ]
+        parts.append("\n".join(rows))
+    if rng.random() < 0.06 + code_bias:
+        parts.append(
+            "```python\n"
+            f"events = {{'{_slug(slots['title'])}': {slots['year']}}}\n"
+            "for name, year in sorted(events.items()):\n"
+            '    print(f"{name}: {year}")\n'
+            "```"
+        )
+    text = "\n\n".join(parts)
+    while _n_words(text) < target_words:
+        par = " ".join(_fill(rng, deck.draw(), slots) for _ in range(rng.randint(2, 4)))
+        text += "\n\n" + par
+    return text
+
+
+def _insert_at_word(rng: random.Random, text: str, snippet: str) -> str:
+    words = text.split(" ")
+    pos = rng.randint(0, len(words))
+    words.insert(pos, snippet)
+    return " ".join(words)
+
+
+# ---------------------------------------------------------------------------------------------
+# rows
+# ---------------------------------------------------------------------------------------------
+
+
+def _make_row(seed: int, index: int, long: bool) -> dict:
+    rng = random.Random((seed << 40) | index)
+    li = 1 if long else 0
+
+    language = rng.choice(NON_ENGLISH) if rng.random() < NON_ENGLISH_FRACTION else "en"
+    exercise = _weighted(rng, EXERCISES)
+    model = _weighted(rng, MODELS)
+    title = rng.choice(TITLES)
+    slots = _slots(rng, title)
+    bank = EN if language == "en" else LANG[language]
+    en_bank = EN
+
+    # --- seed ---------------------------------------------------------------------------
+    wiki_lang = language if (language != "en" and language != "la" and rng.random() < 0.3) else "en"
+    query_seed_url = f"https://{wiki_lang}.wikipedia.org/wiki/{_slug(title)}"
+    query_seed_text = _paragraphs(rng, SEED_SENTENCES, slots, rng.randint(*SEED_WORDS[li]), per_par=(3, 6))
+    if rng.random() < 0.55:
+        additional_seed_url = ""
+    else:
+        other = rng.choice(TITLES)
+        links = [rng.choice(ADDITIONAL_LINKS).format(slug=_slug(other))]
+        if rng.random() < 0.3:
+            links.append(rng.choice(ADDITIONAL_LINKS).format(slug=_slug(rng.choice(TITLES))))
+        additional_seed_url = " ; ".join(links) if rng.random() < 0.5 else ",".join(links)
+    seed_license = _weighted(rng, LICENSES)
+    script = rng.choice(SCRIPTS[exercise])
+
+    # --- constraints (non-result part) -----------------------------------------------------
+    extra: list[str] = []
+    if rng.random() < 0.7:
+        for key, values in OTHER_CONSTRAINTS.items():
+            if rng.random() < 0.5:
+                extra.append(f"{key}:{rng.choice(values)}")
+
+    # --- query + answer head -------------------------------------------------------------
+    answer_head = ""
+    result = None
+    code_bias = 0.0
+    if exercise == "mcq":
+        opts = rng.sample(MCQ_OPTIONS, 4)
+        opts = [_fill(rng, o, slots) for o in opts]
+        correct = rng.randrange(4)
+        letters = "ABCD"
+        stem = bank["mcq_stem"].format(title=title)
+        query = stem + "\n" + "\n".join(f"{letters[i]}) {o}" for i, o in enumerate(opts))
+        letter = letters[correct]
+        style = rng.random()
+        if style < 0.45:
+            answer_head = letter
+        elif style < 0.8:
+            answer_head = f"{letter.lower()}) {opts[correct]}"
+        else:
+            answer_head = f"{letter}) {opts[correct]}"
+        result = letter.lower() if rng.random() < 0.5 else letter
+        if rng.random() < P_INCONSISTENT:
+            wrong = rng.choice([c for c in letters if c != letter])
+            result = wrong.lower() if rng.random() < 0.5 else wrong
+    elif exercise == "arithmetic":
+        code_bias = 0.25
+        n = rng.randint(2, 12)
+        if rng.random() < 0.6:
+            a = rng.randint(50, 20000)
+            b = rng.randint(5, 900)
+            value = a + b * n
+            query = bank["arith_int"].format(title=title, a=f"{a:,}" if rng.random() < 0.5 else a, b=b, n=n)
+            answer_head = _fmt_int(value, commas=value >= 1000 and rng.random() < 0.6)
+            result = _fmt_int(value, commas=rng.random() < 0.15)
+            if rng.random() < P_INCONSISTENT:
+                result = str(value + rng.choice((-1, 1)) * rng.randint(1, 50))
+        else:
+            tenths = rng.randint(11, 5000)
+            if tenths % 10 == 0:
+                tenths += rng.randint(1, 9)
+            total = tenths * n
+            query = bank["arith_dec"].format(title=title, total=_fmt_tenths(total), n=n)
+            answer_head = _fmt_tenths(tenths)
+            result = _fmt_tenths(tenths, trailing_zero=rng.random() < 0.2)
+            if rng.random() < P_INCONSISTENT:
+                result = _fmt_tenths(tenths + rng.randint(1, 30))
+    else:
+        if language == "en":
+            query = rng.choice(en_bank["queries"][exercise]).format(**slots)
+        else:
+            query = rng.choice(bank["queries"]).format(**slots)
+            if exercise in ("creative_writing", "constrained_writing", "editing") and rng.random() < 0.5:
+                # instruction-style rows sometimes mix an English task with a local question
+                query += " " + rng.choice(en_bank["queries"][exercise]).format(**slots)
+    if rng.random() < 0.1:
+        query = query.lower() if rng.random() < 0.5 else query + " " + query.split()[0]
+
+    # --- reasoning / answer ----------------------------------------------------------------
+    reasoning = _paragraphs(rng, bank["reasoning"], slots, rng.randint(*REASONING_WORDS[li]), per_par=(2, 5))
+    if exercise == "arithmetic":
+        reasoning += f"\n\nLet me compute step by step and verify: the result should be {answer_head}."
+    body = _markdown_answer(rng, bank, slots, rng.randint(*ANSWER_WORDS[li]), code_bias)
+    answer = f"{answer_head}\n\n{body}" if answer_head else body
+
+    # --- constraints -----------------------------------------------------------------------
+    if rng.random() < P_FAILED:
+        result = "FAILED"
+    parts = list(extra)
+    if result is not None:
+        item = rng.choice(FAILED_RESULT) if result == "FAILED" else f"result:{result}"
+        parts.insert(rng.randint(0, len(parts)), item)
+    constraints = "; ".join(parts)
+
+    # --- blanks ---------------------------------------------------------------------------
+    r = rng.random()
+    if r < P_EMPTY_REASONING:
+        reasoning = ""
+    elif r < P_EMPTY_REASONING + P_WS_REASONING:
+        reasoning = rng.choice(WHITESPACE_ONLY)
+    if rng.random() < P_EMPTY_ANSWER:
+        answer = "" if rng.random() < 0.5 else rng.choice(WHITESPACE_ONLY)
+
+    # --- special characters ---------------------------------------------------------------
+    fields = {"query": query, "synthetic_reasoning": reasoning, "synthetic_answer": answer}
+    nonblank = [k for k, v in fields.items() if v.strip()]
+    if rng.random() < P_CJK:
+        k = rng.choice(nonblank)
+        fields[k] = _insert_at_word(rng, fields[k], rng.choice(CJK_SNIPPETS))
+    if rng.random() < P_EMOJI:
+        for _ in range(rng.randint(1, 3)):
+            k = rng.choice(nonblank)
+            fields[k] = _insert_at_word(rng, fields[k], rng.choice(EMOJI))
+    if rng.random() < P_HARMONY:
+        k = rng.choice(nonblank)
+        fields[k] = _insert_at_word(rng, fields[k], rng.choice(HARMONY_SNIPPETS))
+    if rng.random() < P_NUL:
+        k = rng.choice([k for k in ("query", "synthetic_answer") if k in nonblank])
+        text = fields[k]
+        pos = rng.randint(0, len(text))
+        fields[k] = text[:pos] + "\x00" + text[pos:]
+
+    answer = fields["synthetic_answer"]
+    return {
+        "synth_id": f"synth_{index:07d}",
+        "language": language,
+        "exercise": exercise,
+        "model": model,
+        "query": fields["query"],
+        "query_seed_url": query_seed_url,
+        "query_seed_text": query_seed_text,
+        "additional_seed_url": additional_seed_url,
+        "seed_license": seed_license,
+        "constraints": constraints,
+        "script": script,
+        "synthetic_reasoning": fields["synthetic_reasoning"],
+        "synthetic_answer": answer,
+        "words": len(answer.split()),
+    }
+
+
+def generate_rows(n_rows: int, seed: int, start_index: int = 0, long: bool = False) -> list[dict]:
+    """Rows ``start_index`` .. ``start_index + n_rows - 1`` of the sample corpus for ``seed``.
+
+    Each row depends only on (seed, global index, long), so any split into shards yields the
+    same rows. Keys are exactly ``RAW_COLUMNS`` in order.
+    """
+    if n_rows < 0 or start_index < 0 or start_index + n_rows > (1 << 40):
+        raise ValueError("row range out of bounds")
+    return [_make_row(seed, start_index + i, long) for i in range(n_rows)]
+
+
+def rows_to_table(rows: list[dict]) -> pa.Table:
+    schema = raw_schema()
+    columns = {name: [row[name] for row in rows] for name in RAW_COLUMNS}
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def write_shards(output_dir, shards: int, rows_per_shard: int, seed: int, long: bool = False) -> list[Path]:
+    """Write ``shards`` files ``synth_NN.parquet`` of ``rows_per_shard`` rows; returns paths."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for s in range(shards):
+        rows = generate_rows(rows_per_shard, seed, start_index=s * rows_per_shard, long=long)
+        table = rows_to_table(rows)
+        path = out / shard_filename(s)
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(
+            table,
+            tmp,
+            row_group_size=ROW_GROUP_SIZE,
+            compression=COMPRESSION,
+            compression_level=COMPRESSION_LEVEL,
+            use_dictionary=True,
+            write_statistics=True,
+            data_page_version="1.0",
+            version="2.6",
+        )
+        tmp.replace(path)
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR)
+    ap.add_argument("--shards", type=int, default=DEFAULT_SHARDS)
+    ap.add_argument("--rows-per-shard", type=int, default=DEFAULT_ROWS_PER_SHARD)
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument(
+        "--long", action="store_true", help="longer seed text / reasoning / answer (~1.3k o200k tokens per row)"
+    )
+    args = ap.parse_args(argv)
+    if args.shards < 1 or args.rows_per_shard < 1 or args.seed < 0:
+        ap.error("--shards and --rows-per-shard must be >= 1, --seed >= 0")
+    paths = write_shards(args.output_dir, args.shards, args.rows_per_shard, args.seed, long=args.long)
+    for p in paths:
+        print(f"{p}  {p.stat().st_size:,} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
