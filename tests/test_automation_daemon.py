@@ -12,9 +12,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest import read_json, sha256_file
 from synthkd_assets.defs.build import MANIFEST_STEPS, build_all
-from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs.resources import SynthKDLayout
 from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
 from tests.helpers import SAMPLE_RAW_DIR

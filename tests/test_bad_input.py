@@ -27,6 +27,7 @@ from synthkd_assets import contracts
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
+from synthkd_assets.core.layout import documents_path
 from synthkd_assets.core.parquet_io import (
     READ_BATCH_ROWS,
     WRITE_ROW_GROUP_ROWS,
@@ -34,7 +35,6 @@ from synthkd_assets.core.parquet_io import (
     OutputFileError,
     ParquetShardWriter,
 )
-from synthkd_assets.core.layout import documents_path
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.stages import (
     HARMONY_SCHEMA,

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets import contracts
+from synthkd_assets.definitions import build_definitions
 from synthkd_assets.defs import code_versions
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.resources import SynthKDLayout
-from synthkd_assets.definitions import build_definitions
 from tests.daemon import dagster_home, open_instance
 from tests.helpers import SAMPLE_RAW_DIR, run
 from tests.webserver import graphql, running_webserver

@@ -61,7 +61,9 @@ def test_distill_overrides_and_recorded_paths():
     assert paths.resolve_recorded("/ship/distill") == paths.distill_root()
     # cleanup looks in both builds and every DistillKit root a shard's parts can be in
     assert set(paths.all_distill_roots()) == {
-        Path("/ship/distill"), DATA / "distill/synth_distill", DATA / "distill/synth_distill_smoke"
+        Path("/ship/distill"),
+        DATA / "distill/synth_distill",
+        DATA / "distill/synth_distill_smoke",
     }
     assert paths.all_errors_dirs() == (DATA / "errors", DATA / "smoke/errors")
 
@@ -78,8 +80,12 @@ def test_the_build_script_asks_the_cli_for_its_paths(tmp_path):
 
     def path(*args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "synthkd_assets.cli", "path", *args], cwd=REPO_ROOT, env=env, capture_output=True,
-            text=True, timeout=120,
+            [sys.executable, "-m", "synthkd_assets.cli", "path", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()

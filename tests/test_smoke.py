@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets import contracts
+from synthkd_assets.core.layout import HASH_CACHE_FILENAME, RAW_STATE_SUBDIR, STAGE_NAMES
 from synthkd_assets.core.manifest import sha256_file
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.defs.build import build_all
-from synthkd_assets.core.layout import HASH_CACHE_FILENAME, RAW_STATE_SUBDIR, STAGE_NAMES
 from synthkd_assets.defs.resources import SynthKDBuildConfig
 from tests.test_bad_input import SHARD, SYSTEM, accounted, row, write_raw
 

@@ -42,7 +42,10 @@ def running_webserver(env: Mapping[str, str], *location: str) -> Iterator[int]:
     port = free_port()
     server = subprocess.Popen(
         [str(WEBSERVER), *location, "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO_ROOT, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=REPO_ROOT,
+        env=dict(env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 120

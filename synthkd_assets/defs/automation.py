@@ -33,7 +33,7 @@ from synthkd_assets.defs.assets import (
     synth_tokenized,
 )
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 
 synth_scan_job = dg.define_asset_job(
     "synth_scan_job",

@@ -85,7 +85,10 @@ def rule_slices() -> dict[str, dict[str, Any]]:
         "synth_sampling_plan": {
             **_sampling_rule(),
             "default_targets": [
-                contracts.MEMORIZATION_CAP, contracts.NON_ENGLISH_MIN, contracts.NON_ENGLISH_MAX, contracts.GLOBAL_KEEP
+                contracts.MEMORIZATION_CAP,
+                contracts.NON_ENGLISH_MIN,
+                contracts.NON_ENGLISH_MAX,
+                contracts.GLOBAL_KEEP,
             ],
         },
         "synth_sampled": {**_sampling_rule(), "drop_reasons": contracts.DROP_SAMPLED_OUT},
@@ -131,9 +134,7 @@ def rule_slices() -> dict[str, dict[str, Any]]:
 def code_versions() -> dict[str, str]:
     """`<rule version>-<hash of the slice>` per asset name."""
     slices = rule_slices()
-    return {
-        name: f"{RULE_VERSIONS[name]}-{config_hash(slices[name])[:CODE_VERSION_DIGITS]}" for name in RULE_VERSIONS
-    }
+    return {name: f"{RULE_VERSIONS[name]}-{config_hash(slices[name])[:CODE_VERSION_DIGITS]}" for name in RULE_VERSIONS}
 
 
 def with_code_versions(assets: Sequence[dg.AssetsDefinition | dg.AssetSpec]) -> list:
