@@ -106,15 +106,15 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
     import dagster as dg
 
     from synthkd_assets.defs.build import build_all
-    from synthkd_assets.defs.resources import SynthKDPaths
+    from synthkd_assets.defs.resources import SynthKDLayout
 
-    paths = SynthKDPaths(raw_dir=raw_dir, data_dir=data_dir)
+    layout = SynthKDLayout(raw_dir=raw_dir, data_dir=data_dir)
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     with dg.DagsterInstance.ephemeral() as instance:
         start = time.perf_counter()
-        [key] = build_all(instance, paths, outputs=["synth_kd_v1"], run_config=quiet)
+        [key] = build_all(instance, layout, outputs=["synth_kd_v1"], run_config=quiet)
         seconds = time.perf_counter() - start
-    report = json.loads((Path(data_dir) / "synth_tokenized" / f"{key}.report.json").read_text())
+    report = json.loads(layout.data_layout().stage_report("synth_tokenized", key).read_text())
     # VmHWM: this process's own peak. ru_maxrss would not do: it survives exec, so a child forked from
     # the (large) benchmark process would report the parent's size.
     peak_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from synthkd_assets.core.layout import DataLayout
 from synthkd_contract import constants
 from synthkd_training.dataset import SpanGPTDatasetConfig, build_span_datasets, tokens_prefixes
 from synthkd_training.losses import SpanLossConfig, span_ce_loss
@@ -38,8 +40,9 @@ from synthkd_training.synthetic import write_synthetic_split
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-root", type=Path, default=Path("data/megatron") / constants.DATASET_NAME,
-                        help="dataset root holding train/ (and valid/) shard_XX_{tokens,lossmask,span} trios")
+    parser.add_argument("--data-root", type=Path, default=DataLayout.from_environ(os.environ).megatron_root(),
+                        help="dataset root holding train/ (and valid/) shard_XX_{tokens,lossmask,span} trios "
+                        "(default: synth_kd_v1 under $SYNTHKD_DATA_DIR, else data/)")
     parser.add_argument("--synthetic", action="store_true",
                         help="write a small synthetic trio (megatron-core's builder) into --work-dir and train on it")
     parser.add_argument("--work-dir", type=Path, default=None,

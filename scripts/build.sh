@@ -10,12 +10,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_started=$(date +%s)
 
+# Every path comes from the layout (synthkd_assets/core/layout.py), asked through the CLI.
+where() { .venv/bin/python -m synthkd_assets.cli path "$@"; }
 # One build per data root: a second one stops here ("another build holds <lock>"). The lock is on fd 9,
 # which every child inherits, so it holds until the last of them exits (the kernel drops it, even on SIGKILL).
-data_root="${SYNTHKD_DATA_DIR:-data}"
-mkdir -p "$data_root"
-exec 9<>"$data_root/.build.lock"
-.venv/bin/python -m synthkd_assets.cli lock --fd 9 "$data_root/.build.lock" || exit $?  # 75: held
+lock=$(where build-lock)
+mkdir -p "$(dirname "$lock")"
+exec 9<>"$lock"
+.venv/bin/python -m synthkd_assets.cli lock --fd 9 "$lock" || exit $?  # 75: held
 
 # Each command runs as a job in its own process group (set -m); INT / TERM / HUP stop the running one and
 # every process under it (dagster runs, step processes) before the script exits.
@@ -39,19 +41,18 @@ if [ ! -f "$DAGSTER_HOME/dagster.yaml" ]; then
 fi
 
 config='{}'
-dataset=synth_kd_v1
-distill=synth_distill
 smoke=()
 if [ "${1:-}" = "--smoke" ]; then
-  config='{"resources": {"paths": {"config": {"smoke": true}}}}'
-  dataset=synth_kd_v1_smoke
-  distill=synth_distill_smoke
+  config='{"resources": {"build": {"config": {"smoke": true}}}}'
   smoke=(--smoke)
 fi
+megatron_manifest=$(where megatron-manifest "${smoke[@]}")
+distill_manifest=$(where distill-manifest "${smoke[@]}")
 mkdir -p "$DAGSTER_HOME/logs"
 export BUILD_LOG="$DAGSTER_HOME/logs/build-$(date +%Y%m%d-%H%M%S)-$$.log"
 export BUILD_CONFIG="$config" BUILD_SMOKE="${smoke[*]}"
-echo "build of $dataset + $distill from ${SYNTHKD_RAW_DIR:-data/sample/synth_raw}; full log: $BUILD_LOG"
+datasets="$(basename "$(dirname "$megatron_manifest")") + $(basename "$(dirname "$distill_manifest")")"
+echo "build of $datasets from $(where raw-root); full log: $BUILD_LOG"
 
 export ERROR_LINES='
 / - ERROR - / { print substr($0, 1, 300); next }
@@ -115,5 +116,5 @@ each_shard build synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
 # 5. provenance over all shards
 step manifests synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
 echo
-.venv/bin/python -m synthkd_assets.cli summary --manifest "${SYNTHKD_DATA_DIR:-data}/megatron/$dataset/manifest.json"
-.venv/bin/python -m synthkd_assets.cli summary --manifest "${SYNTHKD_DATA_DIR:-data}/distill/$distill/manifest.json"
+.venv/bin/python -m synthkd_assets.cli summary --manifest "$megatron_manifest"
+.venv/bin/python -m synthkd_assets.cli summary --manifest "$distill_manifest"

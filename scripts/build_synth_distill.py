@@ -49,15 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     from synthkd_assets.cli import distill_summary_lines
     from synthkd_assets.core.buildlock import BuildLockHeld
     from synthkd_assets.defs.build import BuildFailed, build_all
-    from synthkd_assets.defs.resources import SynthKDPaths
+    from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 
     output_dir = args.output_dir.resolve()
     work_dir = (args.work_dir or output_dir.with_name(output_dir.name + ".work")).resolve()
     try:
-        paths = SynthKDPaths(
+        layout = SynthKDLayout(
             raw_dir=str(args.input_dir.resolve()),
             data_dir=str(work_dir),
             distill_dir=str(output_dir),
+            encoding_errors_log=str(args.encoding_errors_log.resolve()) if args.encoding_errors_log else None,
+        )
+        build = SynthKDBuildConfig(
             smoke=args.smoke,
             max_seq_len=args.max_seq_len,
             global_keep=args.global_keep,
@@ -65,9 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             memorization_cap=args.memorization_cap,
             non_english_min=args.non_english_min,
             non_english_max=args.non_english_max,
-            encoding_errors_log=str(args.encoding_errors_log.resolve()) if args.encoding_errors_log else None,
         )
-        paths.targets()  # validates the mixture targets before any work
+        build.targets()  # validates the mixture targets before any work
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         try:
             build_all(
-                instance, paths, outputs=["synth_distill"], over_shards=progress,
+                instance, layout, build, outputs=["synth_distill"], over_shards=progress,
                 run_config=QUIET, tags={"synthkd/cli": "build_synth_distill"},
             )
         except BuildFailed as error:
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         except BuildLockHeld as error:
             print(f"error: {error}", file=sys.stderr)
             return 75
-    manifest = json.loads((output_dir / "manifest.json").read_text())
+    manifest = json.loads(layout.data_layout(build.smoke).distill_manifest().read_text())
     print("\n".join(distill_summary_lines(manifest)))
     return 0
 

@@ -1,5 +1,6 @@
 """Small helpers for the build script: list registered shard partitions, one progress line per shard
-step, print a build summary, take the data root's build lock, and say why a build failed."""
+step, print a build summary, take the data root's build lock, say why a build failed, and say where a
+file of the build lives (the script asks the layout instead of spelling paths out)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,9 @@ import dagster as dg
 
 from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.stages import shard_record_path
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs.failures import failed_runs_report
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
 from synthkd_contract import constants
 
 NO_PARTITIONS_HINT = (
@@ -31,25 +31,24 @@ def list_partitions() -> list[str]:
         return list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
 
 
-def step_report(data_dir: Path, step: str, partition: str, smoke: bool = False) -> dict | None:
+def step_report(layout: DataLayout, step: str, partition: str) -> dict | None:
     """The report a shard step published for `partition` (None if it has not been built)."""
-    paths = SynthKDPaths(data_dir=str(data_dir), smoke=smoke)
     if step == "synth_kd_v1":
-        path = shard_record_path(paths.megatron_root(), shard_index_from_name(partition))
+        path = layout.shard_record(shard_index_from_name(partition))
     elif step == "synth_distill":
-        path = paths.distill_records_dir() / f"{partition}.json"
+        path = layout.distill_record(partition)
     else:
-        path = paths.stage_dir(step) / f"{partition}.report.json"
+        path = layout.stage_report(step, partition)
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
     return record.get("report", record)
 
 
-def progress_line(data_dir: Path, steps: list[str], partition: str, smoke: bool = False) -> str:
+def progress_line(layout: DataLayout, steps: list[str], partition: str) -> str:
     """What the steps did to one shard: rows into the first, then rows out of each step with its drops, e.g.
     `726 rows in -> synth_sampled 573 (153 dropped), synth_tokenized 573, synth_kd_v1 573, synth_distill 573`."""
-    reports = {step: step_report(data_dir, step, partition, smoke) for step in steps}
+    reports = {step: step_report(layout, step, partition) for step in steps}
     built = {step: r for step, r in reports.items() if r is not None}
     if not built:
         return "no report written"
@@ -118,6 +117,15 @@ def take_lock(fd: int, path: Path) -> int:
     return 0
 
 
+# what `path <name>` prints: the files scripts/build.sh needs, from the layout of this environment's roots
+PATHS = {
+    "raw-root": lambda layout: layout.raw_root,
+    "build-lock": DataLayout.build_lock,
+    "megatron-manifest": DataLayout.megatron_manifest,
+    "distill-manifest": DataLayout.distill_manifest,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synthkd_assets.cli")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -126,10 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     progress = sub.add_parser("progress", help="one line: rows in / out / dropped of shard steps of one partition")
     progress.add_argument("--partition", required=True)
     progress.add_argument("--steps", required=True, help="comma-separated shard steps")
-    progress.add_argument("--data-dir", type=Path, default=Path(os.environ.get("SYNTHKD_DATA_DIR") or "data"))
     progress.add_argument("--smoke", action="store_true")
     summary = sub.add_parser("summary", help="print the summary of a built dataset manifest")
-    summary.add_argument("--manifest", type=Path, default=Path("data/megatron") / constants.DATASET_NAME / constants.MANIFEST_FILENAME)
+    summary.add_argument("--manifest", type=Path, help="default: the synth_kd_v1 manifest of $SYNTHKD_DATA_DIR")
+    path = sub.add_parser("path", help="where a file of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR lives")
+    path.add_argument("name", choices=sorted(PATHS))
+    path.add_argument("--smoke", action="store_true")
     failures = sub.add_parser("failures", help="print the failing checks' problems and step errors of runs that failed")
     failures.add_argument("--since", type=float, required=True, help="runs created after this time (epoch seconds)")
     lock = sub.add_parser("lock", help="take the build lock on an open file descriptor of the lock file")
@@ -143,13 +153,16 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         sys.stdout.write("".join(f"{key}\0" for key in keys) if args.null else "\n".join(keys) + "\n")
     elif args.command == "progress":
-        print(progress_line(args.data_dir, args.steps.split(","), args.partition, args.smoke))
+        print(progress_line(DataLayout.from_environ(os.environ, args.smoke), args.steps.split(","), args.partition))
+    elif args.command == "path":
+        print(PATHS[args.name](DataLayout.from_environ(os.environ, args.smoke)))
     elif args.command == "failures":
         print_failures(args.since)
     elif args.command == "lock":
         return take_lock(args.fd, args.path)
     else:
-        print("\n".join(summary_lines(json.loads(args.manifest.read_text()))))
+        manifest = args.manifest or DataLayout.from_environ(os.environ).megatron_manifest()
+        print("\n".join(summary_lines(json.loads(manifest.read_text()))))
     return 0
 
 

@@ -1,27 +1,47 @@
-"""The one Definitions object of the code location (loaded through workspace.yaml / pyproject)."""
+"""The Definitions of the code location (loaded through workspace.yaml / pyproject), built when it loads.
+
+`@dg.definitions` defers everything that depends on the environment to load time, so importing this module
+reads none: the executor ($SYNTHKD_EXECUTOR), the nightly schedule's cron ($SYNTHKD_REBUILD_CRON) and the
+layout's roots ($SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR, as dg.EnvVar) come from the environment of the process
+that loads it; `build_definitions(environ)` builds them for any given environment.
+"""
+
+import os
+from collections.abc import Mapping
 
 import dagster as dg
 
 from synthkd_assets.defs.automation import (
+    DEFAULT_REBUILD_CRON,
+    REBUILD_CRON_ENV,
+    nightly_rebuild_schedule,
     synth_manifests_automation,
     synth_manifests_job,
-    synth_nightly_rebuild,
     synth_plan_job,
     synth_raw_sensor,
     synth_scan_job,
     synth_shard_job,
 )
+from synthkd_assets.defs.code_versions import with_code_versions
 from synthkd_assets.defs.executors import executor_from_env
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 
-defs = dg.Definitions(
-    assets=ASSETS,
-    asset_checks=ASSET_CHECKS,
-    jobs=[synth_scan_job, synth_plan_job, synth_shard_job, synth_manifests_job],
-    sensors=[synth_raw_sensor, synth_manifests_automation],
-    schedules=[synth_nightly_rebuild],
-    resources={"paths": SynthKDPaths()},
-    # embedded multiprocess steps by default; SYNTHKD_EXECUTOR=celery|k8s on a cluster (defs/executors.py)
-    executor=executor_from_env(),
-)
+
+def build_definitions(environ: Mapping[str, str]) -> dg.Definitions:
+    """The code location as a process with environment `environ` loads it."""
+    return dg.Definitions(
+        assets=with_code_versions(ASSETS),
+        asset_checks=ASSET_CHECKS,
+        jobs=[synth_scan_job, synth_plan_job, synth_shard_job, synth_manifests_job],
+        sensors=[synth_raw_sensor, synth_manifests_automation],
+        schedules=[nightly_rebuild_schedule(environ.get(REBUILD_CRON_ENV) or DEFAULT_REBUILD_CRON)],
+        resources=synthkd_resources(SynthKDLayout.from_environment(environ), SynthKDBuildConfig()),
+        # embedded multiprocess steps by default; SYNTHKD_EXECUTOR=celery|k8s on a cluster (defs/executors.py)
+        executor=executor_from_env(environ),
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions(os.environ)

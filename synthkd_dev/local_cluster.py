@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from synthkd_assets.core.layout import DEFAULT_RAW_DIR
 from synthkd_assets.defs.executors import (
     CELERY_CONFIG_ENV,
     DEFAULT_CELERY_CONFIG,
@@ -33,7 +34,6 @@ from synthkd_assets.defs.executors import (
     REPO_ROOT,
     celery_config_path,
 )
-from synthkd_assets.defs.resources import DEFAULT_RAW_DIR
 
 # Debian keeps the server tools off PATH, one directory per major version (newest first)
 POSTGRES_BIN_DIRS = sorted(
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         "--raw-dir", type=Path, default=Path(os.environ.get("SYNTHKD_RAW_DIR") or REPO_ROOT / DEFAULT_RAW_DIR)
     )
     parser.add_argument("--data-dir", type=Path, help="default: STATE_DIR/data")
-    parser.add_argument("--celery-config", type=Path, default=celery_config_path())
+    parser.add_argument("--celery-config", type=Path, default=celery_config_path(os.environ))
     args = parser.parse_args(argv)
     state = args.state_dir.resolve()
     ports = state / "ports.env"

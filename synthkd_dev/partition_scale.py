@@ -61,7 +61,7 @@ from dagster._daemon.sensor import execute_sensor_iteration
 
 from synthkd_assets.defs.build import materialize_steps
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +164,7 @@ def project_instance(home: Path, storage: str = "sharded") -> dg.DagsterInstance
 
 @contextlib.contextmanager
 def synthkd_env(raw_dir: Path, data_dir: Path) -> Iterator[None]:
-    """SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR for the code location's default SynthKDPaths (the daemons' sensor
+    """SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR for the code location's layout resource (the daemons' sensor
     evaluation reads them; a code server subprocess inherits them when it starts)."""
     saved = {k: os.environ.get(k) for k in ("SYNTHKD_RAW_DIR", "SYNTHKD_DATA_DIR")}
     os.environ.update(SYNTHKD_RAW_DIR=str(raw_dir), SYNTHKD_DATA_DIR=str(data_dir))
@@ -212,10 +212,10 @@ def _run_summary(run: dg.DagsterRun) -> dict:
     }
 
 
-def discover(instance: dg.DagsterInstance, paths: SynthKDPaths) -> list[str]:
+def discover(instance: dg.DagsterInstance, layout: SynthKDLayout) -> list[str]:
     """Phase 1: materialize synth_raw_inventory; returns the registered partitions."""
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # not 2N event lines on stderr
-    materialize_steps(instance, paths, ["synth_raw_inventory"], run_config=quiet)
+    materialize_steps(instance, layout, ["synth_raw_inventory"], run_config=quiet)
     return instance.get_dynamic_partitions(SYNTH_SHARDS.name)
 
 
@@ -348,10 +348,10 @@ def run_scenario(
     files = make_shards(raw_dir, partitions)
 
     # phases 2-3 on their own instance and output root: a deployment whose sensor finds N new files
-    sensed_paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(work_dir / "data_sensed"))
+    sensed_layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(work_dir / "data_sensed"))
     with project_instance(work_dir / "home_sensed", storage) as instance:
         start = time.perf_counter()
-        first = tick_synth_raw_sensor(instance, sensed_paths, None)
+        first = tick_synth_raw_sensor(instance, sensed_layout, None)
         result.seconds["sensor tick 1"] = time.perf_counter() - start
         result.tick1_added = sorted(key for r in first.dynamic_partitions_requests for key in r.partition_keys)
         result.tick1_registered = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
@@ -360,7 +360,7 @@ def run_scenario(
         changed = files[len(files) // 2]
         change_shard(changed)
         start = time.perf_counter()
-        second = tick_synth_raw_sensor(instance, sensed_paths, first.cursor)
+        second = tick_synth_raw_sensor(instance, sensed_layout, first.cursor)
         result.seconds["sensor tick 2"] = time.perf_counter() - start
         result.tick2_requests = _requests(second)
         result.changed_shard = changed.stem
@@ -368,10 +368,10 @@ def run_scenario(
 
     # phases 1, 4, 5 on one instance: inventory discovers, then the daemons see N registered partitions
     data_dir = work_dir / "data"
-    paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(data_dir))
+    layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(data_dir))
     with synthkd_env(raw_dir, data_dir), project_instance(work_dir / "home", storage) as instance:
         start = time.perf_counter()
-        result.registered_by_inventory = discover(instance, paths)
+        result.registered_by_inventory = discover(instance, layout)
         result.seconds["discovery"] = time.perf_counter() - start
 
         with workspace_context(instance, in_process=in_process) as context:

@@ -6,13 +6,17 @@ import dagster as dg
 
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.automation import synth_raw_sensor
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 
 
-def tick_synth_raw_sensor(instance: dg.DagsterInstance, paths: SynthKDPaths, cursor: str | None) -> dg.SensorResult:
+def tick_synth_raw_sensor(
+    instance: dg.DagsterInstance, layout: SynthKDLayout, cursor: str | None, build: SynthKDBuildConfig | None = None
+) -> dg.SensorResult:
     """One evaluation of synth_raw_sensor with its partition requests applied, as the sensor daemon applies
     them after a tick."""
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"paths": paths}, definitions=defs)
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources=synthkd_resources(layout, build), definitions=defs()
+    )
     result = synth_raw_sensor(context)
     for request in result.dynamic_partitions_requests:
         if isinstance(request, dg.AddDynamicPartitionsRequest):

@@ -44,14 +44,14 @@ def sample_shards() -> list[Path]:
 
 @pytest.fixture(scope="session")
 def built_sample(tmp_path_factory):
-    """The full graph built once on the bundled sample: (instance, paths, data_dir)."""
+    """The full graph built once on the bundled sample: (instance, layout, data_dir)."""
     import dagster as dg
 
-    from synthkd_assets.defs.resources import SynthKDPaths
+    from synthkd_assets.defs.resources import SynthKDLayout
     from tests.helpers import build_everything
 
     data_dir = tmp_path_factory.mktemp("built")
-    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(data_dir))
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(data_dir))
     with dg.DagsterInstance.ephemeral() as instance:
-        build_everything(instance, paths)
-        yield instance, paths, data_dir
+        build_everything(instance, layout)
+        yield instance, layout, data_dir

@@ -10,24 +10,31 @@ from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the test
     materialize_steps,
 )
 from synthkd_assets.defs.passes import MANIFEST_STEPS, PLAN_STEPS, SCAN_STEPS, SHARD_STEPS  # noqa: F401
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_RAW_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
 ALL_ASSETS = all_definitions()
 
 
-def run(instance, paths: SynthKDPaths, selection: list[str], partition_key: str | None = None, raise_on_error: bool = True):
+def run(
+    instance,
+    layout: SynthKDLayout,
+    selection: list[str],
+    partition_key: str | None = None,
+    raise_on_error: bool = True,
+    build: SynthKDBuildConfig | None = None,
+):
     """Materialize `selection` (and the checks of those assets) on `instance`."""
-    result = materialize_steps(instance, paths, selection, partition_key, raise_on_error=raise_on_error)
+    result = materialize_steps(instance, layout, selection, partition_key, raise_on_error=raise_on_error, build=build)
     if raise_on_error:
         assert result.success
     return result
 
 
-def build_everything(instance, paths: SynthKDPaths) -> None:
+def build_everything(instance, layout: SynthKDLayout) -> None:
     """What scripts/build.sh does: scan pass per shard, the plan, build pass per shard, manifests."""
-    build_all(instance, paths)
+    build_all(instance, layout)
 
 
 def check_outcomes(result) -> dict[str, bool]:

@@ -12,11 +12,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest import read_json
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.passes import MANIFEST_STEPS
-from synthkd_assets.defs.resources import SynthKDPaths
-from synthkd_contract import constants
+from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract.manifest_seal import sha256_file
 from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
 from tests.helpers import SAMPLE_RAW_DIR
@@ -50,6 +50,10 @@ class Workspace:
         return self.root / "data"
 
     @property
+    def paths(self) -> DataLayout:
+        return DataLayout(self.raw, self.data)
+
+    @property
     def home(self) -> Path:
         return self.root / "dagster_home"
 
@@ -64,7 +68,7 @@ def built(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("built_for_daemon")
     shutil.copytree(SAMPLE_RAW_DIR, root / "raw")
     with open_instance(dagster_home(root / "dagster_home")) as instance:
-        build_all(instance, SynthKDPaths(raw_dir=str(root / "raw"), data_dir=str(root / "data")))
+        build_all(instance, SynthKDLayout(raw_dir=str(root / "raw"), data_dir=str(root / "data")))
     return root
 
 
@@ -123,7 +127,7 @@ def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
         }
         assert set(checks) == {(asset, check) for asset, names in MANIFEST_CHECKS.items() for check in names}
         assert all(checks.values()), checks
-    harmony = read_json(ws.data / "synth_harmony" / constants.MANIFEST_FILENAME)
+    harmony = read_json(ws.paths.harmony_manifest())
     assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_02"] == new_sha
 
 
@@ -140,7 +144,7 @@ def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(work
     edit_shard(ws.raw / "synth_01.parquet")
     write_input_manifest(ws.raw, current_shas(ws.raw))  # the user's new input manifest
     new_sha = sha256_file(ws.raw / "synth_01.parquet")
-    untouched = {k: outputs_state(ws.data, f"synth_0{k}", k) for k in (0, 2, 3)}
+    untouched = {k: outputs_state(ws.paths, f"synth_0{k}", k) for k in (0, 2, 3)}
 
     with open_instance(ws.home) as instance:
         with running_daemon(ws.home, env, ws.root / "daemon.log") as daemon:
@@ -153,5 +157,5 @@ def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(work
             "synth_shard_job", "synth_01", f"synth_01:{new_sha}"
         )
         assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [run]  # no other shard, no second ask
-    assert read_json(ws.data / "synth_harmony" / "synth_01.report.json")["source_sha256"] == new_sha
-    assert {k: outputs_state(ws.data, f"synth_0{k}", k) for k in (0, 2, 3)} == untouched
+    assert read_json(ws.paths.stage_report("synth_harmony", "synth_01"))["source_sha256"] == new_sha
+    assert {k: outputs_state(ws.paths, f"synth_0{k}", k) for k in (0, 2, 3)} == untouched

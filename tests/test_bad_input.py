@@ -26,6 +26,7 @@ import pytest
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
+from synthkd_assets.core.layout import documents_path
 from synthkd_assets.core.parquet_io import (
     READ_BATCH_ROWS,
     WRITE_ROW_GROUP_ROWS,
@@ -35,7 +36,6 @@ from synthkd_assets.core.parquet_io import (
 )
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.stages import (
-    documents_path,
     harmonize_shard,
     select_rows_shard,
     tokenize_shard,
@@ -44,7 +44,7 @@ from synthkd_assets.core.stages import (
 from synthkd_assets.core.synth import reference_messages, system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
 from synthkd_assets.core.validation import cross_shard_duplicates
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.schemas import HARMONY_SCHEMA, TOKENIZED_SCHEMA
 from tests.helpers import REPO_ROOT, SCAN_STEPS, run
@@ -569,11 +569,11 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
     write_raw(raw_dir / "synth_00.parquet", good_rows + [good_rows[3]])  # one duplicate row
     bad_rows = [row("a", query=7), row("b", query=8)]
     bad = write_raw(raw_dir / "synth_01.parquet", bad_rows, {"query": pa.int64()})
-    paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
-        run(instance, paths, ["synth_raw_inventory"])
+        run(instance, layout, ["synth_raw_inventory"])
 
-        failed = run(instance, paths, SCAN_STEPS, "synth_01", raise_on_error=False)
+        failed = run(instance, layout, SCAN_STEPS, "synth_01", raise_on_error=False)
         assert not failed.success
         [message] = step_failures(failed)
         assert message == (
@@ -583,17 +583,17 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
         )
         assert not failed.get_asset_materialization_events()  # synth_filtered did not run on it either
 
-        built = run(instance, paths, SCAN_STEPS, "synth_00")
+        built = run(instance, layout, SCAN_STEPS, "synth_00")
         materialized = {e.asset_key.to_user_string(): e for e in built.get_asset_materialization_events()}
         assert set(materialized) == {"synth_harmony", "synth_filtered"}
         metadata = materialized["synth_harmony"].materialization.metadata
         assert metadata["dropped_duplicate_synth_id"].value == 1
         assert all(e.passed for e in built.get_asset_check_evaluations())
 
-    data = tmp_path / "data"
-    assert pq.read_table(data / "synth_harmony" / "synth_00.parquet").num_rows == 20
-    assert not (data / "synth_harmony" / "synth_01.parquet").exists() and not leftovers(data)
-    [logged] = [json.loads(line) for line in (data / "errors" / "synth_harmony" / "synth_00.jsonl").read_text().splitlines()]
+    paths = layout.data_layout()
+    assert pq.read_table(paths.stage_output("synth_harmony", "synth_00")).num_rows == 20
+    assert not paths.stage_output("synth_harmony", "synth_01").exists() and not leftovers(paths.data_root)
+    [logged] = [json.loads(line) for line in paths.error_log("synth_harmony", "synth_00").read_text().splitlines()]
     assert logged | {"detail": ""} == {
         "shard": "synth_00", "source_row": 20, "synth_id": good_rows[3]["synth_id"], "reason": "duplicate_synth_id", "detail": ""
     }
@@ -610,7 +610,7 @@ def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_pa
     raw_dir = tmp_path / "raw"
     rows = pq.read_table(sample_shards[0]).slice(0, 20).to_pylist()
     raw = write_raw(raw_dir / "synth_00.parquet", rows)
-    paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
     real_scan = assets.scan_raw_dir
 
     def scan_then_rewrite(*args, **kwargs):
@@ -619,14 +619,15 @@ def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_pa
         return shards
 
     with dg.DagsterInstance.ephemeral() as instance:
-        run(instance, paths, ["synth_raw_inventory"])
+        run(instance, layout, ["synth_raw_inventory"])
         monkeypatch.setattr(assets, "scan_raw_dir", scan_then_rewrite)
-        failed = run(instance, paths, ["synth_harmony"], "synth_00", raise_on_error=False)
+        failed = run(instance, layout, ["synth_harmony"], "synth_00", raise_on_error=False)
     assert not failed.success
     [message] = step_failures(failed)
     assert f"{raw}: raw shard changed since the inventory scan" in message, message
-    harmony = tmp_path / "data" / "synth_harmony"
-    assert not (harmony / "synth_00.parquet").exists() and not (harmony / "synth_00.report.json").exists()
+    paths = layout.data_layout()
+    assert not paths.stage_output("synth_harmony", "synth_00").exists()
+    assert not paths.stage_report("synth_harmony", "synth_00").exists()
     assert not leftovers(tmp_path)
 
 

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
+from synthkd_assets.core.layout import DataLayout
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 QUOTED = 'it\'s a "quoted" shard 01'  # a partition key with spaces and both kinds of quote
@@ -83,13 +84,13 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
     root stop at once; then SIGTERM to build.sh stops it and every process under it, and frees the lock."""
     small_shard(tmp_path / "raw" / f"{QUOTED}.parquet", 1)
     small_shard(tmp_path / "raw" / "synth_03.parquet", 3)
-    data = tmp_path / "data"
+    paths = DataLayout.from_environ(environment(tmp_path))
     first = start(tmp_path, SYNTHKD_PARALLEL_RUNS="2")
     seen: dict[int, bytes] = {}
 
     def scanned() -> bool:
         seen.update(descendants(first.pid))
-        reports = [data / "synth_filtered" / f"{key}.report.json" for key in (QUOTED, "synth_03")]
+        reports = [paths.stage_report("synth_filtered", key) for key in (QUOTED, "synth_03")]
         return first.poll() is not None or all(report.is_file() for report in reports)
 
     try:
@@ -97,9 +98,9 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
         assert first.poll() is None, (tmp_path / "stdout.txt").read_text()[-3000:]
         second = build(tmp_path, timeout=120)
         assert second.returncode == 75
-        assert f"another build holds {data / '.build.lock'}" in second.stderr
+        assert f"another build holds {paths.build_lock()}" in second.stderr
         with pytest.raises(BuildLockHeld, match="another build holds"):  # the in-process build honours it too
-            with build_lock(data):
+            with build_lock(paths.build_lock()):
                 pass
         seen.update(descendants(first.pid))
         first.send_signal(signal.SIGTERM)  # to build.sh only, as `kill <pid>` would
@@ -109,7 +110,7 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
             os.killpg(first.pid, signal.SIGKILL)
     assert any(b"dagster" in cmdline for cmdline in seen.values())
     wait_for(lambda: not any(alive(pid) for pid in seen), "the build's processes to exit", timeout=60)
-    with build_lock(data):  # nothing holds the lock any more
+    with build_lock(paths.build_lock()):  # nothing holds the lock any more
         pass
 
 

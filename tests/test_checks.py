@@ -12,19 +12,20 @@ import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
+from synthkd_contract import constants
 from synthkd_contract.manifest_seal import ManifestError, verify_manifest
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes
 
 MANIFEST_CHECKS = {"manifest_provenance", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron", "dataset_rows_accounted"}
 
 
-def run_checks(instance, paths: SynthKDPaths, asset: str) -> dict[str, bool]:
+def run_checks(instance, layout: SynthKDLayout, asset: str) -> dict[str, bool]:
     result = dg.materialize(
         ALL_ASSETS,
         selection=dg.AssetSelection.checks_for_assets(asset),
         instance=instance,
-        resources={"paths": paths},
+        resources=synthkd_resources(layout),
         raise_on_error=False,
     )
     return check_outcomes(result)
@@ -35,52 +36,53 @@ def copy_of_build(built_sample, tmp_path):
     instance, _, data_dir = built_sample
     copy = tmp_path / "data"
     shutil.copytree(data_dir, copy)
-    return instance, SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy)), copy
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
+    return instance, layout, layout.data_layout()
 
 
 def test_all_checks_pass_on_a_sound_build(copy_of_build):
-    instance, paths, _ = copy_of_build
-    assert run_checks(instance, paths, "synth_kd_v1_manifest") == dict.fromkeys(MANIFEST_CHECKS, True)
-    assert run_checks(instance, paths, "o200k_tokenizer") == {"tokenizer_sha256_pin": True}
+    instance, layout, _ = copy_of_build
+    assert run_checks(instance, layout, "synth_kd_v1_manifest") == dict.fromkeys(MANIFEST_CHECKS, True)
+    assert run_checks(instance, layout, "o200k_tokenizer") == {"tokenizer_sha256_pin": True}
 
 
 def test_truncated_bin_fails_provenance_and_readability(copy_of_build):
-    instance, paths, copy = copy_of_build
-    path = copy / "megatron" / "synth_kd_v1" / "train" / "shard_00_tokens.bin"
+    instance, layout, paths = copy_of_build
+    path = paths.megatron_root() / "train" / "shard_00_tokens.bin"
     path.write_bytes(path.read_bytes()[:-4])
-    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["manifest_provenance"] is False and outcome["shards_readable_by_megatron"] is False
     assert outcome["no_split_leakage"] is True
 
 
 def test_swapped_idx_fails_provenance_and_readability(copy_of_build):
-    instance, paths, copy = copy_of_build
-    train = copy / "megatron" / "synth_kd_v1" / "train"
+    instance, layout, paths = copy_of_build
+    train = paths.megatron_root() / "train"
     a, b = train / "shard_00_span.idx", train / "shard_01_span.idx"
     a_bytes, b_bytes = a.read_bytes(), b.read_bytes()
     a.write_bytes(b_bytes)
     b.write_bytes(a_bytes)
-    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["manifest_provenance"] is False and outcome["shards_readable_by_megatron"] is False
 
 
 def test_altered_tokenizer_fails_the_pin_and_is_refused(copy_of_build):
-    instance, paths, copy = copy_of_build
-    tokenizer = copy / "tokenizer" / "o200k_base.tiktoken"
+    instance, layout, paths = copy_of_build
+    tokenizer = paths.tokenizer_file()
     tokenizer.write_bytes(tokenizer.read_bytes() + b"\n")
-    assert run_checks(instance, paths, "o200k_tokenizer") == {"tokenizer_sha256_pin": False}
+    assert run_checks(instance, layout, "o200k_tokenizer") == {"tokenizer_sha256_pin": False}
     load_harmony_encoding.cache_clear()
     with pytest.raises(TokenizerPinError):
-        load_harmony_encoding(copy / "tokenizer")
+        load_harmony_encoding(paths.tokenizer_dir())
 
 
 def test_leaked_synth_id_fails_the_leakage_check(copy_of_build):
-    instance, paths, copy = copy_of_build
-    documents = copy / "megatron" / "synth_kd_v1" / "shards" / "shard_01_documents.parquet"
+    instance, layout, paths = copy_of_build
+    documents = paths.documents_table(1)
     table = pl.read_parquet(documents)
     leaked = table.filter(pl.col("split") == "train").head(1).with_columns(split=pl.lit("valid"), document_index=pl.lit(999, pl.Int64))
     pl.concat([table, leaked]).write_parquet(documents)
-    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["no_split_leakage"] is False
 
 
@@ -88,34 +90,34 @@ def test_edited_input_manifest_fails_provenance(copy_of_build):
     """The dataset manifest pins data/synth_harmony/manifest.json by sha256: editing it is caught.
 
     Paths are recorded relative to the data root, so the copied build checks against its own files."""
-    instance, paths, copy = copy_of_build
-    manifest = json.loads((copy / "megatron" / "synth_kd_v1" / "manifest.json").read_text())
+    instance, layout, paths = copy_of_build
+    manifest = json.loads(paths.megatron_manifest().read_text())
     assert manifest["input_manifest"]["path"] == "synth_harmony/manifest.json"
     assert manifest["tokenizer"]["path"] == "tokenizer/o200k_base.tiktoken"
-    harmony = copy / "synth_harmony" / "manifest.json"
-    assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is True
+    harmony = paths.harmony_manifest()
+    assert run_checks(instance, layout, "synth_kd_v1_manifest")["manifest_provenance"] is True
     harmony.write_text(harmony.read_text() + " ")
-    assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is False
+    assert run_checks(instance, layout, "synth_kd_v1_manifest")["manifest_provenance"] is False
 
 
 def test_raw_shard_changed_after_the_manifest_fails_the_input_check(copy_of_build, tmp_path):
-    instance, _, copy = copy_of_build
+    instance, _, paths = copy_of_build
     raw = tmp_path / "raw"
     shutil.copytree(SAMPLE_RAW_DIR, raw)
-    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(copy))
-    assert run_checks(instance, paths, "synth_harmony_manifest") == {"raw_inputs_unchanged": True}
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(paths.data_root))
+    assert run_checks(instance, layout, "synth_harmony_manifest") == {"raw_inputs_unchanged": True}
     table = pq.read_table(raw / "synth_03.parquet")
     pq.write_table(table.slice(0, table.num_rows - 1), raw / "synth_03.parquet")
-    assert run_checks(instance, paths, "synth_harmony_manifest") == {"raw_inputs_unchanged": False}
+    assert run_checks(instance, layout, "synth_harmony_manifest") == {"raw_inputs_unchanged": False}
 
 
 def test_synth_id_in_two_shards_fails_the_duplicate_check(copy_of_build):
-    instance, paths, copy = copy_of_build
-    shards = copy / "megatron" / "synth_kd_v1" / "shards"
-    first = pl.read_parquet(shards / "shard_00_documents.parquet").head(1)
-    second = pl.read_parquet(shards / "shard_02_documents.parquet")
-    pl.concat([second, first.with_columns(document_index=pl.lit(10_000, pl.Int64))]).write_parquet(shards / "shard_02_documents.parquet")
-    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    instance, layout, paths = copy_of_build
+    first = pl.read_parquet(paths.documents_table(0)).head(1)
+    second = pl.read_parquet(paths.documents_table(2))
+    duplicated = pl.concat([second, first.with_columns(document_index=pl.lit(10_000, pl.Int64))])
+    duplicated.write_parquet(paths.documents_table(2))
+    outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["no_duplicate_synth_ids"] is False and outcome["no_split_leakage"] is True
 
 
@@ -130,14 +132,14 @@ def test_raw_inputs_unchanged_compares_with_the_hashes_read_at_build_time(tmp_pa
     table = pq.read_table(sample_shards[0]).slice(0, 20)
     pq.write_table(table, raw)
     read_sha = hashlib.sha256(raw.read_bytes()).hexdigest()
-    paths = SynthKDPaths(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
-        run(instance, paths, ["synth_raw_inventory"])
-        run(instance, paths, ["synth_harmony"], "synth_00")
+        run(instance, layout, ["synth_raw_inventory"])
+        run(instance, layout, ["synth_harmony"], "synth_00")
         pq.write_table(table.slice(0, 19), raw)  # the shard changes once it has been read
-        result = run(instance, paths, ["synth_harmony_manifest"], raise_on_error=False)
+        result = run(instance, layout, ["synth_harmony_manifest"], raise_on_error=False)
     assert check_outcomes(result) == {"raw_inputs_unchanged": False}
-    manifest = json.loads((tmp_path / "data" / "synth_harmony" / "manifest.json").read_text())
+    manifest = json.loads(layout.data_layout().harmony_manifest().read_text())
     [entry] = manifest["shards"]
     assert entry["source"]["sha256"] == read_sha != hashlib.sha256(raw.read_bytes()).hexdigest()
 
@@ -151,63 +153,63 @@ def rewrite_json(path, edit) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def provenance_outcomes(instance, paths) -> tuple[bool, bool]:
+def provenance_outcomes(instance, layout: SynthKDLayout) -> tuple[bool, bool]:
     return (
-        run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"],
-        run_checks(instance, paths, "synth_distill_manifest")["distill_manifest_provenance"],
+        run_checks(instance, layout, "synth_kd_v1_manifest")["manifest_provenance"],
+        run_checks(instance, layout, "synth_distill_manifest")["distill_manifest_provenance"],
     )
 
 
 def test_every_dataset_file_is_listed_and_the_manifests_are_sealed(copy_of_build):
-    _, _, copy = copy_of_build
-    for root in (copy / "megatron" / "synth_kd_v1", copy / "distill" / "synth_distill"):
+    _, _, paths = copy_of_build
+    for root in (paths.megatron_root(), paths.distill_root()):
         manifest = verify_manifest(root)  # seal, every listed file's bytes and sha256, nothing unlisted
         on_disk = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
         assert sorted([f["path"] for f in manifest["files"]] + ["manifest.json", "manifest.json.sha256"]) == on_disk
-    kd = json.loads((copy / "megatron" / "synth_kd_v1" / "manifest.json").read_text())
+    kd = json.loads(paths.megatron_manifest().read_text())
     listed = {f["path"] for f in kd["files"]}
     assert {"shards/shard_00.json", "shards/shard_00_documents.parquet", "train/shard_00_tokens.bin"} <= listed
 
 
 @pytest.mark.parametrize("dataset", ["synth_kd_v1", "synth_distill"])
 def test_hand_edited_manifest_totals_fail_provenance(copy_of_build, dataset):
-    instance, paths, copy = copy_of_build
-    root = copy / ("megatron" if dataset == "synth_kd_v1" else "distill") / dataset
-    assert provenance_outcomes(instance, paths) == (True, True)
+    instance, layout, paths = copy_of_build
+    root = paths.megatron_root() if dataset == "synth_kd_v1" else paths.distill_root()
+    assert provenance_outcomes(instance, layout) == (True, True)
 
     def edit(manifest):
         manifest["totals"]["rows_out"] += 1
 
-    rewrite_json(root / "manifest.json", edit)
-    assert provenance_outcomes(instance, paths) == ((dataset != "synth_kd_v1"), (dataset != "synth_distill"))
+    rewrite_json(root / constants.MANIFEST_FILENAME, edit)
+    assert provenance_outcomes(instance, layout) == ((dataset != "synth_kd_v1"), (dataset != "synth_distill"))
     with pytest.raises(ManifestError, match="does not match its seal"):
         verify_manifest(root)
 
 
 def test_an_edited_synth_id_in_a_documents_table_fails_provenance(copy_of_build):
-    instance, paths, copy = copy_of_build
-    documents = copy / "megatron" / "synth_kd_v1" / "shards" / "shard_01_documents.parquet"
+    instance, layout, paths = copy_of_build
+    documents = paths.documents_table(1)
     table = pl.read_parquet(documents)
     edited = table.with_columns(synth_id=pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited")).otherwise(pl.col("synth_id")))
     edited.write_parquet(documents)
-    outcome = run_checks(instance, paths, "synth_kd_v1_manifest")
+    outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["manifest_provenance"] is False and outcome["no_split_leakage"] is True
 
 
 def test_an_edited_shard_record_fails_provenance(copy_of_build):
-    instance, paths, copy = copy_of_build
-    rewrite_json(copy / "megatron" / "synth_kd_v1" / "shards" / "shard_02.json", lambda r: r["report"].update(rows_out=0))
-    assert run_checks(instance, paths, "synth_kd_v1_manifest")["manifest_provenance"] is False
+    instance, layout, paths = copy_of_build
+    rewrite_json(paths.shard_record(2), lambda r: r["report"].update(rows_out=0))
+    assert run_checks(instance, layout, "synth_kd_v1_manifest")["manifest_provenance"] is False
 
 
 @pytest.mark.parametrize("dataset", ["synth_kd_v1", "synth_distill"])
 def test_a_file_the_manifest_does_not_list_fails_provenance(copy_of_build, dataset):
     """A stray file under a dataset root (another build's shard, a copy, a leftover) is not part of it."""
-    instance, paths, copy = copy_of_build
+    instance, layout, paths = copy_of_build
     if dataset == "synth_kd_v1":
-        train = copy / "megatron" / "synth_kd_v1" / "train"
+        train = paths.megatron_root() / "train"
         shutil.copy(train / "shard_00_span.bin", train / "shard_09_span.bin")
     else:
-        train = copy / "distill" / "synth_distill" / "train"
+        train = paths.distill_root() / "train"
         shutil.copy(train / "part-00000.parquet", train / "part-00009.parquet")
-    assert provenance_outcomes(instance, paths) == ((dataset != "synth_kd_v1"), (dataset != "synth_distill"))
+    assert provenance_outcomes(instance, layout) == ((dataset != "synth_kd_v1"), (dataset != "synth_distill"))

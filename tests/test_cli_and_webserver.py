@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from synthkd_assets.core.layout import DataLayout
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
+from tests.webserver import graphql, running_webserver
 
 VENV_BIN = Path(sys.executable).parent
 ASSETS = {
@@ -42,10 +41,11 @@ def cli_build(tmp_path_factory):
 def test_build_script_materializes_through_the_cli(cli_build):
     env, root, stdout = cli_build
     assert "synth_kd_v1_smoke: 4 shards" in stdout and "rows in: 3000" in stdout
-    manifest = json.loads((root / "data" / "megatron" / "synth_kd_v1_smoke" / "manifest.json").read_text())
+    smoke = DataLayout.from_environ(env, smoke=True)
+    manifest = json.loads(smoke.megatron_manifest().read_text())
     assert manifest["totals"]["rows_out"] == 4 * 64
     assert "synth_distill_smoke: 4 shards" in stdout
-    distill = json.loads((root / "data" / "distill" / "synth_distill_smoke" / "manifest.json").read_text())
+    distill = json.loads(smoke.distill_manifest().read_text())
     assert distill["totals"]["rows_out"] == 4 * 64 and distill["config"]["caps"]["max_rows_per_shard"] == 64
     assert (root / "home" / "dagster.yaml").is_file()  # the instance lives where DAGSTER_HOME says
 
@@ -94,53 +94,22 @@ def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path)
     import dagster as dg
 
     from synthkd_assets.defs.build import build_all
-    from synthkd_assets.defs.resources import SynthKDPaths
+    from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
     from tests.test_crash_safety import final_files
 
     env, root, _ = cli_build
     other = tmp_path / "data"
     with dg.DagsterInstance.ephemeral() as instance:
-        build_all(instance, SynthKDPaths(raw_dir=env["SYNTHKD_RAW_DIR"], data_dir=str(other), smoke=True))
+        layout = SynthKDLayout(raw_dir=env["SYNTHKD_RAW_DIR"], data_dir=str(other))
+        build_all(instance, layout, SynthKDBuildConfig(smoke=True))
     assert final_files(other) == final_files(root / "data")
-
-
-def graphql(port: int, query: str) -> dict:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        payload = json.loads(response.read())
-    assert "errors" not in payload, payload
-    return payload["data"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
 def webserver(cli_build):
     env, _, _ = cli_build
-    port = free_port()
-    server = subprocess.Popen(
-        [str(VENV_BIN / "dagster-webserver"), "-m", "synthkd_assets.definitions", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5)
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, "dagster-webserver did not come up"
-                time.sleep(1)
+    with running_webserver(env, "-m", "synthkd_assets.definitions") as port:
         yield port
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 NODES = """{ assetNodes { assetKey { path } isPartitioned partitionKeys

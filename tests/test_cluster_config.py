@@ -52,13 +52,9 @@ def test_an_unknown_executor_is_refused_by_name():
 def shard_job_execution_config(environ: dict) -> dict:
     """The executor config a synth_shard_job run gets with no run config (as sensor, schedule and backfill
     runs have), under the engine SYNTHKD_EXECUTOR names: what the configured executor really resolves to."""
-    from synthkd_assets.definitions import defs
+    from synthkd_assets.definitions import build_definitions
 
-    engine_defs = dg.Definitions(
-        assets=list(defs.assets), asset_checks=list(defs.asset_checks), jobs=list(defs.jobs),
-        resources=dict(defs.resources), executor=executor_from_env(environ),
-    )
-    job = engine_defs.resolve_job_def("synth_shard_job")
+    job = build_definitions(environ).resolve_job_def("synth_shard_job")
     (config,) = dg.validate_run_config(job, {})["execution"].values()
     return config
 
@@ -85,7 +81,10 @@ def test_the_celery_config_path_can_be_pointed_elsewhere(tmp_path, cluster_env):
 
 def test_the_code_location_loads_with_the_celery_executor_in_a_fresh_process():
     env = {**os.environ, **CLUSTER_ENV, EXECUTOR_ENV: "celery"}
-    code = "from synthkd_assets.definitions import defs; print(defs.resolve_job_def('synth_shard_job').executor_def.name)"
+    code = (
+        "from synthkd_assets.definitions import defs; "
+        "print(defs().resolve_job_def('synth_shard_job').executor_def.name)"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "celery"
@@ -143,7 +142,7 @@ def test_the_k8s_executor_is_configured_from_the_k8s_run_config(cluster_env):
     assert {"name": "synth-data", "mountPath": "/mnt/synth"} in config["volume_mounts"]
     assert config["step_k8s_config"]["container_config"]["resources"]["requests"]["cpu"] == "1"
     # per-step overrides name real steps of the job (a typo there would silently apply to nothing)
-    steps = {node.name for node in defs.resolve_job_def("synth_shard_job").graph.nodes}
+    steps = {node.name for node in defs().resolve_job_def("synth_shard_job").graph.nodes}
     assert set(executor_config_from_yaml(DEFAULT_K8S_CONFIG)["per_step_k8s_config"]) <= steps
 
 

@@ -8,7 +8,7 @@ import shutil
 import dagster as dg
 
 from synthkd_assets.definitions import defs
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR
 
@@ -17,7 +17,13 @@ MANIFESTS = ("synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_ma
 
 
 def all_check_specs() -> list[dg.AssetCheckSpec]:
-    return [spec for definition in [*defs.assets, *defs.asset_checks] if hasattr(definition, "check_specs") for spec in definition.check_specs]
+    definitions = defs()
+    return [
+        spec
+        for definition in [*definitions.assets, *definitions.asset_checks]
+        if hasattr(definition, "check_specs")
+        for spec in definition.check_specs
+    ]
 
 
 def latest(instance: dg.DagsterInstance, asset: str, partition: str | None = None) -> dict:
@@ -35,7 +41,7 @@ def test_every_check_has_a_description():
 
 
 def test_every_asset_has_kinds_owners_and_a_pass_tag():
-    specs = defs.resolve_all_asset_specs()
+    specs = defs().resolve_all_asset_specs()
     assert {s.key.to_user_string() for s in specs} >= set(TABLE_ASSETS) | set(MANIFESTS)
     for spec in specs:
         assert spec.kinds, spec.key
@@ -46,7 +52,7 @@ def test_every_asset_has_kinds_owners_and_a_pass_tag():
 
 
 def test_table_assets_declare_their_column_schema():
-    specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
+    specs = {s.key.to_user_string(): s for s in defs().resolve_all_asset_specs()}
 
     def columns(asset: str) -> list[str]:
         schema = specs[asset].metadata["dagster/column_schema"]
@@ -59,7 +65,7 @@ def test_table_assets_declare_their_column_schema():
 
 
 def test_table_materializations_report_row_count_schema_uri_and_every_drop_reason(built_sample):
-    instance, paths, data_dir = built_sample
+    instance, layout, data_dir = built_sample
     for asset in TABLE_ASSETS:
         metadata = latest(instance, asset, "synth_01")
         assert metadata["dagster/row_count"].value == metadata["rows_out"].value, asset
@@ -74,7 +80,8 @@ def test_table_materializations_report_row_count_schema_uri_and_every_drop_reaso
     assert all(f"sanitized_{key}" in harmony for key in drops.SANITIZED_KEYS)
     tokenized = latest(instance, "synth_tokenized", "synth_01")
     assert all(f"tokens_{span}" in tokenized for span in constants.SPAN_NAMES.values())
-    assert latest(instance, "synth_kd_v1", "synth_01")["dagster/uri"].value.endswith("/megatron/synth_kd_v1")
+    megatron_root = layout.data_layout().megatron_root()
+    assert latest(instance, "synth_kd_v1", "synth_01")["dagster/uri"].value == megatron_root.resolve().as_uri()
 
 
 def test_every_drop_reason_seen_is_registered(built_sample):
@@ -101,13 +108,13 @@ def test_manifests_report_rows_in_out_and_every_drop_reason(built_sample):
 def test_per_shard_check_results_name_their_partition(built_sample, tmp_path):
     instance, _, data_dir = built_sample
     shutil.copytree(data_dir, tmp_path / "data")
-    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
     result = dg.materialize(
         ALL_ASSETS,
         selection=dg.AssetSelection.assets("synth_kd_v1") | dg.AssetSelection.checks_for_assets("synth_kd_v1"),
         partition_key="synth_02",
         instance=instance,
-        resources={"paths": paths},
+        resources=synthkd_resources(layout),
     )
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert set(evaluations) == {"rows_accounted", "trio_alignment"}
@@ -122,13 +129,14 @@ def test_a_failed_check_says_what_failed_and_which_file(built_sample, tmp_path):
     instance, _, data_dir = built_sample
     copy = tmp_path / "data"
     shutil.copytree(data_dir, copy)
-    tokens = copy / "megatron" / "synth_kd_v1" / "train" / "shard_01_tokens.bin"
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
+    tokens = layout.data_layout().megatron_root() / "train" / "shard_01_tokens.bin"
     tokens.write_bytes(tokens.read_bytes()[:-8])
     result = dg.materialize(
         ALL_ASSETS,
         selection=dg.AssetSelection.checks_for_assets("synth_kd_v1_manifest"),
         instance=instance,
-        resources={"paths": SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))},
+        resources=synthkd_resources(layout),
         raise_on_error=False,
     )
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}

@@ -12,7 +12,7 @@ from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.stages import harmonize_shard, tokenize_shard
 from synthkd_assets.core.synth import default_system_content, system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
-from synthkd_assets.defs.resources import SynthKDPaths, kd_config
+from synthkd_assets.defs.resources import SynthKDBuildConfig
 
 
 def test_encode_threads_do_not_change_the_tokenized_bytes(tmp_path, sample_shards, encoding, tokenizer_dir):
@@ -27,14 +27,15 @@ def test_encode_threads_do_not_change_the_tokenized_bytes(tmp_path, sample_shard
 
 
 def test_config_hash_changes_exactly_when_the_output_could():
-    base = SynthKDPaths()
-    digest = mf.config_hash(kd_config(base))
-    # settings that cannot change a byte of synth_kd_v1 leave the hash alone
-    for same in (SynthKDPaths(encode_threads=2), SynthKDPaths(data_dir="/elsewhere", raw_dir="/raw")):
-        assert mf.config_hash(kd_config(same)) == digest
+    base = SynthKDBuildConfig()
+    digest = mf.config_hash(base.kd_config())
+    # settings that cannot change a byte of synth_kd_v1 leave the hash alone (the roots are not build config)
+    assert mf.config_hash(SynthKDBuildConfig(encode_threads=2).kd_config()) == digest
     # settings that change the bytes move it
-    for different in (SynthKDPaths(smoke=True), SynthKDPaths(memorization_cap=0.5), SynthKDPaths(global_keep=0.5)):
-        assert mf.config_hash(kd_config(different)) != digest
-    selection = kd_config(base)["selection"]
+    for different in (
+        SynthKDBuildConfig(smoke=True), SynthKDBuildConfig(memorization_cap=0.5), SynthKDBuildConfig(global_keep=0.5)
+    ):
+        assert mf.config_hash(different.kd_config()) != digest
+    selection = base.kd_config()["selection"]
     low_effort = system_message_dict(default_system_content().with_reasoning_effort(ReasoningEffort.LOW))
     assert mf.config_hash(kd_build_config(low_effort, None, None, selection)) != digest

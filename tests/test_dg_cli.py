@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from synthkd_assets.core.layout import DataLayout
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 VENV_BIN = Path(sys.executable).parent
@@ -71,9 +72,9 @@ def test_dg_launch_on_a_fresh_instance(fresh):
 
     scan = dg(fresh, "launch", "--assets", "tag:synthkd/pass=scan", "--partition", "synth_01")
     assert scan.returncode == 0, scan.stderr[-3000:]
-    data = Path(fresh["SYNTHKD_DATA_DIR"])
-    assert (data / "synth_filtered" / "synth_01.parquet").is_file()
-    assert not (data / "synth_filtered" / "synth_00.parquet").exists()
+    paths = DataLayout.from_environ(fresh)
+    assert paths.stage_output("synth_filtered", "synth_01").is_file()
+    assert not paths.stage_output("synth_filtered", "synth_00").exists()
 
     kd = dg(fresh, "launch", "--assets", "synth_kd_v1", "--partition", "synth_01")
     output = kd.stdout + kd.stderr

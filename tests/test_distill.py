@@ -16,7 +16,7 @@ from openai_harmony import Conversation, Message, RenderConversationConfig, Role
 
 from synthkd_assets.core.distill_io import distill_part_problems, distill_split
 from synthkd_assets.core.parquet_io import list_column_rows
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import DISTILL_SCHEMA
@@ -34,12 +34,13 @@ DISTILL_CHECKS = {
 
 @pytest.fixture(scope="module")
 def distill(built_sample):
-    _, _, data_dir = built_sample
-    root = data_dir / "distill" / "synth_distill"
+    _, layout, _ = built_sample
+    paths = layout.data_layout()
+    root = paths.distill_root()
     rows = pl.concat(
         [pl.read_parquet(path).with_columns(split=pl.lit(split)) for split in constants.DISTILL_SPLITS for path in sorted((root / split).glob("*.parquet"))]
     )
-    return root, rows, json.loads((root / "manifest.json").read_text())
+    return root, rows, json.loads(paths.distill_manifest().read_text())
 
 
 def by_hand(raw: dict, encoding) -> dict:
@@ -87,10 +88,10 @@ def header_tokens(encoding) -> list[str]:
 
 def test_every_row_keeps_the_contract(distill, built_sample):
     root, rows, manifest = distill
-    _, _, data_dir = built_sample
+    paths = built_sample[1].data_layout()
     assert pq.read_schema(root / "train" / "part-00000.parquet").equals(DISTILL_SCHEMA)
     assert rows["id"].n_unique() == rows.height == manifest["totals"]["rows_out"]
-    tokenized = pl.concat([pl.read_parquet(p) for p in sorted((data_dir / "synth_tokenized").glob("*.parquet"))])
+    tokenized = pl.concat([pl.read_parquet(p) for p in sorted(paths.stage_dir("synth_tokenized").glob("*.parquet"))])
     tokens = dict(zip(tokenized["synth_id"].to_list(), list_column_rows(tokenized.to_arrow().column("tokens"))))
     spans_of = dict(zip(tokenized["synth_id"].to_list(), list_column_rows(tokenized.to_arrow().column("span_id"))))
     for row in rows.iter_rows(named=True):
@@ -107,7 +108,7 @@ def test_every_row_keeps_the_contract(distill, built_sample):
         assert (token_span[start - 2 : start] != 0).all() and (token_span[: start - 2] == 0).all()
         assert np.count_nonzero(token_span[start:] == 1) == spans["analysis_token_count"]
     # one code path: exactly the conversations of synth_kd_v1 (no sample row is over 8192 tokens)
-    documents = pl.concat([pl.read_parquet(p) for p in sorted((data_dir / "megatron" / "synth_kd_v1" / "shards").glob("*_documents.parquet"))])
+    documents = pl.concat([pl.read_parquet(paths.documents_table(s["shard_index"])) for s in manifest["shards"]])
     assert set(documents["synth_id"].to_list()) == set(rows["source"].struct.field("synth_id").to_list())
     counts = rows.group_by("split").len()
     assert dict(counts.iter_rows()) == manifest["totals"]["rows_per_split"]
@@ -136,7 +137,7 @@ def nearest_rank(lengths: list[int], p: int) -> int:
 
 def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sample):
     root, rows, manifest = distill
-    _, _, data_dir = built_sample
+    paths = built_sample[1].data_layout()
     for key in ("git_sha", "config", "config_hash", "tokenizer", "input_manifest", "split", "sampling", "token_lengths", "totals"):
         assert key in manifest
     assert manifest["config"]["max_seq_len"] == 8192 and manifest["config"]["split"]["valid_fraction"] == 0.01
@@ -146,11 +147,12 @@ def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sampl
         assert stats["min"] == min(lengths) and stats["max"] == max(lengths) and stats["tokens"] == sum(lengths)
         assert [stats[f"p{p}"] for p in (50, 90, 99)] == [nearest_rank(lengths, p) for p in (50, 90, 99)]
     sampling = manifest["sampling"]
-    assert sampling["plan_sha256"] == sha256_file(data_dir / "synth_sampling_plan" / "plan.json")
+    assert sampling["plan_sha256"] == sha256_file(paths.sampling_plan())
     assert sampling["feasible"] and sampling["plan_counts_current"] and sampling["achieved_meets_targets"]
     # the filtered sample is under both caps (counted here from the synth_filtered rows): nothing is sampled out,
     # English included (the non-English lower bound is opt-in)
-    filtered = pl.concat([pl.read_parquet(p, columns=["language", "exercise"]) for p in sorted((data_dir / "synth_filtered").glob("*.parquet"))])
+    filtered_files = sorted(paths.stage_dir("synth_filtered").glob("*.parquet"))
+    filtered = pl.concat([pl.read_parquet(p, columns=["language", "exercise"]) for p in filtered_files])
     non_english = filtered.filter(pl.col("language") != "en").height / filtered.height
     memorization = filtered.filter(pl.col("exercise") == "memorization").height / filtered.height
     assert non_english < 0.25 and memorization < 0.70
@@ -162,20 +164,21 @@ def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sampl
         assert dropped[reason] > 0
     assert not [reason for reason in dropped if reason.startswith("sampled_out_")]
     assert manifest["totals"]["rows_in"] == 3000 == manifest["totals"]["rows_out"] + sum(dropped.values())
-    kd = json.loads((data_dir / "megatron" / "synth_kd_v1" / "manifest.json").read_text())
+    kd = json.loads(paths.megatron_manifest().read_text())
     assert kd["sampling"] == sampling and kd["config"]["selection"] == manifest["config"]["selection"]
 
 
 def test_a_non_english_minimum_is_opt_in(built_sample, tmp_path):
     """non_english_min > 0 samples English down to reach it: e with non / (e * en + non) = 0.25, e = 3 non / en."""
-    instance, _, data_dir = built_sample
-    copy = tmp_path / "data"
-    shutil.copytree(data_dir / "synth_filtered", copy / "synth_filtered")
-    filtered = pl.concat([pl.read_parquet(p, columns=["language"]) for p in sorted((copy / "synth_filtered").glob("*.parquet"))])
+    instance, built, _ = built_sample
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
+    paths = layout.data_layout()
+    shutil.copytree(built.data_layout().stage_dir("synth_filtered"), paths.stage_dir("synth_filtered"))
+    filtered_files = sorted(paths.stage_dir("synth_filtered").glob("*.parquet"))
+    filtered = pl.concat([pl.read_parquet(p, columns=["language"]) for p in filtered_files])
     english = filtered.filter(pl.col("language") == "en").height
-    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy), non_english_min=0.25)
-    run(instance, paths, ["synth_sampling_plan"])
-    plan = json.loads((copy / "synth_sampling_plan" / "plan.json").read_text())
+    run(instance, layout, ["synth_sampling_plan"], build=SynthKDBuildConfig(non_english_min=0.25))
+    plan = json.loads(paths.sampling_plan().read_text())
     assert plan["rates"]["english"] == pytest.approx(3 * (filtered.height - english) / english)
     assert plan["rates"]["non_english"] == 1.0 and plan["expected_after"]["non_english_share"] == pytest.approx(0.25)
 
@@ -183,24 +186,28 @@ def test_a_non_english_minimum_is_opt_in(built_sample, tmp_path):
 def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(built_sample, tmp_path):
     instance, _, data_dir = built_sample
     copy = tmp_path / "data"
-    shutil.copytree(data_dir, copy, ignore=shutil.ignore_patterns("megatron", "distill"))
+    layout = SynthKDLayout(
+        raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy), encoding_errors_log=str(tmp_path / "enc.jsonl")
+    )
+    paths = layout.data_layout()
+    datasets = (paths.megatron_root(), paths.distill_root())
+    dataset_dirs = {root.relative_to(paths.data_root).parts[0] for root in datasets}
+    shutil.copytree(data_dir, copy, ignore=shutil.ignore_patterns(*dataset_dirs))
     # one conversation the renderer must refuse: an assistant channel v1 has no span for
-    sampled = copy / "synth_sampled" / "synth_03.parquet"
+    sampled = paths.stage_output("synth_sampled", "synth_03")
     table = pq.read_table(sampled)
     messages = table.column("messages_json").to_pylist()
     bad_id = table.column("synth_id")[0].as_py()
     messages[0] = messages[0].replace('"channel":"final"', '"channel":"commentary"')
     pq.write_table(table.set_column(table.schema.get_field_index("messages_json"), "messages_json", [messages]), sampled)
-    paths = SynthKDPaths(
-        raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy), max_seq_len=1000, encoding_errors_log=str(tmp_path / "enc.jsonl")
-    )
-    run(instance, paths, ["synth_tokenized"], "synth_03")
+    build = SynthKDBuildConfig(max_seq_len=1000)
+    run(instance, layout, ["synth_tokenized"], "synth_03", build=build)
     for key in ("synth_00", "synth_01", "synth_02", "synth_03"):
-        run(instance, paths, ["synth_distill"], key)
-    result = run(instance, paths, ["synth_distill_manifest"])
+        run(instance, layout, ["synth_distill"], key, build=build)
+    result = run(instance, layout, ["synth_distill_manifest"], build=build)
     assert set(check_outcomes(result).values()) == {True}
-    manifest = json.loads((copy / "distill" / "synth_distill" / "manifest.json").read_text())
-    tokenized = pl.concat([pl.read_parquet(p) for p in sorted((copy / "synth_tokenized").glob("*.parquet"))])
+    manifest = json.loads(paths.distill_manifest().read_text())
+    tokenized = pl.concat([pl.read_parquet(p) for p in sorted(paths.stage_dir("synth_tokenized").glob("*.parquet"))])
     too_long = tokenized.filter(pl.col("tokens").list.len() - 1 > 1000).height
     assert too_long > 0 and manifest["totals"]["dropped"]["over_max_seq_len"] == too_long
     assert manifest["totals"]["rows_out"] == tokenized.height - too_long
@@ -209,19 +216,19 @@ def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(b
     logged = [json.loads(line) for line in (tmp_path / "enc.jsonl").read_text().splitlines()]
     assert [(e["synth_id"], e["reason"]) for e in logged] == [(bad_id, "unsupported_assistant_channel")]
     assert manifest["encoding_errors_log"] == {"path": str(tmp_path / "enc.jsonl"), "records": 1}
-    over = [json.loads(line) for line in (copy / "errors" / "synth_distill" / "synth_00.jsonl").read_text().splitlines()]
+    over = [json.loads(line) for line in paths.error_log(paths.distill_name(), "synth_00").read_text().splitlines()]
     assert over and {e["reason"] for e in over} == {"over_max_seq_len"}
 
 
 # --- the blocking checks on a corrupted copy -------------------------------------------------------
 
 
-def run_checks(instance, paths: SynthKDPaths) -> dict[str, bool]:
+def run_checks(instance, layout: SynthKDLayout, build: SynthKDBuildConfig | None = None) -> dict[str, bool]:
     result = dg.materialize(
         ALL_ASSETS,
         selection=dg.AssetSelection.checks_for_assets("synth_distill_manifest"),
         instance=instance,
-        resources={"paths": paths},
+        resources=synthkd_resources(layout, build),
         raise_on_error=False,
     )
     return check_outcomes(result)
@@ -229,12 +236,14 @@ def run_checks(instance, paths: SynthKDPaths) -> dict[str, bool]:
 
 @pytest.fixture
 def corruptible(built_sample, tmp_path):
-    instance, _, data_dir = built_sample
-    copy = tmp_path / "data"
-    shutil.copytree(data_dir / "distill", copy / "distill")
-    for keep in ("tokenizer", "synth_harmony"):  # what the provenance check reads besides the parts
-        shutil.copytree(data_dir / keep, copy / keep)
-    return instance, SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy)), copy / "distill" / "synth_distill"
+    instance, built, _ = built_sample
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
+    source, paths = built.data_layout(), layout.data_layout()
+    shutil.copytree(source.distill_root(), paths.distill_root())
+    # what the provenance check reads besides the parts
+    shutil.copytree(source.tokenizer_dir(), paths.tokenizer_dir())
+    shutil.copytree(source.stage_dir("synth_harmony"), paths.stage_dir("synth_harmony"))
+    return instance, layout, paths.distill_root()
 
 
 def rewrite(path, edit) -> None:
@@ -244,25 +253,25 @@ def rewrite(path, edit) -> None:
 
 
 def test_checks_pass_on_the_sound_copy(corruptible):
-    instance, paths, _ = corruptible
-    assert run_checks(instance, paths) == dict.fromkeys(DISTILL_CHECKS, True)
+    instance, layout, _ = corruptible
+    assert run_checks(instance, layout) == dict.fromkeys(DISTILL_CHECKS, True)
 
 
 def test_a_wrong_label_fails_the_labels_check(corruptible):
-    instance, paths, root = corruptible
+    instance, layout, root = corruptible
 
     def edit(rows):
         start = rows[3]["spans"]["assistant_token_start"]
         rows[3]["labels"][start + 5] += 1
 
     rewrite(root / "train" / "part-00001.parquet", edit)
-    outcome = run_checks(instance, paths)
+    outcome = run_checks(instance, layout)
     assert outcome["distill_labels_match_input_ids"] is False and outcome["distill_manifest_provenance"] is False
     assert outcome["distill_spans_consistent"] is True and outcome["distill_no_split_leakage"] is True
 
 
 def test_inconsistent_spans_fail_the_spans_check(corruptible):
-    instance, paths, root = corruptible
+    instance, layout, root = corruptible
 
     def edit(rows):
         rows[0]["spans"]["final_token_count"] -= 1  # counts no longer add up
@@ -271,23 +280,22 @@ def test_inconsistent_spans_fail_the_spans_check(corruptible):
     rewrite(root / "train" / "part-00002.parquet", edit)
     found = distill_part_problems(root / "train" / "part-00002.parquet", "train", 8192, 0.01)
     assert len(found["spans"]) == 2 and found["labels"] == [] and found["split"] == []
-    outcome = run_checks(instance, paths)
+    outcome = run_checks(instance, layout)
     assert outcome["distill_spans_consistent"] is False and outcome["distill_labels_match_input_ids"] is True
 
 
 def test_a_leaked_row_fails_the_leakage_check(corruptible):
-    instance, paths, root = corruptible
+    instance, layout, root = corruptible
     leaked = pq.read_table(root / "train" / "part-00000.parquet").slice(0, 1).to_pylist()
     rewrite(root / "validation" / "part-00000.parquet", lambda rows: rows.extend(leaked))
-    outcome = run_checks(instance, paths)
+    outcome = run_checks(instance, layout)
     assert outcome["distill_no_split_leakage"] is False and outcome["distill_labels_match_input_ids"] is True
 
 
 def test_a_too_long_row_fails_the_max_length_check(corruptible):
-    instance, paths, root = corruptible
+    instance, layout, root = corruptible
     longest = max(len(ids) for ids in pq.read_table(root / "train" / "part-00003.parquet").column("input_ids").to_pylist())
-    shorter = SynthKDPaths(raw_dir=paths.raw_dir, data_dir=paths.data_dir, max_seq_len=longest - 1)
-    outcome = run_checks(instance, shorter)
+    outcome = run_checks(instance, layout, SynthKDBuildConfig(max_seq_len=longest - 1))
     assert outcome["distill_max_length_respected"] is False
     assert outcome["distill_manifest_provenance"] is False  # and max_seq_len is part of the config hash
     assert outcome["distill_labels_match_input_ids"] is True

@@ -12,7 +12,7 @@ import pytest
 from synthkd_assets.core.megatron_io import trio_alignment_problems
 from synthkd_assets.core.sampling import assign_split
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.trio import open_trio, shard_tokens_prefix
@@ -30,8 +30,8 @@ def test_partitions_are_discovered_from_the_raw_directory(built):
 
 
 def test_layout_and_alignment(built):
-    _, _, data_dir = built
-    root = data_dir / "megatron" / "synth_kd_v1"
+    _, layout, _ = built
+    root = layout.data_layout().megatron_root()
     for shard_index in range(4):
         assert trio_alignment_problems(root / "train", shard_index) == []
         for kind in constants.ARRAY_KINDS:
@@ -40,13 +40,14 @@ def test_layout_and_alignment(built):
 
 
 def test_manifest_provenance_matches_the_bytes_on_disk(built):
-    _, _, data_dir = built
-    root = data_dir / "megatron" / "synth_kd_v1"
-    manifest = json.loads((root / "manifest.json").read_text())
+    _, layout, _ = built
+    paths = layout.data_layout()
+    root = paths.megatron_root()
+    manifest = json.loads(paths.megatron_manifest().read_text())
     for key in ("git_sha", "config_hash", "tokenizer", "input_manifest", "split", "shards", "totals"):
         assert key in manifest
     assert manifest["tokenizer"]["sha256"] == constants.TOKENIZER_SHA256
-    assert manifest["input_manifest"]["sha256"] == sha256_file(data_dir / "synth_harmony" / "manifest.json")
+    assert manifest["input_manifest"]["sha256"] == sha256_file(paths.harmony_manifest())
     assert manifest["split"]["valid_fraction"] == constants.VALID_FRACTION
     assert manifest["totals"]["rows_in"] == 3000
     files = [f for shard in manifest["shards"] for split in shard["splits"] for f in split["files"]]
@@ -65,9 +66,10 @@ def test_manifest_provenance_matches_the_bytes_on_disk(built):
 
 
 def test_documents_follow_tokenized_rows_and_the_split_rule(built):
-    _, _, data_dir = built
-    root = data_dir / "megatron" / "synth_kd_v1"
-    tokenized = pl.read_parquet(data_dir / "synth_tokenized" / "synth_01.parquet")
+    _, layout, _ = built
+    paths = layout.data_layout()
+    root = paths.megatron_root()
+    tokenized = pl.read_parquet(paths.stage_output("synth_tokenized", "synth_01"))
     by_split = {split: tokenized.filter(pl.col("synth_id").map_elements(assign_split, return_dtype=pl.String) == split) for split in constants.SPLITS}
     trio = open_trio(shard_tokens_prefix(root / "train", 1))
     assert len(trio["tokens"]) == by_split["train"].height
@@ -77,11 +79,11 @@ def test_documents_follow_tokenized_rows_and_the_split_rule(built):
 
 
 def test_rematerializing_unchanged_input_is_byte_identical(built):
-    instance, paths, data_dir = built
-    root = data_dir / "megatron" / "synth_kd_v1"
+    instance, layout, _ = built
+    root = layout.data_layout().megatron_root()
     before = {p: sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
-    run(instance, paths, SHARD_STEPS, "synth_02")
-    run(instance, paths, MANIFEST_STEPS)
+    run(instance, layout, SHARD_STEPS, "synth_02")
+    run(instance, layout, MANIFEST_STEPS)
     after = {p: sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
     assert after == before
 
@@ -89,10 +91,10 @@ def test_rematerializing_unchanged_input_is_byte_identical(built):
 @pytest.mark.parametrize("manifest", ["synth_kd_v1_manifest", "synth_distill_manifest"])
 def test_a_manifest_over_an_unbuilt_partition_fails_naming_it(manifest, tmp_path):
     """The inventory registered the shards but none was built: the manifest refuses rather than list fewer."""
-    paths = SynthKDPaths(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path))
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path))
     with dg.DagsterInstance.ephemeral() as instance:
-        run(instance, paths, ["o200k_tokenizer", "synth_raw_inventory"])
-        result = run(instance, paths, [manifest], raise_on_error=False)
+        run(instance, layout, ["o200k_tokenizer", "synth_raw_inventory"])
+        result = run(instance, layout, [manifest], raise_on_error=False)
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     message = failure.event_specific_data.error.message

@@ -20,12 +20,13 @@ import dagster as dg
 import pytest
 
 from synthkd_assets.core import manifest as manifest_module
+from synthkd_assets.core.layout import BUILD_LOCK_FILENAME, DEFAULT_RAW_DIR, HASH_CACHE_FILENAME
 from synthkd_assets.defs.build import build_all
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORDED = Path(__file__).parent / "data" / "sample_build_sha256.json"
-NOT_OUTPUTS = {"hash_cache.json", ".build.lock"}
+NOT_OUTPUTS = {HASH_CACHE_FILENAME, BUILD_LOCK_FILENAME}
 PINNED_GIT_STATE = {"git_sha": "0" * 40, "git_dirty": False}
 
 
@@ -38,9 +39,9 @@ def file_digests(root: Path) -> dict[str, str]:
 
 
 def build_sample(data_dir: Path, smoke: bool) -> dict[str, str]:
-    paths = SynthKDPaths(raw_dir="data/sample/synth_raw", data_dir=str(data_dir), smoke=smoke)
+    layout = SynthKDLayout(raw_dir=DEFAULT_RAW_DIR, data_dir=str(data_dir))
     with dg.DagsterInstance.ephemeral() as instance:
-        build_all(instance, paths)
+        build_all(instance, layout, SynthKDBuildConfig(smoke=smoke))
     return file_digests(data_dir)
 
 

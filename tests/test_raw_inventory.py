@@ -15,17 +15,18 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.core.buildlock import BuildLockHeld, build_lock, lock_path
+from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.checks import dataset_rows_problems
 from synthkd_assets.core.cleanup import orphaned_outputs
 from synthkd_assets.core.inventory import ignored_raw_files, partition_key_for, scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.automation import synth_raw_sensor
 from synthkd_assets.defs.build import BuildFailed, build_all
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 from synthkd_training.dataset import tokens_prefixes
@@ -39,6 +40,11 @@ def small_shard(path: Path, source: int = 0, rows: int = ROWS) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, rows), path)
     return path
+
+
+def lock_of(data_root: Path) -> Path:
+    """The build lock of a data root (the raw root plays no part in it)."""
+    return DataLayout(data_root, data_root).build_lock()
 
 
 def every_file(*roots: Path) -> list[str]:
@@ -59,12 +65,12 @@ def test_an_empty_or_missing_raw_directory_is_an_error(tmp_path):
 def test_an_empty_raw_directory_fails_the_inventory_and_leaves_the_partitions(tmp_path):
     raw = tmp_path / "raw"
     small_shard(raw / "synth_00.parquet")
-    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
-        run(instance, paths, ["synth_raw_inventory"])
+        run(instance, layout, ["synth_raw_inventory"])
         (raw / "synth_00.parquet").unlink()  # e.g. an unmounted share
         with pytest.raises(BuildFailed, match="no raw shards in"):
-            run(instance, paths, ["synth_raw_inventory"])
+            run(instance, layout, ["synth_raw_inventory"])
         assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00"]
 
 
@@ -88,10 +94,10 @@ def test_a_zero_row_twin_cannot_overwrite_a_shard(tmp_path):
     raw = tmp_path / "raw"
     small_shard(raw / "synth_01.parquet")
     write_raw(raw / "synth_1.parquet", [])
-    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance, pytest.raises(BuildFailed, match="synth_1.parquet"):
-        build_all(instance, paths)
-    assert not (tmp_path / "data" / "megatron").exists()
+        build_all(instance, layout)
+    assert not layout.data_layout().megatron_root().exists()
 
 
 def test_a_name_without_a_shard_number_is_refused_at_inventory(tmp_path):
@@ -121,9 +127,9 @@ def test_files_the_rule_skips_are_reported(tmp_path):
     (raw / "README.txt").write_text("not data")
     assert [s.name for s in scan_raw_dir(raw)] == ["synth_00"]
     assert ignored_raw_files(raw) == [str(raw / "SYNTH_01.PARQUET"), str(raw / "more" / "synth_02.parquet")]
-    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
-        result = run(instance, paths, ["synth_raw_inventory"])
+        result = run(instance, layout, ["synth_raw_inventory"])
         [materialization] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "synth_raw_inventory"]
         assert materialization.materialization.metadata["ignored_files"].value == ignored_raw_files(raw)
         warnings = [r.user_message for r in instance.all_logs(result.run_id) if r.level >= 30]  # logging.WARNING
@@ -156,14 +162,14 @@ def test_dataset_rows_problems_unit():
 
 @pytest.fixture
 def three_shards(tmp_path):
-    """Three small shards built in process: (instance, paths, raw, data)."""
+    """Three small shards built in process: (instance, layout, raw, data)."""
     raw = tmp_path / "raw"
     for index in (0, 1, 3):
         small_shard(raw / f"synth_0{index}.parquet", source=index)
-    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
-        build_all(instance, paths)
-        yield instance, paths, raw, tmp_path / "data"
+        build_all(instance, layout)
+        yield instance, layout, raw, tmp_path / "data"
 
 
 def shard_03_files(data: Path) -> list[str]:
@@ -171,53 +177,56 @@ def shard_03_files(data: Path) -> list[str]:
 
 
 def test_outputs_of_a_removed_shard_are_removed_and_the_checks_pass(three_shards):
-    instance, paths, raw, data = three_shards
+    instance, layout, raw, data = three_shards
     assert shard_03_files(data)
     (raw / "synth_03.parquet").unlink()
-    build_all(instance, paths)  # raises unless every step and check passed
+    build_all(instance, layout)  # raises unless every step and check passed
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
     assert shard_03_files(data) == []  # every stage, both datasets, records, error logs
-    kd = data / "megatron" / constants.DATASET_NAME
-    assert [Path(p).name for p in tokens_prefixes(kd / "train")] == ["shard_00_tokens", "shard_01_tokens"]
-    manifest = json.loads((kd / "manifest.json").read_text())
+    paths = layout.data_layout()
+    prefixes = tokens_prefixes(paths.megatron_root() / "train")
+    assert [Path(p).name for p in prefixes] == ["shard_00_tokens", "shard_01_tokens"]
+    manifest = json.loads(paths.megatron_manifest().read_text())
     assert [s["partition"] for s in manifest["shards"]] == ["synth_00", "synth_01"]
-    distill = data / "distill" / constants.DISTILL_DATASET_NAME
+    distill = paths.distill_root()
     assert sorted(p.name for p in (distill / "train").iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
 
 
 def test_a_lost_instance_does_not_hide_outputs_of_removed_shards(three_shards, tmp_path):
     """The partition was never registered in this (fresh) instance: the files on disk still go."""
-    _, paths, raw, data = three_shards
+    _, layout, raw, data = three_shards
     (raw / "synth_03.parquet").unlink()
     with dg.DagsterInstance.ephemeral() as fresh:
-        run(fresh, paths, ["synth_raw_inventory"])
+        run(fresh, layout, ["synth_raw_inventory"])
     assert shard_03_files(data) == []
-    assert orphaned_outputs(paths.output_layout(), ["synth_00", "synth_01"]) == []
+    assert orphaned_outputs(layout.data_layout(), ["synth_00", "synth_01"]) == []
 
 
 def test_a_renamed_shard_keeps_its_number_files_until_rebuilt(three_shards):
     """synth_03 renamed synth_3: the key-named files of synth_03 go, shard_03 files stay for synth_3."""
-    instance, paths, raw, data = three_shards
+    instance, layout, raw, data = three_shards
     (raw / "synth_03.parquet").rename(raw / "synth_3.parquet")
-    orphans = [p.name for p in orphaned_outputs(paths.output_layout(), ["synth_00", "synth_01", "synth_3"])]
+    orphans = [p.name for p in orphaned_outputs(layout.data_layout(), ["synth_00", "synth_01", "synth_3"])]
     assert "synth_03.parquet" in orphans and not any("shard_03" in name or "part-00003" in name for name in orphans)
-    build_all(instance, paths)
+    build_all(instance, layout)
     assert not [f for f in every_file(data) if "synth_03" in f]
 
 
 def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
-    instance, paths, raw, data = three_shards
-    cursor = tick_synth_raw_sensor(instance, paths, None).cursor
+    instance, layout, raw, data = three_shards
+    cursor = tick_synth_raw_sensor(instance, layout, None).cursor
     (raw / "synth_03.parquet").unlink()
-    with build_lock(paths.data_root()):  # a build in progress: the sensor waits, touching nothing
-        skipped = synth_raw_sensor(dg.build_sensor_context(instance=instance, cursor=cursor, resources={"paths": paths}))
-    assert isinstance(skipped, dg.SkipReason) and ".build.lock" in skipped.skip_message and shard_03_files(data)
-    result = tick_synth_raw_sensor(instance, paths, cursor)
+    lock = layout.data_layout().build_lock()
+    with build_lock(lock):  # a build in progress: the sensor waits, touching nothing
+        context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=synthkd_resources(layout))
+        skipped = synth_raw_sensor(context)
+    assert isinstance(skipped, dg.SkipReason) and str(lock) in skipped.skip_message and shard_03_files(data)
+    result = tick_synth_raw_sensor(instance, layout, cursor)
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
     assert shard_03_files(data) == []
     # nothing else rebuilds, so the sensor asks for the manifests to list what is left; then they pass
     assert [r.job_name for r in result.run_requests] == ["synth_manifests_job"]
-    outcome = check_outcomes(run(instance, paths, MANIFEST_STEPS))
+    outcome = check_outcomes(run(instance, layout, MANIFEST_STEPS))
     assert outcome and all(outcome.values()), outcome
 
 
@@ -225,19 +234,19 @@ def test_rows_are_accounted_over_the_whole_dataset(three_shards):
     """The end state of an overwritten shard (an empty twin's record under shard 00's name, its files gone):
     the dataset-level rows checks fail on it (and the sealed manifest's provenance, which lists every file
     under the root, may too); the row-level checks cannot see it."""
-    instance, paths, raw, data = three_shards
+    instance, layout, raw, data = three_shards
     empty_raw = raw / "synth_05.parquet"
     write_raw(empty_raw, [])
-    build_all(instance, paths)
-    kd = data / "megatron" / constants.DATASET_NAME
-    shutil.copy(kd / "shards" / "shard_05.json", kd / "shards" / "shard_00.json")
-    for path in [*(kd / "train").glob("shard_00_*"), *(kd / "valid").glob("shard_00_*"), kd / "shards" / "shard_00_documents.parquet"]:
+    build_all(instance, layout)
+    paths = layout.data_layout()
+    kd = paths.megatron_root()
+    shutil.copy(paths.shard_record(5), paths.shard_record(0))
+    for path in [*(kd / "train").glob("shard_00_*"), *(kd / "valid").glob("shard_00_*"), paths.documents_table(0)]:
         path.unlink()
-    distill_records = data / constants.DISTILL_DATASET_NAME
-    shutil.copy(distill_records / "synth_05.json", distill_records / "synth_00.json")
-    for path in (data / "distill" / constants.DISTILL_DATASET_NAME).glob("*/part-00000.parquet"):
+    shutil.copy(paths.distill_record("synth_05"), paths.distill_record("synth_00"))
+    for path in paths.distill_root().glob("*/part-00000.parquet"):
         path.unlink()
-    outcomes = check_outcomes(run(instance, paths, MANIFEST_STEPS, raise_on_error=False))
+    outcomes = check_outcomes(run(instance, layout, MANIFEST_STEPS, raise_on_error=False))
     failing = sorted(name for name, passed in outcomes.items() if not passed)
     assert {"dataset_rows_accounted", "distill_dataset_rows_accounted"} <= set(failing), failing
     assert set(failing) <= {"dataset_rows_accounted", "distill_dataset_rows_accounted", "manifest_provenance"}, failing
@@ -250,11 +259,11 @@ def test_a_failing_check_says_why(three_shards):
 
     from synthkd_assets.defs.failures import failed_runs_report
 
-    instance, paths, raw, data = three_shards
+    instance, layout, raw, data = three_shards
     since = datetime.now(timezone.utc)
     shutil.copy(raw / "synth_00.parquet", raw / "synth_04.parquet")
     with pytest.raises(BuildFailed) as failed:
-        build_all(instance, paths)
+        build_all(instance, layout)
     report = failed_runs_report(instance, since)
     for text in (str(failed.value), "\n".join(report)):
         assert "check synth_kd_v1_manifest:no_duplicate_synth_ids failed: " in text, text
@@ -270,51 +279,57 @@ HOLDER = textwrap.dedent(
     import sys
     from pathlib import Path
     from synthkd_assets.core.buildlock import build_lock
-    with build_lock(Path(sys.argv[1])):
+    with build_lock(Path(sys.argv[1])):  # the lock file
         print("locked", flush=True)
         sys.stdin.read()  # hold until the test closes stdin
     """
 )
 
 
+def hold_lock(lock: Path) -> subprocess.Popen:
+    """Another process holding the build lock until its stdin closes (it prints "locked" once it holds it)."""
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    return subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], cwd=REPO_ROOT, **pipes)
+
+
 def test_a_second_build_on_one_data_root_stops_at_once(tmp_path):
     raw = tmp_path / "raw"
     small_shard(raw / "synth_00.parquet")
     data = tmp_path / "data"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(data)], cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = hold_lock(lock_of(data))
     try:
         assert holder.stdout.readline().strip() == "locked"
-        paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(data))
+        layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(data))
         with dg.DagsterInstance.ephemeral() as instance:
-            with pytest.raises(BuildLockHeld, match=f"another build holds {lock_path(data)}"):
-                build_all(instance, paths)
-        assert not (data / "synth_harmony").exists()  # it wrote nothing
-        with build_lock(tmp_path / "other"):  # another data root is not blocked
+            with pytest.raises(BuildLockHeld, match=f"another build holds {lock_of(data)}"):
+                build_all(instance, layout)
+        assert not layout.data_layout().stage_dir("synth_harmony").exists()  # it wrote nothing
+        with build_lock(lock_of(tmp_path / "other")):  # another data root is not blocked
             pass
     finally:
         holder.stdin.close()
         assert holder.wait(timeout=60) == 0
-    with build_lock(data):  # released when its holder exits
+    with build_lock(lock_of(data)):  # released when its holder exits
         pass
 
 
 def test_the_lock_is_released_when_its_holder_is_killed(tmp_path):
     data = tmp_path / "data"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(data)], cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = hold_lock(lock_of(data))
     assert holder.stdout.readline().strip() == "locked"
     with pytest.raises(BuildLockHeld):
-        with build_lock(data):
+        with build_lock(lock_of(data)):
             pass
     holder.kill()
     holder.wait(timeout=60)
-    with build_lock(data):
+    with build_lock(lock_of(data)):
         pass
 
 
 def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
     """A removed shard's leftovers in the full and the smoke build roots, and partials under the unique names
     core/atomic.py gives them (`<name>.<random>.partial`), are all found; a present shard's are not."""
-    paths = SynthKDPaths(raw_dir=str(tmp_path / "raw"), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(tmp_path / "raw"), data_dir=str(tmp_path / "data"))
     data = tmp_path / "data"
     gone = [
         data / "synth_harmony" / "synth_03.parquet",
@@ -331,4 +346,4 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
     for path in gone + kept:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    assert orphaned_outputs(paths.output_layout(), ["synth_00"]) == sorted(gone)
+    assert orphaned_outputs(layout.data_layout(), ["synth_00"]) == sorted(gone)

@@ -18,7 +18,7 @@ from synthkd_assets.core.inventory import (
 )
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 from tests.daemon import dagster_home, open_instance
@@ -35,21 +35,22 @@ def setup(built_sample, tmp_path):
     _, _, data_dir = built_sample
     raw = tmp_path / "raw"
     shutil.copytree(SAMPLE_RAW_DIR, raw)
-    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(data_dir))
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(data_dir))
     with open_instance(dagster_home(tmp_path / "home")) as instance:
         instance.add_dynamic_partitions(SYNTH_SHARDS.name, SHARDS)
-        yield instance, paths, raw
+        yield instance, layout, raw
 
 
-def tick(instance, paths):
+def tick(instance, layout: SynthKDLayout):
     """One evaluation of the schedule of the loaded Definitions, as the scheduler daemon evaluates it."""
+    definitions = defs()
     with dg.build_schedule_context(
         instance=instance,
         scheduled_execution_time=datetime(2026, 1, 1, 3, tzinfo=timezone.utc),
-        resources={"paths": paths},
-        repository_def=defs.get_repository_def(),
+        resources=synthkd_resources(layout),
+        repository_def=definitions.get_repository_def(),
     ) as context:
-        return defs.resolve_schedule_def("synth_nightly_rebuild").evaluate_tick(context)
+        return definitions.resolve_schedule_def("synth_nightly_rebuild").evaluate_tick(context)
 
 
 def requested(data) -> list[tuple[str, str | None]]:
@@ -57,16 +58,16 @@ def requested(data) -> list[tuple[str, str | None]]:
 
 
 def test_nothing_changed_requests_nothing(setup):
-    instance, paths, raw = setup
-    data = tick(instance, paths)
+    instance, layout, raw = setup
+    data = tick(instance, layout)
     assert data.run_requests == [] and data.skip_message.startswith("nothing changed: all 4 shards are built from the raw files")
     write_input_manifest(raw, current_shas(raw))
-    data = tick(instance, paths)
+    data = tick(instance, layout)
     assert data.run_requests == [] and "the input manifest" in data.skip_message
 
 
 def test_a_changed_input_manifest_rebuilds_exactly_its_changed_shard(setup):
-    instance, paths, raw = setup
+    instance, layout, raw = setup
     before = current_shas(raw)
     write_input_manifest(raw, before)
     edit_shard(raw / "synth_02.parquet")
@@ -74,30 +75,30 @@ def test_a_changed_input_manifest_rebuilds_exactly_its_changed_shard(setup):
 
     # the file changed, the manifest still lists the old bytes: the tick fails naming the file, requests nothing
     with pytest.raises(dg.DagsterUserCodeExecutionError) as failed:
-        tick(instance, paths)
+        tick(instance, layout)
     error = failed.value.user_exception
     assert isinstance(error, InputManifestError) and "disagrees with the raw files, nothing requested" in str(error)
     assert f"synth_02.parquet: listed sha256 {before['synth_02']}, the file's is {after['synth_02']}" in str(error)
 
     write_input_manifest(raw, after)
-    data = tick(instance, paths)
+    data = tick(instance, layout)
     assert requested(data) == [("synth_02", f"synth_02:{after['synth_02']}")]
     assert data.run_requests[0].asset_selection is None  # the whole synth_shard_job, under the plan in force
 
     # while a run of it is in flight (from this schedule or the sensor: same run key), it is not asked for again
     instance.create_run_for_job(
-        defs.resolve_job_def("synth_shard_job"),
+        defs().resolve_job_def("synth_shard_job"),
         status=dg.DagsterRunStatus.STARTED,
         tags={"dagster/run_key": f"synth_02:{after['synth_02']}", "dagster/partition": "synth_02"},
     )
-    data = tick(instance, paths)
+    data = tick(instance, layout)
     assert data.run_requests == [] and "already queued or running" in data.skip_message and "synth_02" in data.skip_message
 
 
 def test_a_new_shard_is_registered_and_requested(setup):
-    instance, paths, raw = setup
+    instance, layout, raw = setup
     shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")
-    data = tick(instance, paths)
+    data = tick(instance, layout)
     assert requested(data) == [("synth_07", f"synth_07:{sha256_file(raw / 'synth_07.parquet')}")]
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [*SHARDS, "synth_07"]
 
@@ -105,9 +106,9 @@ def test_a_new_shard_is_registered_and_requested(setup):
 def test_without_a_plan_only_the_scan_pass_is_requested(tmp_path):
     raw = tmp_path / "raw"
     shutil.copytree(SAMPLE_RAW_DIR, raw)
-    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))  # nothing built
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))  # nothing built
     with open_instance(dagster_home(tmp_path / "home")) as instance:
-        data = tick(instance, paths)
+        data = tick(instance, layout)
     assert [r.partition_key for r in data.run_requests] == SHARDS
     assert {tuple(k.to_user_string() for k in r.asset_selection) for r in data.run_requests} == {("synth_harmony", "synth_filtered")}
 

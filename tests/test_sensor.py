@@ -9,26 +9,26 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+from synthkd_assets.core.layout import STAGE_NAMES, DataLayout
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, build_everything, run
 
 
-def tick(instance, paths: SynthKDPaths, cursor: str | None) -> dg.SensorResult:
-    return tick_synth_raw_sensor(instance, paths, cursor)
+def tick(instance, layout: SynthKDLayout, cursor: str | None) -> dg.SensorResult:
+    return tick_synth_raw_sensor(instance, layout, cursor)
 
 
 def requested(result: dg.SensorResult) -> list[tuple[str, str | None]]:
     return sorted((r.job_name, r.partition_key) for r in result.run_requests)
 
 
-def outputs_state(data_dir, shard: str, index: int) -> dict[str, tuple[int, int]]:
+def outputs_state(paths: DataLayout, shard: str, index: int) -> dict[str, tuple[int, int]]:
     files = [
-        data_dir / "synth_harmony" / f"{shard}.parquet",
-        *(data_dir / stage / f"{shard}.parquet" for stage in ("synth_filtered", "synth_sampled", "synth_tokenized")),
-        *sorted((data_dir / "megatron" / "synth_kd_v1").glob(f"*/shard_{index:02d}_*")),
-        *sorted((data_dir / "distill" / "synth_distill").glob(f"*/part-{index:05d}.parquet")),
+        *(paths.stage_output(stage, shard) for stage in STAGE_NAMES),
+        *sorted(paths.megatron_root().glob(f"*/shard_{index:02d}_*")),
+        *sorted(paths.distill_root().glob(f"*/part-{index:05d}.parquet")),
     ]
     return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in files}
 
@@ -37,57 +37,57 @@ def outputs_state(data_dir, shard: str, index: int) -> dict[str, tuple[int, int]
 def workspace(tmp_path):
     raw = tmp_path / "raw"
     shutil.copytree(SAMPLE_RAW_DIR, raw)
-    paths = SynthKDPaths(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
-        yield instance, paths, raw, tmp_path / "data"
+        yield instance, layout, raw, layout.data_layout()
 
 
 def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
-    instance, paths, raw, data_dir = workspace
-    first = tick(instance, paths, None)
+    instance, layout, raw, paths = workspace
+    first = tick(instance, layout, None)
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01", "synth_02", "synth_03"]
     # no sampling plan yet: only the scan pass (harmony + filters) can run per shard
     assert requested(first) == [("synth_scan_job", f"synth_0{i}") for i in range(4)]
 
-    build_everything(instance, paths)
-    assert requested(tick(instance, paths, first.cursor)) == []
-    assert requested(tick(instance, paths, None)) == []  # a lost cursor does not rebuild up-to-date shards
+    build_everything(instance, layout)
+    assert requested(tick(instance, layout, first.cursor)) == []
+    assert requested(tick(instance, layout, None)) == []  # a lost cursor does not rebuild up-to-date shards
 
-    untouched = {k: outputs_state(data_dir, f"synth_0{k}", k) for k in (0, 1, 3)}
+    untouched = {k: outputs_state(paths, f"synth_0{k}", k) for k in (0, 1, 3)}
     table = pq.read_table(raw / "synth_02.parquet")
     answers = table.column("synthetic_answer").to_pylist()
     answers[0] = answers[0] + "\n\nEdited upstream."
     pq.write_table(table.set_column(table.schema.get_field_index("synthetic_answer"), "synthetic_answer", [answers]), raw / "synth_02.parquet")
 
-    changed = tick(instance, paths, first.cursor)
+    changed = tick(instance, layout, first.cursor)
     assert requested(changed) == [("synth_shard_job", "synth_02")]
     observed = {(e.partition, e.tags["dagster/data_version"]) for e in changed.asset_events}
     assert observed == {("synth_02", json.loads(changed.cursor)["shards"]["synth_02"])}
-    assert requested(tick(instance, paths, changed.cursor)) == []  # asked once per content
+    assert requested(tick(instance, layout, changed.cursor)) == []  # asked once per content
 
-    before = outputs_state(data_dir, "synth_02", 2)
-    plan = (data_dir / "synth_sampling_plan" / "plan.json").read_bytes()
-    run(instance, paths, SHARD_STEPS, "synth_02")  # rebuilt under the plan in force, which is not recomputed
-    run(instance, paths, MANIFEST_STEPS)
-    assert outputs_state(data_dir, "synth_02", 2) != before
-    assert {k: outputs_state(data_dir, f"synth_0{k}", k) for k in (0, 1, 3)} == untouched
-    assert (data_dir / "synth_sampling_plan" / "plan.json").read_bytes() == plan
+    before = outputs_state(paths, "synth_02", 2)
+    plan = paths.sampling_plan().read_bytes()
+    run(instance, layout, SHARD_STEPS, "synth_02")  # rebuilt under the plan in force, which is not recomputed
+    run(instance, layout, MANIFEST_STEPS)
+    assert outputs_state(paths, "synth_02", 2) != before
+    assert {k: outputs_state(paths, f"synth_0{k}", k) for k in (0, 1, 3)} == untouched
+    assert paths.sampling_plan().read_bytes() == plan
     # the manifests rewritten by a run (synth_manifests_automation's, here by hand) are not asked for a second time
-    assert requested(tick(instance, paths, changed.cursor)) == []
+    assert requested(tick(instance, layout, changed.cursor)) == []
 
 
 def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace):
-    instance, paths, raw, data_dir = workspace
-    first = tick(instance, paths, None)
-    build_everything(instance, paths)
-    settled = tick(instance, paths, first.cursor)
+    instance, layout, raw, paths = workspace
+    first = tick(instance, layout, None)
+    build_everything(instance, layout)
+    settled = tick(instance, layout, first.cursor)
 
     shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")
     (raw / "synth_01.parquet").unlink()
-    result = tick(instance, paths, settled.cursor)
+    result = tick(instance, layout, settled.cursor)
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_02", "synth_03", "synth_07"]
     assert requested(result) == [("synth_shard_job", "synth_07")]
 
-    manifest = data_dir / "synth_harmony" / "manifest.json"
+    manifest = paths.harmony_manifest()
     manifest.write_text(manifest.read_text() + "\n")
-    assert requested(tick(instance, paths, result.cursor)) == [("synth_manifests_job", None)]
+    assert requested(tick(instance, layout, result.cursor)) == [("synth_manifests_job", None)]

@@ -12,11 +12,12 @@ import pytest
 
 from synthkd_assets.core.caps import BuildCaps, SmokeBudget
 from synthkd_assets.core.distill_io import write_distill_shard
+from synthkd_assets.core.layout import HASH_CACHE_FILENAME, RAW_STATE_SUBDIR, STAGE_NAMES
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import documents_path, harmonize_shard, write_megatron_shard
 from synthkd_assets.defs.build import build_all
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDBuildConfig
 from synthkd_contract import drops
 from synthkd_contract.manifest_seal import sha256_file
 from tests.test_bad_input import SHARD, SYSTEM, accounted, row, write_raw
@@ -63,7 +64,7 @@ def test_an_uncapped_read_of_a_short_shard_counts_no_smoke_cap(tmp_path):
 
 # shared by design between full and smoke builds of one data root (docs/design.md, "Smoke build"): the raw hash cache,
 # which any scan of the raw directory may rewrite (other tests on this shared build scan other directories)
-SHARED_FILES = {"synth_raw/hash_cache.json"}
+SHARED_FILES = {f"{RAW_STATE_SUBDIR}/{HASH_CACHE_FILENAME}"}
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, int]]:
@@ -75,23 +76,25 @@ def snapshot(root: Path) -> dict[str, tuple[str, int]]:
 
 
 def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built_sample):
-    _, paths, data_dir = built_sample
+    _, layout, data_dir = built_sample
     full = snapshot(data_dir)
-    smoke = SynthKDPaths(raw_dir=paths.raw_dir, data_dir=paths.data_dir, smoke=True)
+    build = SynthKDBuildConfig(smoke=True)
+    smoke = layout.data_layout(smoke=True)
     with dg.DagsterInstance.ephemeral() as instance:  # the same data root, not the shared fixture's instance
-        keys = build_all(instance, smoke)  # raises on a failed step or a failed blocking check
+        keys = build_all(instance, layout, build)  # raises on a failed step or a failed blocking check
     after = snapshot(data_dir)
     assert {name: after[name] for name in full if after.get(name) != full[name]} == {}  # not a byte or mtime changed
-    own = ("smoke/", "megatron/synth_kd_v1_smoke/", "distill/synth_distill_smoke/")
+    roots = (smoke.build_root(), smoke.megatron_root(), smoke.distill_root())
+    own = tuple(f"{smoke.recorded(root)}/" for root in roots)
+    assert own == ("smoke/", "megatron/synth_kd_v1_smoke/", "distill/synth_distill_smoke/")
     assert [name for name in after if name not in full and not name.startswith(own)] == []
-    assert (data_dir / "smoke" / "synth_sampling_plan" / "plan.json").is_file()  # its own plan
-    caps = smoke.caps()
+    assert smoke.sampling_plan().is_file()  # its own plan
+    caps = build.caps()
     assert (caps.max_input_rows, caps.max_rows, caps.max_tokens) == (256, 64, 200_000)
 
     raw_rows = {key: pq.ParquetFile(smoke.raw_shard(key)).metadata.num_rows for key in keys}
     for key in keys:
-        reports = {s: json.loads((data_dir / "smoke" / s / f"{key}.report.json").read_text()) for s in
-                   ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized")}
+        reports = {stage: json.loads(smoke.stage_report(stage, key).read_text()) for stage in STAGE_NAMES}
         harmony = reports["synth_harmony"]
         assert harmony["rows_in"] == raw_rows[key] and harmony["dropped"]["smoke_cap"] == raw_rows[key] - 256
         assert harmony["rows_out"] + sum(v for k, v in harmony["dropped"].items() if k != "smoke_cap") == 256
@@ -100,11 +103,11 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
         assert reports["synth_sampled"]["rows_in"] == reports["synth_filtered"]["rows_out"]
         assert reports["synth_tokenized"]["rows_in"] == reports["synth_sampled"]["rows_out"]
 
-    kd = json.loads((data_dir / "megatron" / "synth_kd_v1_smoke" / "manifest.json").read_text())
-    distill = json.loads((data_dir / "distill" / "synth_distill_smoke" / "manifest.json").read_text())
+    kd = json.loads(smoke.megatron_manifest().read_text())
+    distill = json.loads(smoke.distill_manifest().read_text())
     for manifest in (kd, distill):
         assert manifest["config"]["caps"] == {"max_input_rows_per_shard": 256, "max_rows_per_shard": 64, "max_tokens_per_shard": 200_000}
-        assert manifest["input_manifest"]["path"] == "smoke/synth_harmony/manifest.json"
+        assert manifest["input_manifest"]["path"] == smoke.recorded(smoke.harmony_manifest())
         totals = manifest["totals"]
         assert totals["rows_in"] == sum(raw_rows.values()) == totals["rows_out"] + sum(totals["dropped"].values())
         assert totals["rows_out"] == 64 * len(keys)  # the sample keeps 64 conversations of every 256-row prefix

@@ -22,7 +22,7 @@ from synthkd_assets.core.tokenizer import (
     verify_tokenizer,
 )
 from synthkd_assets.defs.ingest import o200k_tokenizer
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
 
 
@@ -88,10 +88,11 @@ def test_vocab_path_env_is_the_vocabulary_source(tmp_path, monkeypatch, offline)
     encoding = load_harmony_encoding(tmp_path / "tokenizer")
     assert encoding.encode("<|endoftext|>", allowed_special="all") == [constants.EOD_TOKEN_ID]
     # the asset reports where its bytes came from
-    result = dg.materialize([o200k_tokenizer], resources={"paths": SynthKDPaths(data_dir=str(tmp_path / "data"))})
+    layout = SynthKDLayout(data_dir=str(tmp_path / "data"))
+    result = dg.materialize([o200k_tokenizer], resources=synthkd_resources(layout))
     (materialization,) = result.asset_materializations_for_node("o200k_tokenizer")
     assert materialization.metadata["source"].value == str(own)
-    assert (tmp_path / "data" / "tokenizer" / "o200k_base.tiktoken").read_bytes() == own.read_bytes()
+    assert layout.data_layout().tokenizer_file().read_bytes() == own.read_bytes()
 
 
 def test_vocab_path_env_naming_another_file_is_refused(tmp_path, monkeypatch, offline):

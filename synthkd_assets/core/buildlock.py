@@ -1,4 +1,4 @@
-"""One build per data root: an exclusive `flock` on `<data root>/.build.lock`.
+"""One build per data root: an exclusive `flock` on its lock file (`DataLayout.build_lock()`).
 
 A second build on the same root stops at once with "another build holds <lock>" instead of
 interleaving writes of the same `.partial` names. The lock belongs to the open file, so the kernel
@@ -15,15 +15,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-LOCK_FILENAME = ".build.lock"
-
 
 class BuildLockHeld(RuntimeError):
     """Another build holds the data root's lock."""
-
-
-def lock_path(data_root: Path) -> Path:
-    return data_root / LOCK_FILENAME
 
 
 def lock_fd(fd: int, path: Path) -> None:
@@ -35,10 +29,9 @@ def lock_fd(fd: int, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def build_lock(data_root: Path) -> Iterator[Path]:
-    """Hold the data root's build lock for the body; raises BuildLockHeld at once if another build has it."""
-    data_root.mkdir(parents=True, exist_ok=True)
-    path = lock_path(data_root)
+def build_lock(path: Path) -> Iterator[Path]:
+    """Hold the lock file `path` for the body; raises BuildLockHeld at once if another build has it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         lock_fd(fd, path)
@@ -47,9 +40,8 @@ def build_lock(data_root: Path) -> Iterator[Path]:
         os.close(fd)  # releases the lock
 
 
-def build_in_progress(data_root: Path) -> bool:
-    """Whether a build holds the data root's lock now (asked without taking it for longer than the test)."""
-    path = lock_path(data_root)
+def build_in_progress(path: Path) -> bool:
+    """Whether a build holds the lock file `path` now (asked without taking it for longer than the test)."""
     if not path.is_file():
         return False
     fd = os.open(path, os.O_RDONLY)

@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.megatron_io import trio_alignment_problems
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import dataset_problems, sha256_file
@@ -24,12 +25,12 @@ REQUIRED_MANIFEST_KEYS = (
 )
 
 
-def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash: str, data_root: Path) -> list[str]:
+def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash: str, layout: DataLayout) -> list[str]:
     """Provenance complete, the manifest matching its sealed sha256, every recorded hash and size still
     matching the bytes on disk, and no file under `root` that the manifest does not list.
 
-    Dataset files are recorded relative to the dataset `root`; the tokenizer and input manifest
-    relative to `data_root` (or absolute when they live outside it)."""
+    Dataset files are recorded relative to the dataset `root`; the tokenizer and input manifest as
+    `layout.recorded` wrote them (relative to the data root, or absolute when they live outside it)."""
     problems = [f"manifest lacks {key!r}" for key in REQUIRED_MANIFEST_KEYS if key not in manifest]
     if problems:
         return problems
@@ -38,7 +39,7 @@ def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash
     if manifest["tokenizer"]["sha256"] != constants.TOKENIZER_SHA256:
         problems.append(f"tokenizer sha256 {manifest['tokenizer']['sha256']} is not the pinned one")
     for label in ("tokenizer", "input_manifest"):
-        path = data_root / manifest[label]["path"]
+        path = layout.resolve_recorded(manifest[label]["path"])
         if not path.is_file() or sha256_file(path) != manifest[label]["sha256"]:
             problems.append(f"{label} {path} no longer has the recorded sha256")
     listed = {record["path"] for record in manifest["files"]}

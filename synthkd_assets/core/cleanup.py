@@ -13,28 +13,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX
 from synthkd_assets.core.inventory import shard_index_from_name
+from synthkd_assets.core.layout import (
+    ERROR_LOG_SUFFIX,
+    MEGATRON_SHARDS_SUBDIR,
+    RECORD_SUFFIX,
+    REPORT_SUFFIX,
+    STAGE_SUFFIX,
+    DataLayout,
+)
 from synthkd_contract import constants
 
-# the partitioned steps that write <stage>/<key>.parquet and <stage>/<key>.report.json
-STAGE_NAMES = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized")
 _MEGATRON_NAME = re.compile(r"^shard_(\d+)(?:_(?:" + "|".join(constants.ARRAY_KINDS) + r")\.(?:bin|idx)|\.json|_documents\.parquet)$")
 _DISTILL_NAME = re.compile(r"^part-(\d+)\.parquet$")
-
-
-@dataclass(frozen=True)
-class OutputLayout:
-    """Where per-shard outputs live: built by `SynthKDPaths.output_layout()`, both datasets (full and smoke)."""
-
-    stage_dirs: tuple[Path, ...]  # <key>.parquet, <key>.report.json
-    record_dirs: tuple[Path, ...]  # DistillKit per-shard records <key>.json
-    errors_dirs: tuple[Path, ...]  # <step>/<key>.jsonl
-    megatron_roots: tuple[Path, ...]  # {train,valid}/shard_XX_*.{bin,idx}, shards/shard_XX{.json,_documents.parquet}
-    distill_roots: tuple[Path, ...]  # {train,validation}/part-XXXXX.parquet
 
 
 def _final_name(name: str) -> str:
@@ -54,24 +48,26 @@ def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_file() or p.is_symlink()) if directory.is_dir() else []
 
 
-def orphaned_outputs(layout: OutputLayout, present: Collection[str]) -> list[Path]:
-    """Every per-shard output file (final or `.partial`) that belongs to no shard in `present`: a key-named
-    file of another key, or a number-named file of a shard number no present shard has."""
+def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
+    """Every per-shard output file (final or `.partial`) of the full and the smoke build on `layout`'s data
+    root that belongs to no shard in `present`: a key-named file of another key, or a number-named file of a
+    shard number no present shard has."""
     present_keys = set(present)
     present_numbers = {shard_index_from_name(key) for key in present_keys}
     found: list[Path] = []
-    key_dirs = [(d, (".report.json", ".parquet")) for d in layout.stage_dirs]
-    key_dirs += [(d, (".json",)) for d in layout.record_dirs]
-    for errors_dir in layout.errors_dirs:
+    key_dirs = [(d, (REPORT_SUFFIX, STAGE_SUFFIX)) for d in layout.all_stage_dirs()]
+    key_dirs += [(d, (RECORD_SUFFIX,)) for d in layout.all_distill_records_dirs()]
+    for errors_dir in layout.all_errors_dirs():
         if errors_dir.is_dir():
-            key_dirs += [(d, (".jsonl",)) for d in sorted(errors_dir.iterdir()) if d.is_dir()]
+            key_dirs += [(d, (ERROR_LOG_SUFFIX,)) for d in sorted(errors_dir.iterdir()) if d.is_dir()]
     for directory, suffixes in key_dirs:
         for path in _files(directory):
             key = _key_of(path.name, suffixes)
             if key is not None and key not in present_keys and key != "manifest":
                 found.append(path)
-    numbered = [(root / sub, _MEGATRON_NAME) for root in layout.megatron_roots for sub in (*constants.SPLITS, "shards")]
-    numbered += [(root / split, _DISTILL_NAME) for root in layout.distill_roots for split in constants.DISTILL_SPLITS]
+    megatron_dirs = (*constants.SPLITS, MEGATRON_SHARDS_SUBDIR)
+    numbered = [(root / sub, _MEGATRON_NAME) for root in layout.all_megatron_roots() for sub in megatron_dirs]
+    numbered += [(root / sub, _DISTILL_NAME) for root in layout.all_distill_roots() for sub in constants.DISTILL_SPLITS]
     for directory, pattern in numbered:
         for path in _files(directory):
             match = pattern.match(_final_name(path.name))
@@ -80,7 +76,7 @@ def orphaned_outputs(layout: OutputLayout, present: Collection[str]) -> list[Pat
     return sorted(set(found))
 
 
-def remove_orphaned_outputs(layout: OutputLayout, present: Collection[str]) -> list[Path]:
+def remove_orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
     """Delete `orphaned_outputs(layout, present)`; returns what was removed (for metadata and logs)."""
     removed = orphaned_outputs(layout, present)
     for path in removed:

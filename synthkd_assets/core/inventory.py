@@ -18,12 +18,13 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from synthkd_assets.core.atomic import atomic_write_text
+from synthkd_assets.core.layout import HARMONY_STAGE, DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_contract.manifest_seal import sha256_file
 
@@ -157,6 +158,13 @@ def shards_to_rebuild(last_seen: dict[str, str], shards: list[RawShard], built_f
     return sorted(
         s.name for s in shards if last_seen.get(s.name) != s.sha256 and built_from.get(s.name) != s.sha256
     )
+
+
+def built_from_sha256(layout: DataLayout, keys: Iterable[str]) -> dict[str, str | None]:
+    """The raw sha256 synth_harmony read when it last built each shard (its report), None if never built:
+    what the sensor, the schedule and raw_inputs_unchanged compare the raw files with."""
+    reports = {key: layout.stage_report(HARMONY_STAGE, key) for key in keys}
+    return {key: json.loads(p.read_text()).get("source_sha256") if p.is_file() else None for key, p in reports.items()}
 
 
 class RawShardChangedError(InputFileError):

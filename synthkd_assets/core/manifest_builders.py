@@ -23,6 +23,7 @@ import numpy as np
 from synthkd_assets.core.dataset_manifest import file_record, files_section
 from synthkd_assets.core.distill_io import DISTILL_SCHEMA
 from synthkd_assets.core.inventory import shard_index_from_name
+from synthkd_assets.core.layout import documents_path, shard_record_path
 from synthkd_assets.core.manifest import config_hash, sum_reports
 from synthkd_assets.core.megatron_io import ShardSplitInventory
 from synthkd_assets.core.report import ShardReport
@@ -34,7 +35,6 @@ from synthkd_assets.core.sampling import (
     mix_summary,
     plan_keep_rates,
 )
-from synthkd_assets.core.stages import documents_path, shard_record_path
 from synthkd_contract import constants
 
 PERCENTILES = (50, 90, 99)  # of the DistillKit token lengths, per split

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps, SmokeBudget
 from synthkd_assets.core.inventory import RawRead, read_raw_shard
+from synthkd_assets.core.layout import documents_path
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.parquet_io import (
     ParquetShardWriter,
@@ -251,15 +252,6 @@ def tokenize_shard(
     Streams batch by batch; `render_path` counts rows the fast renderer had to hand to openai-harmony.
     """
     return run_step(TokenizeStep(harmony_path, out_path, renderer), shard, errors_log)
-
-
-def documents_path(dataset_root: Path, shard_index: int) -> Path:
-    """Which synth_id is which document of which split: for debugging, and for the leakage check."""
-    return dataset_root / "shards" / f"shard_{shard_index:02d}_documents.parquet"
-
-
-def shard_record_path(dataset_root: Path, shard_index: int) -> Path:
-    return dataset_root / "shards" / f"shard_{shard_index:02d}.json"
 
 
 @dataclass(frozen=True)

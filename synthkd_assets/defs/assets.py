@@ -8,6 +8,7 @@ from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.render import FastRenderer
@@ -41,9 +42,8 @@ from synthkd_assets.defs.metadata import (
     table_definition_metadata,
 )
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import (
-    errors_log,
     partition_records,
     read_plan,
     require_upstream,
@@ -74,7 +74,7 @@ def shard_step(deps: list, kinds: set[str], build_pass: str, group_name: str, sc
     return decorate
 
 
-def stage_result(paths: SynthKDPaths, report: ShardReport, stage: str, **extra) -> dg.MaterializeResult:
+def stage_result(paths: DataLayout, report: ShardReport, stage: str, **extra) -> dg.MaterializeResult:
     """Publish a stage step's report (after its output and error log) and report it as metadata and check."""
     out_path, report_path = stage_files(paths, stage, report.shard)
     report.write_json(report_path)
@@ -83,53 +83,56 @@ def stage_result(paths: SynthKDPaths, report: ShardReport, stage: str, **extra) 
 
 
 @shard_step([synth_raw], {"parquet", "polars"}, "scan", "synth", table_definition_metadata(HARMONY_SCHEMA))
-def synth_harmony(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_harmony(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """SYNTH rows as Harmony messages (schema synth_harmony_v1): system, user (query + reference), assistant
     analysis (when reasoning is non-blank) and final, verbatim; NULs removed and counted."""
+    paths = layout.data_layout(build.smoke)
     key = context.partition_key
     raw_path = paths.raw_shard(key)
-    source = {s.name: s for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}.get(key)
+    source = {s.name: s for s in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())}.get(key)
     if source is None:
         raise dg.Failure(f"partition {key!r}: raw shard {raw_path} no longer exists")
-    out_path, errors = stage_files(paths, "synth_harmony", key)[0], errors_log(paths, "synth_harmony", key)
-    system, max_rows = system_message_dict(), paths.caps().max_input_rows
+    out_path, errors = stage_files(paths, "synth_harmony", key)[0], paths.error_log("synth_harmony", key)
+    system, max_rows = system_message_dict(), build.caps().max_input_rows
     report = harmonize_shard(raw_path, out_path, system, key, source.sha256, max_rows, errors)
     return stage_result(paths, report, "synth_harmony", source_sha256=report.source_sha256)
 
 
-def select_rows(paths: SynthKDPaths, key: str, source: str, stage: str, rule: RowRule, plan_sha256: str | None = None):
+def select_rows(paths: DataLayout, key: str, source: str, stage: str, rule: RowRule, plan_sha256: str | None = None):
     """A row-selection step (filters, sampling): the rows of `source` that `rule` keeps."""
     require_upstream(paths, stage, key, source)
     in_path, out_path = stage_files(paths, source, key)[0], stage_files(paths, stage, key)[0]
-    report = select_rows_shard(in_path, out_path, key, rule, errors_log(paths, stage, key))
+    report = select_rows_shard(in_path, out_path, key, rule, paths.error_log(stage, key))
     report.plan_sha256 = plan_sha256
     return stage_result(paths, report, stage, **({"plan_sha256": plan_sha256} if plan_sha256 else {}))
 
 
 @shard_step([synth_harmony], {"parquet", "polars"}, "scan", "synth", table_definition_metadata(HARMONY_SCHEMA))
-def synth_filtered(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_filtered(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """synth_harmony rows that pass the 001 quality filters: blank synthetic_answer, `result:Failed after maximum
     attempts` in constraints, a `result:` number / MCQ letter inconsistent with the answer's first line (each drop
     counted by reason). Its report's exercise x language counts feed the sampling plan (the scan pass)."""
+    paths = layout.data_layout(build.smoke)
     return select_rows(paths, context.partition_key, "synth_harmony", "synth_filtered", quality_drop_reasons)
 
 
 @synthkd_asset("plan", {"json"}, deps=[synth_filtered], group_name="synth")
-def synth_sampling_plan(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_sampling_plan(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """The 001 sampling plan (data/synth_sampling_plan/plan.json): from every shard's exercise x language counts
     after the filters, keep rates so that memorization <= memorization_cap and non-English <= non_english_max
     (and >= non_english_min when set; in expectation), plus global_keep. One salted hash of synth_id per rule.
     Not automated: a re-plan means rebuilding every shard from synth_sampled on."""
+    paths = layout.data_layout(build.smoke)
     names = shard_names(paths)
     filtered = partition_records("synth_filtered", {n: stage_files(paths, "synth_filtered", n)[1] for n in names})
-    plan = sampling_plan(filtered, paths.targets())
-    digest = mf.write_manifest(paths.sampling_plan_path(), plan)
+    plan = sampling_plan(filtered, build.targets())
+    digest = mf.write_manifest(paths.sampling_plan(), plan)
     if not plan["feasible"]:
         context.log.warning(f"sampling plan cannot meet the targets in expectation: {plan['notes']}")
     return dg.MaterializeResult(
         metadata={
             "plan_sha256": digest,
-            "path": dg.MetadataValue.path(str(paths.sampling_plan_path())),
+            "path": dg.MetadataValue.path(str(paths.sampling_plan())),
             "feasible": plan["feasible"],
             "notes": dg.MetadataValue.json(plan["notes"]),
             **{f"rate_{rule}": rate for rule, rate in plan["rates"].items()},
@@ -142,37 +145,40 @@ def synth_sampling_plan(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
 
 
 @shard_step([synth_filtered, synth_sampling_plan], {"parquet", "polars"}, "build", "synth", table_definition_metadata(HARMONY_SCHEMA))
-def synth_sampled(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_sampled(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """synth_filtered rows kept by the sampling plan: per rule (memorization, english / non_english, global) a
     salted sha256 of synth_id against the plan's rate, so independent of row order and shard layout."""
-    plan, plan_sha = read_plan(paths)
+    paths = layout.data_layout(build.smoke)
+    plan, plan_sha = read_plan(paths, build.targets())
     rule = sampling_rule(plan["rates"])
     return select_rows(paths, context.partition_key, "synth_filtered", "synth_sampled", rule, plan_sha)
 
 
 @shard_step([synth_sampled, o200k_tokenizer], {"parquet", "tiktoken"}, "build", "synth", table_definition_metadata(TOKENIZED_SCHEMA))
-def synth_tokenized(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_tokenized(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """tokens / loss_mask / span_id per conversation (label-aligned masks), by the fast renderer: byte-identical to
     openai-harmony's training render, at tiktoken speed."""
+    paths = layout.data_layout(build.smoke)
     key = context.partition_key
     require_upstream(paths, "synth_tokenized", key, "synth_sampled", "o200k_tokenizer")
     encoding, vocabulary = load_harmony_encoding(paths.tokenizer_dir()), load_tiktoken_o200k(paths.tokenizer_dir())
-    renderer = FastRenderer(encoding, vocabulary, paths.encode_threads)
+    renderer = FastRenderer(encoding, vocabulary, build.encode_threads)
     in_path, out_path = stage_files(paths, "synth_sampled", key)[0], stage_files(paths, "synth_tokenized", key)[0]
-    report = tokenize_shard(in_path, out_path, renderer, key, errors_log(paths, "synth_tokenized", key))
+    report = tokenize_shard(in_path, out_path, renderer, key, paths.error_log("synth_tokenized", key))
     return stage_result(paths, report, "synth_tokenized")
 
 
 @shard_step([synth_tokenized], {"megatron", "numpy"}, "build", "megatron", table_definition_metadata(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS), checks=(TRIO_ALIGNMENT,))
-def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_kd_v1(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """Megatron IndexedDataset trio (tokens int32 / lossmask uint8 / span uint8) of this shard in train/ and
     valid/, split by a salted sha256 of synth_id."""
+    paths = layout.data_layout(build.smoke)
     key, root = context.partition_key, paths.megatron_root()
     shard_index = shard_index_from_name(key)
     require_upstream(paths, "synth_kd_v1", key, "synth_tokenized")
     tokenized = stage_files(paths, "synth_tokenized", key)[0]
-    errors = errors_log(paths, "synth_kd_v1", key)
-    report, inventories = write_megatron_shard(tokenized, root, shard_index, key, paths.caps(), errors_log=errors)
+    errors = paths.error_log("synth_kd_v1", key)
+    report, inventories = write_megatron_shard(tokenized, root, shard_index, key, build.caps(), errors_log=errors)
     mf.write_manifest(shard_record_path(root, shard_index), kd_shard_record(key, report, inventories))
     written = [path for split in constants.SPLITS for path in trio_files(root / split, shard_index)]
     return dg.MaterializeResult(
@@ -186,18 +192,19 @@ def synth_kd_v1(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.Ma
 
 
 @shard_step([synth_tokenized], {"parquet", "huggingface"}, "build", "distill", table_definition_metadata(DISTILL_SCHEMA), checks=(DISTILL_ROWS_VALID,))
-def synth_distill(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_distill(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """The DistillKit/TRL dataset of seed 001 for this shard: <root>/{train,validation}/part-XXXXX.parquet (id,
     source, input_ids, labels, attention_mask, spans) derived from the synth_tokenized arrays that synth_kd_v1
     reads; assistant_token_start asserted against render_conversation_for_completion; conversations over
     max_seq_len dropped and counted; split 99/1 by a salted hash of synth_id."""
+    paths = layout.data_layout(build.smoke)
     key, root = context.partition_key, paths.distill_root()
     shard_index = shard_index_from_name(key)
     require_upstream(paths, "synth_distill", key, "synth_tokenized", "synth_sampled", "o200k_tokenizer")
     tokenized, sampled = stage_files(paths, "synth_tokenized", key)[0], stage_files(paths, "synth_sampled", key)[0]
     result = write_distill_shard(
-        tokenized, sampled, root, shard_index, key, load_harmony_encoding(paths.tokenizer_dir()), paths.max_seq_len,
-        paths.distill_valid_fraction, paths.caps(), errors_log(paths, paths.distill_name(), key),
+        tokenized, sampled, root, shard_index, key, load_harmony_encoding(paths.tokenizer_dir()), build.max_seq_len,
+        build.distill_valid_fraction, build.caps(), paths.error_log(paths.distill_name(), key),
     )
     record = result.record(key, shard_index, paths.recorded(root))
     mf.write_manifest(paths.distill_records_dir() / f"{key}.json", record)
@@ -208,5 +215,5 @@ def synth_distill(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.
             **{f"max_len_{split}": max(lengths, default=0) for split, lengths in result.lengths.items()},
             "dataset_root": dg.MetadataValue.path(str(root)),
         },
-        check_results=[rows_accounted_result(result.report), distill_rows_result(root, result.files, paths)],
+        check_results=[rows_accounted_result(result.report), distill_rows_result(root, result.files, build)],
     )

@@ -2,21 +2,22 @@
 what, and when."""
 
 import json
-import os
 
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.buildlock import build_in_progress, lock_path
+from synthkd_assets.core.buildlock import build_in_progress
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import (
     InputManifestError,
+    built_from_sha256,
     input_manifest_disagreements,
     partition_changes,
     read_input_manifest,
     scan_raw_dir,
     shards_to_rebuild,
 )
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs.assets import (
     synth_distill,
     synth_filtered,
@@ -29,7 +30,7 @@ from synthkd_assets.defs.assets import (
 from synthkd_assets.defs.ingest import raw_reports
 from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_manifest, synth_kd_v1_manifest
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 
@@ -62,20 +63,16 @@ synth_manifests_job = dg.define_asset_job(
 )
 
 
-def _built_from(paths: SynthKDPaths, keys: list[str]) -> dict[str, str | None]:
-    return {key: paths.built_from_sha256(key) for key in keys}
-
-
 def shard_run_key(key: str, sha256: str) -> str:
     """One run key per (shard, content), shared by the sensor and the schedule so each sees the other's runs."""
     return f"{key}:{sha256}"
 
 
-def _wait_for_build(paths: SynthKDPaths) -> dg.SkipReason | None:
+def _wait_for_build(paths: DataLayout) -> dg.SkipReason | None:
     """A skip while a build (scripts/build.sh, build_all) holds the data root's lock: requested runs would race
     its writes, and what it builds is what the next tick compares against."""
-    if build_in_progress(paths.data_root()):
-        return dg.SkipReason(f"a build holds {lock_path(paths.data_root())}: waiting for it to finish")
+    if build_in_progress(paths.build_lock()):
+        return dg.SkipReason(f"a build holds {paths.build_lock()}: waiting for it to finish")
     return None
 
 
@@ -88,19 +85,22 @@ def _wait_for_build(paths: SynthKDPaths) -> dg.SkipReason | None:
     "synth_plan_job, then a full rebuild); before any plan exists it requests only their scan pass "
     "(synth_scan_job). Requests synth_manifests_job when data/synth_harmony/manifest.json changes.",
 )
-def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -> dg.SensorResult | dg.SkipReason:
+def synth_raw_sensor(
+    context: dg.SensorEvaluationContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.SensorResult | dg.SkipReason:
+    paths = layout.data_layout(build.smoke)
     if waiting := _wait_for_build(paths):
         return waiting
     cursor = json.loads(context.cursor) if context.cursor else {"shards": {}, "harmony_manifest": None}
-    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
-    rebuild = shards_to_rebuild(cursor["shards"], shards, _built_from(paths, [s.name for s in shards]))
+    rebuild = shards_to_rebuild(cursor["shards"], shards, built_from_sha256(paths, [s.name for s in shards]))
     sha = {s.name: s.sha256 for s in shards}
     # a global plan: a changed shard is rebuilt with the plan in force (its rates are global numbers, so
     # the other shards stay valid and untouched); without a plan only the scan pass can run
-    job = synth_shard_job if paths.sampling_plan_path().is_file() else synth_scan_job
+    job = synth_shard_job if paths.sampling_plan().is_file() else synth_scan_job
     run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=shard_run_key(key, sha[key])) for key in rebuild]
-    manifest_path = paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME
+    manifest_path = paths.harmony_manifest()
     manifest_sha = sha256_file(manifest_path) if manifest_path.is_file() else None
     changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
     # a rewrite by a materialization is followed by synth_manifests_automation; only another change is this sensor's
@@ -112,10 +112,10 @@ def synth_raw_sensor(context: dg.SensorEvaluationContext, paths: SynthKDPaths) -
     if remove:
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
     # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too)
-    removed = remove_orphaned_outputs(paths.output_layout(), list(sha))
+    removed = remove_orphaned_outputs(paths, list(sha))
     if removed:
         context.log.warning(f"raw shards gone ({remove or 'not registered here'}): removed their outputs {[str(p) for p in removed]}")
-        if not rebuild and paths.sampling_plan_path().is_file():  # a rebuild is followed by synth_manifests_automation
+        if not rebuild and paths.sampling_plan().is_file():  # a rebuild is followed by synth_manifests_automation
             gone = mf.config_hash(sorted(str(p) for p in removed))
             run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"removed:{gone}"))
     return dg.SensorResult(
@@ -151,21 +151,16 @@ REBUILD_CRON_ENV = "SYNTHKD_REBUILD_CRON"
 DEFAULT_REBUILD_CRON = "0 3 * * *"
 
 
-@dg.schedule(
-    job=synth_shard_job,
-    cron_schedule=os.environ.get(REBUILD_CRON_ENV) or DEFAULT_REBUILD_CRON,
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Nightly (03:00, or $SYNTHKD_REBUILD_CRON): compares each raw shard's sha256 (checked against "
-    f"<raw dir>/{constants.INPUT_MANIFEST_FILENAME} when that file exists) with the source sha256 its current "
-    "synth_harmony output was built from, and requests synth_shard_job for exactly the shards that differ or are "
-    "new (only their scan pass while no sampling plan exists). Skips when nothing changed; fails, naming each "
-    "file, when the input manifest and the raw files disagree.",
-)
-def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext, paths: SynthKDPaths):
+def evaluate_nightly_rebuild(
+    context: dg.ScheduleEvaluationContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.SkipReason | list[dg.RunRequest]:
+    """Compares each raw shard's sha256 (checked against the input manifest when it exists) with the source
+    sha256 its current synth_harmony output was built from; requests exactly the shards that differ or are new."""
+    paths = layout.data_layout(build.smoke)
     if waiting := _wait_for_build(paths):
         return waiting
-    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
-    manifest_path = paths.raw_root() / constants.INPUT_MANIFEST_FILENAME
+    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
+    manifest_path = paths.input_manifest()
     listed = read_input_manifest(manifest_path)
     if listed is not None:
         problems = input_manifest_disagreements(listed, shards)
@@ -174,7 +169,7 @@ def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext, paths: SynthKDP
                 f"{manifest_path} disagrees with the raw files, nothing requested:\n" + "\n".join(problems)
             )
     # the sensor's rule; no cursor: what each shard's outputs on disk were built from is the reference
-    rebuild = shards_to_rebuild({}, shards, _built_from(paths, [s.name for s in shards]))
+    rebuild = shards_to_rebuild({}, shards, built_from_sha256(paths, [s.name for s in shards]))
     against = f"the input manifest {manifest_path}" if listed is not None else "the raw files"
     if not rebuild:
         return dg.SkipReason(f"nothing changed: all {len(shards)} shards are built from {against}")
@@ -188,8 +183,24 @@ def synth_nightly_rebuild(context: dg.ScheduleEvaluationContext, paths: SynthKDP
     if add:  # new files the sensor has not registered yet (it may be stopped)
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
     # without a sampling plan only the scan pass can run (synth_scan_job's assets, as a subset of this job)
-    scan_only = None if paths.sampling_plan_path().is_file() else [synth_harmony.key, synth_filtered.key]
+    scan_only = None if paths.sampling_plan().is_file() else [synth_harmony.key, synth_filtered.key]
     return [dg.RunRequest(partition_key=key, run_key=run_keys[key], asset_selection=scan_only) for key in rebuild]
+
+
+def nightly_rebuild_schedule(cron: str) -> dg.ScheduleDefinition:
+    """synth_nightly_rebuild on `cron`: built when the code location loads (definitions.py), with
+    $SYNTHKD_REBUILD_CRON or DEFAULT_REBUILD_CRON, so importing this module reads no environment."""
+    return dg.schedule(
+        job=synth_shard_job,
+        cron_schedule=cron,
+        name="synth_nightly_rebuild",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Nightly (03:00, or $SYNTHKD_REBUILD_CRON): compares each raw shard's sha256 (checked against "
+        f"<raw dir>/{constants.INPUT_MANIFEST_FILENAME} when that file exists) with the source sha256 its current "
+        "synth_harmony output was built from, and requests synth_shard_job for exactly the shards that differ or "
+        "are new (only their scan pass while no sampling plan exists). Skips when nothing changed; fails, naming "
+        "each file, when the input manifest and the raw files disagree.",
+    )(evaluate_nightly_rebuild)
 
 
 ACTIVE_RUN_STATUSES = [

@@ -16,13 +16,14 @@ from synthkd_assets.core.checks import (
 )
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
-from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.inventory import built_from_sha256, scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.core.validation import cross_shard_duplicates
-from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
 
 ROWS_ACCOUNTED = "rows_accounted"
@@ -111,13 +112,13 @@ def trio_alignment_result(root: Path, inventories: list[ShardSplitInventory]) ->
     return _result(problems, TRIO_ALIGNMENT, f"{checked or 'no documents written'} aligned", sequences=sequences)
 
 
-def distill_rows_result(root: Path, files: list[dict], paths: SynthKDPaths) -> dg.AssetCheckResult:
+def distill_rows_result(root: Path, files: list[dict], build: SynthKDBuildConfig) -> dg.AssetCheckResult:
     """The parts just written, re-read: labels, spans, max length, split rule and ids (all kinds)."""
     problems = [
         problem
         for record in files
         for kind_problems in distill_part_problems(
-            root / record["path"], record["split"], paths.max_seq_len, paths.distill_valid_fraction
+            root / record["path"], record["split"], build.max_seq_len, build.distill_valid_fraction
         ).values()
         for problem in kind_problems
     ]
@@ -127,9 +128,10 @@ def distill_rows_result(root: Path, files: list[dict], paths: SynthKDPaths) -> d
 
 
 @dg.asset_check(asset="o200k_tokenizer", blocking=True, description="The file on disk has the pinned sha256.")
-def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
+def tokenizer_sha256_pin(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    paths = layout.data_layout(build.smoke)
     try:
-        digest = verify_tokenizer(paths.tokenizer_dir() / constants.TOKENIZER_FILENAME)
+        digest = verify_tokenizer(paths.tokenizer_file())
     except TokenizerPinError as error:
         return _result([str(error)])
     return _result([], passed_summary=f"sha256 {digest[:12]}… is the pinned one", sha256=digest)
@@ -141,12 +143,12 @@ def tokenizer_sha256_pin(paths: SynthKDPaths) -> dg.AssetCheckResult:
     description="Every raw shard still has the sha256 that synth_harmony computed from the bytes it read (its "
     "report; current hashes cached by size and mtime), and no shard appeared or vanished since the manifest.",
 )
-def raw_inputs_unchanged(paths: SynthKDPaths) -> dg.AssetCheckResult:
-    manifest = mf.read_json(paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME)
-    current = {s.name: s.sha256 for s in scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())}
-    read_time = [
-        {"name": entry["name"], "source": {"sha256": paths.built_from_sha256(entry["name"])}} for entry in manifest["shards"]
-    ]
+def raw_inputs_unchanged(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    paths = layout.data_layout(build.smoke)
+    manifest = mf.read_json(paths.harmony_manifest())
+    current = {s.name: s.sha256 for s in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())}
+    built_from = built_from_sha256(paths, [entry["name"] for entry in manifest["shards"]])
+    read_time = [{"name": name, "source": {"sha256": sha256}} for name, sha256 in built_from.items()]
     return _result(
         input_drift(read_time, current), passed_summary=f"{len(current)} raw shards match the hashes read at build time", shards=len(current)
     )
@@ -156,7 +158,7 @@ def _file_count(manifest: dict) -> int:
     return sum(len(split["files"]) for shard in manifest.get("shards", []) for split in shard.get("splits", []))
 
 
-def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
+def _dataset_manifest(paths: DataLayout) -> tuple[Path, dict]:
     root = paths.megatron_root()
     return root, mf.read_json(root / constants.MANIFEST_FILENAME)
 
@@ -164,8 +166,8 @@ def _dataset_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
 def dataset_manifest_checks(
     asset: str,
     prefix: str,
-    load: Callable[[SynthKDPaths], tuple[Path, dict]],
-    config: Callable[[SynthKDPaths], dict],
+    load: Callable[[DataLayout], tuple[Path, dict]],
+    config: Callable[[SynthKDBuildConfig], dict],
     noun: str,
     shards_as_splits: Callable[[dict], dict] = lambda manifest: manifest,
 ) -> list[dg.AssetChecksDefinition]:
@@ -181,11 +183,12 @@ def dataset_manifest_checks(
         "and sha256, the tokenizer and the input manifest still match what the manifest records; no file under the "
         "dataset root is unlisted; the config hash is the current config's.",
     )
-    def provenance(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    def provenance(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+        paths = layout.data_layout(build.smoke)
         root, manifest = load(paths)
         listed = shards_as_splits(manifest)
         return _result(
-            manifest_problems(root, listed, mf.config_hash(config(paths)), paths.data_root()),
+            manifest_problems(root, listed, mf.config_hash(config(build)), paths),
             passed_summary=f"{_file_count(listed)} {noun}s, tokenizer, input manifest and config hash match "
             f"{root / constants.MANIFEST_FILENAME}",
         )
@@ -196,7 +199,8 @@ def dataset_manifest_checks(
         blocking=True,
         description="Over all shards: rows in = rows out + rows dropped (every step), and no shard listed twice.",
     )
-    def rows_accounted(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    def rows_accounted(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+        paths = layout.data_layout(build.smoke)
         return _dataset_rows_result(load(paths)[1])
 
     return [provenance, rows_accounted]
@@ -218,7 +222,8 @@ def documents_check(
     """A check of `find`'s problems over the documents tables of every shard the synth_kd_v1 manifest lists."""
 
     @dg.asset_check(asset="synth_kd_v1_manifest", name=name, blocking=True, description=description)
-    def check(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+        paths = layout.data_layout(build.smoke)
         root, manifest = _dataset_manifest(paths)
         tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
         tables = [table for table in tables if table.is_file()]
@@ -243,12 +248,13 @@ no_duplicate_synth_ids = documents_check(
     blocking=True,
     description="Every shard and split the manifest lists opens with megatron-core's IndexedDataset and is an aligned trio.",
 )
-def shards_readable_by_megatron(paths: SynthKDPaths) -> dg.AssetCheckResult:
+def shards_readable_by_megatron(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    paths = layout.data_layout(build.smoke)
     root, manifest = _dataset_manifest(paths)
     return _result(unreadable_shards(root, manifest), passed_summary=f"{len(manifest.get('shards', []))} shards open with IndexedDataset and are aligned")
 
 
-def _distill_manifest(paths: SynthKDPaths) -> tuple[Path, dict]:
+def _distill_manifest(paths: DataLayout) -> tuple[Path, dict]:
     root = paths.distill_root()
     return root, mf.read_json(root / constants.MANIFEST_FILENAME)
 
@@ -275,13 +281,14 @@ def distill_row_check(
     (and `across_parts`'s problems of the parts together)."""
 
     @dg.asset_check(asset="synth_distill_manifest", name=name, blocking=True, description=description)
-    def check(paths: SynthKDPaths) -> dg.AssetCheckResult:
+    def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+        paths = layout.data_layout(build.smoke)
         root, manifest = _distill_manifest(paths)
         parts = _distill_parts(root, manifest)
         problems = across_parts(parts) if across_parts else []
         for path, split in parts:
             kinds = (kind, "schema")
-            found = distill_part_problems(path, split, paths.max_seq_len, paths.distill_valid_fraction, kinds)
+            found = distill_part_problems(path, split, build.max_seq_len, build.distill_valid_fraction, kinds)
             problems += found["schema"] + found[kind]
         return _result(problems, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts))
 
@@ -317,9 +324,11 @@ def _distill_parts_as_splits(manifest: dict) -> dict:
     return {**manifest, "shards": [{"splits": [{"files": shard["files"]}]} for shard in manifest.get("shards", [])]}
 
 
-KD_MANIFEST_CHECKS = dataset_manifest_checks("synth_kd_v1_manifest", "", _dataset_manifest, kd_config, "file")
+KD_MANIFEST_CHECKS = dataset_manifest_checks(
+    "synth_kd_v1_manifest", "", _dataset_manifest, SynthKDBuildConfig.kd_config, "file"
+)
 DISTILL_MANIFEST_CHECKS = dataset_manifest_checks(
-    "synth_distill_manifest", "distill_", _distill_manifest, distill_config, "part", _distill_parts_as_splits
+    "synth_distill_manifest", "distill_", _distill_manifest, SynthKDBuildConfig.distill_config, "part", _distill_parts_as_splits
 )
 DISTILL_CHECKS = [
     distill_labels_match_input_ids,

@@ -1,15 +1,11 @@
-"""Dagster conventions every asset follows: its code version, its owners, a tag naming the build pass it belongs
+"""Dagster conventions every asset follows: its owners, a tag naming the build pass it belongs
 to (scripts/build.sh's order, defs/passes.py), so `--select 'tag:synthkd/pass=scan'` selects a pass, and its
-docstring as its description."""
+docstring as its description. Code versions are set per asset by defs/code_versions.py."""
 
 from collections.abc import Callable
 
 import dagster as dg
 
-# bump when a rule changes the bytes a step writes: Dagster then marks downstream partitions stale
-# (1.1: 001 quality filters, mixture sampling plan, DistillKit output;
-#  1.2: one-sided language rule, smoke reads a prefix)
-CODE_VERSION = "synth_kd_v1.2"
 OWNERS = ["team:synthkd"]
 
 
@@ -24,7 +20,6 @@ def synthkd_asset(build_pass: str, kinds: set[str], **kwargs) -> Callable[[Calla
         return dg.asset(
             description=" ".join(fn.__doc__.split()),
             kinds={"python", *kinds},
-            code_version=CODE_VERSION,
             owners=OWNERS,
             tags=pass_tags(build_pass),
             **kwargs,

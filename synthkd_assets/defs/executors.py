@@ -1,14 +1,14 @@
 """Which engine runs the steps: the embedded multiprocess executor on one machine, Celery or Kubernetes on a cluster.
 
-Chosen by $SYNTHKD_EXECUTOR when the code location loads, so every process that loads it (webserver, daemon,
-run worker, Celery worker, step pod) must see the same value: deploy/cluster/env.sh sets it for all of them.
+Chosen by $SYNTHKD_EXECUTOR when the code location loads (`definitions.py` builds the Definitions then, not at
+import), so every process that loads it (webserver, daemon, run worker, Celery worker, step pod) must see the
+same value: deploy/cluster/env.sh sets it for all of them.
 The assets are the same in every mode; only where a step's process runs changes, and every step writes
 through the shared data root ($SYNTHKD_DATA_DIR), atomically, so any engine produces the same bytes.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,12 +25,12 @@ EMBEDDED_MAX_CONCURRENT = 2  # steps of one run in parallel on the 2-core refere
 EXECUTORS = ("multiprocess", "in_process", "celery", "k8s")
 
 
-def celery_config_path(environ: Mapping[str, str] = os.environ) -> Path:
+def celery_config_path(environ: Mapping[str, str]) -> Path:
     """The one YAML file both the executor and `dagster-celery worker start -y` read (broker, acks, timeouts)."""
     return Path(environ.get(CELERY_CONFIG_ENV) or DEFAULT_CELERY_CONFIG)
 
 
-def k8s_config_path(environ: Mapping[str, str] = os.environ) -> Path:
+def k8s_config_path(environ: Mapping[str, str]) -> Path:
     return Path(environ.get(K8S_CONFIG_ENV) or DEFAULT_K8S_CONFIG)
 
 
@@ -46,7 +46,8 @@ def executor_config_from_yaml(path: Path) -> dict:
         raise ValueError(f"{path}: expected an execution.config block (the dagster-celery worker YAML)") from exc
 
 
-def executor_from_env(environ: Mapping[str, str] = os.environ) -> dg.ExecutorDefinition:
+def executor_from_env(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
+    """The executor $SYNTHKD_EXECUTOR names in `environ` (multiprocess when unset)."""
     name = environ.get(EXECUTOR_ENV) or "multiprocess"
     if name == "multiprocess":
         return dg.multiprocess_executor.configured({"max_concurrent": EMBEDDED_MAX_CONCURRENT})

