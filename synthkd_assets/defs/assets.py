@@ -18,7 +18,6 @@ from synthkd_assets.core.stages import (
     RowRule,
     harmonize_shard,
     select_rows_shard,
-    shard_record_path,
     tokenize_shard,
     write_megatron_shard,
 )
@@ -179,7 +178,7 @@ def synth_kd_v1(context: dg.AssetExecutionContext, layout: SynthKDLayout, build:
     tokenized = stage_files(paths, "synth_tokenized", key)[0]
     errors = paths.error_log("synth_kd_v1", key)
     report, inventories = write_megatron_shard(tokenized, root, shard_index, key, build.caps(), errors_log=errors)
-    mf.write_manifest(shard_record_path(root, shard_index), kd_shard_record(key, report, inventories))
+    mf.write_manifest(paths.shard_record(shard_index), kd_shard_record(key, report, inventories))
     written = [path for split in constants.SPLITS for path in trio_files(root / split, shard_index)]
     return dg.MaterializeResult(
         metadata={

@@ -19,7 +19,6 @@ from synthkd_assets.core.manifest_builders import (
     sampling_section,
 )
 from synthkd_assets.core.report import merge_error_logs
-from synthkd_assets.core.stages import shard_record_path
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.assets import synth_distill, synth_harmony, synth_kd_v1, synth_sampling_plan
 from synthkd_assets.defs.conditions import MANIFEST_CONDITION
@@ -85,7 +84,7 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, layout: SynthKDLayou
     reason."""
     paths = layout.data_layout(build.smoke)
     root, names = paths.megatron_root(), shard_names(paths)
-    records = partition_records("synth_kd_v1", {n: shard_record_path(root, shard_index_from_name(n)) for n in names})
+    records = partition_records("synth_kd_v1", {n: paths.shard_record(shard_index_from_name(n)) for n in names})
     origin, sampling, reports = dataset_inputs(paths, build, build.kd_config(), names)
     records = list(records.values())
     manifest = kd_manifest(root.name, origin, sampling, reports, records, kd_dataset_files(root, records))
