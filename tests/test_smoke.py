@@ -12,10 +12,10 @@ import pytest
 
 from synthkd_assets.core.caps import BuildCaps, SmokeBudget
 from synthkd_assets.core.distill_io import write_distill_shard
-from synthkd_assets.core.layout import HASH_CACHE_FILENAME, RAW_STATE_SUBDIR, STAGE_NAMES
+from synthkd_assets.core.layout import HASH_CACHE_FILENAME, RAW_STATE_SUBDIR, STAGE_NAMES, documents_path
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.report import ShardReport
-from synthkd_assets.core.stages import documents_path, harmonize_shard, write_megatron_shard
+from synthkd_assets.core.stages import harmonize_shard, write_megatron_shard
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.resources import SynthKDBuildConfig
 from synthkd_contract import drops
@@ -116,9 +116,10 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
 def test_both_dataset_writers_apply_the_same_token_cap(built_sample, encoding, tmp_path):
     """One cap rule for synth_kd_v1 and synth_distill: conversations counted by their tokenized length (EOD
     included), kept in order until the next would pass the cap, so both keep the same first conversations."""
-    _, paths, data_dir = built_sample
-    tokenized = paths.stage_dir("synth_tokenized") / "synth_01.parquet"
-    sampled = paths.stage_dir("synth_sampled") / "synth_01.parquet"
+    _, layout, _ = built_sample
+    paths = layout.data_layout()
+    tokenized = paths.stage_output("synth_tokenized", "synth_01")
+    sampled = paths.stage_output("synth_sampled", "synth_01")
     lengths = [len(tokens) for tokens in pq.read_table(tokenized, columns=["tokens"])["tokens"].to_pylist()]
     cap = sum(lengths[:5]) + lengths[5] - 1  # the sixth conversation is one token too many
     caps = BuildCaps(max_tokens=cap)
