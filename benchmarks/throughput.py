@@ -73,7 +73,9 @@ def render_ratios(shard: Path, work: Path, reference_rows: int) -> dict:
 
     fast = FastRenderer(encoding, bpe, num_threads=1)
     start = time.perf_counter()
-    fast_tokens = sum(len(r.tokens) for i in range(0, len(conversations), 2048) for r in fast.render_many(conversations[i : i + 2048]))
+    fast_tokens = sum(
+        len(r.tokens) for i in range(0, len(conversations), 2048) for r in fast.render_many(conversations[i : i + 2048])
+    )
     fast_rate = fast_tokens / (time.perf_counter() - start)
 
     reference = HarmonyRenderer(encoding)
@@ -118,8 +120,17 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
     # VmHWM: this process's own peak. ru_maxrss would not do: it survives exec, so a child forked from
     # the (large) benchmark process would report the parent's size.
     peak_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-    print(json.dumps({"seconds": seconds, "startup_s": startup, "tokens": sum(report["span_tokens"].values()),
-                      "rows": report["rows_in"], "peak_rss_bytes": peak_kib * 1024}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "startup_s": startup,
+                "tokens": sum(report["span_tokens"].values()),
+                "rows": report["rows_in"],
+                "peak_rss_bytes": peak_kib * 1024,
+            }
+        )
+    )
 
 
 def child_partition(raw_dir: Path, data_dir: Path) -> tuple[subprocess.Popen, Path]:
@@ -176,7 +187,9 @@ def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=20_000, help="rows of the generated shard (default 20000)")
-    parser.add_argument("--scale", type=int, default=10, help="the large shard is this many times the rows (default 10)")
+    parser.add_argument(
+        "--scale", type=int, default=10, help="the large shard is this many times the rows (default 10)"
+    )
     parser.add_argument("--reference-rows", type=int, default=4000, help="rows rendered by the slow reference")
     parser.add_argument("--quick", action="store_true", help="4000 rows, scale 3, 1000 reference rows")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -217,17 +230,26 @@ def main() -> int:
     rss_growth = large["peak_rss_bytes"] / one["peak_rss_bytes"] - 1
     speedup = workers["sequential_s"] / workers["parallel_s"]
     lines = [
-        f"shard: {ratios['rows']} rows, {ratios['tokens']:,} tokens ({ratios['tokens_per_row']:.0f}/row); {figures['machine']}",
+        f"shard: {ratios['rows']} rows, {ratios['tokens']:,} tokens ({ratios['tokens_per_row']:.0f}/row); "
+        f"{figures['machine']}",
         f"raw encode_ordinary_batch (1 thread): {ratios['raw_encode_tok_s'] / 1e6:.2f} M tok/s (baseline)",
         f"openai-harmony reference ({ratios['reference_rows']} rows): {ratios['reference_tok_s'] / 1e6:.2f} M tok/s",
-        f"fast renderer: {ratios['fast_tok_s'] / 1e6:.2f} M tok/s ({ratios['routed_to_reference']} rows routed to the reference)",
-        f"1. fast vs reference:        {ratios['fast_tok_s'] / ratios['reference_tok_s']:.2f}x  (target >= 3x: {verdict(ratios['fast_tok_s'] / ratios['reference_tok_s'], 3)})",
-        f"2. fast vs raw encode:       {ratios['fast_tok_s'] / ratios['raw_encode_tok_s']:.2f}x  (target >= 0.8x: {verdict(ratios['fast_tok_s'] / ratios['raw_encode_tok_s'], 0.8)})",
-        f"3. end-to-end vs raw encode: {e2e_rate / ratios['raw_encode_tok_s']:.2f}x  ({e2e_rate / 1e6:.2f} M tok/s, {one['seconds']:.1f} s for the partition"
-        f" + {one['startup_s']:.1f} s fixed megatron-core import per worker process; target >= 0.6x: {verdict(e2e_rate / ratios['raw_encode_tok_s'], 0.6)})",
-        f"4. 2 workers vs 1:           {speedup:.2f}x  ({workers['sequential_s']:.1f} s vs {workers['parallel_s']:.1f} s for 2 partitions; target >= 1.7x: {verdict(speedup, 1.7)})",
-        f"5. peak RSS:                 {one['peak_rss_bytes'] / GIB:.2f} GiB at 1x, {large['peak_rss_bytes'] / GIB:.2f} GiB at {args.scale}x, growth {100 * rss_growth:+.1f}%"
-        f"  (target <= 1 GiB: {verdict(large['peak_rss_bytes'] / GIB, 1.0, False)}, growth <= 10%: {verdict(rss_growth, 0.10, False)})",
+        f"fast renderer: {ratios['fast_tok_s'] / 1e6:.2f} M tok/s ({ratios['routed_to_reference']} rows routed "
+        "to the reference)",
+        f"1. fast vs reference:        {ratios['fast_tok_s'] / ratios['reference_tok_s']:.2f}x  (target >= 3x: "
+        f"{verdict(ratios['fast_tok_s'] / ratios['reference_tok_s'], 3)})",
+        f"2. fast vs raw encode:       {ratios['fast_tok_s'] / ratios['raw_encode_tok_s']:.2f}x  (target >= "
+        f"0.8x: {verdict(ratios['fast_tok_s'] / ratios['raw_encode_tok_s'], 0.8)})",
+        f"3. end-to-end vs raw encode: {e2e_rate / ratios['raw_encode_tok_s']:.2f}x  ({e2e_rate / 1e6:.2f} M "
+        f"tok/s, {one['seconds']:.1f} s for the partition"
+        f" + {one['startup_s']:.1f} s fixed megatron-core import per worker process; target >= 0.6x: "
+        f"{verdict(e2e_rate / ratios['raw_encode_tok_s'], 0.6)})",
+        f"4. 2 workers vs 1:           {speedup:.2f}x  ({workers['sequential_s']:.1f} s vs "
+        f"{workers['parallel_s']:.1f} s for 2 partitions; target >= 1.7x: {verdict(speedup, 1.7)})",
+        f"5. peak RSS:                 {one['peak_rss_bytes'] / GIB:.2f} GiB at 1x, "
+        f"{large['peak_rss_bytes'] / GIB:.2f} GiB at {args.scale}x, growth {100 * rss_growth:+.1f}%"
+        f"  (target <= 1 GiB: {verdict(large['peak_rss_bytes'] / GIB, 1.0, False)}, growth <= 10%: "
+        f"{verdict(rss_growth, 0.10, False)})",
         f"6. projection: {core_hours:.1f} core-hours for {FULL_CORPUS_ROWS:,} rows at this shard's end-to-end rate"
         f" (~{core_hours / os.cpu_count():.1f} h on this {os.cpu_count()}-core machine)",
     ]

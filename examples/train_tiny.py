@@ -40,13 +40,24 @@ from synthkd_training.synthetic import write_synthetic_split
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-root", type=Path, default=DataLayout.from_environ(os.environ).megatron_root(),
-                        help="dataset root holding train/ (and valid/) shard_XX_{tokens,lossmask,span} trios "
-                        "(default: synth_kd_v1 under $SYNTHKD_DATA_DIR, else data/)")
-    parser.add_argument("--synthetic", action="store_true",
-                        help="write a small synthetic trio (megatron-core's builder) into --work-dir and train on it")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="where synthetic data and megatron's index cache go (default: a temporary directory)")
+    parser.add_argument(
+        "--data-root",
+        type=Path,
+        default=DataLayout.from_environ(os.environ).megatron_root(),
+        help="dataset root holding train/ (and valid/) shard_XX_{tokens,lossmask,span} trios "
+        "(default: synth_kd_v1 under $SYNTHKD_DATA_DIR, else data/)",
+    )
+    parser.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="write a small synthetic trio (megatron-core's builder) into --work-dir and train on it",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where synthetic data and megatron's index cache go (default: a temporary directory)",
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seq-length", type=int, default=64)
     parser.add_argument("--micro-batch-size", type=int, default=4)
@@ -56,7 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--num-attention-heads", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--window", type=int, default=5, help="steps averaged at the start and at the end for the check")
+    parser.add_argument(
+        "--window", type=int, default=5, help="steps averaged at the start and at the end for the check"
+    )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2")
@@ -133,7 +146,9 @@ def _datasets(args: argparse.Namespace, work_dir: Path):
         write_synthetic_split(data_root / "valid", shards=1, documents_per_shard=20, seed=args.seed + 1)
     train_prefixes = tokens_prefixes(data_root / "train")
     if not train_prefixes:
-        raise SystemExit(f"no shard_XX_tokens trio under {data_root / 'train'}; build the dataset first or pass --synthetic")
+        raise SystemExit(
+            f"no shard_XX_tokens trio under {data_root / 'train'}; build the dataset first or pass --synthetic"
+        )
     valid_prefixes = tokens_prefixes(data_root / "valid")
     config = SpanGPTDatasetConfig(
         random_seed=args.seed,
@@ -205,7 +220,9 @@ def main(argv: list[str] | None = None) -> dict:
             losses.append(result.loss.item())
             weight = sum(w.item() for w in result.effective_weights.values())
             normalized.append(result.loss.item() / weight if weight > 0 else math.nan)
-            print(f"step {step:3d}/{args.steps} | {_describe(result)} | {time.perf_counter() - started:.2f}s", flush=True)
+            print(
+                f"step {step:3d}/{args.steps} | {_describe(result)} | {time.perf_counter() - started:.2f}s", flush=True
+            )
 
         if valid is not None:
             model.eval()
@@ -221,7 +238,13 @@ def main(argv: list[str] | None = None) -> dict:
             f"mean per-span loss (L / sum of effective weights) of the first {window} steps {first:.4f}, "
             f"of the last {window} steps {last:.4f}"
         )
-        summary = {"losses": losses, "normalized": normalized, "first_mean": first, "last_mean": last, "device": str(device)}
+        summary = {
+            "losses": losses,
+            "normalized": normalized,
+            "first_mean": first,
+            "last_mean": last,
+            "device": str(device),
+        }
         if not (math.isfinite(last) and last < first):
             raise SystemExit(f"loss did not go down: first {window} steps {first:.4f}, last {window} steps {last:.4f}")
         return summary

@@ -24,25 +24,67 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    # project imports wait for __main__ to put the repository on sys.path (runnable installed or not)
     from synthkd_contract import constants
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--input-dir", type=Path, required=True, help="directory of raw PleIAs/SYNTH *.parquet shards")
-    parser.add_argument("--output-dir", type=Path, required=True, help="DistillKit dataset root (train/, validation/, manifest.json)")
-    parser.add_argument("--work-dir", type=Path, help="intermediate stages, tokenizer, reports and error logs (default: <output-dir>.work)")
-    parser.add_argument("--max-seq-len", type=int, default=constants.MAX_SEQ_LEN, help="drop (and count) longer conversations")
-    parser.add_argument("--global-keep", type=float, default=constants.GLOBAL_KEEP, help="uniform deterministic keep rate (token budgets)")
-    parser.add_argument("--valid-fraction", type=float, default=constants.DISTILL_VALID_FRACTION, help="validation split fraction")
-    parser.add_argument("--memorization-cap", type=float, default=constants.MEMORIZATION_CAP, help="max share of exercise == memorization")
-    parser.add_argument("--non-english-min", type=float, default=constants.NON_ENGLISH_MIN, help="min non-English share, opt-in: English rows are sampled down to reach it (0: never)")
-    parser.add_argument("--non-english-max", type=float, default=constants.NON_ENGLISH_MAX, help="max non-English share")
-    parser.add_argument("--encoding-errors-log", type=Path, help="JSON-lines sample of Harmony render failures (default: <work-dir>/errors/...)")
-    parser.add_argument("--smoke", action="store_true", help="read the first 256 rows of each shard, write at most 64 conversations / 200k tokens per shard: a quick end-to-end run")
+    parser.add_argument(
+        "--output-dir", type=Path, required=True, help="DistillKit dataset root (train/, validation/, manifest.json)"
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        help="intermediate stages, tokenizer, reports and error logs (default: <output-dir>.work)",
+    )
+    parser.add_argument(
+        "--max-seq-len", type=int, default=constants.MAX_SEQ_LEN, help="drop (and count) longer conversations"
+    )
+    parser.add_argument(
+        "--global-keep",
+        type=float,
+        default=constants.GLOBAL_KEEP,
+        help="uniform deterministic keep rate (token budgets)",
+    )
+    parser.add_argument(
+        "--valid-fraction", type=float, default=constants.DISTILL_VALID_FRACTION, help="validation split fraction"
+    )
+    parser.add_argument(
+        "--memorization-cap",
+        type=float,
+        default=constants.MEMORIZATION_CAP,
+        help="max share of exercise == memorization",
+    )
+    parser.add_argument(
+        "--non-english-min",
+        type=float,
+        default=constants.NON_ENGLISH_MIN,
+        help="min non-English share, opt-in: English rows are sampled down to reach it (0: never)",
+    )
+    parser.add_argument(
+        "--non-english-max", type=float, default=constants.NON_ENGLISH_MAX, help="max non-English share"
+    )
+    parser.add_argument(
+        "--encoding-errors-log",
+        type=Path,
+        help="JSON-lines sample of Harmony render failures (default: <work-dir>/errors/...)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=(
+            "read the first 256 rows of each shard, write at most 64 conversations / 200k tokens per shard:"
+            " a quick end-to-end run"
+        ),
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # dagster and the graph load only after the arguments are valid, so --help and usage errors answer at once
     import dagster as dg
     from tqdm import tqdm
 
@@ -89,8 +131,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         try:
             build_all(
-                instance, layout, build, outputs=["synth_distill"], over_shards=progress,
-                run_config=QUIET, tags={"synthkd/cli": "build_synth_distill"},
+                instance,
+                layout,
+                build,
+                outputs=["synth_distill"],
+                over_shards=progress,
+                run_config=QUIET,
+                tags={"synthkd/cli": "build_synth_distill"},
             )
         except BuildFailed as error:
             print(f"error: {error}", file=sys.stderr)

@@ -8,7 +8,7 @@ import argparse
 import json
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -65,10 +65,12 @@ def summary_lines(manifest: dict) -> list[str]:
         return distill_summary_lines(manifest)
     totals = manifest["totals"]
     lines = [
-        f"{manifest['dataset']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git {manifest['git_sha'][:12]}",
+        f"{manifest['dataset']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git "
+        f"{manifest['git_sha'][:12]}",
         f"rows in: {totals['rows_in']}   rows written: {totals['rows_out']}",
         "sequences per split: " + ", ".join(f"{s}={totals['sequences'].get(s, 0)}" for s in constants.SPLITS),
-        "tokens per span: " + ", ".join(f"{n}={totals['span_tokens'].get(n, 0)}" for n in constants.SPAN_NAMES.values()),
+        "tokens per span: "
+        + ", ".join(f"{n}={totals['span_tokens'].get(n, 0)}" for n in constants.SPAN_NAMES.values()),
         "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
         "sanitized: " + (", ".join(f"{k}={v}" for k, v in totals["sanitized"].items()) or "none"),
         f"bytes: {totals['bytes']}",
@@ -81,20 +83,28 @@ def distill_summary_lines(manifest: dict) -> list[str]:
     before, achieved = sampling["before"], sampling["achieved_after"]
     lengths = manifest["token_lengths"]
     return [
-        f"{manifest['name']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git {manifest['git_sha'][:12]}",
+        f"{manifest['name']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git "
+        f"{manifest['git_sha'][:12]}",
         f"rows in: {totals['rows_in']}   rows written: {totals['rows_out']} ("
         + ", ".join(f"{s}={totals['rows_per_split'].get(s, 0)}" for s in constants.DISTILL_SPLITS)
         + ")",
-        "sampling rates: " + ", ".join(f"{rule}={rate:.4g}" for rule, rate in sampling["rates"].items())
-        + (" (targets met in expectation)" if sampling["feasible"] else f" (targets NOT reachable: {sampling['notes']})"),
-        f"mix before -> after: memorization {100 * before['memorization_share']:.1f}% -> {100 * achieved['memorization_share']:.1f}%, "
+        "sampling rates: "
+        + ", ".join(f"{rule}={rate:.4g}" for rule, rate in sampling["rates"].items())
+        + (
+            " (targets met in expectation)"
+            if sampling["feasible"]
+            else f" (targets NOT reachable: {sampling['notes']})"
+        ),
+        f"mix before -> after: memorization {100 * before['memorization_share']:.1f}% -> "
+        f"{100 * achieved['memorization_share']:.1f}%, "
         f"non-English {100 * before['non_english_share']:.1f}% -> {100 * achieved['non_english_share']:.1f}%",
         *(
             f"{split} tokens: " + " ".join(f"{k}={lengths[split][k]}" for k in ("min", "p50", "p90", "p99", "max"))
             for split in constants.DISTILL_SPLITS
         ),
         "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
-        f"render failures logged: {manifest['encoding_errors_log']['records']} ({manifest['encoding_errors_log']['path']})",
+        f"render failures logged: {manifest['encoding_errors_log']['records']} "
+        f"({manifest['encoding_errors_log']['path']})",
         f"bytes: {totals['bytes']}",
     ]
 
@@ -102,7 +112,7 @@ def distill_summary_lines(manifest: dict) -> list[str]:
 def print_failures(since: float) -> int:
     """Print why every run since `since` (epoch seconds) failed; the number of failed runs."""
     with dg.DagsterInstance.get() as instance:
-        lines = failed_runs_report(instance, datetime.fromtimestamp(since, tz=timezone.utc))
+        lines = failed_runs_report(instance, datetime.fromtimestamp(since, tz=UTC))
     print("\n".join(lines), file=sys.stderr)
     return sum(1 for line in lines if line.startswith("run "))
 

@@ -39,9 +39,9 @@ import pyarrow.parquet as pq
 
 from synthkd_contract.constants import RAW_COLUMNS
 from synthkd_contract.schemas import RAW_SCHEMA
+from synthkd_dev import SAMPLE_RAW_DIR
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUTPUT_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
+DEFAULT_OUTPUT_DIR = SAMPLE_RAW_DIR
 DEFAULT_SHARDS = 4
 DEFAULT_ROWS_PER_SHARD = 750
 DEFAULT_SEED = 1234

@@ -62,12 +62,11 @@ from dagster._daemon.sensor import execute_sensor_iteration
 from synthkd_assets.defs.build import materialize_steps
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_dev import REPO_ROOT, SAMPLE_RAW_DIR
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SCALE_PARTITIONS = 500  # the scale the benchmark's budgets are for
 ROWS_PER_SHARD = 4
-SAMPLE_RAW_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
 LOCATION_NAME = "synthkd_assets.definitions"  # what workspace.yaml's python_module entry is named
 SCAN_JOB = "synth_scan_job"
 SENSOR_NAME = "synth_raw_sensor"

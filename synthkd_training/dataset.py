@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -71,7 +71,11 @@ class O200kHarmonyIds:
     @property
     def unique_identifiers(self) -> OrderedDict:
         return OrderedDict(
-            {"class": f"{type(self).__module__}.{type(self).__qualname__}", "eod": self.eod, "vocab_size": self.vocab_size}
+            {
+                "class": f"{type(self).__module__}.{type(self).__qualname__}",
+                "eod": self.eod,
+                "vocab_size": self.vocab_size,
+            }
         )
 
 
@@ -90,17 +94,17 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
     requires, plus `validate_mask_values`.
     """
 
-    reset_position_ids: Optional[bool] = False
+    reset_position_ids: bool | None = False
     """As in GPTDatasetConfig: restart position ids after every EOD."""
 
-    reset_attention_mask: Optional[bool] = False
+    reset_attention_mask: bool | None = False
     """As in GPTDatasetConfig: block attention across EOD boundaries."""
 
-    eod_mask_loss: Optional[bool] = False
+    eod_mask_loss: bool | None = False
     """As in GPTDatasetConfig: zero the loss where the input token is EOD. The stored loss mask
     already does so (the EOD position carries 0), so this changes nothing for sound data."""
 
-    tokenizer: Optional[object] = field(default_factory=O200kHarmonyIds)
+    tokenizer: object | None = field(default_factory=O200kHarmonyIds)
     """Anything with `eod`, `vocab_size`, `unique_identifiers` (and optionally `pad`); `eod` must
     be the contract's EOD id 199999."""
 
@@ -121,10 +125,13 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.mock:
-            raise ValueError("SpanGPTDatasetConfig needs real data: give `blend` or `blend_per_split` (mock data has no spans)")
+            raise ValueError(
+                "SpanGPTDatasetConfig needs real data: give `blend` or `blend_per_split` (mock data has no spans)"
+            )
         if getattr(self.tokenizer, "eod", None) != constants.EOD_TOKEN_ID:
             raise ValueError(
-                f"tokenizer.eod is {getattr(self.tokenizer, 'eod', None)!r}, the contract's EOD id is {constants.EOD_TOKEN_ID}"
+                f"tokenizer.eod is {getattr(self.tokenizer, 'eod', None)!r}, the contract's EOD id is "
+                f"{constants.EOD_TOKEN_ID}"
             )
         if self.sequence_length < 1:
             raise ValueError(f"sequence_length must be positive, got {self.sequence_length}")
@@ -153,7 +160,8 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
             listed = ", ".join(f"{prefix} ({tokens} tokens)" for prefix, tokens in short[:5])
             raise SpanDatasetError(
                 f"{split.name} split: {len(short)} of its {len(blend[0])} prefixes hold fewer tokens than one sample "
-                f"(sequence_length {self.sequence_length} + {int(self.add_extra_token_to_sequence)}): {listed}. Megatron "
+                f"(sequence_length {self.sequence_length} + {int(self.add_extra_token_to_sequence)}): "
+                f"{listed}. Megatron "
                 "weights an unweighted blend by each prefix's samples and cannot use a weight of 0: drop those "
                 "prefixes, give the blend weights, or use a shorter sequence_length"
             )
@@ -177,9 +185,9 @@ class SpanGPTDataset(GPTDataset):
     def __init__(
         self,
         indexed_dataset: IndexedDataset,
-        dataset_path: Optional[str],
+        dataset_path: str | None,
         indexed_indices: np.ndarray,
-        num_samples: Optional[int],
+        num_samples: int | None,
         index_split: Split,
         config: SpanGPTDatasetConfig,
     ) -> None:
@@ -240,7 +248,7 @@ class SpanGPTDataset(GPTDataset):
         doc_beg, offset_beg = self.sample_index[idx]
         doc_end, offset_end = self.sample_index[idx + 1]
 
-        pieces: list[tuple[int, int, Optional[int]]] = []
+        pieces: list[tuple[int, int, int | None]] = []
         if doc_beg == doc_end:
             pieces.append((doc_beg, int(offset_beg), int(offset_end - offset_beg + extra)))
         else:
@@ -273,7 +281,7 @@ class SpanGPTDataset(GPTDataset):
         self._window.siblings = {kind: windows[kind] for kind in self.siblings}
         return windows[TOKENS_KIND], document_ids
 
-    def __getitem__(self, idx: Optional[int]) -> dict[str, torch.Tensor]:
+    def __getitem__(self, idx: int | None) -> dict[str, torch.Tensor]:
         item = super().__getitem__(idx)  # calls _query_document_sample_shuffle_indices exactly once
         siblings = getattr(self._window, "siblings", None)
         if siblings is None:  # only if a future megatron-core stops reading through the hook
@@ -329,7 +337,7 @@ def _token_count(tokens_prefix: str) -> int | None:
     return int(dataset.sequence_lengths.sum(dtype=np.int64))
 
 
-def _exposed_sequences(indexed_indices: Optional[np.ndarray], count: int) -> tuple[int, int]:
+def _exposed_sequences(indexed_indices: np.ndarray | None, count: int) -> tuple[int, int]:
     """(first, end) of the sequences a dataset exposes, whose values are checked: all of them when megatron
     does not say (fast_cache_load); else the hull of its split indices (a contiguous range)."""
     if indexed_indices is None:
@@ -342,8 +350,8 @@ def _exposed_sequences(indexed_indices: Optional[np.ndarray], count: int) -> tup
 # -- building ---------------------------------------------------------------------------------
 def build_span_datasets(
     config: SpanGPTDatasetConfig,
-    sizes: Sequence[Optional[int]],
-    is_built_on_rank: Optional[Callable[[], bool]] = None,
+    sizes: Sequence[int | None],
+    is_built_on_rank: Callable[[], bool] | None = None,
 ) -> list:
     """[train, valid, test] datasets through megatron-core's `BlendedMegatronDatasetBuilder`.
 
@@ -367,7 +375,5 @@ def build_span_datasets(
             "(megatron-core's BlendedDataset queries the rank); on a single process use "
             "torch.distributed.init_process_group('gloo', store=torch.distributed.HashStore(), rank=0, world_size=1)"
         )
-    builder = BlendedMegatronDatasetBuilder(
-        SpanGPTDataset, list(sizes), is_built_on_rank or (lambda: True), config
-    )
+    builder = BlendedMegatronDatasetBuilder(SpanGPTDataset, list(sizes), is_built_on_rank or (lambda: True), config)
     return builder.build()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 import torch
 
@@ -131,7 +131,9 @@ def span_normalized_loss(
     returns when called with `labels`.
     """
     if per_token_loss.shape != span_id.shape:
-        raise ValueError(f"per_token_loss {tuple(per_token_loss.shape)} and span_id {tuple(span_id.shape)} differ in shape")
+        raise ValueError(
+            f"per_token_loss {tuple(per_token_loss.shape)} and span_id {tuple(span_id.shape)} differ in shape"
+        )
     if span_id.dtype.is_floating_point or span_id.dtype == torch.bool:
         raise TypeError(f"span_id must be an integer tensor, got {span_id.dtype}")
     span_id = span_id.to(per_token_loss.device)
@@ -153,7 +155,7 @@ def span_normalized_loss(
 
 
 # -- per-token losses -------------------------------------------------------------------------
-def _use_tensor_parallel(tensor_parallel: Optional[bool]) -> bool:
+def _use_tensor_parallel(tensor_parallel: bool | None) -> bool:
     if tensor_parallel is not None:
         return tensor_parallel
     from megatron.core import parallel_state
@@ -180,7 +182,7 @@ def per_token_cross_entropy(
     labels: torch.Tensor,
     *,
     vocab_size_valid: int = constants.PADDED_VOCAB_SIZE,
-    tensor_parallel: Optional[bool] = None,
+    tensor_parallel: bool | None = None,
 ) -> torch.Tensor:
     """-log softmax(logits)[label] at every position, padding columns excluded from the softmax.
 
@@ -224,9 +226,7 @@ def _log_softmax_vocab_parallel(x: torch.Tensor, differentiable: bool) -> torch.
         # forward: all-reduce. backward: all-reduce too. The log-normalizer is shared by every
         # rank's columns, and the KL terms that use it are rank-local (summed by an identity-backward
         # reduce at the end), so its gradient is the sum of the ranks' contributions.
-        total = copy_to_tensor_model_parallel_region(
-            reduce_from_tensor_model_parallel_region(local_sum.contiguous())
-        )
+        total = copy_to_tensor_model_parallel_region(reduce_from_tensor_model_parallel_region(local_sum.contiguous()))
     else:
         total = local_sum.contiguous()
         torch.distributed.all_reduce(total, group=group)
@@ -238,7 +238,7 @@ def per_token_kd(
     teacher_logits: torch.Tensor,
     *,
     config: SpanLossConfig = SpanLossConfig(),
-    tensor_parallel: Optional[bool] = None,
+    tensor_parallel: bool | None = None,
 ) -> torch.Tensor:
     """Per-position KL divergence between teacher and student next-token distributions.
 
@@ -248,7 +248,8 @@ def per_token_kd(
     """
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(
-            f"student logits {tuple(student_logits.shape)} and teacher logits {tuple(teacher_logits.shape)} differ in shape"
+            f"student logits {tuple(student_logits.shape)} and teacher logits {tuple(teacher_logits.shape)} "
+            "differ in shape"
         )
     tp = _use_tensor_parallel(tensor_parallel)
     valid = _local_valid_columns(student_logits.shape[-1], config.vocab_size_valid, tp)
@@ -294,7 +295,7 @@ def span_ce_loss(
     span_id: torch.Tensor,
     config: SpanLossConfig = SpanLossConfig(),
     *,
-    tensor_parallel: Optional[bool] = None,
+    tensor_parallel: bool | None = None,
 ) -> SpanLossResult:
     """Stage 1: span-normalized cross-entropy of `logits` `[..., V]` against `labels` `[...]`."""
     _check_span_shape(span_id, logits)
@@ -314,7 +315,7 @@ def span_kd_loss(
     span_id: torch.Tensor,
     config: SpanLossConfig = SpanLossConfig(),
     *,
-    tensor_parallel: Optional[bool] = None,
+    tensor_parallel: bool | None = None,
 ) -> SpanLossResult:
     """Stages 2 and 3: span-normalized KD of the student towards the teacher over the same tokens."""
     _check_span_shape(span_id, student_logits)

@@ -47,9 +47,12 @@ def synthetic_document(
     n = int(rng.integers(min_tokens, max_tokens + 1))
     body = n - 1  # the last token is EOD
     if spans is None:
-        spans = [(), (constants.SPAN_ANALYSIS,), (constants.SPAN_FINAL,), (constants.SPAN_ANALYSIS, constants.SPAN_FINAL)][
-            int(rng.integers(0, 4))
-        ]
+        spans = [
+            (),
+            (constants.SPAN_ANALYSIS,),
+            (constants.SPAN_FINAL,),
+            (constants.SPAN_ANALYSIS, constants.SPAN_FINAL),
+        ][int(rng.integers(0, 4))]
     token_span = np.zeros(n, dtype=np.int64)  # span of each *token*
     prompt = int(rng.integers(1, max(2, body // 2 + 1))) if spans else body
     prompt = min(prompt, body)

@@ -5,19 +5,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from hypothesis import settings
+
+from synthkd_assets.core.render import HarmonyRenderer
+from synthkd_assets.core.tokenizer import load_harmony_encoding, materialize_tokenizer
+from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_dev import SAMPLE_RAW_DIR
+from tests.helpers import build_everything
 
 # CI runs every property briefly; HYPOTHESIS_PROFILE=fuzz runs them for real (docs/development.md, "Fuzzing")
 settings.register_profile("ci", max_examples=60)
 settings.register_profile("fuzz", max_examples=5000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-from synthkd_assets.core.render import HarmonyRenderer
-from synthkd_assets.core.tokenizer import load_harmony_encoding, materialize_tokenizer
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_RAW_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
 
 
 @pytest.fixture(scope="session")
@@ -45,10 +46,6 @@ def sample_shards() -> list[Path]:
 @pytest.fixture(scope="session")
 def built_sample(tmp_path_factory):
     """The full graph built once on the bundled sample: (instance, layout, data_dir)."""
-    import dagster as dg
-
-    from synthkd_assets.defs.resources import SynthKDLayout
-    from tests.helpers import build_everything
 
     data_dir = tmp_path_factory.mktemp("built")
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(data_dir))

@@ -21,7 +21,8 @@ from typing import TypeVar
 
 import dagster as dg
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from synthkd_dev import REPO_ROOT
+
 DAGSTER_DAEMON = Path(sys.executable).parent / "dagster-daemon"
 T = TypeVar("T")
 
@@ -53,7 +54,9 @@ class Daemon:
             if value:
                 return value
             if self.process.poll() is not None:
-                raise AssertionError(f"dagster-daemon exited ({self.process.returncode}) while waiting for {what}:\n{self.log_tail()}")
+                raise AssertionError(
+                    f"dagster-daemon exited ({self.process.returncode}) while waiting for {what}:\n{self.log_tail()}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {what} after {timeout_s:.0f} s; daemon log tail:\n{self.log_tail()}")
             time.sleep(every_s)
@@ -67,7 +70,11 @@ def running_daemon(home: Path, env: Mapping[str, str], log: Path) -> Iterator[Da
     with open(log, "w") as out:
         process = subprocess.Popen(
             [str(DAGSTER_DAEMON), "run", "-w", str(REPO_ROOT / "workspace.yaml")],
-            cwd=REPO_ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=REPO_ROOT,
+            env=environment,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         yield Daemon(process, log)

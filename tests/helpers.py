@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the tests)
     all_definitions,
     build_all,
@@ -11,9 +9,8 @@ from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the test
 )
 from synthkd_assets.defs.passes import MANIFEST_STEPS, PLAN_STEPS, SCAN_STEPS, SHARD_STEPS  # noqa: F401
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_dev import REPO_ROOT, SAMPLE_RAW_DIR  # noqa: F401  (re-exported for the tests)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_RAW_DIR = REPO_ROOT / "data" / "sample" / "synth_raw"
 ALL_ASSETS = all_definitions()
 
 

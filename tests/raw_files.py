@@ -16,7 +16,9 @@ def edit_shard(path: Path) -> None:
     table = pq.read_table(path)
     answers = table.column("synthetic_answer").to_pylist()
     answers[0] = answers[0] + "\n\nEdited upstream."
-    pq.write_table(table.set_column(table.schema.get_field_index("synthetic_answer"), "synthetic_answer", [answers]), path)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("synthetic_answer"), "synthetic_answer", [answers]), path
+    )
 
 
 def current_shas(raw: Path) -> dict[str, str]:

@@ -28,11 +28,19 @@ pytestmark = pytest.mark.daemon
 MANIFEST_CHECKS = {
     "synth_harmony_manifest": {"raw_inputs_unchanged"},
     "synth_kd_v1_manifest": {
-        "manifest_provenance", "dataset_rows_accounted", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron",
+        "manifest_provenance",
+        "dataset_rows_accounted",
+        "no_split_leakage",
+        "no_duplicate_synth_ids",
+        "shards_readable_by_megatron",
     },
     "synth_distill_manifest": {
-        "distill_labels_match_input_ids", "distill_spans_consistent", "distill_max_length_respected",
-        "distill_no_split_leakage", "distill_manifest_provenance", "distill_dataset_rows_accounted",
+        "distill_labels_match_input_ids",
+        "distill_spans_consistent",
+        "distill_max_length_respected",
+        "distill_no_split_leakage",
+        "distill_manifest_provenance",
+        "distill_dataset_rows_accounted",
     },
 }
 
@@ -60,7 +68,12 @@ class Workspace:
     def env(self, **extra: str) -> dict[str, str]:
         """The daemon's environment: the data roots, and in_process steps (the sample's shards are small: one
         process per run instead of one per step saves their imports)."""
-        return {"SYNTHKD_RAW_DIR": str(self.raw), "SYNTHKD_DATA_DIR": str(self.data), "SYNTHKD_EXECUTOR": "in_process", **extra}
+        return {
+            "SYNTHKD_RAW_DIR": str(self.raw),
+            "SYNTHKD_DATA_DIR": str(self.data),
+            "SYNTHKD_EXECUTOR": "in_process",
+            **extra,
+        }
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +98,9 @@ def finished_run(instance: dg.DagsterInstance, **filters) -> dg.DagsterRun | Non
     statuses = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
     runs = instance.get_runs(dg.RunsFilter(statuses=statuses, **filters), limit=1)
     if runs:
-        assert runs[0].status == dg.DagsterRunStatus.SUCCESS, f"run {runs[0].run_id} ({runs[0].job_name}, {runs[0].tags}) failed"
+        assert runs[0].status == dg.DagsterRunStatus.SUCCESS, (
+            f"run {runs[0].run_id} ({runs[0].job_name}, {runs[0].tags}) failed"
+        )
         return runs[0]
     return None
 
@@ -115,14 +130,22 @@ def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
         assert shard_run.tags["dagster/sensor_name"] == "synth_raw_sensor"
         assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [shard_run]  # only synth_02 rebuilt
         # one run for the three, after the whole shard run (not one per manifest as its direct dependency finished)
-        assert instance.get_runs(dg.RunsFilter(tags={"dagster/sensor_name": "synth_manifests_automation"})) == [manifests_run]
-        materialized = {e.asset_key.to_user_string() for e in events(instance, manifests_run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)}
+        assert instance.get_runs(dg.RunsFilter(tags={"dagster/sensor_name": "synth_manifests_automation"})) == [
+            manifests_run
+        ]
+        materialized = {
+            e.asset_key.to_user_string()
+            for e in events(instance, manifests_run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
+        }
         assert materialized == set(MANIFEST_STEPS)
         shard_end = instance.get_run_record_by_id(shard_run.run_id).end_time
         assert instance.get_run_record_by_id(manifests_run.run_id).create_timestamp.timestamp() >= shard_end
 
         checks = {
-            (e.event_specific_data.asset_key.to_user_string(), e.event_specific_data.check_name): e.event_specific_data.passed
+            (
+                e.event_specific_data.asset_key.to_user_string(),
+                e.event_specific_data.check_name,
+            ): e.event_specific_data.passed
             for e in events(instance, manifests_run.run_id, dg.DagsterEventType.ASSET_CHECK_EVALUATION)
         }
         assert set(checks) == {(asset, check) for asset, names in MANIFEST_CHECKS.items() for check in names}
@@ -137,8 +160,19 @@ def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(work
     ws = workspace
     env = ws.env(SYNTHKD_REBUILD_CRON="* * * * *")
     stop = subprocess.run(
-        [str(DAGSTER_DAEMON.parent / "dagster"), "sensor", "stop", "synth_raw_sensor", "-w", str(REPO_ROOT / "workspace.yaml")],
-        cwd=REPO_ROOT, env={**os.environ, **env, "DAGSTER_HOME": str(ws.home)}, capture_output=True, text=True, timeout=120,
+        [
+            str(DAGSTER_DAEMON.parent / "dagster"),
+            "sensor",
+            "stop",
+            "synth_raw_sensor",
+            "-w",
+            str(REPO_ROOT / "workspace.yaml"),
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env, "DAGSTER_HOME": str(ws.home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert stop.returncode == 0, stop.stdout + stop.stderr
     edit_shard(ws.raw / "synth_01.parquet")
@@ -154,7 +188,9 @@ def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(work
                 timeout_s=240,
             )
         assert (run.job_name, run.tags["dagster/partition"], run.tags["dagster/run_key"]) == (
-            "synth_shard_job", "synth_01", f"synth_01:{new_sha}"
+            "synth_shard_job",
+            "synth_01",
+            f"synth_01:{new_sha}",
         )
         assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [run]  # no other shard, no second ask
     assert read_json(ws.paths.stage_report("synth_harmony", "synth_01"))["source_sha256"] == new_sha

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from synthkd_assets.core import inventory, stages
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
@@ -44,9 +45,11 @@ from synthkd_assets.core.stages import (
 from synthkd_assets.core.synth import reference_messages, system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
 from synthkd_assets.core.validation import cross_shard_duplicates
+from synthkd_assets.defs import assets
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.schemas import HARMONY_SCHEMA, TOKENIZED_SCHEMA
+from synthkd_dev import SAMPLE_RAW_DIR
 from tests.helpers import REPO_ROOT, SCAN_STEPS, run
 
 SYSTEM = system_message_dict()
@@ -187,7 +190,11 @@ def test_bad_rows_are_dropped_by_reason_and_the_rest_rendered(tmp_path, fast):
 
     # the run goes on: every kept row tokenizes
     tokenized = tokenize_shard(out, tmp_path / "tokenized.parquet", fast, SHARD)
-    assert (tokenized.rows_in, tokenized.rows_out, sum(tokenized.dropped.values())) == (report.rows_out, report.rows_out, 0)
+    assert (tokenized.rows_in, tokenized.rows_out, sum(tokenized.dropped.values())) == (
+        report.rows_out,
+        report.rows_out,
+        0,
+    )
 
 
 @pytest.mark.parametrize(
@@ -197,7 +204,9 @@ def test_bad_rows_are_dropped_by_reason_and_the_rest_rendered(tmp_path, fast):
 )
 def test_other_text_encodings_give_the_same_bytes(tmp_path, arrow_type):
     """Every text column stored as another string/binary type: same output, byte for byte."""
-    rows = [row(f"id{i}", synthetic_reasoning=None if i % 3 == 0 else f"think {i}", query=f"q\x00{i} ü") for i in range(40)]
+    rows = [
+        row(f"id{i}", synthetic_reasoning=None if i % 3 == 0 else f"think {i}", query=f"q\x00{i} ü") for i in range(40)
+    ]
     baseline = tmp_path / "string.parquet"
     harmonize_shard(write_raw(tmp_path / "raw_string.parquet", rows), baseline, SYSTEM, SHARD)
     types = {column: arrow_type for column in constants.RAW_STRING_COLUMNS}
@@ -243,7 +252,20 @@ def test_harmony_special_token_text_is_rendered_as_text(tmp_path, fast, renderer
 
 def test_a_million_character_answer_renders_like_openai_harmony(tmp_path, fast, renderer):
     rng = random.Random(7)
-    vocabulary = ["alpha", "beta", "Gamma", "Δέλτα", "日本語の文", "🙂🙃", "<|end|>", "12 345,6", "\n\n", "the", "of", "  "]
+    vocabulary = [
+        "alpha",
+        "beta",
+        "Gamma",
+        "Δέλτα",
+        "日本語の文",
+        "🙂🙃",
+        "<|end|>",
+        "12 345,6",
+        "\n\n",
+        "the",
+        "of",
+        "  ",
+    ]
     answer = " ".join(rng.choice(vocabulary) for _ in range(220_000))[:1_000_003]
     rows = [row("huge", synthetic_answer=answer, synthetic_reasoning=answer[:300_000]), row("small")]
     harmony = tmp_path / "harmony.parquet"
@@ -278,10 +300,17 @@ def test_empty_shard_gives_valid_empty_output_at_every_stage(tmp_path, fast, enc
     reports += [kd_report, distill.report]
     assert [(r.rows_in, r.rows_out) for r in reports] == [(len(rows), 0)] + [(0, 0)] * 5
     assert all(accounted(r) for r in reports)
-    for path, schema in ((harmony, HARMONY_SCHEMA), (filtered, HARMONY_SCHEMA), (sampled, HARMONY_SCHEMA), (tokenized, TOKENIZED_SCHEMA)):
+    for path, schema in (
+        (harmony, HARMONY_SCHEMA),
+        (filtered, HARMONY_SCHEMA),
+        (sampled, HARMONY_SCHEMA),
+        (tokenized, TOKENIZED_SCHEMA),
+    ):
         table = pq.read_table(path)
         assert table.num_rows == 0 and table.schema.equals(schema), path
-    assert [i.sequences for i in inventories] == [0, 0] and not [p for split in constants.SPLITS for p in (root / split).glob("shard_03_*")]
+    assert [i.sequences for i in inventories] == [0, 0] and not [
+        p for split in constants.SPLITS for p in (root / split).glob("shard_03_*")
+    ]
     assert pq.read_table(documents_path(root, 3)).num_rows == 0
     assert [f["rows"] for f in distill.files] == [0, 0]
     assert all(pq.read_table(tmp_path / "distill" / f["path"]).num_rows == 0 for f in distill.files)
@@ -314,7 +343,9 @@ def test_cross_shard_duplicates_counts_repeats_and_truncates(tmp_path):
     def table(name: str, ids: list[str]) -> Path:
         path = tmp_path / name / "shard_00_documents.parquet"  # same file name in two folders
         path.parent.mkdir()
-        pq.write_table(pa.table({"split": ["train"] * len(ids), "document_index": range(len(ids)), "synth_id": ids}), path)
+        pq.write_table(
+            pa.table({"split": ["train"] * len(ids), "document_index": range(len(ids)), "synth_id": ids}), path
+        )
         return path
 
     a = table("a", ["x", "x", "y"] + [f"z{i}" for i in range(30)])
@@ -366,7 +397,9 @@ def test_a_column_of_the_wrong_type_refuses_the_file(tmp_path, column, arrow_typ
 def test_another_datasets_parquet_is_refused(tmp_path):
     raw = tmp_path / "synth_00.parquet"
     pq.write_table(pa.table({"text": ["hello"], "label": [1]}), raw)
-    assert_refused_cleanly(tmp_path, raw, "not a PleIAs/SYNTH shard: missing columns ['synth_id'", "has ['text', 'label']")
+    assert_refused_cleanly(
+        tmp_path, raw, "not a PleIAs/SYNTH shard: missing columns ['synth_id'", "has ['text', 'label']"
+    )
     partial = tmp_path / "synth_01.parquet"
     pq.write_table(raw_table([row("a")]).drop_columns(["query_seed_text", "words"]), partial)
     assert_refused_cleanly(tmp_path, partial, "missing columns ['query_seed_text', 'words']")
@@ -392,7 +425,10 @@ def test_an_unreadable_file_is_refused(tmp_path, sample_shards, kind):
 
 
 def test_invalid_utf8_in_a_string_column_refuses_the_file(tmp_path):
-    """Parquet's STRING type is UTF-8: a file breaking that is corrupt (lone surrogates cannot be in an Arrow string)."""
+    """Parquet's STRING type is UTF-8: a file breaking that is corrupt.
+
+    Lone surrogates cannot come from Python text, so the test writes raw bytes viewed as an Arrow string.
+    """
     table = raw_table([row("a"), row("b")])
     bad = pa.array([b"fine", b"lone \xed\xa0\x80 surrogate"], pa.binary()).view(pa.string())  # unvalidated
     raw = tmp_path / "synth_00.parquet"
@@ -437,7 +473,10 @@ def full_disk_outcomes(tmp_path: Path, spec: dict) -> list[dict]:
     script = 'py="$1"; shift; exec "$py" -m tests.full_disk_child "$@"'
     result = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", sys.executable, json.dumps(spec)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -446,20 +485,29 @@ def full_disk_outcomes(tmp_path: Path, spec: dict) -> list[dict]:
 def scenario_sizes(needed: int) -> list[int]:
     """tmpfs sizes from nearly empty to just short of `needed` bytes, and one with room to spare."""
     page = 4096
-    return sorted({max(page, int(needed * f) // page * page) for f in (0.02, 0.3, 0.6, 0.85, 0.95, 0.99)} | {2 * needed + 16 * page})
+    return sorted(
+        {max(page, int(needed * f) // page * page) for f in (0.02, 0.3, 0.6, 0.85, 0.95, 0.99)}
+        | {2 * needed + 16 * page}
+    )
 
 
 @pytest.fixture(scope="module")
 def one_shard_stages(tmp_path_factory, fast, tokenizer_dir) -> dict:
     """synth_01 of the sample through harmony, filters, sampling (keep all) and tokens, on ordinary disk."""
     work = tmp_path_factory.mktemp("stages")
-    raw = REPO_ROOT / "data" / "sample" / "synth_raw" / "synth_01.parquet"
+    raw = SAMPLE_RAW_DIR / "synth_01.parquet"
     harmony, filtered, sampled, tokenized = (work / f"{name}.parquet" for name in ("h", "f", "s", "t"))
     harmonize_shard(raw, harmony, SYSTEM, "synth_01")
     select_rows_shard(harmony, filtered, "synth_01", quality_drop_reasons)
     select_rows_shard(filtered, sampled, "synth_01")
     tokenize_shard(sampled, tokenized, fast, "synth_01")
-    return {"raw": str(raw), "tokenized": str(tokenized), "sampled": str(sampled), "tokenizer_dir": str(tokenizer_dir), "work": work}
+    return {
+        "raw": str(raw),
+        "tokenized": str(tokenized),
+        "sampled": str(sampled),
+        "tokenizer_dir": str(tokenizer_dir),
+        "work": work,
+    }
 
 
 def test_a_full_disk_fails_each_step_clearly_and_publishes_nothing(tmp_path, one_shard_stages, encoding):
@@ -477,7 +525,9 @@ def test_a_full_disk_fails_each_step_clearly_and_publishes_nothing(tmp_path, one
         elif step == "megatron":
             write_megatron_shard(Path(stages["tokenized"]), reference / root_name, 1, "synth_01")
         else:
-            write_distill_shard(Path(stages["tokenized"]), Path(stages["sampled"]), reference / root_name, 1, "synth_01", encoding)
+            write_distill_shard(
+                Path(stages["tokenized"]), Path(stages["sampled"]), reference / root_name, 1, "synth_01", encoding
+            )
         files = [p for p in reference.rglob("*") if p.is_file()]
         needed[step] = sum(p.stat().st_size for p in files)
         expected_files[step] = sorted(str(p.relative_to(reference)) for p in files)
@@ -487,14 +537,18 @@ def test_a_full_disk_fails_each_step_clearly_and_publishes_nothing(tmp_path, one
     assert len(outcomes) == len(scenarios)
     for outcome in outcomes:
         where = f"{outcome['step']} on a {outcome['size']}-byte tmpfs"
-        assert not [f for f in outcome["files"] if PARTIAL_SUFFIX in f], f"{where}: partial files left: {outcome['files']}"
+        assert not [f for f in outcome["files"] if PARTIAL_SUFFIX in f], (
+            f"{where}: partial files left: {outcome['files']}"
+        )
         if outcome["size"] > needed[outcome["step"]]:
             assert outcome["error"] is None and outcome["files"] == expected_files[outcome["step"]], where
             continue
         assert outcome["error"] is not None, f"{where}: no error"
         assert outcome["error"]["type"] == "OutputFileError", (where, outcome["error"])
         message = outcome["error"]["message"]
-        assert message.startswith(outcome["mount"] + "/") and ": cannot write output: No space left on device" in message, (where, message)
+        assert (
+            message.startswith(outcome["mount"] + "/") and ": cannot write output: No space left on device" in message
+        ), (where, message)
         assert outcome["files"] == [], f"{where}: published part of the shard: {outcome['files']}"
 
 
@@ -595,7 +649,11 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
     assert not paths.stage_output("synth_harmony", "synth_01").exists() and not leftovers(paths.data_root)
     [logged] = [json.loads(line) for line in paths.error_log("synth_harmony", "synth_00").read_text().splitlines()]
     assert logged | {"detail": ""} == {
-        "shard": "synth_00", "source_row": 20, "synth_id": good_rows[3]["synth_id"], "reason": "duplicate_synth_id", "detail": ""
+        "shard": "synth_00",
+        "source_row": 20,
+        "synth_id": good_rows[3]["synth_id"],
+        "reason": "duplicate_synth_id",
+        "detail": "",
     }
 
 
@@ -605,7 +663,6 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
 def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_path, sample_shards, monkeypatch):
     """The shard is rewritten right after synth_harmony's inventory scan: the step hashes the bytes it
     parses, finds they are not the scanned ones, fails naming the file and publishes nothing."""
-    from synthkd_assets.defs import assets
 
     raw_dir = tmp_path / "raw"
     rows = pq.read_table(sample_shards[0]).slice(0, 20).to_pylist()
@@ -634,12 +691,13 @@ def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_pa
 def test_a_raw_shard_rewritten_in_place_while_read_publishes_nothing(tmp_path, monkeypatch):
     """Bytes appended to the open raw file after its first batch was parsed: the step fails naming the
     file, and the output it was writing is discarded (an earlier good output stays as it was)."""
-    from synthkd_assets.core import inventory, stages
 
     raw = write_raw(tmp_path / "synth_00.parquet", [row(f"id{i}") for i in range(10)])
     out = tmp_path / "out" / "synth_00.parquet"
     good = harmonize_shard(raw, out, SYSTEM, SHARD)
-    assert good.source_sha256 == hashlib.sha256(raw.read_bytes()).hexdigest() and good.source_bytes == raw.stat().st_size
+    assert (
+        good.source_sha256 == hashlib.sha256(raw.read_bytes()).hexdigest() and good.source_bytes == raw.stat().st_size
+    )
     before = out.read_bytes()
     real_iter_frames = stages.iter_frames
 

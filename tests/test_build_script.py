@@ -27,19 +27,36 @@ def small_shard(path: Path, source: int) -> None:
 
 
 def environment(root: Path) -> dict[str, str]:
-    return {**os.environ, "DAGSTER_HOME": str(root / "home"), "SYNTHKD_RAW_DIR": str(root / "raw"), "SYNTHKD_DATA_DIR": str(root / "data")}
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(root / "home"),
+        "SYNTHKD_RAW_DIR": str(root / "raw"),
+        "SYNTHKD_DATA_DIR": str(root / "data"),
+    }
 
 
 def start(root: Path, **env: str) -> subprocess.Popen:
     """build.sh in its own session, as from a terminal; output in files under root."""
     return subprocess.Popen(
-        ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env={**environment(root), **env}, start_new_session=True,
-        stdout=open(root / "stdout.txt", "w"), stderr=subprocess.STDOUT, text=True,
+        ["bash", "scripts/build.sh"],
+        cwd=REPO_ROOT,
+        env={**environment(root), **env},
+        start_new_session=True,
+        stdout=open(root / "stdout.txt", "w"),
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
 def build(root: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=environment(root), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", "scripts/build.sh"],
+        cwd=REPO_ROOT,
+        env=environment(root),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def wait_for(condition, what: str, timeout: float = 300) -> None:
@@ -119,5 +136,8 @@ def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):
     done = build(tmp_path, timeout=300)
     assert done.returncode != 0
     # the failed step's own error, printed by `cli failures` after Dagster's output
-    assert f"step synth_raw_inventory failed: synthkd_assets.core.parquet_io.InputFileError: no raw shards in {tmp_path / 'raw'}" in done.stderr
+    assert (
+        "step synth_raw_inventory failed: synthkd_assets.core.parquet_io.InputFileError: no raw shards in "
+        f"{tmp_path / 'raw'}" in done.stderr
+    )
     assert "0 shards" not in done.stdout

@@ -19,15 +19,24 @@ def test_build_synth_distill_writes_the_distillkit_layout(built_sample, tmp_path
         [
             sys.executable,
             "scripts/build_synth_distill.py",
-            "--input-dir", str(SAMPLE_RAW_DIR),
-            "--output-dir", str(out),
-            "--encoding-errors-log", str(tmp_path / "render_errors.jsonl"),
+            "--input-dir",
+            str(SAMPLE_RAW_DIR),
+            "--output-dir",
+            str(out),
+            "--encoding-errors-log",
+            str(tmp_path / "render_errors.jsonl"),
         ],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     parts = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert parts == ["manifest.json", "manifest.json.sha256"] + [f"{s}/part-0000{i}.parquet" for s in ("train", "validation") for i in range(4)]
+    assert parts == ["manifest.json", "manifest.json.sha256"] + [
+        f"{s}/part-0000{i}.parquet" for s in ("train", "validation") for i in range(4)
+    ]
     # one progress bar per pass, advancing shard by shard
     assert "scan: harmony + filters: 100%" in done.stderr and "build: sample + tokenize + distill: 100%" in done.stderr
     assert "4/4" in done.stderr
@@ -45,9 +54,22 @@ def test_build_synth_distill_writes_the_distillkit_layout(built_sample, tmp_path
 
 def test_bad_arguments_are_refused_before_any_work(tmp_path):
     done = subprocess.run(
-        [sys.executable, "scripts/build_synth_distill.py", "--input-dir", str(SAMPLE_RAW_DIR), "--output-dir",
-         str(tmp_path / "o"), "--non-english-min", "0.5", "--non-english-max", "0.3"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "scripts/build_synth_distill.py",
+            "--input-dir",
+            str(SAMPLE_RAW_DIR),
+            "--output-dir",
+            str(tmp_path / "o"),
+            "--non-english-min",
+            "0.5",
+            "--non-english-max",
+            "0.3",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 2 and "non_english_min 0.5 > non_english_max 0.3" in done.stderr
     assert not (tmp_path / "o").exists()

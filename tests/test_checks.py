@@ -15,9 +15,15 @@ from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encodi
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import ManifestError, verify_manifest
-from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes
+from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes, run
 
-MANIFEST_CHECKS = {"manifest_provenance", "no_split_leakage", "no_duplicate_synth_ids", "shards_readable_by_megatron", "dataset_rows_accounted"}
+MANIFEST_CHECKS = {
+    "manifest_provenance",
+    "no_split_leakage",
+    "no_duplicate_synth_ids",
+    "shards_readable_by_megatron",
+    "dataset_rows_accounted",
+}
 
 
 def run_checks(instance, layout: SynthKDLayout, asset: str) -> dict[str, bool]:
@@ -80,7 +86,11 @@ def test_leaked_synth_id_fails_the_leakage_check(copy_of_build):
     instance, layout, paths = copy_of_build
     documents = paths.documents_table(1)
     table = pl.read_parquet(documents)
-    leaked = table.filter(pl.col("split") == "train").head(1).with_columns(split=pl.lit("valid"), document_index=pl.lit(999, pl.Int64))
+    leaked = (
+        table.filter(pl.col("split") == "train")
+        .head(1)
+        .with_columns(split=pl.lit("valid"), document_index=pl.lit(999, pl.Int64))
+    )
     pl.concat([table, leaked]).write_parquet(documents)
     outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["no_split_leakage"] is False
@@ -124,7 +134,6 @@ def test_synth_id_in_two_shards_fails_the_duplicate_check(copy_of_build):
 def test_raw_inputs_unchanged_compares_with_the_hashes_read_at_build_time(tmp_path, sample_shards):
     """A raw shard changed after synth_harmony read it and before the manifest: the manifest records
     the sha256 of the bytes that were read (not of the new file), and raw_inputs_unchanged fails."""
-    from tests.helpers import run
 
     raw_dir = tmp_path / "raw"
     raw_dir.mkdir()
@@ -190,7 +199,9 @@ def test_an_edited_synth_id_in_a_documents_table_fails_provenance(copy_of_build)
     instance, layout, paths = copy_of_build
     documents = paths.documents_table(1)
     table = pl.read_parquet(documents)
-    edited = table.with_columns(synth_id=pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited")).otherwise(pl.col("synth_id")))
+    edited = table.with_columns(
+        synth_id=pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("edited")).otherwise(pl.col("synth_id"))
+    )
     edited.write_parquet(documents)
     outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["manifest_provenance"] is False and outcome["no_split_leakage"] is True

@@ -9,17 +9,32 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.defs.build import build_all
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
+from tests.test_crash_safety import final_files
 from tests.webserver import graphql, running_webserver
 
 VENV_BIN = Path(sys.executable).parent
 ASSETS = {
-    "o200k_tokenizer", "synth_raw", "synth_raw_inventory", "synth_harmony", "synth_harmony_manifest", "synth_filtered", "synth_sampled",
-    "synth_tokenized", "synth_kd_v1", "synth_kd_v1_manifest", "synth_sampling_plan", "synth_distill", "synth_distill_manifest",
+    "o200k_tokenizer",
+    "synth_raw",
+    "synth_raw_inventory",
+    "synth_harmony",
+    "synth_harmony_manifest",
+    "synth_filtered",
+    "synth_sampled",
+    "synth_tokenized",
+    "synth_kd_v1",
+    "synth_kd_v1_manifest",
+    "synth_sampling_plan",
+    "synth_distill",
+    "synth_distill_manifest",
 }
 
 
@@ -29,7 +44,12 @@ def cli_build(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     raw = root / "raw"
     shutil.copytree(SAMPLE_RAW_DIR, raw)
-    env = {**os.environ, "DAGSTER_HOME": str(root / "home"), "SYNTHKD_RAW_DIR": str(raw), "SYNTHKD_DATA_DIR": str(root / "data")}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(root / "home"),
+        "SYNTHKD_RAW_DIR": str(raw),
+        "SYNTHKD_DATA_DIR": str(root / "data"),
+    }
     done = subprocess.run(
         ["bash", "scripts/build.sh", "--smoke"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900
     )
@@ -64,7 +84,10 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     assert any(line.startswith("inventory: o200k_tokenizer,synth_raw_inventory (") for line in lines)
     assert "scan pass over 4 shards: synth_harmony,synth_filtered" in lines
     # smoke: synth_harmony reads the first 256 of the 750 raw rows (the other 494 are counted as smoke_cap)
-    assert "  scan synth_00 (1/4): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 252 (4 dropped) (" in stdout
+    assert (
+        "  scan synth_00 (1/4): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 252 (4 dropped) ("
+        in stdout
+    )
     assert "  build synth_00 (1/4): 252 rows in -> synth_sampled 252, synth_tokenized 252, " in stdout
     for i, key in enumerate(["synth_00", "synth_01", "synth_02", "synth_03"], 1):
         line = next(line for line in lines if line.startswith(f"  build {key} ({i}/4): "))
@@ -79,8 +102,15 @@ def test_build_failure_names_the_step_and_the_log(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "synth_00.parquet").write_bytes(b"not a parquet file")
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "SYNTHKD_RAW_DIR": str(raw), "SYNTHKD_DATA_DIR": str(tmp_path / "data")}
-    done = subprocess.run(["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "SYNTHKD_RAW_DIR": str(raw),
+        "SYNTHKD_DATA_DIR": str(tmp_path / "data"),
+    }
+    done = subprocess.run(
+        ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 1
     assert "FAILED: scan synth_00 (exit 1 after" in done.stderr and "dg launch" in done.stderr
     assert "synth_00.parquet: not a readable Parquet file" in done.stderr  # the end of the failing run's output
@@ -91,11 +121,6 @@ def test_build_failure_names_the_step_and_the_log(tmp_path):
 def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path):
     """Executor choice does not change a byte: the CLI (multiprocess executor, a process per step) and
     dagster.materialize in process (another data root) give identical outputs."""
-    import dagster as dg
-
-    from synthkd_assets.defs.build import build_all
-    from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
-    from tests.test_crash_safety import final_files
 
     env, root, _ = cli_build
     other = tmp_path / "data"
@@ -113,11 +138,14 @@ def webserver(cli_build):
 
 
 NODES = """{ assetNodes { assetKey { path } isPartitioned partitionKeys
-  assetChecksOrError { ... on AssetChecks { checks { name blocking executionForLatestMaterialization { status } } } } } }"""
+  assetChecksOrError { ... on AssetChecks { checks {
+    name blocking executionForLatestMaterialization { status } } } } } }"""
 
 
 def stale(port: int, asset: str, partition: str) -> str:
-    data = graphql(port, f'{{ assetNodes(assetKeys: [{{path: ["{asset}"]}}]) {{ staleStatus(partition: "{partition}") }} }}')
+    data = graphql(
+        port, f'{{ assetNodes(assetKeys: [{{path: ["{asset}"]}}]) {{ staleStatus(partition: "{partition}") }} }}'
+    )
     return data["assetNodes"][0]["staleStatus"]
 
 
@@ -125,12 +153,38 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
     env, root, _ = cli_build
     nodes = {"/".join(n["assetKey"]["path"]): n for n in graphql(webserver, NODES)["assetNodes"]}
     assert set(nodes) == ASSETS
-    for asset in ("synth_raw", "synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"):
-        assert nodes[asset]["isPartitioned"] and nodes[asset]["partitionKeys"] == ["synth_00", "synth_01", "synth_02", "synth_03"]
+    for asset in (
+        "synth_raw",
+        "synth_harmony",
+        "synth_filtered",
+        "synth_sampled",
+        "synth_tokenized",
+        "synth_kd_v1",
+        "synth_distill",
+    ):
+        assert nodes[asset]["isPartitioned"] and nodes[asset]["partitionKeys"] == [
+            "synth_00",
+            "synth_01",
+            "synth_02",
+            "synth_03",
+        ]
     checks = {c["name"]: c for n in nodes.values() for c in n["assetChecksOrError"].get("checks", [])}
-    assert {"tokenizer_sha256_pin", "manifest_provenance", "no_split_leakage", "shards_readable_by_megatron", "trio_alignment", "rows_accounted"} <= set(checks)
-    assert {"distill_rows_valid", "distill_labels_match_input_ids", "distill_spans_consistent", "distill_max_length_respected",
-            "distill_no_split_leakage", "distill_manifest_provenance"} <= set(checks)
+    assert {
+        "tokenizer_sha256_pin",
+        "manifest_provenance",
+        "no_split_leakage",
+        "shards_readable_by_megatron",
+        "trio_alignment",
+        "rows_accounted",
+    } <= set(checks)
+    assert {
+        "distill_rows_valid",
+        "distill_labels_match_input_ids",
+        "distill_spans_consistent",
+        "distill_max_length_respected",
+        "distill_no_split_leakage",
+        "distill_manifest_provenance",
+    } <= set(checks)
     assert all(c["blocking"] for c in checks.values())
     assert all(c["executionForLatestMaterialization"]["status"] == "SUCCEEDED" for c in checks.values())
     assert stale(webserver, "synth_harmony", "synth_02") == "FRESH"
@@ -141,8 +195,20 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
     try:
         pq.write_table(pq.read_table(raw).slice(1), raw)
         done = subprocess.run(
-            [str(VENV_BIN / "dagster"), "asset", "materialize", "-m", "synthkd_assets.definitions", "--select", "synth_raw_inventory"],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+            [
+                str(VENV_BIN / "dagster"),
+                "asset",
+                "materialize",
+                "-m",
+                "synthkd_assets.definitions",
+                "--select",
+                "synth_raw_inventory",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert done.returncode == 0, done.stderr[-2000:]
         # Dagster's stale status is one hop: the direct child of the changed source partition
@@ -150,4 +216,3 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
         assert all(stale(webserver, "synth_harmony", key) == "FRESH" for key in ("synth_00", "synth_01", "synth_03"))
     finally:
         raw.write_bytes(original)  # the module's build stays consistent with its input for later tests
-

@@ -23,7 +23,10 @@ from synthkd_dev.local_cluster import LocalCluster, services_available
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 from tests.test_crash_safety import final_files
 
-pytestmark = [pytest.mark.cluster, pytest.mark.skipif(services_available() is not None, reason=str(services_available()))]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(services_available() is not None, reason=str(services_available())),
+]
 
 REDELIVERY_SECONDS = 30  # the test's visibility timeout: longer than any sample step, short enough to wait for
 KILLED_PARTITION = "synth_01"
@@ -76,12 +79,16 @@ def received_tasks(local: LocalCluster, worker: str, seen: dict[str, list[str]])
 @pytest.fixture(scope="module")
 def cluster_build(cluster):
     env = {**os.environ, **cluster.env(), "SYNTHKD_PARALLEL_RUNS": "2"}
-    done = subprocess.run(["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    done = subprocess.run(
+        ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1500
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return done
 
 
-def test_every_partition_through_two_celery_workers_equals_the_embedded_build(cluster, cluster_build, built_sample, monkeypatch):
+def test_every_partition_through_two_celery_workers_equals_the_embedded_build(
+    cluster, cluster_build, built_sample, monkeypatch
+):
     from dagster_postgres import PostgresRunStorage
 
     _, _, embedded_data = built_sample
@@ -100,12 +107,15 @@ def test_every_partition_through_two_celery_workers_equals_the_embedded_build(cl
 def _build_pass_outputs(data_dir: Path, key: str) -> list[Path]:
     scan = {"synth_harmony", "synth_filtered"}
     return [
-        p for p in data_dir.rglob("*")
+        p
+        for p in data_dir.rglob("*")
         if p.is_file() and key in p.name and not scan & set(p.relative_to(data_dir).parts)
     ]
 
 
-def test_a_worker_killed_holding_a_step_is_redelivered_and_the_build_still_matches(cluster, cluster_build, built_sample, monkeypatch):
+def test_a_worker_killed_holding_a_step_is_redelivered_and_the_build_still_matches(
+    cluster, cluster_build, built_sample, monkeypatch
+):
     _, _, embedded_data = built_sample
     removed = _build_pass_outputs(cluster.data_dir, KILLED_PARTITION)
     assert removed, "the build pass wrote nothing for the partition"
@@ -116,9 +126,22 @@ def test_a_worker_killed_holding_a_step_is_redelivered_and_the_build_still_match
         known = {r.run_id for r in instance.get_runs()}
         seen = {name: received_tasks(cluster, name, {}) for name in cluster.workers}
         run = subprocess.Popen(
-            [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "synthkd_assets.definitions",
-             "--select", ",".join(BUILD_STEPS), "--partition", KILLED_PARTITION],
-            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                str(Path(sys.executable).parent / "dagster"),
+                "asset",
+                "materialize",
+                "-m",
+                "synthkd_assets.definitions",
+                "--select",
+                ",".join(BUILD_STEPS),
+                "--partition",
+                KILLED_PARTITION,
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             # the moment a worker's log shows it received a step of the run, take that worker down hard: a step
@@ -127,7 +150,9 @@ def test_a_worker_killed_holding_a_step_is_redelivered_and_the_build_still_match
             taken = None
             while taken is None:
                 assert run.poll() is None and time.monotonic() < deadline, "no step of the run reached a worker"
-                taken = next(((name, ids[0]) for name in cluster.workers if (ids := received_tasks(cluster, name, seen))), None)
+                taken = next(
+                    ((name, ids[0]) for name in cluster.workers if (ids := received_tasks(cluster, name, seen))), None
+                )
                 time.sleep(0.02)
             killed_worker, task_id = taken
             cluster.kill_worker(killed_worker)

@@ -15,6 +15,7 @@ import yaml
 # Dagster has no public reader of dagster.yaml that stops short of connecting to the storage it names
 from dagster._core.instance.config import dagster_instance_config
 
+from synthkd_assets.definitions import build_definitions, defs
 from synthkd_assets.defs.executors import (
     CELERY_CONFIG_ENV,
     DEFAULT_CELERY_CONFIG,
@@ -52,7 +53,6 @@ def test_an_unknown_executor_is_refused_by_name():
 def shard_job_execution_config(environ: dict) -> dict:
     """The executor config a synth_shard_job run gets with no run config (as sensor, schedule and backfill
     runs have), under the engine SYNTHKD_EXECUTOR names: what the configured executor really resolves to."""
-    from synthkd_assets.definitions import build_definitions
 
     job = build_definitions(environ).resolve_job_def("synth_shard_job")
     (config,) = dg.validate_run_config(job, {})["execution"].values()
@@ -73,7 +73,10 @@ def test_the_celery_executor_is_configured_from_the_worker_yaml(cluster_env):
 def test_the_celery_config_path_can_be_pointed_elsewhere(tmp_path, cluster_env):
     other = tmp_path / "celery.yaml"
     other.write_text(yaml.safe_dump({"execution": {"config": {"broker": "redis://elsewhere:6379/0"}}}))
-    assert shard_job_execution_config({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)})["broker"] == "redis://elsewhere:6379/0"
+    assert (
+        shard_job_execution_config({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)})["broker"]
+        == "redis://elsewhere:6379/0"
+    )
     other.write_text("broker: redis://x\n")
     with pytest.raises(ValueError, match="execution.config"):
         executor_from_env({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)})
@@ -85,7 +88,9 @@ def test_the_code_location_loads_with_the_celery_executor_in_a_fresh_process():
         "from synthkd_assets.definitions import defs; "
         "print(defs().resolve_job_def('synth_shard_job').executor_def.name)"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "celery"
 
@@ -112,7 +117,9 @@ def _validate_instance_yaml(directory) -> dict:
     config, _ = dagster_instance_config(str(directory))
     for section in ("run_launcher", "run_coordinator"):
         if section in config:
-            _validate_class_config(config[section]["module"], config[section]["class"], config[section].get("config", {}))
+            _validate_class_config(
+                config[section]["module"], config[section]["class"], config[section].get("config", {})
+            )
     return config
 
 
@@ -135,7 +142,6 @@ def test_the_k8s_instance_yaml_validates(cluster_env):
 def test_the_k8s_executor_is_configured_from_the_k8s_run_config(cluster_env):
     """SYNTHKD_EXECUTOR=k8s: every run, with or without run config, gets deploy/k8s/run_config.yaml's
     namespace, data volume and step resources (validated by dagster-k8s's own executor schema)."""
-    from synthkd_assets.definitions import defs
 
     config = shard_job_execution_config({EXECUTOR_ENV: "k8s"})
     assert config["job_namespace"] == "synthkd"

@@ -39,7 +39,10 @@ def final_files(data_dir: Path) -> dict[str, str]:
 def start_build(raw: Path, data: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.crash_child", str(raw), str(data)],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
 
 
@@ -114,7 +117,11 @@ def test_writes_do_not_follow_a_symlink_planted_at_a_partial_name(tmp_path):
     train = root / "megatron" / "train"
     links |= plant_links(train, [p.name for p in trio_files(train, 0)], outside)
     with MegatronShardWriter(train, 0, "train") as trio:
-        trio.add(np.array([5, 6, constants.EOD_TOKEN_ID], np.int32), np.array([1, 0, 0], np.uint8), np.array([2, 0, 0], np.uint8))
+        trio.add(
+            np.array([5, 6, constants.EOD_TOKEN_ID], np.int32),
+            np.array([1, 0, 0], np.uint8),
+            np.array([2, 0, 0], np.uint8),
+        )
         trio.commit()
     assert trio_alignment_problems(train, 0) == []
 

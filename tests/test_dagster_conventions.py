@@ -8,6 +8,7 @@ import shutil
 import dagster as dg
 
 from synthkd_assets.definitions import defs
+from synthkd_assets.defs.checks import verdict_text
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR
@@ -28,7 +29,8 @@ def all_check_specs() -> list[dg.AssetCheckSpec]:
 
 def latest(instance: dg.DagsterInstance, asset: str, partition: str | None = None) -> dict:
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None), limit=1
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
+        limit=1,
     ).records
     assert records, f"{asset} {partition} was never materialized"
     return records[0].asset_materialization.metadata
@@ -48,7 +50,11 @@ def test_every_asset_has_kinds_owners_and_a_pass_tag():
         assert spec.owners == ["team:synthkd"], spec.key
         assert spec.tags.get("synthkd/pass") in {"inventory", "scan", "plan", "build", "manifest"}, spec.key
     kinds = {s.key.to_user_string(): s.kinds for s in specs}
-    assert "megatron" in kinds["synth_kd_v1"] and "parquet" in kinds["synth_harmony"] and "python" in kinds["synth_tokenized"]
+    assert (
+        "megatron" in kinds["synth_kd_v1"]
+        and "parquet" in kinds["synth_harmony"]
+        and "python" in kinds["synth_tokenized"]
+    )
 
 
 def test_table_assets_declare_their_column_schema():
@@ -149,11 +155,12 @@ def test_a_failed_check_says_what_failed_and_which_file(built_sample, tmp_path):
 
 
 def test_verdict_text_quotes_the_first_problems_and_counts_the_rest():
-    from synthkd_assets.defs.checks import verdict_text
 
     problems = [f"part-0000{i}.parquet (train): row {i} bad" for i in range(8)]
     text = verdict_text(problems, partition="synth_07")
     assert text.startswith("partition synth_07: FAILED, 8 problems: part-00000.parquet (train): row 0 bad;")
     assert "row 4 bad" in text and "row 5 bad" not in text and "(and 3 more" in text
-    assert verdict_text([], "3 rows in = 3 out + 0 dropped", "synth_00") == "partition synth_00: passed: 3 rows in = 3 out + 0 dropped"
-
+    assert (
+        verdict_text([], "3 rows in = 3 out + 0 dropped", "synth_00")
+        == "partition synth_00: passed: 3 rows in = 3 out + 0 dropped"
+    )

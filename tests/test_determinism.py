@@ -21,7 +21,9 @@ def test_encode_threads_do_not_change_the_tokenized_bytes(tmp_path, sample_shard
     digests = set()
     for threads in (1, 2):
         out = tmp_path / f"tokenized_{threads}.parquet"
-        tokenize_shard(harmony, out, FastRenderer(encoding, load_tiktoken_o200k(tokenizer_dir), num_threads=threads), "synth_02")
+        tokenize_shard(
+            harmony, out, FastRenderer(encoding, load_tiktoken_o200k(tokenizer_dir), num_threads=threads), "synth_02"
+        )
         digests.add(hashlib.sha256(out.read_bytes()).hexdigest())
     assert len(digests) == 1
 
@@ -33,7 +35,9 @@ def test_config_hash_changes_exactly_when_the_output_could():
     assert mf.config_hash(SynthKDBuildConfig(encode_threads=2).kd_config()) == digest
     # settings that change the bytes move it
     for different in (
-        SynthKDBuildConfig(smoke=True), SynthKDBuildConfig(memorization_cap=0.5), SynthKDBuildConfig(global_keep=0.5)
+        SynthKDBuildConfig(smoke=True),
+        SynthKDBuildConfig(memorization_cap=0.5),
+        SynthKDBuildConfig(global_keep=0.5),
     ):
         assert mf.config_hash(different.kd_config()) != digest
     selection = base.kd_config()["selection"]

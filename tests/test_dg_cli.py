@@ -34,7 +34,12 @@ def fresh(tmp_path):
     raw.mkdir()
     for name in ("synth_00.parquet", "synth_01.parquet"):
         shutil.copyfile(SAMPLE_RAW_DIR / name, raw / name)
-    return {**os.environ, "DAGSTER_HOME": str(home), "SYNTHKD_RAW_DIR": str(raw), "SYNTHKD_DATA_DIR": str(tmp_path / "data")}
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "SYNTHKD_RAW_DIR": str(raw),
+        "SYNTHKD_DATA_DIR": str(tmp_path / "data"),
+    }
 
 
 def test_dg_check_and_list_defs_see_the_code_location(fresh):
@@ -47,7 +52,9 @@ def test_dg_check_and_list_defs_see_the_code_location(fresh):
     assert listed.returncode == 0, listed.stderr
     defs = json.loads(listed.stdout)
     assets = {a["asset_key"]: a for a in defs["assets"]}
-    assert {"synth_raw_inventory", "synth_harmony", "synth_kd_v1", "synth_distill", "synth_kd_v1_manifest"} <= set(assets)
+    assert {"synth_raw_inventory", "synth_harmony", "synth_kd_v1", "synth_distill", "synth_kd_v1_manifest"} <= set(
+        assets
+    )
     assert "megatron" in assets["synth_kd_v1"]["kinds"] and assets["synth_kd_v1"]["owners"] == [{"team": "synthkd"}]
     checks = {c["key"]: c for c in defs["asset_checks"]}
     assert "synth_kd_v1:trio_alignment" in checks and all(c.get("description") for c in checks.values())
@@ -59,14 +66,22 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     """Unknown partitions get a hint; the one-line inventory registers them; a tag selects a pass; a shard
     step whose upstream was never built fails naming it and the order to run."""
     listed = subprocess.run(
-        [sys.executable, "-m", "synthkd_assets.cli", "partitions"], cwd=REPO_ROOT, env=fresh, capture_output=True, text=True
+        [sys.executable, "-m", "synthkd_assets.cli", "partitions"],
+        cwd=REPO_ROOT,
+        env=fresh,
+        capture_output=True,
+        text=True,
     )
     assert listed.returncode == 1 and "dg launch --assets synth_raw_inventory" in listed.stderr
 
     inventory = dg(fresh, "launch", "--assets", "synth_raw_inventory")
     assert inventory.returncode == 0, inventory.stderr[-3000:]
     listed = subprocess.run(
-        [sys.executable, "-m", "synthkd_assets.cli", "partitions"], cwd=REPO_ROOT, env=fresh, capture_output=True, text=True
+        [sys.executable, "-m", "synthkd_assets.cli", "partitions"],
+        cwd=REPO_ROOT,
+        env=fresh,
+        capture_output=True,
+        text=True,
     )
     assert listed.stdout.split() == ["synth_00", "synth_01"]
 

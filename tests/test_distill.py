@@ -38,7 +38,11 @@ def distill(built_sample):
     paths = layout.data_layout()
     root = paths.distill_root()
     rows = pl.concat(
-        [pl.read_parquet(path).with_columns(split=pl.lit(split)) for split in constants.DISTILL_SPLITS for path in sorted((root / split).glob("*.parquet"))]
+        [
+            pl.read_parquet(path).with_columns(split=pl.lit(split))
+            for split in constants.DISTILL_SPLITS
+            for path in sorted((root / split).glob("*.parquet"))
+        ]
     )
     return root, rows, json.loads(paths.distill_manifest().read_text())
 
@@ -49,7 +53,9 @@ def by_hand(raw: dict, encoding) -> dict:
     user = Message.from_role_and_content(Role.USER, f"{raw['query']}\n\nReference:\n{raw['query_seed_text']}")
     assistant = []
     if raw["synthetic_reasoning"].strip():
-        assistant.append(Message.from_role_and_content(Role.ASSISTANT, raw["synthetic_reasoning"]).with_channel("analysis"))
+        assistant.append(
+            Message.from_role_and_content(Role.ASSISTANT, raw["synthetic_reasoning"]).with_channel("analysis")
+        )
     assistant.append(Message.from_role_and_content(Role.ASSISTANT, raw["synthetic_answer"]).with_channel("final"))
     full = encoding.render_conversation_for_training(
         Conversation.from_messages([system, user, *assistant]), RenderConversationConfig(auto_drop_analysis=False)
@@ -60,7 +66,12 @@ def by_hand(raw: dict, encoding) -> dict:
     lengths[0] -= header
     return {
         "id": f"pleias_synth:{raw['synth_id']}",
-        "source": {"dataset": "PleIAs/SYNTH", "synth_id": raw["synth_id"], "exercise": raw["exercise"], "language": raw["language"]},
+        "source": {
+            "dataset": "PleIAs/SYNTH",
+            "synth_id": raw["synth_id"],
+            "exercise": raw["exercise"],
+            "language": raw["language"],
+        },
         "input_ids": full,
         "labels": [-100] * len(prefix) + full[len(prefix) :],
         "attention_mask": [1] * len(full),
@@ -138,7 +149,17 @@ def nearest_rank(lengths: list[int], p: int) -> int:
 def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sample):
     root, rows, manifest = distill
     paths = built_sample[1].data_layout()
-    for key in ("git_sha", "config", "config_hash", "tokenizer", "input_manifest", "split", "sampling", "token_lengths", "totals"):
+    for key in (
+        "git_sha",
+        "config",
+        "config_hash",
+        "tokenizer",
+        "input_manifest",
+        "split",
+        "sampling",
+        "token_lengths",
+        "totals",
+    ):
         assert key in manifest
     assert manifest["config"]["max_seq_len"] == 8192 and manifest["config"]["split"]["valid_fraction"] == 0.01
     for split in constants.DISTILL_SPLITS:
@@ -199,7 +220,9 @@ def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(b
     messages = table.column("messages_json").to_pylist()
     bad_id = table.column("synth_id")[0].as_py()
     messages[0] = messages[0].replace('"channel":"final"', '"channel":"commentary"')
-    pq.write_table(table.set_column(table.schema.get_field_index("messages_json"), "messages_json", [messages]), sampled)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("messages_json"), "messages_json", [messages]), sampled
+    )
     build = SynthKDBuildConfig(max_seq_len=1000)
     run(instance, layout, ["synth_tokenized"], "synth_03", build=build)
     for key in ("synth_00", "synth_01", "synth_02", "synth_03"):
@@ -294,7 +317,9 @@ def test_a_leaked_row_fails_the_leakage_check(corruptible):
 
 def test_a_too_long_row_fails_the_max_length_check(corruptible):
     instance, layout, root = corruptible
-    longest = max(len(ids) for ids in pq.read_table(root / "train" / "part-00003.parquet").column("input_ids").to_pylist())
+    longest = max(
+        len(ids) for ids in pq.read_table(root / "train" / "part-00003.parquet").column("input_ids").to_pylist()
+    )
     outcome = run_checks(instance, layout, SynthKDBuildConfig(max_seq_len=longest - 1))
     assert outcome["distill_max_length_respected"] is False
     assert outcome["distill_manifest_provenance"] is False  # and max_seq_len is part of the config hash

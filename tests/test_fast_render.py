@@ -45,8 +45,31 @@ def test_every_sample_row_is_byte_identical(tmp_path, sample_shards, fast, rende
     assert total == 3000 and fast.routed_to_reference == routed  # all of SYNTH's shapes take the fast path
 
 
-MARKERS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|endoftext|>", "<|call|>", "<|reserved_200013|>"]
-SCRIPTS = ["Ünïcödé", "漢字かな", "Ελληνικά", "עברית", "العربية", "हिन्दी", "🙂", "👩‍🔬", "\u200b", "\r\n", "\t", "  ", "\x1c"]
+MARKERS = [
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|return|>",
+    "<|endoftext|>",
+    "<|call|>",
+    "<|reserved_200013|>",
+]
+SCRIPTS = [
+    "Ünïcödé",
+    "漢字かな",
+    "Ελληνικά",
+    "עברית",
+    "العربية",
+    "हिन्दी",
+    "🙂",
+    "👩‍🔬",
+    "\u200b",
+    "\r\n",
+    "\t",
+    "  ",
+    "\x1c",
+]
 text = st.lists(
     st.one_of(
         st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=40),
@@ -77,7 +100,9 @@ def conversation(system: SystemContent, user: str, analysis: str | None, final: 
     return [json.loads(m.to_json()) for m in messages]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(system=system_contents, user=text, analysis=st.none() | text, final=text)
 def test_generated_conversations_are_byte_identical(fast, renderer, system, user, analysis, final):
     """Whitespace at boundaries, literal special-token text, every script, emoji, empty channels, any system."""
@@ -87,7 +112,9 @@ def test_generated_conversations_are_byte_identical(fast, renderer, system, user
 
 
 def test_empty_contents_are_byte_identical(fast, renderer):
-    assert_identical(fast, renderer, [conversation(SystemContent.new(), "", "", ""), conversation(SystemContent.new(), "", None, "")])
+    assert_identical(
+        fast, renderer, [conversation(SystemContent.new(), "", "", ""), conversation(SystemContent.new(), "", None, "")]
+    )
 
 
 def test_other_shapes_are_routed_to_the_reference_and_counted(fast, renderer):

@@ -26,7 +26,9 @@ from tests.conftest import SAMPLE_RAW_DIR
 EMPTY, FAILED, INCONSISTENT = drops.DROP_EMPTY_ANSWER, drops.DROP_RESULT_FAILED, drops.DROP_RESULT_INCONSISTENT
 
 
-def raw_row(synth_id: str, answer: str = "Some answer.\n\nBody.", constraints: str | None = "", reasoning: str = "Thinking.") -> dict:
+def raw_row(
+    synth_id: str, answer: str = "Some answer.\n\nBody.", constraints: str | None = "", reasoning: str = "Thinking."
+) -> dict:
     row = {column: "" for column in constants.RAW_STRING_COLUMNS}
     row.update(
         synth_id=synth_id,
@@ -160,7 +162,12 @@ def test_first_reason_wins_and_drops_are_counted(tmp_path):
         raw_row("inconsistent", answer="1", constraints="result:2"),
     ]
     reasons, report = filter_rows(tmp_path, rows)
-    assert reasons == {"keep": None, "empty_and_failed": EMPTY, "failed_and_inconsistent": FAILED, "inconsistent": INCONSISTENT}
+    assert reasons == {
+        "keep": None,
+        "empty_and_failed": EMPTY,
+        "failed_and_inconsistent": FAILED,
+        "inconsistent": INCONSISTENT,
+    }
     assert report["dropped"] == {EMPTY: 1, FAILED: 1, INCONSISTENT: 1}
     assert report["exercise_language"] == {"mcq": {"en": 1}}
 

@@ -35,7 +35,9 @@ def test_corrupted_parquet_is_read_or_refused_with_the_file_named(tmp_path_facto
         payload = payload[: data.draw(st.integers(0, len(payload) - 1), label="length")]
     else:
         for _ in range(data.draw(st.integers(1, 8), label="flips")):
-            payload[data.draw(st.integers(0, len(payload) - 1), label="offset")] = data.draw(st.integers(0, 255), label="byte")
+            payload[data.draw(st.integers(0, len(payload) - 1), label="offset")] = data.draw(
+                st.integers(0, 255), label="byte"
+            )
     directory = tmp_path_factory.mktemp("fuzz")
     path = directory / "synth_00.parquet"
     path.write_bytes(bytes(payload))
@@ -50,7 +52,9 @@ def test_corrupted_parquet_is_read_or_refused_with_the_file_named(tmp_path_facto
 
 ROLES = ["system", "developer", "user", "assistant", "tool"]
 CHANNELS = [None, "analysis", "final", "commentary"]
-texts = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=30) | st.sampled_from(["<|start|>", "<|end|>", "", " "])
+texts = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=30) | st.sampled_from(
+    ["<|start|>", "<|end|>", "", " "]
+)
 
 
 @st.composite

@@ -26,7 +26,9 @@ def built(built_sample):
 
 def test_partitions_are_discovered_from_the_raw_directory(built):
     instance, _, _ = built
-    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [p.stem for p in sorted(SAMPLE_RAW_DIR.glob("*.parquet"))]
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [
+        p.stem for p in sorted(SAMPLE_RAW_DIR.glob("*.parquet"))
+    ]
 
 
 def test_layout_and_alignment(built):
@@ -61,7 +63,9 @@ def test_manifest_provenance_matches_the_bytes_on_disk(built):
         for split in shard["splits"]:
             if split["sequences"]:
                 span = open_trio(shard_tokens_prefix(root / split["split"], split["shard_index"]))["span"]
-                span_totals += np.bincount(span.bin_reader.read(np.uint8, int(span.sequence_lengths.sum()), 0), minlength=3)
+                span_totals += np.bincount(
+                    span.bin_reader.read(np.uint8, int(span.sequence_lengths.sum()), 0), minlength=3
+                )
     assert dict(zip(constants.SPAN_NAMES.values(), span_totals.tolist())) == manifest["totals"]["span_tokens"]
 
 
@@ -70,7 +74,10 @@ def test_documents_follow_tokenized_rows_and_the_split_rule(built):
     paths = layout.data_layout()
     root = paths.megatron_root()
     tokenized = pl.read_parquet(paths.stage_output("synth_tokenized", "synth_01"))
-    by_split = {split: tokenized.filter(pl.col("synth_id").map_elements(assign_split, return_dtype=pl.String) == split) for split in constants.SPLITS}
+    by_split = {
+        split: tokenized.filter(pl.col("synth_id").map_elements(assign_split, return_dtype=pl.String) == split)
+        for split in constants.SPLITS
+    }
     trio = open_trio(shard_tokens_prefix(root / "train", 1))
     assert len(trio["tokens"]) == by_split["train"].height
     for i, row in enumerate(by_split["train"].head(50).iter_rows(named=True)):

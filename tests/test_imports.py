@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from synthkd_dev import REPO_ROOT
+
 PACKAGES = [name for name in ("synthkd_contract", "synthkd_assets", "synthkd_training") if (REPO_ROOT / name).is_dir()]
 
 
@@ -66,7 +67,7 @@ def import_cycles() -> list[list[str]]:
         state[module] = "open"
         for target in sorted(graph[module]):
             if state.get(target) == "open":
-                cycles.append(stack[stack.index(target):] + [target])
+                cycles.append(stack[stack.index(target) :] + [target])
             elif target not in state:
                 visit(target, [*stack, target])
         state[module] = "done"

@@ -35,7 +35,9 @@ def test_trio_reads_back_aligned_with_megatron_core(tmp_path):
     conversations = [random_conversation(rng) for _ in range(50)]
     inventory = write_shard(tmp_path / "train", 3, conversations)
     assert inventory.sequences == 50 and inventory.tokens == sum(len(c[0]) for c in conversations)
-    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == sorted(p.name for p in trio_files(tmp_path / "train", 3))
+    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == sorted(
+        p.name for p in trio_files(tmp_path / "train", 3)
+    )
     trio = open_trio(shard_tokens_prefix(tmp_path / "train", 3))
     for kind in ("lossmask", "span"):
         np.testing.assert_array_equal(trio[kind].sequence_lengths, trio["tokens"].sequence_lengths)
@@ -99,7 +101,9 @@ def test_alignment_check_catches_corruption(tmp_path, corruption, expected):
     if corruption == "swap_idx":
         other = [random_conversation(rng) for _ in range(20)]
         write_shard(tmp_path / "other" / "train", 0, other)
-        (tmp_path / "train" / "shard_00_span.idx").write_bytes((tmp_path / "other" / "train" / "shard_00_span.idx").read_bytes())
+        (tmp_path / "train" / "shard_00_span.idx").write_bytes(
+            (tmp_path / "other" / "train" / "shard_00_span.idx").read_bytes()
+        )
     problems = trio_alignment_problems(tmp_path / "train", 0)
     assert any(expected in p for p in problems), problems
 

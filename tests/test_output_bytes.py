@@ -23,8 +23,8 @@ from synthkd_assets.core import manifest as manifest_module
 from synthkd_assets.core.layout import BUILD_LOCK_FILENAME, DEFAULT_RAW_DIR, HASH_CACHE_FILENAME
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_dev import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORDED = Path(__file__).parent / "data" / "sample_build_sha256.json"
 NOT_OUTPUTS = {HASH_CACHE_FILENAME, BUILD_LOCK_FILENAME}
 PINNED_GIT_STATE = {"git_sha": "0" * 40, "git_dirty": False}

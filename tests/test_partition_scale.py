@@ -49,7 +49,9 @@ def test_first_tick_adds_every_partition_and_requests_every_scan(scenario):
     # no sampling plan yet: the scan pass, one run per shard, keyed by its content
     assert [(job, key) for job, key, _ in result.tick1_requests] == [("synth_scan_job", k) for k in keys]
     assert len({run_key for _, _, run_key in result.tick1_requests}) == N
-    assert all(run_key.startswith(f"{key}:") and len(run_key) == len(key) + 1 + 64 for _, key, run_key in result.tick1_requests)
+    assert all(
+        run_key.startswith(f"{key}:") and len(run_key) == len(key) + 1 + 64 for _, key, run_key in result.tick1_requests
+    )
 
 
 def test_second_tick_requests_exactly_the_changed_shard(scenario):

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -25,6 +26,7 @@ from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.automation import synth_raw_sensor
 from synthkd_assets.defs.build import BuildFailed, build_all
+from synthkd_assets.defs.failures import failed_runs_report
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
@@ -76,7 +78,11 @@ def test_an_empty_raw_directory_fails_the_inventory_and_leaves_the_partitions(tm
 
 @pytest.mark.parametrize(
     "names, number",
-    [(("synth_01.parquet", "synth_1.parquet"), 1), (("a_1.parquet", "b_1.parquet"), 1), (("x_1.5.parquet", "y_5.parquet"), 5)],
+    [
+        (("synth_01.parquet", "synth_1.parquet"), 1),
+        (("a_1.parquet", "b_1.parquet"), 1),
+        (("x_1.5.parquet", "y_5.parquet"), 5),
+    ],
 )
 def test_two_names_with_one_shard_number_are_refused_naming_both(tmp_path, names, number):
     for name in names:
@@ -103,7 +109,9 @@ def test_a_zero_row_twin_cannot_overwrite_a_shard(tmp_path):
 def test_a_name_without_a_shard_number_is_refused_at_inventory(tmp_path):
     small_shard(tmp_path / "synth_00.parquet")
     small_shard(tmp_path / "extra.parquet")
-    with pytest.raises(InputFileError, match=f"{tmp_path / 'extra.parquet'}: shard file 'extra.parquet' has no trailing shard number"):
+    with pytest.raises(
+        InputFileError, match=f"{tmp_path / 'extra.parquet'}: shard file 'extra.parquet' has no trailing shard number"
+    ):
         scan_raw_dir(tmp_path)
 
 
@@ -115,7 +123,11 @@ def test_a_directory_or_dangling_symlink_named_parquet_is_an_input_file_error(tm
         odd.mkdir()
     else:
         odd.symlink_to(tmp_path / "gone.parquet")
-    with pytest.raises(InputFileError, match=f"{odd}: not a readable Parquet file \\({'a dangling symlink' if kind != 'directory' else 'not a regular file'}\\)"):
+    why = "not a regular file" if kind == "directory" else "a dangling symlink"
+    with pytest.raises(
+        InputFileError,
+        match=f"{odd}: not a readable Parquet file \\({why}\\)",
+    ):
         scan_raw_dir(tmp_path)
 
 
@@ -130,7 +142,11 @@ def test_files_the_rule_skips_are_reported(tmp_path):
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
         result = run(instance, layout, ["synth_raw_inventory"])
-        [materialization] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "synth_raw_inventory"]
+        [materialization] = [
+            e
+            for e in result.get_asset_materialization_events()
+            if e.asset_key.to_user_string() == "synth_raw_inventory"
+        ]
         assert materialization.materialization.metadata["ignored_files"].value == ignored_raw_files(raw)
         warnings = [r.user_message for r in instance.all_logs(result.run_id) if r.level >= 30]  # logging.WARNING
         assert any("SYNTH_01.PARQUET" in message and "ignored" in message for message in warnings), warnings
@@ -149,7 +165,10 @@ def test_nul_in_synth_id_drops_the_row_and_never_reaches_an_id(tmp_path):
 
 
 def test_dataset_rows_problems_unit():
-    manifest = {"shards": [{"partition": "a"}, {"partition": "b"}], "totals": {"rows_in": 10, "rows_out": 7, "dropped": {"x": 3}}}
+    manifest = {
+        "shards": [{"partition": "a"}, {"partition": "b"}],
+        "totals": {"rows_in": 10, "rows_out": 7, "dropped": {"x": 3}},
+    }
     assert dataset_rows_problems(manifest) == []
     manifest["totals"]["rows_out"] = 0
     assert dataset_rows_problems(manifest) == ["10 rows in over 2 shards but 0 out + 3 dropped (+7 unaccounted)"]
@@ -255,12 +274,9 @@ def test_rows_are_accounted_over_the_whole_dataset(three_shards):
 def test_a_failing_check_says_why(three_shards):
     """synth_04 repeats synth_00's rows: the build fails, and both the in-process error and the report the
     build script prints (`cli failures`) list the duplicated ids and the files they are in."""
-    from datetime import datetime, timezone
-
-    from synthkd_assets.defs.failures import failed_runs_report
 
     instance, layout, raw, data = three_shards
-    since = datetime.now(timezone.utc)
+    since = datetime.now(UTC)
     shutil.copy(raw / "synth_00.parquet", raw / "synth_04.parquet")
     with pytest.raises(BuildFailed) as failed:
         build_all(instance, layout)

@@ -43,7 +43,11 @@ def harmony_tokens(encoding, messages: list[dict]) -> list[int]:
 
 def assert_matches_reference(encoding, renderer, messages: list[dict]) -> None:
     rendered = renderer.render(messages)
-    assert rendered.tokens.dtype == np.int32 and rendered.loss_mask.dtype == np.uint8 and rendered.span_id.dtype == np.uint8
+    assert (
+        rendered.tokens.dtype == np.int32
+        and rendered.loss_mask.dtype == np.uint8
+        and rendered.span_id.dtype == np.uint8
+    )
     assert rendered.tokens.tolist() == harmony_tokens(encoding, messages)
     loss_mask, span_id = independent_masks(encoding, messages)
     np.testing.assert_array_equal(rendered.span_id, span_id)
@@ -80,28 +84,48 @@ def test_sample_rows_render_exactly(tmp_path, sample_shards, encoding, renderer)
 def test_reasoning_rule_uses_python_strip(encoding, renderer):
     """Blank reasoning (any Python whitespace, including \\x1c-\\x1f) gives no analysis message."""
     for reasoning, expect_analysis in [("", False), (" \n\t", False), ("\x1c\x1f\u3000", False), (" x ", True)]:
-        messages = one_row_messages({"query": "q", "query_seed_text": "s", "synthetic_reasoning": reasoning, "synthetic_answer": "a"})
+        messages = one_row_messages(
+            {"query": "q", "query_seed_text": "s", "synthetic_reasoning": reasoning, "synthetic_answer": "a"}
+        )
         assert any(m.get("channel") == "analysis" for m in messages) == expect_analysis
         assert_matches_reference(encoding, renderer, messages)
 
 
 def test_user_content_template():
-    messages = one_row_messages({"query": "Q?", "query_seed_text": "Seed.", "synthetic_reasoning": "", "synthetic_answer": "A"})
+    messages = one_row_messages(
+        {"query": "Q?", "query_seed_text": "Seed.", "synthetic_reasoning": "", "synthetic_answer": "A"}
+    )
     assert messages[1]["content"][0]["text"] == "Q?\n\nReference:\nSeed."
     assert messages[0] == SYSTEM and [m["role"] for m in messages] == ["system", "user", "assistant"]
 
 
 def test_unsupported_assistant_channel_is_a_counted_render_error(renderer):
-    messages = one_row_messages({"query": "q", "query_seed_text": "s", "synthetic_reasoning": "", "synthetic_answer": "a"})
+    messages = one_row_messages(
+        {"query": "q", "query_seed_text": "s", "synthetic_reasoning": "", "synthetic_answer": "a"}
+    )
     messages[-1]["channel"] = "commentary"
     with pytest.raises(RenderError) as info:
         renderer.render(messages)
     assert info.value.reason == drops.DROP_UNSUPPORTED_CHANNEL
 
 
-HARMONY_MARKERS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|endoftext|>", "<|call|>", "<|constrain|>"]
-surrogate_free_text = st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=60)
-tricky_text = st.lists(st.one_of(surrogate_free_text, st.sampled_from(HARMONY_MARKERS + [" ", "\n", "\t", "🙂", "👩‍🔬", "漢字"])), max_size=6).map("".join)
+HARMONY_MARKERS = [
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|return|>",
+    "<|endoftext|>",
+    "<|call|>",
+    "<|constrain|>",
+]
+surrogate_free_text = st.text(
+    alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=60
+)
+tricky_text = st.lists(
+    st.one_of(surrogate_free_text, st.sampled_from(HARMONY_MARKERS + [" ", "\n", "\t", "🙂", "👩‍🔬", "漢字"])),
+    max_size=6,
+).map("".join)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

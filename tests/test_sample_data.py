@@ -73,8 +73,7 @@ def test_language_mix(rows):
 def test_memorization_is_majority(rows):
     ex = Counter(r["exercise"] for r in rows)
     assert ex["memorization"] > len(rows) / 2
-    assert {"rag", "mcq", "arithmetic", "creative_writing", "editing",
-            "constrained_writing"} <= set(ex)
+    assert {"rag", "mcq", "arithmetic", "creative_writing", "editing", "constrained_writing"} <= set(ex)
 
 
 def test_special_cases_present(rows):

@@ -80,7 +80,10 @@ def test_independent_of_row_order_and_shard_layout(tmp_path):
         for index, size in enumerate(layout):
             shard = shuffled.slice(start, size)
             start += size
-            in_path, out_path = tmp_path / f"in_{len(layout)}_{index}.parquet", tmp_path / f"out_{len(layout)}_{index}.parquet"
+            in_path, out_path = (
+                tmp_path / f"in_{len(layout)}_{index}.parquet",
+                tmp_path / f"out_{len(layout)}_{index}.parquet",
+            )
             pq.write_table(shard.to_arrow().cast(HARMONY_SCHEMA), in_path)
             report = select_rows_shard(in_path, out_path, f"s{index}", sampling_rule(RATES))
             assert report.rows_in == report.rows_out + sum(report.dropped.values())
@@ -95,7 +98,9 @@ def test_raising_a_rate_only_adds_rows_and_rates_hold_statistically():
     assert low < high  # nested: each rule's decision is a threshold on the row's own hash
     memorization_rows = frame.filter(pl.col("exercise") == "memorization")
     for rate in (0.1, 0.5, 0.9):
-        kept = len(kept_ids(memorization_rows, {"memorization": rate, "english": 1.0, "non_english": 1.0, "global": 1.0}))
+        kept = len(
+            kept_ids(memorization_rows, {"memorization": rate, "english": 1.0, "non_english": 1.0, "global": 1.0})
+        )
         n = memorization_rows.height
         assert abs(kept - n * rate) < 5 * math.sqrt(n * rate * (1 - rate))
     every = {rule: 1.0 for rule in constants.SAMPLING_SALTS}
@@ -134,8 +139,10 @@ def grid_feasible(cells, targets: MixTargets, margin: float = 1e-3) -> bool:
             b = math.exp(log_b)
             rates = {"memorization": a, "english": min(1.0, 1 / b), "non_english": min(1.0, b), "global": 1.0}
             total, mem, non_en = expected_mix(cells, rates)
-            if total and mem <= targets.memorization_cap - margin and (
-                targets.non_english_min + margin <= non_en <= targets.non_english_max - margin
+            if (
+                total
+                and mem <= targets.memorization_cap - margin
+                and (targets.non_english_min + margin <= non_en <= targets.non_english_max - margin)
             ):
                 return True
     return False
@@ -152,7 +159,8 @@ def test_plan_meets_the_targets_whenever_they_are_reachable(cells, targets):
     total, mem, non_en = expected_mix(cells, rates)
     assert total == pytest.approx(plan["expected_after"]["rows"], rel=1e-9, abs=1e-6)
     meets = not total or (
-        mem <= targets.memorization_cap + 1e-9 and targets.non_english_min - 1e-9 <= non_en <= targets.non_english_max + 1e-9
+        mem <= targets.memorization_cap + 1e-9
+        and targets.non_english_min - 1e-9 <= non_en <= targets.non_english_max + 1e-9
     )
     assert plan["feasible"] == meets  # the plan says honestly whether its own rates meet the targets
     if not meets:
@@ -175,7 +183,11 @@ def test_plan_examples():
     cells = {("memorization", "en"): 5000, ("memorization", "fr"): 3000, ("rag", "en"): 1000, ("rag", "de"): 1000}
     plan = plan_keep_rates(cells, MixTargets())
     after = plan["expected_after"]
-    assert plan["feasible"] and after["memorization_share"] == pytest.approx(0.70) and after["non_english_share"] == pytest.approx(0.30)
+    assert (
+        plan["feasible"]
+        and after["memorization_share"] == pytest.approx(0.70)
+        and after["non_english_share"] == pytest.approx(0.30)
+    )
     # English-only data cannot reach an (opted-in) non-English minimum: reported, English kept
     plan = plan_keep_rates({("rag", "en"): 10, ("memorization", "en"): 90}, MixTargets(non_english_min=0.25))
     assert not plan["feasible"] and plan["notes"] == ["no non-English rows"]
@@ -196,7 +208,12 @@ def test_the_default_language_rule_only_caps_non_english():
     assert MixTargets().non_english_min == 0.0 and MixTargets().non_english_max == 0.30
     # 80% English, below the range (the bundled sample's shape): nothing is dropped for language
     plan = plan_keep_rates({("rag", "en"): 80, ("rag", "fr"): 20}, MixTargets())
-    assert plan["feasible"] and plan["rates"] == {"memorization": 1.0, "non_english": 1.0, "english": 1.0, "global": 1.0}
+    assert plan["feasible"] and plan["rates"] == {
+        "memorization": 1.0,
+        "non_english": 1.0,
+        "english": 1.0,
+        "global": 1.0,
+    }
     # 50% non-English: kept at rate r with 50r / (50 + 50r) = 0.30, r = 3/7
     plan = plan_keep_rates({("rag", "en"): 50, ("rag", "fr"): 50}, MixTargets())
     assert plan["rates"]["english"] == 1.0 and plan["rates"]["non_english"] == pytest.approx(3 / 7)
@@ -207,7 +224,12 @@ def test_the_default_language_rule_only_caps_non_english():
 
 @pytest.mark.parametrize(
     "bad",
-    [dict(memorization_cap=0), dict(non_english_min=0.4, non_english_max=0.3), dict(global_keep=0), dict(non_english_max=1.5)],
+    [
+        dict(memorization_cap=0),
+        dict(non_english_min=0.4, non_english_max=0.3),
+        dict(global_keep=0),
+        dict(non_english_max=1.5),
+    ],
 )
 def test_invalid_targets_are_refused(bad):
     with pytest.raises(ValueError):

@@ -1,11 +1,11 @@
-"""synth_nightly_rebuild evaluated as Dagster evaluates a tick (the loaded Definitions' schedule, build_schedule_context)
-against a built sample, and the input-manifest rules it applies. The daemon-driven rebuild is in
+"""synth_nightly_rebuild evaluated as Dagster evaluates a tick (the loaded Definitions' schedule,
+build_schedule_context) against a built sample, and the input-manifest rules it applies. The daemon-driven rebuild is in
 tests/test_automation_daemon.py."""
 
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 import pytest
@@ -46,7 +46,7 @@ def tick(instance, layout: SynthKDLayout):
     definitions = defs()
     with dg.build_schedule_context(
         instance=instance,
-        scheduled_execution_time=datetime(2026, 1, 1, 3, tzinfo=timezone.utc),
+        scheduled_execution_time=datetime(2026, 1, 1, 3, tzinfo=UTC),
         resources=synthkd_resources(layout),
         repository_def=definitions.get_repository_def(),
     ) as context:
@@ -60,7 +60,9 @@ def requested(data) -> list[tuple[str, str | None]]:
 def test_nothing_changed_requests_nothing(setup):
     instance, layout, raw = setup
     data = tick(instance, layout)
-    assert data.run_requests == [] and data.skip_message.startswith("nothing changed: all 4 shards are built from the raw files")
+    assert data.run_requests == [] and data.skip_message.startswith(
+        "nothing changed: all 4 shards are built from the raw files"
+    )
     write_input_manifest(raw, current_shas(raw))
     data = tick(instance, layout)
     assert data.run_requests == [] and "the input manifest" in data.skip_message
@@ -92,7 +94,9 @@ def test_a_changed_input_manifest_rebuilds_exactly_its_changed_shard(setup):
         tags={"dagster/run_key": f"synth_02:{after['synth_02']}", "dagster/partition": "synth_02"},
     )
     data = tick(instance, layout)
-    assert data.run_requests == [] and "already queued or running" in data.skip_message and "synth_02" in data.skip_message
+    assert (
+        data.run_requests == [] and "already queued or running" in data.skip_message and "synth_02" in data.skip_message
+    )
 
 
 def test_a_new_shard_is_registered_and_requested(setup):
@@ -110,7 +114,9 @@ def test_without_a_plan_only_the_scan_pass_is_requested(tmp_path):
     with open_instance(dagster_home(tmp_path / "home")) as instance:
         data = tick(instance, layout)
     assert [r.partition_key for r in data.run_requests] == SHARDS
-    assert {tuple(k.to_user_string() for k in r.asset_selection) for r in data.run_requests} == {("synth_harmony", "synth_filtered")}
+    assert {tuple(k.to_user_string() for k in r.asset_selection) for r in data.run_requests} == {
+        ("synth_harmony", "synth_filtered")
+    }
 
 
 def shard(name: str, sha: str) -> RawShard:
@@ -134,9 +140,22 @@ def test_input_manifest_disagreements_name_each_file():
     [
         ("{not json", "not a JSON input manifest"),
         ('["synth_00.parquet"]', 'expected {"shards"'),
-        ('{"shards": [{"file": "sub/synth_00.parquet", "sha256": "' + "a" * 64 + '"}]}', r"shards\[0\]: 'file' must name"),
-        ('{"shards": [{"file": "synth_00.parquet", "sha256": "ABC"}]}', r"shards\[0\] \(synth_00.parquet\): 'sha256' must be"),
-        ('{"shards": [{"file": "x.parquet", "sha256": "' + "a" * 64 + '"}, {"file": "x.parquet", "sha256": "' + "b" * 64 + '"}]}', r"shards\[1\]: x.parquet is listed twice"),
+        (
+            '{"shards": [{"file": "sub/synth_00.parquet", "sha256": "' + "a" * 64 + '"}]}',
+            r"shards\[0\]: 'file' must name",
+        ),
+        (
+            '{"shards": [{"file": "synth_00.parquet", "sha256": "ABC"}]}',
+            r"shards\[0\] \(synth_00.parquet\): 'sha256' must be",
+        ),
+        (
+            '{"shards": [{"file": "x.parquet", "sha256": "'
+            + "a" * 64
+            + '"}, {"file": "x.parquet", "sha256": "'
+            + "b" * 64
+            + '"}]}',
+            r"shards\[1\]: x.parquet is listed twice",
+        ),
     ],
 )
 def test_a_malformed_input_manifest_is_refused_naming_file_and_entry(tmp_path, text, message):

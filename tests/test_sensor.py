@@ -57,7 +57,10 @@ def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
     table = pq.read_table(raw / "synth_02.parquet")
     answers = table.column("synthetic_answer").to_pylist()
     answers[0] = answers[0] + "\n\nEdited upstream."
-    pq.write_table(table.set_column(table.schema.get_field_index("synthetic_answer"), "synthetic_answer", [answers]), raw / "synth_02.parquet")
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("synthetic_answer"), "synthetic_answer", [answers]),
+        raw / "synth_02.parquet",
+    )
 
     changed = tick(instance, layout, first.cursor)
     assert requested(changed) == [("synth_shard_job", "synth_02")]

@@ -106,7 +106,11 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
     kd = json.loads(smoke.megatron_manifest().read_text())
     distill = json.loads(smoke.distill_manifest().read_text())
     for manifest in (kd, distill):
-        assert manifest["config"]["caps"] == {"max_input_rows_per_shard": 256, "max_rows_per_shard": 64, "max_tokens_per_shard": 200_000}
+        assert manifest["config"]["caps"] == {
+            "max_input_rows_per_shard": 256,
+            "max_rows_per_shard": 64,
+            "max_tokens_per_shard": 200_000,
+        }
         assert manifest["input_manifest"]["path"] == smoke.recorded(smoke.harmony_manifest())
         totals = manifest["totals"]
         assert totals["rows_in"] == sum(raw_rows.values()) == totals["rows_out"] + sum(totals["dropped"].values())

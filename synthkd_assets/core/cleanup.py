@@ -27,7 +27,9 @@ from synthkd_assets.core.layout import (
 )
 from synthkd_contract import constants
 
-_MEGATRON_NAME = re.compile(r"^shard_(\d+)(?:_(?:" + "|".join(constants.ARRAY_KINDS) + r")\.(?:bin|idx)|\.json|_documents\.parquet)$")
+_MEGATRON_NAME = re.compile(
+    r"^shard_(\d+)(?:_(?:" + "|".join(constants.ARRAY_KINDS) + r")\.(?:bin|idx)|\.json|_documents\.parquet)$"
+)
 _DISTILL_NAME = re.compile(r"^part-(\d+)\.parquet$")
 
 

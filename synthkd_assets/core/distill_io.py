@@ -84,13 +84,15 @@ def distill_row(tokens: np.ndarray, span_id: np.ndarray, prefix: list[int], synt
     start = len(prefix)
     if start >= len(input_ids) or not np.array_equal(input_ids[:start], np.asarray(prefix, dtype=np.int32)):
         raise DistillContractError(
-            f"{synth_id}: render_conversation_for_completion(system + user) ({start} tokens) is not the head of input_ids"
+            f"{synth_id}: render_conversation_for_completion(system + user) ({start} tokens) is not the head "
+            "of input_ids"
         )
     supervised = np.flatnonzero(spans != constants.SPAN_PROMPT)
     # Megatron's spans start at the first assistant <|start|>, which the completion prefix ends with
     if not len(supervised) or supervised[0] >= start or len(supervised) != len(spans) - supervised[0]:
         raise DistillContractError(
-            f"{synth_id}: assistant tokens of the Megatron spans do not run from inside the completion prefix to the end"
+            f"{synth_id}: assistant tokens of the Megatron spans do not run from inside the completion prefix "
+            "to the end"
         )
     output = spans[start:]
     analysis = int(np.count_nonzero(output == constants.SPAN_ANALYSIS))
@@ -131,7 +133,8 @@ class DistillShardResult:
             "report": self.report.to_dict(),
             "files": self.files,
             "length_histogram": {
-                split: {str(length): n for length, n in sorted(counts.items())} for split, counts in self.lengths.items()
+                split: {str(length): n for length, n in sorted(counts.items())}
+                for split, counts in self.lengths.items()
             },
         }
 
@@ -296,18 +299,32 @@ def distill_part_problems(
         same_shape = np.array_equal(lengths, label_lengths) and np.array_equal(lengths, mask_lengths)
         if "labels" in problems:
             if not same_shape:
-                add("labels", f"rows {row_base}..{row_base + n_rows}: labels/attention_mask lengths differ from input_ids")
+                add(
+                    "labels",
+                    f"rows {row_base}..{row_base + n_rows}: labels/attention_mask lengths differ from input_ids",
+                )
             else:
                 if not np.all(mask == 1):
                     add("labels", f"rows {row_base}..{row_base + n_rows}: attention_mask has a value other than 1")
                 bad = np.flatnonzero((labels != constants.LABEL_IGNORE_ID) & (labels != ids))
                 for row in np.unique(np.searchsorted(np.cumsum(lengths), bad, side="right"))[:limit]:
-                    add("labels", f"row {row_base + row}: labels differ from input_ids where not {constants.LABEL_IGNORE_ID}")
+                    add(
+                        "labels",
+                        f"row {row_base + row}: labels differ from input_ids where not {constants.LABEL_IGNORE_ID}",
+                    )
         if "spans" in problems:
             for row in np.flatnonzero((start <= 0) | (start >= lengths) | (analysis < 0) | (final <= 0)):
-                add("spans", f"row {row_base + row}: assistant_token_start {start[row]} / counts out of range for {lengths[row]} tokens")
+                add(
+                    "spans",
+                    f"row {row_base + row}: assistant_token_start {start[row]} / counts out of range for "
+                    f"{lengths[row]} tokens",
+                )
             for row in np.flatnonzero(analysis + final != lengths - start):
-                add("spans", f"row {row_base + row}: analysis {analysis[row]} + final {final[row]} != {lengths[row]} - {start[row]}")
+                add(
+                    "spans",
+                    f"row {row_base + row}: analysis {analysis[row]} + final {final[row]} != {lengths[row]} - "
+                    f"{start[row]}",
+                )
             if same_shape:
                 position = np.arange(len(ids)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
                 ignored = labels == constants.LABEL_IGNORE_ID
@@ -319,11 +336,17 @@ def distill_part_problems(
                 add("max_length", f"row {row_base + row}: {lengths[row]} tokens > max_seq_len {max_seq_len}")
         if "split" in problems:
             source = table.column("source").combine_chunks()
-            for row, (row_id, synth_id) in enumerate(zip(table.column("id").to_pylist(), source.field("synth_id").to_pylist())):
+            for row, (row_id, synth_id) in enumerate(
+                zip(table.column("id").to_pylist(), source.field("synth_id").to_pylist())
+            ):
                 if row_id != constants.DISTILL_ID_PREFIX + synth_id:
                     add("split", f"row {row_base + row}: id {row_id!r} is not {constants.DISTILL_ID_PREFIX}{synth_id}")
                 if distill_split(synth_id, valid_fraction) != split:
-                    add("split", f"row {row_base + row}: synth_id {synth_id!r} belongs to {distill_split(synth_id, valid_fraction)}")
+                    add(
+                        "split",
+                        f"row {row_base + row}: synth_id {synth_id!r} belongs to "
+                        f"{distill_split(synth_id, valid_fraction)}",
+                    )
         row_base += n_rows
     return problems
 
@@ -339,6 +362,12 @@ def split_leakage(parts: Mapping[str, list[Path]]) -> list[str]:
         return []
     ids = pl.concat(frames)
     leaked = ids.group_by("id").agg(pl.col("split").n_unique().alias("splits"), pl.len().alias("rows"))
-    problems = [f"{i} is in {s} splits" for i, s in leaked.filter(pl.col("splits") > 1).sort("id").head(20).select("id", "splits").iter_rows()]
-    problems += [f"{i} appears {n} times" for i, n in leaked.filter(pl.col("rows") > 1).sort("id").head(20).select("id", "rows").iter_rows()]
+    problems = [
+        f"{i} is in {s} splits"
+        for i, s in leaked.filter(pl.col("splits") > 1).sort("id").head(20).select("id", "splits").iter_rows()
+    ]
+    problems += [
+        f"{i} appears {n} times"
+        for i, n in leaked.filter(pl.col("rows") > 1).sort("id").head(20).select("id", "rows").iter_rows()
+    ]
     return problems

@@ -188,9 +188,7 @@ def quality_drop_reasons(frame: pl.DataFrame) -> pl.Series:
         failed_result_expr("constraints").alias("failed"),
         has_result_expr("constraints").alias("has_result"),
     )
-    candidates = parts.with_row_index("i").filter(
-        (~flags["empty"] & ~flags["failed"] & flags["has_result"]).to_list()
-    )
+    candidates = parts.with_row_index("i").filter((~flags["empty"] & ~flags["failed"] & flags["has_result"]).to_list())
     inconsistent = [False] * frame.height
     for i, constraints, answer in candidates.select("i", "constraints", "answer").iter_rows():
         inconsistent[i] = result_is_inconsistent(constraints, answer)

@@ -90,7 +90,10 @@ def raw_shard_paths(raw_dir: Path) -> list[Path]:
     if collisions:
         raise InputFileError(
             "raw shards with the same shard number would overwrite each other's output: "
-            + "; ".join(" and ".join(str(p) for p in names) + f" (shard {shard_index_from_name(names[0].name):02d})" for names in collisions)
+            + "; ".join(
+                " and ".join(str(p) for p in names) + f" (shard {shard_index_from_name(names[0].name):02d})"
+                for names in collisions
+            )
             + ": rename or remove one of each"
         )
     return paths
@@ -125,7 +128,9 @@ def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard
             try:
                 digest = sha256_file(path)
             except OSError as error:
-                raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
+                raise InputFileError(
+                    f"{path}: not a readable Parquet file ({type(error).__name__}: {error})"
+                ) from error
         shards.append(RawShard(partition_key_for(path), str(path), stat.st_size, stat.st_mtime_ns, digest))
     updated = {str(Path(s.path).resolve()): asdict(s) for s in shards}
     if cache_path is not None and updated != cache:  # steps of one run may scan at the same time
@@ -148,16 +153,16 @@ def partition_changes(registered: list[str], shards: list[RawShard]) -> tuple[li
     return sorted(present - set(registered)), sorted(set(registered) - present)
 
 
-def shards_to_rebuild(last_seen: dict[str, str], shards: list[RawShard], built_from: dict[str, str | None]) -> list[str]:
+def shards_to_rebuild(
+    last_seen: dict[str, str], shards: list[RawShard], built_from: dict[str, str | None]
+) -> list[str]:
     """Shards whose bytes differ from what their current synth_harmony output was built from.
 
     `last_seen` (the sensor cursor) suppresses asking twice for the same content while a run is in
     flight; `built_from` (source hashes recorded in the step reports on disk) means a fresh cursor
     does not rebuild shards that are already up to date.
     """
-    return sorted(
-        s.name for s in shards if last_seen.get(s.name) != s.sha256 and built_from.get(s.name) != s.sha256
-    )
+    return sorted(s.name for s in shards if last_seen.get(s.name) != s.sha256 and built_from.get(s.name) != s.sha256)
 
 
 def built_from_sha256(layout: DataLayout, keys: Iterable[str]) -> dict[str, str | None]:
@@ -236,14 +241,20 @@ def read_input_manifest(path: Path) -> dict[str, str] | None:
         raise InputManifestError(f"{path}: not a JSON input manifest ({exc})") from exc
     entries = data.get("shards") if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        raise InputManifestError(f'{path}: expected {{"shards": [{{"file": "<name>.parquet", "sha256": "<hex>"}}, ...]}}')
+        raise InputManifestError(
+            f'{path}: expected {{"shards": [{{"file": "<name>.parquet", "sha256": "<hex>"}}, ...]}}'
+        )
     listed: dict[str, str] = {}
     for i, entry in enumerate(entries):
         file, sha = (entry.get("file"), entry.get("sha256")) if isinstance(entry, dict) else (None, None)
         if not isinstance(file, str) or Path(file).name != file or not Path(file).match(RAW_GLOB):
-            raise InputManifestError(f"{path}: shards[{i}]: 'file' must name a *.parquet file in the raw directory, got {file!r}")
+            raise InputManifestError(
+                f"{path}: shards[{i}]: 'file' must name a *.parquet file in the raw directory, got {file!r}"
+            )
         if not isinstance(sha, str) or not SHA256_HEX.fullmatch(sha):
-            raise InputManifestError(f"{path}: shards[{i}] ({file}): 'sha256' must be 64 lowercase hex digits, got {sha!r}")
+            raise InputManifestError(
+                f"{path}: shards[{i}] ({file}): 'sha256' must be 64 lowercase hex digits, got {sha!r}"
+            )
         if file in listed:
             raise InputManifestError(f"{path}: shards[{i}]: {file} is listed twice")
         listed[file] = sha

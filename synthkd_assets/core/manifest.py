@@ -26,10 +26,16 @@ def git_state(repo_dir: str | None = None) -> dict[str, Any]:
     """HEAD commit and whether the work tree has uncommitted changes; 'unknown' outside a git checkout."""
     cwd = repo_dir or str(Path(__file__).resolve().parents[2])
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
         dirty = bool(
             subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, check=True
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.strip()
         )
     except (OSError, subprocess.CalledProcessError):

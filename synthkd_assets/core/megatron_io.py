@@ -149,10 +149,12 @@ class MegatronShardWriter:
         finally:
             discard_all([*self._bins.values(), *self._idxs.values()])
 
-    def __enter__(self) -> "MegatronShardWriter":
+    def __enter__(self) -> MegatronShardWriter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is not None:
             self.abort()
         elif not self._closed:

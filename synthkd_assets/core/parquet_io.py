@@ -204,7 +204,7 @@ class ParquetShardWriter:
         if not self.published:
             publish_together([self])
 
-    def __enter__(self) -> "ParquetShardWriter":
+    def __enter__(self) -> ParquetShardWriter:
         return self
 
     def _discard(self) -> None:
@@ -215,7 +215,9 @@ class ParquetShardWriter:
             pass
         self._partial_file.discard()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is None:
             try:
                 self.close()  # the last row group, the footer and the fsync can fail too (full disk)

@@ -16,7 +16,7 @@ from synthkd_contract import constants, drops
 
 def stable_unit_interval(salt: str, key: str) -> float:
     """Uniform in [0, 1): the first 8 bytes of sha256(f"{salt}:{key}") as a big-endian fraction of 2**64."""
-    digest = hashlib.sha256(f"{salt}:{key}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
@@ -24,7 +24,9 @@ def is_valid(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: fl
     return stable_unit_interval(salt, synth_id) < valid_fraction
 
 
-def assign_split(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION) -> str:
+def assign_split(
+    synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION
+) -> str:
     """'valid' or 'train' for one conversation, by the locked rule in `constants.SPLIT_RULE`."""
     return constants.SPLITS[1] if is_valid(synth_id, salt, valid_fraction) else constants.SPLITS[0]
 
@@ -105,7 +107,7 @@ def sampling_rule(rates: Mapping[str, float]) -> Callable[[pl.DataFrame], pl.Ser
 
     def drop_reasons(frame: pl.DataFrame) -> pl.Series:
         rows = frame.select("synth_id", "exercise", "language").iter_rows()
-        return pl.Series("reason", [sampling_drop_reason(s, e, l, rates) for s, e, l in rows], dtype=pl.String)
+        return pl.Series("reason", [sampling_drop_reason(s, e, lang, rates) for s, e, lang in rows], dtype=pl.String)
 
     return drop_reasons
 
@@ -216,7 +218,10 @@ def _solve_rates(em: float, nm: float, eo: float, no: float, targets: MixTargets
     if fixed:
         a, b = max(fixed, key=lambda ab: (ab[0], -abs(math.log(ab[1]))))
         return min(a, 1.0), b, notes
-    notes.append("the memorization cap and the non-English range exclude each other here: memorization capped, languages left as they are")
+    notes.append(
+        "the memorization cap and the non-English range exclude each other here: memorization capped, "
+        "languages left as they are"
+    )
     return a_star(1.0), 1.0, notes
 
 
@@ -226,6 +231,7 @@ def plan_keep_rates(counts: Mapping[Cell, int], targets: MixTargets) -> dict[str
     Returns the rates of every rule, the salts, whether the targets are met in expectation
     (`feasible`, with `notes` saying why not), and the before / expected-after mixes.
     """
+
     def total(memorization: bool, english: bool) -> float:
         return math.fsum(
             n for (ex, lang), n in counts.items() if is_memorization(ex) == memorization and is_english(lang) == english
@@ -273,12 +279,18 @@ def mix_table_markdown(columns: Mapping[str, Mapping[str, Any]]) -> str:
 
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines.append("| rows | " + " | ".join(f"{s['rows']:.0f}" for s in summaries) + " |")
-    lines.append("| memorization share | " + " | ".join(f"{100 * s['memorization_share']:.1f}%" for s in summaries) + " |")
-    lines.append("| non-English share | " + " | ".join(f"{100 * s['non_english_share']:.1f}%" for s in summaries) + " |")
+    lines.append(
+        "| memorization share | " + " | ".join(f"{100 * s['memorization_share']:.1f}%" for s in summaries) + " |"
+    )
+    lines.append(
+        "| non-English share | " + " | ".join(f"{100 * s['non_english_share']:.1f}%" for s in summaries) + " |"
+    )
     for ex in exercises:
         lines.append(f"| exercise `{ex}` | " + " | ".join(share(s, s["exercise"].get(ex, 0)) for s in summaries) + " |")
     for lang in languages:
-        lines.append(f"| language `{lang}` | " + " | ".join(share(s, s["language"].get(lang, 0)) for s in summaries) + " |")
+        lines.append(
+            f"| language `{lang}` | " + " | ".join(share(s, s["language"].get(lang, 0)) for s in summaries) + " |"
+        )
     return "\n".join(lines)
 
 

@@ -46,7 +46,6 @@ Renderer = FastRenderer | HarmonyRenderer
 SHARD = "shard"  # the output name of the steps that write one file per shard
 
 
-
 class HarmonizeStep(ShardStep):
     """Raw rows -> synth_harmony_v1 rows: bad rows dropped and counted (core/validation.py), text sanitized."""
 
@@ -172,8 +171,6 @@ RowRule = Callable[[pl.DataFrame], pl.Series]
 
 def keep_everything(frame: pl.DataFrame) -> pl.Series:
     return pl.Series("reason", [None] * frame.height, dtype=pl.String)
-
-
 
 
 class SelectRowsStep(ShardStep):

@@ -81,7 +81,10 @@ def messages_json_expr(system: dict[str, Any]) -> pl.Expr:
 
 def reference_messages(row: dict[str, str], system: dict[str, Any]) -> list[dict[str, Any]]:
     """The same messages built row by row with openai-harmony objects: the oracle for tests and CLI."""
-    messages = [system, json.loads(Message.from_role_and_content(Role.USER, constants.USER_TEMPLATE.format(**row)).to_json())]
+    messages = [
+        system,
+        json.loads(Message.from_role_and_content(Role.USER, constants.USER_TEMPLATE.format(**row)).to_json()),
+    ]
     if row["synthetic_reasoning"].strip():
         analysis = Message.from_role_and_content(Role.ASSISTANT, row["synthetic_reasoning"]).with_channel("analysis")
         messages.append(json.loads(analysis.to_json()))

@@ -36,7 +36,9 @@ from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
 from synthkd_assets.core.report import ShardReport
 from synthkd_contract import constants, drops
 
-TEXT_TYPES_DESCRIPTION = "string, large_string, string_view, binary, large_binary, binary_view, dictionary<string> or null"
+TEXT_TYPES_DESCRIPTION = (
+    "string, large_string, string_view, binary, large_binary, binary_view, dictionary<string> or null"
+)
 WORDS_TYPES_DESCRIPTION = "an integer or floating type, or " + TEXT_TYPES_DESCRIPTION
 
 

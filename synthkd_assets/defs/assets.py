@@ -66,7 +66,12 @@ def shard_step(deps: list, kinds: set[str], build_pass: str, group_name: str, sc
     def decorate(step: Callable) -> dg.AssetsDefinition:
         specs = [shard_check_spec(name, step.__name__) for name in (ROWS_ACCOUNTED, *checks)]
         return synthkd_asset(
-            build_pass, kinds, partitions_def=SYNTH_SHARDS, deps=deps, check_specs=specs, group_name=group_name,
+            build_pass,
+            kinds,
+            partitions_def=SYNTH_SHARDS,
+            deps=deps,
+            check_specs=specs,
+            group_name=group_name,
             metadata=schema,
         )(step)
 
@@ -82,7 +87,9 @@ def stage_result(paths: DataLayout, report: ShardReport, stage: str, **extra) ->
 
 
 @shard_step([synth_raw], {"parquet", "polars"}, "scan", "synth", table_definition_metadata(HARMONY_SCHEMA))
-def synth_harmony(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+def synth_harmony(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """SYNTH rows as Harmony messages (schema synth_harmony_v1): system, user (query + reference), assistant
     analysis (when reasoning is non-blank) and final, verbatim; NULs removed and counted."""
     paths = layout.data_layout(build.smoke)
@@ -107,7 +114,9 @@ def select_rows(paths: DataLayout, key: str, source: str, stage: str, rule: RowR
 
 
 @shard_step([synth_harmony], {"parquet", "polars"}, "scan", "synth", table_definition_metadata(HARMONY_SCHEMA))
-def synth_filtered(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+def synth_filtered(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """synth_harmony rows that pass the 001 quality filters: blank synthetic_answer, `result:Failed after maximum
     attempts` in constraints, a `result:` number / MCQ letter inconsistent with the answer's first line (each drop
     counted by reason). Its report's exercise x language counts feed the sampling plan (the scan pass)."""
@@ -116,7 +125,9 @@ def synth_filtered(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
 
 
 @synthkd_asset("plan", {"json"}, deps=[synth_filtered], group_name="synth")
-def synth_sampling_plan(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+def synth_sampling_plan(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """The 001 sampling plan (data/synth_sampling_plan/plan.json): from every shard's exercise x language counts
     after the filters, keep rates so that memorization <= memorization_cap and non-English <= non_english_max
     (and >= non_english_min when set; in expectation), plus global_keep. One salted hash of synth_id per rule.
@@ -143,8 +154,16 @@ def synth_sampling_plan(context: dg.AssetExecutionContext, layout: SynthKDLayout
     )
 
 
-@shard_step([synth_filtered, synth_sampling_plan], {"parquet", "polars"}, "build", "synth", table_definition_metadata(HARMONY_SCHEMA))
-def synth_sampled(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+@shard_step(
+    [synth_filtered, synth_sampling_plan],
+    {"parquet", "polars"},
+    "build",
+    "synth",
+    table_definition_metadata(HARMONY_SCHEMA),
+)
+def synth_sampled(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """synth_filtered rows kept by the sampling plan: per rule (memorization, english / non_english, global) a
     salted sha256 of synth_id against the plan's rate, so independent of row order and shard layout."""
     paths = layout.data_layout(build.smoke)
@@ -153,8 +172,16 @@ def synth_sampled(context: dg.AssetExecutionContext, layout: SynthKDLayout, buil
     return select_rows(paths, context.partition_key, "synth_filtered", "synth_sampled", rule, plan_sha)
 
 
-@shard_step([synth_sampled, o200k_tokenizer], {"parquet", "tiktoken"}, "build", "synth", table_definition_metadata(TOKENIZED_SCHEMA))
-def synth_tokenized(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+@shard_step(
+    [synth_sampled, o200k_tokenizer],
+    {"parquet", "tiktoken"},
+    "build",
+    "synth",
+    table_definition_metadata(TOKENIZED_SCHEMA),
+)
+def synth_tokenized(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """tokens / loss_mask / span_id per conversation (label-aligned masks), by the fast renderer: byte-identical to
     openai-harmony's training render, at tiktoken speed."""
     paths = layout.data_layout(build.smoke)
@@ -167,8 +194,17 @@ def synth_tokenized(context: dg.AssetExecutionContext, layout: SynthKDLayout, bu
     return stage_result(paths, report, "synth_tokenized")
 
 
-@shard_step([synth_tokenized], {"megatron", "numpy"}, "build", "megatron", table_definition_metadata(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS), checks=(TRIO_ALIGNMENT,))
-def synth_kd_v1(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+@shard_step(
+    [synth_tokenized],
+    {"megatron", "numpy"},
+    "build",
+    "megatron",
+    table_definition_metadata(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS),
+    checks=(TRIO_ALIGNMENT,),
+)
+def synth_kd_v1(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """Megatron IndexedDataset trio (tokens int32 / lossmask uint8 / span uint8) of this shard in train/ and
     valid/, split by a salted sha256 of synth_id."""
     paths = layout.data_layout(build.smoke)
@@ -190,8 +226,17 @@ def synth_kd_v1(context: dg.AssetExecutionContext, layout: SynthKDLayout, build:
     )
 
 
-@shard_step([synth_tokenized], {"parquet", "huggingface"}, "build", "distill", table_definition_metadata(DISTILL_SCHEMA), checks=(DISTILL_ROWS_VALID,))
-def synth_distill(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+@shard_step(
+    [synth_tokenized],
+    {"parquet", "huggingface"},
+    "build",
+    "distill",
+    table_definition_metadata(DISTILL_SCHEMA),
+    checks=(DISTILL_ROWS_VALID,),
+)
+def synth_distill(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """The DistillKit/TRL dataset of seed 001 for this shard: <root>/{train,validation}/part-XXXXX.parquet (id,
     source, input_ids, labels, attention_mask, spans) derived from the synth_tokenized arrays that synth_kd_v1
     reads; assistant_token_start asserted against render_conversation_for_completion; conversations over
@@ -202,8 +247,16 @@ def synth_distill(context: dg.AssetExecutionContext, layout: SynthKDLayout, buil
     require_upstream(paths, "synth_distill", key, "synth_tokenized", "synth_sampled", "o200k_tokenizer")
     tokenized, sampled = stage_files(paths, "synth_tokenized", key)[0], stage_files(paths, "synth_sampled", key)[0]
     result = write_distill_shard(
-        tokenized, sampled, root, shard_index, key, load_harmony_encoding(paths.tokenizer_dir()), build.max_seq_len,
-        build.distill_valid_fraction, build.caps(), paths.error_log(paths.distill_name(), key),
+        tokenized,
+        sampled,
+        root,
+        shard_index,
+        key,
+        load_harmony_encoding(paths.tokenizer_dir()),
+        build.max_seq_len,
+        build.distill_valid_fraction,
+        build.caps(),
+        paths.error_log(paths.distill_name(), key),
     )
     record = result.record(key, shard_index, paths.recorded(root))
     mf.write_manifest(paths.distill_records_dir() / f"{key}.json", record)

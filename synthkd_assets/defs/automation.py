@@ -99,13 +99,17 @@ def synth_raw_sensor(
     # a global plan: a changed shard is rebuilt with the plan in force (its rates are global numbers, so
     # the other shards stay valid and untouched); without a plan only the scan pass can run
     job = synth_shard_job if paths.sampling_plan().is_file() else synth_scan_job
-    run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=shard_run_key(key, sha[key])) for key in rebuild]
+    run_requests = [
+        dg.RunRequest(job_name=job.name, partition_key=key, run_key=shard_run_key(key, sha[key])) for key in rebuild
+    ]
     manifest_path = paths.harmony_manifest()
     manifest_sha = sha256_file(manifest_path) if manifest_path.is_file() else None
     changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
     # a rewrite by a materialization is followed by synth_manifests_automation; only another change is this sensor's
     if changed and not rebuild and manifest_sha != _last_written_harmony_manifest(context.instance):
-        run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"harmony_manifest:{manifest_sha}"))
+        run_requests.append(
+            dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"harmony_manifest:{manifest_sha}")
+        )
     requests = []
     if add:
         requests.append(SYNTH_SHARDS.build_add_request(add))
@@ -114,7 +118,9 @@ def synth_raw_sensor(
     # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too)
     removed = remove_orphaned_outputs(paths, list(sha))
     if removed:
-        context.log.warning(f"raw shards gone ({remove or 'not registered here'}): removed their outputs {[str(p) for p in removed]}")
+        context.log.warning(
+            f"raw shards gone ({remove or 'not registered here'}): removed their outputs {[str(p) for p in removed]}"
+        )
         if not rebuild and paths.sampling_plan().is_file():  # a rebuild is followed by synth_manifests_automation
             gone = mf.config_hash(sorted(str(p) for p in removed))
             run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"removed:{gone}"))
@@ -129,7 +135,9 @@ def synth_raw_sensor(
 def _last_written_harmony_manifest(instance: dg.DagsterInstance) -> str | None:
     """sha256 of the manifest.json the latest synth_harmony_manifest materialization wrote."""
     event = instance.get_latest_materialization_event(synth_harmony_manifest.key)
-    written = event.asset_materialization.metadata.get("manifest_sha256") if event and event.asset_materialization else None
+    written = (
+        event.asset_materialization.metadata.get("manifest_sha256") if event and event.asset_materialization else None
+    )
     return written.value if written is not None else None
 
 
@@ -178,7 +186,9 @@ def evaluate_nightly_rebuild(
     in_flight = [key for key in rebuild if _has_active_run(context.instance, run_keys[key])]
     rebuild = [key for key in rebuild if key not in in_flight]
     if not rebuild:
-        return dg.SkipReason(f"changed shards already queued or running (sensor or earlier tick): {', '.join(in_flight)}")
+        return dg.SkipReason(
+            f"changed shards already queued or running (sensor or earlier tick): {', '.join(in_flight)}"
+        )
     add, _ = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
     if add:  # new files the sensor has not registered yet (it may be stopped)
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
@@ -212,4 +222,6 @@ ACTIVE_RUN_STATUSES = [
 
 
 def _has_active_run(instance: dg.DagsterInstance, run_key: str) -> bool:
-    return bool(instance.get_runs(dg.RunsFilter(tags={"dagster/run_key": run_key}, statuses=ACTIVE_RUN_STATUSES), limit=1))
+    return bool(
+        instance.get_runs(dg.RunsFilter(tags={"dagster/run_key": run_key}, statuses=ACTIVE_RUN_STATUSES), limit=1)
+    )

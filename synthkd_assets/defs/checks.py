@@ -62,12 +62,20 @@ def verdict_text(problems: list[str], passed_summary: str = "", partition: str |
     if not problems:
         return f"{where}passed" + (f": {passed_summary}" if passed_summary else "")
     quoted = "; ".join(problems[:PROBLEMS_IN_TEXT])
-    more = f" (and {len(problems) - PROBLEMS_IN_TEXT} more, see metadata 'problems')" if len(problems) > PROBLEMS_IN_TEXT else ""
+    more = (
+        f" (and {len(problems) - PROBLEMS_IN_TEXT} more, see metadata 'problems')"
+        if len(problems) > PROBLEMS_IN_TEXT
+        else ""
+    )
     return f"{where}FAILED, {len(problems)} problem{'s' if len(problems) != 1 else ''}: {quoted}{more}"
 
 
 def _result(
-    problems: list[str], check_name: str | None = None, passed_summary: str = "", partition: str | None = None, **metadata
+    problems: list[str],
+    check_name: str | None = None,
+    passed_summary: str = "",
+    partition: str | None = None,
+    **metadata,
 ) -> dg.AssetCheckResult:
     partition = partition or current_partition()
     where = {"partition": partition} if partition else {}
@@ -76,7 +84,12 @@ def _result(
         passed=not problems,
         severity=dg.AssetCheckSeverity.ERROR,
         description=verdict_text(problems, passed_summary, partition),
-        metadata={**where, "problems": dg.MetadataValue.json(problems[:50]), "problem_count": len(problems), **metadata},
+        metadata={
+            **where,
+            "problems": dg.MetadataValue.json(problems[:50]),
+            "problem_count": len(problems),
+            **metadata,
+        },
     )
 
 
@@ -108,7 +121,9 @@ def trio_alignment_result(root: Path, inventories: list[ShardSplitInventory]) ->
         for problem in trio_alignment_problems(root / inventory.split, inventory.shard_index)
     ]
     sequences = sum(i.sequences for i in inventories)
-    checked = ", ".join(f"{i.split}/shard_{i.shard_index:02d} ({i.sequences} documents)" for i in inventories if i.sequences)
+    checked = ", ".join(
+        f"{i.split}/shard_{i.shard_index:02d} ({i.sequences} documents)" for i in inventories if i.sequences
+    )
     return _result(problems, TRIO_ALIGNMENT, f"{checked or 'no documents written'} aligned", sequences=sequences)
 
 
@@ -150,7 +165,9 @@ def raw_inputs_unchanged(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg
     built_from = built_from_sha256(paths, [entry["name"] for entry in manifest["shards"]])
     read_time = [{"name": name, "source": {"sha256": sha256}} for name, sha256 in built_from.items()]
     return _result(
-        input_drift(read_time, current), passed_summary=f"{len(current)} raw shards match the hashes read at build time", shards=len(current)
+        input_drift(read_time, current),
+        passed_summary=f"{len(current)} raw shards match the hashes read at build time",
+        shards=len(current),
     )
 
 
@@ -246,12 +263,17 @@ no_duplicate_synth_ids = documents_check(
 @dg.asset_check(
     asset="synth_kd_v1_manifest",
     blocking=True,
-    description="Every shard and split the manifest lists opens with megatron-core's IndexedDataset and is an aligned trio.",
+    description=(
+        "Every shard and split the manifest lists opens with megatron-core's IndexedDataset and is an aligned trio."
+    ),
 )
 def shards_readable_by_megatron(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
     paths = layout.data_layout(build.smoke)
     root, manifest = _dataset_manifest(paths)
-    return _result(unreadable_shards(root, manifest), passed_summary=f"{len(manifest.get('shards', []))} shards open with IndexedDataset and are aligned")
+    return _result(
+        unreadable_shards(root, manifest),
+        passed_summary=f"{len(manifest.get('shards', []))} shards open with IndexedDataset and are aligned",
+    )
 
 
 def _distill_manifest(paths: DataLayout) -> tuple[Path, dict]:
@@ -328,7 +350,12 @@ KD_MANIFEST_CHECKS = dataset_manifest_checks(
     "synth_kd_v1_manifest", "", _dataset_manifest, SynthKDBuildConfig.kd_config, "file"
 )
 DISTILL_MANIFEST_CHECKS = dataset_manifest_checks(
-    "synth_distill_manifest", "distill_", _distill_manifest, SynthKDBuildConfig.distill_config, "part", _distill_parts_as_splits
+    "synth_distill_manifest",
+    "distill_",
+    _distill_manifest,
+    SynthKDBuildConfig.distill_config,
+    "part",
+    _distill_parts_as_splits,
 )
 DISTILL_CHECKS = [
     distill_labels_match_input_ids,

@@ -12,7 +12,9 @@ from synthkd_assets.defs.passes import SHARD_STEPS
 
 
 def _any_shard_step_in_progress() -> dg.AutomationCondition:
-    in_progress = [dg.AutomationCondition.asset_matches(key, dg.AutomationCondition.in_progress()) for key in SHARD_STEPS]
+    in_progress = [
+        dg.AutomationCondition.asset_matches(key, dg.AutomationCondition.in_progress()) for key in SHARD_STEPS
+    ]
     condition = in_progress[0]
     for other in in_progress[1:]:
         condition = condition | other

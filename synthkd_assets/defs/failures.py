@@ -67,5 +67,7 @@ def failed_runs_report(instance: dg.DagsterInstance, since: datetime) -> list[st
         run = record.dagster_run
         partition = run.tags.get("dagster/partition")
         lines.append(f"run {run.run_id[:8]}" + (f" (partition {partition})" if partition else "") + " failed:")
-        lines += [f"  {line}" for line in run_failure_lines(instance, run.run_id)] or ["  (no check or step error recorded)"]
+        lines += [f"  {line}" for line in run_failure_lines(instance, run.run_id)] or [
+            "  (no check or step error recorded)"
+        ]
     return lines

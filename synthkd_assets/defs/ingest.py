@@ -96,7 +96,9 @@ def tidy_outputs(context, paths: DataLayout, present: list[str]) -> tuple[list[s
 
 
 @synthkd_asset("inventory", {"parquet", "json"}, group_name="ingest")
-def synth_raw_inventory(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+def synth_raw_inventory(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """Scans the raw SYNTH directory, registers exactly one `synth_shards` partition per file and records each
     shard's content hash as the synth_raw data version. What the sensor does on a tick, on demand (for CLI
     builds without a daemon)."""

@@ -44,7 +44,9 @@ def manifest_asset(deps: list, group_name: str, kinds: set[str]) -> Callable[[Ca
 
 
 @manifest_asset([synth_harmony], "synth", {"json"})
-def synth_harmony_manifest(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+def synth_harmony_manifest(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts."""
     paths = layout.data_layout(build.smoke)
     shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
@@ -63,7 +65,9 @@ def synth_harmony_manifest(context: dg.AssetExecutionContext, layout: SynthKDLay
     )
 
 
-def dataset_inputs(paths: DataLayout, build: SynthKDBuildConfig, config: dict, names: list[str]) -> tuple[dict, dict, dict]:
+def dataset_inputs(
+    paths: DataLayout, build: SynthKDBuildConfig, config: dict, names: list[str]
+) -> tuple[dict, dict, dict]:
     """What both dataset manifests are built from besides their own records: provenance, the sampling section
     and every stage report ({stage: {shard: report}})."""
     reports = stage_reports(paths, names)
@@ -78,7 +82,9 @@ DATASET_DEPS = [synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan]
 
 
 @manifest_asset([synth_kd_v1, *DATASET_DEPS], "megatron", {"megatron", "json"})
-def synth_kd_v1_manifest(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+def synth_kd_v1_manifest(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest hash, split
     rule, sampling plan and achieved mix, shard inventory with bytes/sha256/counts, tokens per span and drops by
     reason."""
@@ -101,7 +107,9 @@ def synth_kd_v1_manifest(context: dg.AssetExecutionContext, layout: SynthKDLayou
 
 
 @manifest_asset([synth_distill, *DATASET_DEPS], "distill", {"parquet", "json"})
-def synth_distill_manifest(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.MaterializeResult:
+def synth_distill_manifest(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
     """<distill root>/manifest.json: config and hash, git SHA, tokenizer pin, input manifest hash, sampling plan
     with the before / expected / achieved mix, split rule, token-length stats (min/p50/p90/p99/max per split),
     drops by reason, every part's bytes and sha256; plus the Harmony render-failure log."""
@@ -114,8 +122,15 @@ def synth_distill_manifest(context: dg.AssetExecutionContext, layout: SynthKDLay
     logged = merge_error_logs(render_failures, paths.encoding_errors_log_path())
     errors = {"path": paths.recorded(paths.encoding_errors_log_path()), "records": logged}
     manifest = distill_manifest(
-        paths.distill_name(), paths.recorded(root), origin, sampling, reports, list(records.values()),
-        build.max_seq_len, build.distill_valid_fraction, errors,
+        paths.distill_name(),
+        paths.recorded(root),
+        origin,
+        sampling,
+        reports,
+        list(records.values()),
+        build.max_seq_len,
+        build.distill_valid_fraction,
+        errors,
     )
     digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
     lengths = manifest["token_lengths"]

@@ -26,7 +26,9 @@ def test_an_unweighted_blend_of_too_short_prefixes_is_refused_by_name(short_vali
         )
         BlendedMegatronDatasetBuilder(SpanGPTDataset, [8, 4, None], lambda: True, config).build()
     message = str(refused.value)
-    assert message.startswith("valid split: 3 of its 3 prefixes hold fewer tokens than one sample (sequence_length 512 + 1)")
+    assert message.startswith(
+        "valid split: 3 of its 3 prefixes hold fewer tokens than one sample (sequence_length 512 + 1)"
+    )
     assert all(f"{prefix} (" in message for prefix in valid)
 
 
@@ -34,7 +36,10 @@ def test_an_unweighted_blend_of_too_short_prefixes_is_refused_by_name(short_vali
 def test_the_same_split_with_weights_builds(short_valid):
     train, valid = short_valid
     config = SpanGPTDatasetConfig(
-        random_seed=1, sequence_length=512, blend_per_split=[(train, None), (valid, [1.0] * len(valid)), None], path_to_cache=None
+        random_seed=1,
+        sequence_length=512,
+        blend_per_split=[(train, None), (valid, [1.0] * len(valid)), None],
+        path_to_cache=None,
     )
     _, valid_ds, _ = BlendedMegatronDatasetBuilder(SpanGPTDataset, [8, 4, None], lambda: True, config).build()
     assert len(valid_ds) >= 4 and valid_ds[0]["tokens"].shape[0] == 512

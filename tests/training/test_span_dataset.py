@@ -82,7 +82,9 @@ def _check_all_items(dataset, documents: list[Document]) -> int:
             assert item[key].dtype == torch.int64
             np.testing.assert_array_equal(item[key].numpy(), expected[key], err_msg=f"{key} of item {idx}")
         assert item["loss_mask"].dtype == torch.float32
-        np.testing.assert_array_equal(item["loss_mask"].numpy(), expected["loss_mask"], err_msg=f"loss_mask of item {idx}")
+        np.testing.assert_array_equal(
+            item["loss_mask"].numpy(), expected["loss_mask"], err_msg=f"loss_mask of item {idx}"
+        )
         # the contract: masked exactly where span_id == 0
         np.testing.assert_array_equal(item["loss_mask"].numpy() == 0, item["span_id"].numpy() == 0)
         partial += expected["sample_length"] < dataset.config.sequence_length
@@ -173,7 +175,8 @@ def test_index_cache_is_megatrons_and_reused(two_shards, tmp_path):
     first = build_span_datasets(config, [30, None, None])[0]
     cached = sorted(p.name for p in (tmp_path / "cache").iterdir())
     assert {name.split("-", 1)[1] for name in cached} == {
-        f"SpanGPTDataset-train-{affix}" for affix in ("description.txt", "document_index.npy", "sample_index.npy", "shuffle_index.npy")
+        f"SpanGPTDataset-train-{affix}"
+        for affix in ("description.txt", "document_index.npy", "sample_index.npy", "shuffle_index.npy")
     }
     mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").iterdir()}
     second = build_span_datasets(config, [30, None, None])[0]
@@ -281,7 +284,9 @@ def test_lossmask_document_indices_differ_fails(tmp_path):
     lossmask = tmp_path / "train" / constants.shard_prefix_name(0, "lossmask")
     builder = IndexedDatasetBuilder(f"{lossmask}.bin", dtype=constants.LOSSMASK_DTYPE)
     for first, second in zip(documents[::2], documents[1::2]):
-        builder.add_document(np.concatenate([first.loss_mask, second.loss_mask]), [len(first.loss_mask), len(second.loss_mask)])
+        builder.add_document(
+            np.concatenate([first.loss_mask, second.loss_mask]), [len(first.loss_mask), len(second.loss_mask)]
+        )
     builder.finalize(f"{lossmask}.idx")
     _expect_error(prefix, tmp_path, r"lossmask document_indices differ")
 
@@ -394,7 +399,9 @@ def test_a_sealed_dataset_builds_with_and_without_verify(tmp_path):
     prefix = _sealed_dataset(tmp_path / "root")
     assert verify_manifest(tmp_path / "root")["dataset"] == "test"
     assert _build(prefix, tmp_path)[0] is not None
-    config = _config(tmp_path / "cache2", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True)
+    config = _config(
+        tmp_path / "cache2", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True
+    )
     assert build_span_datasets(config, [5, None, None])[0] is not None
 
 
@@ -404,7 +411,9 @@ def test_a_flipped_byte_in_a_tokens_bin_is_found_with_verify(tmp_path):
     payload = bytearray(path.read_bytes())
     payload[len(payload) // 2] ^= 0x01  # same size: only the sha256 tells
     path.write_bytes(bytes(payload))
-    config = _config(tmp_path / "cache", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True)
+    config = _config(
+        tmp_path / "cache", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True
+    )
     with pytest.raises(SpanDatasetError, match=re.escape(f"{path} differs from the manifest (sha256")):
         build_span_datasets(config, [5, None, None])
     assert not (tmp_path / "cache").exists()
@@ -428,7 +437,9 @@ def test_a_file_of_another_size_than_listed_is_refused_even_without_verify(tmp_p
 
 def test_verify_needs_a_manifest(tmp_path):
     prefix = write_documents(tmp_path / "train", 0, _documents(1))
-    config = _config(tmp_path / "cache", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True)
+    config = _config(
+        tmp_path / "cache", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True
+    )
     with pytest.raises(SpanDatasetError, match=r"manifest\.json is missing"):
         build_span_datasets(config, [5, None, None])
 

@@ -164,7 +164,12 @@ def test_gradcheck_float64(config):
 # -- empty spans ----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "spans, present",
-    [([0, 1, 1, 0, 1], {"analysis"}), ([2, 0, 2, 2, 0], {"final"}), ([0, 0, 0, 0, 0], set()), ([1, 2, 0, 1, 2], {"analysis", "final"})],
+    [
+        ([0, 1, 1, 0, 1], {"analysis"}),
+        ([2, 0, 2, 2, 0], {"final"}),
+        ([0, 0, 0, 0, 0], set()),
+        ([1, 2, 0, 1, 2], {"analysis", "final"}),
+    ],
 )
 @pytest.mark.parametrize("kind", ["ce", "kd"])
 def test_empty_spans_contribute_zero_and_are_reported(spans, present, kind):
@@ -245,7 +250,9 @@ def test_masking_is_exactly_where_span_id_is_zero(batch):
     generator = torch.Generator().manual_seed(seed)
     student = torch.randn(rows, cols, vocab, generator=generator, dtype=torch.float64)
     # a teacher that differs from the student by a non-constant shift on every row
-    teacher = student + torch.linspace(-1.0, 1.0, vocab, dtype=torch.float64) * (1 + torch.rand(rows, cols, 1, generator=generator, dtype=torch.float64))
+    teacher = student + torch.linspace(-1.0, 1.0, vocab, dtype=torch.float64) * (
+        1 + torch.rand(rows, cols, 1, generator=generator, dtype=torch.float64)
+    )
     labels = torch.randint(0, valid, (rows, cols), generator=generator)
     span_id = torch.tensor(spans).reshape(rows, cols)
     config = SpanLossConfig(

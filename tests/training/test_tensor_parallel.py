@@ -83,7 +83,11 @@ def test_tp2_vocab_split_matches_plain_torch(tmp_path):
     args = ["2", str(tmp_path / "store"), str(inputs), str(tmp_path)]
     # rank 1 in a fresh process, rank 0 here (megatron is imported already: half the start-up)
     other = subprocess.Popen(
-        [sys.executable, tp_worker.__file__, "1", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, tp_worker.__file__, "1", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         tp_worker.run_rank(0, 2, *args[1:])
@@ -104,6 +108,9 @@ def test_tp2_vocab_split_matches_plain_torch(tmp_path):
             assert got["unchanged"], f"{name}: rank {rank} modified its logits"
             torch.testing.assert_close(got["loss"].double(), expected.loss, **tolerance, msg=f"{name} rank {rank}")
             torch.testing.assert_close(
-                got["grad"].double(), expected_grad[..., rank * 8 : (rank + 1) * 8], **tolerance, msg=f"{name} rank {rank}"
+                got["grad"].double(),
+                expected_grad[..., rank * 8 : (rank + 1) * 8],
+                **tolerance,
+                msg=f"{name} rank {rank}",
             )
             assert got["counts"] == {k: int(v) for k, v in expected.token_counts.items()}

@@ -11,8 +11,23 @@ from examples import train_tiny
 @pytest.mark.filterwarnings("ignore::UserWarning")  # megatron-core: "Apex is not installed", deprecations
 def test_train_tiny_on_synthetic_data(tmp_path, capsys):
     summary = train_tiny.main(
-        ["--synthetic", "--work-dir", str(tmp_path), "--device", "cpu", "--steps", "10",
-         "--seq-length", "32", "--micro-batch-size", "2", "--window", "3", "--lr", "1e-2"]
+        [
+            "--synthetic",
+            "--work-dir",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--steps",
+            "10",
+            "--seq-length",
+            "32",
+            "--micro-batch-size",
+            "2",
+            "--window",
+            "3",
+            "--lr",
+            "1e-2",
+        ]
     )
     out = capsys.readouterr().out
     assert len(summary["losses"]) == 10
