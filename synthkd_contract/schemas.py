@@ -83,3 +83,47 @@ DISTILL_SCHEMA: Final = pa.schema(
         ("spans", DISTILL_SPANS_TYPE),
     ]
 )
+
+# synth_pool (002 §11 schema v0): one row per conversation the quota grid keeps; the columns nothing computes
+# yet (scorer, clusters, embeddings, teacher statistics) are present and null, never a made-up number
+TOKEN_RANGE_TYPE: Final = pa.struct([("start", pa.int32()), ("end", pa.int32())])  # [start, end) token indices
+POOL_SCHEMA: Final = pa.schema(
+    [
+        ("id", pa.string()),
+        ("source_dataset", pa.string()),
+        ("source_subset", pa.string()),
+        ("source_example_id", pa.string()),
+        ("language", pa.string()),
+        ("skill_bucket", pa.string()),
+        ("ctx_bucket", pa.string()),
+        ("messages", pa.string()),
+        ("prompt_text", pa.string()),
+        ("prompt_tokens_est", pa.int32()),
+        ("sequence_tokens", pa.int32()),
+        ("embedding", pa.list_(pa.float32())),
+        ("cluster_id", pa.int64()),
+        ("near_dup_hash", pa.string()),
+        ("utility_score", pa.float64()),
+        ("sampling_weight", pa.float64()),
+        ("difficulty_proxy", pa.float64()),
+        ("teacher_entropy", pa.float64()),
+        ("teacher_margin", pa.float64()),
+        ("student_teacher_kl", pa.float64()),
+        ("lp_value", pa.float64()),
+        ("analysis_span", pa.list_(TOKEN_RANGE_TYPE)),
+        ("final_span", pa.list_(TOKEN_RANGE_TYPE)),
+    ]
+)
+# the §11 columns the pool leaves null until a later step computes them
+POOL_NULL_COLUMNS: Final = (
+    "prompt_text",
+    "embedding",
+    "cluster_id",
+    "near_dup_hash",
+    "utility_score",
+    "difficulty_proxy",
+    "teacher_entropy",
+    "teacher_margin",
+    "student_teacher_kl",
+    "lp_value",
+)

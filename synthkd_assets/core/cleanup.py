@@ -2,7 +2,7 @@
 
 A shard's outputs are named after its partition key (stage Parquet and reports, DistillKit records,
 error logs) or after its shard number (Megatron trio, documents table and shard record, DistillKit
-parts). When a raw file disappears, everything named after it would otherwise stay on disk, and the
+parts, the pool's parts, per-cell trios and shard records). When a raw file disappears, everything named after it would otherwise stay on disk, and the
 dataset directories (what `tokens_prefixes` globs, what a DistillKit loader reads) would hold data the
 manifest does not list. `orphaned_outputs` lists exactly those files given the shards present, so a
 lost Dagster instance (partitions never registered as deleted) cannot hide them either; removal
@@ -20,6 +20,8 @@ from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import (
     ERROR_LOG_SUFFIX,
     MEGATRON_SHARDS_SUBDIR,
+    POOL_PARTS_SUBDIR,
+    POOL_TRIOS_SUBDIR,
     RECORD_SUFFIX,
     REPORT_SUFFIX,
     STAGE_SUFFIX,
@@ -50,6 +52,10 @@ def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_file() or p.is_symlink()) if directory.is_dir() else []
 
 
+def _dirs(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []
+
+
 def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
     """Every per-shard output file (final or `.partial`) of the full and the smoke build on `layout`'s data
     root that belongs to no shard in `present`: a key-named file of another key, or a number-named file of a
@@ -70,6 +76,9 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
     megatron_dirs = (*constants.SPLITS, MEGATRON_SHARDS_SUBDIR)
     numbered = [(root / sub, _MEGATRON_NAME) for root in layout.all_megatron_roots() for sub in megatron_dirs]
     numbered += [(root / sub, _DISTILL_NAME) for root in layout.all_distill_roots() for sub in constants.DISTILL_SPLITS]
+    for root in layout.all_pool_roots():
+        numbered += [(root / POOL_PARTS_SUBDIR, _DISTILL_NAME), (root / MEGATRON_SHARDS_SUBDIR, _MEGATRON_NAME)]
+        numbered += [(cell, _MEGATRON_NAME) for split in constants.SPLITS for cell in _dirs(root / POOL_TRIOS_SUBDIR / split)]
     for directory, pattern in numbered:
         for path in _files(directory):
             match = pattern.match(_final_name(path.name))

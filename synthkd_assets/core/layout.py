@@ -14,6 +14,10 @@ CLI, tests and benchmarks, so that no path is spelled out anywhere else.
     <data>/megatron/<dataset>/                    {train,valid}/shard_XX_*.{bin,idx}, shards/shard_XX{.json,
                                                   _documents.parquet}, manifest.json
     <data>/distill/<distill name>/                {train,validation}/part-XXXXX.parquet, manifest.json
+    <build>/synth_quota_plan/plan.json            the B x C token quota grid of the pool
+    <data>/pool/<pool name>/                      parts/part-XXXXX.parquet (002 §11 rows), megatron/{train,valid}/
+                                                  <B>_<C>/shard_XX_*.{bin,idx} (per-cell trios), shards/shard_XX.json,
+                                                  curriculum/<stage>.{json,args}, manifest.json
 
 `<build>` is the data root, or `<data>/smoke/` for a smoke build, so a smoke build never touches a full
 build's intermediates; its datasets are named `*_smoke`.
@@ -26,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from synthkd_contract import constants
+from synthkd_contract.buckets import POOL_DATASET_NAME, POOL_SMOKE_DATASET_NAME
 
 RAW_DIR_ENV = "SYNTHKD_RAW_DIR"
 DATA_DIR_ENV = "SYNTHKD_DATA_DIR"
@@ -43,6 +48,12 @@ ERRORS_SUBDIR = "errors"
 TOKENIZER_SUBDIR = "tokenizer"
 MEGATRON_SUBDIR = "megatron"
 DISTILL_SUBDIR = "distill"
+POOL_SUBDIR = "pool"
+POOL_PARTS_SUBDIR = "parts"  # the pool's 002 §11 Parquet rows, one part per shard
+POOL_TRIOS_SUBDIR = "megatron"  # the pool's per-cell trios, {train,valid}/<B>_<C>/shard_XX_*
+CURRICULUM_SUBDIR = "curriculum"
+QUOTA_PLAN_STAGE = "synth_quota_plan"
+QUOTA_PLAN_FILENAME = "plan.json"
 RAW_STATE_SUBDIR = "synth_raw"
 MEGATRON_SHARDS_SUBDIR = "shards"  # per-shard records and documents tables of a synth_kd_v1 dataset
 HASH_CACHE_FILENAME = "hash_cache.json"
@@ -121,6 +132,9 @@ class DataLayout:
     def sampling_plan(self) -> Path:
         return self.stage_dir(SAMPLING_PLAN_STAGE) / constants.SAMPLING_PLAN_FILENAME
 
+    def quota_plan(self) -> Path:
+        return self.stage_dir(QUOTA_PLAN_STAGE) / QUOTA_PLAN_FILENAME
+
     def errors_dir(self) -> Path:
         return self.build_root() / ERRORS_SUBDIR
 
@@ -163,6 +177,29 @@ class DataLayout:
     def encoding_errors_log_path(self) -> Path:
         return self.encoding_errors_log or self.errors_dir() / constants.DISTILL_ENCODING_ERRORS_FILENAME
 
+    # --- the sequence pool (002 §11) ---------------------------------------------------------------
+    def pool_name(self) -> str:
+        return POOL_SMOKE_DATASET_NAME if self.smoke else POOL_DATASET_NAME
+
+    def pool_root(self) -> Path:
+        return self.data_root / POOL_SUBDIR / self.pool_name()
+
+    def pool_part(self, shard_index: int) -> Path:
+        return self.pool_root() / POOL_PARTS_SUBDIR / constants.distill_part_name(shard_index)
+
+    def pool_trio_root(self) -> Path:
+        """Where the per-cell trios are: <split>/<B>_<C>/shard_XX_{tokens,lossmask,span}.{bin,idx}."""
+        return self.pool_root() / POOL_TRIOS_SUBDIR
+
+    def pool_record(self, shard_index: int) -> Path:
+        return shard_record_path(self.pool_root(), shard_index)
+
+    def pool_manifest(self) -> Path:
+        return self.pool_root() / constants.MANIFEST_FILENAME
+
+    def curriculum_dir(self) -> Path:
+        return self.pool_root() / CURRICULUM_SUBDIR
+
     # --- manifests record paths relative to the data root ---------------------------------------------
     def recorded(self, path: Path) -> str:
         """How a manifest records a path: relative to the data root when under it (so a dataset can move
@@ -196,6 +233,10 @@ class DataLayout:
     def all_megatron_roots(self) -> tuple[Path, ...]:
         """{train,valid}/shard_XX_*.{bin,idx}, shards/shard_XX{.json,_documents.parquet}"""
         return tuple(build.megatron_root() for build in self.both_builds())
+
+    def all_pool_roots(self) -> tuple[Path, ...]:
+        """parts/part-XXXXX.parquet, megatron/{train,valid}/<cell>/shard_XX_*, shards/shard_XX.json"""
+        return tuple(build.pool_root() for build in self.both_builds())
 
     def all_distill_roots(self) -> tuple[Path, ...]:
         """{train,validation}/part-XXXXX.parquet: this build's root (configured or not) and both defaults."""
