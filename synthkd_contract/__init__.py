@@ -5,7 +5,9 @@
 - `drops`: every drop and sanitization reason, with what it means, by step;
 - `labels`: how per-token spans become the stored, label-aligned loss mask and span ids;
 - `trio`: how a shard's tokens / lossmask / span files are named, and `validate_trio`;
-- `manifest_seal`: verifying a dataset against its sealed `manifest.json`.
+- `manifest_seal`: verifying a dataset against its sealed `manifest.json`;
+- `buckets`: the 002 pool's rules as data: exercise -> skill bucket, ctx-bucket bounds, skill mix, quota salt,
+  pool ids and curriculum stages (`skill_bucket`, `ctx_bucket`).
 
 Nothing here imports dagster or synthkd_assets; megatron-core loads only when a trio is opened.
 """

@@ -12,6 +12,9 @@ from typing import Any
 from synthkd_assets.core.atomic import atomic_write_text
 
 ERROR_SAMPLE_LIMIT = 1000  # dropped rows named in a shard's error log; the counts cover all of them
+# a field that only some step fills and whose absence the other steps' report files must keep (their bytes
+# predate it): left out of `to_dict` while empty
+OMIT_EMPTY = {"omit_empty": True}
 
 
 @dataclass
@@ -33,6 +36,10 @@ class ShardReport:
     # (exercise, language) -> rows out, row-selection steps: what the sampling plan is computed from
     exercise_language: Counter = field(default_factory=Counter)
     render_path: Counter = field(default_factory=Counter)  # tokenize step only: fast / reference
+    # (skill bucket, ctx bucket) -> tokens / rows kept, tokenize step only (core/buckets.py): the token grid
+    # the quota plan is computed from (004: tokens are the authoritative size)
+    bucket_tokens: Counter = field(default_factory=Counter, metadata=OMIT_EMPTY)
+    bucket_rows: Counter = field(default_factory=Counter, metadata=OMIT_EMPTY)
     errors: list[dict[str, Any]] = field(default_factory=list)
 
     def drop(self, reason: str, source_row: int, synth_id: str | None, detail: str = "") -> None:
@@ -46,7 +53,9 @@ class ShardReport:
         return {
             f.name: _counter_dict(value) if isinstance(value, Counter) else value
             for f in fields(self)
-            if f.name != "errors" and (value := getattr(self, f.name)) is not None
+            if f.name != "errors"
+            and (value := getattr(self, f.name)) is not None
+            and (value or not f.metadata.get("omit_empty"))
         }
 
     def write_json(self, path: Path) -> None:

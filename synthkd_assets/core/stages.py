@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from synthkd_assets.core.buckets import bucket_cell
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps, SmokeBudget
 from synthkd_assets.core.inventory import RawRead, read_raw_shard
 from synthkd_assets.core.layout import documents_path
@@ -38,7 +39,7 @@ from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import assign_split
 from synthkd_assets.core.steps import Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
-from synthkd_assets.core.validation import DuplicateIds, check_raw_schema, conform_raw_frame
+from synthkd_assets.core.validation import DuplicateIds, check_exercises, check_raw_schema, conform_raw_frame
 from synthkd_contract import constants, drops
 from synthkd_contract.schemas import DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_SCHEMA
 
@@ -68,6 +69,7 @@ class HarmonizeStep(ShardStep):
         frame = _drop_nul_synth_id(frame, report)
         frame = self.duplicates.drop_duplicates(frame, report)
         frame = _sanitize(frame, report)
+        check_exercises(frame, self.raw.path, self.shard)  # every kept row needs a skill bucket (002 §2)
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())
         messages = messages_json_expr(self.system).alias("messages_json")
@@ -102,7 +104,8 @@ def harmonize_shard(
 
     A file that is not a usable SYNTH shard raises InputFileError before any output is opened; an
     output that cannot be written raises OutputFileError; either way nothing remains under the final
-    name or as a partial file. Bad rows are dropped and counted (see core/validation.py for the rules).
+    name or as a partial file. Bad rows are dropped and counted (see core/validation.py for the rules);
+    an exercise without a skill bucket refuses the shard (UnknownExerciseError, an InputFileError).
 
     `max_rows` (a smoke build) reads only the first rows of the file and stops, so every later step
     sees only those; the rows never read still count in `rows_in` (the file's row count, from its
@@ -231,6 +234,10 @@ class TokenizeStep(ShardStep):
         frame = frame[kept]
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())
+        for exercise, conversation in zip(frame["exercise"].to_list(), rendered):
+            cell = bucket_cell(exercise, len(conversation.tokens))  # the full sequence decides the ctx bucket
+            report.bucket_tokens[cell] += len(conversation.tokens)
+            report.bucket_rows[cell] += 1
         table = frame.select("synth_id", "language", "exercise", "source_row").to_arrow()
         table = table.append_column("tokens", list_column([c.tokens for c in rendered], np.int32))
         table = table.append_column("loss_mask", list_column([c.loss_mask for c in rendered], np.uint8))

@@ -21,6 +21,12 @@ counted by reason with shard, source row and synth_id in the errors log.
 - a synth_id already seen earlier in the same shard drops the later row as `duplicate_synth_id`
   (the first row that passed every other rule is kept). Duplicates across shards are found at the
   dataset level, by `cross_shard_duplicates` over the per-shard documents tables.
+
+Table level (`check_exercises`, on the rows the harmonize step keeps, after a null exercise became
+"unknown"): an exercise synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET does not map refuses the whole
+shard with an `UnknownExerciseError` naming the file, the first row and the exercise. Dropping such rows
+would silently shrink a skill bucket and defaulting them would mislabel them, so the table is extended
+instead.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import pyarrow as pa
 from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
 from synthkd_assets.core.report import ShardReport
 from synthkd_contract import constants, drops
+from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET, UnknownExercise
 
 TEXT_TYPES_DESCRIPTION = (
     "string, large_string, string_view, binary, large_binary, binary_view, dictionary<string> or null"
@@ -207,3 +214,21 @@ def cross_shard_duplicates(document_tables: Sequence[Path], limit: int = 20) -> 
     if duplicated.height > limit:
         problems.append(f"... and {duplicated.height - limit} more duplicated synth_ids")
     return problems
+
+
+class UnknownExerciseError(InputFileError, UnknownExercise):
+    """A raw shard holding an exercise no skill bucket maps: an input the build cannot use as it is (so the
+    step fails and publishes nothing, like any InputFileError), and an UnknownExercise (the contract's error)."""
+
+
+def check_exercises(frame: pl.DataFrame, path: Path, shard: str) -> None:
+    """UnknownExerciseError naming the file, the first source_row and its exercise when a row of `frame` (with
+    `exercise` and `source_row`) has an exercise EXERCISE_SKILL_BUCKET does not map; None otherwise."""
+    unknown = frame.filter(~pl.col("exercise").is_in(list(EXERCISE_SKILL_BUCKET)))
+    if unknown.is_empty():
+        return
+    source_row, exercise = unknown.sort("source_row").select("source_row", "exercise").row(0)
+    raise UnknownExerciseError(
+        f"{path}: row {source_row}: exercise {exercise!r} has no skill bucket in synthkd_contract/buckets.py "
+        f"EXERCISE_SKILL_BUCKET (shard {shard}; it maps {', '.join(sorted(EXERCISE_SKILL_BUCKET))})"
+    )
