@@ -335,7 +335,11 @@ def scan_pool_prefixes(dataset_root: Path) -> dict[str, dict[str, list[tuple[str
                 raise ValueError(f"{cell}: not a cell of {SKILL_BUCKETS} x {CTX_BUCKETS}")
             for idx in sorted(cell.glob(TOKENS_PREFIX_GLOB)):
                 prefix = idx.with_suffix("")
-                tokens = int(IndexedDataset(str(prefix)).sequence_lengths.sum())
+                # keep the dataset referenced while reading: its lengths are a view on the .idx memory map,
+                # which megatron-core unmaps when the dataset is collected
+                dataset = IndexedDataset(str(prefix))
+                tokens = int(dataset.sequence_lengths.sum())
+                del dataset
                 by_ctx.setdefault(ctx, []).append((prefix.relative_to(dataset_root).as_posix(), tokens))
         prefixes[split] = by_ctx
     return prefixes
