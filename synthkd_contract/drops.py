@@ -73,6 +73,9 @@ DROP_MESSAGE_BOUNDARY_MISMATCH: Final = _drop(
 # --- synth_distill ------------------------------------------------------------------------------------------
 DROP_OVER_MAX_SEQ_LEN: Final = _drop("over_max_seq_len", "longer than max_seq_len tokens (DistillKit output only)")
 
+# --- synth_pool (002 §4.3): the B x C token quota grid ------------------------------------------------------
+DROP_OVER_QUOTA: Final = _drop("over_quota", "not kept by the B x C token quota grid (synth_pool only)")
+
 # --- what the harmony step fixes in rows it keeps (counted, the rows stay) -------------------------------------
 SANITIZED_NUL_IN: Final = {
     column: _sanitized(f"nul_in_{column}", f"NUL characters removed from {column}") for column in NUL_CLEANED_COLUMNS
@@ -105,6 +108,7 @@ DROP_REASONS_BY_STEP: Final = {
     ),
     "synth_kd_v1": (DROP_SMOKE_CAP,),
     "synth_distill": (DROP_OVER_MAX_SEQ_LEN, DROP_SMOKE_CAP),
+    "synth_pool": (DROP_OVER_QUOTA, DROP_SMOKE_CAP),
 }
 # what the harmony step sanitizes (kept rows, counted)
 SANITIZED_KEYS: Final = (*SANITIZED_NUL_IN.values(), *SANITIZED_NULL.values(), SANITIZED_INVALID_WORDS)

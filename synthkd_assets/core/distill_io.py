@@ -104,17 +104,18 @@ def distill_row(tokens: np.ndarray, span_id: np.ndarray, prefix: list[int], synt
     return DistillRow(input_ids, labels, start, analysis, final)
 
 
-def _joined_messages(sampled_path: Path) -> Iterator[tuple[int, str]]:
+def sampled_messages(sampled_path: Path) -> Iterator[tuple[int, str]]:
+    """(source_row, messages_json) of synth_sampled, in order."""
     for frame in iter_frames(sampled_path, ("source_row", "messages_json")):
         yield from frame.iter_rows()
 
 
-def _messages_for(rows: Iterator[tuple[int, str]], source_row: int, shard: str) -> list[dict[str, Any]]:
+def messages_payload(rows: Iterator[tuple[int, str]], source_row: int, shard: str) -> str:
     """Advance the (source_row, messages_json) stream of synth_sampled to `source_row`: the tokenized
     rows are the sampled rows in the same order, minus the ones the renderer dropped."""
     for candidate, payload in rows:
         if candidate == source_row:
-            return json.loads(payload)["messages"]
+            return payload
     raise DistillContractError(f"{shard}: tokenized source_row {source_row} is not in synth_sampled (in order)")
 
 
@@ -158,7 +159,7 @@ class DistillStep(DatasetStep):
         super().__init__(tokenized_path, caps)
         self.paths, self.shard, self.encoding = paths, shard, encoding
         self.max_seq_len, self.valid_fraction = max_seq_len, valid_fraction
-        self.messages = _joined_messages(sampled_path)
+        self.messages = sampled_messages(sampled_path)
         self.lengths: dict[str, Counter] = {split: Counter() for split in constants.DISTILL_SPLITS}
 
     def open_outputs(self) -> Outputs:
@@ -170,7 +171,8 @@ class DistillStep(DatasetStep):
             detail = f"{length} tokens > {self.max_seq_len}"
             report.drop(drops.DROP_OVER_MAX_SEQ_LEN, row.source_row, row.synth_id, detail)
             return None
-        prefix = completion_prefix(self.encoding, _messages_for(self.messages, row.source_row, self.shard))
+        payload = messages_payload(self.messages, row.source_row, self.shard)
+        prefix = completion_prefix(self.encoding, json.loads(payload)["messages"])
         distilled = distill_row(row.tokens, row.span_id, prefix, row.synth_id)
         split = distill_split(row.synth_id, self.valid_fraction)
         report.exercise_language[(row.exercise, row.language)] += 1

@@ -52,6 +52,7 @@ POOL_SUBDIR = "pool"
 POOL_PARTS_SUBDIR = "parts"  # the pool's 002 §11 Parquet rows, one part per shard
 POOL_TRIOS_SUBDIR = "megatron"  # the pool's per-cell trios, {train,valid}/<B>_<C>/shard_XX_*
 CURRICULUM_SUBDIR = "curriculum"
+CURRICULUM_PLAN_FILENAME = "plan.json"
 QUOTA_PLAN_STAGE = "synth_quota_plan"
 QUOTA_PLAN_FILENAME = "plan.json"
 RAW_STATE_SUBDIR = "synth_raw"
@@ -199,6 +200,10 @@ class DataLayout:
 
     def curriculum_dir(self) -> Path:
         return self.pool_root() / CURRICULUM_SUBDIR
+
+    def curriculum_plan(self) -> Path:
+        """Every stage's plan (ctx shares, epochs, blends with prefixes relative to the trio root)."""
+        return self.curriculum_dir() / CURRICULUM_PLAN_FILENAME
 
     # --- manifests record paths relative to the data root ---------------------------------------------
     def recorded(self, path: Path) -> str:

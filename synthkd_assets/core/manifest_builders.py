@@ -12,6 +12,7 @@ result atomically and attach metadata; the same inputs always give the same mani
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import version
@@ -20,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from synthkd_assets.core.buckets import grids_from_reports, nested_grid
 from synthkd_assets.core.dataset_manifest import file_record, files_section
 from synthkd_assets.core.distill_io import DISTILL_SCHEMA
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.layout import documents_path, shard_record_path
+from synthkd_assets.core.layout import CURRICULUM_SUBDIR, documents_path, shard_record_path
 from synthkd_assets.core.manifest import config_hash, sum_reports
 from synthkd_assets.core.megatron_io import ShardSplitInventory
 from synthkd_assets.core.report import ShardReport
@@ -36,6 +38,7 @@ from synthkd_assets.core.sampling import (
     plan_keep_rates,
 )
 from synthkd_contract import constants
+from synthkd_contract.schemas import POOL_SCHEMA
 
 PERCENTILES = (50, 90, 99)  # of the DistillKit token lengths, per split
 
@@ -317,4 +320,83 @@ def distill_build_config(
         "tokenizer_sha256": constants.TOKENIZER_SHA256,
         "caps": _caps_config(max_rows, max_tokens, max_input_rows),
         "versions": {pkg: version(pkg) for pkg in ("openai-harmony", "synthkd")},
+    }
+
+
+def pool_dataset_files(pool_root: Path, trio_root: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every file of the pool for its manifest: each shard's part and trios (hashed when written, from its
+    record), its record and the curriculum files (hashed now)."""
+    trio_prefix = trio_root.relative_to(pool_root).as_posix()
+    listed = [record["part"] for record in records]
+    listed += [
+        {**f, "path": f"{trio_prefix}/{f['path']}"}
+        for record in records
+        for trio in record["trios"]
+        for f in trio["files"]
+    ]
+    listed += [file_record(pool_root, shard_record_path(pool_root, record["shard_index"])) for record in records]
+    curriculum = pool_root / CURRICULUM_SUBDIR
+    if curriculum.is_dir():
+        listed += [file_record(pool_root, path) for path in sorted(curriculum.iterdir()) if path.is_file()]
+    return files_section(listed)
+
+
+def quota_achieved(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Tokens and rows per (skill, ctx) cell the pool holds, summed over its shard reports, on the full grid."""
+    tokens, rows = grids_from_reports(reports)
+    return {"tokens": nested_grid(tokens), "rows": nested_grid(rows)}
+
+
+def pool_manifest(
+    name: str,
+    provenance: dict[str, Any],
+    sampling: dict[str, Any],
+    stage_reports: Mapping[str, Mapping[str, dict]],
+    records: list[dict[str, Any]],
+    quota_plan: dict[str, Any],
+    quota_plan_sha256: str,
+    curriculum: dict[str, Any],
+    files: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """<pool root>/manifest.json, the sampling manifest (002 §13.3): provenance and config hash, the 001 plan with
+    its achieved mix, the quota grid (targets, rates, expected and achieved tokens and rows per cell, what was
+    infeasible), the curriculum schedule with the epochs each stage needs, every shard and file, totals.
+    ManifestInputError for a shard made under another quota plan."""
+    for record in records:
+        made_with = record["report"].get("plan_sha256")
+        if made_with != quota_plan_sha256:
+            raise ManifestInputError(
+                f"synth_pool partition {record['partition']!r} was made with quota plan {str(made_with)[:12]}, the "
+                f"current one is {quota_plan_sha256[:12]}: re-materialize every synth_pool shard after a new plan"
+            )
+    reports = [record["report"] for record in records]
+    achieved = quota_achieved(reports)
+    achieved_skill = {b: math.fsum(cells.values()) for b, cells in achieved["tokens"].items()}
+    total = math.fsum(achieved_skill.values())
+    return {
+        "dataset": name,
+        "schema": POOL_SCHEMA.to_string(show_schema_metadata=False),
+        **provenance,
+        "split": {
+            "rule": constants.SPLIT_RULE,
+            "salt": constants.SPLIT_SALT,
+            "valid_fraction": constants.VALID_FRACTION,
+        },
+        "sampling": sampling,
+        "quota": {
+            "plan_sha256": quota_plan_sha256,
+            **{key: quota_plan[key] for key in ("targets", "salt", "rule", "rates", "feasible", "infeasible", "notes")},
+            "available": quota_plan["available"],
+            "expected": quota_plan["expected"],
+            "achieved": achieved,
+            "achieved_skill_share": {b: (n / total if total else 0.0) for b, n in achieved_skill.items()},
+        },
+        "curriculum": curriculum["stages"],
+        "shards": records,
+        "files": files,
+        "totals": {
+            **row_totals(stage_reports, reports),
+            "sequences": sum_reports(reports, "sequences"),
+            "bytes": sum(f["bytes"] for f in files),
+        },
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from synthkd_assets.core.atomic import atomic_write_text
+from synthkd_assets.core.buckets import Cell, bucket_cell
 
 ERROR_SAMPLE_LIMIT = 1000  # dropped rows named in a shard's error log; the counts cover all of them
 # a field that only some step fills and whose absence the other steps' report files must keep (their bytes
@@ -40,6 +41,8 @@ class ShardReport:
     # the quota plan is computed from (004: tokens are the authoritative size)
     bucket_tokens: Counter = field(default_factory=Counter, metadata=OMIT_EMPTY)
     bucket_rows: Counter = field(default_factory=Counter, metadata=OMIT_EMPTY)
+    language_tokens: Counter = field(default_factory=Counter, metadata=OMIT_EMPTY)  # same steps, by language
+    exercise_tokens: Counter = field(default_factory=Counter, metadata=OMIT_EMPTY)  # same steps, by exercise
     errors: list[dict[str, Any]] = field(default_factory=list)
 
     def drop(self, reason: str, source_row: int, synth_id: str | None, detail: str = "") -> None:
@@ -48,6 +51,16 @@ class ShardReport:
         if len(self.errors) < ERROR_SAMPLE_LIMIT:
             row = {"shard": self.shard, "source_row": source_row, "synth_id": synth_id}
             self.errors.append({**row, "reason": reason, "detail": detail})
+
+    def count_sequence(self, exercise: str, language: str, length: int) -> Cell:
+        """Count one kept conversation of `length` tokens in the bucket grid and the per-language / per-exercise
+        tokens; returns its (skill, ctx) cell (UnknownExercise for an exercise the contract does not map)."""
+        cell = bucket_cell(exercise, length)  # the full sequence decides the ctx bucket
+        self.bucket_tokens[cell] += length
+        self.bucket_rows[cell] += 1
+        self.language_tokens[language] += length
+        self.exercise_tokens[exercise] += length
+        return cell
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -22,7 +22,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.buckets import bucket_cell
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps, SmokeBudget
 from synthkd_assets.core.inventory import RawRead, read_raw_shard
 from synthkd_assets.core.layout import documents_path
@@ -234,10 +233,8 @@ class TokenizeStep(ShardStep):
         frame = frame[kept]
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())
-        for exercise, conversation in zip(frame["exercise"].to_list(), rendered):
-            cell = bucket_cell(exercise, len(conversation.tokens))  # the full sequence decides the ctx bucket
-            report.bucket_tokens[cell] += len(conversation.tokens)
-            report.bucket_rows[cell] += 1
+        for exercise, language, conversation in zip(frame["exercise"], frame["language"], rendered):
+            report.count_sequence(exercise, language, len(conversation.tokens))
         table = frame.select("synth_id", "language", "exercise", "source_row").to_arrow()
         table = table.append_column("tokens", list_column([c.tokens for c in rendered], np.int32))
         table = table.append_column("loss_mask", list_column([c.loss_mask for c in rendered], np.uint8))

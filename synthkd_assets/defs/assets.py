@@ -35,6 +35,7 @@ from synthkd_assets.defs.checks import (
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer, synth_raw
 from synthkd_assets.defs.metadata import (
+    bucket_report_metadata,
     files_metadata,
     mix_metadata,
     report_metadata,
@@ -191,7 +192,7 @@ def synth_tokenized(
     renderer = FastRenderer(encoding, vocabulary, build.encode_threads)
     in_path, out_path = stage_files(paths, "synth_sampled", key)[0], stage_files(paths, "synth_tokenized", key)[0]
     report = tokenize_shard(in_path, out_path, renderer, key, paths.error_log("synth_tokenized", key))
-    return stage_result(paths, report, "synth_tokenized")
+    return stage_result(paths, report, "synth_tokenized", **bucket_report_metadata(report.to_dict()))
 
 
 @shard_step(

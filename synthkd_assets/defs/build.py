@@ -10,7 +10,17 @@ from synthkd_assets.defs.code_versions import with_code_versions
 from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.passes import BUILD_STEPS, INVENTORY_STEPS, MANIFEST_STEPS, OUTPUTS, PLAN_STEPS, SCAN_STEPS
+from synthkd_assets.defs.passes import (
+    BUILD_STEPS,
+    INVENTORY_STEPS,
+    MANIFEST_STEPS,
+    OUTPUTS,
+    PLAN_STEPS,
+    POOL_MANIFEST_STEPS,
+    POOL_STEPS,
+    QUOTA_STEPS,
+    SCAN_STEPS,
+)
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 
 
@@ -59,9 +69,10 @@ def build_all(
     over_shards: Callable[[list[str], str], Iterable[str]] = lambda keys, _pass: keys,
     **kwargs,
 ) -> list[str]:
-    """Inventory, scan pass per shard, the plan, build pass per shard, manifests; returns the shards.
+    """Inventory, scan pass per shard, the plan, build pass per shard, manifests, then (with synth_pool) the
+    quota plan, the pool per shard and its curriculum and manifest; returns the shards.
 
-    `outputs` picks the datasets (synth_kd_v1, synth_distill); `over_shards(keys, pass_name)` may wrap
+    `outputs` picks the datasets (synth_kd_v1, synth_distill, synth_pool); `over_shards(keys, pass_name)` may wrap
     the shard loops (a progress bar). Holds the data root's build lock throughout: raises BuildLockHeld
     at once if another build (this function or scripts/build.sh) is running on the same root."""
     with build_lock(layout.data_layout().build_lock()):
@@ -80,4 +91,9 @@ def _build_all(instance, layout, build, outputs, over_shards, **kwargs) -> list[
     for key in over_shards(keys, "build"):
         materialize_steps(instance, layout, build_steps, key, build=build, **kwargs)
     materialize_steps(instance, layout, manifests, build=build, **kwargs)
+    if "synth_pool" in wanted:
+        materialize_steps(instance, layout, QUOTA_STEPS, build=build, **kwargs)
+        for key in over_shards(keys, "pool"):
+            materialize_steps(instance, layout, POOL_STEPS, key, build=build, **kwargs)
+        materialize_steps(instance, layout, POOL_MANIFEST_STEPS, build=build, **kwargs)
     return keys

@@ -25,10 +25,13 @@ from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
+from synthkd_contract.buckets import BUCKET_IMBALANCE_RATIO
 
 ROWS_ACCOUNTED = "rows_accounted"
 TRIO_ALIGNMENT = "trio_alignment"
 DISTILL_ROWS_VALID = "distill_rows_valid"
+POOL_TRIO_ALIGNMENT = "pool_trio_alignment"
+BUCKET_BALANCE = "bucket_balance"
 # the in-asset (per-shard) checks: what each verifies, shown in the UI next to every result
 SHARD_CHECK_DESCRIPTIONS = {
     ROWS_ACCOUNTED: "Every input row of this shard is accounted for: rows in == rows out + rows dropped "
@@ -36,6 +39,8 @@ SHARD_CHECK_DESCRIPTIONS = {
     TRIO_ALIGNMENT: "The Megatron trio just written for this shard (tokens int32 / lossmask uint8 / span uint8, "
     "train and valid): equal sequence_lengths and document_indices, dtypes, loss_mask in {0,1}, span in {0,1,2}, "
     "loss_mask==0 iff span==0, every document ending with EOD carrying 0/0, readable by megatron-core.",
+    POOL_TRIO_ALIGNMENT: "Every per-cell trio of the pool just written for this shard (split/B_C/shard_XX): the "
+    "same alignment rules as trio_alignment, readable by megatron-core.",
     DISTILL_ROWS_VALID: "The DistillKit parts just written for this shard, re-read: schema, labels == input_ids "
     "where labels != -100, -100 exactly before assistant_token_start, span counts, max_seq_len, split rule, ids.",
 }
@@ -125,6 +130,61 @@ def trio_alignment_result(root: Path, inventories: list[ShardSplitInventory]) ->
         f"{i.split}/shard_{i.shard_index:02d} ({i.sequences} documents)" for i in inventories if i.sequences
     )
     return _result(problems, TRIO_ALIGNMENT, f"{checked or 'no documents written'} aligned", sequences=sequences)
+
+
+def pool_trio_alignment_result(
+    trio_root: Path, inventories: dict[tuple[str, str], ShardSplitInventory]
+) -> dg.AssetCheckResult:
+    """The pool's per-cell trios just written: the trio_alignment rules for every cell that got documents."""
+    written = {(split, cell): i for (split, cell), i in sorted(inventories.items()) if i.sequences}
+    problems = [
+        f"{cell}: {problem}"
+        for (split, cell), i in written.items()
+        for problem in trio_alignment_problems(trio_root / split / cell, i.shard_index)
+    ]
+    sequences = sum(i.sequences for i in written.values())
+    summary = f"{len(written)} cell trios ({sequences} documents) aligned" if written else "no documents written"
+    return _result(problems, POOL_TRIO_ALIGNMENT, summary, sequences=sequences)
+
+
+BUCKET_BALANCE_SPEC = dg.AssetCheckSpec(
+    BUCKET_BALANCE,
+    asset="synth_pool_manifest",
+    blocking=False,
+    description=f"WARN when one skill bucket of the pool holds more than {BUCKET_IMBALANCE_RATIO}x the tokens of "
+    "another (004 balance reporting); names the smallest bucket. balance_tokens truncates to it.",
+)
+
+
+def bucket_balance_result(achieved_tokens: dict[str, dict[str, float]]) -> dg.AssetCheckResult:
+    """WARN (non-blocking) when the skill buckets that hold tokens differ by more than BUCKET_IMBALANCE_RATIO."""
+    tokens = {b: sum(cells.values()) for b, cells in achieved_tokens.items()}
+    held = {b: n for b, n in tokens.items() if n > 0}
+    empty = sorted(b for b, n in tokens.items() if n == 0)
+    metadata = {f"tokens_{b}": n for b, n in tokens.items()}
+    if not held:
+        return dg.AssetCheckResult(
+            check_name=BUCKET_BALANCE,
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description="the pool holds no tokens",
+            metadata=metadata,
+        )
+    smallest, largest = min(held, key=held.get), max(held, key=held.get)
+    ratio = held[largest] / held[smallest]
+    balanced = ratio <= BUCKET_IMBALANCE_RATIO
+    verdict = "within" if balanced else "over"
+    description = (
+        f"{largest} holds {ratio:.2f}x the tokens of the smallest bucket {smallest} ({held[smallest]:,} tokens), "
+        f"{verdict} the {BUCKET_IMBALANCE_RATIO}x limit" + (f"; empty: {', '.join(empty)}" if empty else "")
+    )
+    return dg.AssetCheckResult(
+        check_name=BUCKET_BALANCE,
+        passed=balanced,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=description,
+        metadata={**metadata, "ratio": ratio, "smallest_bucket": smallest},
+    )
 
 
 def distill_rows_result(root: Path, files: list[dict], build: SynthKDBuildConfig) -> dg.AssetCheckResult:

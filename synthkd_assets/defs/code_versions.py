@@ -24,7 +24,17 @@ from synthkd_assets.core.sampling import RULE_ORDER
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.resources import SynthKDBuildConfig
 from synthkd_contract import constants, drops
-from synthkd_contract.schemas import DISTILL_SCHEMA, DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_SCHEMA
+from synthkd_contract.buckets import (
+    CTX_BUCKET_MAX_TOKENS,
+    CURRICULUM_STAGES,
+    EXERCISE_SKILL_BUCKET,
+    POOL_DATASET_NAME,
+    POOL_ID_NAMESPACE,
+    POOL_SMOKE_DATASET_NAME,
+    QUOTA_SALT,
+    SKILL_MIX,
+)
+from synthkd_contract.schemas import DISTILL_SCHEMA, DOCUMENTS_SCHEMA, HARMONY_SCHEMA, POOL_SCHEMA, TOKENIZED_SCHEMA
 
 CODE_VERSION_DIGITS = 16  # of the sha256: enough to tell versions apart, short enough to read in the UI
 
@@ -36,11 +46,15 @@ RULE_VERSIONS = {
     "synth_filtered": "1",
     "synth_sampling_plan": "1",
     "synth_sampled": "1",
-    "synth_tokenized": "1",
+    "synth_tokenized": "2",
     "synth_kd_v1": "1",
     "synth_kd_v1_manifest": "1",
     "synth_distill": "1",
     "synth_distill_manifest": "1",
+    "synth_quota_plan": "1",
+    "synth_pool": "1",
+    "synth_curriculum": "1",
+    "synth_pool_manifest": "1",
 }
 
 
@@ -51,6 +65,10 @@ def _sampling_rule() -> dict[str, Any]:
         "memorization_exercise": constants.MEMORIZATION_EXERCISE,
         "english_language": constants.ENGLISH_LANGUAGE,
     }
+
+
+def _bucket_tables() -> dict[str, Any]:
+    return {"exercise_skill_bucket": EXERCISE_SKILL_BUCKET, "ctx_bucket_max_tokens": CTX_BUCKET_MAX_TOKENS}
 
 
 def rule_slices() -> dict[str, dict[str, Any]]:
@@ -71,6 +89,7 @@ def rule_slices() -> dict[str, dict[str, Any]]:
             "user_template": constants.USER_TEMPLATE,
             "system_message": system_message_dict(),
             "drop_reasons": drops.DROP_REASONS_BY_STEP["synth_harmony"],
+            "exercise_skill_bucket": EXERCISE_SKILL_BUCKET,
             "sanitized": drops.SANITIZED_KEYS,
             "smoke_input_rows": smoke_caps["max_input_rows"],
         },
@@ -99,6 +118,7 @@ def rule_slices() -> dict[str, dict[str, Any]]:
             "channel_spans": constants.CHANNEL_TO_SPAN,
             "eod": constants.EOD_TOKEN_ID,
             "schema": TOKENIZED_SCHEMA.to_string(),
+            "buckets": _bucket_tables(),
         },
         "synth_kd_v1": {
             "dataset": [constants.DATASET_NAME, constants.SMOKE_DATASET_NAME],
@@ -127,6 +147,24 @@ def rule_slices() -> dict[str, dict[str, Any]]:
             "file": constants.MANIFEST_FILENAME,
             "encoding_errors_log": constants.DISTILL_ENCODING_ERRORS_FILENAME,
         },
+        "synth_quota_plan": {
+            **_bucket_tables(),
+            "salt": QUOTA_SALT,
+            "default_mix": SKILL_MIX,
+        },
+        "synth_pool": {
+            **_bucket_tables(),
+            "dataset": [POOL_DATASET_NAME, POOL_SMOKE_DATASET_NAME],
+            "schema": POOL_SCHEMA.to_string(show_schema_metadata=False),
+            "id_namespace": str(POOL_ID_NAMESPACE),
+            "salt": QUOTA_SALT,
+            "split_salt": constants.SPLIT_SALT,
+            "valid_fraction": constants.VALID_FRACTION,
+            "drop_reasons": drops.DROP_REASONS_BY_STEP["synth_pool"],
+            "smoke_caps": smoke_caps,
+        },
+        "synth_curriculum": {"default_stages": CURRICULUM_STAGES},
+        "synth_pool_manifest": {"split_rule": constants.SPLIT_RULE, "file": constants.MANIFEST_FILENAME},
     }
 
 

@@ -30,7 +30,13 @@ def check_failure_lines(evaluation: dg.AssetCheckEvaluation, limit: int = PROBLE
 
 
 def failed_check_lines(evaluations: Iterable[dg.AssetCheckEvaluation]) -> list[str]:
-    return [line for evaluation in evaluations if not evaluation.passed for line in check_failure_lines(evaluation)]
+    """The problems of every failed ERROR check; a WARN check (bucket_balance) reports, it does not fail a build."""
+    return [
+        line
+        for evaluation in evaluations
+        if not evaluation.passed and evaluation.severity != dg.AssetCheckSeverity.WARN
+        for line in check_failure_lines(evaluation)
+    ]
 
 
 def error_message(error) -> str:

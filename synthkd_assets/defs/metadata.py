@@ -11,8 +11,10 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from synthkd_assets.core.buckets import grid_from_nested, nested_grid
 from synthkd_assets.core.sampling import mix_table_markdown
 from synthkd_contract import constants, drops
+from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import TRIO_COLUMN_DESCRIPTIONS, TRIO_SCHEMA
 
@@ -22,7 +24,11 @@ COLUMN_SCHEMA = "dagster/column_schema"
 URI = "dagster/uri"
 
 # keys a step reports even when nothing happened (0), beside its drop reasons
-STEP_SPLITS = {"synth_kd_v1": constants.SPLITS, "synth_distill": constants.DISTILL_SPLITS}
+STEP_SPLITS = {
+    "synth_kd_v1": constants.SPLITS,
+    "synth_distill": constants.DISTILL_SPLITS,
+    "synth_pool": constants.SPLITS,
+}
 STEP_SPANS = ("synth_tokenized", "synth_kd_v1", "synth_distill")
 
 
@@ -132,4 +138,39 @@ def dataset_manifest_metadata(manifest: dict[str, Any], digest: str) -> dict[str
         "config_hash": manifest["config_hash"],
         **manifest_rows_metadata(totals["rows_in"], totals["rows_out"], totals["dropped"]),
         **mix_metadata(mixes),
+    }
+
+
+def bucket_grid_metadata(grid: dict[str, dict[str, float]], label: str) -> dict[str, Any]:
+    """Tokens of a (skill, ctx) grid {B: {C: n}} as plottable numbers (`tokens_<label>_skill_B1`,
+    `tokens_<label>_ctx_C1`, every bucket present) and as a B x C table."""
+    full = nested_grid(grid_from_nested(grid))
+    skill = {b: sum(full[b].values()) for b in SKILL_BUCKETS}
+    ctx = {c: sum(full[b][c] for b in SKILL_BUCKETS) for c in CTX_BUCKETS}
+    header = [
+        f"| tokens ({label}) | " + " | ".join(CTX_BUCKETS) + " | all |",
+        "|---|" + "---:|" * (len(CTX_BUCKETS) + 1),
+    ]
+    rows = [
+        f"| {b} | " + " | ".join(f"{full[b][c]:,.0f}" for c in CTX_BUCKETS) + f" | {skill[b]:,.0f} |"
+        for b in SKILL_BUCKETS
+    ]
+    return {
+        **{f"tokens_{label}_skill_{b}": n for b, n in skill.items()},
+        **{f"tokens_{label}_ctx_{c}": n for c, n in ctx.items()},
+        f"bucket_tokens_{label}": dg.MetadataValue.md("\n".join([*header, *rows])),
+    }
+
+
+def bucket_report_metadata(report: dict[str, Any]) -> dict[str, Any]:
+    """Tokens and rows per skill bucket, ctx bucket, language and exercise of a step that counts sequences
+    (`ShardReport.count_sequence`), for plots over time: every skill and ctx bucket present, 0 when empty."""
+    tokens, rows = nested_grid(grid_from_nested(report.get("bucket_tokens", {}))), report.get("bucket_rows", {})
+    row_grid = nested_grid(grid_from_nested(rows))
+    return {
+        **bucket_grid_metadata(tokens, "kept"),
+        **{f"rows_skill_{b}": sum(row_grid[b].values()) for b in SKILL_BUCKETS},
+        **{f"rows_ctx_{c}": sum(row_grid[b][c] for b in SKILL_BUCKETS) for c in CTX_BUCKETS},
+        **{f"tokens_language_{lang}": n for lang, n in report.get("language_tokens", {}).items()},
+        **{f"tokens_exercise_{ex}": n for ex, n in report.get("exercise_tokens", {}).items()},
     }

@@ -11,7 +11,17 @@ PLAN_STEPS = ["synth_sampling_plan"]
 BUILD_STEPS = ["synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"]  # per shard, under the plan
 SHARD_STEPS = SCAN_STEPS + BUILD_STEPS  # rebuilding one shard under the plan in force
 MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest"]
-OUTPUTS = {"synth_kd_v1": "synth_kd_v1_manifest", "synth_distill": "synth_distill_manifest"}
+# the sequence pool (002), after the datasets: its quota plan over every shard's tokens, the pool per shard
+# under it, then its curriculum and sampling manifest. Run by the build, never by the automation: like the
+# sampling plan, a new quota plan means rebuilding every shard's pool
+QUOTA_STEPS = ["synth_quota_plan"]
+POOL_STEPS = ["synth_pool"]
+POOL_MANIFEST_STEPS = ["synth_curriculum", "synth_pool_manifest"]
+OUTPUTS = {
+    "synth_kd_v1": "synth_kd_v1_manifest",
+    "synth_distill": "synth_distill_manifest",
+    "synth_pool": "synth_pool_manifest",
+}
 
 
 def launch_sequence(partition: str = "<shard>") -> list[str]:
@@ -24,4 +34,7 @@ def launch_sequence(partition: str = "<shard>") -> list[str]:
         f"{launch} {','.join(PLAN_STEPS)}",
         f"{launch} {','.join(BUILD_STEPS)} --partition {partition}",
         f"{launch} {','.join(MANIFEST_STEPS)}   # once every shard is built",
+        f"{launch} {','.join(QUOTA_STEPS)}",
+        f"{launch} {','.join(POOL_STEPS)} --partition {partition}",
+        f"{launch} {','.join(POOL_MANIFEST_STEPS)}   # once every shard's pool is built",
     ]

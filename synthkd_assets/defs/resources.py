@@ -14,11 +14,14 @@ import dagster as dg
 from pydantic import Field
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
+from synthkd_assets.core.curriculum import CurriculumStage, curriculum_stages
 from synthkd_assets.core.layout import DATA_DIR_ENV, DEFAULT_DATA_DIR, DEFAULT_RAW_DIR, RAW_DIR_ENV, DataLayout
 from synthkd_assets.core.manifest_builders import distill_build_config, kd_build_config
+from synthkd_assets.core.quota import QuotaTargets, quota_config
 from synthkd_assets.core.sampling import MixTargets, selection_config
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_contract import constants
+from synthkd_contract.buckets import CURRICULUM_STAGES, SKILL_MIX
 
 LAYOUT_KEY = "layout"
 BUILD_KEY = "build"
@@ -61,6 +64,16 @@ class SynthKDLayout(dg.ConfigurableResource):
         )
 
 
+class CurriculumStageConfig(dg.Config):
+    """One context-length stage of the curriculum (002 §10): its ctx bucket shares of the stage's tokens."""
+
+    stage: str
+    ctx_mix: dict[str, float]
+    tokens: int
+    seq_length: int
+    optional: bool = False
+
+
 class SynthKDBuildConfig(dg.ConfigurableResource):
     """What one build writes: full or smoke, the 001 mixture targets, the DistillKit limits, threads."""
 
@@ -97,8 +110,42 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         constants.DISTILL_VALID_FRACTION, description="DistillKit validation fraction (hash of synth_id)."
     )
 
+    # the sequence pool (002 §4, §10; 004): the skill mix on tokens, balancing, the curriculum
+    skill_mix: dict[str, float] = Field(
+        default_factory=lambda: dict(SKILL_MIX),
+        description="Target share of the pool's tokens per skill bucket (B1..B4), renormalized over the buckets "
+        "that hold tokens; the quota grid only downsamples.",
+    )
+    balance_tokens: bool = Field(
+        default=False,
+        description="Truncate every larger skill bucket to the smallest by tokens (salted hash, never oversampling) "
+        "instead of skill_mix.",
+    )
+    curriculum: list[CurriculumStageConfig] = Field(
+        default_factory=lambda: [CurriculumStageConfig(**stage) for stage in CURRICULUM_STAGES],
+        description="Context-length stages: ctx bucket shares, token budget and sequence length of each.",
+    )
+
     def targets(self) -> MixTargets:
         return MixTargets(self.memorization_cap, self.non_english_min, self.non_english_max, self.global_keep)
+
+    def quota_targets(self) -> QuotaTargets:
+        return QuotaTargets(dict(self.skill_mix), self.balance_tokens)
+
+    def curriculum_stages(self) -> tuple[CurriculumStage, ...]:
+        return curriculum_stages([stage.model_dump() for stage in self.curriculum])
+
+    def pool_config(self) -> dict:
+        """Everything that shapes the pool's bytes and files (hashed into its manifest): the selection before it,
+        the quota settings and bucket tables, the curriculum, the smoke caps."""
+        caps = self.caps()
+        return {
+            "selection": selection_config(self.targets()),
+            "quota": quota_config(self.quota_targets()),
+            "curriculum": [stage.to_dict() for stage in self.curriculum_stages()],
+            "split": {"salt": constants.SPLIT_SALT, "valid_fraction": constants.VALID_FRACTION},
+            "smoke_caps": {"max_rows": caps.max_rows, "max_tokens": caps.max_tokens, "input_rows": caps.max_input_rows},
+        }
 
     def caps(self) -> BuildCaps:
         if not self.smoke:

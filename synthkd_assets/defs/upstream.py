@@ -8,6 +8,7 @@ import dagster as dg
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.inventory import scan_raw_dir
 from synthkd_assets.core.layout import STAGE_NAMES, DataLayout
+from synthkd_assets.core.quota import QuotaTargets
 from synthkd_assets.core.sampling import MixTargets
 from synthkd_assets.defs.passes import launch_sequence
 from synthkd_contract.manifest_seal import sha256_file
@@ -62,6 +63,21 @@ def read_plan(paths: DataLayout, targets: MixTargets) -> tuple[dict, str]:
         raise dg.Failure(
             f"sampling plan {path} was computed for targets {plan['targets']}, not the configured "
             f"{targets.to_dict()}: re-materialize synth_sampling_plan"
+        )
+    return plan, sha256_file(path)
+
+
+def read_quota_plan(paths: DataLayout, targets: QuotaTargets) -> tuple[dict, str]:
+    """The current quota plan and its sha256; fails if it is missing or was made for other targets."""
+    path = paths.quota_plan()
+    if not path.is_file():
+        raise dg.Failure(f"no quota plan at {path}: materialize synth_quota_plan (after synth_tokenized) first")
+    plan = mf.read_json(path)
+    made_for = {key: plan["targets"][key] for key in targets.to_dict()}
+    if made_for != targets.to_dict():
+        raise dg.Failure(
+            f"quota plan {path} was computed for {made_for}, not the configured "
+            f"{targets.to_dict()}: re-materialize synth_quota_plan"
         )
     return plan, sha256_file(path)
 

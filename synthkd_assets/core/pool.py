@@ -1,0 +1,239 @@
+"""The sequence pool of seed 002 (§11 schema v0): every conversation the B x C quota grid keeps, per shard.
+
+From synth_tokenized (the arrays synth_kd_v1 is made of) and synth_sampled (the Harmony messages), one
+step writes, together or not at all:
+
+- `<pool>/parts/part-XXXXX.parquet`: one 002 §11 row per kept conversation (`POOL_SCHEMA`): a UUID
+  derived from source and synth_id, the buckets, the full Harmony conversation (the pool holds full
+  sequences, 002 §5), the exact prompt token count, the analysis / final token ranges, a uniform
+  `sampling_weight` of 1.0 (002 §14: uniform within quotas until a scorer exists) and the columns
+  nothing computes yet as nulls;
+- `<pool>/megatron/<split>/<B>_<C>/shard_XX_{tokens,lossmask,span}.{bin,idx}`: the same conversations as
+  Megatron trios per cell and split (the 000 split of synth_kd_v1), so a Megatron blend can weight the
+  cells by prefix (core/curriculum.py). A cell a shard has nothing for publishes no file.
+
+A conversation the quota grid does not keep is dropped and counted (`over_quota`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from synthkd_assets.core.caps import NO_CAPS, BuildCaps
+from synthkd_assets.core.distill_io import messages_payload, sampled_messages
+from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
+from synthkd_assets.core.parquet_io import ParquetShardWriter, list_column_rows
+from synthkd_assets.core.quota import quota_keep
+from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.sampling import assign_split
+from synthkd_assets.core.stages import DatasetStep, TokenizedRow
+from synthkd_assets.core.steps import Outputs, Table, run_step
+from synthkd_contract import constants, drops
+from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS, ctx_bucket, pool_row_id, skill_bucket
+from synthkd_contract.labels import token_align
+from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
+
+POOL_SAMPLING_WEIGHT = 1.0  # uniform within the quotas (002 §14 step 3) until a scorer sets exp(tau * utility)
+
+
+def cell_dir_name(skill: str, ctx: str) -> str:
+    """`B1_C1`: the directory of one cell's trios in a split."""
+    return f"{skill}_{ctx}"
+
+
+def token_ranges(per_token_spans: np.ndarray, span: int) -> list[dict[str, int]]:
+    """The [start, end) runs of tokens whose span is `span`, in order."""
+    inside = np.concatenate([[False], per_token_spans == span, [False]])
+    edges = np.flatnonzero(inside[1:] != inside[:-1])
+    return [{"start": int(a), "end": int(b)} for a, b in zip(edges[::2], edges[1::2])]
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """One kept conversation: its cell and what its §11 row says about its tokens."""
+
+    index: int  # in its frame
+    synth_id: str
+    exercise: str
+    language: str
+    skill: str
+    ctx: str
+    messages: str
+    prompt_tokens: int
+    sequence_tokens: int
+    analysis: list[dict[str, int]]
+    final: list[dict[str, int]]
+
+
+def pool_row(row: TokenizedRow, messages: str) -> PoolRow:
+    """The pool's view of one tokenized conversation. The prompt is every token before the first supervised
+    one (the assistant's `<|start|>`); the spans are token ranges into the rendered sequence (EOD included)."""
+    spans = token_align(np.asarray(row.span_id, dtype=constants.SPAN_DTYPE))
+    supervised = np.flatnonzero(spans != constants.SPAN_PROMPT)
+    prompt = int(supervised[0]) if len(supervised) else len(spans)
+    return PoolRow(
+        row.index,
+        row.synth_id,
+        row.exercise,
+        row.language,
+        skill_bucket(row.exercise),
+        ctx_bucket(len(row.tokens)),
+        messages,
+        prompt,
+        len(row.tokens),
+        token_ranges(spans, constants.SPAN_ANALYSIS),
+        token_ranges(spans, constants.SPAN_FINAL),
+    )
+
+
+def pool_table(rows: list[PoolRow]) -> pa.Table:
+    """The §11 rows of kept conversations (POOL_SCHEMA), nulls where nothing computes a column yet."""
+    n = len(rows)
+    columns: dict[str, Any] = {
+        "id": [pool_row_id(constants.SOURCE_DATASET, r.synth_id) for r in rows],
+        "source_dataset": [constants.SOURCE_DATASET] * n,
+        "source_subset": [r.exercise for r in rows],
+        "source_example_id": [r.synth_id for r in rows],
+        "language": [r.language for r in rows],
+        "skill_bucket": [r.skill for r in rows],
+        "ctx_bucket": [r.ctx for r in rows],
+        "messages": [r.messages for r in rows],
+        "prompt_tokens_est": [r.prompt_tokens for r in rows],
+        "sequence_tokens": [r.sequence_tokens for r in rows],
+        "sampling_weight": [POOL_SAMPLING_WEIGHT] * n,
+        "analysis_span": [r.analysis for r in rows],
+        "final_span": [r.final for r in rows],
+    }
+    columns.update({name: [None] * n for name in POOL_NULL_COLUMNS})
+    return pa.table({field.name: pa.array(columns[field.name], field.type) for field in POOL_SCHEMA})
+
+
+class PoolOutputs(Outputs):
+    """The pool part of one shard and its trios per (split, cell), published together by `commit_shard`.
+    A written table carries the §11 columns plus `split`, `cell` and the three arrays for the trios."""
+
+    def __init__(self, part_path: Path, trio_root: Path, shard_index: int) -> None:
+        self.writers: dict[tuple[str, str], MegatronShardWriter] = {}
+        self.part: ParquetShardWriter | None = None
+        self.inventories: dict[tuple[str, str], ShardSplitInventory] = {}
+        try:
+            for split in constants.SPLITS:
+                for skill in SKILL_BUCKETS:
+                    for ctx in CTX_BUCKETS:
+                        cell = cell_dir_name(skill, ctx)
+                        self.writers[(split, cell)] = MegatronShardWriter(
+                            trio_root / split / cell, shard_index, split, relative_to=trio_root
+                        )
+            self.part = ParquetShardWriter(part_path, POOL_SCHEMA)
+        except BaseException:
+            self.discard()
+            raise
+
+    def write(self, name: str, table: Table) -> None:
+        arrays = [list_column_rows(table.column(column)) for column in ("tokens", "loss_mask", "span_id")]
+        for cell, tokens, loss_mask, span_id in zip(table.column("cell").to_pylist(), *arrays):
+            self.writers[(name, cell)].add(tokens, loss_mask, span_id)
+        self.part.write(table.select(POOL_SCHEMA.names))
+
+    def publish(self) -> None:
+        keys = list(self.writers)
+        published = commit_shard([self.writers[key] for key in keys], [self.part])
+        self.inventories = dict(zip(keys, published))
+
+    def discard(self) -> None:
+        for writer in self.writers.values():
+            writer.abort()
+        if self.part is not None:
+            self.part._discard()
+
+
+class PoolStep(DatasetStep):
+    """Tokenized conversations -> the pool rows and trios of the ones the quota grid keeps."""
+
+    def __init__(
+        self,
+        tokenized_path: Path,
+        sampled_path: Path,
+        part_path: Path,
+        trio_root: Path,
+        shard_index: int,
+        shard: str,
+        rates: dict[str, dict[str, float]],
+        caps: BuildCaps,
+    ) -> None:
+        super().__init__(tokenized_path, caps)
+        self.part_path, self.trio_root, self.shard_index, self.shard = part_path, trio_root, shard_index, shard
+        self.rates = rates
+        self.messages: Iterator[tuple[int, str]] = sampled_messages(sampled_path)
+        self.outputs: PoolOutputs | None = None
+
+    def open_outputs(self) -> Outputs:
+        self.outputs = PoolOutputs(self.part_path, self.trio_root, self.shard_index)
+        return self.outputs
+
+    def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, PoolRow] | None:
+        payload = messages_payload(self.messages, row.source_row, self.shard)
+        kept = pool_row(row, payload)
+        if not quota_keep(row.synth_id, kept.skill, kept.ctx, self.rates):
+            rate = self.rates[kept.skill][kept.ctx]
+            report.drop(
+                drops.DROP_OVER_QUOTA, row.source_row, row.synth_id, f"cell {kept.skill}/{kept.ctx} rate {rate}"
+            )
+            return None
+        report.count_sequence(row.exercise, row.language, kept.sequence_tokens)
+        report.exercise_language[(row.exercise, row.language)] += 1
+        return assign_split(row.synth_id), kept
+
+    def tables(self, arrow: pa.Table, kept: dict[str, list[PoolRow]]) -> dict[str, Table]:
+        out = {}
+        for split, rows in kept.items():
+            table = pool_table(rows)
+            indices = [r.index for r in rows]
+            for column in ("tokens", "loss_mask", "span_id"):
+                table = table.append_column(column, arrow.column(column).take(indices))
+            out[split] = table.append_column("cell", pa.array([cell_dir_name(r.skill, r.ctx) for r in rows]))
+        return out
+
+
+@dataclass
+class PoolShardResult:
+    report: ShardReport
+    inventories: dict[tuple[str, str], ShardSplitInventory]
+
+    def record(self, partition: str, shard_index: int, part: dict[str, Any]) -> dict[str, Any]:
+        """The per-shard record the pool manifest is built from: report, the part, every published trio."""
+        trios = [
+            {"split": split, "cell": cell, **inventory.to_dict()}
+            for (split, cell), inventory in sorted(self.inventories.items())
+            if inventory.sequences
+        ]
+        return {
+            "partition": partition,
+            "shard_index": shard_index,
+            "report": self.report.to_dict(),
+            "part": part,
+            "trios": trios,
+        }
+
+
+def write_pool_shard(
+    tokenized_path: Path,
+    sampled_path: Path,
+    part_path: Path,
+    trio_root: Path,
+    shard_index: int,
+    shard: str,
+    rates: dict[str, dict[str, float]],
+    caps: BuildCaps = NO_CAPS,
+    errors_log: Path | None = None,
+) -> PoolShardResult:
+    """One shard's pool part and per-cell trios under the quota plan's `rates`; rows over quota counted."""
+    step = PoolStep(tokenized_path, sampled_path, part_path, trio_root, shard_index, shard, rates, caps)
+    report = run_step(step, shard, errors_log)
+    return PoolShardResult(report, step.outputs.inventories)

@@ -1,0 +1,180 @@
+"""The sequence pool of seed 002: the quota plan over the B x C grid, the pool per shard, its curriculum and
+its sampling manifest. Each asset calls its core rule (core/quota.py, core/pool.py, core/curriculum.py,
+core/manifest_builders.py) and reports tokens per bucket as metadata."""
+
+import dagster as dg
+
+from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.buckets import grids_from_reports
+from synthkd_assets.core.curriculum import plan_stage, scan_pool_prefixes, write_stage_files
+from synthkd_assets.core.dataset_manifest import file_record, write_sealed_manifest
+from synthkd_assets.core.inventory import shard_index_from_name
+from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest
+from synthkd_assets.core.pool import write_pool_shard
+from synthkd_assets.core.quota import plan_quota_grid
+from synthkd_assets.defs.assets import shard_step, synth_sampled, synth_tokenized
+from synthkd_assets.defs.checks import (
+    BUCKET_BALANCE_SPEC,
+    POOL_TRIO_ALIGNMENT,
+    bucket_balance_result,
+    pool_trio_alignment_result,
+    rows_accounted_result,
+)
+from synthkd_assets.defs.conventions import synthkd_asset
+from synthkd_assets.defs.ingest import o200k_tokenizer
+from synthkd_assets.defs.manifests import dataset_inputs, synth_harmony_manifest
+from synthkd_assets.defs.metadata import (
+    bucket_grid_metadata,
+    bucket_report_metadata,
+    dataset_manifest_metadata,
+    files_metadata,
+    report_metadata,
+    table_definition_metadata,
+)
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.upstream import partition_records, read_quota_plan, require_upstream, shard_names, stage_files
+from synthkd_contract.schemas import POOL_SCHEMA
+
+
+@synthkd_asset("quota", {"json"}, deps=[synth_tokenized], group_name="pool")
+def synth_quota_plan(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    """The B x C quota grid (002 §4.3) on tokens (004): from every shard's tokens per (skill bucket, ctx bucket)
+    after the 001 selection, keep rates per cell that make the pool's skill mix the configured one (or, with
+    balance_tokens, truncate every bucket to the smallest), downsampling only; a bucket the data leaves empty
+    is reported as infeasible. One salted hash of synth_id; not automated, like the sampling plan."""
+    paths = layout.data_layout(build.smoke)
+    names = shard_names(paths)
+    reports = partition_records("synth_tokenized", {n: stage_files(paths, "synth_tokenized", n)[1] for n in names})
+    tokens, rows = grids_from_reports(reports.values())
+    plan = {**plan_quota_grid(tokens, rows, build.quota_targets()), "shards": sorted(reports)}
+    digest = mf.write_manifest(paths.quota_plan(), plan)
+    if not plan["feasible"]:
+        context.log.warning(f"quota plan cannot meet the skill mix: {plan['infeasible']}")
+    return dg.MaterializeResult(
+        metadata={
+            "plan_sha256": digest,
+            "path": dg.MetadataValue.path(str(paths.quota_plan())),
+            "feasible": plan["feasible"],
+            "infeasible": dg.MetadataValue.json(plan["infeasible"]),
+            "notes": dg.MetadataValue.json(plan["notes"]),
+            **bucket_grid_metadata(plan["available"]["tokens"], "available"),
+            **bucket_grid_metadata(plan["expected"]["tokens"], "expected"),
+            **{f"rate_{b}": next(iter(cells.values())) for b, cells in plan["rates"].items()},
+        },
+        data_version=dg.DataVersion(digest),
+    )
+
+
+@shard_step(
+    [synth_tokenized, synth_sampled, synth_quota_plan],
+    {"parquet", "megatron"},
+    "pool",
+    "pool",
+    table_definition_metadata(POOL_SCHEMA),
+    checks=(POOL_TRIO_ALIGNMENT,),
+)
+def synth_pool(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    """The 002 §11 sequence pool of this shard: every conversation the quota grid keeps, as one Parquet row
+    (UUID, source, skill and ctx bucket, Harmony messages, exact prompt tokens, analysis / final token ranges,
+    sampling_weight; scorer and cluster columns null) and as Megatron trios per (split, B_C cell) for
+    curriculum blends; rows over quota dropped and counted."""
+    paths = layout.data_layout(build.smoke)
+    key = context.partition_key
+    shard_index = shard_index_from_name(key)
+    require_upstream(paths, "synth_pool", key, "synth_tokenized", "synth_sampled")
+    plan, plan_sha = read_quota_plan(paths, build.quota_targets())
+    tokenized, sampled = stage_files(paths, "synth_tokenized", key)[0], stage_files(paths, "synth_sampled", key)[0]
+    part, trio_root = paths.pool_part(shard_index), paths.pool_trio_root()
+    result = write_pool_shard(
+        tokenized,
+        sampled,
+        part,
+        trio_root,
+        shard_index,
+        key,
+        plan["rates"],
+        build.caps(),
+        paths.error_log("synth_pool", key),
+    )
+    result.report.plan_sha256 = plan_sha
+    record = result.record(key, shard_index, file_record(paths.pool_root(), part))
+    mf.write_manifest(paths.pool_record(shard_index), record)
+    report = result.report.to_dict()
+    written = [part, *(trio_root / f["path"] for t in record["trios"] for f in t["files"])]
+    return dg.MaterializeResult(
+        metadata={
+            **report_metadata(report, "synth_pool"),
+            **bucket_report_metadata(report),
+            **files_metadata(written),
+            "quota_plan_sha256": plan_sha,
+            "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
+        },
+        check_results=[rows_accounted_result(result.report), pool_trio_alignment_result(trio_root, result.inventories)],
+    )
+
+
+@synthkd_asset("pool_manifest", {"megatron", "json"}, deps=[synth_pool], group_name="pool")
+def synth_curriculum(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    """Curriculum blends (002 §10.1, §10.4) over the pool's per-cell trios: per stage, <pool>/curriculum/<stage>.json
+    (Megatron-LM --per-split-data-args-path) and <stage>.args (the arguments of a stock Megatron-LM run: that file,
+    --seq-length, --train-samples), weights reproducing the stage's ctx shares on tokens; a stage whose buckets
+    hold no tokens writes nothing and says why, and the epochs each stage needs are reported."""
+    paths = layout.data_layout(build.smoke)
+    prefixes = scan_pool_prefixes(paths.pool_trio_root())
+    plans = [plan_stage(stage, prefixes) for stage in build.curriculum_stages()]
+    written = []
+    for plan in plans:
+        written += write_stage_files(plan, paths.curriculum_dir(), paths.pool_trio_root())
+    mf.write_manifest(paths.curriculum_plan(), {"stages": plans})
+    metadata = {"stages_written": [plan["stage"] for plan in plans if plan["per_split_data_args"]]}
+    for plan in plans:
+        name = plan["stage"]
+        metadata[f"{name}_feasible"] = plan["feasible"]
+        metadata[f"{name}_expected_sequences"] = plan["expected_sequences"]
+        for ctx, entry in plan["ctx"].items():
+            if entry["share"]:
+                metadata[f"{name}_{ctx}_epochs_needed"] = entry["epochs_needed"]
+        if plan["reason"]:
+            metadata[f"{name}_reason"] = plan["reason"]
+    return dg.MaterializeResult(metadata={**metadata, **files_metadata(written)})
+
+
+@synthkd_asset(
+    "pool_manifest",
+    {"json"},
+    deps=[synth_pool, synth_curriculum, synth_quota_plan, synth_harmony_manifest, o200k_tokenizer],
+    group_name="pool",
+    check_specs=[BUCKET_BALANCE_SPEC],
+)
+def synth_pool_manifest(
+    context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.MaterializeResult:
+    """<pool>/manifest.json, the sampling manifest (002 §13.3): provenance and config hash, the 001 plan, the quota
+    grid with targets vs expected vs achieved tokens and rows per cell, balancing, the curriculum schedule and
+    its epochs, every shard's part and trios with bytes / sha256, and drops by reason."""
+    paths = layout.data_layout(build.smoke)
+    names = shard_names(paths)
+    records = partition_records("synth_pool", {n: paths.pool_record(shard_index_from_name(n)) for n in names})
+    origin, sampling, reports = dataset_inputs(paths, build, build.pool_config(), names)
+    plan, plan_sha = read_quota_plan(paths, build.quota_targets())
+    curriculum = mf.read_json(paths.curriculum_plan())
+    records = list(records.values())
+    files = pool_dataset_files(paths.pool_root(), paths.pool_trio_root(), records)
+    manifest = pool_manifest(paths.pool_name(), origin, sampling, reports, records, plan, plan_sha, curriculum, files)
+    digest = write_sealed_manifest(paths.pool_manifest(), manifest)
+    achieved = manifest["quota"]["achieved"]["tokens"]
+    return dg.MaterializeResult(
+        metadata={
+            **dataset_manifest_metadata(manifest, digest),
+            **bucket_grid_metadata(achieved, "achieved"),
+            "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
+        },
+        data_version=dg.DataVersion(digest),
+        check_results=[bucket_balance_result(achieved)],
+    )
