@@ -1,0 +1,169 @@
+"""The sequence pool on the built sample, against independent oracles: every pool row agrees with synth_tokenized
+(ids, lengths, spans, messages), the rows kept are exactly those the salted hash keeps at the plan's rates,
+the per-cell trios hold exactly the pool's conversations, the sampling manifest adds up, and the UI gets the
+bucket metadata and the WARN check."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pytest
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+from openai_harmony import Conversation, Message
+
+from synthkd_contract.manifest_seal import verify_manifest
+from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
+
+# the contract restated by hand (an oracle must not import what it checks)
+SKILL = {
+    "memorization": "B1",
+    "rag": "B1",
+    "mcq": "B1",
+    "unknown": "B1",
+    "arithmetic": "B2",
+    "editing": "B4",
+    "constrained_writing": "B4",
+    "creative_writing": "B4",
+}
+NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "synth_pool_v1.synthkd")
+
+
+def ctx_of(length: int) -> str:
+    return "C1" if length <= 2048 else "C2" if length <= 8192 else "C3" if length <= 32768 else "C4"
+
+
+def unit(salt: str, key: str) -> float:
+    return int.from_bytes(hashlib.sha256(f"{salt}:{key}".encode()).digest()[:8], "big") / 2**64
+
+
+@pytest.fixture(scope="module")
+def pool(built_sample):
+    instance, layout, data_dir = built_sample
+    paths = layout.data_layout()
+    parts = sorted((paths.pool_root() / "parts").glob("*.parquet"))
+    return instance, paths, pl.read_parquet(parts), parts
+
+
+def tokenized(paths) -> pl.DataFrame:
+    return pl.read_parquet(sorted(paths.stage_dir("synth_tokenized").glob("*.parquet")))
+
+
+def test_pool_rows_agree_with_synth_tokenized_and_the_harmony_render(pool, encoding):
+    _, paths, rows, parts = pool
+    for part in parts:
+        assert pl.read_parquet_schema(part) == pl.from_arrow(POOL_SCHEMA.empty_table()).schema
+    assert rows.height > 0
+    source = {r["synth_id"]: r for r in tokenized(paths).iter_rows(named=True)}
+    sampled = pl.read_parquet(sorted(paths.stage_dir("synth_sampled").glob("*.parquet")))
+    messages = dict(zip(sampled["synth_id"], sampled["messages_json"]))
+    for row in rows.iter_rows(named=True):
+        synth_id = row["source_example_id"]
+        tokens = np.asarray(source[synth_id]["tokens"])
+        assert row["id"] == str(uuid.uuid5(NAMESPACE, f"PleIAs/SYNTH:{synth_id}"))
+        assert row["source_dataset"] == "PleIAs/SYNTH" and row["source_subset"] == source[synth_id]["exercise"]
+        assert row["skill_bucket"] == SKILL[row["source_subset"]] and row["ctx_bucket"] == ctx_of(len(tokens))
+        assert row["sequence_tokens"] == len(tokens) and row["messages"] == messages[synth_id]
+        assert row["sampling_weight"] == 1.0 and all(row[c] is None for c in POOL_NULL_COLUMNS)
+        # per-message renders by openai-harmony: the prompt is system + user, each span one assistant message
+        conversation = json.loads(row["messages"])["messages"]
+        prompt = [m for m in conversation if m["role"] != "assistant"]
+        rendered = encoding.render_conversation(Conversation.from_messages([Message.from_dict(m) for m in prompt]))
+        assert row["prompt_tokens_est"] == len(rendered) and list(tokens[: len(rendered)]) == rendered
+        for channel, spans in (("analysis", row["analysis_span"]), ("final", row["final_span"])):
+            wanted = [m for m in conversation if m["role"] == "assistant" and m.get("channel") == channel]
+            assert len(spans) == len(wanted), (synth_id, channel)
+            for span, message in zip(spans, wanted):
+                alone = encoding.render(Message.from_dict(message))
+                # the training render ends the last message with <|return|> where a lone render has <|end|>
+                assert span["end"] - span["start"] == len(alone)
+                assert list(tokens[span["start"] : span["end"] - 1]) == alone[:-1]
+    # the last token is the EOD, after the final span
+    assert all(r["final_span"][-1]["end"] == r["sequence_tokens"] - 1 for r in rows.iter_rows(named=True))
+
+
+def test_the_pool_keeps_exactly_what_the_salted_hash_keeps_at_the_plans_rates(pool):
+    _, paths, rows, _ = pool
+    plan = json.loads(paths.quota_plan().read_text())
+    everything = tokenized(paths)
+    expected = {
+        r["synth_id"]
+        for r in everything.iter_rows(named=True)
+        if unit("synthkd/pool/quota", r["synth_id"]) < plan["rates"][SKILL[r["exercise"]]][ctx_of(len(r["tokens"]))]
+    }
+    assert set(rows["source_example_id"]) == expected
+    assert rows["id"].n_unique() == rows.height
+    # downsampling only: the scarcest bucket relative to its target keeps everything
+    assert max(rate for cells in plan["rates"].values() for rate in cells.values()) == 1.0
+    assert plan["infeasible"] == [
+        {"bucket": "B3", "target": 0.175, "reason": plan["infeasible"][0]["reason"]}
+    ]  # SYNTH has no code exercise: reported, never hidden
+
+
+def test_the_cell_trios_hold_exactly_the_pools_conversations(pool):
+    _, paths, rows, _ = pool
+    source = {r["synth_id"]: r for r in tokenized(paths).iter_rows(named=True)}
+    trio_root = paths.pool_trio_root()
+    seen = []
+    for prefix in sorted(trio_root.glob("*/*/shard_*_tokens.idx")):
+        split, cell = prefix.parent.parent.name, prefix.parent.name
+        tokens = IndexedDataset(str(prefix)[: -len(".idx")])
+        span = IndexedDataset(str(prefix)[: -len("_tokens.idx")] + "_span")
+        for i in range(len(tokens)):
+            seen.append((split, cell, tuple(tokens[i]), tuple(span[i])))
+    assert len(seen) == rows.height
+    valid = {s for s in rows["source_example_id"] if unit("synth_kd_v1/split", s) < 0.001}
+    wanted = sorted(
+        (
+            "valid" if r["source_example_id"] in valid else "train",
+            f"{r['skill_bucket']}_{r['ctx_bucket']}",
+            tuple(source[r["source_example_id"]]["tokens"]),
+            tuple(source[r["source_example_id"]]["span_id"]),
+        )
+        for r in rows.iter_rows(named=True)
+    )
+    assert sorted(seen) == wanted
+
+
+def test_the_sampling_manifest_adds_up_and_the_curriculum_files_exist(pool):
+    _, paths, rows, _ = pool
+    manifest = verify_manifest(paths.pool_root())
+    quota = manifest["quota"]
+    achieved = {b: sum(cells.values()) for b, cells in quota["achieved"]["tokens"].items()}
+    assert sum(achieved.values()) == rows["sequence_tokens"].sum()
+    for skill, group in rows.group_by("skill_bucket"):
+        assert achieved[skill[0]] == group["sequence_tokens"].sum()
+    assert manifest["totals"]["rows_out"] == rows.height
+    assert manifest["config"]["quota"]["targets"]["skill_mix"] == {"B1": 0.5, "B2": 0.175, "B3": 0.175, "B4": 0.15}
+    stages = {stage["stage"]: stage for stage in manifest["curriculum"]}
+    assert stages["P1"]["feasible"] and stages["P1"]["expected_sequences"] == 146485
+    assert not stages["P3"]["feasible"] and stages["P3"]["per_split_data_args"] is None  # no C3 in the sample
+    for stage in manifest["curriculum"]:
+        args = paths.curriculum_dir() / f"{stage['stage']}.json"
+        assert args.is_file() == bool(stage["per_split_data_args"])
+        if args.is_file():
+            blend = json.loads(args.read_text())
+            for prefix in blend["train"][1::2]:
+                assert IndexedDataset(prefix).sequence_lengths.sum() > 0
+
+
+def test_bucket_tokens_are_plotted_and_the_balance_check_warns(pool):
+    instance, _, rows, _ = pool
+    tokenized_event = instance.get_latest_materialization_event(dg.AssetKey("synth_tokenized"))
+    metadata = tokenized_event.asset_materialization.metadata
+    assert {f"tokens_kept_skill_{b}" for b in ("B1", "B2", "B3", "B4")} <= set(metadata)
+    assert {f"tokens_kept_ctx_{c}" for c in ("C1", "C2", "C3", "C4")} <= set(metadata)
+    assert any(key.startswith("tokens_language_") for key in metadata)
+    check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "bucket_balance")]
+    )[dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "bucket_balance")]
+    evaluation = check.event.dagster_event.event_specific_data
+    assert evaluation.severity == dg.AssetCheckSeverity.WARN and not evaluation.passed
+    smallest = rows.group_by("skill_bucket").agg(pl.col("sequence_tokens").sum()).sort("sequence_tokens")[0]
+    assert f"smallest bucket {smallest['skill_bucket'][0]} ({smallest['sequence_tokens'][0]:,} tokens)" in (
+        evaluation.description
+    )
