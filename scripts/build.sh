@@ -48,10 +48,11 @@ if [ "${1:-}" = "--smoke" ]; then
 fi
 megatron_manifest=$(where megatron-manifest "${smoke[@]}")
 distill_manifest=$(where distill-manifest "${smoke[@]}")
+pool_manifest=$(where pool-manifest "${smoke[@]}")
 mkdir -p "$DAGSTER_HOME/logs"
 export BUILD_LOG="$DAGSTER_HOME/logs/build-$(date +%Y%m%d-%H%M%S)-$$.log"
 export BUILD_CONFIG="$config" BUILD_SMOKE="${smoke[*]}"
-datasets="$(basename "$(dirname "$megatron_manifest")") + $(basename "$(dirname "$distill_manifest")")"
+datasets="$(basename "$(dirname "$megatron_manifest")") + $(basename "$(dirname "$distill_manifest")") + $(basename "$(dirname "$pool_manifest")")"
 echo "build of $datasets from $(where raw-root); full log: $BUILD_LOG"
 
 export ERROR_LINES='
@@ -115,6 +116,11 @@ step plan synth_sampling_plan
 each_shard build synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
 # 5. provenance over all shards
 step manifests synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
+# 6. the sequence pool: the B x C quota plan over every shard's tokens, the pool per shard, curriculum + manifest
+step quota synth_quota_plan
+each_shard pool synth_pool
+step pool_manifests synth_curriculum,synth_pool_manifest
 echo
 .venv/bin/python -m synthkd_assets.cli summary --manifest "$megatron_manifest"
 .venv/bin/python -m synthkd_assets.cli summary --manifest "$distill_manifest"
+.venv/bin/python -m synthkd_assets.cli summary --manifest "$pool_manifest"

@@ -37,6 +37,8 @@ def step_report(layout: DataLayout, step: str, partition: str) -> dict | None:
         path = layout.shard_record(shard_index_from_name(partition))
     elif step == "synth_distill":
         path = layout.distill_record(partition)
+    elif step == "synth_pool":
+        path = layout.pool_record(shard_index_from_name(partition))
     else:
         path = layout.stage_report(step, partition)
     if not path.is_file():
@@ -63,6 +65,8 @@ def progress_line(layout: DataLayout, steps: list[str], partition: str) -> str:
 def summary_lines(manifest: dict) -> list[str]:
     if manifest.get("dataset") == constants.DISTILL_DATASET_NAME:
         return distill_summary_lines(manifest)
+    if "quota" in manifest:
+        return pool_summary_lines(manifest)
     totals = manifest["totals"]
     lines = [
         f"{manifest['dataset']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git "
@@ -109,6 +113,40 @@ def distill_summary_lines(manifest: dict) -> list[str]:
     ]
 
 
+def pool_summary_lines(manifest: dict) -> list[str]:
+    """The pool: rows, tokens per skill bucket (target share vs achieved), per ctx bucket, what the quota could not
+    meet, and each curriculum stage (written, or why not; epochs needed)."""
+    totals, quota = manifest["totals"], manifest["quota"]
+    grid = quota["achieved"]["tokens"]
+    skill = {b: sum(cells.values()) for b, cells in grid.items()}
+    ctx: dict[str, int] = {}
+    for cells in grid.values():
+        for c, n in cells.items():
+            ctx[c] = ctx.get(c, 0) + n
+    shares = quota["targets"]["shares"]
+    lines = [
+        f"{manifest['dataset']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git "
+        f"{manifest['git_sha'][:12]}",
+        f"rows in: {totals['rows_in']}   rows written: {totals['rows_out']} ("
+        + ", ".join(f"{s}={totals['sequences'].get(s, 0)}" for s in constants.SPLITS)
+        + ")",
+        "tokens per skill bucket (target share -> achieved): "
+        + ", ".join(
+            f"{b}={n} ({100 * shares.get(b, 0):.1f}% -> {100 * quota['achieved_skill_share'][b]:.1f}%)"
+            for b, n in skill.items()
+        ),
+        "tokens per ctx bucket: " + ", ".join(f"{c}={n}" for c, n in ctx.items()),
+        "quota: " + ("every target met" if quota["feasible"] else "; ".join(i["reason"] for i in quota["infeasible"])),
+    ]
+    for stage in manifest["curriculum"]:
+        epochs = ", ".join(
+            f"{c} {entry['epochs_needed']:.0f} epochs" for c, entry in stage["ctx"].items() if entry["epochs_needed"]
+        )
+        state = f"written ({epochs})" if stage["per_split_data_args"] else f"not written: {stage['reason']}"
+        lines.append(f"curriculum {stage['stage']} (seq {stage['seq_length']}, {stage['tokens']:,} tokens): {state}")
+    return [*lines, f"bytes: {totals['bytes']}"]
+
+
 def print_failures(since: float) -> int:
     """Print why every run since `since` (epoch seconds) failed; the number of failed runs."""
     with dg.DagsterInstance.get() as instance:
@@ -133,6 +171,7 @@ PATHS = {
     "build-lock": DataLayout.build_lock,
     "megatron-manifest": DataLayout.megatron_manifest,
     "distill-manifest": DataLayout.distill_manifest,
+    "pool-manifest": DataLayout.pool_manifest,
 }
 
 

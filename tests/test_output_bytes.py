@@ -6,7 +6,10 @@ loses a file) fails here, naming the files. What is not content is held fixed so
 where or at which commit the test runs: the manifests' git provenance (`git_state`, the commit of the code
 that built them) is pinned, and the raw directory is given relative to the repository root, as the bundled
 configuration does. Two files are left out because they are not outputs: the raw hash cache (it records the
-raw files' mtimes, which differ per clone) and the build lock.
+raw files' mtimes, which differ per clone) and the build lock. The pool's curriculum stage files name their
+Megatron prefixes by absolute path (what a Megatron-LM run is given), so they, and the pool manifest that
+hashes them, depend on where the data root is: they are left out too; the curriculum's plan.json (the same
+blends, prefixes relative to the trio root) and every file they point at are pinned.
 Re-record only for a change that is meant to change bytes (docs/development.md).
 """
 
@@ -30,11 +33,22 @@ NOT_OUTPUTS = {HASH_CACHE_FILENAME, BUILD_LOCK_FILENAME}
 PINNED_GIT_STATE = {"git_sha": "0" * 40, "git_dirty": False}
 
 
+def location_dependent(root: Path, path: Path) -> bool:
+    """The curriculum stage files (absolute prefixes) and the pool manifest (their sha256) of either build."""
+    layouts = SynthKDLayout(raw_dir=DEFAULT_RAW_DIR, data_dir=str(root)).data_layout().both_builds()
+    for layout in layouts:
+        if path.parent == layout.curriculum_dir() and path != layout.curriculum_plan():
+            return True
+        if path.parent == layout.pool_root() and path.name.startswith(layout.pool_manifest().name):
+            return True
+    return False
+
+
 def file_digests(root: Path) -> dict[str, str]:
     return {
         str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(root.rglob("*"))
-        if path.is_file() and path.name not in NOT_OUTPUTS
+        if path.is_file() and path.name not in NOT_OUTPUTS and not location_dependent(root, path)
     }
 
 
