@@ -107,7 +107,8 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
     startup = time.perf_counter() - start
     import dagster as dg
 
-    from synthkd_assets.defs.build import build_all
+    from synthkd_assets.defs.build import build_all, materialize_steps
+    from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, POOL_STEPS, QUOTA_STEPS
     from synthkd_assets.defs.resources import SynthKDLayout
 
     layout = SynthKDLayout(raw_dir=raw_dir, data_dir=data_dir)
@@ -116,6 +117,12 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
         start = time.perf_counter()
         [key] = build_all(instance, layout, outputs=["synth_kd_v1"], run_config=quiet)
         seconds = time.perf_counter() - start
+        # the sequence pool on top (002): quota plan, the pool of the shard, curriculum and sampling manifest
+        start = time.perf_counter()
+        materialize_steps(instance, layout, QUOTA_STEPS, run_config=quiet)
+        materialize_steps(instance, layout, POOL_STEPS, key, run_config=quiet)
+        materialize_steps(instance, layout, POOL_MANIFEST_STEPS, run_config=quiet)
+        pool_seconds = time.perf_counter() - start
     report = json.loads(layout.data_layout().stage_report("synth_tokenized", key).read_text())
     # VmHWM: this process's own peak. ru_maxrss would not do: it survives exec, so a child forked from
     # the (large) benchmark process would report the parent's size.
@@ -124,6 +131,7 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
         json.dumps(
             {
                 "seconds": seconds,
+                "pool_s": pool_seconds,
                 "startup_s": startup,
                 "tokens": sum(report["span_tokens"].values()),
                 "rows": report["rows_in"],
@@ -220,6 +228,7 @@ def main() -> int:
         **ratios,
         "e2e_tok_s": e2e_rate,
         "e2e_seconds_1x": one["seconds"],
+        "pool_seconds_1x": one["pool_s"],
         "worker_startup_s": one["startup_s"],
         "e2e_seconds_scaled": large["seconds"],
         "peak_rss_1x_bytes": one["peak_rss_bytes"],
@@ -250,6 +259,8 @@ def main() -> int:
         f"{large['peak_rss_bytes'] / GIB:.2f} GiB at {args.scale}x, growth {100 * rss_growth:+.1f}%"
         f"  (target <= 1 GiB: {verdict(large['peak_rss_bytes'] / GIB, 1.0, False)}, growth <= 10%: "
         f"{verdict(rss_growth, 0.10, False)})",
+        f"7. sequence pool on top:      {one['pool_s']:.1f} s for the partition (quota plan, pool part and cell "
+        f"trios, curriculum, manifest): +{100 * one['pool_s'] / one['seconds']:.0f}% of the end-to-end time",
         f"6. projection: {core_hours:.1f} core-hours for {FULL_CORPUS_ROWS:,} rows at this shard's end-to-end rate"
         f" (~{core_hours / os.cpu_count():.1f} h on this {os.cpu_count()}-core machine)",
     ]
