@@ -12,7 +12,7 @@ from synthkd_assets.definitions import build_definitions
 from synthkd_assets.defs import code_versions
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.resources import SynthKDLayout
-from synthkd_contract import constants
+from synthkd_contract import buckets, constants
 from tests.daemon import dagster_home, open_instance
 from tests.helpers import SAMPLE_RAW_DIR, run
 from tests.webserver import graphql, running_webserver
@@ -41,7 +41,7 @@ def test_every_asset_has_its_own_code_version():
     [
         ("FAILED_RESULT_MARKER", CHANGED_MARKER, {"synth_filtered"}),
         ("MAX_SEQ_LEN", 4096, {"synth_distill"}),
-        ("SPLIT_SALT", "synth_kd_v2/split", {"synth_kd_v1"}),
+        ("SPLIT_SALT", "synth_kd_v2/split", {"synth_kd_v1", "synth_pool"}),
         ("USER_TEMPLATE", "{query}\n\nSource:\n{query_seed_text}", {"synth_harmony", "synth_harmony_manifest"}),
         ("TOKENIZER_SHA256", "0" * 64, {"o200k_tokenizer", "synth_tokenized"}),
     ],
@@ -51,6 +51,17 @@ def test_a_changed_constant_moves_only_the_code_versions_of_the_assets_it_shapes
     monkeypatch.setattr(constants, constant, value)
     after = asset_code_versions()
     assert {name for name in before if before[name] != after[name]} == changed
+
+
+def test_a_changed_pool_rule_moves_only_the_pool_assets_it_shapes(monkeypatch):
+    before = asset_code_versions()
+    monkeypatch.setattr(buckets, "QUOTA_SALT", "synthkd/pool/quota-v2")
+    after = asset_code_versions()
+    assert {name for name in before if before[name] != after[name]} == {"synth_quota_plan", "synth_pool"}
+    monkeypatch.setitem(buckets.EXERCISE_SKILL_BUCKET, "code_review", "B3")
+    changed = {name for name in before if before[name] != asset_code_versions()[name]}
+    # the table decides the scan's refusal, the token grid, the plan and the pool
+    assert changed == {"synth_harmony", "synth_tokenized", "synth_quota_plan", "synth_pool"}
 
 
 def test_a_bumped_rule_version_moves_only_its_asset(monkeypatch):

@@ -38,7 +38,7 @@ def latest(instance: dg.DagsterInstance, asset: str, partition: str | None = Non
 
 def test_every_check_has_a_description():
     specs = all_check_specs()
-    assert len(specs) == 21
+    assert len(specs) == 24
     assert [s.key.to_user_string() for s in specs if not (s.description or "").strip()] == []
 
 
@@ -48,7 +48,16 @@ def test_every_asset_has_kinds_owners_and_a_pass_tag():
     for spec in specs:
         assert spec.kinds, spec.key
         assert spec.owners == ["team:synthkd"], spec.key
-        assert spec.tags.get("synthkd/pass") in {"inventory", "scan", "plan", "build", "manifest"}, spec.key
+        assert spec.tags.get("synthkd/pass") in {
+            "inventory",
+            "scan",
+            "plan",
+            "build",
+            "manifest",
+            "quota",
+            "pool",
+            "pool_manifest",
+        }, spec.key
     kinds = {s.key.to_user_string(): s.kinds for s in specs}
     assert (
         "megatron" in kinds["synth_kd_v1"]

@@ -23,17 +23,7 @@ from synthkd_assets.core.render import RENDER_CONFIG
 from synthkd_assets.core.sampling import RULE_ORDER
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.resources import SynthKDBuildConfig
-from synthkd_contract import constants, drops
-from synthkd_contract.buckets import (
-    CTX_BUCKET_MAX_TOKENS,
-    CURRICULUM_STAGES,
-    EXERCISE_SKILL_BUCKET,
-    POOL_DATASET_NAME,
-    POOL_ID_NAMESPACE,
-    POOL_SMOKE_DATASET_NAME,
-    QUOTA_SALT,
-    SKILL_MIX,
-)
+from synthkd_contract import buckets, constants, drops
 from synthkd_contract.schemas import DISTILL_SCHEMA, DOCUMENTS_SCHEMA, HARMONY_SCHEMA, POOL_SCHEMA, TOKENIZED_SCHEMA
 
 CODE_VERSION_DIGITS = 16  # of the sha256: enough to tell versions apart, short enough to read in the UI
@@ -68,7 +58,10 @@ def _sampling_rule() -> dict[str, Any]:
 
 
 def _bucket_tables() -> dict[str, Any]:
-    return {"exercise_skill_bucket": EXERCISE_SKILL_BUCKET, "ctx_bucket_max_tokens": CTX_BUCKET_MAX_TOKENS}
+    return {
+        "exercise_skill_bucket": buckets.EXERCISE_SKILL_BUCKET,
+        "ctx_bucket_max_tokens": buckets.CTX_BUCKET_MAX_TOKENS,
+    }
 
 
 def rule_slices() -> dict[str, dict[str, Any]]:
@@ -89,7 +82,7 @@ def rule_slices() -> dict[str, dict[str, Any]]:
             "user_template": constants.USER_TEMPLATE,
             "system_message": system_message_dict(),
             "drop_reasons": drops.DROP_REASONS_BY_STEP["synth_harmony"],
-            "exercise_skill_bucket": EXERCISE_SKILL_BUCKET,
+            "exercise_skill_bucket": buckets.EXERCISE_SKILL_BUCKET,
             "sanitized": drops.SANITIZED_KEYS,
             "smoke_input_rows": smoke_caps["max_input_rows"],
         },
@@ -149,22 +142,26 @@ def rule_slices() -> dict[str, dict[str, Any]]:
         },
         "synth_quota_plan": {
             **_bucket_tables(),
-            "salt": QUOTA_SALT,
-            "default_mix": SKILL_MIX,
+            "salt": buckets.QUOTA_SALT,
+            "default_mix": buckets.SKILL_MIX,
         },
         "synth_pool": {
             **_bucket_tables(),
-            "dataset": [POOL_DATASET_NAME, POOL_SMOKE_DATASET_NAME],
+            "dataset": [buckets.POOL_DATASET_NAME, buckets.POOL_SMOKE_DATASET_NAME],
             "schema": POOL_SCHEMA.to_string(show_schema_metadata=False),
-            "id_namespace": str(POOL_ID_NAMESPACE),
-            "salt": QUOTA_SALT,
+            "id_namespace": str(buckets.POOL_ID_NAMESPACE),
+            "salt": buckets.QUOTA_SALT,
             "split_salt": constants.SPLIT_SALT,
             "valid_fraction": constants.VALID_FRACTION,
             "drop_reasons": drops.DROP_REASONS_BY_STEP["synth_pool"],
             "smoke_caps": smoke_caps,
         },
-        "synth_curriculum": {"default_stages": CURRICULUM_STAGES},
-        "synth_pool_manifest": {"split_rule": constants.SPLIT_RULE, "file": constants.MANIFEST_FILENAME},
+        "synth_curriculum": {"default_stages": buckets.CURRICULUM_STAGES},
+        "synth_pool_manifest": {
+            "dataset": [buckets.POOL_DATASET_NAME, buckets.POOL_SMOKE_DATASET_NAME],
+            "split_rule": constants.SPLIT_RULE,
+            "file": constants.MANIFEST_FILENAME,
+        },
     }
 
 
