@@ -23,8 +23,20 @@ pandas metadata): two runs give byte-identical files for a given pyarrow version
 ``--long`` makes seed text, reasoning and answer longer (about 1.3k o200k tokens per row on
 average) for benchmarks; it is off for the committed sample.
 
-Public API: ``generate_rows(n_rows, seed, start_index=0, long=False)`` and
-``write_shards(output_dir, shards, rows_per_shard, seed, long=False)``.
+The bucket shard: after the ``--shards`` regular files, ``--bucket-rows`` rows (default 56; 0 writes no
+such file) go into one more file, ``synth_04.parquet`` for the defaults. The regular shards draw their exercise
+from the SYNTH-like mix, so the small ones are rare and every conversation fits in 2048 tokens; the bucket
+shard exists so the sample reaches every skill bucket and context bucket the pool maps
+(``synthkd_contract/buckets.py``): its rows cycle through the exercises in ``EXERCISES`` order, and the
+first ``BUCKET_LONG_PER_EXERCISE`` rows of each exercise are drawn at the ``XL`` size, whose rendered Harmony
+sequence (user + seed text, analysis, final) is ~2.5k-6k o200k tokens: over the 2048 of C1, under the
+8192 of C2 and of the DistillKit ``max_seq_len``. Everything else (language, blanks, failed / inconsistent
+results, special characters) is drawn as for any row, so the bucket rows pass the 001 filters as often as
+ordinary ones. Appending this shard leaves the rows and bytes of the regular shards unchanged.
+
+Public API: ``generate_rows(n_rows, seed, start_index=0, long=False)``,
+``generate_bucket_rows(n_rows, seed, start_index)`` and
+``write_shards(output_dir, shards, rows_per_shard, seed, long=False, bucket_rows=0)``.
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ DEFAULT_OUTPUT_DIR = SAMPLE_RAW_DIR
 DEFAULT_SHARDS = 4
 DEFAULT_ROWS_PER_SHARD = 750
 DEFAULT_SEED = 1234
+DEFAULT_BUCKET_ROWS = 56  # 8 rows for each of the 7 exercises
 ROW_GROUP_SIZE = 256
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 3
@@ -119,10 +132,14 @@ P_NUL = 0.005
 P_CJK = 0.04
 P_EMOJI = 0.05
 
-# word-length ranges (normal, long)
-SEED_WORDS = ((180, 420), (280, 560))
-REASONING_WORDS = ((100, 400), (220, 480))
-ANSWER_WORDS = ((50, 300), (120, 360))
+# row sizes: an index into the word-length ranges below
+NORMAL, LONG, XL = 0, 1, 2
+# word-length ranges per size; XL (bucket shard only) puts the whole rendered sequence in C2 (2048, 8192]
+SEED_WORDS = ((180, 420), (280, 560), (900, 1300))
+REASONING_WORDS = ((100, 400), (220, 480), (500, 800))
+ANSWER_WORDS = ((50, 300), (120, 360), (300, 550))
+# rows per exercise drawn at the XL size in the bucket shard (2 x 7 exercises: a few drops leave >= 6 in C2)
+BUCKET_LONG_PER_EXERCISE = 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,12 +286,15 @@ def _insert_at_word(rng: random.Random, text: str, snippet: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _make_row(seed: int, index: int, long: bool) -> dict:
+def _make_row(seed: int, index: int, size: int, exercise: str | None = None) -> dict:
+    """Row ``index``; ``exercise`` given (bucket shard) replaces the drawn one after the draw, so the
+    random stream, and with it every regular row, is the same whichever way the exercise is chosen."""
     rng = random.Random((seed << 40) | index)
-    li = 1 if long else 0
+    li = size
 
     language = rng.choice(NON_ENGLISH) if rng.random() < NON_ENGLISH_FRACTION else "en"
-    exercise = _weighted(rng, EXERCISES)
+    drawn = _weighted(rng, EXERCISES)
+    exercise = drawn if exercise is None else exercise
     model = _weighted(rng, MODELS)
     title = rng.choice(TITLES)
     slots = _slots(rng, title)
@@ -430,7 +450,28 @@ def generate_rows(n_rows: int, seed: int, start_index: int = 0, long: bool = Fal
     """
     if n_rows < 0 or start_index < 0 or start_index + n_rows > (1 << 40):
         raise ValueError("row range out of bounds")
-    return [_make_row(seed, start_index + i, long) for i in range(n_rows)]
+    return [_make_row(seed, start_index + i, LONG if long else NORMAL) for i in range(n_rows)]
+
+
+def bucket_row_plan(position: int) -> tuple[str, int]:
+    """(exercise, size) of the row at ``position`` in the bucket shard: exercises in turn, each one's first
+    ``BUCKET_LONG_PER_EXERCISE`` rows at the XL size."""
+    names = [name for name, _ in EXERCISES]
+    exercise = names[position % len(names)]
+    size = XL if position // len(names) < BUCKET_LONG_PER_EXERCISE else NORMAL
+    return exercise, size
+
+
+def generate_bucket_rows(n_rows: int, seed: int, start_index: int) -> list[dict]:
+    """The bucket shard's rows: global indices ``start_index`` .. (after the regular shards, so synth_ids stay
+    unique), exercise and size by position (``bucket_row_plan``), everything else drawn like any row."""
+    if n_rows < 0 or start_index < 0 or start_index + n_rows > (1 << 40):
+        raise ValueError("row range out of bounds")
+    rows = []
+    for position in range(n_rows):
+        exercise, size = bucket_row_plan(position)
+        rows.append(_make_row(seed, start_index + position, size, exercise))
+    return rows
 
 
 def rows_to_table(rows: list[dict]) -> pa.Table:
@@ -438,29 +479,38 @@ def rows_to_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=RAW_SCHEMA)
 
 
-def write_shards(output_dir, shards: int, rows_per_shard: int, seed: int, long: bool = False) -> list[Path]:
-    """Write ``shards`` files ``synth_NN.parquet`` of ``rows_per_shard`` rows; returns paths."""
+def _write_table(table: pa.Table, path: Path) -> Path:
+    """Fixed Parquet options (the bytes depend on nothing else), written to a temporary name and renamed."""
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(
+        table,
+        tmp,
+        row_group_size=ROW_GROUP_SIZE,
+        compression=COMPRESSION,
+        compression_level=COMPRESSION_LEVEL,
+        use_dictionary=True,
+        write_statistics=True,
+        data_page_version="1.0",
+        version="2.6",
+    )
+    tmp.replace(path)
+    return path
+
+
+def write_shards(
+    output_dir, shards: int, rows_per_shard: int, seed: int, long: bool = False, bucket_rows: int = 0
+) -> list[Path]:
+    """Write ``shards`` files ``synth_NN.parquet`` of ``rows_per_shard`` rows, then, when ``bucket_rows`` > 0,
+    the bucket shard (the next file name, rows numbered after the regular ones); returns paths."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     for s in range(shards):
         rows = generate_rows(rows_per_shard, seed, start_index=s * rows_per_shard, long=long)
-        table = rows_to_table(rows)
-        path = out / shard_filename(s)
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(
-            table,
-            tmp,
-            row_group_size=ROW_GROUP_SIZE,
-            compression=COMPRESSION,
-            compression_level=COMPRESSION_LEVEL,
-            use_dictionary=True,
-            write_statistics=True,
-            data_page_version="1.0",
-            version="2.6",
-        )
-        tmp.replace(path)
-        paths.append(path)
+        paths.append(_write_table(rows_to_table(rows), out / shard_filename(s)))
+    if bucket_rows > 0:
+        rows = generate_bucket_rows(bucket_rows, seed, start_index=shards * rows_per_shard)
+        paths.append(_write_table(rows_to_table(rows), out / shard_filename(shards)))
     return paths
 
 
@@ -471,12 +521,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows-per-shard", type=int, default=DEFAULT_ROWS_PER_SHARD)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument(
+        "--bucket-rows",
+        type=int,
+        default=DEFAULT_BUCKET_ROWS,
+        help="rows of the bucket shard written after the regular ones (every exercise, some in C2); 0: none",
+    )
+    ap.add_argument(
         "--long", action="store_true", help="longer seed text / reasoning / answer (~1.3k o200k tokens per row)"
     )
     args = ap.parse_args(argv)
-    if args.shards < 1 or args.rows_per_shard < 1 or args.seed < 0:
-        ap.error("--shards and --rows-per-shard must be >= 1, --seed >= 0")
-    paths = write_shards(args.output_dir, args.shards, args.rows_per_shard, args.seed, long=args.long)
+    if args.shards < 1 or args.rows_per_shard < 1 or args.seed < 0 or args.bucket_rows < 0:
+        ap.error("--shards and --rows-per-shard must be >= 1, --seed and --bucket-rows >= 0")
+    paths = write_shards(
+        args.output_dir, args.shards, args.rows_per_shard, args.seed, long=args.long, bucket_rows=args.bucket_rows
+    )
     for p in paths:
         print(f"{p}  {p.stat().st_size:,} bytes")
     return 0

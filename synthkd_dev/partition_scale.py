@@ -107,7 +107,7 @@ def shard_name(index: int, count: int) -> str:
 
 def make_shards(raw_dir: Path, count: int, rows_per_shard: int = ROWS_PER_SHARD) -> list[Path]:
     """`count` raw shards of `rows_per_shard` rows in the raw SYNTH schema, sliced from the bundled sample
-    (rows are reused cyclically past its 3000 rows, with the shard index appended to synth_id, so every file
+    (rows are reused cyclically past its 3056 rows, with the shard index appended to synth_id, so every file
     has its own bytes)."""
     sample = pa.concat_tables(pq.read_table(p) for p in sorted(SAMPLE_RAW_DIR.glob("*.parquet")))
     raw_dir.mkdir(parents=True, exist_ok=True)

@@ -103,7 +103,7 @@ def test_every_drop_reason_seen_is_registered(built_sample):
     """The registry is complete: no step reports a reason it does not list (else plots would have gaps)."""
     instance, _, _ = built_sample
     for asset in TABLE_ASSETS:
-        for key in ("synth_00", "synth_01", "synth_02", "synth_03"):
+        for key in ("synth_00", "synth_01", "synth_02", "synth_03", "synth_04"):
             reported = {k.removeprefix("dropped_") for k in latest(instance, asset, key) if k.startswith("dropped_")}
             assert reported == set(drops.DROP_REASONS_BY_STEP[asset]), asset
 
@@ -113,7 +113,7 @@ def test_manifests_report_rows_in_out_and_every_drop_reason(built_sample):
     every_reason = {r for reasons in drops.DROP_REASONS_BY_STEP.values() for r in reasons}
     for asset in MANIFESTS:
         metadata = latest(instance, asset)
-        assert metadata["rows_in"].value == 3000, asset
+        assert metadata["rows_in"].value == 3056, asset
         assert {k.removeprefix("dropped_") for k in metadata if k.startswith("dropped_")} == every_reason, asset
         assert metadata["rows_in"].value == metadata["rows_out"].value + metadata["rows_dropped"].value, asset
     # the one-sided language rule samples no English row out of the sample: reported as 0, not omitted

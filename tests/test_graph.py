@@ -34,7 +34,7 @@ def test_partitions_are_discovered_from_the_raw_directory(built):
 def test_layout_and_alignment(built):
     _, layout, _ = built
     root = layout.data_layout().megatron_root()
-    for shard_index in range(4):
+    for shard_index in range(5):
         assert trio_alignment_problems(root / "train", shard_index) == []
         for kind in constants.ARRAY_KINDS:
             assert (root / "train" / f"shard_{shard_index:02d}_{kind}.bin").is_file()
@@ -51,9 +51,9 @@ def test_manifest_provenance_matches_the_bytes_on_disk(built):
     assert manifest["tokenizer"]["sha256"] == constants.TOKENIZER_SHA256
     assert manifest["input_manifest"]["sha256"] == sha256_file(paths.harmony_manifest())
     assert manifest["split"]["valid_fraction"] == constants.VALID_FRACTION
-    assert manifest["totals"]["rows_in"] == 3000
+    assert manifest["totals"]["rows_in"] == 3056
     files = [f for shard in manifest["shards"] for split in shard["splits"] for f in split["files"]]
-    assert len(files) >= 4 * 6
+    assert len(files) >= 5 * 6
     for record in files:
         path = root / record["path"]
         assert path.stat().st_size == record["bytes"] and sha256_file(path) == record["sha256"]

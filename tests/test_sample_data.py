@@ -1,23 +1,41 @@
-"""The bundled raw SYNTH sample (data/sample/synth_raw) and its deterministic generator."""
+"""The bundled raw SYNTH sample (data/sample/synth_raw) and its deterministic generator.
+
+Four regular shards of 750 SYNTH-like rows, then the bucket shard synth_04 (56 rows): every exercise several
+times, and conversations long enough for the C2 context bucket (over 2048 tokens, within the 8192 of C2 and of
+the DistillKit max_seq_len), which the regular shards almost never reach.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import Counter
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from synthkd_assets.core.filters import quality_drop_reasons
+from synthkd_assets.core.stages import harmonize_shard, select_rows_shard
+from synthkd_assets.core.synth import system_message_dict
+from synthkd_contract import constants
 from synthkd_contract.constants import RAW_COLUMNS, RAW_STRING_COLUMNS
 from synthkd_contract.schemas import RAW_SCHEMA
 from synthkd_dev import make_sample_data
 from tests.helpers import SAMPLE_RAW_DIR as SAMPLE_DIR
 
-SHARD_NAMES = [f"synth_{i:02d}.parquet" for i in range(4)]
+REGULAR_SHARDS = [f"synth_{i:02d}.parquet" for i in range(4)]
+BUCKET_SHARD = "synth_04.parquet"
+SHARD_NAMES = [*REGULAR_SHARDS, BUCKET_SHARD]
 ROWS_PER_SHARD = 750
+BUCKET_ROWS = 56
+SAMPLE_ROWS = 4 * ROWS_PER_SHARD + BUCKET_ROWS
+# the SYNTH exercises (002 §2's skill table maps each to a bucket): the bucket shard holds every one of them
+EXERCISES = {"memorization", "rag", "mcq", "arithmetic", "editing", "constrained_writing", "creative_writing"}
+C1_MAX_TOKENS = 2048  # the context buckets' first bound (002 §3): longer is C2 up to 8192
 
 CJK_RE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 EMOJI_RE = re.compile(r"[\U0001F300-\U0001FAFF]")
@@ -53,27 +71,58 @@ def test_exact_schema_and_row_counts():
         for col in RAW_STRING_COLUMNS:
             assert schema.field(col).type == pa.string()  # not large_string
         assert (schema.metadata or {}).get(b"pandas") is None
-        assert pf.metadata.num_rows == ROWS_PER_SHARD
-        assert pf.metadata.num_row_groups > 1
+        assert pf.metadata.num_rows == (BUCKET_ROWS if name == BUCKET_SHARD else ROWS_PER_SHARD)
+        assert pf.metadata.num_row_groups == (1 if name == BUCKET_SHARD else 3)  # row groups of 256
 
 
 def test_synth_ids_unique_across_shards(rows):
     ids = [r["synth_id"] for r in rows]
-    assert len(ids) == len(set(ids)) == len(SHARD_NAMES) * ROWS_PER_SHARD
+    assert len(ids) == len(set(ids)) == SAMPLE_ROWS
     assert all(re.fullmatch(r"synth_\d{7}", i) for i in ids)
 
 
 def test_language_mix(rows):
     langs = Counter(r["language"] for r in rows)
     non_en = 1 - langs["en"] / len(rows)
-    assert 0.12 <= non_en <= 0.30
+    assert 0.12 <= non_en <= constants.NON_ENGLISH_MAX  # inside the 001 target: no language rule samples out
     assert set(langs) <= {"en", "fr", "de", "es", "it", "pl", "nl", "la"}
 
 
 def test_memorization_is_majority(rows):
     ex = Counter(r["exercise"] for r in rows)
-    assert ex["memorization"] > len(rows) / 2
-    assert {"rag", "mcq", "arithmetic", "creative_writing", "editing", "constrained_writing"} <= set(ex)
+    # a majority, under the 001 cap, so the sampling plan keeps every row (rates 1.0)
+    assert len(rows) / 2 < ex["memorization"] <= constants.MEMORIZATION_CAP * len(rows)
+    assert set(ex) == EXERCISES
+
+
+def test_bucket_shard_holds_every_exercise_several_times():
+    rows = pq.read_table(SAMPLE_DIR / BUCKET_SHARD).to_pylist()
+    assert Counter(r["exercise"] for r in rows) == {exercise: BUCKET_ROWS // len(EXERCISES) for exercise in EXERCISES}
+    assert [r["synth_id"] for r in rows] == [f"synth_{i:07d}" for i in range(3000, 3000 + BUCKET_ROWS)]
+
+
+@pytest.fixture(scope="module")
+def bucket_shard_lengths(tmp_path_factory, renderer) -> dict[str, int]:
+    """Rendered length (tokens incl. EOD, what synth_tokenized stores) of each bucket-shard conversation the
+    001 filters keep: the project's own harmony step and filters, lengths from openai-harmony's reference render."""
+    work = tmp_path_factory.mktemp("bucket_shard")
+    shard = Path(BUCKET_SHARD).stem
+    harmonize_shard(SAMPLE_DIR / BUCKET_SHARD, work / "harmony.parquet", system_message_dict(), shard)
+    report = select_rows_shard(work / "harmony.parquet", work / "filtered.parquet", shard, quality_drop_reasons)
+    assert report.rows_in == BUCKET_ROWS and report.rows_out >= BUCKET_ROWS - 5  # drops as rare as elsewhere
+    kept = pl.read_parquet(work / "filtered.parquet")
+    return {
+        synth_id: len(renderer.render(json.loads(messages)["messages"]).tokens)
+        for synth_id, messages in zip(kept["synth_id"], kept["messages_json"])
+    }
+
+
+def test_bucket_shard_reaches_the_second_context_bucket(bucket_shard_lengths):
+    """At least 6 kept conversations are longer than 2048 tokens (C2), none reaches max_seq_len, so the
+    DistillKit output drops none of them."""
+    long = [n for n in bucket_shard_lengths.values() if n > C1_MAX_TOKENS]
+    assert len(long) >= 6
+    assert max(bucket_shard_lengths.values()) <= constants.MAX_SEQ_LEN
 
 
 def test_special_cases_present(rows):
@@ -115,7 +164,8 @@ def test_words_is_answer_word_count(rows):
 
 
 def test_regeneration_is_byte_identical(tmp_path, capsys):
-    """`python -m synthkd_dev.make_sample_data` with its defaults rewrites the committed sample byte for byte."""
+    """`python -m synthkd_dev.make_sample_data` with its defaults rewrites the committed sample byte for byte,
+    the bucket shard included (appending it left the four regular files unchanged)."""
     assert make_sample_data.main(["--output-dir", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == SHARD_NAMES
     for name in SHARD_NAMES:
@@ -127,3 +177,14 @@ def test_rows_do_not_depend_on_sharding():
     parts = make_sample_data.generate_rows(15, seed=7) + make_sample_data.generate_rows(25, seed=7, start_index=15)
     assert whole == parts
     assert list(whole[0]) == list(RAW_COLUMNS)
+
+
+def test_bucket_rows_are_numbered_after_the_regular_shards_and_optional(tmp_path):
+    """--bucket-rows 0 writes only the regular shards; the bucket shard's rows follow them in synth_id."""
+    assert make_sample_data.main(["--output-dir", str(tmp_path), "--shards", "2", "--rows-per-shard", "5"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["synth_00.parquet", "synth_01.parquet", "synth_02.parquet"]
+    bucket = pq.read_table(tmp_path / "synth_02.parquet").to_pylist()
+    assert bucket[0]["synth_id"] == "synth_0000010" and len(bucket) == BUCKET_ROWS
+    only = tmp_path / "only"
+    assert make_sample_data.main(["--output-dir", str(only), "--shards", "1", "--bucket-rows", "0"]) == 0
+    assert [p.name for p in only.iterdir()] == ["synth_00.parquet"]

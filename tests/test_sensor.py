@@ -45,9 +45,9 @@ def workspace(tmp_path):
 def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
     instance, layout, raw, paths = workspace
     first = tick(instance, layout, None)
-    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01", "synth_02", "synth_03"]
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [f"synth_0{i}" for i in range(5)]
     # no sampling plan yet: only the scan pass (harmony + filters) can run per shard
-    assert requested(first) == [("synth_scan_job", f"synth_0{i}") for i in range(4)]
+    assert requested(first) == [("synth_scan_job", f"synth_0{i}") for i in range(5)]
 
     build_everything(instance, layout)
     assert requested(tick(instance, layout, first.cursor)) == []
@@ -88,7 +88,8 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
     shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")
     (raw / "synth_01.parquet").unlink()
     result = tick(instance, layout, settled.cursor)
-    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_02", "synth_03", "synth_07"]
+    registered = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
+    assert registered == ["synth_00", "synth_02", "synth_03", "synth_04", "synth_07"]
     assert requested(result) == [("synth_shard_job", "synth_07")]
 
     manifest = paths.harmony_manifest()
