@@ -259,10 +259,10 @@ def main() -> int:
         f"{large['peak_rss_bytes'] / GIB:.2f} GiB at {args.scale}x, growth {100 * rss_growth:+.1f}%"
         f"  (target <= 1 GiB: {verdict(large['peak_rss_bytes'] / GIB, 1.0, False)}, growth <= 10%: "
         f"{verdict(rss_growth, 0.10, False)})",
-        f"7. sequence pool on top:      {one['pool_s']:.1f} s for the partition (quota plan, pool part and cell "
-        f"trios, curriculum, manifest): +{100 * one['pool_s'] / one['seconds']:.0f}% of the end-to-end time",
         f"6. projection: {core_hours:.1f} core-hours for {FULL_CORPUS_ROWS:,} rows at this shard's end-to-end rate"
         f" (~{core_hours / os.cpu_count():.1f} h on this {os.cpu_count()}-core machine)",
+        f"7. sequence pool on top:      {one['pool_s']:.1f} s for the partition (quota plan, pool part and cell "
+        f"trios, curriculum, manifest): +{100 * one['pool_s'] / one['seconds']:.0f}% of the end-to-end time",
     ]
     print("\n".join(lines))
     if args.json:

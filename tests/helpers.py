@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the tests)
     all_definitions,
     build_all,
@@ -30,9 +32,20 @@ def run(
 
 
 def build_everything(instance, layout: SynthKDLayout) -> None:
-    """What scripts/build.sh does: scan pass per shard, the plan, build pass per shard, manifests."""
+    """What scripts/build.sh does: scan pass per shard, the plan, build pass per shard, manifests, the pool."""
     build_all(instance, layout)
 
 
 def check_outcomes(result) -> dict[str, bool]:
     return {evaluation.check_name: evaluation.passed for evaluation in result.get_asset_check_evaluations()}
+
+
+def location_dependent(root: Path, path: Path) -> bool:
+    """The curriculum stage files (absolute prefixes) and the pool manifest (their sha256) of either build."""
+    layouts = SynthKDLayout(data_dir=str(root)).data_layout().both_builds()
+    for layout in layouts:
+        if path.parent == layout.curriculum_dir() and path != layout.curriculum_plan():
+            return True
+        if path.parent == layout.pool_root() and path.name.startswith(layout.pool_manifest().name):
+            return True
+    return False

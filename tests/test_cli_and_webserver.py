@@ -35,6 +35,10 @@ ASSETS = {
     "synth_sampling_plan",
     "synth_distill",
     "synth_distill_manifest",
+    "synth_quota_plan",
+    "synth_pool",
+    "synth_curriculum",
+    "synth_pool_manifest",
 }
 
 

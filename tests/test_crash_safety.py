@@ -21,18 +21,22 @@ from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_
 from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_contract import constants
 from synthkd_contract.trio import trio_files
-from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
+from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR, location_dependent
 
 KILLS = 4
 TIME_BUDGET_S = 240
 
 
 def final_files(data_dir: Path) -> dict[str, str]:
-    """sha256 of every file under its final name (hash caches and per-run error logs aside)."""
+    """sha256 of every file under its final name (hash caches and per-run error logs aside; the pool's
+    curriculum stage files and manifest name absolute paths under `data_dir`, so they are left out)."""
     return {
         str(p.relative_to(data_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(data_dir.rglob("*"))
-        if p.is_file() and not p.name.endswith(PARTIAL_SUFFIX) and p.name != "hash_cache.json"
+        if p.is_file()
+        and not p.name.endswith(PARTIAL_SUFFIX)
+        and p.name != "hash_cache.json"
+        and not location_dependent(data_dir, p)
     }
 
 

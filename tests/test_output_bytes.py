@@ -27,21 +27,11 @@ from synthkd_assets.core.layout import BUILD_LOCK_FILENAME, DEFAULT_RAW_DIR, HAS
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_dev import REPO_ROOT
+from tests.helpers import location_dependent
 
 RECORDED = Path(__file__).parent / "data" / "sample_build_sha256.json"
 NOT_OUTPUTS = {HASH_CACHE_FILENAME, BUILD_LOCK_FILENAME}
 PINNED_GIT_STATE = {"git_sha": "0" * 40, "git_dirty": False}
-
-
-def location_dependent(root: Path, path: Path) -> bool:
-    """The curriculum stage files (absolute prefixes) and the pool manifest (their sha256) of either build."""
-    layouts = SynthKDLayout(raw_dir=DEFAULT_RAW_DIR, data_dir=str(root)).data_layout().both_builds()
-    for layout in layouts:
-        if path.parent == layout.curriculum_dir() and path != layout.curriculum_plan():
-            return True
-        if path.parent == layout.pool_root() and path.name.startswith(layout.pool_manifest().name):
-            return True
-    return False
 
 
 def file_digests(root: Path) -> dict[str, str]:
