@@ -153,28 +153,32 @@ class PoolOutputs(Outputs):
             self.part._discard()
 
 
+@dataclass(frozen=True)
+class PoolShard:
+    """What one shard's pool is made from and where it goes."""
+
+    tokenized_path: Path  # synth_tokenized: the arrays
+    sampled_path: Path  # synth_sampled: the Harmony messages
+    part_path: Path  # <pool>/parts/part-XXXXX.parquet
+    trio_root: Path  # <pool>/megatron
+    shard_index: int
+    shard: str
+    rates: dict[str, dict[str, float]]  # the quota plan's {skill: {ctx: keep rate}}
+    caps: BuildCaps = NO_CAPS
+
+
 class PoolStep(DatasetStep):
     """Tokenized conversations -> the pool rows and trios of the ones the quota grid keeps."""
 
-    def __init__(
-        self,
-        tokenized_path: Path,
-        sampled_path: Path,
-        part_path: Path,
-        trio_root: Path,
-        shard_index: int,
-        shard: str,
-        rates: dict[str, dict[str, float]],
-        caps: BuildCaps,
-    ) -> None:
-        super().__init__(tokenized_path, caps)
-        self.part_path, self.trio_root, self.shard_index, self.shard = part_path, trio_root, shard_index, shard
-        self.rates = rates
-        self.messages: Iterator[tuple[int, str]] = sampled_messages(sampled_path)
+    def __init__(self, shard: PoolShard) -> None:
+        super().__init__(shard.tokenized_path, shard.caps)
+        self.shard, self.rates = shard.shard, shard.rates
+        self.where = shard
+        self.messages: Iterator[tuple[int, str]] = sampled_messages(shard.sampled_path)
         self.outputs: PoolOutputs | None = None
 
     def open_outputs(self) -> Outputs:
-        self.outputs = PoolOutputs(self.part_path, self.trio_root, self.shard_index)
+        self.outputs = PoolOutputs(self.where.part_path, self.where.trio_root, self.where.shard_index)
         return self.outputs
 
     def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, PoolRow] | None:
@@ -222,18 +226,8 @@ class PoolShardResult:
         }
 
 
-def write_pool_shard(
-    tokenized_path: Path,
-    sampled_path: Path,
-    part_path: Path,
-    trio_root: Path,
-    shard_index: int,
-    shard: str,
-    rates: dict[str, dict[str, float]],
-    caps: BuildCaps = NO_CAPS,
-    errors_log: Path | None = None,
-) -> PoolShardResult:
-    """One shard's pool part and per-cell trios under the quota plan's `rates`; rows over quota counted."""
-    step = PoolStep(tokenized_path, sampled_path, part_path, trio_root, shard_index, shard, rates, caps)
-    report = run_step(step, shard, errors_log)
+def write_pool_shard(shard: PoolShard, errors_log: Path | None = None) -> PoolShardResult:
+    """One shard's pool part and per-cell trios under the quota plan's rates; rows over quota counted."""
+    step = PoolStep(shard)
+    report = run_step(step, shard.shard, errors_log)
     return PoolShardResult(report, step.outputs.inventories)

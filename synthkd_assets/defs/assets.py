@@ -1,6 +1,7 @@
 """The per-shard steps and the sampling plan: each asset calls its core rule and reports what it did."""
 
 from collections.abc import Callable
+from pathlib import Path
 
 import dagster as dg
 
@@ -137,19 +138,34 @@ def synth_sampling_plan(
     names = shard_names(paths)
     filtered = partition_records("synth_filtered", {n: stage_files(paths, "synth_filtered", n)[1] for n in names})
     plan = sampling_plan(filtered, build.targets())
-    digest = mf.write_manifest(paths.sampling_plan(), plan)
+    return publish_plan(
+        context,
+        paths.sampling_plan(),
+        plan,
+        "sampling plan cannot meet the targets in expectation",
+        plan["notes"],
+        **{f"rate_{rule}": rate for rule, rate in plan["rates"].items()},
+        rows_before=plan["before"]["rows"],
+        rows_expected_after=plan["expected_after"]["rows"],
+        **mix_metadata({"before": plan["before"], "expected after": plan["expected_after"]}),
+    )
+
+
+def publish_plan(
+    context: dg.AssetExecutionContext, path: Path, plan: dict, warning: str, why: object, **metadata
+) -> dg.MaterializeResult:
+    """Write a global plan (sampling, quota) atomically; its sha256 is its data version, so the shards built
+    under it go stale exactly when it changes. An infeasible plan is written and said, never hidden."""
+    digest = mf.write_manifest(path, plan)
     if not plan["feasible"]:
-        context.log.warning(f"sampling plan cannot meet the targets in expectation: {plan['notes']}")
+        context.log.warning(f"{warning}: {why}")
     return dg.MaterializeResult(
         metadata={
             "plan_sha256": digest,
-            "path": dg.MetadataValue.path(str(paths.sampling_plan())),
+            "path": dg.MetadataValue.path(str(path)),
             "feasible": plan["feasible"],
             "notes": dg.MetadataValue.json(plan["notes"]),
-            **{f"rate_{rule}": rate for rule, rate in plan["rates"].items()},
-            "rows_before": plan["before"]["rows"],
-            "rows_expected_after": plan["expected_after"]["rows"],
-            **mix_metadata({"before": plan["before"], "expected after": plan["expected_after"]}),
+            **metadata,
         },
         data_version=dg.DataVersion(digest),
     )

@@ -10,9 +10,9 @@ from synthkd_assets.core.curriculum import plan_stage, scan_pool_prefixes, write
 from synthkd_assets.core.dataset_manifest import file_record, write_sealed_manifest
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest
-from synthkd_assets.core.pool import write_pool_shard
+from synthkd_assets.core.pool import PoolShard, write_pool_shard
 from synthkd_assets.core.quota import plan_quota_grid
-from synthkd_assets.defs.assets import shard_step, synth_sampled, synth_tokenized
+from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
 from synthkd_assets.defs.checks import (
     BUCKET_BALANCE_SPEC,
     POOL_TRIO_ALIGNMENT,
@@ -49,21 +49,16 @@ def synth_quota_plan(
     reports = partition_records("synth_tokenized", {n: stage_files(paths, "synth_tokenized", n)[1] for n in names})
     tokens, rows = grids_from_reports(reports.values())
     plan = {**plan_quota_grid(tokens, rows, build.quota_targets()), "shards": sorted(reports)}
-    digest = mf.write_manifest(paths.quota_plan(), plan)
-    if not plan["feasible"]:
-        context.log.warning(f"quota plan cannot meet the skill mix: {plan['infeasible']}")
-    return dg.MaterializeResult(
-        metadata={
-            "plan_sha256": digest,
-            "path": dg.MetadataValue.path(str(paths.quota_plan())),
-            "feasible": plan["feasible"],
-            "infeasible": dg.MetadataValue.json(plan["infeasible"]),
-            "notes": dg.MetadataValue.json(plan["notes"]),
-            **bucket_grid_metadata(plan["available"]["tokens"], "available"),
-            **bucket_grid_metadata(plan["expected"]["tokens"], "expected"),
-            **{f"rate_{b}": next(iter(cells.values())) for b, cells in plan["rates"].items()},
-        },
-        data_version=dg.DataVersion(digest),
+    return publish_plan(
+        context,
+        paths.quota_plan(),
+        plan,
+        "quota plan cannot meet the skill mix",
+        plan["infeasible"],
+        infeasible=dg.MetadataValue.json(plan["infeasible"]),
+        **bucket_grid_metadata(plan["available"]["tokens"], "available"),
+        **bucket_grid_metadata(plan["expected"]["tokens"], "expected"),
+        **{f"rate_{b}": next(iter(cells.values())) for b, cells in plan["rates"].items()},
     )
 
 
@@ -89,17 +84,8 @@ def synth_pool(
     plan, plan_sha = read_quota_plan(paths, build.quota_targets())
     tokenized, sampled = stage_files(paths, "synth_tokenized", key)[0], stage_files(paths, "synth_sampled", key)[0]
     part, trio_root = paths.pool_part(shard_index), paths.pool_trio_root()
-    result = write_pool_shard(
-        tokenized,
-        sampled,
-        part,
-        trio_root,
-        shard_index,
-        key,
-        plan["rates"],
-        build.caps(),
-        paths.error_log("synth_pool", key),
-    )
+    shard = PoolShard(tokenized, sampled, part, trio_root, shard_index, key, plan["rates"], build.caps())
+    result = write_pool_shard(shard, paths.error_log("synth_pool", key))
     result.report.plan_sha256 = plan_sha
     record = result.record(key, shard_index, file_record(paths.pool_root(), part))
     mf.write_manifest(paths.pool_record(shard_index), record)
