@@ -22,6 +22,7 @@ from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.stages import harmonize_shard, select_rows_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_contract import constants
+from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET
 from synthkd_contract.constants import RAW_COLUMNS, RAW_STRING_COLUMNS
 from synthkd_contract.schemas import RAW_SCHEMA
 from synthkd_dev import make_sample_data
@@ -33,8 +34,8 @@ SHARD_NAMES = [*REGULAR_SHARDS, BUCKET_SHARD]
 ROWS_PER_SHARD = 750
 BUCKET_ROWS = 56
 SAMPLE_ROWS = 4 * ROWS_PER_SHARD + BUCKET_ROWS
-# the SYNTH exercises (002 §2's skill table maps each to a bucket): the bucket shard holds every one of them
-EXERCISES = {"memorization", "rag", "mcq", "arithmetic", "editing", "constrained_writing", "creative_writing"}
+# every exercise the skill table maps (but "unknown", what a null exercise becomes): the bucket shard holds each
+EXERCISES = set(EXERCISE_SKILL_BUCKET) - {"unknown"}
 C1_MAX_TOKENS = 2048  # the context buckets' first bound (002 §3): longer is C2 up to 8192
 
 CJK_RE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")

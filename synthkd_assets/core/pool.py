@@ -116,7 +116,7 @@ def pool_table(rows: list[PoolRow]) -> pa.Table:
 
 class PoolOutputs(Outputs):
     """The pool part of one shard and its trios per (split, cell), published together by `commit_shard`.
-    A written table carries the §11 columns plus `split`, `cell` and the three arrays for the trios."""
+    A written table (named by its split) carries the §11 columns plus `cell` and the three arrays for the trios."""
 
     def __init__(self, part_path: Path, trio_root: Path, shard_index: int) -> None:
         self.writers: dict[tuple[str, str], MegatronShardWriter] = {}
