@@ -15,5 +15,5 @@ trap 'rm -rf "$tools"' EXIT
 "$tools/bin/python" -m pip install --quiet "pip-tools==7.6.2"
 CUSTOM_COMPILE_COMMAND="./scripts/lock.sh" "$tools/bin/pip-compile" --quiet \
   --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
-  --extra test --extra cluster --extra lint \
+  --extra test --extra cluster --extra lint --extra bench \
   --output-file requirements.lock "$@" pyproject.toml
