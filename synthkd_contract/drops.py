@@ -57,6 +57,14 @@ DROP_RESULT_INCONSISTENT: Final = _drop(
     "a `result:` of `constraints` is numerically or multiple-choice inconsistent with the answer's first line",
 )
 
+# --- synth_sampled, before the sampling rules (002 §7.2, §13.4; synth_clusters decides) -------------------------
+DROP_CLUSTER_CAP: Final = _drop(
+    "cluster_cap", "a near-duplicate cluster's row past its max_per_cluster (by the salted cluster_rank)"
+)
+DROP_HELDOUT: Final = _drop(
+    "heldout", "a member of a cluster held out for the validation sets (never trained on, cluster-disjoint)"
+)
+
 # --- synth_sampled (001 "Exercise/language mixture"): one reason per sampling rule ------------------------
 DROP_SAMPLED_OUT: Final = {
     rule: _drop(f"sampled_out_{rule}", f"not kept by the {rule} rule of the sampling plan") for rule in SAMPLING_SALTS
