@@ -13,7 +13,10 @@ from typing import Final
 
 # --- what is compared: the user prompt, normalized (docs/near-dup.md "Normalization") ---------------------
 UNICODE_FORM: Final = "NFKC"  # full-width / compatibility characters fold to their plain forms
-SHINGLE_CHARS: Final = 5  # character k-grams of the normalized text (a shorter text is one shingle)
+# word 3-grams of the normalized text (a text of fewer words is one shingle). Character 5-grams were measured
+# too: on the templated sample text they put random pairs up to Jaccard 0.79 (word 3-grams: 0.48), while a
+# one-word edit of a prompt keeps 0.98 under either (docs/near-dup.md "Normalization")
+SHINGLE_WORDS: Final = 3
 
 # --- MinHash (rensa RMinHash) and LSH banding ----------------------------------------------------------------
 NUM_PERM: Final = 128

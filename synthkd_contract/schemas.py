@@ -19,6 +19,7 @@ from synthkd_contract.constants import (
     SPAN_DTYPE,
     TOKENS_DTYPE,
 )
+from synthkd_contract.near_dup import LSH_BANDS, NUM_PERM
 
 # a raw PleIAs/SYNTH shard as upstream publishes it (and the sample generator writes it); the harmonize
 # step also accepts other text and number types per column (core/validation.py)
@@ -126,4 +127,33 @@ POOL_NULL_COLUMNS: Final = (
     "teacher_margin",
     "student_teacher_kl",
     "lp_value",
+)
+
+# synth_signatures (002 §7.1): one row per synth_filtered row, the MinHash signature of its normalized user prompt
+# and its LSH band keys, one column per band so the clustering reads one band of every shard at a time
+BAND_COLUMNS: Final = tuple(f"band_{band:02d}" for band in range(LSH_BANDS))
+SIGNATURES_SCHEMA: Final = pa.schema(
+    [
+        ("synth_id", pa.string()),
+        ("exercise", pa.string()),
+        ("language", pa.string()),
+        ("valid", pa.bool_()),  # the 000 split of the row (constants.SPLIT_RULE), for the cross-split check
+        ("rank_key", pa.uint64()),  # salted hash of synth_id (near_dup.CLUSTER_SALT): orders a cluster's rows
+        ("heldout_key", pa.uint64()),  # salted hash of synth_id (near_dup.HELDOUT_SALT): picks held-out clusters
+        ("answer_form", pa.string()),  # core/filters.py expected_answer: number | mcq_letter | null
+        ("near_dup_hash", pa.string()),  # the first band's key, hex: rows sharing it are LSH candidates
+        ("signature", pa.list_(pa.uint32(), NUM_PERM)),
+        *[(column, pa.uint64()) for column in BAND_COLUMNS],
+    ]
+)
+# synth_clusters, per shard: every synth_filtered row's cluster and what the cap / held-out sets decided for it
+CLUSTERS_SCHEMA: Final = pa.schema(
+    [
+        ("synth_id", pa.string()),
+        ("cluster_id", pa.int64()),  # the smallest rank_key of the cluster (>> 1): the same on any shard layout
+        ("cluster_size", pa.int32()),
+        ("cluster_rank", pa.int32()),  # 0 .. size-1 by rank_key; a row is kept iff rank < max_per_cluster
+        ("near_dup_hash", pa.string()),
+        ("decision", pa.string()),  # null: kept; drops.DROP_CLUSTER_CAP or drops.DROP_HELDOUT
+    ]
 )

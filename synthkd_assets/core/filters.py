@@ -104,6 +104,24 @@ def parse_letter(text: str) -> str | None:
     return None if match is None else match.group(1).upper()
 
 
+ANSWER_NUMBER = "number"
+ANSWER_MCQ_LETTER = "mcq_letter"
+
+
+def expected_answer(constraints: str | None) -> tuple[str, str] | None:
+    """The answer form a row's first `result:` value makes checkable (002 §13.4 format compliance):
+    (ANSWER_NUMBER, the number as a plain decimal) or (ANSWER_MCQ_LETTER, the upper-case letter); None when
+    there is no `result:` or it is neither."""
+    for value in result_values(constraints)[:1]:
+        number = parse_number(value)
+        if number is not None:
+            return ANSWER_NUMBER, format(number, "f")
+        letter = parse_letter(value)
+        if letter is not None:
+            return ANSWER_MCQ_LETTER, letter
+    return None
+
+
 def first_line(answer: str) -> str:
     """The first line of `answer.strip()`, without surrounding markdown emphasis / heading marks."""
     line = re.split(r"\r\n|\r|\n", answer.strip(python_whitespace()), maxsplit=1)[0]

@@ -1,0 +1,422 @@
+"""Near-duplicate control (002 §7): MinHash signatures per shard, global clusters, the per-cluster cap and the
+held-out clusters of the validation sets.
+
+- signatures (per shard, the scan pass): the user prompt, normalized (`normalize_prompt`), as character
+  word shingles, hashed by rensa's RMinHash into NUM_PERM values; LSH_BANDS band keys per row.
+- clusters (global): rows sharing a band key are candidates; a candidate pair is a near-duplicate when the
+  share of equal signature values (rensa's Jaccard estimate) is >= the threshold; near-duplicates are joined
+  into clusters (scipy's connected components). Identical prompts have identical signatures: exact
+  duplicates are clusters like any other.
+- decisions: a cluster's rows are ordered by a salted hash of synth_id (`cluster_rank`); rows past
+  `max_per_cluster` are dropped as `cluster_cap`; a cluster of one is always kept (the rare tail). Whole
+  clusters are held out for the validation sets (`heldout`), so no member of them is ever trained on.
+
+Memory is bounded for the full corpus (docs/near-dup.md "Scale"): the clustering holds one band's keys of
+every row at a time (8 B/row), the per-row cluster arrays (~24 B/row) and the signatures of candidate rows
+only; it reads the signature files band by band (one Parquet column each).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rensa import RMinHash
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from synthkd_assets.core.filters import constraints_expr, expected_answer
+from synthkd_assets.core.parquet_io import iter_frames
+from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.sampling import is_valid
+from synthkd_assets.core.steps import Outputs, ParquetOutputs, ShardStep, Table, run_step
+from synthkd_contract import drops
+from synthkd_contract import near_dup as nd
+from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHEMA, SIGNATURES_SCHEMA
+
+SHARD = "shard"
+USER_PROMPT_PATH = "$.messages[1].content[0].text"  # synth_harmony_v1: [system, user, (analysis), final]
+EDGE_CHUNK = 1 << 20  # candidate pairs verified per numpy batch
+
+
+# --- signatures ------------------------------------------------------------------------------------------------
+def normalize_prompt(text: str) -> str:
+    """What two prompts are compared on: Unicode NFKC (full-width and compatibility forms fold), casefold,
+    every run of whitespace (str.split's) one space, no leading or trailing space."""
+    return " ".join(unicodedata.normalize(nd.UNICODE_FORM, text).casefold().split())
+
+
+def shingles(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
+    """The distinct word k-grams of a normalized prompt (words: its space-separated parts); a prompt of fewer
+    than k words is one shingle (itself, possibly empty)."""
+    words = normalized.split(" ")
+    if len(words) < k:
+        return [normalized]
+    return list(dict.fromkeys(" ".join(words[i : i + k]) for i in range(len(words) - k + 1)))
+
+
+def minhash_signatures(prompts: Sequence[str]) -> np.ndarray:
+    """(rows, NUM_PERM) uint32 MinHash signatures of the prompts (normalized here), by rensa in one call."""
+    if not prompts:
+        return np.zeros((0, nd.NUM_PERM), dtype=np.uint32)
+    token_sets = [shingles(normalize_prompt(p)) for p in prompts]
+    matrix = RMinHash.digest_matrix_from_token_sets(token_sets, nd.NUM_PERM, nd.MINHASH_SEED)
+    return np.asarray(matrix.to_rows(), dtype=np.uint32)
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def band_keys(signatures: np.ndarray) -> np.ndarray:
+    """(rows, LSH_BANDS) uint64: one key per band of LSH_ROWS signature values (a fixed multiply-xorshift
+    mix, the same on every machine), so rows sharing a key agree on all of that band's values (up to a 2**-64
+    collision)."""
+    keys = np.empty((signatures.shape[0], nd.LSH_BANDS), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for band in range(nd.LSH_BANDS):
+            h = np.full(signatures.shape[0], np.uint64(band + 1) * _MIX, dtype=np.uint64)
+            for value in signatures[:, band * nd.LSH_ROWS : (band + 1) * nd.LSH_ROWS].T:
+                h = (h ^ value.astype(np.uint64)) * _MIX
+                h ^= h >> np.uint64(31)
+            keys[:, band] = h
+    return keys
+
+
+def salted_key(salt: str, synth_id: str) -> int:
+    """The first 8 bytes of sha256(f"{salt}:{synth_id}"), big-endian: the sampling rules' hash, as an integer."""
+    return int.from_bytes(hashlib.sha256(f"{salt}:{synth_id}".encode()).digest()[:8], "big")
+
+
+def signature_table(frame: pl.DataFrame) -> pa.Table:
+    """synth_harmony_v1 rows -> SIGNATURES_SCHEMA rows (same order)."""
+    prompts = frame.select(pl.col("messages_json").str.json_path_match(USER_PROMPT_PATH))["messages_json"]
+    signatures = minhash_signatures(prompts.fill_null("").to_list())
+    keys = band_keys(signatures)
+    ids = frame["synth_id"].to_list()
+    forms = [expected_answer(c) for c in frame.select(constraints_expr().alias("c"))["c"].to_list()]
+    columns: dict[str, Any] = {
+        "synth_id": ids,
+        "exercise": frame["exercise"].to_list(),
+        "language": frame["language"].to_list(),
+        "valid": [is_valid(i) for i in ids],
+        "rank_key": [salted_key(nd.CLUSTER_SALT, i) for i in ids],
+        "heldout_key": [salted_key(nd.HELDOUT_SALT, i) for i in ids],
+        "answer_form": [None if f is None else f[0] for f in forms],
+        "near_dup_hash": [f"{k:016x}" for k in keys[:, 0].tolist()],
+        "signature": pa.FixedSizeListArray.from_arrays(pa.array(signatures.reshape(-1)), nd.NUM_PERM),
+    }
+    columns.update({name: keys[:, band] for band, name in enumerate(BAND_COLUMNS)})
+    return pa.table(columns, schema=SIGNATURES_SCHEMA)
+
+
+class SignatureStep(ShardStep):
+    """synth_filtered rows -> their signatures (every row kept: the step drops nothing)."""
+
+    def __init__(self, in_path: Path, out_path: Path) -> None:
+        self.in_path, self.out_path = in_path, out_path
+
+    def open_outputs(self) -> Outputs:
+        return ParquetOutputs({SHARD: (self.out_path, SIGNATURES_SCHEMA)})
+
+    def frames(self) -> Iterator[pl.DataFrame]:
+        return iter_frames(self.in_path, HARMONY_SCHEMA.names)
+
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        report.language.update(frame["language"].to_list())
+        report.exercise.update(frame["exercise"].to_list())
+        return {SHARD: signature_table(frame)}
+
+
+def signatures_shard(in_path: Path, out_path: Path, shard: str) -> ShardReport:
+    """synth_filtered Parquet -> synth_signatures Parquet (SIGNATURES_SCHEMA), one row per input row."""
+    return run_step(SignatureStep(in_path, out_path), shard)
+
+
+# --- clusters ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What the clustering and its decisions depend on (hashed into the plan and the manifests)."""
+
+    enabled: bool = True
+    threshold: float = nd.JACCARD_THRESHOLD
+    max_per_cluster: int = nd.MAX_PER_CLUSTER
+    heldout_per_exercise: int = nd.HELDOUT_PER_EXERCISE
+    format_suite_per_form: int = nd.FORMAT_SUITE_PER_FORM
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"near-duplicate threshold must be in (0, 1], got {self.threshold}")
+        if self.max_per_cluster < 1:
+            raise ValueError(f"max_per_cluster must be >= 1, got {self.max_per_cluster}")
+        if self.heldout_per_exercise < 0 or self.format_suite_per_form < 0:
+            raise ValueError("held-out set sizes must be >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "threshold": self.threshold,
+            "max_per_cluster": self.max_per_cluster,
+            "heldout_per_exercise": self.heldout_per_exercise,
+            "format_suite_per_form": self.format_suite_per_form,
+            "normalization": {"unicode": nd.UNICODE_FORM, "casefold": True, "whitespace": "collapsed"},
+            "shingle_words": nd.SHINGLE_WORDS,
+            "minhash": {"library": "rensa.RMinHash", "num_perm": nd.NUM_PERM, "seed": nd.MINHASH_SEED},
+            "lsh": {"bands": nd.LSH_BANDS, "rows": nd.LSH_ROWS},
+            "salts": {"rank": nd.CLUSTER_SALT, "heldout": nd.HELDOUT_SALT},
+        }
+
+
+def candidate_pairs(keys: np.ndarray) -> np.ndarray:
+    """(pairs, 2) int64 row indices with equal keys: each row to the first row of its key's group (a star,
+    enough to connect the group)."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.ones(len(ordered), dtype=bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(ordered)), 0))
+    members = ~starts
+    return np.stack([order[first[members]], order[members]], axis=1).astype(np.int64)
+
+
+def _unique_pairs(pairs: list[np.ndarray], n_rows: int) -> np.ndarray:
+    if not pairs:
+        return np.zeros((0, 2), dtype=np.int64)
+    both = np.concatenate(pairs)
+    low, high = np.minimum(both[:, 0], both[:, 1]), np.maximum(both[:, 0], both[:, 1])
+    codes = np.unique(low * n_rows + high)
+    return np.stack([codes // n_rows, codes % n_rows], axis=1)
+
+
+def _shard_column(path: Path, column: str) -> np.ndarray:
+    return pq.read_table(path, columns=[column]).column(column).to_numpy()
+
+
+def _signature_rows(paths: Sequence[Path], offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The signatures of the given global rows (sorted), reading each shard's signature column once."""
+    out = np.empty((len(rows), nd.NUM_PERM), dtype=np.uint32)
+    for shard, path in enumerate(paths):
+        lo, hi = np.searchsorted(rows, [offsets[shard], offsets[shard + 1]])
+        if lo == hi:
+            continue
+        column = pq.read_table(path, columns=["signature"]).column("signature").combine_chunks()
+        flat = column.values.to_numpy().reshape(-1, nd.NUM_PERM)
+        out[lo:hi] = flat[rows[lo:hi] - offsets[shard]]
+    return out
+
+
+def verified_pairs(pairs: np.ndarray, paths: Sequence[Path], offsets: np.ndarray, threshold: float) -> np.ndarray:
+    """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold."""
+    if len(pairs) == 0:
+        return pairs
+    rows = np.unique(pairs)
+    signatures = _signature_rows(paths, offsets, rows)
+    a, b = np.searchsorted(rows, pairs[:, 0]), np.searchsorted(rows, pairs[:, 1])
+    keep = np.empty(len(pairs), dtype=bool)
+    for lo in range(0, len(pairs), EDGE_CHUNK):
+        hi = lo + EDGE_CHUNK
+        equal = (signatures[a[lo:hi]] == signatures[b[lo:hi]]).sum(axis=1)
+        keep[lo:hi] = equal >= threshold * nd.NUM_PERM - 1e-9
+    return pairs[keep]
+
+
+@dataclass
+class Clusters:
+    """Every row's cluster (global row order: the shards in order, each in its file's order)."""
+
+    shards: list[str]
+    offsets: np.ndarray  # rows of shard i are offsets[i]:offsets[i+1]
+    cluster_id: np.ndarray  # int64
+    size: np.ndarray  # int32
+    rank: np.ndarray  # int32
+    decision: list[str | None] = field(default_factory=list)
+    heldout: list[dict[str, Any]] = field(default_factory=list)  # the held-out clusters' representatives
+    candidate_pairs: int = 0
+    verified_pairs: int = 0
+
+    @property
+    def rows(self) -> int:
+        return int(self.offsets[-1])
+
+
+def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: ClusterSettings) -> Clusters:
+    """Clusters over every shard's signature file; then the held-out clusters and the cap."""
+    sizes = [pq.ParquetFile(path).metadata.num_rows for path in paths]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(offsets[-1])
+    rank_key = np.concatenate([_shard_column(p, "rank_key") for p in paths]) if n else np.zeros(0, np.uint64)
+    pairs: list[np.ndarray] = []
+    candidates = verified = 0
+    if settings.enabled and n:
+        for column in BAND_COLUMNS:
+            band = candidate_pairs(np.concatenate([_shard_column(p, column) for p in paths]))
+            pairs.append(band)
+        unique = _unique_pairs(pairs, n)
+        candidates = len(unique)
+        edges = verified_pairs(unique, paths, offsets, settings.threshold)
+        verified = len(edges)
+    else:
+        edges = np.zeros((0, 2), dtype=np.int64)
+    graph = coo_matrix((np.ones(len(edges), dtype=np.int8), (edges[:, 0], edges[:, 1])), shape=(n, n))
+    _, labels = connected_components(graph, directed=False)
+    order = np.lexsort((rank_key, labels))
+    ordered = labels[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    first = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    rank = np.empty(n, dtype=np.int32)
+    rank[order] = np.arange(n) - first
+    size = np.bincount(labels)[labels].astype(np.int32)
+    cluster_id = np.empty(n, dtype=np.int64)
+    cluster_id[order] = (rank_key[order[first]] >> np.uint64(1)).astype(np.int64)
+    clusters = Clusters(list(shards), offsets, cluster_id, size, rank, [None] * n)
+    clusters.candidate_pairs, clusters.verified_pairs = candidates, verified
+    _hold_out(clusters, paths, settings)
+    if settings.enabled:
+        for i in np.flatnonzero(rank >= settings.max_per_cluster).tolist():
+            if clusters.decision[i] is None:
+                clusters.decision[i] = drops.DROP_CLUSTER_CAP
+    return clusters
+
+
+def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettings) -> None:
+    """Pick whole clusters for the validation sets by their representative (rank 0) row: per exercise the
+    `heldout_per_exercise` first by heldout_key (the KL slice), then per checkable answer form the
+    `format_suite_per_form` first among the rest (the format suite); mark every member `heldout`."""
+    if clusters.rows == 0:
+        return
+    table = pl.concat(
+        [
+            pl.read_parquet(p, columns=["synth_id", "exercise", "answer_form", "heldout_key"]).with_columns(
+                shard=pl.lit(s)
+            )
+            for s, p in zip(clusters.shards, paths)
+        ]
+    ).with_columns(
+        row=pl.int_range(pl.len(), dtype=pl.Int64),
+        cluster_id=pl.Series(clusters.cluster_id),
+        cluster_size=pl.Series(clusters.size),
+        cluster_rank=pl.Series(clusters.rank),
+    )
+    representatives = table.filter(pl.col("cluster_rank") == 0).sort("heldout_key", "synth_id")
+    kl = representatives.filter(pl.int_range(pl.len()).over("exercise") < settings.heldout_per_exercise)
+    rest = representatives.filter(~pl.col("cluster_id").is_in(kl["cluster_id"].implode()))
+    form = rest.filter(pl.col("answer_form").is_not_null())
+    form = form.filter(pl.int_range(pl.len()).over("answer_form") < settings.format_suite_per_form)
+    chosen = pl.concat([kl.with_columns(set=pl.lit("kl")), form.with_columns(set=pl.lit("format"))])
+    members = table.filter(pl.col("cluster_id").is_in(chosen["cluster_id"].implode()))["row"].to_list()
+    for i in members:
+        clusters.decision[i] = drops.DROP_HELDOUT
+    clusters.heldout = chosen.select(
+        "set", "synth_id", "shard", "exercise", "answer_form", "cluster_id", "cluster_size"
+    ).to_dicts()
+
+
+def shard_clusters_table(clusters: Clusters, shard_index: int, signatures_path: Path) -> pa.Table:
+    """One shard's rows of `clusters` as CLUSTERS_SCHEMA (synth_id and near_dup_hash from its signatures)."""
+    lo, hi = int(clusters.offsets[shard_index]), int(clusters.offsets[shard_index + 1])
+    own = pq.read_table(signatures_path, columns=["synth_id", "near_dup_hash"])
+    return pa.table(
+        {
+            "synth_id": own.column("synth_id"),
+            "cluster_id": clusters.cluster_id[lo:hi],
+            "cluster_size": clusters.size[lo:hi],
+            "cluster_rank": clusters.rank[lo:hi],
+            "near_dup_hash": own.column("near_dup_hash"),
+            "decision": pa.array(clusters.decision[lo:hi], pa.string()),
+        },
+        schema=CLUSTERS_SCHEMA,
+    )
+
+
+def cluster_summary(clusters: Clusters, paths: Sequence[Path], top: int = 5) -> dict[str, Any]:
+    """What the UI and the plan need: size histogram, largest clusters, share of rows in clusters of size > 1,
+    diversity, the clusters crossing the 000 split, and the rows each decision removes per (exercise,
+    language) cell of every shard (the sampling plan counts rows after them)."""
+    n = clusters.rows
+    first = clusters.rank == 0
+    sizes = clusters.size[first]
+    histogram = Counter(sizes.tolist())
+    table = pl.concat(
+        [pl.read_parquet(p, columns=["synth_id", "exercise", "language", "valid"]) for p in paths]
+        or [pl.DataFrame(schema={"synth_id": pl.String, "exercise": pl.String, "language": pl.String})]
+    )
+    if n:
+        table = table.with_columns(
+            shard=pl.Series([s for i, s in enumerate(clusters.shards) for _ in range(np.diff(clusters.offsets)[i])]),
+            cluster_id=pl.Series(clusters.cluster_id),
+            cluster_size=pl.Series(clusters.size),
+            cluster_rank=pl.Series(clusters.rank),
+            decision=pl.Series(clusters.decision, dtype=pl.String),
+        )
+    largest = _largest(table, top) if n else []
+    crossing = 0
+    if n:
+        kept = table.filter(pl.col("decision").is_null() & (pl.col("cluster_size") > 1))
+        crossing = kept.group_by("cluster_id").agg(pl.col("valid").n_unique()).filter(pl.col("valid") > 1).height
+    removed: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+    if n:
+        for shard, reason, exercise, language, count in (
+            table.filter(pl.col("decision").is_not_null())
+            .group_by("shard", "decision", "exercise", "language")
+            .len()
+            .sort("shard", "decision", "exercise", "language")
+            .iter_rows()
+        ):
+            removed.setdefault(shard, {}).setdefault(reason, {}).setdefault(exercise, {})[language] = count
+    in_clusters = int(clusters.size[clusters.size > 1].shape[0])
+    return {
+        "rows": n,
+        "clusters": int(first.sum()),
+        "candidate_pairs": clusters.candidate_pairs,
+        "verified_pairs": clusters.verified_pairs,
+        "rows_in_clusters_over_1": in_clusters,
+        "share_in_clusters_over_1": in_clusters / n if n else 0.0,
+        "distinct_share": float(first.sum()) / n if n else 1.0,
+        "largest_cluster_share": float(sizes.max()) / n if n else 0.0,
+        "size_histogram": {str(size): histogram[size] for size in sorted(histogram)},
+        "largest": largest,
+        "clusters_crossing_split": crossing,
+        "dropped": dict(Counter(d for d in clusters.decision if d is not None)),
+        "removed_cells": removed,
+        "heldout": clusters.heldout,
+    }
+
+
+def _largest(table: pl.DataFrame, top: int) -> list[dict[str, Any]]:
+    biggest = (
+        table.filter(pl.col("cluster_size") > 1)
+        .sort("cluster_size", "cluster_id", "cluster_rank", descending=[True, False, False])
+        .group_by("cluster_id", maintain_order=True)
+        .agg(pl.col("cluster_size").first(), pl.col("synth_id").head(3), pl.col("shard").head(3))
+        .head(top)
+    )
+    return biggest.to_dicts()
+
+
+def removed_by_clusters(summary: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    """Rows the clusters' decisions remove, summed over shards, per (exercise, language)."""
+    cells: Counter[tuple[str, str]] = Counter()
+    for by_reason in summary.get("removed_cells", {}).values():
+        for by_exercise in by_reason.values():
+            for exercise, by_language in by_exercise.items():
+                for language, count in by_language.items():
+                    cells[(exercise, language)] += count
+    return dict(cells)
+
+
+def clusters_rule(decisions: Mapping[str, str | None]):
+    """The clusters' decisions as a drop-reason lookup by synth_id (a row the clusters never saw: kept)."""
+
+    def reasons(frame: pl.DataFrame) -> pl.Series:
+        return pl.Series("reason", [decisions.get(i) for i in frame["synth_id"].to_list()], dtype=pl.String)
+
+    return reasons
