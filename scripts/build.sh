@@ -108,10 +108,12 @@ BUILD_KEYS=$(mktemp)
 trap 'rm -f "$BUILD_KEYS"' EXIT
 .venv/bin/python -m synthkd_assets.cli partitions --null > "$BUILD_KEYS"
 BUILD_SHARDS=$(tr -cd '\0' < "$BUILD_KEYS" | wc -c)
-# 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts)
-each_shard scan synth_harmony,synth_filtered
-# 3. the sampling plan, from every shard's counts
-step plan synth_sampling_plan
+# 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts) ->
+#    MinHash signatures of the user prompts
+each_shard scan synth_harmony,synth_filtered,synth_signatures
+# 3. the near-duplicate clusters (cap, held-out clusters), the sampling plan from every shard's counts after them,
+#    the validation sets
+step plan synth_clusters,synth_sampling_plan,synth_validation_sets
 # 4. the build pass, every shard partition: sampled -> tokens/masks -> Megatron trio + DistillKit parts
 each_shard build synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
 # 5. provenance over all shards

@@ -107,7 +107,7 @@ DROP_REASONS_BY_STEP: Final = {
         DROP_SMOKE_CAP,
     ),
     "synth_filtered": (DROP_EMPTY_ANSWER, DROP_RESULT_FAILED, DROP_RESULT_INCONSISTENT),
-    "synth_sampled": tuple(DROP_SAMPLED_OUT.values()),
+    "synth_sampled": (DROP_CLUSTER_CAP, DROP_HELDOUT, *DROP_SAMPLED_OUT.values()),
     "synth_tokenized": (
         DROP_TOKENIZER_ERROR,
         DROP_HARMONY_RENDER_ERROR,

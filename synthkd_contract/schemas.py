@@ -86,7 +86,8 @@ DISTILL_SCHEMA: Final = pa.schema(
 )
 
 # synth_pool (002 §11 schema v0): one row per conversation the quota grid keeps; the columns nothing computes
-# yet (scorer, clusters, embeddings, teacher statistics) are present and null, never a made-up number
+# yet (scorer, embeddings, teacher statistics) are present and null; cluster_id / near_dup_hash come from
+# synth_clusters, never a made-up number
 TOKEN_RANGE_TYPE: Final = pa.struct([("start", pa.int32()), ("end", pa.int32())])  # [start, end) token indices
 POOL_SCHEMA: Final = pa.schema(
     [
@@ -119,8 +120,6 @@ POOL_SCHEMA: Final = pa.schema(
 POOL_NULL_COLUMNS: Final = (
     "prompt_text",
     "embedding",
-    "cluster_id",
-    "near_dup_hash",
     "utility_score",
     "difficulty_proxy",
     "teacher_entropy",
@@ -155,5 +154,21 @@ CLUSTERS_SCHEMA: Final = pa.schema(
         ("cluster_rank", pa.int32()),  # 0 .. size-1 by rank_key; a row is kept iff rank < max_per_cluster
         ("near_dup_hash", pa.string()),
         ("decision", pa.string()),  # null: kept; drops.DROP_CLUSTER_CAP or drops.DROP_HELDOUT
+    ]
+)
+# the validation sets (002 §13.4): heldout_kl.parquet and format_suite.parquet, one row per held-out cluster's
+# representative; prompt_tokens is openai-harmony's render for completion (system + user, then the assistant's turn)
+VALIDATION_SCHEMA: Final = pa.schema(
+    [
+        ("synth_id", pa.string()),
+        ("exercise", pa.string()),
+        ("language", pa.string()),
+        ("cluster_id", pa.int64()),
+        ("cluster_size", pa.int32()),
+        ("prompt_messages", pa.string()),  # Harmony JSON: system + user
+        ("prompt_tokens", pa.list_(pa.int32())),
+        ("reference_messages", pa.string()),  # Harmony JSON: SYNTH's assistant analysis (if any) and final
+        ("answer_form", pa.string()),  # number | mcq_letter | null (core/filters.py expected_answer)
+        ("expected_answer", pa.string()),  # the checkable expectation, e.g. "12532" or "B"; null when none
     ]
 )

@@ -14,6 +14,10 @@ CLI, tests and benchmarks, so that no path is spelled out anywhere else.
     <data>/megatron/<dataset>/                    {train,valid}/shard_XX_*.{bin,idx}, shards/shard_XX{.json,
                                                   _documents.parquet}, manifest.json
     <data>/distill/<distill name>/                {train,validation}/part-XXXXX.parquet, manifest.json
+    <build>/synth_signatures/<key>.parquet        MinHash signatures and LSH band keys per shard
+    <build>/synth_clusters/clusters.json          near-duplicate clusters: summary, held-out clusters; <key>.parquet
+                                                  per shard: every row's cluster and the cap / held-out decision
+    <data>/validation/<validation name>/          heldout_kl.parquet, format_suite.parquet, manifest.json
     <build>/synth_quota_plan/plan.json            the B x C token quota grid of the pool
     <data>/pool/<pool name>/                      parts/part-XXXXX.parquet (002 §11 rows), megatron/{train,valid}/
                                                   <B>_<C>/shard_XX_*.{bin,idx} (per-cell trios), shards/shard_XX.json,
@@ -60,6 +64,13 @@ MEGATRON_SHARDS_SUBDIR = "shards"  # per-shard records and documents tables of a
 HASH_CACHE_FILENAME = "hash_cache.json"
 BUILD_LOCK_FILENAME = ".build.lock"
 SAMPLING_PLAN_STAGE = "synth_sampling_plan"
+SIGNATURES_STAGE = "synth_signatures"  # <key>.parquet + <key>.report.json, like the stages
+CLUSTERS_STAGE = "synth_clusters"  # <key>.parquet per shard + clusters.json
+CLUSTERS_SUMMARY_FILENAME = "clusters.json"
+VALIDATION_SUBDIR = "validation"
+VALIDATION_NAME = "synth_validation_v1"
+HELDOUT_KL_FILENAME = "heldout_kl.parquet"
+FORMAT_SUITE_FILENAME = "format_suite.parquet"
 HARMONY_STAGE = "synth_harmony"
 
 
@@ -132,6 +143,22 @@ class DataLayout:
 
     def sampling_plan(self) -> Path:
         return self.stage_dir(SAMPLING_PLAN_STAGE) / constants.SAMPLING_PLAN_FILENAME
+
+    def clusters_summary(self) -> Path:
+        return self.stage_dir(CLUSTERS_STAGE) / CLUSTERS_SUMMARY_FILENAME
+
+    def validation_root(self) -> Path:
+        name = f"{VALIDATION_NAME}_smoke" if self.smoke else VALIDATION_NAME
+        return self.data_root / VALIDATION_SUBDIR / name
+
+    def heldout_kl(self) -> Path:
+        return self.validation_root() / HELDOUT_KL_FILENAME
+
+    def format_suite(self) -> Path:
+        return self.validation_root() / FORMAT_SUITE_FILENAME
+
+    def validation_manifest(self) -> Path:
+        return self.validation_root() / constants.MANIFEST_FILENAME
 
     def quota_plan(self) -> Path:
         return self.stage_dir(QUOTA_PLAN_STAGE) / QUOTA_PLAN_FILENAME
@@ -225,7 +252,8 @@ class DataLayout:
 
     def all_stage_dirs(self) -> tuple[Path, ...]:
         """<key>.parquet, <key>.report.json"""
-        return tuple(build.stage_dir(stage) for build in self.both_builds() for stage in STAGE_NAMES)
+        stages = (*STAGE_NAMES, SIGNATURES_STAGE, CLUSTERS_STAGE)
+        return tuple(build.stage_dir(stage) for build in self.both_builds() for stage in stages)
 
     def all_distill_records_dirs(self) -> tuple[Path, ...]:
         """<key>.json"""

@@ -28,6 +28,7 @@ from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import CURRICULUM_SUBDIR, documents_path, shard_record_path
 from synthkd_assets.core.manifest import config_hash, sum_reports
 from synthkd_assets.core.megatron_io import ShardSplitInventory
+from synthkd_assets.core.near_dup import removed_by_clusters
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import (
     Cell,
@@ -35,6 +36,7 @@ from synthkd_assets.core.sampling import (
     cells_from_nested,
     mix_meets_targets,
     mix_summary,
+    nested_from_cells,
     plan_keep_rates,
 )
 from synthkd_contract import constants
@@ -79,11 +81,27 @@ def harmony_manifest(system: dict[str, Any], entries: list[dict[str, Any]]) -> d
     }
 
 
-def sampling_plan(filtered_reports: Mapping[str, dict[str, Any]], targets: MixTargets) -> dict[str, Any]:
-    """The plan (core/sampling.py `plan_keep_rates`) for every shard's counts after the filters, and the
-    rows each shard contributed."""
-    plan = plan_keep_rates(summed_cells(filtered_reports.values()), targets)
-    return {**plan, "shards": {name: report["rows_out"] for name, report in filtered_reports.items()}}
+def sampling_plan(
+    filtered_reports: Mapping[str, dict[str, Any]],
+    targets: MixTargets,
+    clusters: Mapping[str, Any] | None = None,
+    clusters_sha256: str | None = None,
+) -> dict[str, Any]:
+    """The plan (core/sampling.py `plan_keep_rates`) for every shard's counts after the filters and after the
+    rows the near-duplicate clusters remove (cap, held out: `clusters`, synth_clusters' summary), and the rows
+    each shard contributed."""
+    removed = removed_by_clusters(clusters or {})
+    plan = plan_keep_rates(counts_after_clusters(filtered_reports, removed), targets)
+    near_dup = {"clusters_sha256": clusters_sha256, "removed": nested_from_cells(removed)}
+    return {**plan, "near_dup": near_dup, "shards": {name: r["rows_out"] for name, r in filtered_reports.items()}}
+
+
+def counts_after_clusters(
+    filtered_reports: Mapping[str, dict[str, Any]], removed: Mapping[Cell, int]
+) -> dict[Cell, int]:
+    """Rows per (exercise, language) after the filters, less the rows the clusters remove."""
+    cells = summed_cells(filtered_reports.values())
+    return {cell: n - removed.get(cell, 0) for cell, n in cells.items() if n - removed.get(cell, 0) > 0}
 
 
 def sampling_section(
@@ -104,7 +122,8 @@ def sampling_section(
     return {
         "plan_sha256": plan_sha256,
         **{key: plan[key] for key in ("targets", "salts", "rule", "rates", "feasible", "notes")},
-        "plan_counts_current": cells_from_nested(plan["counts"]) == summed_cells(filtered_reports.values()),
+        "plan_counts_current": cells_from_nested(plan["counts"])
+        == counts_after_clusters(filtered_reports, cells_from_nested(plan.get("near_dup", {}).get("removed", {}))),
         "before": plan["before"],
         "expected_after": plan["expected_after"],
         "achieved_after": achieved,

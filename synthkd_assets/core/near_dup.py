@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,8 @@ from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHE
 SHARD = "shard"
 USER_PROMPT_PATH = "$.messages[1].content[0].text"  # synth_harmony_v1: [system, user, (analysis), final]
 EDGE_CHUNK = 1 << 20  # candidate pairs verified per numpy batch
+KL_SET = "kl"  # the held-out KL slice
+FORMAT_SET = "format"  # the format-compliance suite
 
 
 # --- signatures ------------------------------------------------------------------------------------------------
@@ -295,7 +297,7 @@ def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettin
         return
     table = pl.concat(
         [
-            pl.read_parquet(p, columns=["synth_id", "exercise", "answer_form", "heldout_key"]).with_columns(
+            pl.read_parquet(p, columns=["synth_id", "exercise", "language", "answer_form", "heldout_key"]).with_columns(
                 shard=pl.lit(s)
             )
             for s, p in zip(clusters.shards, paths)
@@ -311,12 +313,12 @@ def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettin
     rest = representatives.filter(~pl.col("cluster_id").is_in(kl["cluster_id"].implode()))
     form = rest.filter(pl.col("answer_form").is_not_null())
     form = form.filter(pl.int_range(pl.len()).over("answer_form") < settings.format_suite_per_form)
-    chosen = pl.concat([kl.with_columns(set=pl.lit("kl")), form.with_columns(set=pl.lit("format"))])
+    chosen = pl.concat([kl.with_columns(set=pl.lit(KL_SET)), form.with_columns(set=pl.lit(FORMAT_SET))])
     members = table.filter(pl.col("cluster_id").is_in(chosen["cluster_id"].implode()))["row"].to_list()
     for i in members:
         clusters.decision[i] = drops.DROP_HELDOUT
     clusters.heldout = chosen.select(
-        "set", "synth_id", "shard", "exercise", "answer_form", "cluster_id", "cluster_size"
+        "set", "synth_id", "shard", "exercise", "language", "answer_form", "cluster_id", "cluster_size"
     ).to_dicts()
 
 
@@ -413,10 +415,27 @@ def removed_by_clusters(summary: Mapping[str, Any]) -> dict[tuple[str, str], int
     return dict(cells)
 
 
-def clusters_rule(decisions: Mapping[str, str | None]):
-    """The clusters' decisions as a drop-reason lookup by synth_id (a row the clusters never saw: kept)."""
+def prompt_of(filtered_path: Path, synth_id: str) -> str:
+    """One row's user prompt, as the signatures saw it before normalization (for the UI's example pair)."""
+    frame = pl.read_parquet(filtered_path, columns=["synth_id", "messages_json"]).filter(pl.col("synth_id") == synth_id)
+    return frame.select(pl.col("messages_json").str.json_path_match(USER_PROMPT_PATH)).item()
+
+
+def shard_cluster_columns(path: Path) -> dict[str, tuple[int, str]]:
+    """synth_id -> (cluster_id, near_dup_hash) of one shard's synth_clusters file (the pool's §11 columns)."""
+    table = pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"])
+    return {i: (c, h) for i, c, h in table.iter_rows()}
+
+
+def clusters_rule(path: Path) -> Callable[[pl.DataFrame], pl.Series]:
+    """One shard's cap / held-out decisions (its synth_clusters file) as a RowRule over synth_harmony_v1 frames:
+    the drop reason by synth_id. A row the clusters never saw (its shard changed after they were computed: the
+    raw sensor rebuilds a changed shard under the clusters in force, like under the sampling plan) is kept
+    until the next re-plan (docs/near-dup.md "Rebuilds")."""
+    decisions = dict(pl.read_parquet(path, columns=["synth_id", "decision"]).iter_rows())
 
     def reasons(frame: pl.DataFrame) -> pl.Series:
-        return pl.Series("reason", [decisions.get(i) for i in frame["synth_id"].to_list()], dtype=pl.String)
+        ids = frame["synth_id"].to_list()
+        return pl.Series("reason", [decisions.get(i) for i in ids], dtype=pl.String)
 
     return reasons

@@ -17,7 +17,7 @@ A conversation the quota grid does not keep is dropped and counted (`over_quota`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import pyarrow as pa
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.distill_io import messages_payload, sampled_messages
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
+from synthkd_assets.core.near_dup import shard_cluster_columns
 from synthkd_assets.core.parquet_io import ParquetShardWriter, list_column_rows
 from synthkd_assets.core.quota import quota_keep
 from synthkd_assets.core.report import ShardReport
@@ -92,9 +93,11 @@ def pool_row(row: TokenizedRow, messages: str) -> PoolRow:
     )
 
 
-def pool_table(rows: list[PoolRow]) -> pa.Table:
-    """The §11 rows of kept conversations (POOL_SCHEMA), nulls where nothing computes a column yet."""
+def pool_table(rows: list[PoolRow], clusters: Mapping[str, tuple[int, str]] | None = None) -> pa.Table:
+    """The §11 rows of kept conversations (POOL_SCHEMA), nulls where nothing computes a column yet;
+    `clusters`: synth_id -> (cluster_id, near_dup_hash) from synth_clusters (null columns without it)."""
     n = len(rows)
+    found = [(clusters or {}).get(r.synth_id, (None, None)) for r in rows]
     columns: dict[str, Any] = {
         "id": [pool_row_id(constants.SOURCE_DATASET, r.synth_id) for r in rows],
         "source_dataset": [constants.SOURCE_DATASET] * n,
@@ -111,6 +114,7 @@ def pool_table(rows: list[PoolRow]) -> pa.Table:
         "final_span": [r.final for r in rows],
     }
     columns.update({name: [None] * n for name in POOL_NULL_COLUMNS})
+    columns.update(cluster_id=[f[0] for f in found], near_dup_hash=[f[1] for f in found])
     return pa.table({field.name: pa.array(columns[field.name], field.type) for field in POOL_SCHEMA})
 
 
@@ -165,6 +169,7 @@ class PoolShard:
     shard: str
     rates: dict[str, dict[str, float]]  # the quota plan's {skill: {ctx: keep rate}}
     caps: BuildCaps = NO_CAPS
+    clusters_path: Path | None = None  # synth_clusters of the shard: fills cluster_id and near_dup_hash
 
 
 class PoolStep(DatasetStep):
@@ -176,6 +181,7 @@ class PoolStep(DatasetStep):
         self.where = shard
         self.messages: Iterator[tuple[int, str]] = sampled_messages(shard.sampled_path)
         self.outputs: PoolOutputs | None = None
+        self.clusters = shard_cluster_columns(shard.clusters_path) if shard.clusters_path is not None else None
 
     def open_outputs(self) -> Outputs:
         self.outputs = PoolOutputs(self.where.part_path, self.where.trio_root, self.where.shard_index)
@@ -197,7 +203,7 @@ class PoolStep(DatasetStep):
     def tables(self, arrow: pa.Table, kept: dict[str, list[PoolRow]]) -> dict[str, Table]:
         out = {}
         for split, rows in kept.items():
-            table = pool_table(rows)
+            table = pool_table(rows, self.clusters)
             indices = [r.index for r in rows]
             for column in ("tokens", "loss_mask", "span_id"):
                 table = table.append_column(column, arrow.column(column).take(indices))

@@ -171,6 +171,15 @@ RowRule = Callable[[pl.DataFrame], pl.Series]
 """Maps a synth_harmony_v1 frame to a String series: the drop reason of each row, or null to keep it."""
 
 
+def first_reason(*rules: RowRule) -> RowRule:
+    """The rules applied in order: a row's reason is the first rule's that drops it (each drop counted once)."""
+
+    def reasons(frame: pl.DataFrame) -> pl.Series:
+        return frame.select(pl.coalesce([pl.lit(rule(frame)) for rule in rules]).alias("reason"))["reason"]
+
+    return reasons
+
+
 def keep_everything(frame: pl.DataFrame) -> pl.Series:
     return pl.Series("reason", [None] * frame.height, dtype=pl.String)
 

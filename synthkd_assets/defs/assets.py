@@ -12,11 +12,13 @@ from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
+from synthkd_assets.core.near_dup import clusters_rule
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import sampling_rule
 from synthkd_assets.core.stages import (
     RowRule,
+    first_reason,
     harmonize_shard,
     select_rows_shard,
     tokenize_shard,
@@ -46,6 +48,7 @@ from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import (
     partition_records,
+    read_clusters,
     read_plan,
     require_upstream,
     shard_names,
@@ -126,18 +129,20 @@ def synth_filtered(
     return select_rows(paths, context.partition_key, "synth_harmony", "synth_filtered", quality_drop_reasons)
 
 
-@synthkd_asset("plan", {"json"}, deps=[synth_filtered], group_name="synth")
+@synthkd_asset("plan", {"json"}, deps=[synth_filtered, dg.AssetKey("synth_clusters")], group_name="synth")
 def synth_sampling_plan(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
     """The 001 sampling plan (data/synth_sampling_plan/plan.json): from every shard's exercise x language counts
-    after the filters, keep rates so that memorization <= memorization_cap and non-English <= non_english_max
-    (and >= non_english_min when set; in expectation), plus global_keep. One salted hash of synth_id per rule.
+    after the filters and the near-duplicate cap / held-out clusters (synth_clusters), keep rates so that
+    memorization <= memorization_cap and non-English <= non_english_max (and >= non_english_min when set; in
+    expectation), plus global_keep. One salted hash of synth_id per rule.
     Not automated: a re-plan means rebuilding every shard from synth_sampled on."""
     paths = layout.data_layout(build.smoke)
     names = shard_names(paths)
     filtered = partition_records("synth_filtered", {n: stage_files(paths, "synth_filtered", n)[1] for n in names})
-    plan = sampling_plan(filtered, build.targets())
+    clusters, clusters_sha = read_clusters(paths)
+    plan = sampling_plan(filtered, build.targets(), clusters, clusters_sha)
     return publish_plan(
         context,
         paths.sampling_plan(),
@@ -181,12 +186,17 @@ def publish_plan(
 def synth_sampled(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """synth_filtered rows kept by the sampling plan: per rule (memorization, english / non_english, global) a
-    salted sha256 of synth_id against the plan's rate, so independent of row order and shard layout."""
+    """synth_filtered rows kept by the near-duplicate clusters (not past their cluster's max_per_cluster, not held
+    out) and by the sampling plan: per rule (memorization, english / non_english, global) a salted sha256 of
+    synth_id against the plan's rate, so independent of row order and shard layout."""
     paths = layout.data_layout(build.smoke)
     plan, plan_sha = read_plan(paths, build.targets())
+    key = context.partition_key
     rule = sampling_rule(plan["rates"])
-    return select_rows(paths, context.partition_key, "synth_filtered", "synth_sampled", rule, plan_sha)
+    clusters = stage_files(paths, "synth_clusters", key)[0]
+    if clusters.is_file():  # a shard added after the clusters in force is sampled whole, like under the plan
+        rule = first_reason(clusters_rule(clusters), rule)
+    return select_rows(paths, key, "synth_filtered", "synth_sampled", rule, plan_sha)
 
 
 @shard_step(

@@ -29,6 +29,7 @@ from synthkd_assets.defs.assets import (
 )
 from synthkd_assets.defs.ingest import raw_reports
 from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_manifest, synth_kd_v1_manifest
+from synthkd_assets.defs.near_dup import synth_clusters, synth_signatures, synth_validation_sets
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
@@ -36,20 +37,22 @@ from synthkd_contract.manifest_seal import sha256_file
 
 synth_scan_job = dg.define_asset_job(
     "synth_scan_job",
-    selection=dg.AssetSelection.assets(synth_harmony, synth_filtered),
-    description="The scan pass of one shard: Harmony and the 001 quality filters, whose exercise x language "
-    "counts the sampling plan is computed from. Backfill it over all partitions, then run synth_plan_job.",
+    selection=dg.AssetSelection.assets(synth_harmony, synth_filtered, synth_signatures),
+    description="The scan pass of one shard: Harmony, the 001 quality filters (whose exercise x language counts "
+    "the sampling plan is computed from) and the prompts' MinHash signatures. Backfill it over all partitions, "
+    "then run synth_plan_job.",
 )
 synth_plan_job = dg.define_asset_job(
     "synth_plan_job",
-    selection=dg.AssetSelection.assets(synth_sampling_plan),
-    description="Recompute the sampling plan from every shard's filtered counts. A new plan changes which rows "
-    "every shard keeps: backfill synth_shard_job over all partitions afterwards (the manifests refuse a mix of plans).",
+    selection=dg.AssetSelection.assets(synth_clusters, synth_sampling_plan, synth_validation_sets),
+    description="Recompute the near-duplicate clusters, then the sampling plan from every shard's counts after "
+    "them, then the validation sets. A new plan changes which rows every shard keeps: backfill synth_shard_job "
+    "over all partitions afterwards (the manifests refuse a mix of plans).",
 )
 synth_shard_job = dg.define_asset_job(
     "synth_shard_job",
     selection=dg.AssetSelection.assets(
-        synth_harmony, synth_filtered, synth_sampled, synth_tokenized, synth_kd_v1, synth_distill
+        synth_harmony, synth_filtered, synth_signatures, synth_sampled, synth_tokenized, synth_kd_v1, synth_distill
     ),
     description="One raw shard through Harmony, the filters, the current sampling plan, tokens/masks, the Megatron "
     "trio and the DistillKit parts. Backfill it over all partitions to build every shard; the manifests follow "
@@ -193,7 +196,9 @@ def evaluate_nightly_rebuild(
     if add:  # new files the sensor has not registered yet (it may be stopped)
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
     # without a sampling plan only the scan pass can run (synth_scan_job's assets, as a subset of this job)
-    scan_only = None if paths.sampling_plan().is_file() else [synth_harmony.key, synth_filtered.key]
+    scan_only = (
+        None if paths.sampling_plan().is_file() else [synth_harmony.key, synth_filtered.key, synth_signatures.key]
+    )
     return [dg.RunRequest(partition_key=key, run_key=run_keys[key], asset_selection=scan_only) for key in rebuild]
 
 

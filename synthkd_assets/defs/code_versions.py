@@ -18,13 +18,24 @@ import dagster as dg
 
 from synthkd_assets.core.filters import filter_config
 from synthkd_assets.core.inventory import RAW_GLOB
+from synthkd_assets.core.layout import VALIDATION_NAME
 from synthkd_assets.core.manifest import config_hash
+from synthkd_assets.core.near_dup import USER_PROMPT_PATH, ClusterSettings
 from synthkd_assets.core.render import RENDER_CONFIG
 from synthkd_assets.core.sampling import RULE_ORDER
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.resources import SynthKDBuildConfig
-from synthkd_contract import buckets, constants, drops
-from synthkd_contract.schemas import DISTILL_SCHEMA, DOCUMENTS_SCHEMA, HARMONY_SCHEMA, POOL_SCHEMA, TOKENIZED_SCHEMA
+from synthkd_contract import buckets, constants, drops, near_dup
+from synthkd_contract.schemas import (
+    CLUSTERS_SCHEMA,
+    DISTILL_SCHEMA,
+    DOCUMENTS_SCHEMA,
+    HARMONY_SCHEMA,
+    POOL_SCHEMA,
+    SIGNATURES_SCHEMA,
+    TOKENIZED_SCHEMA,
+    VALIDATION_SCHEMA,
+)
 
 CODE_VERSION_DIGITS = 16  # of the sha256: enough to tell versions apart, short enough to read in the UI
 
@@ -34,8 +45,11 @@ RULE_VERSIONS = {
     "synth_harmony": "1",
     "synth_harmony_manifest": "1",
     "synth_filtered": "1",
-    "synth_sampling_plan": "1",
-    "synth_sampled": "1",
+    "synth_signatures": "1",
+    "synth_clusters": "1",
+    "synth_validation_sets": "1",
+    "synth_sampling_plan": "2",
+    "synth_sampled": "2",
     "synth_tokenized": "2",
     "synth_kd_v1": "1",
     "synth_kd_v1_manifest": "1",
@@ -102,7 +116,20 @@ def rule_slices() -> dict[str, dict[str, Any]]:
                 constants.GLOBAL_KEEP,
             ],
         },
-        "synth_sampled": {**_sampling_rule(), "drop_reasons": drops.DROP_SAMPLED_OUT},
+        "synth_sampled": {**_sampling_rule(), "drop_reasons": drops.DROP_REASONS_BY_STEP["synth_sampled"]},
+        "synth_signatures": {
+            "schema": SIGNATURES_SCHEMA.to_string(),
+            "prompt": USER_PROMPT_PATH,
+            "minhash": ClusterSettings().to_dict(),
+            "split_salt": constants.SPLIT_SALT,
+            "valid_fraction": constants.VALID_FRACTION,
+        },
+        "synth_clusters": {
+            "schema": CLUSTERS_SCHEMA.to_string(),
+            "defaults": ClusterSettings().to_dict(),
+            "large_cluster_share": near_dup.LARGE_CLUSTER_SHARE,
+        },
+        "synth_validation_sets": {"schema": VALIDATION_SCHEMA.to_string(), "name": VALIDATION_NAME},
         "synth_tokenized": {
             "tokenizer_sha256": constants.TOKENIZER_SHA256,
             "encoding": constants.HARMONY_ENCODING_NAME,

@@ -6,8 +6,10 @@ an asset gives when its upstream is missing all follow these lists.
 """
 
 INVENTORY_STEPS = ["o200k_tokenizer", "synth_raw_inventory"]
-SCAN_STEPS = ["synth_harmony", "synth_filtered"]  # per shard, before the (global) sampling plan
-PLAN_STEPS = ["synth_sampling_plan"]
+SCAN_STEPS = ["synth_harmony", "synth_filtered", "synth_signatures"]  # per shard, before the global plan pass
+# the near-duplicate clusters (their cap and held-out clusters remove rows before the plan counts them), the
+# sampling plan, and the validation sets of the held-out clusters
+PLAN_STEPS = ["synth_clusters", "synth_sampling_plan", "synth_validation_sets"]
 BUILD_STEPS = ["synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"]  # per shard, under the plan
 SHARD_STEPS = SCAN_STEPS + BUILD_STEPS  # rebuilding one shard under the plan in force
 MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest"]

@@ -75,8 +75,8 @@ def synth_pool(
 ) -> dg.MaterializeResult:
     """The 002 §11 sequence pool of this shard: every conversation the quota grid keeps, as one Parquet row
     (UUID, source, skill and ctx bucket, Harmony messages, exact prompt tokens, analysis / final token ranges,
-    sampling_weight; scorer and cluster columns null) and as Megatron trios per (split, B_C cell) for
-    curriculum blends; rows over quota dropped and counted."""
+    sampling_weight, cluster_id and near_dup_hash from synth_clusters; scorer columns null) and as Megatron
+    trios per (split, B_C cell) for curriculum blends; rows over quota dropped and counted."""
     paths = layout.data_layout(build.smoke)
     key = context.partition_key
     shard_index = shard_index_from_name(key)
@@ -84,7 +84,18 @@ def synth_pool(
     plan, plan_sha = read_quota_plan(paths, build.quota_targets())
     tokenized, sampled = stage_files(paths, "synth_tokenized", key)[0], stage_files(paths, "synth_sampled", key)[0]
     part, trio_root = paths.pool_part(shard_index), paths.pool_trio_root()
-    shard = PoolShard(tokenized, sampled, part, trio_root, shard_index, key, plan["rates"], build.caps())
+    clusters = stage_files(paths, "synth_clusters", key)[0]
+    shard = PoolShard(
+        tokenized,
+        sampled,
+        part,
+        trio_root,
+        shard_index,
+        key,
+        plan["rates"],
+        build.caps(),
+        clusters if clusters.is_file() else None,
+    )
     result = write_pool_shard(shard, paths.error_log("synth_pool", key))
     result.report.plan_sha256 = plan_sha
     record = result.record(key, shard_index, file_record(paths.pool_root(), part))

@@ -17,10 +17,12 @@ from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.curriculum import CurriculumStage, curriculum_stages
 from synthkd_assets.core.layout import DATA_DIR_ENV, DEFAULT_DATA_DIR, DEFAULT_RAW_DIR, RAW_DIR_ENV, DataLayout
 from synthkd_assets.core.manifest_builders import distill_build_config, kd_build_config
+from synthkd_assets.core.near_dup import ClusterSettings
 from synthkd_assets.core.quota import QuotaTargets, quota_config
 from synthkd_assets.core.sampling import MixTargets, selection_config
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_contract import constants
+from synthkd_contract import near_dup as nd
 from synthkd_contract.buckets import CURRICULUM_STAGES, SKILL_MIX
 
 LAYOUT_KEY = "layout"
@@ -110,6 +112,24 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         constants.DISTILL_VALID_FRACTION, description="DistillKit validation fraction (hash of synth_id)."
     )
 
+    # near-duplicate control (002 §7, §13.4): before the sampling plan counts rows, so it shapes every dataset
+    near_dup: bool = Field(
+        default=True,
+        description="Cap near-duplicate clusters of user prompts at max_per_cluster rows (off: clusters are still "
+        "computed and reported, nothing is capped).",
+    )
+    near_dup_threshold: float = Field(
+        nd.JACCARD_THRESHOLD, description="Estimated Jaccard (MinHash) at which two prompts are near-duplicates."
+    )
+    max_per_cluster: int = Field(nd.MAX_PER_CLUSTER, description="Rows kept per near-duplicate cluster per epoch.")
+    heldout_per_exercise: int = Field(
+        nd.HELDOUT_PER_EXERCISE, description="Clusters per exercise held out for the KL slice (never trained on)."
+    )
+    format_suite_per_form: int = Field(
+        nd.FORMAT_SUITE_PER_FORM,
+        description="Clusters per checkable answer form (number, MCQ letter) held out for the format suite.",
+    )
+
     # the sequence pool (002 §4, §10; 004): the skill mix on tokens, balancing, the curriculum
     skill_mix: dict[str, float] = Field(
         default_factory=lambda: dict(SKILL_MIX),
@@ -129,6 +149,20 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
     def targets(self) -> MixTargets:
         return MixTargets(self.memorization_cap, self.non_english_min, self.non_english_max, self.global_keep)
 
+    def cluster_settings(self) -> ClusterSettings:
+        return ClusterSettings(
+            self.near_dup,
+            self.near_dup_threshold,
+            self.max_per_cluster,
+            self.heldout_per_exercise,
+            self.format_suite_per_form,
+        )
+
+    def selection(self) -> dict:
+        """The row selection every dataset goes through: the 001 filters and sampling, the near-duplicate
+        cap and held-out clusters (hashed into each manifest's config)."""
+        return {**selection_config(self.targets()), "near_dup": self.cluster_settings().to_dict()}
+
     def quota_targets(self) -> QuotaTargets:
         return QuotaTargets(dict(self.skill_mix), self.balance_tokens)
 
@@ -140,7 +174,7 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         the quota settings and bucket tables, the curriculum, the smoke caps."""
         caps = self.caps()
         return {
-            "selection": selection_config(self.targets()),
+            "selection": self.selection(),
             "quota": quota_config(self.quota_targets()),
             "curriculum": [stage.to_dict() for stage in self.curriculum_stages()],
             "split": {"salt": constants.SPLIT_SALT, "valid_fraction": constants.VALID_FRACTION},
@@ -159,7 +193,7 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         """The synth_kd_v1 build config of these settings (hashed into the manifest, re-checked by checks)."""
         caps = self.caps()
         return kd_build_config(
-            system_message_dict(), caps.max_rows, caps.max_tokens, selection_config(self.targets()), caps.max_input_rows
+            system_message_dict(), caps.max_rows, caps.max_tokens, self.selection(), caps.max_input_rows
         )
 
     def distill_config(self) -> dict:
@@ -167,7 +201,7 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         caps = self.caps()
         return distill_build_config(
             system_message_dict(),
-            selection_config(self.targets()),
+            self.selection(),
             self.max_seq_len,
             self.distill_valid_fraction,
             caps.max_rows,

@@ -53,6 +53,14 @@ def stage_reports(paths: DataLayout, names: list[str], stages: tuple[str, ...] =
     return {stage: partition_records(stage, {n: stage_files(paths, stage, n)[1] for n in names}) for stage in stages}
 
 
+def read_clusters(paths: DataLayout) -> tuple[dict, str]:
+    """synth_clusters' summary (what its decisions remove, per shard and cell) and its sha256."""
+    path = paths.clusters_summary()
+    if not path.is_file():
+        raise dg.Failure(f"no near-duplicate clusters at {path}: materialize synth_clusters (after synth_signatures)")
+    return mf.read_json(path), sha256_file(path)
+
+
 def read_plan(paths: DataLayout, targets: MixTargets) -> tuple[dict, str]:
     """The current sampling plan and its sha256; fails if it is missing or was made for other targets."""
     path = paths.sampling_plan()

@@ -1,0 +1,247 @@
+"""Near-duplicate control (core/near_dup.py): normalization, signatures, clusters, the cap and the held-out
+clusters, on generated prompts whose true pairs are known, against an exact-Jaccard oracle written here."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import unicodedata
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from synthkd_assets.core.near_dup import (
+    ClusterSettings,
+    band_keys,
+    candidate_pairs,
+    cluster_shards,
+    cluster_summary,
+    minhash_signatures,
+    normalize_prompt,
+    signature_table,
+)
+from synthkd_assets.core.parquet_io import ParquetShardWriter
+from synthkd_contract import drops
+from synthkd_contract import near_dup as nd
+from synthkd_contract.schemas import SIGNATURES_SCHEMA
+
+THRESHOLD = nd.JACCARD_THRESHOLD
+
+
+def oracle_jaccard(a: str, b: str) -> float:
+    """Exact Jaccard of word 3-gram sets after NFKC + casefold + whitespace collapse (written independently)."""
+
+    def grams(text: str) -> set[tuple[str, ...]]:
+        words = unicodedata.normalize("NFKC", text).casefold().split()
+        return {tuple(words[i : i + 3]) for i in range(len(words) - 2)} or {tuple(words)}
+
+    x, y = grams(a), grams(b)
+    return len(x & y) / len(x | y)
+
+
+def harmony_frame(rows: list[dict]) -> pl.DataFrame:
+    """synth_harmony_v1-shaped rows (what the signature step reads) for (synth_id, prompt, exercise, constraints)."""
+
+    def messages(prompt: str) -> str:
+        text = lambda t: [{"type": "text", "text": t}]  # noqa: E731
+        return json.dumps(
+            {
+                "messages": [
+                    {"role": "system", "content": text("system")},
+                    {"role": "user", "content": text(prompt)},
+                    {"role": "assistant", "channel": "final", "content": text("answer")},
+                ]
+            }
+        )
+
+    return pl.DataFrame(
+        {
+            "synth_id": [r["synth_id"] for r in rows],
+            "language": ["en"] * len(rows),
+            "exercise": [r.get("exercise", "memorization") for r in rows],
+            "source_row": list(range(len(rows))),
+            "messages_json": [messages(r["prompt"]) for r in rows],
+            "metadata_json": [json.dumps({"constraints": r.get("constraints", "")}) for r in rows],
+        }
+    )
+
+
+def write_signatures(rows: list[dict], path: Path) -> Path:
+    with ParquetShardWriter(path, SIGNATURES_SCHEMA) as writer:
+        writer.write(signature_table(harmony_frame(rows)))
+    return path
+
+
+WORDS = [
+    "".join(random.Random(i).choices(string.ascii_lowercase, k=random.Random(-i).randint(3, 9))) for i in range(4000)
+]
+
+
+def planted_corpus(seed: int = 7, originals: int = 300, with_copies: int = 60) -> tuple[list[dict], list[tuple]]:
+    """Random prompts, and near copies of some of them with known edits: (rows, planted (source, copy) pairs)."""
+    rng = random.Random(seed)
+    rows, planted = [], []
+    for i in range(originals):
+        rows.append({"synth_id": f"o{i:04d}", "prompt": " ".join(rng.choices(WORDS, k=rng.randint(60, 160)))})
+    for i in range(with_copies):
+        source = rows[i]
+        for k in range(rng.randint(1, 6)):
+            words = source["prompt"].split()
+            edit = k % 4
+            if edit == 0:  # a word substituted
+                words[rng.randrange(len(words))] = rng.choice(WORDS)
+            elif edit == 1:  # case and whitespace
+                words = [w.upper() if rng.random() < 0.3 else w for w in words]
+                words[0] = "  \n" + words[0]
+            elif edit == 2:  # full-width characters NFKC folds back
+                words[1] = "".join(chr(ord(c) + 0xFEE0) for c in words[1])
+            else:  # a short phrase appended
+                words += rng.choices(WORDS, k=2)
+            copy = {"synth_id": f"{source['synth_id']}-c{k}", "prompt": " ".join(words).replace("  \n ", "  \n")}
+            rows.append(copy)
+            planted.append((source["synth_id"], copy["synth_id"]))
+    return rows, planted
+
+
+def clusters_by_id(
+    rows: list[dict], shard_rows: list[list[dict]], tmp_path: Path, settings: ClusterSettings | None = None
+):
+    """{synth_id: (cluster_id, size, rank, decision)} of the rows written as the given shards."""
+    names = [f"synth_{i:02d}" for i in range(len(shard_rows))]
+    paths = [write_signatures(part, tmp_path / f"{name}.parquet") for name, part in zip(names, shard_rows)]
+    clusters = cluster_shards(names, paths, settings or ClusterSettings())
+    ids = [r["synth_id"] for part in shard_rows for r in part]
+    found = {
+        i: (int(c), int(s), int(k), d)
+        for i, c, s, k, d in zip(ids, clusters.cluster_id, clusters.size, clusters.rank, clusters.decision)
+    }
+    return found, clusters, paths
+
+
+# --- normalization --------------------------------------------------------------------------------------------
+def test_normalization_folds_case_width_and_whitespace():
+    assert normalize_prompt("  Ｈｅｌｌｏ\tWORLD\n\n again ") == "hello world again"
+    assert normalize_prompt("Straße") == "strasse"  # casefold, not lower
+    assert normalize_prompt("") == ""
+
+
+@given(st.text(max_size=200))
+def test_normalization_is_idempotent_and_blind_to_case_and_spacing(text):
+    once = normalize_prompt(text)
+    assert normalize_prompt(once) == once
+    assert normalize_prompt(f"  {text.upper()}  ") == normalize_prompt(f"\n{text.upper()}")
+
+
+# --- LSH candidates -------------------------------------------------------------------------------------------
+@given(st.lists(st.integers(0, 6), max_size=60))
+def test_candidate_pairs_connect_exactly_the_rows_with_equal_keys(values):
+    keys = np.array(values, dtype=np.uint64)
+    pairs = candidate_pairs(keys)
+    assert all(keys[a] == keys[b] for a, b in pairs)
+    # every row joins the first row of its key: as many pairs as rows beyond the first of each key
+    assert len(pairs) == len(values) - len(set(values))
+    linked = {int(b) for _, b in pairs}
+    firsts = {values.index(v) for v in set(values)}
+    assert linked == set(range(len(values))) - firsts
+
+
+def test_signatures_and_band_keys_do_not_depend_on_batch_or_order():
+    prompts = [" ".join(random.Random(i).choices(WORDS, k=40)) for i in range(20)]
+    whole = minhash_signatures(prompts)
+    parts = np.concatenate([minhash_signatures(prompts[:7]), minhash_signatures(prompts[7:])])
+    assert whole.shape == (20, nd.NUM_PERM) and (whole == parts).all()
+    assert (band_keys(whole[::-1]) == band_keys(whole)[::-1]).all()
+    assert (minhash_signatures(["A  b C d"]) == minhash_signatures(["a b c d"])).all()
+
+
+# --- clusters -----------------------------------------------------------------------------------------------
+def test_planted_near_duplicates_are_found_with_recall_and_precision_at_least_095(tmp_path):
+    rows, planted = planted_corpus()
+    texts = {r["synth_id"]: r["prompt"] for r in rows}
+    assert all(oracle_jaccard(texts[a], texts[b]) >= 0.85 for a, b in planted)  # the edits are near copies
+    found, _, _ = clusters_by_id(rows, [rows], tmp_path)
+    recall = sum(found[a][0] == found[b][0] for a, b in planted) / len(planted)
+    predicted = [
+        (a, b) for a, b in combinations(texts, 2) if found[a][0] == found[b][0]
+    ]  # every pair the clusters join
+    precise = sum(oracle_jaccard(texts[a], texts[b]) >= THRESHOLD for a, b in predicted)
+    assert recall >= 0.95
+    assert predicted and precise / len(predicted) >= 0.95
+
+
+def test_exact_duplicates_and_empty_prompts_are_clusters(tmp_path):
+    rows = [
+        {"synth_id": "a", "prompt": "the same prompt here and there"},
+        {"synth_id": "b", "prompt": "The   same prompt HERE and there"},
+        {"synth_id": "c", "prompt": ""},
+        {"synth_id": "d", "prompt": "  "},
+        {"synth_id": "e", "prompt": "something else entirely, with other words"},
+    ]
+    found, _, _ = clusters_by_id(rows, [rows], tmp_path, ClusterSettings(heldout_per_exercise=0))
+    assert found["a"][:2] == found["b"][:2] and found["a"][1] == 2
+    assert found["c"][:2] == found["d"][:2]
+    assert found["e"][1] == 1
+
+
+def test_cap_keeps_min_size_cap_rows_per_cluster_independent_of_shard_layout(tmp_path):
+    rows, _ = planted_corpus(seed=11)
+    cap = 2
+    settings = ClusterSettings(max_per_cluster=cap, heldout_per_exercise=0, format_suite_per_form=0)
+    one, _, _ = clusters_by_id(rows, [rows], tmp_path / "one", settings)
+    shuffled = rows[:]
+    random.Random(3).shuffle(shuffled)
+    three, _, _ = clusters_by_id(
+        rows, [shuffled[:100], shuffled[100:101], shuffled[101:]], tmp_path / "three", settings
+    )
+    assert one == three  # cluster ids, sizes, ranks and decisions: the same on any layout and row order
+    by_cluster: dict[int, list] = {}
+    for cluster_id, size, rank, decision in one.values():
+        by_cluster.setdefault(cluster_id, []).append((size, rank, decision))
+    assert any(len(members) > cap for members in by_cluster.values())
+    for members in by_cluster.values():
+        kept = [m for m in members if m[2] is None]
+        assert len(kept) == min(len(members), cap)
+        assert sorted(rank for _, rank, _ in members) == list(range(len(members)))
+        assert all(decision == drops.DROP_CLUSTER_CAP for _, rank, decision in members if rank >= cap)
+
+
+def test_off_switch_clusters_nothing_and_caps_nothing(tmp_path):
+    rows, _ = planted_corpus(seed=5, originals=50, with_copies=20)
+    settings = ClusterSettings(enabled=False, heldout_per_exercise=0, format_suite_per_form=0)
+    found, _, _ = clusters_by_id(rows, [rows], tmp_path, settings)
+    assert {size for _, size, _, _ in found.values()} == {1}
+    assert {decision for *_, decision in found.values()} == {None}
+
+
+@pytest.mark.parametrize("threshold", [0.0, 1.5])
+def test_a_threshold_outside_0_1_is_refused(threshold):
+    with pytest.raises(ValueError, match="threshold"):
+        ClusterSettings(threshold=threshold)
+
+
+# --- held-out clusters -------------------------------------------------------------------------------------
+def test_held_out_clusters_are_whole_and_per_exercise(tmp_path):
+    rows, _ = planted_corpus(seed=13)
+    for i, row in enumerate(rows):
+        row["exercise"] = ["mcq", "rag", "arithmetic"][i % 3]
+        row["constraints"] = "result:B" if row["exercise"] == "mcq" else ("result:12" if i % 3 == 2 else "")
+    settings = ClusterSettings(heldout_per_exercise=3, format_suite_per_form=2)
+    found, clusters, paths = clusters_by_id(rows, [rows[:200], rows[200:]], tmp_path, settings)
+    chosen = clusters.heldout
+    kl = [h for h in chosen if h["set"] == "kl"]
+    fmt = [h for h in chosen if h["set"] == "format"]
+    assert sorted(h["exercise"] for h in kl) == sorted(["mcq", "rag", "arithmetic"] * 3)
+    assert sorted(h["answer_form"] for h in fmt) == ["mcq_letter", "mcq_letter", "number", "number"]
+    held = {h["cluster_id"] for h in chosen}
+    assert len(held) == len(chosen)  # a cluster serves one set once
+    for cluster_id, _, _, decision in found.values():
+        # every member of a held-out cluster leaves training; no other row is held out
+        assert (decision == drops.DROP_HELDOUT) == (cluster_id in held)
+    summary = cluster_summary(clusters, paths)
+    assert summary["dropped"][drops.DROP_HELDOUT] == sum(h["cluster_size"] for h in chosen)
