@@ -41,7 +41,7 @@ def test_every_asset_has_its_own_code_version():
     [
         ("FAILED_RESULT_MARKER", CHANGED_MARKER, {"synth_filtered"}),
         ("MAX_SEQ_LEN", 4096, {"synth_distill"}),
-        ("SPLIT_SALT", "synth_kd_v2/split", {"synth_kd_v1", "synth_pool"}),
+        ("SPLIT_SALT", "synth_kd_v2/split", {"synth_kd_v1", "synth_pool", "synth_signatures"}),
         ("USER_TEMPLATE", "{query}\n\nSource:\n{query_seed_text}", {"synth_harmony", "synth_harmony_manifest"}),
         ("TOKENIZER_SHA256", "0" * 64, {"o200k_tokenizer", "synth_tokenized"}),
     ],

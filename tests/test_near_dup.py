@@ -27,6 +27,8 @@ from synthkd_assets.core.near_dup import (
     signature_table,
 )
 from synthkd_assets.core.parquet_io import ParquetShardWriter
+from synthkd_assets.core.sampling import is_valid
+from synthkd_assets.defs.near_dup import large_cluster_result
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import SIGNATURES_SCHEMA
@@ -245,3 +247,17 @@ def test_held_out_clusters_are_whole_and_per_exercise(tmp_path):
         assert (decision == drops.DROP_HELDOUT) == (cluster_id in held)
     summary = cluster_summary(clusters, paths)
     assert summary["dropped"][drops.DROP_HELDOUT] == sum(h["cluster_size"] for h in chosen)
+
+
+def test_warn_checks_fire_on_a_large_cluster_and_a_cluster_across_the_split(tmp_path):
+    valid_id = next(f"v{i}" for i in range(100_000) if is_valid(f"v{i}"))
+    prompt = " ".join(random.Random(1).choices(WORDS, k=50))
+    rows = [{"synth_id": valid_id, "prompt": prompt}, {"synth_id": "t0", "prompt": prompt + " again"}]
+    rows += [{"synth_id": f"r{i}", "prompt": " ".join(random.Random(i + 9).choices(WORDS, k=50))} for i in range(60)]
+    settings = ClusterSettings(heldout_per_exercise=0, format_suite_per_form=0)
+    _, clusters, paths = clusters_by_id(rows, [rows], tmp_path, settings)
+    summary = cluster_summary(clusters, paths)
+    assert summary["clusters_crossing_split"] == 1
+    assert summary["largest_cluster_share"] == 2 / 62 > nd.LARGE_CLUSTER_SHARE
+    result = large_cluster_result(summary, {})
+    assert not result.passed and result.severity.value == "WARN" and "2 rows" in result.description

@@ -118,7 +118,7 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
         },
         data_version=dg.DataVersion(digest),
     )
-    yield _large_cluster_result(summary, example)
+    yield large_cluster_result(summary, example)
     crossing = summary["clusters_crossing_split"]
     yield dg.AssetCheckResult(
         check_name=CLUSTERS_CROSS_SPLIT,
@@ -152,7 +152,7 @@ def _pair_markdown(example: dict) -> str:
     return f"cluster {example['cluster_id']} ({example['cluster_size']} rows):\n\n{quoted}"
 
 
-def _large_cluster_result(summary: dict, example: dict) -> dg.AssetCheckResult:
+def large_cluster_result(summary: dict, example: dict) -> dg.AssetCheckResult:
     share = summary["largest_cluster_share"]
     largest = summary["largest"][0] if summary["largest"] else None
     where = f"cluster {largest['cluster_id']} holds {largest['cluster_size']} rows" if largest else "no clusters"
