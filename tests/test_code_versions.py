@@ -144,5 +144,6 @@ def test_a_changed_filter_rule_marks_only_synth_filtered_then_its_descendants_st
         assert stale(stale_statuses(port)) == {
             ("synth_filtered", "synth_01"),  # not rebuilt yet
             ("synth_sampled", "synth_00"),
+            ("synth_signatures", "synth_00"),
             ("synth_sampling_plan", None),  # computed from every shard's filtered counts
         }

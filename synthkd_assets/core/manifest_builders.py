@@ -122,6 +122,7 @@ def sampling_section(
     return {
         "plan_sha256": plan_sha256,
         **{key: plan[key] for key in ("targets", "salts", "rule", "rates", "feasible", "notes")},
+        "near_dup": plan.get("near_dup"),  # the clusters the plan counted after, and the rows they removed
         "plan_counts_current": cells_from_nested(plan["counts"])
         == counts_after_clusters(filtered_reports, cells_from_nested(plan.get("near_dup", {}).get("removed", {}))),
         "before": plan["before"],

@@ -173,7 +173,7 @@ class ClusterSettings:
             "shingle_words": nd.SHINGLE_WORDS,
             "minhash": {"library": "rensa.RMinHash", "num_perm": nd.NUM_PERM, "seed": nd.MINHASH_SEED},
             "lsh": {"bands": nd.LSH_BANDS, "rows": nd.LSH_ROWS},
-            "salts": {"rank": nd.CLUSTER_SALT, "heldout": nd.HELDOUT_SALT},
+            "salts": {"rank": nd.CLUSTER_SALT, "held_out": nd.HELDOUT_SALT},
         }
 
 
@@ -389,7 +389,7 @@ def cluster_summary(clusters: Clusters, paths: Sequence[Path], top: int = 5) -> 
         "clusters_crossing_split": crossing,
         "dropped": dict(Counter(d for d in clusters.decision if d is not None)),
         "removed_cells": removed,
-        "heldout": clusters.heldout,
+        "heldout_clusters": clusters.heldout,
     }
 
 

@@ -49,7 +49,7 @@ RULE_VERSIONS = {
     "synth_clusters": "1",
     "synth_validation_sets": "1",
     "synth_sampling_plan": "2",
-    "synth_sampled": "2",
+    "synth_sampled": "1",
     "synth_tokenized": "2",
     "synth_kd_v1": "1",
     "synth_kd_v1_manifest": "1",

@@ -26,6 +26,7 @@ from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.metadata import table_definition_metadata
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import partition_records, require_upstream, shard_names, stage_files
+from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import CLUSTERS_SCHEMA, SIGNATURES_SCHEMA, VALIDATION_SCHEMA
@@ -109,8 +110,7 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
             "largest_cluster_size": max(map(int, summary["size_histogram"]), default=0),
             "candidate_pairs": summary["candidate_pairs"],
             "verified_pairs": summary["verified_pairs"],
-            "dropped_cluster_cap": summary["dropped"].get("cluster_cap", 0),
-            "dropped_heldout": summary["dropped"].get("heldout", 0),
+            **{f"dropped_{r}": summary["dropped"].get(r, 0) for r in (drops.DROP_CLUSTER_CAP, drops.DROP_HELDOUT)},
             "cluster_size_histogram": dg.MetadataValue.md(_histogram_markdown(summary["size_histogram"])),
             "largest_clusters": dg.MetadataValue.json(summary["largest"]),
             "example_pair": dg.MetadataValue.md(_pair_markdown(example)),
@@ -185,9 +185,9 @@ def synth_validation_sets(
         raise dg.Failure(f"no clusters at {summary_path}: materialize synth_clusters first")
     summary = mf.read_json(summary_path)
     filtered = {name: stage_files(paths, "synth_filtered", name)[0] for name in shard_names(paths)}
-    for name in {entry["shard"] for entry in summary["heldout"]}:
+    for name in {entry["shard"] for entry in summary["heldout_clusters"]}:
         require_upstream(paths, "synth_validation_sets", name, "synth_filtered")
-    sets = validation_rows(summary["heldout"], filtered, load_harmony_encoding(paths.tokenizer_dir()))
+    sets = validation_rows(summary["heldout_clusters"], filtered, load_harmony_encoding(paths.tokenizer_dir()))
     files = {KL_SET: paths.heldout_kl(), FORMAT_SET: paths.format_suite()}
     for name, path in files.items():
         write_validation_set(sets[name], path)
