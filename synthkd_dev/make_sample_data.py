@@ -34,21 +34,47 @@ sequence (user + seed text, analysis, final) is ~2.5k-6k o200k tokens: over the 
 results, special characters) is drawn as for any row, so the bucket rows pass the 001 filters as often as
 ordinary ones. Appending this shard leaves the rows and bytes of the regular shards unchanged.
 
+The near-duplicate shard (issue #18): after the bucket shard, one more file (``synth_05.parquet`` for the
+defaults; ``--near-dup-sources 0`` writes none) holds planted near-copies of regular rows, so the tests of the
+near-duplicate clusters know the true pairs. ``--near-dup-sources`` (default 25) source rows are chosen
+deterministically: slot ``s`` takes a row of regular shard ``s % shards`` with exercise ``EXERCISES[s % 7]``
+that passes the 001 quality filters (non-blank answer, no failed or inconsistent ``result:``) and holds no
+NUL or Harmony marker. Source ``s`` gets ``1 + s % 6`` copies (clusters of 2..7 rows counting the source:
+with the defaults 85 copies, 12 clusters over the cap of 4, 8 of them over 5), copy ``k`` with synth_id
+``<source>-nd<k>`` and one edit of ``NEAR_DUP_EDITS`` (in turn): case, whitespace, full-width characters
+(NFKC folds all three back: Jaccard 1.0), a query word substituted, a phrase appended to or the last words
+removed from the seed text, a punctuation change (Jaccard >= 0.85 to the source and to the sibling copies).
+Every other column is the source's. Then ``--hard-negatives`` (default 10) rows ``<source>-neg``: the query
+of one of the shortest-prompt regular rows that pass the same test, over the seed text of a row that is never
+written (indices from ``NEGATIVE_DONOR_BASE``), the least similar of a few, its Jaccard to the source under
+``NEGATIVE_MAX_JACCARD``: same query, not a near-duplicate. The text compared is the rendered user prompt,
+normalized as synthkd_contract/near_dup.py says. ``planted_near_duplicates()`` and ``planted_negatives()``
+return the ground truth. Appending this shard leaves the rows and bytes of the earlier files unchanged.
+
 Public API: ``generate_rows(n_rows, seed, start_index=0, long=False)``,
-``generate_bucket_rows(n_rows, seed, start_index)`` and
-``write_shards(output_dir, shards, rows_per_shard, seed, long=False, bucket_rows=0)``.
+``generate_bucket_rows(n_rows, seed, start_index)``, ``planted_near_duplicates(...)``,
+``planted_negatives(...)`` and
+``write_shards(output_dir, shards, rows_per_shard, seed, long=False, bucket_rows=0, near_dup_sources=0,
+hard_negatives=0)``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from synthkd_assets.core.filters import result_is_inconsistent
+from synthkd_contract import constants, near_dup
 from synthkd_contract.constants import RAW_COLUMNS
 from synthkd_contract.schemas import RAW_SCHEMA
 from synthkd_dev import SAMPLE_RAW_DIR
@@ -58,6 +84,8 @@ DEFAULT_SHARDS = 4
 DEFAULT_ROWS_PER_SHARD = 750
 DEFAULT_SEED = 1234
 DEFAULT_BUCKET_ROWS = 56  # 8 rows for each of the 7 exercises
+DEFAULT_NEAR_DUP_SOURCES = 25  # source rows of planted near-copies (the near-duplicate shard)
+DEFAULT_HARD_NEGATIVES = 10  # same query as a source, another seed text: not near-duplicates
 ROW_GROUP_SIZE = 256
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 3
@@ -474,6 +502,215 @@ def generate_bucket_rows(n_rows: int, seed: int, start_index: int) -> list[dict]
     return rows
 
 
+# ---------------------------------------------------------------------------------------------
+# the near-duplicate shard: planted copies with known edits, and hard negatives
+# ---------------------------------------------------------------------------------------------
+
+MAX_COPIES = 6  # source s gets 1 + s % MAX_COPIES copies: clusters of 2..7 rows, several over the cap of 4
+NEGATIVE_DONOR_BASE = 1 << 39  # hard negatives' seed texts come from rows at these indices, never written
+NEGATIVE_DONOR_CANDIDATES = 40  # donors tried per negative; the least similar one is taken
+NEGATIVE_MAX_JACCARD = 0.45  # a negative's Jaccard to its source stays below this (the tests ask < 0.5)
+APPENDED_PHRASES = ("(citation needed)", "See also the main article.", "Retrieved in 2023.")
+SUBSTITUTE_WORD = "topic"
+
+
+@dataclass(frozen=True)
+class PlantedCopy:
+    """A planted near-duplicate: ``copy_id``'s prompt is ``source_id``'s with the one edit described."""
+
+    source_id: str
+    copy_id: str
+    edit: str
+
+
+@dataclass(frozen=True)
+class PlantedNegative:
+    """``negative_id`` has ``source_id``'s query over the seed text of the unwritten row ``donor_index``."""
+
+    source_id: str
+    negative_id: str
+    donor_index: int
+    jaccard: float
+
+
+# each edit: (query, seed text, copy number) -> (query, seed text, description); one per copy
+Edited = tuple[str, str, str]
+
+
+def _edit_case(query: str, text: str, k: int) -> Edited:
+    return query.upper(), text.lower(), "case: query upper-cased, seed text lower-cased"
+
+
+def _edit_whitespace(query: str, text: str, k: int) -> Edited:
+    edited = "  " + query.replace(" ", "   ") + "\n", text.replace("\n\n", " \n\n\t") + "\n\n"
+    return *edited, "whitespace: runs of spaces, new lines and a tab added"
+
+
+def _edit_fullwidth(query: str, text: str, k: int) -> Edited:
+    """ASCII letters and digits of the query as their full-width forms, which NFKC folds back."""
+    wide = "".join(chr(ord(c) + 0xFEE0) if c.isascii() and c.isalnum() else c for c in query)
+    return wide, text, "full-width letters and digits in the query"
+
+
+def _edit_word(query: str, text: str, k: int) -> Edited:
+    words = re.findall(r"[^\W\d_]{4,}", query)
+    old = max(words, key=len) if words else query.split()[0]
+    return query.replace(old, SUBSTITUTE_WORD, 1), text, f"query word {old!r} -> {SUBSTITUTE_WORD!r}"
+
+
+def _edit_append(query: str, text: str, k: int) -> Edited:
+    phrase = APPENDED_PHRASES[k % len(APPENDED_PHRASES)]
+    return query, f"{text} {phrase}", f"seed text + {phrase!r}"
+
+
+def _edit_remove(query: str, text: str, k: int) -> Edited:
+    return query, text.rsplit(" ", 3)[0], "seed text's last 3 words removed"
+
+
+def _edit_punctuation(query: str, text: str, k: int) -> Edited:
+    stripped = query.rstrip()
+    if stripped.endswith("?"):
+        return stripped[:-1] + ".", text, "query's final '?' -> '.'"
+    if stripped.endswith("."):
+        return stripped[:-1] + "!", text, "query's final '.' -> '!'"
+    return stripped + "?", text, "'?' appended to the query"
+
+
+NEAR_DUP_EDITS: tuple[Callable[[str, str, int], Edited], ...] = (
+    _edit_case,
+    _edit_whitespace,
+    _edit_fullwidth,
+    _edit_word,
+    _edit_append,
+    _edit_remove,
+    _edit_punctuation,
+)
+
+
+def prompt_shingles(query: str, query_seed_text: str) -> set[str]:
+    """The shingle set synthkd_contract/near_dup.py compares: the rendered user prompt, NFKC, casefolded,
+    whitespace runs as one space, character k-grams (used here only to pick the hard negatives' donors)."""
+    text = unicodedata.normalize(
+        near_dup.UNICODE_FORM, constants.USER_TEMPLATE.format(query=query, query_seed_text=query_seed_text)
+    )
+    text = " ".join(text.casefold().split())
+    k = near_dup.SHINGLE_CHARS
+    return {text[i : i + k] for i in range(max(1, len(text) - k + 1))}
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b)
+
+
+def _can_be_source(row: dict) -> bool:
+    """Kept by the 001 quality filters, and no NUL or Harmony marker that later steps would rewrite."""
+    texts = (row["query"], row["query_seed_text"], row["synthetic_answer"])
+    return (
+        bool(row["synthetic_answer"].strip())
+        and constants.FAILED_RESULT_MARKER.lower() not in row["constraints"].lower()
+        and not result_is_inconsistent(row["constraints"], row["synthetic_answer"])
+        and not any("\x00" in t or "<|" in t for t in texts)
+    )
+
+
+def _choose_sources(regular: list[list[dict]], n_sources: int, seed: int) -> list[dict]:
+    """Slot s: a row of shard s % shards with exercise EXERCISES[s % 7] (any shard / exercise when none is
+    left), drawn from a Random of its own so the regular rows' streams are untouched."""
+    rng = random.Random(f"synthkd_dev/near_dup/{seed}")
+    names = [name for name, _ in EXERCISES]
+    eligible = [[row for row in shard if _can_be_source(row)] for shard in regular]
+    chosen: list[dict] = []
+    taken: set[str] = set()
+    for s in range(n_sources):
+        shard = eligible[s % len(eligible)]
+        pool = [r for r in shard if r["exercise"] == names[s % len(names)] and r["synth_id"] not in taken]
+        pool = pool or [r for rows in eligible for r in rows if r["synth_id"] not in taken]
+        if not pool:
+            break
+        row = rng.choice(pool)
+        chosen.append(row)
+        taken.add(row["synth_id"])
+    return chosen
+
+
+def _hard_negative(source: dict, donors_from: int, seed: int) -> tuple[dict, PlantedNegative]:
+    """The source's query over the least similar of NEGATIVE_DONOR_CANDIDATES unwritten rows' seed texts."""
+    own = prompt_shingles(source["query"], source["query_seed_text"])
+    best: tuple[float, int, str] | None = None
+    for index in range(donors_from, donors_from + NEGATIVE_DONOR_CANDIDATES):
+        text = _make_row(seed, index, NORMAL)["query_seed_text"]
+        jaccard = _jaccard(own, prompt_shingles(source["query"], text))
+        if best is None or jaccard < best[0]:
+            best = (jaccard, index, text)
+    assert best is not None
+    jaccard, index, text = best
+    negative_id = f"{source['synth_id']}-neg"
+    row = {**source, "synth_id": negative_id, "query_seed_text": text}
+    return row, PlantedNegative(source["synth_id"], negative_id, index, round(jaccard, 4))
+
+
+@dataclass(frozen=True)
+class NearDupPlan:
+    rows: tuple[dict, ...]
+    copies: tuple[PlantedCopy, ...]
+    negatives: tuple[PlantedNegative, ...]
+
+
+def near_dup_plan(regular: list[list[dict]], seed: int, n_sources: int, n_negatives: int) -> NearDupPlan:
+    """The near-duplicate shard's rows and ground truth, from the regular shards' rows (one list per shard):
+    copies source by source, then the hard negatives on the eligible regular rows with the fewest shingles (a
+    short prompt is the one another seed text moves furthest; SYNTH-like seed texts share most of their
+    5-grams, two random sample prompts have a median Jaccard near 0.6)."""
+    sources = _choose_sources(regular, n_sources, seed)
+    rows: list[dict] = []
+    copies: list[PlantedCopy] = []
+    for s, source in enumerate(sources):
+        for k in range(1, 1 + s % MAX_COPIES + 1):
+            edit = NEAR_DUP_EDITS[(s + k - 1) % len(NEAR_DUP_EDITS)]
+            query, text, description = edit(source["query"], source["query_seed_text"], k)
+            copy_id = f"{source['synth_id']}-nd{k}"
+            rows.append({**source, "synth_id": copy_id, "query": query, "query_seed_text": text})
+            copies.append(PlantedCopy(source["synth_id"], copy_id, description))
+    eligible = [row for shard in regular for row in shard if _can_be_source(row)]
+    by_size = sorted(eligible, key=lambda r: (len(prompt_shingles(r["query"], r["query_seed_text"])), r["synth_id"]))
+    negatives: list[PlantedNegative] = []
+    for j, source in enumerate(by_size):
+        if len(negatives) == n_negatives:
+            break
+        row, negative = _hard_negative(source, NEGATIVE_DONOR_BASE + j * NEGATIVE_DONOR_CANDIDATES, seed)
+        if negative.jaccard < NEGATIVE_MAX_JACCARD:  # else the next shortest prompt (tiny layouts may run out)
+            rows.append(row)
+            negatives.append(negative)
+    return NearDupPlan(tuple(rows), tuple(copies), tuple(negatives))
+
+
+@functools.lru_cache(maxsize=4)
+def _default_layout_plan(seed: int, shards: int, rows_per_shard: int, n_sources: int, n_negatives: int) -> NearDupPlan:
+    regular = [generate_rows(rows_per_shard, seed, start_index=s * rows_per_shard) for s in range(shards)]
+    return near_dup_plan(regular, seed, n_sources, n_negatives)
+
+
+def planted_near_duplicates(
+    seed: int = DEFAULT_SEED,
+    shards: int = DEFAULT_SHARDS,
+    rows_per_shard: int = DEFAULT_ROWS_PER_SHARD,
+    sources: int = DEFAULT_NEAR_DUP_SOURCES,
+) -> list[PlantedCopy]:
+    """Ground truth of the near-duplicate shard: every planted copy, its source and its edit."""
+    return list(_default_layout_plan(seed, shards, rows_per_shard, sources, DEFAULT_HARD_NEGATIVES).copies)
+
+
+def planted_negatives(
+    seed: int = DEFAULT_SEED,
+    shards: int = DEFAULT_SHARDS,
+    rows_per_shard: int = DEFAULT_ROWS_PER_SHARD,
+    sources: int = DEFAULT_NEAR_DUP_SOURCES,
+    negatives: int = DEFAULT_HARD_NEGATIVES,
+) -> list[PlantedNegative]:
+    """Ground truth of the hard negatives: rows sharing a source's query that are not its near-duplicates."""
+    return list(_default_layout_plan(seed, shards, rows_per_shard, sources, negatives).negatives)
+
+
 def rows_to_table(rows: list[dict]) -> pa.Table:
     columns = {name: [row[name] for row in rows] for name in RAW_COLUMNS}
     return pa.Table.from_pydict(columns, schema=RAW_SCHEMA)
@@ -498,19 +735,31 @@ def _write_table(table: pa.Table, path: Path) -> Path:
 
 
 def write_shards(
-    output_dir, shards: int, rows_per_shard: int, seed: int, long: bool = False, bucket_rows: int = 0
+    output_dir,
+    shards: int,
+    rows_per_shard: int,
+    seed: int,
+    long: bool = False,
+    bucket_rows: int = 0,
+    near_dup_sources: int = 0,
+    hard_negatives: int = 0,
 ) -> list[Path]:
     """Write ``shards`` files ``synth_NN.parquet`` of ``rows_per_shard`` rows, then, when ``bucket_rows`` > 0,
-    the bucket shard (the next file name, rows numbered after the regular ones); returns paths."""
+    the bucket shard (the next file name, rows numbered after the regular ones), then, when
+    ``near_dup_sources`` > 0, the near-duplicate shard (the next file name); returns paths."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
+    regular: list[list[dict]] = []
     for s in range(shards):
-        rows = generate_rows(rows_per_shard, seed, start_index=s * rows_per_shard, long=long)
-        paths.append(_write_table(rows_to_table(rows), out / shard_filename(s)))
+        regular.append(generate_rows(rows_per_shard, seed, start_index=s * rows_per_shard, long=long))
+        paths.append(_write_table(rows_to_table(regular[-1]), out / shard_filename(s)))
     if bucket_rows > 0:
         rows = generate_bucket_rows(bucket_rows, seed, start_index=shards * rows_per_shard)
-        paths.append(_write_table(rows_to_table(rows), out / shard_filename(shards)))
+        paths.append(_write_table(rows_to_table(rows), out / shard_filename(len(paths))))
+    if near_dup_sources > 0:
+        plan = near_dup_plan(regular, seed, near_dup_sources, hard_negatives)
+        paths.append(_write_table(rows_to_table(list(plan.rows)), out / shard_filename(len(paths))))
     return paths
 
 
@@ -527,13 +776,33 @@ def main(argv: list[str] | None = None) -> int:
         help="rows of the bucket shard written after the regular ones (every exercise, some in C2); 0: none",
     )
     ap.add_argument(
+        "--near-dup-sources",
+        type=int,
+        default=DEFAULT_NEAR_DUP_SOURCES,
+        help="source rows of the near-duplicate shard (1..6 planted copies each, then the hard negatives); 0: none",
+    )
+    ap.add_argument(
+        "--hard-negatives",
+        type=int,
+        default=DEFAULT_HARD_NEGATIVES,
+        help="rows of the near-duplicate shard sharing a source's query over another seed text",
+    )
+    ap.add_argument(
         "--long", action="store_true", help="longer seed text / reasoning / answer (~1.3k o200k tokens per row)"
     )
     args = ap.parse_args(argv)
-    if args.shards < 1 or args.rows_per_shard < 1 or args.seed < 0 or args.bucket_rows < 0:
-        ap.error("--shards and --rows-per-shard must be >= 1, --seed and --bucket-rows >= 0")
+    counts = (args.seed, args.bucket_rows, args.near_dup_sources, args.hard_negatives)
+    if args.shards < 1 or args.rows_per_shard < 1 or min(counts) < 0:
+        ap.error("--shards and --rows-per-shard must be >= 1, --seed and the other row counts >= 0")
     paths = write_shards(
-        args.output_dir, args.shards, args.rows_per_shard, args.seed, long=args.long, bucket_rows=args.bucket_rows
+        args.output_dir,
+        args.shards,
+        args.rows_per_shard,
+        args.seed,
+        long=args.long,
+        bucket_rows=args.bucket_rows,
+        near_dup_sources=args.near_dup_sources,
+        hard_negatives=args.hard_negatives,
     )
     for p in paths:
         print(f"{p}  {p.stat().st_size:,} bytes")

@@ -2,7 +2,9 @@
 
 Four regular shards of 750 SYNTH-like rows, then the bucket shard synth_04 (56 rows): every exercise several
 times, and conversations long enough for the C2 context bucket (over 2048 tokens, within the 8192 of C2 and of
-the DistillKit max_seq_len), which the regular shards almost never reach.
+the DistillKit max_seq_len), which the regular shards almost never reach. Then the near-duplicate shard
+synth_05: planted copies of regular rows with known edits and hard negatives (#18), checked here against an
+oracle of their own (the normalization of synthkd_contract/near_dup.py written out again, not imported).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import Counter
+import unicodedata
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import polars as pl
@@ -30,10 +33,26 @@ from tests.helpers import SAMPLE_RAW_DIR as SAMPLE_DIR
 
 REGULAR_SHARDS = [f"synth_{i:02d}.parquet" for i in range(4)]
 BUCKET_SHARD = "synth_04.parquet"
-SHARD_NAMES = [*REGULAR_SHARDS, BUCKET_SHARD]
+NEAR_DUP_SHARD = "synth_05.parquet"
+SHARD_NAMES = [*REGULAR_SHARDS, BUCKET_SHARD, NEAR_DUP_SHARD]
 ROWS_PER_SHARD = 750
 BUCKET_ROWS = 56
-SAMPLE_ROWS = 4 * ROWS_PER_SHARD + BUCKET_ROWS
+PLANTED_COPIES = 85  # 25 sources x 1..6 copies
+HARD_NEGATIVES = 10
+NEAR_DUP_ROWS = PLANTED_COPIES + HARD_NEGATIVES
+SAMPLE_ROWS = 4 * ROWS_PER_SHARD + BUCKET_ROWS + NEAR_DUP_ROWS
+# the files from before the near-duplicate shard: appending it changed none of their bytes
+PINNED_SHA256 = {
+    "synth_00.parquet": "df829783076852074fe8a27428857da13c9ae556a8f7819fcd6966c55d1cdd36",
+    "synth_01.parquet": "66bb5497ba0158e8742d95dc055aa4f6a6b95e14303ca41ece317a4f00b272be",
+    "synth_02.parquet": "799783a0d8bacfa49e686d8c2b2ee7e415e5c33f9a4cbded7d25f1133c86fe7b",
+    "synth_03.parquet": "1c300bffd942668cad211a7c37f328873c3b563f231d658bc92919519787b544",
+    "synth_04.parquet": "7282956ae7ecbd3c745a6fc0ad1f58f9ed5b88fb68487a0e79926b11bbf17ac9",
+}
+# near-duplicate oracle (synthkd_contract/near_dup.py): the threshold, and the margins the planted rows keep
+NEAR_DUP_JACCARD = 0.8
+COPY_MIN_JACCARD = 0.85
+NEGATIVE_MAX_JACCARD = 0.5
 # every exercise the skill table maps (but "unknown", what a null exercise becomes): the bucket shard holds each
 EXERCISES = set(EXERCISE_SKILL_BUCKET) - {"unknown"}
 C1_MAX_TOKENS = 2048  # the context buckets' first bound (002 §3): longer is C2 up to 8192
@@ -72,14 +91,18 @@ def test_exact_schema_and_row_counts():
         for col in RAW_STRING_COLUMNS:
             assert schema.field(col).type == pa.string()  # not large_string
         assert (schema.metadata or {}).get(b"pandas") is None
-        assert pf.metadata.num_rows == (BUCKET_ROWS if name == BUCKET_SHARD else ROWS_PER_SHARD)
-        assert pf.metadata.num_row_groups == (1 if name == BUCKET_SHARD else 3)  # row groups of 256
+        rows = {BUCKET_SHARD: BUCKET_ROWS, NEAR_DUP_SHARD: NEAR_DUP_ROWS}.get(name, ROWS_PER_SHARD)
+        assert pf.metadata.num_rows == rows
+        assert pf.metadata.num_row_groups == -(-rows // 256)  # row groups of 256
 
 
 def test_synth_ids_unique_across_shards(rows):
+    """All six files together; the planted rows' ids name their source (`<source>-nd<k>`, `<source>-neg`)."""
     ids = [r["synth_id"] for r in rows]
     assert len(ids) == len(set(ids)) == SAMPLE_ROWS
-    assert all(re.fullmatch(r"synth_\d{7}", i) for i in ids)
+    generated, planted = ids[:-NEAR_DUP_ROWS], ids[-NEAR_DUP_ROWS:]
+    assert all(re.fullmatch(r"synth_\d{7}", i) for i in generated)
+    assert all(re.fullmatch(r"synth_\d{7}-(nd\d|neg)", i) for i in planted)
 
 
 def test_language_mix(rows):
@@ -166,11 +189,12 @@ def test_words_is_answer_word_count(rows):
 
 def test_regeneration_is_byte_identical(tmp_path, capsys):
     """`python -m synthkd_dev.make_sample_data` with its defaults rewrites the committed sample byte for byte,
-    the bucket shard included (appending it left the four regular files unchanged)."""
+    the bucket and near-duplicate shards included; appending them left the earlier files unchanged (pinned)."""
     assert make_sample_data.main(["--output-dir", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == SHARD_NAMES
     for name in SHARD_NAMES:
         assert _sha256(tmp_path / name) == _sha256(SAMPLE_DIR / name), name
+    assert {name: _sha256(SAMPLE_DIR / name) for name in PINNED_SHA256} == PINNED_SHA256
 
 
 def test_rows_do_not_depend_on_sharding():
@@ -182,10 +206,100 @@ def test_rows_do_not_depend_on_sharding():
 
 def test_bucket_rows_are_numbered_after_the_regular_shards_and_optional(tmp_path):
     """--bucket-rows 0 writes only the regular shards; the bucket shard's rows follow them in synth_id."""
-    assert make_sample_data.main(["--output-dir", str(tmp_path), "--shards", "2", "--rows-per-shard", "5"]) == 0
+    small = ["--shards", "2", "--rows-per-shard", "5", "--near-dup-sources", "0"]
+    assert make_sample_data.main(["--output-dir", str(tmp_path), *small]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["synth_00.parquet", "synth_01.parquet", "synth_02.parquet"]
     bucket = pq.read_table(tmp_path / "synth_02.parquet").to_pylist()
     assert bucket[0]["synth_id"] == "synth_0000010" and len(bucket) == BUCKET_ROWS
     only = tmp_path / "only"
-    assert make_sample_data.main(["--output-dir", str(only), "--shards", "1", "--bucket-rows", "0"]) == 0
+    regular_only = ["--shards", "1", "--bucket-rows", "0", "--near-dup-sources", "0"]
+    assert make_sample_data.main(["--output-dir", str(only), *regular_only]) == 0
     assert [p.name for p in only.iterdir()] == ["synth_00.parquet"]
+
+
+def test_near_dup_shard_is_the_next_file_and_copies_what_there_is(tmp_path):
+    """Without a bucket shard the near-duplicate shard follows the regular ones; a tiny layout plants what its
+    eligible rows allow, ids unique."""
+    args = ["--output-dir", str(tmp_path), "--shards", "1", "--rows-per-shard", "30", "--bucket-rows", "0"]
+    assert make_sample_data.main(args) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["synth_00.parquet", "synth_01.parquet"]
+    planted = pq.read_table(tmp_path / "synth_01.parquet").column("synth_id").to_pylist()
+    regular = pq.read_table(tmp_path / "synth_00.parquet").column("synth_id").to_pylist()
+    assert planted and len(set(planted)) == len(planted) and not set(planted) & set(regular)
+
+
+# --- planted near-duplicates (#18): an oracle of the test's own -------------------------------------------------
+
+
+def _shingles(row: dict) -> frozenset[str]:
+    """The rendered user prompt, NFKC, casefolded, whitespace runs as one space, character 5-grams."""
+    prompt = row["query"] + "\n\nReference:\n" + row["query_seed_text"]
+    text = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", prompt).casefold()).strip()
+    return frozenset(text[i : i + 5] for i in range(max(1, len(text) - 4)))
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b)
+
+
+@pytest.fixture(scope="module")
+def by_id(rows) -> dict[str, dict]:
+    return {r["synth_id"]: r for r in rows}
+
+
+@pytest.fixture(scope="module")
+def clusters() -> dict[str, list[str]]:
+    """Planted source -> its copies, from the generator's ground truth."""
+    members: dict[str, list[str]] = defaultdict(list)
+    for copy in make_sample_data.planted_near_duplicates():
+        members[copy.source_id].append(copy.copy_id)
+    return dict(members)
+
+
+def test_ground_truth_names_exactly_the_near_dup_shard(clusters):
+    planted = pq.read_table(SAMPLE_DIR / NEAR_DUP_SHARD).column("synth_id").to_pylist()
+    negatives = [n.negative_id for n in make_sample_data.planted_negatives()]
+    assert planted == [c for copies in clusters.values() for c in copies] + negatives
+    assert len(planted) - len(negatives) == PLANTED_COPIES and len(negatives) == HARD_NEGATIVES
+
+
+def test_planted_clusters_spread_and_exceed_the_cap(clusters, by_id):
+    """25 sources over the four regular shards and every exercise, kept by the 001 filters; cluster sizes
+    (source included) 2..7, several over 5, i.e. over a cap of 4 by more than one row."""
+    sources = [by_id[s] for s in clusters]
+    assert len(sources) == 25
+    assert {int(s["synth_id"][6:]) // ROWS_PER_SHARD for s in sources} == {0, 1, 2, 3}
+    assert {s["exercise"] for s in sources} == EXERCISES
+    for s in sources:
+        assert s["synthetic_answer"].strip() and "failed after maximum attempts" not in s["constraints"].lower()
+    sizes = Counter(1 + len(copies) for copies in clusters.values())
+    assert set(sizes) == {2, 3, 4, 5, 6, 7} and sizes[6] + sizes[7] >= 4
+
+
+def test_planted_copies_are_near_duplicates_of_source_and_siblings(clusters, by_id):
+    """Exact Jaccard >= 0.85 between any two members of a planted cluster; a copy differs from its source only
+    in query / seed text."""
+    for source_id, copies in clusters.items():
+        members = [source_id, *copies]
+        shingles = [_shingles(by_id[m]) for m in members]
+        for i in range(len(members)):
+            for j in range(i + 1, len(members)):
+                assert _jaccard(shingles[i], shingles[j]) >= COPY_MIN_JACCARD, (members[i], members[j])
+        source = by_id[source_id]
+        for copy_id in copies:
+            copy = by_id[copy_id]
+            assert (copy["query"], copy["query_seed_text"]) != (source["query"], source["query_seed_text"])
+            same = {k: v for k, v in copy.items() if k not in ("synth_id", "query", "query_seed_text")}
+            assert same == {k: source[k] for k in same}, copy_id
+
+
+def test_hard_negatives_share_the_query_and_are_near_duplicates_of_nothing(by_id, rows):
+    """Same query as their source, exact Jaccard < 0.5 to it, and under the 0.8 threshold with every row."""
+    all_shingles = {r["synth_id"]: _shingles(r) for r in rows}
+    for negative in make_sample_data.planted_negatives():
+        row, source = by_id[negative.negative_id], by_id[negative.source_id]
+        assert row["query"] == source["query"] and row["query_seed_text"] != source["query_seed_text"]
+        own = all_shingles[negative.negative_id]
+        assert _jaccard(own, all_shingles[negative.source_id]) < NEGATIVE_MAX_JACCARD
+        closest = max(_jaccard(own, other) for i, other in all_shingles.items() if i != negative.negative_id)
+        assert closest < NEAR_DUP_JACCARD, negative.negative_id
