@@ -65,7 +65,6 @@ import functools
 import json
 import random
 import re
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +73,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from synthkd_assets.core.filters import result_is_inconsistent
-from synthkd_contract import constants, near_dup
+from synthkd_assets.core.near_dup import normalize_prompt, shingles
+from synthkd_contract import constants
 from synthkd_contract.constants import RAW_COLUMNS
 from synthkd_contract.schemas import RAW_SCHEMA
 from synthkd_dev import SAMPLE_RAW_DIR
@@ -588,14 +588,10 @@ NEAR_DUP_EDITS: tuple[Callable[[str, str, int], Edited], ...] = (
 
 
 def prompt_shingles(query: str, query_seed_text: str) -> set[str]:
-    """The shingle set synthkd_contract/near_dup.py compares: the rendered user prompt, NFKC, casefolded,
-    whitespace runs as one space, character k-grams (used here only to pick the hard negatives' donors)."""
-    text = unicodedata.normalize(
-        near_dup.UNICODE_FORM, constants.USER_TEMPLATE.format(query=query, query_seed_text=query_seed_text)
-    )
-    text = " ".join(text.casefold().split())
-    k = near_dup.SHINGLE_CHARS
-    return {text[i : i + k] for i in range(max(1, len(text) - k + 1))}
+    """The shingle set the pipeline compares (synthkd_assets/core/near_dup.py: the rendered user prompt,
+    normalized, as word 3-grams), used here only to pick the hard negatives' donors."""
+    prompt = constants.USER_TEMPLATE.format(query=query, query_seed_text=query_seed_text)
+    return set(shingles(normalize_prompt(prompt)))
 
 
 def _jaccard(a: set[str], b: set[str]) -> float:

@@ -7,6 +7,7 @@ import json
 import random
 import string
 import unicodedata
+from collections import Counter
 from itertools import combinations
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.near_dup import (
     ClusterSettings,
     band_keys,
@@ -25,13 +27,17 @@ from synthkd_assets.core.near_dup import (
     minhash_signatures,
     normalize_prompt,
     signature_table,
+    signatures_shard,
 )
 from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_assets.core.sampling import is_valid
+from synthkd_assets.core.stages import harmonize_shard, select_rows_shard
+from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.near_dup import large_cluster_result
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import SIGNATURES_SCHEMA
+from synthkd_dev.make_sample_data import planted_near_duplicates, planted_negatives
 
 THRESHOLD = nd.JACCARD_THRESHOLD
 
@@ -261,3 +267,56 @@ def test_warn_checks_fire_on_a_large_cluster_and_a_cluster_across_the_split(tmp_
     assert summary["largest_cluster_share"] == 2 / 62 > nd.LARGE_CLUSTER_SHARE
     result = large_cluster_result(summary, {})
     assert not result.passed and result.severity.value == "WARN" and "2 rows" in result.description
+
+
+# --- the bundled sample's planted near-duplicates (synth_05) -------------------------------------------------------
+@pytest.fixture(scope="module")
+def sample_clusters(tmp_path_factory, sample_shards):
+    """The sample through harmonize -> 001 filters -> signatures -> clusters, with the default settings."""
+    out = tmp_path_factory.mktemp("sample_clusters")
+    names, signatures = [], []
+    for raw in sample_shards:
+        name = raw.stem
+        harmony, filtered, sig = (out / f"{stage}_{name}.parquet" for stage in ("h", "f", "s"))
+        harmonize_shard(raw, harmony, system_message_dict(), name)
+        select_rows_shard(harmony, filtered, name, quality_drop_reasons)
+        signatures_shard(filtered, sig, name)
+        names.append(name)
+        signatures.append(sig)
+    clusters = cluster_shards(names, signatures, ClusterSettings())
+    ids = pl.concat([pl.read_parquet(p, columns=["synth_id"]) for p in signatures])["synth_id"].to_list()
+    return {i: (int(c), int(s), int(k), d) for i, c, s, k, d in zip(ids, *_arrays(clusters))}
+
+
+def _arrays(clusters):
+    return clusters.cluster_id, clusters.size, clusters.rank, clusters.decision
+
+
+def test_the_samples_planted_near_duplicates_are_found_with_recall_and_precision_at_least_095(sample_clusters):
+    planted = planted_near_duplicates()
+    truth: dict[str, str] = {}  # row -> its planted group (the source)
+    for copy in planted:
+        truth[copy.source_id] = truth[copy.copy_id] = copy.source_id
+    found = sample_clusters
+    recall = sum(found[c.source_id][0] == found[c.copy_id][0] for c in planted) / len(planted)
+    by_cluster: dict[int, list[str]] = {}
+    for synth_id, (cluster_id, *_) in found.items():
+        by_cluster.setdefault(cluster_id, []).append(synth_id)
+    predicted = [pair for members in by_cluster.values() for pair in combinations(sorted(members), 2)]
+    correct = sum(a in truth and truth.get(a) == truth.get(b) for a, b in predicted)
+    assert recall >= 0.95
+    assert predicted and correct / len(predicted) >= 0.95
+    for negative in planted_negatives():  # same query, another seed text: not a near-duplicate
+        assert found[negative.source_id][0] != found[negative.negative_id][0]
+
+
+def test_the_sample_cap_keeps_exactly_min_size_cap_per_planted_cluster(sample_clusters):
+    kept: Counter[int] = Counter()
+    sizes: dict[int, int] = {}
+    for cluster_id, size, _, decision in sample_clusters.values():
+        sizes[cluster_id] = size
+        kept[cluster_id] += decision is None
+    held = {c for c, _, _, d in sample_clusters.values() if d == drops.DROP_HELDOUT}
+    assert max(sizes.values()) > nd.MAX_PER_CLUSTER  # the sample plants clusters over the cap
+    for cluster_id, size in sizes.items():
+        assert kept[cluster_id] == (0 if cluster_id in held else min(size, nd.MAX_PER_CLUSTER))

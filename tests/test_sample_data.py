@@ -231,11 +231,11 @@ def test_near_dup_shard_is_the_next_file_and_copies_what_there_is(tmp_path):
 # --- planted near-duplicates (#18): an oracle of the test's own -------------------------------------------------
 
 
-def _shingles(row: dict) -> frozenset[str]:
-    """The rendered user prompt, NFKC, casefolded, whitespace runs as one space, character 5-grams."""
+def _shingles(row: dict) -> frozenset[tuple[str, ...]]:
+    """The rendered user prompt, NFKC, casefolded, split on whitespace, word 3-grams."""
     prompt = row["query"] + "\n\nReference:\n" + row["query_seed_text"]
-    text = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", prompt).casefold()).strip()
-    return frozenset(text[i : i + 5] for i in range(max(1, len(text) - 4)))
+    words = unicodedata.normalize("NFKC", prompt).casefold().split()
+    return frozenset(tuple(words[i : i + 3]) for i in range(max(1, len(words) - 2)))
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
