@@ -40,7 +40,7 @@ def test_build_synth_distill_writes_the_distillkit_layout(built_sample, tmp_path
     # one progress bar per pass, advancing shard by shard
     assert "scan: harmony + filters: 100%" in done.stderr and "build: sample + tokenize + distill: 100%" in done.stderr
     assert "5/5" in done.stderr
-    assert "synth_distill: 5 shards" in done.stdout and "rows in: 3056" in done.stdout
+    assert "synth_distill: 6 shards" in done.stdout and "rows in: 3151" in done.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["encoding_errors_log"] == {"path": str(tmp_path / "render_errors.jsonl"), "records": 0}
     assert (tmp_path / "render_errors.jsonl").read_text() == ""

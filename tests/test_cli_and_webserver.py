@@ -33,6 +33,9 @@ ASSETS = {
     "synth_kd_v1",
     "synth_kd_v1_manifest",
     "synth_sampling_plan",
+    "synth_signatures",
+    "synth_clusters",
+    "synth_validation_sets",
     "synth_distill",
     "synth_distill_manifest",
     "synth_quota_plan",
@@ -64,14 +67,15 @@ def cli_build(tmp_path_factory):
 
 def test_build_script_materializes_through_the_cli(cli_build):
     env, root, stdout = cli_build
-    assert "synth_kd_v1_smoke: 5 shards" in stdout and "rows in: 3056" in stdout
+    assert "synth_kd_v1_smoke: 6 shards" in stdout and "rows in: 3151" in stdout
     smoke = DataLayout.from_environ(env, smoke=True)
     manifest = json.loads(smoke.megatron_manifest().read_text())
-    # 64 per regular shard (the cap), all 53 the filters keep of the 56-row bucket shard synth_04
-    assert manifest["totals"]["rows_out"] == 4 * 64 + 53
-    assert "synth_distill_smoke: 5 shards" in stdout
+    # 64 per regular shard (the cap), the 49 of the bucket shard synth_04 that the filters keep and no held-out
+    # cluster takes, 64 of the near-duplicate shard synth_05
+    assert manifest["totals"]["rows_out"] == 4 * 64 + 49 + 64
+    assert "synth_distill_smoke: 6 shards" in stdout
     distill = json.loads(smoke.distill_manifest().read_text())
-    assert distill["totals"]["rows_out"] == 4 * 64 + 53 and distill["config"]["caps"]["max_rows_per_shard"] == 64
+    assert distill["totals"]["rows_out"] == 4 * 64 + 49 + 64 and distill["config"]["caps"]["max_rows_per_shard"] == 64
     assert (root / "home" / "dagster.yaml").is_file()  # the instance lives where DAGSTER_HOME says
 
 
@@ -84,27 +88,31 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     logs = list((root / "home" / "logs").glob("build-*.log"))
     assert len(logs) == 1 and stdout.splitlines()[0].endswith(f"full log: {logs[0]}")
     log = logs[0].read_text()
-    assert log.count(" - DEBUG - ") > 100 and log.count("RUN_SUCCESS") == 20  # 13 runs, then the pool's 7
+    assert log.count(" - DEBUG - ") > 100 and log.count("RUN_SUCCESS") == 23  # 15 runs, then the pool's 8
     lines = stdout.splitlines()
     assert any(line.startswith("inventory: o200k_tokenizer,synth_raw_inventory (") for line in lines)
-    assert "scan pass over 5 shards: synth_harmony,synth_filtered" in lines
-    assert "pool pass over 5 shards: synth_pool" in lines
-    assert any(line.startswith("synth_pool_v1_smoke: 5 shards, config ") for line in lines)
+    assert "scan pass over 6 shards: synth_harmony,synth_filtered,synth_signatures" in lines
+    assert "pool pass over 6 shards: synth_pool" in lines
+    assert any(line.startswith("synth_pool_v1_smoke: 6 shards, config ") for line in lines)
     assert any(line.startswith("curriculum P1 (seq 2048, 300,000,000 tokens): written (C1 ") for line in lines)
     # smoke: synth_harmony reads the first 256 of the 750 raw rows (the other 494 are counted as smoke_cap)
     assert (
-        "  scan synth_00 (1/5): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 252 (4 dropped) ("
+        "  scan synth_00 (1/6): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 252 (4 dropped), "
+        "synth_signatures 252 (" in stdout
+    )
+    # 7 rows of synth_00 belong to held-out clusters (the validation sets)
+    assert "  build synth_00 (1/6): 252 rows in -> synth_sampled 245 (7 dropped), synth_tokenized 245, " in stdout
+    for i, key in enumerate(["synth_00", "synth_01", "synth_02", "synth_03"], 1):
+        line = next(line for line in lines if line.startswith(f"  build {key} ({i}/6): "))
+        assert "synth_kd_v1 64 (" in line and "synth_distill 64 (" in line, line  # the smoke cap
+    # the bucket shard's 56 rows are all read (under the 256 cap) and the 49 it keeps all written
+    assert (
+        "  scan synth_04 (5/6): 56 rows in -> synth_harmony 56, synth_filtered 53 (3 dropped), synth_signatures 53 ("
         in stdout
     )
-    assert "  build synth_00 (1/5): 252 rows in -> synth_sampled 252, synth_tokenized 252, " in stdout
-    for i, key in enumerate(["synth_00", "synth_01", "synth_02", "synth_03"], 1):
-        line = next(line for line in lines if line.startswith(f"  build {key} ({i}/5): "))
-        assert "synth_kd_v1 64 (" in line and "synth_distill 64 (" in line, line  # the smoke cap
-    # the bucket shard's 56 rows are all read (under the 256 cap) and its 53 kept ones all written
-    assert "  scan synth_04 (5/5): 56 rows in -> synth_harmony 56, synth_filtered 53 (3 dropped) (" in stdout
     assert (
-        "  build synth_04 (5/5): 53 rows in -> synth_sampled 53, synth_tokenized 53, synth_kd_v1 53, synth_distill 53 ("
-        in stdout
+        "  build synth_04 (5/6): 53 rows in -> synth_sampled 49 (4 dropped), synth_tokenized 49, synth_kd_v1 49, "
+        "synth_distill 49 (" in stdout
     )
     assert any(line.startswith("manifests: synth_harmony_manifest,") for line in lines)
     for noise in ("dagster.yaml", "SupersessionWarning", "superseded", "Transformer Engine", "Warning"):
@@ -182,6 +190,7 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
             "synth_02",
             "synth_03",
             "synth_04",
+            "synth_05",
         ]
     checks = {c["name"]: c for n in nodes.values() for c in n["assetChecksOrError"].get("checks", [])}
     assert {
@@ -233,7 +242,7 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
         assert stale(webserver, "synth_harmony", "synth_02") == "STALE"
         assert all(
             stale(webserver, "synth_harmony", key) == "FRESH"
-            for key in ("synth_00", "synth_01", "synth_03", "synth_04")
+            for key in ("synth_00", "synth_01", "synth_03", "synth_04", "synth_05")
         )
     finally:
         raw.write_bytes(original)  # the module's build stays consistent with its input for later tests

@@ -92,7 +92,7 @@ def test_every_partition_through_two_celery_workers_equals_the_embedded_build(
     from dagster_postgres import PostgresRunStorage
 
     _, _, embedded_data = built_sample
-    assert "synth_kd_v1: 5 shards" in cluster_build.stdout
+    assert "synth_kd_v1: 6 shards" in cluster_build.stdout
     assert final_files(cluster.data_dir) == final_files(embedded_data)
     with cluster_instance(cluster, monkeypatch) as instance:
         assert isinstance(instance.run_storage, PostgresRunStorage)

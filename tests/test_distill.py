@@ -184,7 +184,7 @@ def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sampl
     for reason in ("empty_synthetic_answer", "result_failed_after_max_attempts", "result_inconsistent_with_answer"):
         assert dropped[reason] > 0
     assert not [reason for reason in dropped if reason.startswith("sampled_out_")]
-    assert manifest["totals"]["rows_in"] == 3056 == manifest["totals"]["rows_out"] + sum(dropped.values())
+    assert manifest["totals"]["rows_in"] == 3151 == manifest["totals"]["rows_out"] + sum(dropped.values())
     kd = json.loads(paths.megatron_manifest().read_text())
     assert kd["sampling"] == sampling and kd["config"]["selection"] == manifest["config"]["selection"]
 
@@ -225,7 +225,7 @@ def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(b
     )
     build = SynthKDBuildConfig(max_seq_len=1000)
     run(instance, layout, ["synth_tokenized"], "synth_03", build=build)
-    for key in ("synth_00", "synth_01", "synth_02", "synth_03", "synth_04"):
+    for key in ("synth_00", "synth_01", "synth_02", "synth_03", "synth_04", "synth_05"):
         run(instance, layout, ["synth_distill"], key, build=build)
     result = run(instance, layout, ["synth_distill_manifest"], build=build)
     assert set(check_outcomes(result).values()) == {True}

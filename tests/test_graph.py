@@ -51,7 +51,7 @@ def test_manifest_provenance_matches_the_bytes_on_disk(built):
     assert manifest["tokenizer"]["sha256"] == constants.TOKENIZER_SHA256
     assert manifest["input_manifest"]["sha256"] == sha256_file(paths.harmony_manifest())
     assert manifest["split"]["valid_fraction"] == constants.VALID_FRACTION
-    assert manifest["totals"]["rows_in"] == 3056
+    assert manifest["totals"]["rows_in"] == 3151
     files = [f for shard in manifest["shards"] for split in shard["splits"] for f in split["files"]]
     assert len(files) >= 5 * 6
     for record in files:

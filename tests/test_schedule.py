@@ -25,7 +25,7 @@ from tests.daemon import dagster_home, open_instance
 from tests.helpers import SAMPLE_RAW_DIR
 from tests.raw_files import current_shas, edit_shard, write_input_manifest
 
-SHARDS = ["synth_00", "synth_01", "synth_02", "synth_03", "synth_04"]
+SHARDS = ["synth_00", "synth_01", "synth_02", "synth_03", "synth_04", "synth_05"]
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_nothing_changed_requests_nothing(setup):
     instance, layout, raw = setup
     data = tick(instance, layout)
     assert data.run_requests == [] and data.skip_message.startswith(
-        "nothing changed: all 5 shards are built from the raw files"
+        "nothing changed: all 6 shards are built from the raw files"
     )
     write_input_manifest(raw, current_shas(raw))
     data = tick(instance, layout)

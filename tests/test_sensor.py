@@ -89,7 +89,7 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
     (raw / "synth_01.parquet").unlink()
     result = tick(instance, layout, settled.cursor)
     registered = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
-    assert registered == ["synth_00", "synth_02", "synth_03", "synth_04", "synth_07"]
+    assert registered == ["synth_00", "synth_02", "synth_03", "synth_04", "synth_05", "synth_07"]
     assert requested(result) == [("synth_shard_job", "synth_07")]
 
     manifest = paths.harmony_manifest()
