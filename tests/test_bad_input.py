@@ -639,7 +639,7 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
 
         built = run(instance, layout, SCAN_STEPS, "synth_00")
         materialized = {e.asset_key.to_user_string(): e for e in built.get_asset_materialization_events()}
-        assert set(materialized) == {"synth_harmony", "synth_filtered"}
+        assert set(materialized) == {"synth_harmony", "synth_filtered", "synth_signatures"}
         metadata = materialized["synth_harmony"].materialization.metadata
         assert metadata["dropped_duplicate_synth_id"].value == 1
         assert all(e.passed for e in built.get_asset_check_evaluations())
