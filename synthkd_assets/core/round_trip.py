@@ -30,7 +30,7 @@ class Mismatch:
 
     synth_id: str
     message_index: int  # WHOLE for the conversation as a whole
-    field: str  # role / channel / recipient / content_type / text / messages / eod / terminator / parse / pairing
+    field: str  # a KEY_FIELDS name (text: `text at char <i>`), or messages / eod / terminator / parse / pairing
     expected: str
     got: str
 
@@ -58,6 +58,8 @@ def _short(value: str) -> str:
 
 @dataclass(frozen=True)
 class RoundTrip:
+    """What a check of many conversations found: how many were checked, and every mismatch in order."""
+
     conversations: int
     mismatches: list[Mismatch]
 
