@@ -15,6 +15,7 @@ from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.near_dup import clusters_rule
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.round_trip import round_trip_shard
 from synthkd_assets.core.sampling import sampling_rule
 from synthkd_assets.core.stages import (
     RowRule,
@@ -28,9 +29,11 @@ from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_harmony_encoding, load_tiktoken_o200k
 from synthkd_assets.defs.checks import (
     DISTILL_ROWS_VALID,
+    HARMONY_ROUND_TRIP,
     ROWS_ACCOUNTED,
     TRIO_ALIGNMENT,
     distill_rows_result,
+    harmony_round_trip_result,
     rows_accounted_result,
     shard_check_spec,
     trio_alignment_result,
@@ -83,12 +86,15 @@ def shard_step(deps: list, kinds: set[str], build_pass: str, group_name: str, sc
     return decorate
 
 
-def stage_result(paths: DataLayout, report: ShardReport, stage: str, **extra) -> dg.MaterializeResult:
-    """Publish a stage step's report (after its output and error log) and report it as metadata and check."""
+def stage_result(
+    paths: DataLayout, report: ShardReport, stage: str, checks: tuple[dg.AssetCheckResult, ...] = (), **extra
+) -> dg.MaterializeResult:
+    """Publish a stage step's report (after its output and error log) and report it as metadata and checks
+    (rows accounted, and `checks`)."""
     out_path, report_path = stage_files(paths, stage, report.shard)
     report.write_json(report_path)
     metadata = {**report_metadata(report.to_dict(), stage), **files_metadata([out_path]), **extra}
-    return dg.MaterializeResult(metadata=metadata, check_results=[rows_accounted_result(report)])
+    return dg.MaterializeResult(metadata=metadata, check_results=[rows_accounted_result(report), *checks])
 
 
 @shard_step([synth_raw], {"parquet", "polars"}, "scan", "synth", table_definition_metadata(HARMONY_SCHEMA))
@@ -205,12 +211,14 @@ def synth_sampled(
     "build",
     "synth",
     table_definition_metadata(TOKENIZED_SCHEMA),
+    checks=(HARMONY_ROUND_TRIP,),
 )
 def synth_tokenized(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
     """tokens / loss_mask / span_id per conversation (label-aligned masks), by the fast renderer: byte-identical to
-    openai-harmony's training render, at tiktoken speed."""
+    openai-harmony's training render, at tiktoken speed. The written tokens are then parsed back by openai-harmony
+    against the messages they came from (harmony_round_trip)."""
     paths = layout.data_layout(build.smoke)
     key = context.partition_key
     require_upstream(paths, "synth_tokenized", key, "synth_sampled", "o200k_tokenizer")
@@ -218,7 +226,8 @@ def synth_tokenized(
     renderer = FastRenderer(encoding, vocabulary, build.encode_threads)
     in_path, out_path = stage_files(paths, "synth_sampled", key)[0], stage_files(paths, "synth_tokenized", key)[0]
     report = tokenize_shard(in_path, out_path, renderer, key, paths.error_log("synth_tokenized", key))
-    return stage_result(paths, report, "synth_tokenized", **bucket_report_metadata(report.to_dict()))
+    round_trip = harmony_round_trip_result(round_trip_shard(out_path, in_path, encoding))
+    return stage_result(paths, report, "synth_tokenized", (round_trip,), **bucket_report_metadata(report.to_dict()))
 
 
 @shard_step(

@@ -1,6 +1,7 @@
 """Asset checks: in-asset ones for partitioned steps (results built here), standalone ones on the
 tokenizer and the dataset manifest. All blocking: downstream never runs on data that failed one."""
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from synthkd_assets.core.inventory import built_from_sha256, scan_raw_dir, shard
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
 from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.round_trip import RoundTrip
 from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.core.validation import cross_shard_duplicates
@@ -32,6 +34,7 @@ TRIO_ALIGNMENT = "trio_alignment"
 DISTILL_ROWS_VALID = "distill_rows_valid"
 POOL_TRIO_ALIGNMENT = "pool_trio_alignment"
 BUCKET_BALANCE = "bucket_balance"
+HARMONY_ROUND_TRIP = "harmony_round_trip"
 # the in-asset (per-shard) checks: what each verifies, shown in the UI next to every result
 SHARD_CHECK_DESCRIPTIONS = {
     ROWS_ACCOUNTED: "Every input row of this shard is accounted for: rows in == rows out + rows dropped "
@@ -41,10 +44,14 @@ SHARD_CHECK_DESCRIPTIONS = {
     "loss_mask==0 iff span==0, every document ending with EOD carrying 0/0, readable by megatron-core.",
     POOL_TRIO_ALIGNMENT: "Every per-cell trio of the pool just written for this shard (split/B_C/shard_XX): the "
     "same alignment rules as trio_alignment, readable by megatron-core.",
+    HARMONY_ROUND_TRIP: "Every conversation just written, parsed back by openai-harmony "
+    "(parse_messages_from_completion_tokens, after its EOD), gives exactly its synth_harmony messages: role, name, "
+    "channel, recipient, content_type and text; the system message as harmony renders it; <|return|> before the EOD.",
     DISTILL_ROWS_VALID: "The DistillKit parts just written for this shard, re-read: schema, labels == input_ids "
     "where labels != -100, -100 exactly before assistant_token_start, span counts, max_seq_len, split rule, ids.",
 }
 PROBLEMS_IN_TEXT = 5  # problems quoted in a result's description (all of them, up to 50, are in its metadata)
+MISMATCHES_IN_METADATA = 10  # round-trip mismatches shown field by field in a result's metadata
 
 
 def shard_check_spec(name: str, asset: str) -> dg.AssetCheckSpec:
@@ -114,6 +121,19 @@ def rows_accounted_result(report: ShardReport) -> dg.AssetCheckResult:
         rows_in=report.rows_in,
         rows_out=report.rows_out,
         rows_dropped=dropped,
+    )
+
+
+def harmony_round_trip_result(round_trip: RoundTrip) -> dg.AssetCheckResult:
+    """The written tokens parse back to their synth_harmony messages; mismatches named by synth_id."""
+    first = [dataclasses.asdict(m) for m in round_trip.mismatches[:MISMATCHES_IN_METADATA]]
+    return _result(
+        [str(m) for m in round_trip.mismatches],
+        HARMONY_ROUND_TRIP,
+        f"{round_trip.conversations} conversations parse back to their synth_harmony messages",
+        conversations_checked=round_trip.conversations,
+        mismatches=len(round_trip.mismatches),
+        first_mismatches=dg.MetadataValue.json(first),
     )
 
 

@@ -18,6 +18,7 @@ from synthkd_assets.core.manifest_builders import (
     provenance,
     sampling_section,
 )
+from synthkd_assets.core.quality import STAT_COLUMNS, length_stats, markdown_table
 from synthkd_assets.core.report import merge_error_logs
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.assets import synth_distill, synth_harmony, synth_kd_v1, synth_sampling_plan
@@ -87,7 +88,8 @@ def synth_kd_v1_manifest(
 ) -> dg.MaterializeResult:
     """data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest hash, split
     rule, sampling plan and achieved mix, shard inventory with bytes/sha256/counts, tokens per span and drops by
-    reason."""
+    reason. Reports (metadata only) analysis / final tokens per conversation of synth_tokenized, per language and
+    exercise, with the overall figures plotted (002 §12 distribution checks)."""
     paths = layout.data_layout(build.smoke)
     root, names = paths.megatron_root(), shard_names(paths)
     records = partition_records("synth_kd_v1", {n: paths.shard_record(shard_index_from_name(n)) for n in names})
@@ -96,11 +98,14 @@ def synth_kd_v1_manifest(
     manifest = kd_manifest(root.name, origin, sampling, reports, records, kd_dataset_files(root, records))
     digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
     totals = manifest["totals"]
+    lengths = length_stats([stage_files(paths, "synth_tokenized", n)[0] for n in names])
     return dg.MaterializeResult(
         metadata={
             **dataset_manifest_metadata(manifest, digest),
             **{f"sequences_{k}": v for k, v in totals["sequences"].items()},
             **{f"tokens_{k}": v for k, v in totals["span_tokens"].items()},
+            "span_lengths": dg.MetadataValue.md(markdown_table(lengths)),
+            **{k: lengths.overall[k] for k in STAT_COLUMNS if lengths.overall[k] is not None},
         },
         data_version=dg.DataVersion(digest),
     )

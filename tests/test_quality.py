@@ -1,0 +1,110 @@
+"""Analysis / final length stats against a brute-force oracle (numpy, row by row), on generated files and on the
+built sample, and as plotted metadata of synth_kd_v1_manifest."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from synthkd_assets.core.manifest_builders import PERCENTILES
+from synthkd_assets.core.quality import STAT_COLUMNS, length_stats, markdown_table
+from synthkd_contract import constants
+from tests.helpers import SAMPLE_RAW_DIR
+
+ALL = ("all", "all")
+
+
+def oracle(rows: list[tuple[str, str, np.ndarray]]) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (language, exercise) and ALL: rows, and min / nearest-rank pXX / max of the per-row span counts."""
+    lengths: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: {"analysis": [], "final": []})
+    for language, exercise, span_id in rows:
+        for key in ((language, exercise), ALL):
+            lengths[key]["analysis"].append(int(np.count_nonzero(span_id == 1)))
+            lengths[key]["final"].append(int(np.count_nonzero(span_id == 2)))
+    expected = {}
+    for key, spans in lengths.items():
+        stats: dict[str, int] = {"rows": len(spans["final"])}
+        for name, values in spans.items():
+            array = np.array(values)
+            stats[f"{name}_tokens_min"] = int(array.min())
+            for p in PERCENTILES:  # inverted_cdf: the smallest value whose empirical CDF reaches p%
+                stats[f"{name}_tokens_p{p}"] = int(np.percentile(array, p, method="inverted_cdf"))
+            stats[f"{name}_tokens_max"] = int(array.max())
+        expected[key] = stats
+    return expected
+
+
+def computed(paths) -> dict[tuple[str, str], dict[str, int]]:
+    stats = length_stats(paths)
+    found = {(row.pop("language"), row.pop("exercise")): row for row in stats.groups.iter_rows(named=True)}
+    return {**found, ALL: stats.overall}
+
+
+def write_rows(path, rows: list[tuple[str, str, np.ndarray]]) -> None:
+    table = pa.table(
+        {
+            "language": pa.array([r[0] for r in rows], pa.string()),
+            "exercise": pa.array([r[1] for r in rows], pa.string()),
+            "span_id": pa.array([r[2].tolist() for r in rows], pa.list_(pa.uint8())),
+        }
+    )
+    pq.write_table(table, path)
+
+
+conversation_rows = st.lists(
+    st.tuples(
+        st.sampled_from(["en", "fr", "de"]),
+        st.sampled_from(["rag", "mcq", "memorization"]),
+        st.lists(st.sampled_from([0, 1, 2]), max_size=60).map(lambda v: np.array(v, dtype=np.uint8)),
+    ),
+    min_size=1,
+    max_size=120,
+)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=conversation_rows, files=st.integers(1, 3))
+def test_stats_equal_the_row_by_row_oracle(tmp_path_factory, rows, files):
+    directory = tmp_path_factory.mktemp("tokenized")
+    paths = []
+    for i in range(files):  # several shards, some maybe empty
+        paths.append(directory / f"synth_{i:02d}.parquet")
+        write_rows(paths[-1], rows[i::files])
+    assert computed(paths) == oracle(rows)
+
+
+def test_no_rows_gives_empty_stats(tmp_path):
+    write_rows(tmp_path / "empty.parquet", [])
+    for paths in ([], [tmp_path / "empty.parquet"]):
+        stats = length_stats(paths)
+        assert stats.groups.height == 0 and stats.overall == {"rows": 0, **dict.fromkeys(STAT_COLUMNS)}
+        assert markdown_table(stats).splitlines()[-1].startswith("| all | all | 0 | - |")
+
+
+def test_the_sample_against_the_oracle_and_the_manifest(built_sample):
+    instance, layout, _ = built_sample
+    paths = layout.data_layout()
+    files = [paths.stage_output("synth_tokenized", p.stem) for p in sorted(SAMPLE_RAW_DIR.glob("*.parquet"))]
+    rows = []
+    for path in files:
+        table = pq.read_table(path, columns=["language", "exercise", "span_id"])
+        spans = [np.array(v, dtype=np.uint8) for v in table.column("span_id").to_pylist()]
+        rows.extend(zip(table.column("language").to_pylist(), table.column("exercise").to_pylist(), spans))
+    found = computed(files)
+    assert found == oracle(rows) and found[ALL]["rows"] == 2937
+    # every analysis / final label position of the written dataset is one conversation's
+    totals = json.loads(paths.megatron_manifest().read_text())["totals"]["span_tokens"]
+    assert sum(int(np.count_nonzero(s == constants.SPAN_ANALYSIS)) for *_, s in rows) == totals["analysis"]
+    metadata = instance.get_latest_materialization_event(
+        dg.AssetKey("synth_kd_v1_manifest")
+    ).asset_materialization.metadata
+    assert {k: metadata[k].value for k in STAT_COLUMNS} == {k: found[ALL][k] for k in STAT_COLUMNS}
+    table = metadata["span_lengths"].value
+    assert table.splitlines()[-1].startswith("| all | all | 2937 |") and "| en | memorization |" in table

@@ -1,0 +1,224 @@
+"""The Harmony round-trip: written tokens parse back (openai-harmony) to exactly their synth_harmony messages, on
+the built sample and on hostile text; one corrupted token fails it, and the blocking check names the synth_id."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from openai_harmony import ReasoningEffort, SystemContent
+
+from synthkd_assets.core.render import FastRenderer, RenderError
+from synthkd_assets.core.round_trip import WHOLE, RoundTripChecker, paired_conversations, round_trip_shard
+from synthkd_assets.core.synth import system_message_dict
+from synthkd_assets.core.tokenizer import load_tiktoken_o200k
+from synthkd_assets.defs.passes import INVENTORY_STEPS, PLAN_STEPS, SCAN_STEPS
+from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_contract import constants
+from tests.helpers import SAMPLE_RAW_DIR, run
+from tests.test_fast_render import conversation, system_contents
+from tests.test_fast_render import text as hostile_text
+from tests.test_fuzz import messages as any_structure
+
+SMALL_SHARD = "synth_04"  # 56 rows, 53 kept: every exercise, analysis and final
+
+
+@pytest.fixture(scope="module")
+def fast(encoding, tokenizer_dir) -> FastRenderer:
+    return FastRenderer(encoding, load_tiktoken_o200k(tokenizer_dir))
+
+
+@pytest.fixture(scope="module")
+def checker(encoding) -> RoundTripChecker:
+    return RoundTripChecker(encoding)
+
+
+def token_id(encoding, text: str) -> int:
+    [token] = encoding.encode(text, allowed_special="all")
+    return token
+
+
+def test_every_conversation_of_the_built_sample_round_trips(built_sample, encoding):
+    """Against synth_harmony's own file (the rows before filtering and sampling), and as the build's check saw it."""
+    instance, layout, _ = built_sample
+    paths = layout.data_layout()
+    checked = 0
+    for shard in sorted(p.stem for p in SAMPLE_RAW_DIR.glob("*.parquet")):
+        tokenized = paths.stage_output("synth_tokenized", shard)
+        result = round_trip_shard(tokenized, paths.stage_output("synth_harmony", shard), encoding)
+        assert result.mismatches == [] and result.conversations == pl.read_parquet(tokenized).height
+        checked += result.conversations
+    assert checked == 2937
+    key = dg.AssetCheckKey(dg.AssetKey("synth_tokenized"), "harmony_round_trip")
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+    assert latest.event.dagster_event.event_specific_data.passed
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    system=system_contents,
+    user=hostile_text,
+    analysis=st.none() | hostile_text,
+    final=hostile_text | st.just("\x00<|start|>assistant<|channel|>final<|message|>\x00<|return|>"),
+)
+def test_hostile_text_round_trips(fast, checker, system, user, analysis, final):
+    """Literal Harmony markers, NUL, CJK, emoji, every whitespace, any system content: parsed back verbatim."""
+    messages = conversation(system, user, analysis, final)
+    [rendered] = fast.render_many([messages])
+    assert checker.check("hostile", rendered.tokens, messages) == []
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(messages=any_structure())
+def test_any_structure_the_renderer_accepts_round_trips(renderer, checker, messages):
+    """Roles, channels and recipients SYNTH never has: whatever the reference renderer writes parses back."""
+    try:
+        rendered = renderer.render(messages)
+    except RenderError:
+        return
+    assert checker.check("structure", rendered.tokens, messages) == []
+
+
+@pytest.fixture(scope="module")
+def sample_row(built_sample):
+    """A built conversation with analysis and final: (synth_id, tokens, messages)."""
+    _, layout, _ = built_sample
+    paths = layout.data_layout()
+    pairs = paired_conversations(
+        paths.stage_output("synth_tokenized", "synth_00"), paths.stage_output("synth_harmony", "synth_00")
+    )
+    return next(
+        (sid, tokens, m) for sid, tokens, m in pairs if [x.get("channel") for x in m][2:] == ["analysis", "final"]
+    )
+
+
+def corrupted(tokens: np.ndarray, at: int, value: int) -> np.ndarray:
+    copy = np.array(tokens, copy=True)
+    copy[at] = value
+    return copy
+
+
+def test_a_changed_content_token_is_a_text_mismatch_of_its_message(encoding, checker, sample_row):
+    synth_id, tokens, messages = sample_row
+    assert checker.check(synth_id, tokens, messages) == []
+    # the last token of the final answer: before <|return|> and the EOD
+    [mismatch] = checker.check(synth_id, corrupted(tokens, -3, tokens[-3] + 1), messages)
+    assert (mismatch.synth_id, mismatch.message_index, mismatch.field.split()[0]) == (synth_id, 3, "text")
+    assert mismatch.expected != mismatch.got and synth_id in str(mismatch)
+
+
+def test_a_changed_channel_token_is_a_channel_mismatch(encoding, checker, sample_row):
+    synth_id, tokens, messages = sample_row
+    final, analysis, channel = (token_id(encoding, t) for t in ("final", "analysis", "<|channel|>"))
+    at = int(np.flatnonzero((tokens[:-1] == channel) & (tokens[1:] == final))[0]) + 1
+    [mismatch] = checker.check(synth_id, corrupted(tokens, at, analysis), messages)
+    assert (mismatch.message_index, mismatch.field, mismatch.expected, mismatch.got) == (
+        3,
+        "channel",
+        "final",
+        "analysis",
+    )
+
+
+def test_a_changed_wrapper_token_fails_the_parse(encoding, checker, sample_row):
+    synth_id, tokens, messages = sample_row
+    at = int(np.flatnonzero(tokens == token_id(encoding, "<|message|>"))[1])  # the user message's
+    [mismatch] = checker.check(synth_id, corrupted(tokens, at, token_id(encoding, "<|end|>")), messages)
+    assert (mismatch.message_index, mismatch.field) == (WHOLE, "parse")
+
+
+def test_the_end_of_the_conversation_is_checked(encoding, checker, sample_row):
+    synth_id, tokens, messages = sample_row
+    [no_eod] = checker.check(synth_id, tokens[:-1], messages)
+    assert (no_eod.field, no_eod.expected) == ("eod", str(constants.EOD_TOKEN_ID))
+    [end] = checker.check(synth_id, corrupted(tokens, -2, token_id(encoding, "<|end|>")), messages)
+    want, got = (str(token_id(encoding, t)) for t in ("<|return|>", "<|end|>"))
+    assert (end.field, end.expected, end.got) == ("terminator", want, got)
+
+
+def test_a_missing_or_extra_message_is_named(encoding, checker, sample_row):
+    synth_id, tokens, messages = sample_row
+    without_analysis = [m for m in messages if m.get("channel") != "analysis"]
+    found = checker.check(synth_id, tokens, without_analysis)
+    assert found[0].field == "messages" and (found[0].expected, found[0].got) == ("3", "4")
+    assert found[1].message_index == 2 and found[1].field == "channel"
+
+
+def test_the_system_message_is_compared_as_harmony_renders_it(encoding, checker, sample_row):
+    """A different stored system message (another reasoning effort) no longer matches the written tokens."""
+    synth_id, tokens, messages = sample_row
+    assert messages[0] == system_message_dict()
+    other = system_message_dict(SystemContent.new().with_reasoning_effort(ReasoningEffort.HIGH))
+    [mismatch] = checker.check(synth_id, tokens, [other, *messages[1:]])
+    assert (mismatch.message_index, mismatch.field.split()[0]) == (0, "text")
+    assert "Reasoning: medium" in mismatch.got and "Reasoning: high" in mismatch.expected
+
+
+def test_a_tokenized_row_without_its_harmony_row_is_a_pairing_mismatch(tmp_path, built_sample, encoding):
+    _, layout, _ = built_sample
+    paths = layout.data_layout()
+    harmony = pl.read_parquet(paths.stage_output("synth_harmony", SMALL_SHARD))
+    missing = harmony["synth_id"][5]
+    harmony.filter(pl.col("synth_id") != missing).write_parquet(tmp_path / "harmony.parquet")
+    tokenized = paths.stage_output("synth_tokenized", SMALL_SHARD)
+    result = round_trip_shard(tokenized, tmp_path / "harmony.parquet", encoding)
+    assert result.mismatches[0].synth_id == missing and result.mismatches[0].field == "pairing"
+
+
+@pytest.fixture
+def sampled_small_shard(tmp_path):
+    """A fresh instance and data root holding one raw shard built up to synth_sampled."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    shutil.copy(SAMPLE_RAW_DIR / f"{SMALL_SHARD}.parquet", raw)
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, layout, INVENTORY_STEPS)
+        run(instance, layout, SCAN_STEPS, SMALL_SHARD)
+        run(instance, layout, PLAN_STEPS)
+        run(instance, layout, ["synth_sampled"], SMALL_SHARD)
+        yield instance, layout
+
+
+def round_trip_evaluation(result: dg.ExecuteInProcessResult):
+    [evaluation] = [e for e in result.get_asset_check_evaluations() if e.check_name == "harmony_round_trip"]
+    return evaluation
+
+
+def test_the_blocking_check_passes_in_the_tokenize_step(sampled_small_shard):
+    instance, layout = sampled_small_shard
+    result = run(instance, layout, ["synth_tokenized"], SMALL_SHARD)
+    evaluation = round_trip_evaluation(result)
+    assert evaluation.passed and evaluation.metadata["conversations_checked"].value == 53
+    assert evaluation.metadata["mismatches"].value == 0
+    assert evaluation.description == f"partition {SMALL_SHARD}: passed: 53 conversations parse back to their " + (
+        "synth_harmony messages"
+    )
+
+
+def test_a_corrupted_token_fails_the_blocking_check_and_stops_downstream(sampled_small_shard, monkeypatch):
+    """The renderer writes one wrong content token into the 4th conversation: the check fails naming its synth_id,
+    and synth_kd_v1 of the same run never runs."""
+    instance, layout = sampled_small_shard
+    render_many = FastRenderer.render_many
+
+    def corrupting(self, conversations):
+        results = render_many(self, conversations)
+        results[3].tokens[-3] += 1
+        return results
+
+    monkeypatch.setattr(FastRenderer, "render_many", corrupting)
+    result = run(instance, layout, ["synth_tokenized", "synth_kd_v1"], SMALL_SHARD, raise_on_error=False)
+    evaluation = round_trip_evaluation(result)
+    sampled = pl.read_parquet(layout.data_layout().stage_output("synth_sampled", SMALL_SHARD))
+    corrupted_id = sampled["synth_id"][3]
+    assert not evaluation.passed and evaluation.metadata["mismatches"].value == 1
+    assert evaluation.description.startswith(f"partition {SMALL_SHARD}: FAILED, 1 problem: {corrupted_id} message 3:")
+    assert evaluation.metadata["first_mismatches"].value[0]["synth_id"] == corrupted_id
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert "synth_kd_v1" not in materialized and not result.success
