@@ -8,6 +8,7 @@ import shutil
 
 import dagster as dg
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -23,6 +24,7 @@ MANIFEST_CHECKS = {
     "no_duplicate_synth_ids",
     "shards_readable_by_megatron",
     "dataset_rows_accounted",
+    "output_table_schemas",
 }
 
 
@@ -50,6 +52,38 @@ def test_all_checks_pass_on_a_sound_build(copy_of_build):
     instance, layout, _ = copy_of_build
     assert run_checks(instance, layout, "synth_kd_v1_manifest") == dict.fromkeys(MANIFEST_CHECKS, True)
     assert run_checks(instance, layout, "o200k_tokenizer") == {"tokenizer_sha256_pin": True}
+
+
+def test_a_table_off_its_contract_schema_fails_the_schema_checks_naming_file_and_column(copy_of_build):
+    instance, layout, paths = copy_of_build
+    keys = [
+        dg.AssetCheckKey(dg.AssetKey("synth_kd_v1_manifest"), "output_table_schemas"),
+        dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "pool_table_schemas"),
+    ]
+
+    def evaluations():
+        result = dg.materialize(
+            ALL_ASSETS,
+            selection=dg.AssetSelection.checks(*keys),
+            instance=instance,
+            resources=synthkd_resources(layout),
+            raise_on_error=False,
+        )
+        return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+    assert {name: e.passed for name, e in evaluations().items()} == {
+        "output_table_schemas": True,
+        "pool_table_schemas": True,
+    }
+    clusters = paths.stage_output("synth_clusters", "synth_02")
+    table = pq.read_table(clusters)
+    pq.write_table(table.set_column(2, "cluster_size", table.column("cluster_size").cast(pa.int64())), clusters)
+    part = sorted(paths.pool_root().glob("parts/*.parquet"))[0]
+    pq.write_table(pq.read_table(part).drop(["near_dup_hash"]), part)
+    found = evaluations()
+    kd, pool = found["output_table_schemas"], found["pool_table_schemas"]
+    assert not kd.passed and f"{clusters}: column 'cluster_size' is int64, the contract says int32" in kd.description
+    assert not pool.passed and f"{part}: columns [" in pool.description
 
 
 def test_truncated_bin_fails_provenance_and_readability(copy_of_build):

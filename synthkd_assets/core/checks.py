@@ -6,11 +6,31 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
-from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.layout import (
+    CLUSTERS_STAGE,
+    MEGATRON_SHARDS_SUBDIR,
+    POOL_PARTS_SUBDIR,
+    SIGNATURES_STAGE,
+    DataLayout,
+)
 from synthkd_assets.core.megatron_io import trio_alignment_problems
+from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import dataset_problems, sha256_file
+from synthkd_contract.schemas import (
+    CLUSTERS_SCHEMA,
+    DISTILL_SCHEMA,
+    DOCUMENTS_SCHEMA,
+    HARMONY_SCHEMA,
+    POOL_SCHEMA,
+    SIGNATURES_SCHEMA,
+    TOKENIZED_SCHEMA,
+    VALIDATION_SCHEMA,
+)
+
+HARMONY_STAGES = ("synth_harmony", "synth_filtered", "synth_sampled")  # synth_harmony_v1 rows, then subsets
 
 REQUIRED_MANIFEST_KEYS = (
     "git_sha",
@@ -112,3 +132,44 @@ def dataset_rows_problems(manifest: dict[str, Any]) -> list[str]:
             f"({rows_in - rows_out - dropped:+d} unaccounted)"
         )
     return problems
+
+
+def schema_problems(path: Path, expected: pa.Schema) -> list[str]:
+    """How a written Parquet table differs from its contract schema (column names, order and types; schema
+    metadata aside), or that it cannot be read."""
+    try:
+        found = read_arrow_schema(path)
+    except InputFileError as error:
+        return [str(error)]
+    if found.names != expected.names:
+        return [f"{path}: columns {found.names}, the contract says {expected.names}"]
+    return [
+        f"{path}: column {field.name!r} is {field.type}, the contract says {want.type}"
+        for field, want in zip(found, expected)
+        if not field.type.equals(want.type)
+    ]
+
+
+def output_tables(paths: DataLayout, shards: list[str]) -> list[tuple[Path, pa.Schema]]:
+    """Every Parquet table of a build before the pool, with its contract schema (002 §12 "schema validity"):
+    each shard's stage outputs, signatures and clusters, synth_kd_v1's documents tables, the DistillKit parts
+    and the validation sets; files not built (yet) are left out."""
+    stages = {**{stage: HARMONY_SCHEMA for stage in HARMONY_STAGES}, "synth_tokenized": TOKENIZED_SCHEMA}
+    stages |= {SIGNATURES_STAGE: SIGNATURES_SCHEMA, CLUSTERS_STAGE: CLUSTERS_SCHEMA}
+    tables = [(paths.stage_output(stage, key), schema) for key in shards for stage, schema in stages.items()]
+    tables += [
+        (p, DOCUMENTS_SCHEMA)
+        for p in sorted((paths.megatron_root() / MEGATRON_SHARDS_SUBDIR).glob("*_documents.parquet"))
+    ]
+    tables += [(p, DISTILL_SCHEMA) for split in constants.DISTILL_SPLITS for p in _parts(paths.distill_root() / split)]
+    tables += [(paths.heldout_kl(), VALIDATION_SCHEMA), (paths.format_suite(), VALIDATION_SCHEMA)]
+    return [(path, schema) for path, schema in tables if path.is_file()]
+
+
+def pool_tables(paths: DataLayout) -> list[tuple[Path, pa.Schema]]:
+    """The pool's §11 parts with their contract schema."""
+    return [(p, POOL_SCHEMA) for p in _parts(paths.pool_root() / POOL_PARTS_SUBDIR)]
+
+
+def _parts(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.parquet")) if directory.is_dir() else []

@@ -12,6 +12,9 @@ from synthkd_assets.core.checks import (
     dataset_rows_problems,
     input_drift,
     manifest_problems,
+    output_tables,
+    pool_tables,
+    schema_problems,
     split_leakage,
     unreadable_shards,
 )
@@ -251,6 +254,31 @@ def raw_inputs_unchanged(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg
     )
 
 
+def table_schema_check(asset: str, name: str, tables: Callable[[DataLayout, list[str]], list]):
+    """A blocking check that every Parquet table `tables` lists has its contract schema (002 §12)."""
+
+    @dg.asset_check(
+        asset=asset,
+        name=name,
+        blocking=True,
+        description="Schema validity (002 §12): every Parquet table the build wrote so far (listed in "
+        "core/checks.py) has exactly its contract schema's columns, in order, with their types.",
+    )
+    def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+        paths = layout.data_layout(build.smoke)
+        listed = tables(paths, [s.name for s in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())])
+        problems = [problem for path, schema in listed for problem in schema_problems(path, schema)]
+        return _result(problems, passed_summary=f"{len(listed)} tables match their schemas", tables=len(listed))
+
+    return check
+
+
+output_table_schemas = table_schema_check("synth_kd_v1_manifest", "output_table_schemas", output_tables)
+pool_table_schemas = table_schema_check(
+    "synth_pool_manifest", "pool_table_schemas", lambda paths, _: pool_tables(paths)
+)
+
+
 def _file_count(manifest: dict) -> int:
     return sum(len(split["files"]) for shard in manifest.get("shards", []) for split in shard.get("splits", []))
 
@@ -451,5 +479,7 @@ STANDALONE_CHECKS = [
     no_split_leakage,
     no_duplicate_synth_ids,
     shards_readable_by_megatron,
+    output_table_schemas,
+    pool_table_schemas,
     *DISTILL_CHECKS,
 ]
