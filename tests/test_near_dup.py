@@ -3,7 +3,6 @@ clusters, on generated prompts whose true pairs are known, against an exact-Jacc
 
 from __future__ import annotations
 
-import json
 import random
 import string
 import unicodedata
@@ -11,7 +10,6 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,6 +28,7 @@ from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import SIGNATURES_SCHEMA
+from synthkd_dev.harmony_rows import harmony_frame
 
 THRESHOLD = nd.JACCARD_THRESHOLD
 
@@ -43,33 +42,6 @@ def oracle_jaccard(a: str, b: str) -> float:
 
     x, y = grams(a), grams(b)
     return len(x & y) / len(x | y)
-
-
-def harmony_frame(rows: list[dict]) -> pl.DataFrame:
-    """synth_harmony_v1-shaped rows (what the signature step reads) for (synth_id, prompt, exercise, constraints)."""
-
-    def messages(prompt: str) -> str:
-        text = lambda t: [{"type": "text", "text": t}]  # noqa: E731
-        return json.dumps(
-            {
-                "messages": [
-                    {"role": "system", "content": text("system")},
-                    {"role": "user", "content": text(prompt)},
-                    {"role": "assistant", "channel": "final", "content": text("answer")},
-                ]
-            }
-        )
-
-    return pl.DataFrame(
-        {
-            "synth_id": [r["synth_id"] for r in rows],
-            "language": ["en"] * len(rows),
-            "exercise": [r.get("exercise", "memorization") for r in rows],
-            "source_row": list(range(len(rows))),
-            "messages_json": [messages(r["prompt"]) for r in rows],
-            "metadata_json": [json.dumps({"constraints": r.get("constraints", "")}) for r in rows],
-        }
-    )
 
 
 def write_signatures(rows: list[dict], path: Path) -> Path:
