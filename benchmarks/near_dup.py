@@ -30,16 +30,24 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as `python benchmarks/near_dup.py`: synthkd_dev is at the root
     sys.path.insert(0, str(REPO_ROOT))
+if os.environ.get("SYNTHKD_BASELINE_TREE"):  # a child measuring --baseline-tree's code
+    sys.path.insert(0, os.environ["SYNTHKD_BASELINE_TREE"])
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from throughput import FULL_CORPUS_ROWS, GIB, make_shard  # noqa: E402
 
 MEMORY_LIMIT = 24 * GIB  # the clustering must fit on one 24 GiB machine
 REPEATS = 3
+BASE_SHARDS = 2  # signature files of the planted base corpus; a corpus of c copies has 2c shards
+SPLIT_ROWS = 20_000  # rows of the in-process split of signature_table's time (best of REPEATS)
 POOL_WORKERS = (8, 32)  # Celery pools the projection is printed for (one core each)
 LIBRARIES = ("rensa", "datasketch", "datasketch_lean")
 
@@ -70,9 +78,11 @@ class Peaks:
         self._reset()
 
 
-def run_child(*args: str) -> dict:
-    """This script as a child process (its own memory), the JSON it prints last."""
-    done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True)
+def run_child(*args: str, tree: Path | None = None) -> dict:
+    """This script as a child process (its own memory), the JSON it prints last; with `tree`, the child imports
+    synthkd_assets and synthkd_contract from that checkout instead (a baseline commit)."""
+    env = dict(os.environ, SYNTHKD_BASELINE_TREE=str(tree)) if tree else None
+    done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"benchmark child {args[0]} failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -204,15 +214,15 @@ def child_signatures(harmony: str, out: str) -> dict:
     return {"rows": report.rows_in, **peaks.phases["signatures_shard"]}
 
 
-def signature_split(harmony: Path) -> dict:
-    """Best-of-REPEATS seconds of `signature_table` on the shard's frame and of its parts, in this process."""
+def signature_split(harmony: Path, rows: int) -> dict:
+    """Best-of-REPEATS seconds of `signature_table` on the shard's first rows and of its parts, in this process."""
     import polars as pl
     from rensa import RMinHash
 
     from synthkd_assets.core.near_dup import USER_PROMPT_PATH, band_keys, normalize_prompt, shingles, signature_table
     from synthkd_contract import near_dup as nd
 
-    frame = pl.read_parquet(harmony)
+    frame = pl.read_parquet(harmony).head(rows)
     state: dict = {}
 
     def prompts() -> None:
@@ -267,8 +277,8 @@ def planted_rows(rows: int, share: float, seed: int) -> list[dict]:
     return out
 
 
-def write_signature_shards(rows: int, shards: int, share: float, work: Path) -> list[Path]:
-    """The pipeline's signature_table over planted prompts, `shards` files."""
+def write_base_shards(rows: int, share: float, work: Path) -> list[Path]:
+    """The pipeline's signature_table over `rows` planted prompts, BASE_SHARDS files."""
     from synthkd_assets.core.near_dup import signature_table
     from synthkd_assets.core.parquet_io import ParquetShardWriter
     from synthkd_contract.schemas import SIGNATURES_SCHEMA
@@ -276,15 +286,60 @@ def write_signature_shards(rows: int, shards: int, share: float, work: Path) -> 
 
     work.mkdir(parents=True, exist_ok=True)
     corpus = planted_rows(rows, share, seed=rows)
-    per = -(-rows // shards)
+    per = -(-rows // BASE_SHARDS)
     paths = []
-    for i in range(shards):
+    for i in range(BASE_SHARDS):
         path = work / f"synth_{i:03d}.parquet"
         with ParquetShardWriter(path, SIGNATURES_SCHEMA) as writer:
             for lo in range(i * per, min(rows, (i + 1) * per), 50_000):
                 writer.write(signature_table(harmony_frame(corpus[lo : min(lo + 50_000, (i + 1) * per, rows)])))
         paths.append(path)
     return paths
+
+
+def recopied(path: Path, copy: int) -> pa.Table:
+    """A base shard as copy `copy` of the corpus, without re-hashing prompts: new synth_ids (and what the
+    pipeline derives from them), every signature value xor-ed with one constant, band keys recomputed: the
+    copy's rows are near-duplicates among themselves exactly as the base's rows are, and of no other copy's."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from synthkd_assets.core.near_dup import band_keys, salted_key
+    from synthkd_assets.core.sampling import is_valid
+    from synthkd_contract import near_dup as nd
+    from synthkd_contract.schemas import BAND_COLUMNS, SIGNATURES_SCHEMA
+
+    table = pq.read_table(path)
+    ids = [f"{i}_{copy}" for i in table.column("synth_id").to_pylist()]
+    flat = table.column("signature").combine_chunks().values.to_numpy().reshape(-1, nd.NUM_PERM)
+    signatures = flat ^ np.uint32((0x9E3779B1 * copy) & 0xFFFFFFFF)
+    keys = band_keys(signatures)
+    columns = {name: table.column(name) for name in table.column_names}
+    columns |= {
+        "synth_id": ids,
+        "valid": [is_valid(i) for i in ids],
+        "rank_key": [salted_key(nd.CLUSTER_SALT, i) for i in ids],
+        "heldout_key": [salted_key(nd.HELDOUT_SALT, i) for i in ids],
+        "near_dup_hash": [f"{k:016x}" for k in keys[:, 0].tolist()],
+        "signature": pa.FixedSizeListArray.from_arrays(pa.array(signatures.reshape(-1)), nd.NUM_PERM),
+    }
+    columns |= {name: keys[:, band] for band, name in enumerate(BAND_COLUMNS)}
+    return pa.table(columns, schema=SIGNATURES_SCHEMA)
+
+
+def corpus_shards(base: list[Path], copies: int, work: Path) -> None:
+    """`copies` copies of the base shards as one corpus in `work` (the first: the base files themselves)."""
+    import pyarrow.parquet as pq
+
+    work.mkdir(parents=True)
+    for copy in range(copies):
+        for i, path in enumerate(base):
+            target = work / f"synth_{copy:03d}_{i}.parquet"
+            if copy == 0:
+                shutil.copy(path, target)
+            else:
+                pq.write_table(recopied(path, copy), target)
 
 
 def child_cluster(directory: str) -> dict:
@@ -296,7 +351,7 @@ def child_cluster(directory: str) -> dict:
 
     paths = sorted(Path(directory).glob("*.parquet"))
     warm = Path(directory) / "warm-up"  # every code path once on 2000 rows: imports and arenas are not counted
-    warm.mkdir()
+    warm.mkdir(exist_ok=True)
     pq.write_table(pq.read_table(paths[0]).slice(0, 2000), warm / "warm.parquet")
     near_dup.cluster_summary(
         near_dup.cluster_shards(["warm"], [warm / "warm.parquet"], near_dup.ClusterSettings()), [warm / "warm.parquet"]
@@ -323,7 +378,8 @@ def child_cluster(directory: str) -> dict:
         None,
         lambda a, r: counts.__setitem__("band_pairs", counts["band_pairs"] + len(r)),
     )
-    near_dup._unique_pairs = hooked(near_dup._unique_pairs, "band keys + per-band pairs", "unique pairs")
+    merged = "_code_pairs" if hasattr(near_dup, "_code_pairs") else "_unique_pairs"  # before the bounds: all bands
+    setattr(near_dup, merged, hooked(getattr(near_dup, merged), "band keys + candidate pairs", "unique pairs"))
     near_dup._signature_rows = hooked(
         near_dup._signature_rows, None, None, lambda a, r: counts.__setitem__("candidate_rows", len(r))
     )
@@ -350,19 +406,43 @@ def child_cluster(directory: str) -> dict:
     }
 
 
-def clustering(sizes: list[tuple[int, int, float]], work: Path) -> list[dict]:
+def clustering(base_rows: int, sizes: list[tuple[int, float]], work: Path, baseline: Path | None = None) -> list[dict]:
+    """cluster_shards in a child per (copies of the base, planted share); each share's base is written once.
+    With `baseline`, the same corpus is clustered by that checkout's code too (figures under "baseline")."""
+    bases: dict[float, list[Path]] = {}
     results = []
-    for rows, shards, share in sizes:
-        directory = work / f"signatures_{rows}_{share}"
-        start = time.perf_counter()
-        write_signature_shards(rows, shards, share, directory)
-        written = time.perf_counter() - start
-        results.append({"planted_share": share, "write_s": written, **run_child("cluster", str(directory))})
+    for copies, share in sizes:
+        if share not in bases:
+            bases[share] = write_base_shards(base_rows, share, work / f"base_{share}")
+        directory = work / f"corpus_{copies}_{share}"
+        corpus_shards(bases[share], copies, directory)
+        results.append({"planted_share": share, **run_child("cluster", str(directory))})
+        if baseline:
+            results[-1]["baseline"] = run_child("cluster", str(directory), tree=baseline)
         shutil.rmtree(directory)
     return results
 
 
 # --- 4. projection and the table --------------------------------------------------------------------------------
+def projected_peak(c: dict) -> tuple[float, str, int]:
+    """Peak RSS of the clustering at FULL_CORPUS_ROWS from one run's peak per phase: bytes per row scale with
+    the rows, except the candidate signatures of verification, which `value_slices` caps at SIGNATURE_BUDGET."""
+    from synthkd_assets.core.near_dup import value_slices
+    from synthkd_contract import near_dup as nd
+
+    scale = FULL_CORPUS_ROWS / c["rows"]
+    candidates = c["candidate_rows"] * scale
+    measured_signatures = c["candidate_rows"] * 4 * nd.NUM_PERM / value_slices(c["candidate_rows"])
+    slices = value_slices(int(candidates))
+    peaks = {}
+    for name, phase in c["phases"].items():
+        peaks[name] = phase["peak_bytes"] * scale
+        if name == "verification":
+            peaks[name] += candidates * 4 * nd.NUM_PERM / slices - measured_signatures * scale
+    phase = max(peaks, key=peaks.__getitem__)
+    return c["start_bytes"] + peaks[phase], phase, slices
+
+
 def mib(value: float) -> str:
     return f"{value / (1 << 20):,.0f} MiB"
 
@@ -411,6 +491,13 @@ def report(library: dict, signatures: dict, split: dict, clusters: list[dict]) -
             f"{c['band_pairs'] / n:.2f}/row, unique {c['candidate_pairs'] / n:.2f}/row, verified "
             f"{c['verified_pairs'] / n:.2f}/row"
         )
+        if "baseline" in c:
+            b = c["baseline"]
+            lines.append(
+                f"     baseline tree: {b['seconds']:.1f} s, peak +{mib(b['peak_bytes'])} "
+                f"({b['peak_bytes'] / n:.0f} B/row); "
+                + ", ".join(f"{name} {p['peak_bytes'] / n:.0f}" for name, p in b["phases"].items())
+            )
         lines.append(
             "     peak above start, B/row: "
             + ", ".join(f"{name} {p['peak_bytes'] / n:.0f} ({p['seconds']:.1f} s)" for name, p in c["phases"].items())
@@ -426,13 +513,14 @@ def report(library: dict, signatures: dict, split: dict, clusters: list[dict]) -
         + f"; clustering (one global step, linear from {largest['rows']:,} rows): {cluster_hours:.2f} h on one core"
     )
     for label, c in (("measured share", largest), ("worst case", worst)):
-        projected = c["start_bytes"] + c["peak_bytes"] / c["rows"] * FULL_CORPUS_ROWS
-        phase, top = max(c["phases"].items(), key=lambda item: item[1]["peak_bytes"])
+        projected, phase, slices = projected_peak(c)
         lines.append(
             f"   clustering peak RSS, {label} ({100 * c['share_in_clusters_over_1']:.0f}% of rows in clusters, "
             f"{c['candidate_rows'] / c['rows']:.2f} candidate rows/row): {projected / GIB:.1f} GiB "
             f"(limit {MEMORY_LIMIT / GIB:.0f} GiB: {'fits' if projected <= MEMORY_LIMIT else 'DOES NOT FIT'}; "
-            f"largest phase: {phase}, {top['peak_bytes'] / c['rows']:.0f} B/row)"
+            f"largest phase: {phase}; verification in {slices} signature slice(s), "
+            f"+{(slices - 1) * c['phases']['verification']['seconds'] * FULL_CORPUS_ROWS / c['rows'] / 60:.0f} min "
+            "of re-reading)"
         )
     return lines
 
@@ -441,6 +529,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes: a < 1 min smoke run of the benchmark")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--library-from",
+        type=Path,
+        help="take section 1 from an earlier run's --json (it measures the libraries, not the pipeline: ~4 min)",
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also cluster with the synthkd_assets of this tree (e.g. `git archive` of an earlier commit)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -449,24 +547,25 @@ def main() -> int:
         print(json.dumps(child(*rest)))
         return 0
     if args.quick:
-        prompts, signature_rows, sizes = 500, 1000, [(20_000, 4, 0.2), (20_000, 4, 1.0)]
+        prompts, signature_rows, base_rows, sizes = 500, 1000, 10_000, [(2, 0.2), (2, 1.0)]
     else:
-        prompts, signature_rows = 20_000, 50_000
-        sizes = [(250_000, 4, 0.2), (1_000_000, 10, 0.2), (250_000, 4, 1.0)]
+        prompts, signature_rows, base_rows = 20_000, 50_000, 125_000
+        sizes = [(2, 0.2), (8, 0.2), (2, 1.0)]  # 250k and 1M rows at a 20% planted share, 250k at 100%
     work = Path(tempfile.mkdtemp(prefix="synthkd-near-dup-"))
     try:
-        library = library_choice(prompts, work)
+        library = json.loads(args.library_from.read_text())["library"] if args.library_from else None
+        library = library or library_choice(prompts, work)
         harmony = harmony_shard(signature_rows, work / "signatures")
         signatures = run_child("signatures", str(harmony), str(work / "signatures" / "out.parquet"))
-        split = signature_split(harmony)
-        clusters = clustering(sizes, work / "clusters")
+        split = signature_split(harmony, SPLIT_ROWS)
+        clusters = clustering(base_rows, sizes, work / "clusters", args.baseline_tree)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{os.cpu_count()} cores, {os.uname().machine}")
-    print("\n".join(report(library, signatures, split, clusters)))
     if args.json:
         figures = {"library": library, "signatures": signatures, "split": split, "clustering": clusters}
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"{os.cpu_count()} cores, {os.uname().machine}")
+    print("\n".join(report(library, signatures, split, clusters)))
     return 0
 
 

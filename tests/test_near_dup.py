@@ -10,6 +10,7 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,7 +23,10 @@ from synthkd_assets.core.near_dup import (
     cluster_summary,
     minhash_signatures,
     normalize_prompt,
+    removed_by_clusters,
     signature_table,
+    value_slices,
+    verified_pairs,
 )
 from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_contract import drops
@@ -217,3 +221,31 @@ def test_held_out_clusters_are_whole_and_per_exercise(tmp_path):
         assert (decision == drops.DROP_HELDOUT) == (cluster_id in held)
     summary = cluster_summary(clusters, paths)
     assert summary["dropped"][drops.DROP_HELDOUT] == sum(h["cluster_size"] for h in chosen)
+
+
+def test_bounded_memory_paths_change_nothing(tmp_path):
+    """The full corpus's memory bounds (docs: benchmarks/README.md "Near-duplicate control"): verification in
+    slices of the signature values, and the held-out sets and summary picked shard by shard, decide exactly
+    what one pass over whole signatures in one shard decides."""
+    rows, _ = planted_corpus(seed=17)
+    for i, row in enumerate(rows):
+        row["exercise"] = ["mcq", "rag", "arithmetic"][i % 3]
+        row["constraints"] = "result:B" if row["exercise"] == "mcq" else ("result:12" if i % 3 == 2 else "")
+    settings = ClusterSettings(max_per_cluster=2, heldout_per_exercise=3, format_suite_per_form=2)
+    one, whole, paths = clusters_by_id(rows, [rows], tmp_path / "one", settings)
+    shuffled = rows[:]
+    random.Random(5).shuffle(shuffled)
+    five, sharded, five_paths = clusters_by_id(rows, [shuffled[i::5] for i in range(5)], tmp_path / "five", settings)
+    assert one == five
+    without_shard = lambda held: [{k: v for k, v in h.items() if k != "shard"} for h in held]  # noqa: E731
+    assert without_shard(whole.heldout) == without_shard(sharded.heldout)
+    a, b = cluster_summary(whole, paths), cluster_summary(sharded, five_paths)
+    assert removed_by_clusters(a) == removed_by_clusters(b)
+    for key in ("rows", "clusters", "size_histogram", "dropped", "clusters_crossing_split"):
+        assert a[key] == b[key]
+
+    band = pl.read_parquet(paths[0], columns=["band_00"])["band_00"].to_numpy()
+    pairs = candidate_pairs(band)
+    assert len(pairs) and value_slices(len(np.unique(pairs)), budget=1 << 10) > 1
+    sliced = verified_pairs(pairs, paths, whole.offsets, THRESHOLD, budget=1 << 10)
+    assert (sliced == verified_pairs(pairs, paths, whole.offsets, THRESHOLD)).all()
