@@ -427,18 +427,25 @@ def clustering(base_rows: int, sizes: list[tuple[int, float]], work: Path, basel
 def projected_peak(c: dict) -> tuple[float, str, int]:
     """Peak RSS of the clustering at FULL_CORPUS_ROWS from one run's peak per phase: bytes per row scale with
     the rows, except the candidate signatures of verification, which `value_slices` caps at SIGNATURE_BUDGET."""
-    from synthkd_assets.core.near_dup import value_slices
+    from synthkd_assets.core.near_dup import EDGE_CHUNK, value_slices
     from synthkd_contract import near_dup as nd
 
     scale = FULL_CORPUS_ROWS / c["rows"]
     candidates = c["candidate_rows"] * scale
-    measured_signatures = c["candidate_rows"] * 4 * nd.NUM_PERM / value_slices(c["candidate_rows"])
+
+    def bounded(rows: float, pairs: float) -> float:
+        """Verification's parts that do not grow with the rows: the candidate signatures (SIGNATURE_BUDGET) and
+        one EDGE_CHUNK of pairs' gathered values (2 x uint32 + the bool comparison per value)."""
+        width = nd.NUM_PERM // value_slices(int(rows))
+        return rows * 4 * width + min(pairs, EDGE_CHUNK) * 9 * width
+
     slices = value_slices(int(candidates))
     peaks = {}
     for name, phase in c["phases"].items():
-        peaks[name] = phase["peak_bytes"] * scale
+        peaks[name] = max(0, phase["peak_bytes"]) * scale
         if name == "verification":
-            peaks[name] += candidates * 4 * nd.NUM_PERM / slices - measured_signatures * scale
+            measured = bounded(c["candidate_rows"], c["candidate_pairs"])
+            peaks[name] += bounded(candidates, c["candidate_pairs"] * scale) - measured * scale
     phase = max(peaks, key=peaks.__getitem__)
     return c["start_bytes"] + peaks[phase], phase, slices
 
@@ -539,8 +546,13 @@ def main() -> int:
         type=Path,
         help="also cluster with the synthkd_assets of this tree (e.g. `git archive` of an earlier commit)",
     )
+    parser.add_argument("--report-from", type=Path, help="print the table of an earlier run's --json")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.report_from:  # the table again, from an earlier run's --json
+        figures = json.loads(args.report_from.read_text())
+        print("\n".join(report(figures["library"], figures["signatures"], figures["split"], figures["clustering"])))
+        return 0
     if args.child:
         kind, *rest = args.child
         child = {"library": child_library, "signatures": child_signatures, "cluster": child_cluster}[kind]
