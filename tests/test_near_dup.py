@@ -3,7 +3,6 @@ clusters, on generated prompts whose true pairs are known, against an exact-Jacc
 
 from __future__ import annotations
 
-import json
 import random
 import string
 import unicodedata
@@ -26,8 +25,11 @@ from synthkd_assets.core.near_dup import (
     cluster_summary,
     minhash_signatures,
     normalize_prompt,
+    removed_by_clusters,
     signature_table,
     signatures_shard,
+    value_slices,
+    verified_pairs,
 )
 from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_assets.core.sampling import is_valid
@@ -37,6 +39,7 @@ from synthkd_assets.defs.near_dup import large_cluster_result
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import SIGNATURES_SCHEMA
+from synthkd_dev.harmony_rows import harmony_frame
 from synthkd_dev.make_sample_data import planted_near_duplicates, planted_negatives
 
 THRESHOLD = nd.JACCARD_THRESHOLD
@@ -51,33 +54,6 @@ def oracle_jaccard(a: str, b: str) -> float:
 
     x, y = grams(a), grams(b)
     return len(x & y) / len(x | y)
-
-
-def harmony_frame(rows: list[dict]) -> pl.DataFrame:
-    """synth_harmony_v1-shaped rows (what the signature step reads) for (synth_id, prompt, exercise, constraints)."""
-
-    def messages(prompt: str) -> str:
-        text = lambda t: [{"type": "text", "text": t}]  # noqa: E731
-        return json.dumps(
-            {
-                "messages": [
-                    {"role": "system", "content": text("system")},
-                    {"role": "user", "content": text(prompt)},
-                    {"role": "assistant", "channel": "final", "content": text("answer")},
-                ]
-            }
-        )
-
-    return pl.DataFrame(
-        {
-            "synth_id": [r["synth_id"] for r in rows],
-            "language": ["en"] * len(rows),
-            "exercise": [r.get("exercise", "memorization") for r in rows],
-            "source_row": list(range(len(rows))),
-            "messages_json": [messages(r["prompt"]) for r in rows],
-            "metadata_json": [json.dumps({"constraints": r.get("constraints", "")}) for r in rows],
-        }
-    )
 
 
 def write_signatures(rows: list[dict], path: Path) -> Path:
@@ -320,3 +296,31 @@ def test_the_sample_cap_keeps_exactly_min_size_cap_per_planted_cluster(sample_cl
     assert max(sizes.values()) > nd.MAX_PER_CLUSTER  # the sample plants clusters over the cap
     for cluster_id, size in sizes.items():
         assert kept[cluster_id] == (0 if cluster_id in held else min(size, nd.MAX_PER_CLUSTER))
+
+
+def test_bounded_memory_paths_change_nothing(tmp_path):
+    """The full corpus's memory bounds (docs: benchmarks/README.md "Near-duplicate control"): verification in
+    slices of the signature values, and the held-out sets and summary picked shard by shard, decide exactly
+    what one pass over whole signatures in one shard decides."""
+    rows, _ = planted_corpus(seed=17)
+    for i, row in enumerate(rows):
+        row["exercise"] = ["mcq", "rag", "arithmetic"][i % 3]
+        row["constraints"] = "result:B" if row["exercise"] == "mcq" else ("result:12" if i % 3 == 2 else "")
+    settings = ClusterSettings(max_per_cluster=2, heldout_per_exercise=3, format_suite_per_form=2)
+    one, whole, paths = clusters_by_id(rows, [rows], tmp_path / "one", settings)
+    shuffled = rows[:]
+    random.Random(5).shuffle(shuffled)
+    five, sharded, five_paths = clusters_by_id(rows, [shuffled[i::5] for i in range(5)], tmp_path / "five", settings)
+    assert one == five
+    without_shard = lambda held: [{k: v for k, v in h.items() if k != "shard"} for h in held]  # noqa: E731
+    assert without_shard(whole.heldout) == without_shard(sharded.heldout)
+    a, b = cluster_summary(whole, paths), cluster_summary(sharded, five_paths)
+    assert removed_by_clusters(a) == removed_by_clusters(b)
+    for key in ("rows", "clusters", "size_histogram", "dropped", "clusters_crossing_split"):
+        assert a[key] == b[key]
+
+    band = pl.read_parquet(paths[0], columns=["band_00"])["band_00"].to_numpy()
+    pairs = candidate_pairs(band)
+    assert len(pairs) and value_slices(len(np.unique(pairs)), budget=1 << 10) > 1
+    sliced = verified_pairs(pairs, paths, whole.offsets, THRESHOLD, budget=1 << 10)
+    assert (sliced == verified_pairs(pairs, paths, whole.offsets, THRESHOLD)).all()

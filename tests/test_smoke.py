@@ -84,9 +84,21 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
         keys = build_all(instance, layout, build)  # raises on a failed step or a failed blocking check
     after = snapshot(data_dir)
     assert {name: after[name] for name in full if after.get(name) != full[name]} == {}  # not a byte or mtime changed
-    roots = (smoke.build_root(), smoke.megatron_root(), smoke.distill_root(), smoke.pool_root())
+    roots = (
+        smoke.build_root(),
+        smoke.megatron_root(),
+        smoke.distill_root(),
+        smoke.pool_root(),
+        smoke.validation_root(),
+    )
     own = tuple(f"{smoke.recorded(root)}/" for root in roots)
-    assert own == ("smoke/", "megatron/synth_kd_v1_smoke/", "distill/synth_distill_smoke/", "pool/synth_pool_v1_smoke/")
+    assert own == (
+        "smoke/",
+        "megatron/synth_kd_v1_smoke/",
+        "distill/synth_distill_smoke/",
+        "pool/synth_pool_v1_smoke/",
+        "validation/synth_validation_v1_smoke/",
+    )
     assert [name for name in after if name not in full and not name.startswith(own)] == []
     assert smoke.sampling_plan().is_file()  # its own plan
     caps = build.caps()

@@ -11,9 +11,11 @@ held-out clusters of the validation sets.
   `max_per_cluster` are dropped as `cluster_cap`; a cluster of one is always kept (the rare tail). Whole
   clusters are held out for the validation sets (`heldout`), so no member of them is ever trained on.
 
-Memory is bounded for the full corpus (docs/near-dup.md "Scale"): the clustering holds one band's keys of
-every row at a time (8 B/row), the per-row cluster arrays (~24 B/row) and the signatures of candidate rows
-only; it reads the signature files band by band (one Parquet column each).
+Memory is bounded for the full corpus (benchmarks/README.md "Near-duplicate control": 79.6M rows in 24 GiB):
+the clustering holds one band's keys of every row at a time, the distinct candidate pairs (one int64 each,
+merged band by band), the per-row cluster arrays, and at most SIGNATURE_BUDGET bytes of the candidate rows'
+signatures (verification counts equal values slice by slice of the signature); the held-out sets and the
+summary keep, shard by shard, only the rows they can use. It reads the signature files column by column.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHE
 SHARD = "shard"
 USER_PROMPT_PATH = "$.messages[1].content[0].text"  # synth_harmony_v1: [system, user, (analysis), final]
 EDGE_CHUNK = 1 << 20  # candidate pairs verified per numpy batch
+SIGNATURE_BUDGET = 4 << 30  # bytes of candidate rows' signature values verification holds at once
 KL_SET = "kl"  # the held-out KL slice
 FORMAT_SET = "format"  # the format-compliance suite
 
@@ -63,7 +66,8 @@ def shingles(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
     words = normalized.split(" ")
     if len(words) < k:
         return [normalized]
-    return list(dict.fromkeys(" ".join(words[i : i + k]) for i in range(len(words) - k + 1)))
+    # zip of k shifted word lists, joined by map: ~1.5x the per-gram slice-and-join (benchmarks/near_dup.py)
+    return list(dict.fromkeys(map(" ".join, zip(*(words[i:] for i in range(k))))))
 
 
 def minhash_signatures(prompts: Sequence[str]) -> np.ndarray:
@@ -189,12 +193,12 @@ def candidate_pairs(keys: np.ndarray) -> np.ndarray:
     return np.stack([order[first[members]], order[members]], axis=1).astype(np.int64)
 
 
-def _unique_pairs(pairs: list[np.ndarray], n_rows: int) -> np.ndarray:
-    if not pairs:
-        return np.zeros((0, 2), dtype=np.int64)
-    both = np.concatenate(pairs)
-    low, high = np.minimum(both[:, 0], both[:, 1]), np.maximum(both[:, 0], both[:, 1])
-    codes = np.unique(low * n_rows + high)
+def _pair_codes(pairs: np.ndarray, n_rows: int) -> np.ndarray:
+    """Sorted distinct codes low * n_rows + high of the pairs (one int64 a pair: the unordered pair)."""
+    return np.unique(np.minimum(pairs[:, 0], pairs[:, 1]) * n_rows + np.maximum(pairs[:, 0], pairs[:, 1]))
+
+
+def _code_pairs(codes: np.ndarray, n_rows: int) -> np.ndarray:
     return np.stack([codes // n_rows, codes % n_rows], axis=1)
 
 
@@ -202,32 +206,54 @@ def _shard_column(path: Path, column: str) -> np.ndarray:
     return pq.read_table(path, columns=[column]).column(column).to_numpy()
 
 
-def _signature_rows(paths: Sequence[Path], offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The signatures of the given global rows (sorted), reading each shard's signature column once."""
-    out = np.empty((len(rows), nd.NUM_PERM), dtype=np.uint32)
+def _signature_rows(
+    paths: Sequence[Path], offsets: np.ndarray, rows: np.ndarray, values: slice = slice(None)
+) -> np.ndarray:
+    """The given signature values (a slice of the NUM_PERM) of the given global rows (sorted), reading each
+    shard's signature column once."""
+    width = len(range(nd.NUM_PERM)[values])
+    out = np.empty((len(rows), width), dtype=np.uint32)
     for shard, path in enumerate(paths):
         lo, hi = np.searchsorted(rows, [offsets[shard], offsets[shard + 1]])
         if lo == hi:
             continue
         column = pq.read_table(path, columns=["signature"]).column("signature").combine_chunks()
         flat = column.values.to_numpy().reshape(-1, nd.NUM_PERM)
-        out[lo:hi] = flat[rows[lo:hi] - offsets[shard]]
+        out[lo:hi] = flat[rows[lo:hi] - offsets[shard], values]
+        del column, flat
     return out
 
 
-def verified_pairs(pairs: np.ndarray, paths: Sequence[Path], offsets: np.ndarray, threshold: float) -> np.ndarray:
-    """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold."""
+def value_slices(candidate_rows: int, budget: int = SIGNATURE_BUDGET) -> int:
+    """How many slices of the NUM_PERM values verification reads (a power of two), so the candidate rows'
+    share of signature values in memory at once stays within `budget` bytes."""
+    slices = 1
+    while slices < nd.NUM_PERM and candidate_rows * 4 * nd.NUM_PERM > budget * slices:
+        slices *= 2
+    return slices
+
+
+def verified_pairs(
+    pairs: np.ndarray, paths: Sequence[Path], offsets: np.ndarray, threshold: float, budget: int = SIGNATURE_BUDGET
+) -> np.ndarray:
+    """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold. Equal values
+    are counted slice by slice of the signature (`value_slices`): the candidate rows' signatures are never all
+    in memory when they would not fit the budget (every slice re-reads the signature files)."""
     if len(pairs) == 0:
         return pairs
     rows = np.unique(pairs)
-    signatures = _signature_rows(paths, offsets, rows)
-    a, b = np.searchsorted(rows, pairs[:, 0]), np.searchsorted(rows, pairs[:, 1])
-    keep = np.empty(len(pairs), dtype=bool)
-    for lo in range(0, len(pairs), EDGE_CHUNK):
-        hi = lo + EDGE_CHUNK
-        equal = (signatures[a[lo:hi]] == signatures[b[lo:hi]]).sum(axis=1)
-        keep[lo:hi] = equal >= threshold * nd.NUM_PERM - 1e-9
-    return pairs[keep]
+    index = np.int32 if len(rows) < 2**31 else np.int64
+    a, b = np.searchsorted(rows, pairs[:, 0]).astype(index), np.searchsorted(rows, pairs[:, 1]).astype(index)
+    equal = np.zeros(len(pairs), dtype=np.uint8)
+    slices = value_slices(len(rows), budget)
+    width = nd.NUM_PERM // slices
+    for start in range(0, nd.NUM_PERM, width):
+        signatures = _signature_rows(paths, offsets, rows, slice(start, start + width))
+        for lo in range(0, len(pairs), EDGE_CHUNK):
+            hi = lo + EDGE_CHUNK
+            equal[lo:hi] += (signatures[a[lo:hi]] == signatures[b[lo:hi]]).sum(axis=1, dtype=np.uint8)
+        del signatures
+    return pairs[equal >= threshold * nd.NUM_PERM - 1e-9]
 
 
 @dataclass
@@ -255,15 +281,18 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(offsets[-1])
     rank_key = np.concatenate([_shard_column(p, "rank_key") for p in paths]) if n else np.zeros(0, np.uint64)
-    pairs: list[np.ndarray] = []
     candidates = verified = 0
     if settings.enabled and n:
+        codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged band by band
         for column in BAND_COLUMNS:
             band = candidate_pairs(np.concatenate([_shard_column(p, column) for p in paths]))
-            pairs.append(band)
-        unique = _unique_pairs(pairs, n)
+            codes = np.union1d(codes, _pair_codes(band, n))
+            del band
+        unique = _code_pairs(codes, n)
+        del codes
         candidates = len(unique)
         edges = verified_pairs(unique, paths, offsets, settings.threshold)
+        del unique
         verified = len(edges)
     else:
         edges = np.zeros((0, 2), dtype=np.int64)
@@ -292,30 +321,48 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
 def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettings) -> None:
     """Pick whole clusters for the validation sets by their representative (rank 0) row: per exercise the
     `heldout_per_exercise` first by heldout_key (the KL slice), then per checkable answer form the
-    `format_suite_per_form` first among the rest (the format suite); mark every member `heldout`."""
+    `format_suite_per_form` first among the rest (the format suite); mark every member `heldout`.
+
+    The first k of a group over all shards are among the union of each shard's first k of it, so each shard
+    contributes only those (two passes: the KL slice, then the format suite without it): memory does not grow
+    with the corpus."""
     if clusters.rows == 0:
         return
-    table = pl.concat(
-        [
-            pl.read_parquet(p, columns=["synth_id", "exercise", "language", "answer_form", "heldout_key"]).with_columns(
-                shard=pl.lit(s)
+
+    def representatives(index: int, path: Path) -> pl.DataFrame:
+        lo, hi = int(clusters.offsets[index]), int(clusters.offsets[index + 1])
+        columns = ["synth_id", "exercise", "language", "answer_form", "heldout_key"]
+        return (
+            pl.read_parquet(path, columns=columns)
+            .with_columns(
+                shard=pl.lit(clusters.shards[index]),
+                cluster_id=pl.Series(clusters.cluster_id[lo:hi]),
+                cluster_size=pl.Series(clusters.size[lo:hi]),
+                cluster_rank=pl.Series(clusters.rank[lo:hi]),
             )
-            for s, p in zip(clusters.shards, paths)
-        ]
-    ).with_columns(
-        row=pl.int_range(pl.len(), dtype=pl.Int64),
-        cluster_id=pl.Series(clusters.cluster_id),
-        cluster_size=pl.Series(clusters.size),
-        cluster_rank=pl.Series(clusters.rank),
+            .filter(pl.col("cluster_rank") == 0)
+        )
+
+    def first(frame: pl.DataFrame, by: str, k: int) -> pl.DataFrame:
+        return frame.sort("heldout_key", "synth_id").filter(pl.int_range(pl.len()).over(by) < k)
+
+    kl = first(
+        pl.concat(
+            [first(representatives(i, p), "exercise", settings.heldout_per_exercise) for i, p in enumerate(paths)]
+        ),
+        "exercise",
+        settings.heldout_per_exercise,
     )
-    representatives = table.filter(pl.col("cluster_rank") == 0).sort("heldout_key", "synth_id")
-    kl = representatives.filter(pl.int_range(pl.len()).over("exercise") < settings.heldout_per_exercise)
-    rest = representatives.filter(~pl.col("cluster_id").is_in(kl["cluster_id"].implode()))
-    form = rest.filter(pl.col("answer_form").is_not_null())
-    form = form.filter(pl.int_range(pl.len()).over("answer_form") < settings.format_suite_per_form)
+    taken = kl["cluster_id"].implode()
+
+    def forms(index: int, path: Path) -> pl.DataFrame:
+        rest = representatives(index, path).filter(~pl.col("cluster_id").is_in(taken))
+        return first(rest.filter(pl.col("answer_form").is_not_null()), "answer_form", settings.format_suite_per_form)
+
+    form = first(pl.concat([forms(i, p) for i, p in enumerate(paths)]), "answer_form", settings.format_suite_per_form)
     chosen = pl.concat([kl.with_columns(set=pl.lit(KL_SET)), form.with_columns(set=pl.lit(FORMAT_SET))])
-    members = table.filter(pl.col("cluster_id").is_in(chosen["cluster_id"].implode()))["row"].to_list()
-    for i in members:
+    members = np.flatnonzero(np.isin(clusters.cluster_id, chosen["cluster_id"].to_numpy()))
+    for i in members.tolist():
         clusters.decision[i] = drops.DROP_HELDOUT
     clusters.heldout = chosen.select(
         "set", "synth_id", "shard", "exercise", "language", "answer_form", "cluster_id", "cluster_size"
@@ -346,19 +393,11 @@ def cluster_summary(clusters: Clusters, paths: Sequence[Path], top: int = 5) -> 
     n = clusters.rows
     first = clusters.rank == 0
     sizes = clusters.size[first]
-    histogram = Counter(sizes.tolist())
+    values, counts = np.unique(sizes, return_counts=True)
     table = pl.concat(
-        [pl.read_parquet(p, columns=["synth_id", "exercise", "language", "valid"]) for p in paths]
+        [_summary_rows(clusters, i, p) for i, p in enumerate(paths)]
         or [pl.DataFrame(schema={"synth_id": pl.String, "exercise": pl.String, "language": pl.String})]
     )
-    if n:
-        table = table.with_columns(
-            shard=pl.Series([s for i, s in enumerate(clusters.shards) for _ in range(np.diff(clusters.offsets)[i])]),
-            cluster_id=pl.Series(clusters.cluster_id),
-            cluster_size=pl.Series(clusters.size),
-            cluster_rank=pl.Series(clusters.rank),
-            decision=pl.Series(clusters.decision, dtype=pl.String),
-        )
     largest = _largest(table, top) if n else []
     crossing = 0
     if n:
@@ -384,13 +423,30 @@ def cluster_summary(clusters: Clusters, paths: Sequence[Path], top: int = 5) -> 
         "share_in_clusters_over_1": in_clusters / n if n else 0.0,
         "distinct_share": float(first.sum()) / n if n else 1.0,
         "largest_cluster_share": float(sizes.max()) / n if n else 0.0,
-        "size_histogram": {str(size): histogram[size] for size in sorted(histogram)},
+        "size_histogram": {str(size): count for size, count in zip(values.tolist(), counts.tolist())},
         "largest": largest,
         "clusters_crossing_split": crossing,
         "dropped": dict(Counter(d for d in clusters.decision if d is not None)),
         "removed_cells": removed,
         "heldout_clusters": clusters.heldout,
     }
+
+
+def _summary_rows(clusters: Clusters, index: int, path: Path) -> pl.DataFrame:
+    """One shard's rows that the summary's tables use: in a cluster of more than one, or with a decision (the
+    rest, most of the corpus, is counted from the arrays alone)."""
+    lo, hi = int(clusters.offsets[index]), int(clusters.offsets[index + 1])
+    keep = np.flatnonzero(
+        (clusters.size[lo:hi] > 1) | np.array([d is not None for d in clusters.decision[lo:hi]], dtype=bool)
+    )
+    table = pl.read_parquet(path, columns=["synth_id", "exercise", "language", "valid"])[keep]
+    return table.with_columns(
+        shard=pl.lit(clusters.shards[index]),
+        cluster_id=pl.Series(clusters.cluster_id[lo:hi][keep]),
+        cluster_size=pl.Series(clusters.size[lo:hi][keep]),
+        cluster_rank=pl.Series(clusters.rank[lo:hi][keep]),
+        decision=pl.Series([clusters.decision[lo + int(i)] for i in keep], dtype=pl.String),
+    )
 
 
 def _largest(table: pl.DataFrame, top: int) -> list[dict[str, Any]]:
