@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the tests)
     all_definitions,
     build_all,
@@ -49,3 +51,15 @@ def location_dependent(root: Path, path: Path) -> bool:
         if path.parent == layout.pool_root() and path.name.startswith(layout.pool_manifest().name):
             return True
     return False
+
+
+def rows_after_clusters(paths, columns: list[str]):
+    """The synth_filtered rows the near-duplicate clusters keep (no cap, not held out): what the plan counts."""
+    frames = []
+    for filtered in sorted(paths.stage_dir("synth_filtered").glob("*.parquet")):
+        decisions = pl.read_parquet(
+            paths.stage_output("synth_clusters", filtered.stem), columns=["synth_id", "decision"]
+        )
+        rows = pl.read_parquet(filtered, columns=["synth_id", *columns]).join(decisions, on="synth_id", how="left")
+        frames.append(rows.filter(pl.col("decision").is_null()).select(columns))
+    return pl.concat(frames)

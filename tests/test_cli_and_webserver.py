@@ -58,7 +58,7 @@ def cli_build(tmp_path_factory):
         "SYNTHKD_DATA_DIR": str(root / "data"),
     }
     done = subprocess.run(
-        ["bash", "scripts/build.sh", "--smoke"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900
+        ["bash", "scripts/build.sh", "--smoke"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 0, done.stderr[-3000:]
     (root / "build.stderr").write_text(done.stderr)
@@ -131,7 +131,7 @@ def test_build_failure_names_the_step_and_the_log(tmp_path):
         "SYNTHKD_DATA_DIR": str(tmp_path / "data"),
     }
     done = subprocess.run(
-        ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900
+        ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 1
     assert "FAILED: scan synth_00 (exit 1 after" in done.stderr and "dg launch" in done.stderr

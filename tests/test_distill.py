@@ -20,7 +20,7 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, syn
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import DISTILL_SCHEMA
-from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes, run
+from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes, rows_after_clusters, run
 
 DISTILL_CHECKS = {
     "distill_labels_match_input_ids",
@@ -170,10 +170,9 @@ def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sampl
     sampling = manifest["sampling"]
     assert sampling["plan_sha256"] == sha256_file(paths.sampling_plan())
     assert sampling["feasible"] and sampling["plan_counts_current"] and sampling["achieved_meets_targets"]
-    # the filtered sample is under both caps (counted here from the synth_filtered rows): nothing is sampled out,
-    # English included (the non-English lower bound is opt-in)
-    filtered_files = sorted(paths.stage_dir("synth_filtered").glob("*.parquet"))
-    filtered = pl.concat([pl.read_parquet(p, columns=["language", "exercise"]) for p in filtered_files])
+    # the filtered sample is under both caps (counted here from the synth_filtered rows the clusters keep): nothing
+    # is sampled out, English included (the non-English lower bound is opt-in)
+    filtered = rows_after_clusters(paths, ["language", "exercise"])
     non_english = filtered.filter(pl.col("language") != "en").height / filtered.height
     memorization = filtered.filter(pl.col("exercise") == "memorization").height / filtered.height
     assert non_english < 0.25 and memorization < 0.70
@@ -194,9 +193,9 @@ def test_a_non_english_minimum_is_opt_in(built_sample, tmp_path):
     instance, built, _ = built_sample
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
     paths = layout.data_layout()
-    shutil.copytree(built.data_layout().stage_dir("synth_filtered"), paths.stage_dir("synth_filtered"))
-    filtered_files = sorted(paths.stage_dir("synth_filtered").glob("*.parquet"))
-    filtered = pl.concat([pl.read_parquet(p, columns=["language"]) for p in filtered_files])
+    for stage in ("synth_filtered", "synth_clusters"):
+        shutil.copytree(built.data_layout().stage_dir(stage), paths.stage_dir(stage))
+    filtered = rows_after_clusters(paths, ["language"])
     english = filtered.filter(pl.col("language") == "en").height
     run(instance, layout, ["synth_sampling_plan"], build=SynthKDBuildConfig(non_english_min=0.25))
     plan = json.loads(paths.sampling_plan().read_text())

@@ -16,6 +16,7 @@ from synthkd_assets.core.manifest_builders import counts_after_clusters
 from synthkd_assets.core.near_dup import removed_by_clusters
 from synthkd_assets.defs.upstream import shard_names, stage_files
 from synthkd_contract import drops
+from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import CLUSTERS_SCHEMA, VALIDATION_SCHEMA
 
 
@@ -80,7 +81,7 @@ def test_every_cluster_decision_is_a_counted_drop_of_synth_sampled_and_the_plan_
     filtered = {n: mf.read_json(stage_files(paths, "synth_filtered", n)[1]) for n in shard_names(paths)}
     counts = counts_after_clusters(filtered, removed_by_clusters(summary))
     assert {(e, lang): n for e, by in plan["counts"].items() for lang, n in by.items()} == counts
-    assert plan["near_dup"]["clusters_sha256"] == mf.sha256_file(paths.clusters_summary())
+    assert plan["near_dup"]["clusters_sha256"] == sha256_file(paths.clusters_summary())
 
 
 def test_the_pool_carries_each_rows_cluster(built_sample):

@@ -115,7 +115,7 @@ def test_without_a_plan_only_the_scan_pass_is_requested(tmp_path):
         data = tick(instance, layout)
     assert [r.partition_key for r in data.run_requests] == SHARDS
     assert {tuple(k.to_user_string() for k in r.asset_selection) for r in data.run_requests} == {
-        ("synth_harmony", "synth_filtered")
+        ("synth_harmony", "synth_filtered", "synth_signatures")
     }
 
 

@@ -45,9 +45,9 @@ def workspace(tmp_path):
 def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
     instance, layout, raw, paths = workspace
     first = tick(instance, layout, None)
-    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [f"synth_0{i}" for i in range(5)]
-    # no sampling plan yet: only the scan pass (harmony + filters) can run per shard
-    assert requested(first) == [("synth_scan_job", f"synth_0{i}") for i in range(5)]
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [f"synth_0{i}" for i in range(6)]
+    # no sampling plan yet: only the scan pass (harmony, filters, signatures) can run per shard
+    assert requested(first) == [("synth_scan_job", f"synth_0{i}") for i in range(6)]
 
     build_everything(instance, layout)
     assert requested(tick(instance, layout, first.cursor)) == []
