@@ -127,8 +127,9 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
         assert manifest["input_manifest"]["path"] == smoke.recorded(smoke.harmony_manifest())
         totals = manifest["totals"]
         assert totals["rows_in"] == sum(raw_rows.values()) == totals["rows_out"] + sum(totals["dropped"].values())
-        # the sample keeps 64 conversations of every 256-row prefix, and all 53 the filters keep of the bucket shard
-        assert len(keys) == 5 and totals["rows_out"] == 64 * 4 + 53
+        # the sample keeps 64 conversations of every 256-row prefix and of the near-duplicate shard, and the 49 of
+        # the bucket shard that the filters keep and no held-out cluster takes
+        assert len(keys) == 6 and totals["rows_out"] == 64 * 4 + 49 + 64
 
 
 def test_both_dataset_writers_apply_the_same_token_cap(built_sample, encoding, tmp_path):
