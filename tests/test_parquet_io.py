@@ -6,10 +6,11 @@ import hashlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synthkd_assets.core.parquet_io import WRITE_ROW_GROUP_ROWS, ParquetShardWriter
+from synthkd_assets.core.parquet_io import WRITE_ROW_GROUP_ROWS, ParquetShardWriter, write_tables_together
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
 
@@ -47,3 +48,14 @@ def test_stage_output_is_independent_of_input_row_groups(tmp_path, sample_shards
         harmonize_shard(raw, out, system_message_dict(), "synth_00")
         digests.add(hashlib.sha256(out.read_bytes()).hexdigest())
     assert len(digests) == 1
+
+
+def test_tables_written_together_are_all_published_or_none(tmp_path):
+    schema = pa.schema([("x", pa.int64())])
+    first, second = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    write_tables_together([(first, schema, pa.table({"x": [1]})), (second, schema, pa.table({"x": [2]}))])
+    assert pq.read_table(first)["x"].to_pylist() == [1] and pq.read_table(second)["x"].to_pylist() == [2]
+    with pytest.raises(pa.ArrowInvalid):  # the second table cannot be cast: neither file is replaced
+        write_tables_together([(first, schema, pa.table({"x": [3]})), (second, schema, pa.table({"x": ["no"]}))])
+    assert pq.read_table(first)["x"].to_pylist() == [1] and pq.read_table(second)["x"].to_pylist() == [2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet"]

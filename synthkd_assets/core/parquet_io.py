@@ -243,3 +243,19 @@ def publish_together(writers: Sequence[ParquetShardWriter]) -> None:
         for writer in writers:
             writer._discard()
         raise
+
+
+def write_tables_together(tables: Sequence[tuple[Path, pa.Schema, pa.Table]]) -> None:
+    """Write several whole tables (path, schema, rows) and publish them together: after a failure none of the
+    files is in place (old versions stay as they were) and no partial file remains."""
+    writers: list[ParquetShardWriter] = []
+    try:
+        for path, schema, table in tables:
+            writers.append(ParquetShardWriter(path, schema))
+            writers[-1].write(table)
+    except BaseException:
+        for writer in writers:
+            writer._discard()
+        raise
+    if writers:
+        publish_together(writers)

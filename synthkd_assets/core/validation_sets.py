@@ -16,7 +16,6 @@ import pyarrow as pa
 from synthkd_assets.core.distill_io import completion_prefix, prompt_messages
 from synthkd_assets.core.filters import constraints_expr, expected_answer
 from synthkd_assets.core.near_dup import FORMAT_SET, KL_SET
-from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_contract.schemas import VALIDATION_SCHEMA
 
 
@@ -57,8 +56,6 @@ def validation_rows(
     return sets
 
 
-def write_validation_set(rows: list[dict[str, Any]], path: Path) -> None:
-    """One set as Parquet (VALIDATION_SCHEMA), written under a partial name and renamed into place."""
-    table = pa.Table.from_pylist(rows, schema=VALIDATION_SCHEMA)
-    with ParquetShardWriter(path, VALIDATION_SCHEMA) as writer:
-        writer.write(table)
+def validation_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """One set's rows as a VALIDATION_SCHEMA table."""
+    return pa.Table.from_pylist(rows, schema=VALIDATION_SCHEMA)

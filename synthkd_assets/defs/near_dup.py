@@ -17,9 +17,9 @@ from synthkd_assets.core.near_dup import (
     shard_clusters_table,
     signatures_shard,
 )
-from synthkd_assets.core.parquet_io import ParquetShardWriter
+from synthkd_assets.core.parquet_io import write_tables_together
 from synthkd_assets.core.tokenizer import load_harmony_encoding
-from synthkd_assets.core.validation_sets import validation_rows, write_validation_set
+from synthkd_assets.core.validation_sets import validation_rows, validation_table
 from synthkd_assets.defs.assets import shard_step, stage_result, synth_filtered
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
@@ -85,12 +85,13 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
     signature_files = [stage_files(paths, "synth_signatures", n)[0] for n in names]
     settings = build.cluster_settings()
     clusters = cluster_shards(names, signature_files, settings)
-    written = []
-    for index, (name, signatures) in enumerate(zip(names, signature_files)):
-        out = stage_files(paths, "synth_clusters", name)[0]
-        with ParquetShardWriter(out, CLUSTERS_SCHEMA) as writer:
-            writer.write(shard_clusters_table(clusters, index, signatures))
-        written.append(out)
+    # every shard's decisions published together, then the summary the plan reads: never a mix of two clusterings
+    write_tables_together(
+        [
+            (stage_files(paths, "synth_clusters", name)[0], CLUSTERS_SCHEMA, shard_clusters_table(clusters, i, sig))
+            for i, (name, sig) in enumerate(zip(names, signature_files))
+        ]
+    )
     summary = {
         "settings": settings.to_dict(),
         "shards": {n: file_record(paths.build_root(), f) for n, f in zip(names, signature_files)},
@@ -189,8 +190,7 @@ def synth_validation_sets(
         require_upstream(paths, "synth_validation_sets", name, "synth_filtered")
     sets = validation_rows(summary["heldout_clusters"], filtered, load_harmony_encoding(paths.tokenizer_dir()))
     files = {KL_SET: paths.heldout_kl(), FORMAT_SET: paths.format_suite()}
-    for name, path in files.items():
-        write_validation_set(sets[name], path)
+    write_tables_together([(path, VALIDATION_SCHEMA, validation_table(sets[name])) for name, path in files.items()])
     manifest = {
         "clusters_sha256": sha256_file(summary_path),
         "settings": summary["settings"],
