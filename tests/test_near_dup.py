@@ -7,11 +7,14 @@ import random
 import string
 import unicodedata
 from collections import Counter
+from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,7 +41,7 @@ from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.near_dup import large_cluster_result
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
-from synthkd_contract.schemas import SIGNATURES_SCHEMA
+from synthkd_contract.schemas import BAND_COLUMNS, SIGNATURES_SCHEMA
 from synthkd_dev.harmony_rows import harmony_frame
 from synthkd_dev.make_sample_data import planted_near_duplicates, planted_negatives
 
@@ -123,16 +126,46 @@ def test_normalization_is_idempotent_and_blind_to_case_and_spacing(text):
 
 
 # --- LSH candidates -------------------------------------------------------------------------------------------
-@given(st.lists(st.integers(0, 6), max_size=60))
-def test_candidate_pairs_connect_exactly_the_rows_with_equal_keys(values):
-    keys = np.array(values, dtype=np.uint64)
-    pairs = candidate_pairs(keys)
-    assert all(keys[a] == keys[b] for a, b in pairs)
-    # every row joins the first row of its key: as many pairs as rows beyond the first of each key
-    assert len(pairs) == len(values) - len(set(values))
-    linked = {int(b) for _, b in pairs}
-    firsts = {values.index(v) for v in set(values)}
-    assert linked == set(range(len(values))) - firsts
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 2**64 - 1)), max_size=60, unique_by=lambda v: v[1]))
+def test_candidate_pairs_star_and_chain_each_keys_group_in_rank_order(rows):
+    keys = np.array([k for k, _ in rows], dtype=np.uint64)
+    ranks = np.array([r for _, r in rows], dtype=np.uint64)
+    found = {tuple(sorted(map(int, pair))) for pair in candidate_pairs(keys, ranks)}
+    expected = set()  # brute force: per key, the rows by rank; each to the first and to the one before it
+    for key in set(keys.tolist()):
+        group = sorted((r, i) for i, (k, r) in enumerate(rows) if k == key)
+        for j in range(1, len(group)):
+            expected |= {tuple(sorted((group[0][1], group[j][1]))), tuple(sorted((group[j - 1][1], group[j][1])))}
+    assert found == expected
+
+
+def test_a_pair_hidden_behind_a_dissimilar_first_row_is_found_on_any_layout(tmp_path):
+    """A shares only band 0 with B and C; B and C agree on 113 of 128 values (Jaccard estimate 0.88) but share
+    no other band. The pair is verified whatever the rows' order (star + chain in rank order)."""
+    rng = np.random.default_rng(3)
+    b = rng.integers(0, 2**32, nd.NUM_PERM, dtype=np.uint32)
+    c = b.copy()
+    for band in range(1, nd.LSH_BANDS):  # one differing value in each of bands 1..15: 113 equal values
+        c[band * nd.LSH_ROWS] ^= 1
+    a = rng.integers(0, 2**32, nd.NUM_PERM, dtype=np.uint32)
+    a[: nd.LSH_ROWS] = b[: nd.LSH_ROWS]
+    table = signature_table(harmony_frame([{"synth_id": i, "prompt": i} for i in ("a", "b", "c")]))
+    signatures = np.stack([a, b, c])
+    keys = band_keys(signatures)
+    columns = {"signature": pa.FixedSizeListArray.from_arrays(pa.array(signatures.reshape(-1)), nd.NUM_PERM)}
+    columns |= {name: keys[:, band] for band, name in enumerate(BAND_COLUMNS)}
+    for name, values in columns.items():
+        table = table.set_column(
+            table.schema.get_field_index(name), name, pa.array(values, table.schema.field(name).type)
+        )
+    settings = ClusterSettings(heldout_per_exercise=0, format_suite_per_form=0)
+    for order in ([0, 1, 2], [1, 0, 2], [2, 1, 0], [0, 2, 1]):
+        path = tmp_path / f"{''.join(map(str, order))}.parquet"
+        pq.write_table(table.take(order), path)
+        clusters = cluster_shards(["s"], [path], settings)
+        ids = [table["synth_id"][i].as_py() for i in order]
+        cluster = dict(zip(ids, clusters.cluster_id.tolist()))
+        assert cluster["b"] == cluster["c"] != cluster["a"], order
 
 
 def test_signatures_and_band_keys_do_not_depend_on_batch_or_order():
@@ -195,12 +228,15 @@ def test_cap_keeps_min_size_cap_rows_per_cluster_independent_of_shard_layout(tmp
         assert all(decision == drops.DROP_CLUSTER_CAP for _, rank, decision in members if rank >= cap)
 
 
-def test_off_switch_clusters_nothing_and_caps_nothing(tmp_path):
+def test_off_switch_reports_clusters_and_caps_nothing(tmp_path):
     rows, _ = planted_corpus(seed=5, originals=50, with_copies=20)
-    settings = ClusterSettings(enabled=False, heldout_per_exercise=0, format_suite_per_form=0)
-    found, _, _ = clusters_by_id(rows, [rows], tmp_path, settings)
-    assert {size for _, size, _, _ in found.values()} == {1}
+    off = ClusterSettings(enabled=False, max_per_cluster=1, heldout_per_exercise=0, format_suite_per_form=0)
+    found, _, _ = clusters_by_id(rows, [rows], tmp_path / "off", off)
+    on, _, _ = clusters_by_id(rows, [rows], tmp_path / "on", replace(off, enabled=True))
+    assert max(size for _, size, _, _ in found.values()) > 1
+    assert {i: f[:3] for i, f in found.items()} == {i: f[:3] for i, f in on.items()}  # the same clusters
     assert {decision for *_, decision in found.values()} == {None}
+    assert drops.DROP_CLUSTER_CAP in {decision for *_, decision in on.values()}
 
 
 @pytest.mark.parametrize("threshold", [0.0, 1.5])
@@ -319,8 +355,8 @@ def test_bounded_memory_paths_change_nothing(tmp_path):
     for key in ("rows", "clusters", "size_histogram", "dropped", "clusters_crossing_split"):
         assert a[key] == b[key]
 
-    band = pl.read_parquet(paths[0], columns=["band_00"])["band_00"].to_numpy()
-    pairs = candidate_pairs(band)
+    band = pl.read_parquet(paths[0], columns=["band_00", "rank_key"])
+    pairs = candidate_pairs(band["band_00"].to_numpy(), band["rank_key"].to_numpy())
     assert len(pairs) and value_slices(len(np.unique(pairs)), budget=1 << 10) > 1
     sliced = verified_pairs(pairs, paths, whole.offsets, THRESHOLD, budget=1 << 10)
     assert (sliced == verified_pairs(pairs, paths, whole.offsets, THRESHOLD)).all()

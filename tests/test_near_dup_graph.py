@@ -5,6 +5,7 @@ the UI gets the metadata and the WARN checks."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 
 import dagster as dg
@@ -14,10 +15,12 @@ import pyarrow.parquet as pq
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.manifest_builders import counts_after_clusters
 from synthkd_assets.core.near_dup import removed_by_clusters
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import shard_names, stage_files
 from synthkd_contract import drops
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import CLUSTERS_SCHEMA, VALIDATION_SCHEMA
+from tests.helpers import SAMPLE_RAW_DIR, rows_after_clusters, run
 
 
 def clusters_table(paths) -> pl.DataFrame:
@@ -74,12 +77,15 @@ def test_every_cluster_decision_is_a_counted_drop_of_synth_sampled_and_the_plan_
             {r: n for r, n in report["dropped"].items() if r in (drops.DROP_CLUSTER_CAP, drops.DROP_HELDOUT)}
         )
         logged = [json.loads(line) for line in paths.error_log("synth_sampled", name).read_text().splitlines()]
-        assert {e["reason"] for e in logged} >= {r for r in report["dropped"] if r == drops.DROP_HELDOUT}
-    assert sampled == decided and decided[drops.DROP_HELDOUT] > 0
+        for reason in (drops.DROP_CLUSTER_CAP, drops.DROP_HELDOUT):  # every such drop named in the error log
+            assert sum(e["reason"] == reason for e in logged) == report["dropped"].get(reason, 0)
+    assert sampled == decided and decided[drops.DROP_HELDOUT] > 0 and decided[drops.DROP_CLUSTER_CAP] > 0
     summary = mf.read_json(paths.clusters_summary())
     plan = mf.read_json(paths.sampling_plan())
     filtered = {n: mf.read_json(stage_files(paths, "synth_filtered", n)[1]) for n in shard_names(paths)}
-    counts = counts_after_clusters(filtered, removed_by_clusters(summary))
+    kept = rows_after_clusters(paths, ["exercise", "language"]).group_by("exercise", "language").len()
+    counts = {(e, lang): n for e, lang, n in kept.iter_rows()}  # from the rows the clusters keep, not the summary
+    assert counts == counts_after_clusters(filtered, removed_by_clusters(summary))
     assert {(e, lang): n for e, by in plan["counts"].items() for lang, n in by.items()} == counts
     assert plan["near_dup"]["clusters_sha256"] == sha256_file(paths.clusters_summary())
 
@@ -109,3 +115,19 @@ def test_clusters_report_metadata_and_warn_checks_in_the_ui(built_sample):
         evaluation = record.event.dagster_event.event_specific_data
         # the sample's largest cluster is far under 1% of the rows, and none crosses the split
         assert evaluation.severity == dg.AssetCheckSeverity.WARN and evaluation.passed, evaluation.description
+
+
+def test_a_reclustering_without_a_new_plan_stops_synth_sampled(built_sample, tmp_path):
+    instance, _, data_dir = built_sample
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
+    run(instance, layout, ["synth_clusters"], build=SynthKDBuildConfig(max_per_cluster=2))
+    result = run(instance, layout, ["synth_sampled"], "synth_05", raise_on_error=False)
+    assert not result.success
+    [failure] = result.get_step_failure_events()
+    assert "re-materialize synth_clusters and synth_sampling_plan" in str(failure.step_failure_data.error)
+    run(instance, layout, ["synth_sampling_plan"], build=SynthKDBuildConfig(max_per_cluster=2))
+    run(instance, layout, ["synth_sampled"], "synth_05", build=SynthKDBuildConfig(max_per_cluster=2))
+    report = mf.read_json(stage_files(layout.data_layout(), "synth_sampled", "synth_05")[1])
+    assert report["dropped"][drops.DROP_CLUSTER_CAP] > 20  # clusters of 3..7 now keep 2 rows each

@@ -90,7 +90,7 @@ def sampling_plan(
     """The plan (core/sampling.py `plan_keep_rates`) for every shard's counts after the filters and after the
     rows the near-duplicate clusters remove (cap, held out: `clusters`, synth_clusters' summary), and the rows
     each shard contributed."""
-    removed = removed_by_clusters(clusters or {})
+    removed = removed_by_clusters(clusters or {}, set(filtered_reports))
     plan = plan_keep_rates(counts_after_clusters(filtered_reports, removed), targets)
     near_dup = {"clusters_sha256": clusters_sha256, "removed": nested_from_cells(removed)}
     return {**plan, "near_dup": near_dup, "shards": {name: r["rows_out"] for name, r in filtered_reports.items()}}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,16 +181,21 @@ class ClusterSettings:
         }
 
 
-def candidate_pairs(keys: np.ndarray) -> np.ndarray:
-    """(pairs, 2) int64 row indices with equal keys: each row to the first row of its key's group (a star,
-    enough to connect the group)."""
-    order = np.argsort(keys, kind="stable")
+def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray) -> np.ndarray:
+    """(pairs, 2) int64 row indices with equal keys. Within a key's group, ordered by rank_key (a salted hash of
+    synth_id, so the same on any shard layout and row order), each row is paired with the group's first row (a
+    star) and with the row before it (a chain): at most two pairs per row and band, and a near-duplicate pair is
+    missed only when neither its members nor their neighbours in that order verify in any band."""
+    order = np.lexsort((rank_key, keys))
     ordered = keys[order]
     starts = np.ones(len(ordered), dtype=bool)
     starts[1:] = ordered[1:] != ordered[:-1]
     first = np.maximum.accumulate(np.where(starts, np.arange(len(ordered)), 0))
-    members = ~starts
-    return np.stack([order[first[members]], order[members]], axis=1).astype(np.int64)
+    members = np.flatnonzero(~starts)
+    star = np.stack([order[first[members]], order[members]], axis=1)
+    chained = members[first[members] != members - 1]  # the chain pair of the second row is its star pair
+    chain = np.stack([order[chained - 1], order[chained]], axis=1)
+    return np.concatenate([star, chain]).astype(np.int64)
 
 
 def _pair_codes(pairs: np.ndarray, n_rows: int) -> np.ndarray:
@@ -282,10 +287,10 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
     n = int(offsets[-1])
     rank_key = np.concatenate([_shard_column(p, "rank_key") for p in paths]) if n else np.zeros(0, np.uint64)
     candidates = verified = 0
-    if settings.enabled and n:
+    if n:  # clusters are computed (and reported) with the cap off too; `enabled` decides only the cap
         codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged band by band
         for column in BAND_COLUMNS:
-            band = candidate_pairs(np.concatenate([_shard_column(p, column) for p in paths]))
+            band = candidate_pairs(np.concatenate([_shard_column(p, column) for p in paths]), rank_key)
             codes = np.union1d(codes, _pair_codes(band, n))
             del band
         unique = _code_pairs(codes, n)
@@ -422,7 +427,7 @@ def cluster_summary(clusters: Clusters, paths: Sequence[Path], top: int = 5) -> 
         "rows_in_clusters_over_1": in_clusters,
         "share_in_clusters_over_1": in_clusters / n if n else 0.0,
         "distinct_share": float(first.sum()) / n if n else 1.0,
-        "largest_cluster_share": float(sizes.max()) / n if n else 0.0,
+        "largest_cluster_share": float(sizes.max()) / n if n and sizes.max() > 1 else 0.0,  # a cluster of 2+
         "size_histogram": {str(size): count for size, count in zip(values.tolist(), counts.tolist())},
         "largest": largest,
         "clusters_crossing_split": crossing,
@@ -460,10 +465,15 @@ def _largest(table: pl.DataFrame, top: int) -> list[dict[str, Any]]:
     return biggest.to_dicts()
 
 
-def removed_by_clusters(summary: Mapping[str, Any]) -> dict[tuple[str, str], int]:
-    """Rows the clusters' decisions remove, summed over shards, per (exercise, language)."""
+def removed_by_clusters(
+    summary: Mapping[str, Any], shards: Collection[str] | None = None
+) -> dict[tuple[str, str], int]:
+    """Rows the clusters' decisions remove per (exercise, language), summed over `shards` (default: all the
+    clusters saw; a shard removed since is not counted)."""
     cells: Counter[tuple[str, str]] = Counter()
-    for by_reason in summary.get("removed_cells", {}).values():
+    for shard, by_reason in summary.get("removed_cells", {}).items():
+        if shards is not None and shard not in shards:
+            continue
         for by_exercise in by_reason.values():
             for exercise, by_language in by_exercise.items():
                 for language, count in by_language.items():

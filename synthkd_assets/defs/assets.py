@@ -53,6 +53,7 @@ from synthkd_assets.defs.upstream import (
     partition_records,
     read_clusters,
     read_plan,
+    require_current_clusters,
     require_upstream,
     shard_names,
     stage_files,
@@ -183,7 +184,7 @@ def publish_plan(
 
 
 @shard_step(
-    [synth_filtered, synth_sampling_plan],
+    [synth_filtered, dg.AssetKey("synth_clusters"), synth_sampling_plan],
     {"parquet", "polars"},
     "build",
     "synth",
@@ -197,6 +198,7 @@ def synth_sampled(
     synth_id against the plan's rate, so independent of row order and shard layout."""
     paths = layout.data_layout(build.smoke)
     plan, plan_sha = read_plan(paths, build.targets())
+    require_current_clusters(paths, plan)
     key = context.partition_key
     rule = sampling_rule(plan["rates"])
     clusters = stage_files(paths, "synth_clusters", key)[0]

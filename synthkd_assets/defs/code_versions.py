@@ -56,7 +56,7 @@ RULE_VERSIONS = {
     "synth_distill": "1",
     "synth_distill_manifest": "1",
     "synth_quota_plan": "1",
-    "synth_pool": "1",
+    "synth_pool": "2",
     "synth_curriculum": "1",
     "synth_pool_manifest": "1",
 }

@@ -63,7 +63,7 @@ def synth_quota_plan(
 
 
 @shard_step(
-    [synth_tokenized, synth_sampled, synth_quota_plan],
+    [synth_tokenized, synth_sampled, dg.AssetKey("synth_clusters"), synth_quota_plan],
     {"parquet", "megatron"},
     "pool",
     "pool",

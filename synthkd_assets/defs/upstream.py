@@ -61,6 +61,20 @@ def read_clusters(paths: DataLayout) -> tuple[dict, str]:
     return mf.read_json(path), sha256_file(path)
 
 
+def require_current_clusters(paths: DataLayout, plan: dict) -> None:
+    """The clusters the plan counted after are the ones on disk: a re-clustering without a re-plan (or a plan
+    from before the clusters) would sample shards with decisions the plan never counted."""
+    path = paths.clusters_summary()
+    planned = plan.get("near_dup", {}).get("clusters_sha256")
+    current = sha256_file(path) if path.is_file() else None
+    if planned is None or planned != current:
+        raise dg.Failure(
+            f"the sampling plan {paths.sampling_plan()} was computed after clusters {str(planned)[:12]}, but "
+            f"{path} is {str(current)[:12]}: re-materialize synth_clusters and synth_sampling_plan (synth_plan_job), "
+            "then every shard"
+        )
+
+
 def read_plan(paths: DataLayout, targets: MixTargets) -> tuple[dict, str]:
     """The current sampling plan and its sha256; fails if it is missing or was made for other targets."""
     path = paths.sampling_plan()
