@@ -33,6 +33,7 @@ MANIFEST_CHECKS = {
         "no_split_leakage",
         "no_duplicate_synth_ids",
         "shards_readable_by_megatron",
+        "output_table_schemas",
     },
     "synth_distill_manifest": {
         "distill_labels_match_input_ids",
