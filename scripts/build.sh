@@ -23,7 +23,21 @@ exec 9<>"$lock"
 # every process under it (dagster runs, step processes) before the script exits.
 set -m
 running=
-stop() { trap - INT TERM HUP; if [ -n "$running" ]; then kill -TERM -- "-$running" 2>/dev/null || true; fi; wait; exit "$1"; }
+# a step that has not stopped STOP_GRACE seconds after TERM (e.g. a native call holding the interpreter) is killed
+STOP_GRACE=${SYNTHKD_STOP_GRACE:-45}
+stop() {
+  trap - INT TERM HUP
+  if [ -n "$running" ]; then
+    kill -TERM -- "-$running" 2>/dev/null || true
+    # the reaper closes fd 9 (the build lock): the lock is free once the script exits
+    (exec 9>&-; sleep "$STOP_GRACE"; kill -KILL -- "-$running" 2>/dev/null) &
+    local reaper=$!
+    wait "$running" 2>/dev/null
+    kill -- "-$reaper" 2>/dev/null  # its own process group (set -m): the subshell and its sleep
+  fi
+  wait
+  exit "$1"
+}
 trap 'stop 130' INT
 trap 'stop 143' TERM
 trap 'stop 129' HUP

@@ -106,7 +106,7 @@ def test_every_partition_through_two_celery_workers_equals_the_embedded_build(
 
 def _build_pass_outputs(data_dir: Path, key: str) -> list[Path]:
     """The files synth_shard_job rewrites for `key` after its scan pass (the pool pass is not part of it)."""
-    scan = {"synth_harmony", "synth_filtered", "synth_pool"}
+    scan = {"synth_harmony", "synth_filtered", "synth_signatures", "synth_clusters", "synth_pool"}
     return [
         p
         for p in data_dir.rglob("*")
