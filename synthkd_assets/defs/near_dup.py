@@ -3,6 +3,8 @@ global clusters with their cap and held-out clusters (plan pass, before the samp
 held-out KL slice and format-compliance suite. Each asset calls its core rule (core/near_dup.py,
 core/validation_sets.py) and reports what it found as metadata."""
 
+from collections import Counter
+
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
@@ -218,7 +220,4 @@ def synth_validation_sets(
 
 
 def _count(rows: list[dict], key: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[str(row[key])] = counts.get(str(row[key]), 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(str(row[key]) for row in rows).items()))
