@@ -21,6 +21,7 @@ TOKENIZER_SOURCE_RESOURCE: Final = "data/o200k_base.tiktoken.gz"
 TOKENIZER_PATH_ENV: Final = "O200K_HARMONY_VOCAB_PATH"
 HARMONY_ENCODING_NAME: Final = "HarmonyGptOss"
 EOD_TOKEN_ID: Final = 199999
+ORDINARY_VOCAB_SIZE: Final = 199998  # o200k's BPE ranks; every id from here up (EOD included) is a special token
 PADDED_VOCAB_SIZE: Final = 201088
 
 # --- supervision arrays (000 "Supervision signals") -----------------------------------------

@@ -34,8 +34,9 @@ def fast(encoding, tokenizer_dir) -> FastRenderer:
 
 
 @pytest.fixture(scope="module")
-def checker(encoding) -> RoundTripChecker:
-    return RoundTripChecker(encoding)
+def checker(encoding, tokenizer_dir) -> RoundTripChecker:
+    """The build's checker: the fast way first (cached headers, tiktoken decode), the full parse for the rest."""
+    return RoundTripChecker(encoding, load_tiktoken_o200k(tokenizer_dir))
 
 
 def token_id(encoding, text: str) -> int:
@@ -67,10 +68,46 @@ def test_every_conversation_of_the_built_sample_round_trips(built_sample, encodi
     final=hostile_text | st.just("\x00<|start|>assistant<|channel|>final<|message|>\x00<|return|>"),
 )
 def test_hostile_text_round_trips(fast, checker, system, user, analysis, final):
-    """Literal Harmony markers, NUL, CJK, emoji, every whitespace, any system content: parsed back verbatim."""
+    """Literal Harmony markers, NUL, CJK, emoji, every whitespace, any system content: parsed back verbatim, and
+    confirmed the fast way (no conversation of the build's shape needs the full parse)."""
     messages = conversation(system, user, analysis, final)
     [rendered] = fast.render_many([messages])
+    confirmed = checker.checked_fast
     assert checker.check("hostile", rendered.tokens, messages) == []
+    assert checker.checked_fast == confirmed + 1
+    assert checker._check_full("hostile", rendered.tokens, messages) == []
+
+
+SPECIAL_IDS = st.sampled_from([constants.EOD_TOKEN_ID, *range(constants.ORDINARY_VOCAB_SIZE + 2, 200019)])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    system=system_contents,
+    user=hostile_text,
+    analysis=st.none() | hostile_text,
+    final=hostile_text,
+    edits=st.lists(
+        st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, constants.ORDINARY_VOCAB_SIZE - 1) | SPECIAL_IDS),
+        min_size=1,
+        max_size=3,
+    ),
+    cut=st.none() | st.floats(0, 1),
+)
+def test_the_fast_way_agrees_with_the_full_parse_on_corrupted_tokens(
+    fast, checker, system, user, analysis, final, edits, cut
+):
+    """Any token changed (ordinary or special: a content cut short, a terminator moved, an id past the BPE, half a
+    UTF-8 character) or the conversation truncated: exactly the full openai-harmony parse's mismatches. The fast
+    way can only confirm, so this fails only if it confirms a conversation the full parse rejects."""
+    messages = conversation(system, user, analysis, final)
+    [rendered] = fast.render_many([messages])
+    tokens = np.array(rendered.tokens, copy=True)
+    for where, value in edits:
+        tokens[int(where * len(tokens))] = value
+    if cut is not None:
+        tokens = tokens[: int(cut * len(tokens))]
+    assert checker.check("corrupted", tokens, messages) == checker._check_full("corrupted", tokens, messages)
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

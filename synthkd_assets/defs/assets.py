@@ -228,7 +228,7 @@ def synth_tokenized(
     renderer = FastRenderer(encoding, vocabulary, build.encode_threads)
     in_path, out_path = stage_files(paths, "synth_sampled", key)[0], stage_files(paths, "synth_tokenized", key)[0]
     report = tokenize_shard(in_path, out_path, renderer, key, paths.error_log("synth_tokenized", key))
-    round_trip = harmony_round_trip_result(round_trip_shard(out_path, in_path, encoding))
+    round_trip = harmony_round_trip_result(round_trip_shard(out_path, in_path, encoding, vocabulary))
     return stage_result(paths, report, "synth_tokenized", (round_trip,), **bucket_report_metadata(report.to_dict()))
 
 
