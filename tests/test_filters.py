@@ -18,7 +18,7 @@ from synthkd_assets.core.filters import (
     result_values,
 )
 from synthkd_assets.core.stages import harmonize_shard, select_rows_shard
-from synthkd_assets.core.synth import system_message_dict
+from synthkd_assets.core.synth import python_whitespace, system_message_dict
 from synthkd_contract import constants, drops
 from synthkd_contract.schemas import RAW_SCHEMA
 from tests.conftest import SAMPLE_RAW_DIR
@@ -191,3 +191,7 @@ def test_filters_on_the_sample_match_a_plain_python_reading_of_the_raw_rows(tmp_
             else:
                 expected[row["synth_id"]] = None
         assert got == expected
+
+
+def test_the_written_out_whitespace_is_exactly_what_str_isspace_accepts():
+    assert python_whitespace() == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
