@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from rensa import RMinHash
 
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.near_dup import (
@@ -29,10 +30,12 @@ from synthkd_assets.core.near_dup import (
     minhash_signatures,
     normalize_prompt,
     removed_by_clusters,
+    shingles,
     signature_table,
     signatures_shard,
     value_slices,
     verified_pairs,
+    word_grams,
 )
 from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_assets.core.sampling import is_valid
@@ -175,6 +178,15 @@ def test_signatures_and_band_keys_do_not_depend_on_batch_or_order():
     assert whole.shape == (20, nd.NUM_PERM) and (whole == parts).all()
     assert (band_keys(whole[::-1]) == band_keys(whole)[::-1]).all()
     assert (minhash_signatures(["A  b C d"]) == minhash_signatures(["a b c d"])).all()
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c", "dd", "é"]), min_size=0, max_size=30))
+def test_repeated_word_grams_change_no_signature(words):
+    """word_grams keeps repeats (cheaper); the signature is the one of the distinct shingles."""
+    normalized = " ".join(words)
+    assert sorted(set(word_grams(normalized))) == sorted(shingles(normalized))
+    by_set = RMinHash.digest_matrix_from_token_sets([shingles(normalized)], nd.NUM_PERM, nd.MINHASH_SEED)
+    assert (minhash_signatures([normalized]) == np.asarray(by_set.to_rows(), dtype=np.uint32)).all()
 
 
 # --- clusters -----------------------------------------------------------------------------------------------
