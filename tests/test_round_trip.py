@@ -110,6 +110,41 @@ def test_the_fast_way_agrees_with_the_full_parse_on_corrupted_tokens(
     assert checker.check("corrupted", tokens, messages) == checker._check_full("corrupted", tokens, messages)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(
+        st.tuples(
+            hostile_text,
+            st.none() | hostile_text,
+            hostile_text,
+            st.none() | st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 200018)),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_batch_reports_exactly_the_full_parse_of_each_conversation_in_order(fast, checker, rows):
+    """Good, corrupted and unpaired conversations mixed in one batch: one conversation's shape never confirms or
+    condemns another, and the mismatches come in conversation order."""
+    batch, expected = [], []
+    for index, (user, analysis, final, edit, paired) in enumerate(rows):
+        messages = conversation(SystemContent.new(), user, analysis, final)
+        [rendered] = fast.render_many([messages])
+        tokens = np.array(rendered.tokens, copy=True)
+        if edit is not None:
+            tokens[int(edit[0] * len(tokens))] = edit[1]
+        synth_id = f"row{index}"
+        batch.append((synth_id, tokens, messages if paired else None))
+        if paired:
+            expected.extend(checker._check_full(synth_id, tokens, messages))
+        else:
+            expected.append(("pairing", synth_id))
+    got = checker.check_many(batch)
+    assert got.conversations == len(rows)
+    assert [("pairing", m.synth_id) if m.field == "pairing" else m for m in got.mismatches] == expected
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(messages=any_structure())
 def test_any_structure_the_renderer_accepts_round_trips(renderer, checker, messages):

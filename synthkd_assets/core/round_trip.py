@@ -19,6 +19,22 @@ from synthkd_contract import constants
 
 SHOWN_CHARS = 60  # of a differing value, in a mismatch's text
 TEXT_CONTEXT = 20  # characters quoted either side of the first difference of two texts
+CONVERSATIONS_PER_BATCH = 1024  # checked the fast way at once
+# each special token's part in a conversation's structure (RoundTripChecker._confirmed)
+START, HEADER, MESSAGE, END, RETURN, EOD, OTHER = range(7)
+ALLOWED = np.zeros((7, 7), dtype=bool)  # which special may follow which, within one conversation
+for _before, _after in [
+    (START, HEADER),
+    (START, MESSAGE),
+    (HEADER, HEADER),
+    (HEADER, MESSAGE),
+    (MESSAGE, END),
+    (MESSAGE, RETURN),
+    (END, START),
+    (END, EOD),
+    (RETURN, EOD),
+]:
+    ALLOWED[_before, _after] = True
 WHOLE = -1  # the message index of a mismatch about the whole conversation (EOD, terminator, parse, pairing)
 MessageKey = tuple[str, str | None, str | None, str | None, str | None, tuple[str, ...]]
 KEY_FIELDS = ("role", "name", "channel", "recipient", "content_type", "text")
@@ -93,6 +109,19 @@ class RoundTripChecker:
         self._rendered_keys: dict[str, MessageKey] = {}
         self._parsed_headers: dict[tuple[int, ...], MessageKey | None] = {}
         self.checked_fast = 0  # conversations the fast way confirmed (the rest took the full parse)
+        if bpe is not None:
+            ids = {t: encoding.encode(t, allowed_special="all")[0] for t in ("<|channel|>", "<|constrain|>")}
+            self._codes = {
+                START: [self.start_id],
+                HEADER: list(ids.values()),
+                MESSAGE: [self.message_id],
+                END: [self.end_id],
+                RETURN: [self.return_id, self.call_id],
+                EOD: [constants.EOD_TOKEN_ID],
+            }
+            ranks = bpe._mergeable_ranks  # bytes -> rank: each ordinary token's length in bytes
+            self._token_bytes = np.zeros(constants.ORDINARY_VOCAB_SIZE, dtype=np.int64)
+            self._token_bytes[np.fromiter(ranks.values(), dtype=np.int64)] = np.fromiter(map(len, ranks), np.int64)
 
     def _expected_key(self, message: dict[str, Any]) -> MessageKey:
         contents = message.get("content") or []
@@ -113,53 +142,99 @@ class RoundTripChecker:
         final = last.get("role") == Role.ASSISTANT.value and last.get("channel") == "final"
         return self.return_id if final else self.end_id
 
-    def _fast_keys(self, tokens: np.ndarray, messages: list[dict[str, Any]]) -> list[MessageKey] | None:
-        """The conversation's messages as openai-harmony parses them, computed message by message: each distinct
-        header (`<|start|>...<|message|>` + terminator) parsed by openai-harmony once and cached, each content
-        decoded by tiktoken. None ("ask the full parse") unless the conversation is exactly
-        `[<|start|> header <|message|> content <|end|>] * (len(messages) - 1)` + the same with the expected last
-        terminator + EOD, with no special token in a content and every content strict UTF-8: for that shape
-        harmony's parse is the concatenation of its parses of each message, and its parse of a content is the
-        strict UTF-8 decode of its tokens."""
-        if self.bpe is None or len(tokens) < 2 or tokens[-1] != constants.EOD_TOKEN_ID:
-            return None
-        body = tokens[:-1]
-        if body[-1] != self._terminator(messages):
-            return None
-        special = np.flatnonzero(body >= constants.ORDINARY_VOCAB_SIZE)
-        kinds = body[special]
-        starts, opened = special[kinds == self.start_id], special[kinds == self.message_id]
-        closing = special[(kinds == self.end_id) | (kinds == self.return_id) | (kinds == self.call_id)]
-        n = len(messages)
-        if not (len(starts) == len(opened) == len(closing) == n) or n == 0:
-            return None
-        # nothing between a terminator and the next <|start|>, every terminator but the last one <|end|>, and a
-        # content runs from <|message|> to its terminator with no special token inside
-        after_open = special[np.searchsorted(special, opened, side="right").clip(max=len(special) - 1)]
-        if (
-            starts[0] != 0
-            or (starts[1:] != closing[:-1] + 1).any()
-            or closing[-1] != len(body) - 1
-            or (body[closing[:-1]] != self.end_id).any()
-            or (after_open != closing).any()
-            or (starts >= opened).any()
-        ):
-            return None
-        keys = []
-        for first, header_end, stop in zip(starts.tolist(), opened.tolist(), closing.tolist()):
-            header = (*body[first : header_end + 1].tolist(), int(body[stop]))
-            if header not in self._parsed_headers:
-                parsed = self._parse(list(header))
-                self._parsed_headers[header] = message_key(parsed[0]) if parsed and len(parsed) == 1 else None
-            parsed_header = self._parsed_headers[header]
-            if parsed_header is None or parsed_header[-1] != ("",):
-                return None
-            try:
-                text = self.bpe.decode_bytes(body[header_end + 1 : stop].tolist()).decode("utf-8")
-            except UnicodeDecodeError:  # harmony decodes it lossily: the full parse compares what it gives
-                return None
-            keys.append((*parsed_header[:-1], (text,)))
-        return keys
+    def _header_key(self, header: tuple[int, ...]) -> MessageKey | None:
+        """openai-harmony's parse of one content-less message (`<|start|>...<|message|>` + terminator), cached:
+        role, name, channel, recipient, content_type and its empty text; None when it is not one such message."""
+        if header not in self._parsed_headers:
+            parsed = self._parse(list(header))
+            key = message_key(parsed[0]) if parsed and len(parsed) == 1 else None
+            self._parsed_headers[header] = key if key is not None and key[-1] == ("",) else None
+        return self._parsed_headers[header]
+
+    def _confirmed(self, batch: Sequence[tuple[np.ndarray, list[dict[str, Any]] | None]]) -> np.ndarray:
+        """Which conversations of the batch are confirmed the fast way, vectorized over the whole batch.
+
+        A conversation is confirmed when it is exactly `[<|start|> header <|message|> content <|end|>]` per
+        message but the last, whose terminator is the expected one, then EOD, with nothing between messages and
+        no special token in a content; each distinct header parses (openai-harmony, cached) to the expected role,
+        name, channel, recipient and content type; and the tiktoken decode of every content is byte for byte the
+        UTF-8 of the expected text. For that shape harmony's parse is the concatenation of its parses of each
+        message, and its parse of a content is the UTF-8 decode of its tokens."""
+        n = len(batch)
+        confirmed = np.zeros(n, dtype=bool)
+        if self.bpe is None or n == 0:
+            return confirmed
+        lengths = np.fromiter((len(tokens) for tokens, _ in batch), dtype=np.int64, count=n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.concatenate([np.asarray(tokens, dtype=np.int64) for tokens, _ in batch]) if offsets[-1] else None
+        if flat is None:
+            return confirmed
+        pos = np.flatnonzero(flat >= constants.ORDINARY_VOCAB_SIZE)
+        if len(pos) == 0:
+            return confirmed
+        conv = np.searchsorted(offsets, pos, side="right") - 1
+        code = np.full(len(pos), OTHER, dtype=np.int8)
+        for kind, ids in self._codes.items():
+            code[np.isin(flat[pos], ids)] = kind
+        ok = np.array([bool(m) for _, m in batch])
+        # consecutive specials of one conversation: allowed transitions, terminators adjacent to what follows
+        same = conv[:-1] == conv[1:]
+        adjacent = pos[1:] == pos[:-1] + 1
+        bad = same & (~ALLOWED[code[:-1], code[1:]] | (((code[:-1] == END) | (code[:-1] == RETURN)) & ~adjacent))
+        ok[conv[:-1][bad]] = False
+        first = np.flatnonzero(np.r_[True, ~same])
+        last = np.r_[first[1:] - 1, len(pos) - 1]
+        has = np.zeros(n, dtype=bool)
+        has[conv[first]] = True
+        ok &= has
+        ok[conv[first][(code[first] != START) | (pos[first] != offsets[conv[first]])]] = False
+        ok[conv[last][(code[last] != EOD) | (pos[last] != offsets[conv[last] + 1] - 1) | (last == first)]] = False
+        # the terminator before the EOD is the expected one; one <|message|> per expected message
+        before_eod = np.maximum(last - 1, 0)
+        expected_terminator = np.array([self._terminator(m) if m else -1 for _, m in batch], dtype=np.int64)
+        ok[conv[last][flat[pos[before_eod]] != expected_terminator[conv[last]]]] = False
+        opened = np.flatnonzero(code == MESSAGE)
+        counts = np.bincount(conv[opened], minlength=n)
+        ok &= counts == np.array([len(m) if m else -1 for _, m in batch])
+        if not ok.any():
+            return confirmed
+        # every message of the conversations still standing: header (from its <|start|>) and content bounds
+        opened = opened[ok[conv[opened]]]
+        start_index = np.maximum.accumulate(np.where(code == START, np.arange(len(pos)), 0))[opened]
+        content_from, content_to = pos[opened] + 1, pos[opened + 1]
+        headers = [
+            (*flat[a : b + 1].tolist(), int(flat[c]))
+            for a, b, c in zip(pos[start_index].tolist(), pos[opened].tolist(), content_to.tolist())
+        ]
+        # contents: one decode for the whole batch, cut per message by each token's byte length
+        marks = np.zeros(len(flat) + 1, dtype=np.int64)
+        np.add.at(marks, content_from, 1)
+        np.add.at(marks, content_to, -1)
+        content = flat[np.cumsum(marks[:-1]) > 0]
+        decoded = self.bpe.decode_bytes(content.tolist())
+        byte_at = np.zeros(len(content) + 1, dtype=np.int64)  # bytes decoded before each content token
+        np.cumsum(self._token_bytes[content], out=byte_at[1:])
+        message_bytes_end = byte_at[np.cumsum(content_to - content_from)]
+        message_bytes_start = np.r_[0, message_bytes_end[:-1]]
+        at = 0
+        for index, (_, messages) in enumerate(batch):
+            if not ok[index]:
+                continue
+            for message in messages:
+                header = self._header_key(headers[at])
+                want = self._expected_key(message)
+                text = want[-1]
+                if (
+                    header is None
+                    or header[:-1] != want[:-1]
+                    or len(text) != 1
+                    or decoded[message_bytes_start[at] : message_bytes_end[at]]
+                    != text[0].encode("utf-8", "surrogatepass")
+                ):
+                    ok[index] = False
+                at += 1
+        return ok
 
     def _parse(self, tokens: list[int]) -> list[Message] | None:
         try:
@@ -172,8 +247,7 @@ class RoundTripChecker:
     def check(self, synth_id: str, tokens: Sequence[int], messages: list[dict[str, Any]]) -> list[Mismatch]:
         """The mismatches of one conversation (empty when it round-trips)."""
         array = np.asarray(tokens)
-        keys = self._fast_keys(array, messages)
-        if keys is not None and keys == [self._expected_key(m) for m in messages]:
+        if self._confirmed([(array, messages)])[0]:
             self.checked_fast += 1
             return []
         return self._check_full(synth_id, array, messages)
@@ -206,14 +280,27 @@ class RoundTripChecker:
 
     def check_many(self, conversations: Iterable[tuple[str, Sequence[int], list[dict[str, Any]] | None]]) -> RoundTrip:
         """Every (synth_id, tokens, messages) in turn; messages None = no synth_harmony row for that synth_id."""
-        count, mismatches = 0, []
-        for synth_id, tokens, messages in conversations:
+        count, mismatches, batch = 0, [], []
+        for conversation in conversations:
             count += 1
+            batch.append(conversation)
+            if len(batch) == CONVERSATIONS_PER_BATCH:
+                mismatches.extend(self._check_batch(batch))
+                batch = []
+        mismatches.extend(self._check_batch(batch))
+        return RoundTrip(count, mismatches)
+
+    def _check_batch(self, batch: list[tuple[str, Sequence[int], list[dict[str, Any]] | None]]) -> list[Mismatch]:
+        """The fast way over the batch at once; the full parse, in order, for every conversation it leaves."""
+        confirmed = self._confirmed([(np.asarray(tokens), messages) for _, tokens, messages in batch])
+        self.checked_fast += int(confirmed.sum())
+        mismatches = []
+        for (synth_id, tokens, messages), fast in zip(batch, confirmed):
             if messages is None:
                 mismatches.append(Mismatch(synth_id, WHOLE, "pairing", "a synth_harmony row", "none (in order)"))
-                continue
-            mismatches.extend(self.check(synth_id, tokens, messages))
-        return RoundTrip(count, mismatches)
+            elif not fast:
+                mismatches.extend(self._check_full(synth_id, tokens, messages))
+        return mismatches
 
 
 def message_key(message: Message) -> MessageKey:
