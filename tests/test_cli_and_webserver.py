@@ -134,15 +134,17 @@ def test_build_failure_names_the_step_and_the_log(tmp_path):
         ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 1
-    assert "FAILED: scan synth_00 (exit 1 after" in done.stderr and "dg launch" in done.stderr
-    assert "synth_00.parquet: not a readable Parquet file" in done.stderr  # the end of the failing run's output
+    assert "FAILED: scan synth_00 (after " in done.stderr
+    # the failed run and its step's error, naming the file
+    assert "(partition synth_00) failed:\n  step synth_harmony failed: " in done.stderr
+    assert "synth_00.parquet: not a readable Parquet file" in done.stderr
     log = next((tmp_path / "home" / "logs").glob("build-*.log"))
     assert f"full log: {log}" in done.stderr and "scan pass done" not in done.stdout
 
 
 def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path):
-    """Executor choice does not change a byte: the CLI (multiprocess executor, a process per step) and
-    dagster.materialize in process (another data root) give identical outputs."""
+    """Parallel runs do not change a byte: build.sh (shard runs in worker processes on every core) and a build
+    one run after another in one process (another data root) give identical outputs."""
 
     env, root, _ = cli_build
     other = tmp_path / "data"

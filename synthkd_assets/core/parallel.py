@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 PARALLEL_RUNS_ENV = "SYNTHKD_PARALLEL_RUNS"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, the terminal closing
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -42,3 +44,26 @@ def die_with_parent(signum: int, parent: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum)
     if os.getppid() != parent:  # the parent died before the request was made
         os.kill(os.getpid(), signum)
+
+
+def watch_stop_signals(handler: Callable) -> Callable[[], int | None]:
+    """Handle SIGINT, SIGTERM and SIGHUP with `handler`; returns a function that says which of them this process
+    received first (None: none yet). It asks the signal wakeup file descriptor, not the handler: Dagster swaps
+    the Python handlers of SIGINT and SIGTERM while it executes a run (either then interrupts the run) and
+    afterwards gives SIGTERM the SIGINT handler. Call from the main thread."""
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, handler)
+    received: list[int] = []
+
+    def first() -> int | None:
+        try:
+            received.extend(signum for signum in os.read(read, 4096) if signum in STOP_SIGNALS)
+        except BlockingIOError:  # nothing written since the last call
+            pass
+        return received[0] if received else None
+
+    return first

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
@@ -21,7 +22,7 @@ import dagster as dg
 
 from synthkd_assets.core.buildlock import build_lock
 from synthkd_assets.core.inventory import raw_shard_paths
-from synthkd_assets.core.parallel import die_with_parent
+from synthkd_assets.core.parallel import die_with_parent, watch_stop_signals
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.code_versions import with_code_versions
 from synthkd_assets.defs.failures import error_message, failed_check_lines
@@ -31,6 +32,7 @@ from synthkd_assets.defs.passes import OUTPUTS, Pass, build_passes
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 
 WORKER_STOP_SECONDS = 30  # a worker still running this long after the build told it to stop is killed
+BUILD_TAG = "synthkd/build"  # on every run of one build_all call, the same value
 
 
 class BuildFailed(RuntimeError):
@@ -108,10 +110,30 @@ def build_all(
 
     `outputs` picks the datasets (synth_kd_v1, synth_distill, synth_pool); `progress` hears of each pass and shard;
     `workers`: shard runs at once, in as many worker processes (never more than there are shards; 1, or an
-    ephemeral instance: one after another in this process); `kwargs` go to `dg.materialize` (`run_config`, `tags`).
+    ephemeral instance: one after another in this process); `kwargs` go to `dg.materialize` (`run_config`, `tags`);
+    every run is tagged `synthkd/build` with an id of this build.
     Holds the data root's build lock throughout: raises BuildLockHeld at once if another build (this function or
     scripts/build.sh) is running on the same root; `take_lock=False` when the caller already holds it (build.sh
     takes it on a file descriptor this process inherits)."""
+    build_id = uuid.uuid4().hex
+    kwargs = {**kwargs, "tags": {**kwargs.get("tags", {}), BUILD_TAG: build_id}}
+    try:
+        return _build_all(instance, layout, build, outputs, progress, workers, take_lock, kwargs)
+    except BaseException:
+        _fail_unfinished_runs(instance, build_id)
+        raise
+
+
+def _fail_unfinished_runs(instance: dg.DagsterInstance, build_id: str) -> None:
+    """A build that stops (interrupted, a worker lost) leaves none of its runs in progress in the instance: Dagster
+    marks a run it interrupts failed, this marks the rest (a run interrupted while being set up)."""
+    with contextlib.suppress(Exception):  # best effort: the error that stopped the build is the one to report
+        for run in instance.get_runs(filters=dg.RunsFilter(tags={BUILD_TAG: build_id})):
+            if not run.is_finished:
+                instance.report_run_failed(run, "the build stopped while this run was in progress")
+
+
+def _build_all(instance, layout, build, outputs, progress, workers, take_lock, kwargs) -> list[str]:
     held = build_lock(layout.data_layout().build_lock()) if take_lock else contextlib.nullcontext()
     with held, contextlib.ExitStack() as stack:
         progress = progress or BuildProgress()
@@ -223,41 +245,41 @@ _worker: dict = {}
 
 
 def _worker_start(parent: int, instance_ref, layout: dict, build: dict, kwargs: dict) -> None:
-    """A worker's setup: the build's instance, resources and materialize arguments. SIGTERM (from the build, or
-    from the kernel when the build's process dies) stops it, failing the run in progress as Ctrl-C would."""
+    """A worker's setup: the build's instance, resources and materialize arguments. SIGINT, SIGTERM (from the
+    build, or from the kernel when the build's process dies) or SIGHUP end it; a run in progress is interrupted
+    first (Dagster marks it failed)."""
     _worker.update(
         instance=dg.DagsterInstance.from_ref(instance_ref),
         layout=SynthKDLayout(**layout),
         build=SynthKDBuildConfig(**build),
         kwargs=kwargs,
         running=False,
-        stopping=False,
+        stopped=watch_stop_signals(_worker_stop),
     )
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _worker_stop)
     die_with_parent(signal.SIGTERM, parent)
 
 
 def _worker_stop(signum, _frame) -> None:
-    _worker["stopping"] = True
     if not _worker["running"]:
         os._exit(128 + signum)
-    os.kill(os.getpid(), signal.SIGINT)  # Dagster's interrupt handling marks the run failed; _worker_run exits
+    raise KeyboardInterrupt  # outside Dagster's own interrupt handling (a run being set up): stop it here
 
 
 def _worker_run(steps: tuple[str, ...], key: str) -> tuple[str, float]:
     start = time.monotonic()
     _worker["running"] = True
+    interrupted = False
     try:
         materialize_steps(
             _worker["instance"], _worker["layout"], steps, key, build=_worker["build"], **_worker["kwargs"]
         )
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
-        _worker["stopping"] = True
+        interrupted = True
     finally:
         _worker["running"] = False
-        if _worker["stopping"]:
+        signum = _worker["stopped"]()
+        if signum or interrupted:
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(128 + signal.SIGTERM)
+            os._exit(128 + (signum or signal.SIGINT))
     return key, time.monotonic() - start
