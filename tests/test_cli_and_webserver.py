@@ -166,6 +166,9 @@ NODES = """{ assetNodes { assetKey { path } isPartitioned partitionKeys
     name blocking executionForLatestMaterialization { status } } } } } }"""
 
 
+EXECUTIONS = '{ assetCheckExecutions(assetKey: {path: ["%s"]}, checkName: "%s", limit: 100) { status } }'
+
+
 def stale(port: int, asset: str, partition: str) -> str:
     data = graphql(
         port, f'{{ assetNodes(assetKeys: [{{path: ["{asset}"]}}]) {{ staleStatus(partition: "{partition}") }} }}'
@@ -194,7 +197,7 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
             "synth_04",
             "synth_05",
         ]
-    checks = {c["name"]: c for n in nodes.values() for c in n["assetChecksOrError"].get("checks", [])}
+    checks = {c["name"]: {**c, "asset": a} for a, n in nodes.items() for c in n["assetChecksOrError"].get("checks", [])}
     assert {
         "tokenizer_sha256_pin",
         "manifest_provenance",
@@ -219,7 +222,16 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
         near_dup = checks.pop(name)
         assert not near_dup["blocking"] and near_dup["executionForLatestMaterialization"]["status"] == "SUCCEEDED"
     assert all(c["blocking"] for c in checks.values())
-    assert all(c["executionForLatestMaterialization"]["status"] == "SUCCEEDED" for c in checks.values())
+    for name, c in checks.items():
+        latest = c["executionForLatestMaterialization"]
+        if latest is None and nodes[c["asset"]]["isPartitioned"]:
+            # the shard runs of a pass go in parallel: when the last two interleave, the latest execution of a
+            # check targets another partition than the latest materialization, and Dagster names none "for the
+            # latest materialization" (it compares across partitions). Every execution of it passed.
+            executions = graphql(webserver, EXECUTIONS % (c["asset"], name))["assetCheckExecutions"]
+            assert executions and all(e["status"] == "SUCCEEDED" for e in executions), (name, executions)
+        else:
+            assert latest["status"] == "SUCCEEDED", (name, latest)
     assert stale(webserver, "synth_harmony", "synth_02") == "FRESH"
 
     # an upstream edit of one shard, seen by the inventory, marks exactly that partition stale
