@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Materializes the whole graph (synth_kd_v1 and the DistillKit dataset) for every raw shard through the
-# Dagster CLI (`dg launch`), then prints summaries. `--smoke` reads only the first rows of each shard and
+# Materializes the whole graph (synth_kd_v1, the DistillKit dataset, the pool) for every raw shard into the
+# Dagster instance of $DAGSTER_HOME, then prints summaries. `--smoke` reads only the first rows of each shard and
 # writes data/megatron/synth_kd_v1_smoke/ and data/distill/synth_distill_smoke/ instead (intermediates in data/smoke/).
 # Roots: SYNTHKD_RAW_DIR (default data/sample/synth_raw) and SYNTHKD_DATA_DIR (default data).
-# SYNTHKD_PARALLEL_RUNS (default 1): shard runs submitted at once. Raise it with a PostgreSQL instance and
-# SYNTHKD_EXECUTOR=celery (docs/cluster.md), where each run's steps go to the Celery workers.
+# Two routes, chosen by SYNTHKD_EXECUTOR:
+# - unset, multiprocess or in_process (this machine): one driver process (`python -m synthkd_assets.cli build`)
+#   runs the passes, each shard pass's runs in SYNTHKD_PARALLEL_RUNS worker processes at once (default: every
+#   core; never more than there are shards);
+# - celery or k8s (a cluster, docs/cluster.md): one stock `dg launch` call per pass and shard, SYNTHKD_PARALLEL_RUNS
+#   (default 1) shard runs submitted at once, each run's steps on the cluster's workers.
 # Prints one line per pass and shard; every Dagster log line goes to $DAGSTER_HOME/logs/build-<time>-<pid>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,9 +16,21 @@ build_started=$(date +%s)
 
 # Every path comes from the layout (synthkd_assets/core/layout.py), asked through the CLI.
 where() { .venv/bin/python -m synthkd_assets.cli path "$@"; }
+case "${SYNTHKD_EXECUTOR:-}" in
+  "" | multiprocess | in_process) cluster= ;;
+  celery | k8s) cluster=$SYNTHKD_EXECUTOR ;;
+  *) echo "SYNTHKD_EXECUTOR=$SYNTHKD_EXECUTOR: expected multiprocess, in_process, celery or k8s" >&2; exit 2 ;;
+esac
+config='{}'
+smoke=()
+if [ "${1:-}" = "--smoke" ]; then
+  config='{"resources": {"build": {"config": {"smoke": true}}}}'
+  smoke=(--smoke)
+fi
+{ read -r lock; read -r megatron_manifest; read -r distill_manifest; read -r pool_manifest; read -r raw_root; } \
+  < <(where build-lock megatron-manifest distill-manifest pool-manifest raw-root "${smoke[@]}")
 # One build per data root: a second one stops here ("another build holds <lock>"). The lock is on fd 9,
 # which every child inherits, so it holds until the last of them exits (the kernel drops it, even on SIGKILL).
-lock=$(where build-lock)
 mkdir -p "$(dirname "$lock")"
 exec 9<>"$lock"
 .venv/bin/python -m synthkd_assets.cli lock --fd 9 "$lock" || exit $?  # 75: held
@@ -32,10 +48,11 @@ stop() {
     # the reaper closes fd 9 (the build lock): the lock is free once the script exits
     (exec 9>&-; sleep "$STOP_GRACE"; kill -KILL -- "-$running" 2>/dev/null) &
     local reaper=$!
-    wait "$running" 2>/dev/null
-    kill -- "-$reaper" 2>/dev/null  # its own process group (set -m): the subshell and its sleep
+    wait "$running" 2>/dev/null || true  # its status is not the script's (and would stop it under set -e)
+    kill -- "-$reaper" 2>/dev/null || true  # its own process group (set -m): the subshell and its sleep
+    wait "$reaper" 2>/dev/null || true  # reaped here, quietly (job control would report it "Terminated")
   fi
-  wait
+  wait || true
   exit "$1"
 }
 trap 'stop 130' INT
@@ -47,27 +64,20 @@ failed() { local rc=$?; .venv/bin/python -m synthkd_assets.cli failures --since 
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"
 if [ ! -f "$DAGSTER_HOME/dagster.yaml" ]; then
-  if [ -n "${SYNTHKD_EXECUTOR:-}" ] && [ "$SYNTHKD_EXECUTOR" != multiprocess ] && [ "$SYNTHKD_EXECUTOR" != in_process ]; then
+  if [ -n "$cluster" ]; then
     echo "SYNTHKD_EXECUTOR=$SYNTHKD_EXECUTOR but $DAGSTER_HOME/dagster.yaml is missing: copy deploy/cluster/dagster.yaml there (a cluster needs the shared PostgreSQL instance, not sqlite)" >&2
     exit 2
   fi
-  cp deploy/local/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+  # deploy/local/dagster.yaml, its run queue sized to this machine's cores
+  .venv/bin/python -m synthkd_assets.cli instance-yaml > "$DAGSTER_HOME/dagster.yaml.partial"
+  mv "$DAGSTER_HOME/dagster.yaml.partial" "$DAGSTER_HOME/dagster.yaml"
 fi
 
-config='{}'
-smoke=()
-if [ "${1:-}" = "--smoke" ]; then
-  config='{"resources": {"build": {"config": {"smoke": true}}}}'
-  smoke=(--smoke)
-fi
-megatron_manifest=$(where megatron-manifest "${smoke[@]}")
-distill_manifest=$(where distill-manifest "${smoke[@]}")
-pool_manifest=$(where pool-manifest "${smoke[@]}")
 mkdir -p "$DAGSTER_HOME/logs"
 export BUILD_LOG="$DAGSTER_HOME/logs/build-$(date +%Y%m%d-%H%M%S)-$$.log"
 export BUILD_CONFIG="$config" BUILD_SMOKE="${smoke[*]}"
 datasets="$(basename "$(dirname "$megatron_manifest")") + $(basename "$(dirname "$distill_manifest")") + $(basename "$(dirname "$pool_manifest")")"
-echo "build of $datasets from $(where raw-root); full log: $BUILD_LOG"
+echo "build of $datasets from $raw_root; full log: $BUILD_LOG"
 
 export ERROR_LINES='
 / - ERROR - / { print substr($0, 1, 300); next }
@@ -115,28 +125,35 @@ step() {  # label, selection: one unpartitioned run
   echo "$1: $2 ($((SECONDS - start))s)"
 }
 
-# 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
-step inventory o200k_tokenizer,synth_raw_inventory
-export BUILD_KEYS BUILD_SHARDS
-BUILD_KEYS=$(mktemp)
-trap 'rm -f "$BUILD_KEYS"' EXIT
-.venv/bin/python -m synthkd_assets.cli partitions --null > "$BUILD_KEYS"
-BUILD_SHARDS=$(tr -cd '\0' < "$BUILD_KEYS" | wc -c)
-# 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts) ->
-#    MinHash signatures of the user prompts
-each_shard scan synth_harmony,synth_filtered,synth_signatures
-# 3. the near-duplicate clusters (cap, held-out clusters), the sampling plan from every shard's counts after them,
-#    the validation sets
-step plan synth_clusters,synth_sampling_plan,synth_validation_sets
-# 4. the build pass, every shard partition: sampled -> tokens/masks -> Megatron trio + DistillKit parts
-each_shard build synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
-# 5. provenance over all shards
-step manifests synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
-# 6. the sequence pool: the B x C quota plan over every shard's tokens, the pool per shard, curriculum + manifest
-step quota synth_quota_plan
-each_shard pool synth_pool
-step pool_manifests synth_curriculum,synth_pool_manifest
-echo
-.venv/bin/python -m synthkd_assets.cli summary --manifest "$megatron_manifest"
-.venv/bin/python -m synthkd_assets.cli summary --manifest "$distill_manifest"
-.venv/bin/python -m synthkd_assets.cli summary --manifest "$pool_manifest"
+if [ -z "$cluster" ]; then
+  # this machine: every pass of synthkd_assets/defs/passes.py in one driver process, the shard runs of each shard
+  # pass in SYNTHKD_PARALLEL_RUNS worker processes (default: every core), every run recorded in $DAGSTER_HOME's
+  # instance; Dagster's lines go to the log, a failure prints the failing step, its errors and the log path; then
+  # the summaries
+  job .venv/bin/python -m synthkd_assets.cli build --log "$BUILD_LOG" --lock-fd 9 "${smoke[@]}" || exit $?
+else
+  # 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
+  step inventory o200k_tokenizer,synth_raw_inventory
+  export BUILD_KEYS BUILD_SHARDS
+  BUILD_KEYS=$(mktemp)
+  trap 'rm -f "$BUILD_KEYS"' EXIT
+  .venv/bin/python -m synthkd_assets.cli partitions --null > "$BUILD_KEYS"
+  BUILD_SHARDS=$(tr -cd '\0' < "$BUILD_KEYS" | wc -c)
+  # 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts) ->
+  #    MinHash signatures of the user prompts
+  each_shard scan synth_harmony,synth_filtered,synth_signatures
+  # 3. the near-duplicate clusters (cap, held-out clusters), the sampling plan from every shard's counts after them,
+  #    the validation sets
+  step plan synth_clusters,synth_sampling_plan,synth_validation_sets
+  # 4. the build pass, every shard partition: sampled -> tokens/masks -> Megatron trio + DistillKit parts
+  each_shard build synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
+  # 5. provenance over all shards
+  step manifests synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
+  # 6. the sequence pool: the B x C quota plan over every shard's tokens, the pool per shard, curriculum + manifest
+  step quota synth_quota_plan
+  each_shard pool synth_pool
+  step pool_manifests synth_curriculum,synth_pool_manifest
+  echo
+  .venv/bin/python -m synthkd_assets.cli summary --manifest "$megatron_manifest" --manifest "$distill_manifest" \
+    --manifest "$pool_manifest"
+fi

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from synthkd_assets.cli import distill_summary_lines
     from synthkd_assets.core.buildlock import BuildLockHeld
-    from synthkd_assets.defs.build import BuildFailed, build_all
+    from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
     from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 
     output_dir = args.output_dir.resolve()
@@ -121,8 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("dagster").setLevel(logging.WARNING)
     descriptions = {"scan": "scan: harmony + filters", "build": "build: sample + tokenize + distill"}
 
-    def progress(keys: list[str], pass_name: str):
-        return tqdm(keys, desc=descriptions[pass_name], unit="shard", file=sys.stderr)
+    class Bars(BuildProgress):
+        """A progress bar per shard pass."""
+
+        def pass_started(self, build_pass, keys):
+            if build_pass.per_shard:
+                self.bar = tqdm(total=len(keys), desc=descriptions[build_pass.name], unit="shard", file=sys.stderr)
+
+        def shard_done(self, build_pass, key, seconds):
+            self.bar.update()
+
+        def pass_done(self, build_pass, seconds):
+            if build_pass.per_shard:
+                self.bar.close()
 
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     with instance:
@@ -135,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 layout,
                 build,
                 outputs=["synth_distill"],
-                over_shards=progress,
+                progress=Bars(),
                 run_config=QUIET,
                 tags={"synthkd/cli": "build_synth_distill"},
             )

@@ -1,23 +1,36 @@
-"""Small helpers for the build script: list registered shard partitions, one progress line per shard
-step, print a build summary, take the data root's build lock, say why a build failed, and say where a
-file of the build lives (the script asks the layout instead of spelling paths out)."""
+"""scripts/build.sh's commands. `build` is the build on this machine: every pass of defs/passes.py through
+`build_all`, the shard passes' runs in worker processes on every core, every run recorded in $DAGSTER_HOME's
+instance; one console line per pass and shard, Dagster's own lines in the build log, on a failure what failed
+and why, then the datasets' summaries. The helpers list registered shard partitions, print one progress line
+per shard step, print build summaries, take the data root's build lock, say why a build failed, say where files
+of the build live (the script asks the layout instead of spelling paths out) and write the local instance's
+dagster.yaml."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
+import time
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 import dagster as dg
 
 from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.parallel import available_cores, parallel_runs, watch_stop_signals
+from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
+from synthkd_assets.defs.executors import local_instance_yaml
 from synthkd_assets.defs.failures import failed_runs_report
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.passes import Pass
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
 
 NO_PARTITIONS_HINT = (
@@ -147,6 +160,11 @@ def pool_summary_lines(manifest: dict) -> list[str]:
     return [*lines, f"bytes: {totals['bytes']}"]
 
 
+def print_summaries(manifests: list[Path], out: TextIO = sys.stdout) -> None:
+    for manifest in manifests:
+        print("\n".join(summary_lines(json.loads(manifest.read_text()))), file=out, flush=True)
+
+
 def print_failures(since: float) -> int:
     """Print why every run since `since` (epoch seconds) failed; the number of failed runs."""
     with dg.DagsterInstance.get() as instance:
@@ -162,6 +180,100 @@ def take_lock(fd: int, path: Path) -> int:
     except BuildLockHeld as error:
         print(error, file=sys.stderr)
         return 75  # EX_TEMPFAIL
+    return 0
+
+
+class ConsoleProgress(BuildProgress):
+    """The build's lines on the console: `<pass>: <steps> (Ns)` for a pass over every shard; for a shard pass
+    `<pass> pass over N shards: <steps>`, `  <pass> <shard> (i/N): <progress line> (Ns)` per shard as each
+    finishes, then `<pass> pass done (Ns)`. Each pass is also marked in the log (`=== <pass>`)."""
+
+    def __init__(self, out: TextIO, layout: DataLayout):
+        self.out, self.layout = out, layout
+        self.current: Pass | None = None
+        self.started = time.monotonic()
+        self.index: dict[str, int] = {}
+
+    def pass_started(self, build_pass: Pass, keys) -> None:
+        self.current, self.started = build_pass, time.monotonic()
+        self.index = {key: i for i, key in enumerate(keys, 1)}
+        print(f"=== {build_pass.name}: {','.join(build_pass.steps)}", file=sys.stderr, flush=True)
+        if build_pass.per_shard:
+            self.say(f"{build_pass.name} pass over {len(keys)} shards: {','.join(build_pass.steps)}")
+
+    def shard_done(self, build_pass: Pass, key: str, seconds: float) -> None:
+        line = progress_line(self.layout, list(build_pass.steps), key)
+        self.say(f"  {build_pass.name} {key} ({self.index[key]}/{len(self.index)}): {line} ({seconds:.0f}s)")
+
+    def pass_done(self, build_pass: Pass, seconds: float) -> None:
+        if build_pass.per_shard:
+            self.say(f"{build_pass.name} pass done ({seconds:.0f}s)")
+        else:
+            self.say(f"{build_pass.name}: {','.join(build_pass.steps)} ({seconds:.0f}s)")
+
+    def say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def failing(self, partition: str | None) -> str:
+        """`<pass> [<shard>] (after Ns)`: what was running when the build failed."""
+        name = self.current.name if self.current else "build"
+        return f"{name}{f' {partition}' if partition else ''} (after {time.monotonic() - self.started:.0f}s)"
+
+
+def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None) -> int:
+    """Every pass of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR into $DAGSTER_HOME's instance (an
+    ephemeral one, shards one at a time, when unset), `workers` shard runs at once. The console gets the pass
+    and shard lines, then each dataset's summary; when a step or a blocking check fails, what failed and why
+    (exit 1); with `log`, every other line (Dagster's, warnings) is appended there instead. `locked_fd`: the
+    caller holds the data root's build lock on this inherited descriptor (scripts/build.sh, fd 9); else the build
+    takes it (75 when held). SIGINT, SIGTERM and SIGHUP stop it and its workers quietly (128 + the signal)."""
+    since = time.time()
+    out, err = os.fdopen(os.dup(1), "w"), os.fdopen(os.dup(2), "w")
+    if log is not None:
+        appended = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(appended, 1)
+        os.dup2(appended, 2)
+        os.close(appended)
+    stopped = watch_stop_signals(signal.default_int_handler)
+    layout = SynthKDLayout.from_environment_now(os.environ)
+    progress = ConsoleProgress(out, DataLayout.from_environ(os.environ, smoke))
+    tail = [f"full log: {log}"] if log is not None else []
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    try:
+        with instance:
+            if locked_fd is not None:
+                lock_fd(locked_fd, layout.data_layout().build_lock())
+            try:
+                build_all(
+                    instance,
+                    layout,
+                    SynthKDBuildConfig(smoke=smoke),
+                    progress=progress,
+                    workers=workers,
+                    take_lock=locked_fd is None,
+                )
+            except BuildFailed as error:
+                if stopped():  # a run the stop interrupted
+                    raise
+                report = failed_runs_report(instance, datetime.fromtimestamp(since, tz=UTC))
+                print("\n".join([f"FAILED: {progress.failing(error.partition)}", *report, *tail]), file=err)
+                return 1
+            built = progress.layout
+            print(file=out)
+            print_summaries([built.megatron_manifest(), built.distill_manifest(), built.pool_manifest()], out)
+    except BuildLockHeld as error:
+        print(error, file=err)
+        return 75
+    except BaseException as error:
+        signum = stopped()
+        if signum or isinstance(error, KeyboardInterrupt | dg.DagsterExecutionInterruptedError):
+            return 128 + (signum or signal.SIGINT)  # nothing more to say: the user stopped it
+        traceback.print_exc()  # to the log
+        print("\n".join([f"FAILED: {progress.failing(None)}: {type(error).__name__}: {error}", *tail]), file=err)
+        return 1
+    finally:
+        out.flush()
+        err.flush()
     return 0
 
 
@@ -185,15 +297,26 @@ def main(argv: list[str] | None = None) -> int:
     progress.add_argument("--steps", required=True, help="comma-separated shard steps")
     progress.add_argument("--smoke", action="store_true")
     summary = sub.add_parser("summary", help="print the summary of a built dataset manifest")
-    summary.add_argument("--manifest", type=Path, help="default: the synth_kd_v1 manifest of $SYNTHKD_DATA_DIR")
-    path = sub.add_parser("path", help="where a file of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR lives")
-    path.add_argument("name", choices=sorted(PATHS))
+    summary.add_argument(
+        "--manifest",
+        type=Path,
+        action="append",
+        help="repeatable; default: the synth_kd_v1 manifest of $SYNTHKD_DATA_DIR",
+    )
+    path = sub.add_parser("path", help="where files of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR live")
+    path.add_argument("names", nargs="+", choices=sorted(PATHS), metavar="name", help=", ".join(sorted(PATHS)))
     path.add_argument("--smoke", action="store_true")
     failures = sub.add_parser("failures", help="print the failing checks' problems and step errors of runs that failed")
     failures.add_argument("--since", type=float, required=True, help="runs created after this time (epoch seconds)")
     lock = sub.add_parser("lock", help="take the build lock on an open file descriptor of the lock file")
     lock.add_argument("--fd", type=int, required=True)
     lock.add_argument("path", type=Path)
+    run = sub.add_parser("build", help="build every pass, shard runs on every core (what scripts/build.sh runs)")
+    run.add_argument("--smoke", action="store_true")
+    run.add_argument("--workers", type=int, help="shard runs at once (default $SYNTHKD_PARALLEL_RUNS, else every core)")
+    run.add_argument("--log", type=Path, help="append Dagster's log lines and every other output line here")
+    run.add_argument("--lock-fd", type=int, help="the build lock is held on this inherited file descriptor")
+    sub.add_parser("instance-yaml", help="deploy/local/dagster.yaml, its run queue sized to this machine's cores")
     args = parser.parse_args(argv)
     if args.command == "partitions":
         keys = list_partitions()
@@ -204,14 +327,23 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "progress":
         print(progress_line(DataLayout.from_environ(os.environ, args.smoke), args.steps.split(","), args.partition))
     elif args.command == "path":
-        print(PATHS[args.name](DataLayout.from_environ(os.environ, args.smoke)))
+        layout = DataLayout.from_environ(os.environ, args.smoke)
+        print("\n".join(str(PATHS[name](layout)) for name in args.names))
     elif args.command == "failures":
         print_failures(args.since)
     elif args.command == "lock":
         return take_lock(args.fd, args.path)
+    elif args.command == "instance-yaml":
+        sys.stdout.write(local_instance_yaml(available_cores()))
+    elif args.command == "build":
+        try:
+            workers = args.workers or parallel_runs(os.environ)
+        except ValueError as error:
+            print(error, file=sys.stderr)
+            return 2
+        return run_build(args.smoke, workers, args.log, args.lock_fd)
     else:
-        manifest = args.manifest or DataLayout.from_environ(os.environ).megatron_manifest()
-        print("\n".join(summary_lines(json.loads(manifest.read_text()))))
+        print_summaries(args.manifest or [DataLayout.from_environ(os.environ).megatron_manifest()])
     return 0
 
 

@@ -1,6 +1,7 @@
-"""scripts/build.sh as a user runs it, on small shards: a file name with spaces and quotes, a second build on
-the same data root, SIGTERM, an empty raw dir (its error said on the console). What a full build does with a
-removed shard is tested in process (tests/test_raw_inventory.py): same assets, same code."""
+"""scripts/build.sh as a user runs it, on small shards: shard runs in worker processes on every core, each run
+recorded in the instance; a file name with spaces and quotes, a second build on the same data root, SIGTERM, an
+empty raw dir (its error said on the console). What a full build does with a removed shard is tested in process
+(tests/test_raw_inventory.py): same assets, same code."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import dagster as dg
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.parallel import available_cores
+from synthkd_assets.defs.passes import build_passes
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 QUOTED = 'it\'s a "quoted" shard 01'  # a partition key with spaces and both kinds of quote
@@ -48,7 +53,8 @@ def start(root: Path, **env: str) -> subprocess.Popen:
     )
 
 
-def build(root: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+def build(root: Path, timeout: int = 600, cores: set[int] | None = None) -> subprocess.CompletedProcess:
+    """build.sh to its end; `cores`: the CPUs it may run on (default: all of this process's)."""
     return subprocess.run(
         ["bash", "scripts/build.sh"],
         cwd=REPO_ROOT,
@@ -56,7 +62,24 @@ def build(root: Path, timeout: int = 600) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
     )
+
+
+def materialized(instance: dg.DagsterInstance, run_id: str) -> set[str]:
+    return {
+        entry.dagster_event.asset_key.to_user_string()
+        for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+    }
+
+
+def run_pid(instance: dg.DagsterInstance, run_id: str) -> int:
+    """The process that executed the run (Dagster's "Executing steps in process (pid: N)" event)."""
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        metadata = entry.dagster_event.engine_event_data.metadata
+        if "pid" in metadata:
+            return int(metadata["pid"].value)
+    raise AssertionError(f"run {run_id}: no process recorded")
 
 
 def wait_for(condition, what: str, timeout: float = 300) -> None:
@@ -95,14 +118,46 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def test_shard_runs_use_every_core_and_every_run_is_in_the_instance(tmp_path):
+    """build.sh with nothing set on three shards: the unpartitioned passes run in the driver process, the shard
+    runs in worker processes, one per core (at most one per shard); every run is in DAGSTER_HOME's instance and
+    succeeded, one per pass and shard."""
+    cores = available_cores()
+    if cores < 2:
+        pytest.skip("one core: the shard runs go one after another")
+    keys = ["synth_00", "synth_01", "synth_02"]
+    for source, key in enumerate(keys):
+        small_shard(tmp_path / "raw" / f"{key}.parquet", source)
+    done = build(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        runs = instance.get_runs()
+        pid = {run.run_id: run_pid(instance, run.run_id) for run in runs}
+        assets = {run.run_id: materialized(instance, run.run_id) for run in runs}
+    assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
+    shard_runs = [run for run in runs if "dagster/partition" in run.tags]
+    whole = [run for run in runs if "dagster/partition" not in run.tags]
+    passes = build_passes()
+    assert len(whole) == len([p for p in passes if not p.per_shard])
+    for build_pass in (p for p in passes if p.per_shard):
+        ran = [r for r in shard_runs if assets[r.run_id] == set(build_pass.steps)]
+        assert sorted(r.tags["dagster/partition"] for r in ran) == keys, build_pass.name
+        if build_pass.name == "build":  # every worker waits for it (the plan ran in the driver): each takes one
+            assert len({pid[r.run_id] for r in ran}) == min(cores, len(keys))
+    driver = {pid[run.run_id] for run in whole}
+    workers = {pid[run.run_id] for run in shard_runs}
+    assert len(driver) == 1 and not driver & workers and len(workers) == min(cores, len(keys))
+
+
 def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
-    """A build of two shards, one named with spaces and quotes, run two at a time: once its scan pass is
-    through (both keys reached Dagster whole), a second build.sh and an in-process build on the same data
-    root stop at once; then SIGTERM to build.sh stops it and every process under it, and frees the lock."""
+    """A build of two shards, one named with spaces and quotes, asked for four runs at a time (two worker
+    processes: never more than shards): once its scan pass is through (both keys reached Dagster whole), a
+    second build.sh and an in-process build on the same data root stop at once; then SIGTERM to build.sh stops
+    it and every process under it, leaves no run of the instance in progress, and frees the lock."""
     small_shard(tmp_path / "raw" / f"{QUOTED}.parquet", 1)
     small_shard(tmp_path / "raw" / "synth_03.parquet", 3)
     paths = DataLayout.from_environ(environment(tmp_path))
-    first = start(tmp_path, SYNTHKD_PARALLEL_RUNS="2")
+    first = start(tmp_path, SYNTHKD_PARALLEL_RUNS="4")
     seen: dict[int, bytes] = {}
 
     def scanned() -> bool:
@@ -125,16 +180,24 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-    assert any(b"dagster" in cmdline for cmdline in seen.values())
+    assert any(b"synthkd_assets.cli\0build\0" in cmdline for cmdline in seen.values())  # the driver
+    workers = {pid: cmdline for pid, cmdline in seen.items() if b"spawn_main" in cmdline}
+    assert len(workers) == 2, workers
     wait_for(lambda: not any(alive(pid) for pid in seen), "the build's processes to exit", timeout=60)
     with build_lock(paths.build_lock()):  # nothing holds the lock any more
         pass
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        runs = instance.get_runs()
+    assert runs and not [run for run in runs if not run.is_finished], "a run left in progress"
 
 
 def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):
+    """On one core (this build.sh's CPU affinity), so the dagster.yaml it writes admits one queued run at once."""
     (tmp_path / "raw").mkdir()
-    done = build(tmp_path, timeout=300)
+    done = build(tmp_path, timeout=300, cores={min(os.sched_getaffinity(0))})
     assert done.returncode != 0
+    instance_yaml = yaml.safe_load((tmp_path / "home" / "dagster.yaml").read_text())
+    assert instance_yaml["run_coordinator"]["config"]["max_concurrent_runs"] == 1
     # the failed step's own error, printed by `cli failures` after Dagster's output
     assert (
         "step synth_raw_inventory failed: synthkd_assets.core.parquet_io.InputFileError: no raw shards in "

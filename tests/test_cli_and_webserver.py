@@ -134,15 +134,17 @@ def test_build_failure_names_the_step_and_the_log(tmp_path):
         ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 1
-    assert "FAILED: scan synth_00 (exit 1 after" in done.stderr and "dg launch" in done.stderr
-    assert "synth_00.parquet: not a readable Parquet file" in done.stderr  # the end of the failing run's output
+    assert "FAILED: scan synth_00 (after " in done.stderr
+    # the failed run and its step's error, naming the file
+    assert "(partition synth_00) failed:\n  step synth_harmony failed: " in done.stderr
+    assert "synth_00.parquet: not a readable Parquet file" in done.stderr
     log = next((tmp_path / "home" / "logs").glob("build-*.log"))
     assert f"full log: {log}" in done.stderr and "scan pass done" not in done.stdout
 
 
 def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path):
-    """Executor choice does not change a byte: the CLI (multiprocess executor, a process per step) and
-    dagster.materialize in process (another data root) give identical outputs."""
+    """Parallel runs do not change a byte: build.sh (shard runs in worker processes on every core) and a build
+    one run after another in one process (another data root) give identical outputs."""
 
     env, root, _ = cli_build
     other = tmp_path / "data"
@@ -162,6 +164,9 @@ def webserver(cli_build):
 NODES = """{ assetNodes { assetKey { path } isPartitioned partitionKeys
   assetChecksOrError { ... on AssetChecks { checks {
     name blocking executionForLatestMaterialization { status } } } } } }"""
+
+
+EXECUTIONS = '{ assetCheckExecutions(assetKey: {path: ["%s"]}, checkName: "%s", limit: 100) { status } }'
 
 
 def stale(port: int, asset: str, partition: str) -> str:
@@ -192,7 +197,7 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
             "synth_04",
             "synth_05",
         ]
-    checks = {c["name"]: c for n in nodes.values() for c in n["assetChecksOrError"].get("checks", [])}
+    checks = {c["name"]: {**c, "asset": a} for a, n in nodes.items() for c in n["assetChecksOrError"].get("checks", [])}
     assert {
         "tokenizer_sha256_pin",
         "manifest_provenance",
@@ -217,7 +222,16 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
         near_dup = checks.pop(name)
         assert not near_dup["blocking"] and near_dup["executionForLatestMaterialization"]["status"] == "SUCCEEDED"
     assert all(c["blocking"] for c in checks.values())
-    assert all(c["executionForLatestMaterialization"]["status"] == "SUCCEEDED" for c in checks.values())
+    for name, c in checks.items():
+        latest = c["executionForLatestMaterialization"]
+        if latest is None and nodes[c["asset"]]["isPartitioned"]:
+            # the shard runs of a pass go in parallel: when the last two interleave, the latest execution of a
+            # check targets another partition than the latest materialization, and Dagster names none "for the
+            # latest materialization" (it compares across partitions). Every execution of it passed.
+            executions = graphql(webserver, EXECUTIONS % (c["asset"], name))["assetCheckExecutions"]
+            assert executions and all(e["status"] == "SUCCEEDED" for e in executions), (name, executions)
+        else:
+            assert latest["status"] == "SUCCEEDED", (name, latest)
     assert stale(webserver, "synth_harmony", "synth_02") == "FRESH"
 
     # an upstream edit of one shard, seen by the inventory, marks exactly that partition stale

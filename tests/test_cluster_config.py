@@ -45,6 +45,12 @@ def test_the_embedded_default_is_the_multiprocess_executor():
     assert executor_from_env({}).name == "multiprocess"
 
 
+def test_the_multiprocess_executor_runs_as_many_steps_at_once_as_there_are_cores(monkeypatch):
+    """Counted when the code location loads, from the loading process's CPU affinity (7 here)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(7)))
+    assert shard_job_execution_config({})["max_concurrent"] == 7
+
+
 def test_an_unknown_executor_is_refused_by_name():
     with pytest.raises(ValueError, match="SYNTHKD_EXECUTOR='spark'"):
         executor_from_env({EXECUTOR_ENV: "spark"})
@@ -123,10 +129,23 @@ def _validate_instance_yaml(directory) -> dict:
     return config
 
 
-def test_the_embedded_instance_yaml_validates():
-    """deploy/local/dagster.yaml (copied into .dagster_home by scripts/build.sh)."""
+def test_the_embedded_instance_yaml_validates(tmp_path):
+    """deploy/local/dagster.yaml, and the copy scripts/build.sh writes into .dagster_home: its run queue admits
+    as many runs as the machine has cores (`cli instance-yaml`, here on one core)."""
     config = _validate_instance_yaml(DEPLOY / "local")
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    written = subprocess.run(
+        [sys.executable, "-m", "synthkd_assets.cli", "instance-yaml"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    )
+    (tmp_path / "dagster.yaml").write_text(written.stdout)
+    config = _validate_instance_yaml(tmp_path)
+    assert config["run_coordinator"]["config"]["max_concurrent_runs"] == 1
+    assert config["telemetry"] == {"enabled": False}
 
 
 def test_the_cluster_instance_yaml_validates(cluster_env):

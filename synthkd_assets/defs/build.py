@@ -1,31 +1,62 @@
-"""The whole graph built in process, pass by pass (defs/passes.py): used by the tests, the DistillKit CLI
-and the benchmark. scripts/build.sh runs the same passes through the dagster CLI."""
+"""The whole graph built in process, pass by pass (defs/passes.py): scripts/build.sh (through `python -m
+synthkd_assets.cli build`), the tests, the DistillKit CLI and the benchmark.
 
-from collections.abc import Callable, Iterable, Sequence
+With `workers` > 1 and a persistent instance, each shard pass runs its partitions in that many worker processes
+at once (each imports the graph once and materializes on the same instance, so every run is recorded there and
+shows in the UI); the unpartitioned passes run in the calling process. An ephemeral instance lives in one
+process only: with one, the shards run one after another."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
 import dagster as dg
 
 from synthkd_assets.core.buildlock import build_lock
+from synthkd_assets.core.inventory import raw_shard_paths
+from synthkd_assets.core.parallel import die_with_parent, watch_stop_signals
+from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.code_versions import with_code_versions
 from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.passes import (
-    BUILD_STEPS,
-    INVENTORY_STEPS,
-    MANIFEST_STEPS,
-    OUTPUTS,
-    PLAN_STEPS,
-    POOL_MANIFEST_STEPS,
-    POOL_STEPS,
-    QUOTA_STEPS,
-    SCAN_STEPS,
-)
+from synthkd_assets.defs.passes import OUTPUTS, Pass, build_passes
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
+
+WORKER_STOP_SECONDS = 30  # a worker still running this long after the build told it to stop is killed
+BUILD_TAG = "synthkd/build"  # on every run of one build_all call, the same value
 
 
 class BuildFailed(RuntimeError):
     """A step or a blocking check failed; the message names the steps, the partition and the reasons."""
+
+    def __init__(self, message: str, steps: Sequence[str] = (), partition: str | None = None):
+        super().__init__(message)
+        self.steps = tuple(steps)
+        self.partition = partition
+
+
+class BuildProgress:
+    """What a build reports as it goes; this one reports nothing. `pass_started` comes before every pass (`keys`:
+    the shard partitions of a shard pass, empty otherwise), `shard_done` after each shard of a shard pass (in the
+    order they finish), `pass_done` after the pass."""
+
+    def pass_started(self, build_pass: Pass, keys: Sequence[str]) -> None:
+        pass
+
+    def shard_done(self, build_pass: Pass, key: str, seconds: float) -> None:
+        pass
+
+    def pass_done(self, build_pass: Pass, seconds: float) -> None:
+        pass
 
 
 def all_definitions() -> list:
@@ -57,7 +88,8 @@ def materialize_steps(
     if raise_on_error and (not result.success or failed_checks):
         where = f" (partition {partition_key})" if partition_key else ""
         errors = [error_message(e.step_failure_data.error) for e in result.get_step_failure_events()]
-        raise BuildFailed("\n".join([f"{', '.join(selection)}{where} failed: {'; '.join(errors)}", *failed_checks]))
+        message = "\n".join([f"{', '.join(selection)}{where} failed: {'; '.join(errors)}", *failed_checks])
+        raise BuildFailed(message, selection, partition_key)
     return result
 
 
@@ -66,34 +98,188 @@ def build_all(
     layout: SynthKDLayout,
     build: SynthKDBuildConfig | None = None,
     outputs: Iterable[str] = tuple(OUTPUTS),
-    over_shards: Callable[[list[str], str], Iterable[str]] = lambda keys, _pass: keys,
+    progress: BuildProgress | None = None,
+    workers: int = 1,
+    take_lock: bool = True,
     **kwargs,
 ) -> list[str]:
-    """Inventory, scan pass per shard, the plan, build pass per shard, manifests, then (with synth_pool) the
-    quota plan, the pool per shard and its curriculum and manifest; returns the shards.
+    """Every pass of `build_passes(outputs)` in order: inventory, scan pass per shard, the plan, build pass per
+    shard, manifests, then (with synth_pool) the quota plan, the pool per shard and its curriculum and manifest;
+    returns the shards. Raises BuildFailed at the first failed step or blocking check (a shard pass lets the shards
+    already running finish first and starts no other).
 
-    `outputs` picks the datasets (synth_kd_v1, synth_distill, synth_pool); `over_shards(keys, pass_name)` may wrap
-    the shard loops (a progress bar). Holds the data root's build lock throughout: raises BuildLockHeld
-    at once if another build (this function or scripts/build.sh) is running on the same root."""
-    with build_lock(layout.data_layout().build_lock()):
-        return _build_all(instance, layout, build, outputs, over_shards, **kwargs)
+    `outputs` picks the datasets (synth_kd_v1, synth_distill, synth_pool); `progress` hears of each pass and shard;
+    `workers`: shard runs at once, in as many worker processes (never more than there are shards; 1, or an
+    ephemeral instance: one after another in this process); `kwargs` go to `dg.materialize` (`run_config`, `tags`);
+    every run is tagged `synthkd/build` with an id of this build.
+    Holds the data root's build lock throughout: raises BuildLockHeld at once if another build (this function or
+    scripts/build.sh) is running on the same root; `take_lock=False` when the caller already holds it (build.sh
+    takes it on a file descriptor this process inherits)."""
+    build_id = uuid.uuid4().hex
+    kwargs = {**kwargs, "tags": {**kwargs.get("tags", {}), BUILD_TAG: build_id}}
+    try:
+        return _build_all(instance, layout, build, outputs, progress, workers, take_lock, kwargs)
+    except BaseException:
+        _fail_unfinished_runs(instance, build_id)
+        raise
 
 
-def _build_all(instance, layout, build, outputs, over_shards, **kwargs) -> list[str]:
-    wanted = set(outputs)
-    build_steps = [s for s in BUILD_STEPS if s not in OUTPUTS or s in wanted]
-    manifests = [m for m in MANIFEST_STEPS if m not in OUTPUTS.values() or any(OUTPUTS[o] == m for o in wanted)]
-    materialize_steps(instance, layout, INVENTORY_STEPS, build=build, **kwargs)
-    keys = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
-    for key in over_shards(keys, "scan"):
-        materialize_steps(instance, layout, SCAN_STEPS, key, build=build, **kwargs)
-    materialize_steps(instance, layout, PLAN_STEPS, build=build, **kwargs)
-    for key in over_shards(keys, "build"):
-        materialize_steps(instance, layout, build_steps, key, build=build, **kwargs)
-    materialize_steps(instance, layout, manifests, build=build, **kwargs)
-    if "synth_pool" in wanted:
-        materialize_steps(instance, layout, QUOTA_STEPS, build=build, **kwargs)
-        for key in over_shards(keys, "pool"):
-            materialize_steps(instance, layout, POOL_STEPS, key, build=build, **kwargs)
-        materialize_steps(instance, layout, POOL_MANIFEST_STEPS, build=build, **kwargs)
-    return keys
+def _fail_unfinished_runs(instance: dg.DagsterInstance, build_id: str) -> None:
+    """A build that stops (interrupted, a worker lost) leaves none of its runs in progress in the instance: Dagster
+    marks a run it interrupts failed, this marks the rest (a run interrupted while being set up)."""
+    with contextlib.suppress(Exception):  # best effort: the error that stopped the build is the one to report
+        for run in instance.get_runs(filters=dg.RunsFilter(tags={BUILD_TAG: build_id})):
+            if not run.is_finished:
+                instance.report_run_failed(run, "the build stopped while this run was in progress")
+
+
+def _build_all(instance, layout, build, outputs, progress, workers, take_lock, kwargs) -> list[str]:
+    held = build_lock(layout.data_layout().build_lock()) if take_lock else contextlib.nullcontext()
+    with held, contextlib.ExitStack() as stack:
+        progress = progress or BuildProgress()
+        # the workers start now, importing the graph while this process runs the inventory (one per raw shard
+        # file at most: the inventory registers a partition per file)
+        parallel = 1 if instance.is_ephemeral else min(workers, _raw_shard_count(layout))
+        if parallel > 1:
+            shard_runs = stack.enter_context(_worker_pool(parallel, instance, layout, build, kwargs))
+        else:
+            shard_runs = _shards_in_process(instance, layout, build, kwargs)
+        keys: list[str] | None = None
+        for build_pass in build_passes(outputs):
+            start = time.monotonic()
+            if not build_pass.per_shard:
+                progress.pass_started(build_pass, [])
+                materialize_steps(instance, layout, build_pass.steps, build=build, **kwargs)
+            else:
+                if keys is None:  # registered by the inventory pass
+                    keys = list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
+                progress.pass_started(build_pass, keys)
+                for key, seconds in shard_runs(build_pass.steps, keys):
+                    progress.shard_done(build_pass, key, seconds)
+            progress.pass_done(build_pass, time.monotonic() - start)
+    return keys or []
+
+
+def _raw_shard_count(layout: SynthKDLayout) -> int:
+    try:
+        return len(raw_shard_paths(layout.data_layout().raw_root))
+    except InputFileError:  # the inventory fails on it, naming the problem
+        return 0
+
+
+def _shards_in_process(instance, layout, build, kwargs):
+    def run(steps: Sequence[str], keys: Sequence[str]) -> Iterator[tuple[str, float]]:
+        for key in keys:
+            start = time.monotonic()
+            materialize_steps(instance, layout, steps, key, build=build, **kwargs)
+            yield key, time.monotonic() - start
+
+    return run
+
+
+@contextlib.contextmanager
+def _worker_pool(workers: int, instance: dg.DagsterInstance, layout, build, kwargs):
+    """`workers` processes, started once for every shard pass of a build (each imports the graph once); yields
+    run(steps, keys), which yields (key, seconds) as each shard's run finishes. They are spawned, not forked:
+    nothing of this process (its instance's connections, threads, the build lock's file descriptor) is
+    shared with them. When the build stops (a failure, an interrupt, SIGTERM), the workers are told to stop
+    (SIGTERM: a running run is marked failed in the instance) and killed after WORKER_STOP_SECONDS."""
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_start,
+        initargs=(
+            os.getpid(),
+            instance.get_ref(),
+            layout.model_dump(),
+            (build or SynthKDBuildConfig()).model_dump(),
+            kwargs,
+        ),
+    )
+
+    for _ in range(workers):  # each submit starts a worker process: all start now
+        pool.submit(int)
+
+    def run(steps: Sequence[str], keys: Sequence[str]) -> Iterator[tuple[str, float]]:
+        pending: set[Future] = {pool.submit(_worker_run, tuple(steps), key) for key in keys}
+        failure: BuildFailed | None = None
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                if future.cancelled():
+                    continue
+                try:
+                    key, seconds = future.result()
+                except BuildFailed as error:  # the first failure stops the pass once the running shards finish
+                    failure = failure or error
+                    for other in pending:
+                        other.cancel()
+                    continue
+                yield key, seconds
+        if failure is not None:
+            raise failure
+
+    try:
+        yield run
+        pool.shutdown(wait=True)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        _stop([child for child in multiprocessing.active_children() if child not in before])
+
+
+def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:
+    """SIGTERM to each of `processes`, SIGKILL to any still alive WORKER_STOP_SECONDS later."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + WORKER_STOP_SECONDS
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+# --- in a worker process ---------------------------------------------------------------------------------
+_worker: dict = {}
+
+
+def _worker_start(parent: int, instance_ref, layout: dict, build: dict, kwargs: dict) -> None:
+    """A worker's setup: the build's instance, resources and materialize arguments. SIGINT, SIGTERM (from the
+    build, or from the kernel when the build's process dies) or SIGHUP end it; a run in progress is interrupted
+    first (Dagster marks it failed)."""
+    _worker.update(
+        instance=dg.DagsterInstance.from_ref(instance_ref),
+        layout=SynthKDLayout(**layout),
+        build=SynthKDBuildConfig(**build),
+        kwargs=kwargs,
+        running=False,
+        stopped=watch_stop_signals(_worker_stop),
+    )
+    die_with_parent(signal.SIGTERM, parent)
+
+
+def _worker_stop(signum, _frame) -> None:
+    if not _worker["running"]:
+        os._exit(128 + signum)
+    raise KeyboardInterrupt  # outside Dagster's own interrupt handling (a run being set up): stop it here
+
+
+def _worker_run(steps: tuple[str, ...], key: str) -> tuple[str, float]:
+    start = time.monotonic()
+    _worker["running"] = True
+    interrupted = False
+    try:
+        materialize_steps(
+            _worker["instance"], _worker["layout"], steps, key, build=_worker["build"], **_worker["kwargs"]
+        )
+    except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
+        interrupted = True
+    finally:
+        _worker["running"] = False
+        signum = _worker["stopped"]()
+        if signum or interrupted:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + (signum or signal.SIGINT))
+    return key, time.monotonic() - start

@@ -9,11 +9,14 @@ through the shared data root ($SYNTHKD_DATA_DIR), atomically, so any engine prod
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
 import yaml
+
+from synthkd_assets.core.parallel import available_cores
 
 EXECUTOR_ENV = "SYNTHKD_EXECUTOR"
 CELERY_CONFIG_ENV = "SYNTHKD_CELERY_CONFIG"
@@ -21,7 +24,7 @@ K8S_CONFIG_ENV = "SYNTHKD_K8S_CONFIG"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CELERY_CONFIG = REPO_ROOT / "deploy" / "cluster" / "celery.yaml"
 DEFAULT_K8S_CONFIG = REPO_ROOT / "deploy" / "k8s" / "run_config.yaml"
-EMBEDDED_MAX_CONCURRENT = 2  # steps of one run in parallel on the 2-core reference machine
+LOCAL_INSTANCE_YAML = REPO_ROOT / "deploy" / "local" / "dagster.yaml"
 EXECUTORS = ("multiprocess", "in_process", "celery", "k8s")
 
 
@@ -46,11 +49,23 @@ def executor_config_from_yaml(path: Path) -> dict:
         raise ValueError(f"{path}: expected an execution.config block (the dagster-celery worker YAML)") from exc
 
 
+def local_instance_yaml(cores: int) -> str:
+    """deploy/local/dagster.yaml with its run queue admitting `cores` runs at once (scripts/build.sh writes this
+    machine's core count into the copy it puts in $DAGSTER_HOME)."""
+    text, found = re.subn(
+        r"^(\s*max_concurrent_runs:) *\d+", rf"\g<1> {cores}", LOCAL_INSTANCE_YAML.read_text(), flags=re.MULTILINE
+    )
+    if found != 1:
+        raise ValueError(f"{LOCAL_INSTANCE_YAML}: expected one `max_concurrent_runs: <number>` line")
+    return text
+
+
 def executor_from_env(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
-    """The executor $SYNTHKD_EXECUTOR names in `environ` (multiprocess when unset)."""
+    """The executor $SYNTHKD_EXECUTOR names in `environ` (multiprocess when unset: at most as many steps of a run
+    at once as the loading process has cores)."""
     name = environ.get(EXECUTOR_ENV) or "multiprocess"
     if name == "multiprocess":
-        return dg.multiprocess_executor.configured({"max_concurrent": EMBEDDED_MAX_CONCURRENT})
+        return dg.multiprocess_executor.configured({"max_concurrent": available_cores()})
     if name == "in_process":  # every step in the run's own process: no per-step import cost, one step at a time
         return dg.in_process_executor
     if name == "celery":

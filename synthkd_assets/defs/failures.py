@@ -40,9 +40,11 @@ def failed_check_lines(evaluations: Iterable[dg.AssetCheckEvaluation]) -> list[s
 
 
 def error_message(error) -> str:
-    """The first line of the innermost cause of a step's error (Dagster wraps it in "Error occurred while
-    executing op …"): e.g. `InputFileError: <file>: …`."""
-    while error.cause is not None:
+    """The first line of the error a step raised, below Dagster's own wrappers ("Error occurred while executing
+    op …"): e.g. `synthkd_assets.core.parquet_io.InputFileError: <file>: not a readable Parquet file (…)`. What
+    caused it is left out: the project's errors name their cause (`ArrowInvalid: …`) in their own message, and
+    the cause alone would not name the file."""
+    while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
         error = error.cause
     text = error.message.strip()
     return text.splitlines()[0] if text else error.cls_name or "unknown error"

@@ -1,9 +1,13 @@
 """The build order of the graph, defined once: which assets each pass materializes, in what order.
 
-The in-process build (defs/build.py), scripts/build.sh (its order is tested against a build through
-defs/build.py in tests/test_cli_and_webserver.py), the manifests' automation condition and the hint
-an asset gives when its upstream is missing all follow these lists.
+The build (defs/build.py: `build_passes`, which scripts/build.sh runs through `python -m synthkd_assets.cli
+build`), build.sh's `dg launch` route for a cluster executor (its order is tested against a build through
+defs/build.py in tests/test_cluster.py), the manifests' automation condition and the hint an asset gives when
+its upstream is missing all follow these lists.
 """
+
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 INVENTORY_STEPS = ["o200k_tokenizer", "synth_raw_inventory"]
 SCAN_STEPS = ["synth_harmony", "synth_filtered", "synth_signatures"]  # per shard, before the global plan pass
@@ -24,6 +28,39 @@ OUTPUTS = {
     "synth_distill": "synth_distill_manifest",
     "synth_pool": "synth_pool_manifest",
 }
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass of a build: its name (what the build prints), the assets it materializes (with their checks) and
+    whether it is one run per shard partition (`per_shard`) or one run over every shard."""
+
+    name: str
+    steps: tuple[str, ...]
+    per_shard: bool = False
+
+
+def build_passes(outputs: Iterable[str] = tuple(OUTPUTS)) -> list[Pass]:
+    """The passes of a build of `outputs` (synth_kd_v1, synth_distill, synth_pool), in order: the tokenizer and
+    inventory, the scan pass, the plan, the build pass, the manifests, then with synth_pool its quota plan, the
+    pool pass and its curriculum and manifest."""
+    wanted = set(outputs)
+    build_steps = [s for s in BUILD_STEPS if s not in OUTPUTS or s in wanted]
+    manifests = [m for m in MANIFEST_STEPS if m not in OUTPUTS.values() or any(OUTPUTS[o] == m for o in wanted)]
+    passes = [
+        Pass("inventory", tuple(INVENTORY_STEPS)),
+        Pass("scan", tuple(SCAN_STEPS), per_shard=True),
+        Pass("plan", tuple(PLAN_STEPS)),
+        Pass("build", tuple(build_steps), per_shard=True),
+        Pass("manifests", tuple(manifests)),
+    ]
+    if "synth_pool" in wanted:
+        passes += [
+            Pass("quota", tuple(QUOTA_STEPS)),
+            Pass("pool", tuple(POOL_STEPS), per_shard=True),
+            Pass("pool_manifests", tuple(POOL_MANIFEST_STEPS)),
+        ]
+    return passes
 
 
 def launch_sequence(partition: str = "<shard>") -> list[str]:

@@ -55,6 +55,14 @@ class SynthKDLayout(dg.ConfigurableResource):
             data_dir=dg.EnvVar(DATA_DIR_ENV) if environ.get(DATA_DIR_ENV) else DEFAULT_DATA_DIR,
         )
 
+    @classmethod
+    def from_environment_now(cls, environ: Mapping[str, str]) -> SynthKDLayout:
+        """The code location's roots, read from `environ` now (for a build in this process and its workers):
+        the same values its `dg.EnvVar`s resolve to."""
+        return cls(
+            raw_dir=environ.get(RAW_DIR_ENV) or DEFAULT_RAW_DIR, data_dir=environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
+        )
+
     def data_layout(self, smoke: bool = False) -> DataLayout:
         """Every path of a full (or smoke) build on these roots."""
         return DataLayout(

@@ -1,0 +1,69 @@
+"""How many shard runs a build runs at once, and the worker processes' tie to the build.
+
+A build uses every core it may run on by default: the process's CPU affinity (what `taskset` or a container's
+cpuset allows), else os.cpu_count(). $SYNTHKD_PARALLEL_RUNS overrides it (scripts/build.sh, `python -m
+synthkd_assets.cli build`); the local instance's run queue and the multiprocess executor follow the same count.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+
+PARALLEL_RUNS_ENV = "SYNTHKD_PARALLEL_RUNS"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, the terminal closing
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity on this platform (macOS)
+        return os.cpu_count() or 1
+
+
+def parallel_runs(environ: Mapping[str, str]) -> int:
+    """Shard runs at once: $SYNTHKD_PARALLEL_RUNS when set (a whole number >= 1), else every available core."""
+    value = (environ.get(PARALLEL_RUNS_ENV) or "").strip()
+    if not value:
+        return available_cores()
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{PARALLEL_RUNS_ENV}={value!r}: expected a whole number of shard runs, at least 1")
+    return int(value)
+
+
+def die_with_parent(signum: int, parent: int) -> None:
+    """Have the kernel send `signum` to this process when its parent process (pid `parent`) exits, however it
+    exits (Linux's PR_SET_PDEATHSIG; elsewhere nothing): a worker never outlives the build that started it."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum)
+    if os.getppid() != parent:  # the parent died before the request was made
+        os.kill(os.getpid(), signum)
+
+
+def watch_stop_signals(handler: Callable) -> Callable[[], int | None]:
+    """Handle SIGINT, SIGTERM and SIGHUP with `handler`; returns a function that says which of them this process
+    received first (None: none yet). It asks the signal wakeup file descriptor, not the handler: Dagster swaps
+    the Python handlers of SIGINT and SIGTERM while it executes a run (either then interrupts the run) and
+    afterwards gives SIGTERM the SIGINT handler. Call from the main thread."""
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, handler)
+    received: list[int] = []
+
+    def first() -> int | None:
+        try:
+            received.extend(signum for signum in os.read(read, 4096) if signum in STOP_SIGNALS)
+        except BlockingIOError:  # nothing written since the last call
+            pass
+        return received[0] if received else None
+
+    return first
