@@ -487,10 +487,19 @@ def prompt_of(filtered_path: Path, synth_id: str) -> str:
     return frame.select(pl.col("messages_json").str.json_path_match(USER_PROMPT_PATH)).item()
 
 
-def shard_cluster_columns(path: Path) -> dict[str, tuple[int, str]]:
-    """synth_id -> (cluster_id, near_dup_hash) of one shard's synth_clusters file (the pool's §11 columns)."""
-    table = pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"])
-    return {i: (c, h) for i, c, h in table.iter_rows()}
+def shard_cluster_columns(path: Path) -> pl.DataFrame:
+    """synth_id, cluster_id, near_dup_hash of one shard's synth_clusters file (the pool's §11 columns), kept as a
+    frame and joined per batch (`by_synth_id`): a dict of Python objects would hold ~0.3 KB per row of the shard."""
+    return pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"])
+
+
+def by_synth_id(table: pl.DataFrame, synth_ids: list[str]) -> pl.DataFrame:
+    """The rows of `table` (unique synth_id) for `synth_ids`, in their order: nulls for an id it does not have."""
+    ids = pl.DataFrame({"synth_id": synth_ids}, schema={"synth_id": pl.String})
+    found = ids.join(table, on="synth_id", how="left", maintain_order="left")
+    if found.height != ids.height:
+        raise ValueError("synth_ids repeat in a synth_clusters file")
+    return found
 
 
 def clusters_rule(path: Path) -> Callable[[pl.DataFrame], pl.Series]:
@@ -498,10 +507,9 @@ def clusters_rule(path: Path) -> Callable[[pl.DataFrame], pl.Series]:
     the drop reason by synth_id. A row the clusters never saw (its shard changed after they were computed: the
     raw sensor rebuilds a changed shard under the clusters in force, like under the sampling plan) is kept
     until the next re-plan (docs/near-dup.md "Rebuilds")."""
-    decisions = dict(pl.read_parquet(path, columns=["synth_id", "decision"]).iter_rows())
+    decisions = pl.read_parquet(path, columns=["synth_id", "decision"])  # a frame: see shard_cluster_columns
 
     def reasons(frame: pl.DataFrame) -> pl.Series:
-        ids = frame["synth_id"].to_list()
-        return pl.Series("reason", [decisions.get(i) for i in ids], dtype=pl.String)
+        return by_synth_id(decisions, frame["synth_id"].to_list())["decision"].alias("reason")
 
     return reasons
