@@ -47,7 +47,10 @@ from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHE
 
 SHARD = "shard"
 USER_PROMPT_PATH = "$.messages[1].content[0].text"  # synth_harmony_v1: [system, user, (analysis), final]
-EDGE_CHUNK = 1 << 20  # candidate pairs verified per numpy batch
+# candidate pairs verified per numpy batch: their gathered values (2 x uint32 + a bool per value, 9 x 128 B a pair)
+# are the verification's transient, ~75 MiB at 2^16 (no slower than 2^20, which held up to 1.2 GiB)
+EDGE_CHUNK = 1 << 16
+SIGNATURE_READ_ROWS = 1 << 14  # rows of a signature file read at a time (8 MiB of values)
 SIGNATURE_BUDGET = 4 << 30  # bytes of candidate rows' signature values verification holds at once
 KL_SET = "kl"  # the held-out KL slice
 FORMAT_SET = "format"  # the format-compliance suite
@@ -222,10 +225,14 @@ def _signature_rows(
         lo, hi = np.searchsorted(rows, [offsets[shard], offsets[shard + 1]])
         if lo == hi:
             continue
-        column = pq.read_table(path, columns=["signature"]).column("signature").combine_chunks()
-        flat = column.values.to_numpy().reshape(-1, nd.NUM_PERM)
-        out[lo:hi] = flat[rows[lo:hi] - offsets[shard], values]
-        del column, flat
+        wanted = rows[lo:hi] - offsets[shard]  # this shard's rows, sorted
+        start = 0  # the file's row of the batch's first row
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=SIGNATURE_READ_ROWS, columns=["signature"]):
+            first, end = np.searchsorted(wanted, [start, start + batch.num_rows])
+            if first < end:
+                flat = batch.column(0).flatten().to_numpy().reshape(-1, nd.NUM_PERM)
+                out[lo + first : lo + end] = flat[wanted[first:end] - start, values]
+            start += batch.num_rows
     return out
 
 
