@@ -5,6 +5,7 @@ where it would hide a cycle that a module-level import would show."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,15 @@ def test_building_synth_kd_v1_and_the_pool_imports_no_torch(tmp_path):
     assert result.stdout.strip().splitlines()[-1] == "[]"
     assert list((tmp_path / "data/megatron/synth_kd_v1/train").glob("shard_04_tokens.idx"))
     assert list((tmp_path / "data/pool").rglob("*.args"))
+
+
+@pytest.mark.parametrize(
+    ("environment", "pool"), [({}, "jemalloc"), ({"ARROW_DEFAULT_MEMORY_POOL": "system"}, "system")]
+)
+def test_importing_synthkd_assets_hands_arrow_memory_back_at_once(environment, pool):
+    """Arrow allocates from jemalloc with no decay delay (core/memory.py), unless the environment names a pool."""
+    code = "import synthkd_assets, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"} | environment
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == pool
