@@ -10,7 +10,7 @@ Prints, on one core unless said otherwise:
   3. end-to-end synth_raw -> synth_kd_v1 for one partition, through a real Dagster materialization
      (Parquet in, trio + documents + reports out) vs raw encode                  target >= 0.6x
   4. two partitions in 2 worker processes vs one after the other               target >= 1.7x
-  5. peak RSS of one partition at 1x and Nx the shard size                     target <= 1 GiB, growth <= 10%
+  5. peak RSS of one partition at 1x and Nx the shard size                     target <= 768 MiB, growth <= 10%
   6. projected core-hours for the full corpus (79.6M rows) at the end-to-end rate
 """
 
@@ -31,7 +31,8 @@ if str(REPO_ROOT) not in sys.path:  # run as `python benchmarks/throughput.py`: 
     sys.path.insert(0, str(REPO_ROOT))
 
 FULL_CORPUS_ROWS = 79_600_000
-GIB = 1 << 30
+GIB = 1 << 30  # benchmarks/near_dup.py uses it
+MIB = 1 << 20
 
 
 def make_shard(path: Path, rows: int, scale: int = 1) -> None:
@@ -99,15 +100,16 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
     """Child process: build synth_kd_v1 from one raw shard with Dagster (inventory, scan, plan, build,
     manifest and every check), print timing JSON.
 
-    megatron-core's import (torch and its whole package) is a fixed cost of every worker process, not
-    of the partition: it is timed and reported on its own, before the partition clock starts."""
+    Importing Dagster and the code location is a fixed cost of every worker process, not of the
+    partition: it is timed and reported on its own, before the partition clock starts. (The build
+    imports neither torch nor megatron-core.)"""
     start = time.perf_counter()
-    import megatron.core.datasets.indexed_dataset  # noqa: F401
-
-    startup = time.perf_counter() - start
     import dagster as dg
 
+    import synthkd_assets.definitions  # noqa: F401
     from synthkd_assets.defs.build import build_all, materialize_steps
+
+    startup = time.perf_counter() - start
     from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, POOL_STEPS, QUOTA_STEPS
     from synthkd_assets.defs.resources import SynthKDLayout
 
@@ -251,13 +253,15 @@ def main() -> int:
         f"0.8x: {verdict(ratios['fast_tok_s'] / ratios['raw_encode_tok_s'], 0.8)})",
         f"3. end-to-end vs raw encode: {e2e_rate / ratios['raw_encode_tok_s']:.2f}x  ({e2e_rate / 1e6:.2f} M "
         f"tok/s, {one['seconds']:.1f} s for the partition"
-        f" + {one['startup_s']:.1f} s fixed megatron-core import per worker process; target >= 0.6x: "
+        f" + {one['startup_s']:.1f} s fixed import of Dagster and the code location per worker process; "
+        "target >= 0.6x: "
         f"{verdict(e2e_rate / ratios['raw_encode_tok_s'], 0.6)})",
         f"4. 2 workers vs 1:           {speedup:.2f}x  ({workers['sequential_s']:.1f} s vs "
         f"{workers['parallel_s']:.1f} s for 2 partitions; target >= 1.7x: {verdict(speedup, 1.7)})",
-        f"5. peak RSS:                 {one['peak_rss_bytes'] / GIB:.2f} GiB at 1x, "
-        f"{large['peak_rss_bytes'] / GIB:.2f} GiB at {args.scale}x, growth {100 * rss_growth:+.1f}%"
-        f"  (target <= 1 GiB: {verdict(large['peak_rss_bytes'] / GIB, 1.0, False)}, growth <= 10%: "
+        f"5. peak RSS:                 {one['peak_rss_bytes'] / MIB:.0f} MiB at 1x, "
+        f"{large['peak_rss_bytes'] / MIB:.0f} MiB at {args.scale}x, growth {100 * rss_growth:+.1f}%"
+        f"  (target <= 768 MiB: {verdict(max(one['peak_rss_bytes'], large['peak_rss_bytes']), 768 * MIB, False)}, "
+        "growth <= 10%: "
         f"{verdict(rss_growth, 0.10, False)})",
         f"6. projection: {core_hours:.1f} core-hours for {FULL_CORPUS_ROWS:,} rows at this shard's end-to-end rate"
         f" (~{core_hours / os.cpu_count():.1f} h on this {os.cpu_count()}-core machine)",
