@@ -34,6 +34,7 @@ if str(REPO_ROOT) not in sys.path:  # run as `python benchmarks/throughput.py`: 
     sys.path.insert(0, str(REPO_ROOT))
 
 FULL_CORPUS_ROWS = 79_600_000
+GIB = 1 << 30  # benchmarks/near_dup.py uses it
 MIB = 1 << 20
 
 
@@ -103,7 +104,8 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
     manifest and every check), print timing JSON.
 
     The imports (dagster, the definitions) are a fixed cost of every worker process, not of the partition: they
-    are timed and reported on their own, before the partition clock starts."""
+    are timed and reported on their own, before the partition clock starts. (The build imports neither torch
+    nor megatron-core.)"""
     start = time.perf_counter()
     import synthkd_assets.definitions  # noqa: F401
 

@@ -3,7 +3,9 @@
 One validator for the build's checks (`trio_alignment`, `shards_readable_by_megatron`) and for the
 training loader (`SpanGPTDataset`). A trio is sound when
 
-- megatron-core's `IndexedDataset` opens all three, with the contract's dtypes;
+- megatron-core's `IndexedDataset` opens all three, with the contract's dtypes (read here by
+  `indexed_dataset.read_index`, which accepts and reads exactly what megatron-core does without importing
+  it or torch: the build's checks run in worker processes that never load either);
 - they hold the same number of sequences, of the same lengths, grouped into the same documents;
 - each index describes contiguous sequences (sequence i starts where sequence i-1 ends) and each
   `.bin` holds exactly those bytes: `sum(sequence_lengths) * itemsize`, no byte missing or extra;
@@ -28,6 +30,7 @@ from synthkd_contract.constants import (
     SPAN_PROMPT,
     shard_prefix_name,
 )
+from synthkd_contract.indexed_dataset import DatasetIndex, read_index
 
 if TYPE_CHECKING:
     from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -99,8 +102,8 @@ def validate_trio(
     datasets = {}
     for kind, prefix in prefixes.items():
         try:
-            datasets[kind] = _indexed_dataset(prefix, mmap=True)
-        except Exception as error:  # megatron-core asserts / numpy raises on a malformed or truncated file
+            datasets[kind] = read_index(prefix)
+        except Exception as error:  # what megatron-core's IndexedDataset would refuse: malformed, truncated, empty
             reason = f"{type(error).__name__}: {error}"
             return [f"{kind} dataset {prefix} not readable by megatron-core IndexedDataset: {reason}"]
     for group in (_dtype_problems, _shape_problems, _size_problems):
@@ -113,16 +116,16 @@ def validate_trio(
     return _value_problems(prefixes, lengths, sequences or (0, len(lengths)))
 
 
-def _dtype_problems(datasets: dict[str, IndexedDataset]) -> list[str]:
+def _dtype_problems(datasets: dict[str, DatasetIndex]) -> list[str]:
     problems = []
     for kind, dataset in datasets.items():
-        actual, expected = np.dtype(dataset.index.dtype), np.dtype(ARRAY_DTYPES[kind])
+        actual, expected = np.dtype(dataset.dtype), np.dtype(ARRAY_DTYPES[kind])
         if actual != expected:
             problems.append(f"{kind} dtype is {actual}, the contract says {expected}")
     return problems
 
 
-def _shape_problems(datasets: dict[str, IndexedDataset]) -> list[str]:
+def _shape_problems(datasets: dict[str, DatasetIndex]) -> list[str]:
     """Same sequences, same lengths, same documents as the tokens dataset."""
     tokens = datasets[TOKENS_KIND]
     problems = []
@@ -143,19 +146,19 @@ def _shape_problems(datasets: dict[str, IndexedDataset]) -> list[str]:
     return problems
 
 
-def _size_problems(datasets: dict[str, IndexedDataset]) -> list[str]:
+def _size_problems(datasets: dict[str, DatasetIndex]) -> list[str]:
     """Each index describes contiguous sequences, and its .bin holds exactly their bytes."""
     problems = []
     for kind, dataset in datasets.items():
         itemsize = np.dtype(ARRAY_DTYPES[kind]).itemsize
         lengths = dataset.sequence_lengths.astype(np.int64)
         expected_pointers = np.concatenate(([0], np.cumsum(lengths[:-1]))) * itemsize
-        wrong = np.flatnonzero(dataset.index.sequence_pointers != expected_pointers)
+        wrong = np.flatnonzero(dataset.sequence_pointers != expected_pointers)
         if wrong.size:
             first = int(wrong[0])
             problems.append(
                 f"{kind} index {dataset.path_prefix}.idx does not describe contiguous sequences (sequence "
-                f"{first} starts at byte {int(dataset.index.sequence_pointers[first])}, "
+                f"{first} starts at byte {int(dataset.sequence_pointers[first])}, "
                 f"expected {int(expected_pointers[first])})"
             )
             continue
@@ -182,7 +185,7 @@ def _value_problems(prefixes: dict[str, str], lengths: np.ndarray, sequences: tu
     counts = dict.fromkeys((LOSSMASK_KIND, SPAN_KIND, "disagree", "no_eod", "eod_supervised"), 0)
     first_bad: dict[str, int] = {}  # key -> first position found
     first_value: dict[str, int] = {}  # kind -> its value there
-    tokens = np.memmap(f"{prefixes[TOKENS_KIND]}.bin", dtype=ARRAY_DTYPES[TOKENS_KIND], mode="r")
+    tokens_dtype = np.dtype(ARRAY_DTYPES[TOKENS_KIND])
     for chunk_begin in range(begin, stop, CHECK_CHUNK_TOKENS):
         count = min(CHECK_CHUNK_TOKENS, stop - chunk_begin)
         values = {  # uint8: an element's offset is its byte offset
@@ -192,11 +195,22 @@ def _value_problems(prefixes: dict[str, str], lengths: np.ndarray, sequences: tu
         mask, span = values[LOSSMASK_KIND], values[SPAN_KIND]
         ends = last_positions[(last_positions >= chunk_begin) & (last_positions < chunk_begin + count)]
         local_ends = ends - chunk_begin
+        # the tokens at the document ends only, through a map of this chunk alone: pages a map touched count
+        # in the process's RSS until it is unmapped, and the ends of ~1k-token documents touch every page
+        chunk_tokens = np.memmap(
+            f"{prefixes[TOKENS_KIND]}.bin",
+            dtype=tokens_dtype,
+            mode="r",
+            offset=chunk_begin * tokens_dtype.itemsize,
+            shape=(count,),
+        )
+        end_tokens = np.array(chunk_tokens[local_ends])
+        del chunk_tokens  # unmaps
         found = {
             LOSSMASK_KIND: np.flatnonzero(mask > MAX_VALUE[LOSSMASK_KIND]),
             SPAN_KIND: np.flatnonzero(span > MAX_VALUE[SPAN_KIND]),
             "disagree": np.flatnonzero((mask == 0) != (span == SPAN_PROMPT)),
-            "no_eod": local_ends[np.asarray(tokens[ends]) != EOD_TOKEN_ID],
+            "no_eod": local_ends[end_tokens != EOD_TOKEN_ID],
             "eod_supervised": local_ends[(mask[local_ends] != 0) | (span[local_ends] != 0)],
         }
         for key, positions in found.items():
@@ -205,7 +219,6 @@ def _value_problems(prefixes: dict[str, str], lengths: np.ndarray, sequences: tu
                 first_bad[key] = chunk_begin + int(positions[0])
                 if key in values:
                     first_value[key] = int(values[key][positions[0]])
-    del tokens  # closes the map
     problems = [
         f"{kind} value {first_value[kind]} outside [0, {MAX_VALUE[kind]}] at {counts[kind]} positions, "
         f"first at {where(first_bad[kind])}"

@@ -5,6 +5,7 @@ where it would hide a cycle that a module-level import would show."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,56 @@ def test_the_module_graph_has_no_cycle():
 def test_each_module_imports_first_in_a_fresh_interpreter(module):
     result = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# torch and megatron-core are the training side's (synthkd_training): a build worker imports neither (~0.2 GiB
+# and seconds per process); it writes and checks the Megatron trios with synthkd_contract.indexed_dataset
+HEAVY_MODULES = ("torch", "megatron")
+LOADED_HEAVY = f"[m for m in sys.modules if m.split('.')[0] in {HEAVY_MODULES!r}]"
+
+
+def test_the_code_location_imports_no_torch():
+    code = f"import sys, synthkd_assets.definitions; print({LOADED_HEAVY})"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "[]"
+
+
+BUILD_ONE_SHARD = """
+import sys
+import dagster as dg
+from synthkd_assets.defs.build import build_all
+from synthkd_assets.defs.resources import SynthKDLayout
+
+with dg.DagsterInstance.ephemeral() as instance:
+    build_all(instance, SynthKDLayout(raw_dir=sys.argv[1], data_dir=sys.argv[2]), outputs=["synth_kd_v1", "synth_pool"])
+print({loaded})
+"""
+
+
+def test_building_synth_kd_v1_and_the_pool_imports_no_torch(tmp_path):
+    """One shard through every pass: synth_kd_v1 and its checks (trio_alignment, shards_readable_by_megatron),
+    the pool's cell trios and the curriculum that reads their indices."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "synth_04.parquet").write_bytes((REPO_ROOT / "data/sample/synth_raw/synth_04.parquet").read_bytes())
+    code = BUILD_ONE_SHARD.format(loaded=LOADED_HEAVY)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(raw), str(tmp_path / "data")], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert list((tmp_path / "data/megatron/synth_kd_v1/train").glob("shard_04_tokens.idx"))
+    assert list((tmp_path / "data/pool").rglob("*.args"))
+
+
+@pytest.mark.parametrize(
+    ("environment", "pool"), [({}, "jemalloc"), ({"ARROW_DEFAULT_MEMORY_POOL": "system"}, "system")]
+)
+def test_importing_synthkd_assets_hands_arrow_memory_back_at_once(environment, pool):
+    """Arrow allocates from jemalloc with no decay delay (core/memory.py), unless the environment names a pool."""
+    code = "import synthkd_assets, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"} | environment
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == pool

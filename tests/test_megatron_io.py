@@ -1,4 +1,5 @@
-"""The trio written with megatron-core's builder reads back aligned; failures leave nothing complete."""
+"""The trio (synthkd_contract's IndexedDatasetWriter, megatron-core's format) reads back aligned with megatron-core;
+failures leave nothing complete; writing it imports neither megatron-core nor torch."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_problems
 from synthkd_assets.core.parquet_io import OutputFileError
-from synthkd_contract import constants
+from synthkd_contract import constants, indexed_dataset
 from synthkd_contract.trio import open_trio, shard_tokens_prefix, trio_files
 
 
@@ -137,9 +138,7 @@ def test_failure_opening_a_sibling_removes_the_partials_already_created(tmp_path
     """Creating the lossmask file fails (ENOSPC on the second builder): no partial remains, and the
     error names the file. (A planted obstacle at a partial name cannot do this any more: partial
     names are unique, see tests/test_crash_safety.py.)"""
-    from megatron.core.datasets import indexed_dataset
-
-    real_init = indexed_dataset.IndexedDatasetBuilder.__init__
+    real_init = indexed_dataset.IndexedDatasetWriter.__init__
     opened = []
 
     def init(self, path, *args, **kwargs):
@@ -148,7 +147,7 @@ def test_failure_opening_a_sibling_removes_the_partials_already_created(tmp_path
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_init(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(indexed_dataset.IndexedDatasetBuilder, "__init__", init)
+    monkeypatch.setattr(indexed_dataset.IndexedDatasetWriter, "__init__", init)
     split_dir = tmp_path / "train"
     with pytest.raises(OutputFileError, match=f"^{split_dir / 'shard_00_lossmask.bin'}: cannot write output: No space"):
         MegatronShardWriter(split_dir, 0, "train")

@@ -40,7 +40,7 @@ def partial_glob(final_path: Path) -> str:
 class PartialFile:
     """A new, uniquely named, exclusively created file next to `final_path`, locked until released.
 
-    Writers that open files by path (pyarrow, megatron-core's IndexedDatasetBuilder) open `path`,
+    Writers that open files by path (pyarrow, synthkd_contract's IndexedDatasetWriter) open `path`,
     which this object created as a regular file, so they never follow a link planted by someone else.
     """
 

@@ -91,7 +91,7 @@ def split_leakage(document_tables: list[Path]) -> list[str]:
 
 
 def unreadable_shards(root: Path, manifest: dict[str, Any]) -> list[str]:
-    """Every shard/split the manifest lists, opened with megatron-core and validated as a trio."""
+    """Every shard/split the manifest lists, validated as a trio (`validate_trio`: readable by megatron-core too)."""
     problems: list[str] = []
     for shard in manifest.get("shards", []):
         for split in shard["splits"]:

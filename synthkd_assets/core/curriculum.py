@@ -55,9 +55,12 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_contract.buckets import CTX_BUCKETS, CURRICULUM_STAGES, SKILL_BUCKETS
 from synthkd_contract.constants import SPLITS
+from synthkd_contract.indexed_dataset import read_index
 
 # the splits of Megatron's blend_per_split, in its order (megatron.core.datasets.utils.Split)
 MEGATRON_SPLITS = ("train", "valid", "test")
@@ -317,10 +320,9 @@ def write_stage_files(plan: Mapping[str, Any], out_dir: Path, dataset_root: Path
 def scan_pool_prefixes(dataset_root: Path) -> dict[str, dict[str, list[tuple[str, int]]]]:
     """`plan_stage`'s `prefixes` from a pool on disk: every `<split>/<B>_<C>/shard_XX_tokens` trio's token count.
 
-    Token counts come from each tokens `.idx` (megatron-core's IndexedDataset: the sum of its sequence
-    lengths), the number Megatron itself will sample from."""
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
+    Token counts come from each tokens `.idx` (the sum of its sequence lengths, read as megatron-core's
+    IndexedDataset reads them, without importing it: `synthkd_contract.indexed_dataset.read_index`), the number
+    Megatron itself will sample from."""
     prefixes: dict[str, dict[str, list[tuple[str, int]]]] = {}
     for split in SPLITS:
         by_ctx: dict[str, list[tuple[str, int]]] = {}
@@ -335,11 +337,7 @@ def scan_pool_prefixes(dataset_root: Path) -> dict[str, dict[str, list[tuple[str
                 raise ValueError(f"{cell}: not a cell of {SKILL_BUCKETS} x {CTX_BUCKETS}")
             for idx in sorted(cell.glob(TOKENS_PREFIX_GLOB)):
                 prefix = idx.with_suffix("")
-                # keep the dataset referenced while reading: its lengths are a view on the .idx memory map,
-                # which megatron-core unmaps when the dataset is collected
-                dataset = IndexedDataset(str(prefix))
-                tokens = int(dataset.sequence_lengths.sum())
-                del dataset
+                tokens = int(read_index(prefix).sequence_lengths.sum(dtype=np.int64))
                 by_ctx.setdefault(ctx, []).append((prefix.relative_to(dataset_root).as_posix(), tokens))
         prefixes[split] = by_ctx
     return prefixes

@@ -1,13 +1,14 @@
 """The Megatron trio of one shard and split: tokens / lossmask / span IndexedDatasets.
 
-Written with megatron-core's own `IndexedDatasetBuilder` (one document per conversation), published
-atomically, and checked with `synthkd_contract.trio.validate_trio`: the validator the training loader runs.
+Written in megatron-core's IndexedDataset format by `synthkd_contract.indexed_dataset.IndexedDatasetWriter`
+(one document per conversation; byte for byte what megatron-core's `IndexedDatasetBuilder` writes, without
+importing megatron-core or torch), published atomically, and checked with `synthkd_contract.trio.validate_trio`:
+the validator the training loader runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +19,9 @@ import numpy as np
 from synthkd_assets.core.atomic import PartialFile, discard_all, publish_partials
 from synthkd_assets.core.parquet_io import ParquetShardWriter, output_errors_named
 from synthkd_contract import constants
+from synthkd_contract.indexed_dataset import IndexedDatasetWriter
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.trio import shard_tokens_prefix, trio_files, trio_prefixes, validate_trio
-
-# importing megatron-core warns that Transformer Engine and Apex are absent: they are training kernels, of no
-# use for reading and writing IndexedDatasets, so a build has nothing to act on (synthkd_training still warns)
-warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed", category=UserWarning)
 
 
 @dataclass(frozen=True)
@@ -57,8 +55,8 @@ class ShardSplitInventory:
 class MegatronShardWriter:
     """Streams conversations into the trio of one shard/split, published atomically on commit.
 
-    Every file is written under a fresh partial name (see core/atomic.py), which megatron-core's
-    IndexedDatasetBuilder then opens by path. Use as a context manager: leaving it with an exception
+    Every file is written under a fresh partial name (see core/atomic.py), which the
+    IndexedDatasetWriter then opens by path. Use as a context manager: leaving it with an exception
     removes every partial file, whatever closing them raises (a full disk); `commit()` fsyncs and
     renames them (all .bin first, then all .idx, so an .idx never points at a missing or short .bin);
     `commit_shard` does so for both splits and the documents table of a shard at once. A split that
@@ -67,8 +65,6 @@ class MegatronShardWriter:
     """
 
     def __init__(self, split_dir: Path, shard_index: int, split: str, relative_to: Path | None = None) -> None:
-        from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
         if split not in constants.SPLITS:
             raise ValueError(f"unknown split {split!r}; expected one of {constants.SPLITS}")
         self.split_dir = split_dir
@@ -77,7 +73,7 @@ class MegatronShardWriter:
         self._relative_to = relative_to
         split_dir.mkdir(parents=True, exist_ok=True)
         self._prefixes = trio_prefixes(split_dir, shard_index)
-        self._builders = {}
+        self._builders: dict[str, IndexedDatasetWriter] = {}
         self._bins: dict[str, PartialFile] = {}
         self._idxs: dict[str, PartialFile] = {}
         self.sequences = 0
@@ -88,7 +84,7 @@ class MegatronShardWriter:
                 with output_errors_named(Path(f"{prefix}.bin")):
                     self._bins[kind] = PartialFile(Path(f"{prefix}.bin"))
                     self._idxs[kind] = PartialFile(Path(f"{prefix}.idx"))
-                    self._builders[kind] = IndexedDatasetBuilder(
+                    self._builders[kind] = IndexedDatasetWriter(
                         str(self._bins[kind].path), dtype=constants.ARRAY_DTYPES[kind]
                     )
         except BaseException:

@@ -47,7 +47,10 @@ from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHE
 
 SHARD = "shard"
 USER_PROMPT_PATH = "$.messages[1].content[0].text"  # synth_harmony_v1: [system, user, (analysis), final]
-EDGE_CHUNK = 1 << 20  # candidate pairs verified per numpy batch
+# candidate pairs verified per numpy batch: their gathered values (2 x uint32 + a bool per value, 9 x 128 B a pair)
+# are the verification's transient, ~75 MiB at 2^16 (no slower than 2^20, which held up to 1.2 GiB)
+EDGE_CHUNK = 1 << 16
+SIGNATURE_READ_ROWS = 1 << 14  # rows of a signature file read at a time (8 MiB of values)
 SIGNATURE_BUDGET = 4 << 30  # bytes of candidate rows' signature values verification holds at once
 KL_SET = "kl"  # the held-out KL slice
 FORMAT_SET = "format"  # the format-compliance suite
@@ -231,10 +234,14 @@ def _signature_rows(
         lo, hi = np.searchsorted(rows, [offsets[shard], offsets[shard + 1]])
         if lo == hi:
             continue
-        column = pq.read_table(path, columns=["signature"]).column("signature").combine_chunks()
-        flat = column.values.to_numpy().reshape(-1, nd.NUM_PERM)
-        out[lo:hi] = flat[rows[lo:hi] - offsets[shard], values]
-        del column, flat
+        wanted = rows[lo:hi] - offsets[shard]  # this shard's rows, sorted
+        start = 0  # the file's row of the batch's first row
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=SIGNATURE_READ_ROWS, columns=["signature"]):
+            first, end = np.searchsorted(wanted, [start, start + batch.num_rows])
+            if first < end:
+                flat = batch.column(0).flatten().to_numpy().reshape(-1, nd.NUM_PERM)
+                out[lo + first : lo + end] = flat[wanted[first:end] - start, values]
+            start += batch.num_rows
     return out
 
 
@@ -496,10 +503,19 @@ def prompt_of(filtered_path: Path, synth_id: str) -> str:
     return frame.select(pl.col("messages_json").str.json_path_match(USER_PROMPT_PATH)).item()
 
 
-def shard_cluster_columns(path: Path) -> dict[str, tuple[int, str]]:
-    """synth_id -> (cluster_id, near_dup_hash) of one shard's synth_clusters file (the pool's §11 columns)."""
-    table = pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"])
-    return {i: (c, h) for i, c, h in table.iter_rows()}
+def shard_cluster_columns(path: Path) -> pl.DataFrame:
+    """synth_id, cluster_id, near_dup_hash of one shard's synth_clusters file (the pool's §11 columns), kept as a
+    frame and joined per batch (`by_synth_id`): a dict of Python objects would hold ~0.3 KB per row of the shard."""
+    return pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"])
+
+
+def by_synth_id(table: pl.DataFrame, synth_ids: list[str]) -> pl.DataFrame:
+    """The rows of `table` (unique synth_id) for `synth_ids`, in their order: nulls for an id it does not have."""
+    ids = pl.DataFrame({"synth_id": synth_ids}, schema={"synth_id": pl.String})
+    found = ids.join(table, on="synth_id", how="left", maintain_order="left")
+    if found.height != ids.height:
+        raise ValueError("synth_ids repeat in a synth_clusters file")
+    return found
 
 
 def clusters_rule(path: Path) -> Callable[[pl.DataFrame], pl.Series]:
@@ -507,10 +523,9 @@ def clusters_rule(path: Path) -> Callable[[pl.DataFrame], pl.Series]:
     the drop reason by synth_id. A row the clusters never saw (its shard changed after they were computed: the
     raw sensor rebuilds a changed shard under the clusters in force, like under the sampling plan) is kept
     until the next re-plan (docs/near-dup.md "Rebuilds")."""
-    decisions = dict(pl.read_parquet(path, columns=["synth_id", "decision"]).iter_rows())
+    decisions = pl.read_parquet(path, columns=["synth_id", "decision"])  # a frame: see shard_cluster_columns
 
     def reasons(frame: pl.DataFrame) -> pl.Series:
-        ids = frame["synth_id"].to_list()
-        return pl.Series("reason", [decisions.get(i) for i in ids], dtype=pl.String)
+        return by_synth_id(decisions, frame["synth_id"].to_list())["decision"].alias("reason")
 
     return reasons

@@ -15,7 +15,9 @@ import pyarrow.parquet as pq
 
 from synthkd_assets.core.atomic import PartialFile, publish_partials
 
-READ_BATCH_ROWS = 2048
+# rows per frame a step reads: what a step holds at once (~1k-token SYNTH rows: ~4 MiB of arrays, ~30 MiB of Arrow
+# memory through the read at 512; 2048 held ~120 MiB); outputs do not depend on it (WRITE_ROW_GROUP_ROWS does that)
+READ_BATCH_ROWS = 512
 WRITE_ROW_GROUP_ROWS = 2048
 
 
@@ -58,11 +60,11 @@ def parquet_row_count(path: Path, source=None) -> int:
 def iter_frames(
     path: Path,
     columns: Sequence[str],
-    batch_rows: int = READ_BATCH_ROWS,
+    batch_rows: int | None = None,
     max_rows: int | None = None,
     source=None,
 ) -> Iterator[pl.DataFrame]:
-    """Stream `columns` of a Parquet file as polars frames of at most `batch_rows` rows.
+    """Stream `columns` of a Parquet file as polars frames of at most `batch_rows` rows (READ_BATCH_ROWS by default).
 
     Every batch is fully validated first: a `string` column holding invalid UTF-8 (which Parquet's
     STRING type forbids, and which would panic inside polars) refuses the whole file, naming the
@@ -80,6 +82,7 @@ def iter_frames(
     missing = [c for c in columns if c not in parquet.schema_arrow.names]
     if missing:
         raise InputFileError(f"{path}: missing required columns {missing} (has {parquet.schema_arrow.names})")
+    batch_rows = READ_BATCH_ROWS if batch_rows is None else batch_rows
     if max_rows is not None:
         batch_rows = max(1, min(batch_rows, max_rows))
     batches = parquet.iter_batches(batch_size=batch_rows, columns=list(columns))
@@ -147,8 +150,11 @@ class ParquetShardWriter:
     """Writes one Parquet shard under a `.partial` name and publishes it on `close()`.
 
     Rows are buffered into row groups of exactly WRITE_ROW_GROUP_ROWS (the last one shorter) with
-    fixed compression and no pandas metadata, so the same rows give the same bytes whatever batch
-    sizes they arrived in. Leaving the context with an exception deletes the partial file.
+    fixed compression and no pandas metadata. The row groups do not depend on the sizes of the tables
+    written; the bytes of some column types (strings) do: each written table is one Arrow chunk, and a
+    row group made of several is paged differently than one made of one (run_step writes one table per
+    window of input rows for that reason, core/steps.py). Leaving the context with an exception deletes
+    the partial file.
     """
 
     def __init__(self, final_path: Path, schema: pa.Schema) -> None:

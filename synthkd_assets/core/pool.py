@@ -17,18 +17,19 @@ A conversation the quota grid does not keep is dropped and counted (`over_quota`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.distill_io import messages_payload, sampled_messages
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
-from synthkd_assets.core.near_dup import shard_cluster_columns
+from synthkd_assets.core.near_dup import by_synth_id, shard_cluster_columns
 from synthkd_assets.core.parquet_io import ParquetShardWriter, list_column_rows
 from synthkd_assets.core.quota import quota_keep
 from synthkd_assets.core.report import ShardReport
@@ -93,11 +94,15 @@ def pool_row(row: TokenizedRow, messages: str) -> PoolRow:
     )
 
 
-def pool_table(rows: list[PoolRow], clusters: Mapping[str, tuple[int, str]] | None = None) -> pa.Table:
+def pool_table(rows: list[PoolRow], clusters: pl.DataFrame | None = None) -> pa.Table:
     """The §11 rows of kept conversations (POOL_SCHEMA), nulls where nothing computes a column yet;
-    `clusters`: synth_id -> (cluster_id, near_dup_hash) from synth_clusters (null columns without it)."""
+    `clusters`: synth_id, cluster_id, near_dup_hash from synth_clusters (null columns without it)."""
     n = len(rows)
-    found = [(clusters or {}).get(r.synth_id, (None, None)) for r in rows]
+    if clusters is None:
+        cluster_ids, hashes = [None] * n, [None] * n
+    else:
+        found = by_synth_id(clusters, [r.synth_id for r in rows])
+        cluster_ids, hashes = found["cluster_id"].to_list(), found["near_dup_hash"].to_list()
     columns: dict[str, Any] = {
         "id": [pool_row_id(constants.SOURCE_DATASET, r.synth_id) for r in rows],
         "source_dataset": [constants.SOURCE_DATASET] * n,
@@ -114,7 +119,7 @@ def pool_table(rows: list[PoolRow], clusters: Mapping[str, tuple[int, str]] | No
         "final_span": [r.final for r in rows],
     }
     columns.update({name: [None] * n for name in POOL_NULL_COLUMNS})
-    columns.update(cluster_id=[f[0] for f in found], near_dup_hash=[f[1] for f in found])
+    columns.update(cluster_id=cluster_ids, near_dup_hash=hashes)
     return pa.table({field.name: pa.array(columns[field.name], field.type) for field in POOL_SCHEMA})
 
 

@@ -17,10 +17,18 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.parquet_io import ParquetShardWriter, publish_together
+from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, ParquetShardWriter, publish_together
 from synthkd_assets.core.report import ShardReport
 
 Table = pa.Table | pl.DataFrame
+
+# Input rows whose outputs are written together, as one table per output. An output's bytes depend on how its
+# rows arrive, not only on the rows: each table written is one Arrow chunk and Parquet pages follow chunks, and
+# a step with several outputs into one file (the pool's splits) interleaves them per write. Steps read frames of
+# READ_BATCH_ROWS (fewer rows held at once), and run_step writes what the frames of each window of
+# OUTPUT_WINDOW_ROWS input rows produced: the bytes are those of one frame per window, whatever READ_BATCH_ROWS.
+OUTPUT_WINDOW_ROWS = 2048
+assert OUTPUT_WINDOW_ROWS % READ_BATCH_ROWS == 0, "a frame must never straddle two output windows"
 
 
 class Outputs(ABC):
@@ -82,15 +90,26 @@ class ShardStep(ABC):
 
 
 def run_step(step: ShardStep, shard: str, errors_log: Path | None = None) -> ShardReport:
-    """Run `step` over one shard and publish what it keeps; `errors_log`: where to write the dropped rows."""
+    """Run `step` over one shard and publish what it keeps; `errors_log`: where to write the dropped rows.
+
+    The tables the frames of one window of OUTPUT_WINDOW_ROWS input rows keep are written together: per output,
+    in the order the window first produced them, concatenated into one table."""
     report = ShardReport(shard)
     outputs = step.open_outputs()
     try:
+        window: dict[str, list[Table]] = {}
+        window_end = OUTPUT_WINDOW_ROWS
         for frame in step.frames():
             report.rows_in += frame.height
+            if report.rows_in > window_end:
+                raise ValueError(f"{shard}: a frame of {frame.height} rows straddles two output windows")
             for name, table in step.apply(frame, report).items():
                 report.rows_out += table.num_rows if isinstance(table, pa.Table) else table.height
-                outputs.write(name, table)
+                window.setdefault(name, []).append(table)
+            if report.rows_in == window_end:
+                _write_window(outputs, window)
+                window_end += OUTPUT_WINDOW_ROWS
+        _write_window(outputs, window)
         step.finish(report)
         outputs.publish()
     except BaseException:
@@ -99,3 +118,18 @@ def run_step(step: ShardStep, shard: str, errors_log: Path | None = None) -> Sha
     if errors_log is not None:
         report.write_errors(errors_log)
     return report
+
+
+def _write_window(outputs: Outputs, window: dict[str, list[Table]]) -> None:
+    """Write (and forget) one window's tables: one table per output, each column one chunk."""
+    for name, tables in window.items():
+        outputs.write(name, _concatenated(tables))
+    window.clear()
+
+
+def _concatenated(tables: list[Table]) -> Table:
+    if len(tables) == 1:
+        return tables[0]
+    if all(isinstance(t, pl.DataFrame) for t in tables):
+        return pl.concat(tables, how="vertical", rechunk=True)
+    return pa.concat_tables([t if isinstance(t, pa.Table) else t.to_arrow() for t in tables]).combine_chunks()

@@ -16,6 +16,7 @@ import pyarrow as pa
 from synthkd_assets.core.distill_io import completion_prefix, prompt_messages
 from synthkd_assets.core.filters import constraints_expr, expected_answer
 from synthkd_assets.core.near_dup import FORMAT_SET, KL_SET
+from synthkd_assets.core.parquet_io import iter_frames
 from synthkd_contract.schemas import VALIDATION_SCHEMA
 
 
@@ -29,10 +30,11 @@ def validation_rows(
         wanted.setdefault(entry["shard"], []).append(entry["synth_id"])
     found: dict[str, dict[str, Any]] = {}
     for shard, ids in wanted.items():
-        frame = pl.read_parquet(filtered[shard]).filter(pl.col("synth_id").is_in(ids))
-        frame = frame.with_columns(constraints_expr().alias("constraints"))
-        for row in frame.select("synth_id", "messages_json", "constraints").iter_rows(named=True):
-            found[row["synth_id"]] = row
+        # streamed: a whole synth_filtered shard (its messages) would be held at once for a few rows of it
+        for frame in iter_frames(filtered[shard], ("synth_id", "messages_json", "metadata_json")):
+            frame = frame.filter(pl.col("synth_id").is_in(ids)).with_columns(constraints_expr().alias("constraints"))
+            for row in frame.select("synth_id", "messages_json", "constraints").iter_rows(named=True):
+                found[row["synth_id"]] = row
     sets: dict[str, list[dict[str, Any]]] = {KL_SET: [], FORMAT_SET: []}
     for entry in heldout:
         row = found[entry["synth_id"]]

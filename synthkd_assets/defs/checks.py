@@ -372,7 +372,8 @@ no_duplicate_synth_ids = documents_check(
     asset="synth_kd_v1_manifest",
     blocking=True,
     description=(
-        "Every shard and split the manifest lists opens with megatron-core's IndexedDataset and is an aligned trio."
+        "Every shard and split the manifest lists is readable by megatron-core's IndexedDataset (read_index: what it "
+        "opens, without importing it) and is an aligned trio."
     ),
 )
 def shards_readable_by_megatron(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
@@ -380,7 +381,7 @@ def shards_readable_by_megatron(layout: SynthKDLayout, build: SynthKDBuildConfig
     root, manifest = _dataset_manifest(paths)
     return _result(
         unreadable_shards(root, manifest),
-        passed_summary=f"{len(manifest.get('shards', []))} shards open with IndexedDataset and are aligned",
+        passed_summary=f"{len(manifest.get('shards', []))} shards readable as IndexedDatasets and aligned",
     )
 
 
