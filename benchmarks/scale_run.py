@@ -1,0 +1,779 @@
+#!/usr/bin/env python
+"""A million-row proof (issue #19): generated SYNTH-like shards through the real build, every check included.
+
+    .venv/bin/python benchmarks/scale_run.py                         # 1M rows in 10 shards (~1.4B tokens)
+    .venv/bin/python benchmarks/scale_run.py --rows 20000 --shards 4 # a few minutes: the same path, small
+    .venv/bin/python benchmarks/scale_run.py --verify-only --work-dir W   # the 1% check again on a kept build
+
+1. generates `--rows` long SYNTH-like rows into `--shards` raw Parquet files: `rows / copies` distinct rows from
+   synthkd_dev.make_sample_data (`generate_rows(long=True)`, ~0.9 ms a row, so 1M distinct rows would cost
+   ~15 core-minutes), each written `--copies` times with distinct synth_ids. Copy 0 is the generated row; every
+   other copy has every `PERTURB_PERIOD`-th word of its seed text replaced by a word of the sample's word banks,
+   at an offset of its own, so its prompt's Jaccard to any other copy is ~0.1-0.5 (below the generator's own
+   ~0.6 between unrelated rows, far below `near_dup_threshold` 0.8): the near-duplicate step sees `--rows`
+   distinct prompts, not 10 copies capped to 4. A `--near-dup-share` of the distinct rows are planted clusters
+   instead: 1..copies-1 of their copies are the generated prompt lower-cased (Jaccard 1.0 after NFKC and
+   casefold), so clustering, the cap and the held-out clusters run at the full row count with real clusters.
+2. runs `./scripts/build.sh` (every pass, every blocking check) on fresh SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR /
+   DAGSTER_HOME under the work directory, SYNTHKD_PARALLEL_RUNS = the cores, and every ~0.5 s samples every
+   process of its tree (its session) from /proc: VmHWM (the kernel's own peak of the process, so a peak between
+   two samples is not missed, only what a process does after the last sample before it exits, and processes
+   that live less than one interval) and VmRSS summed over the tree (the machine's peak, by sampling).
+3. reports rows in and out, tokens written (the synth_kd_v1 manifest), tokens/s, output bytes per dataset,
+   the build's step and pass times (its console lines), the peak RSS per process, and projects hours for
+   79.6M rows on this machine and on a 64-core Celery pool.
+4. verifies a seeded random 1% (`--verify-fraction`) of the written documents: their tokens / loss_mask /
+   span_id read from the synth_kd_v1 trio with megatron-core's IndexedDataset, against openai-harmony's own
+   render (`HarmonyRenderer`) of the same conversation's synth_harmony messages, found by synth_id through the
+   shard's documents table. Exits 1 if any document differs (or the build fails: its exit status, 2 at least).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run as `python benchmarks/scale_run.py`: synthkd_dev is at the root
+    sys.path.insert(0, str(REPO_ROOT))
+
+FULL_CORPUS_ROWS = 79_600_000
+FULL_CORPUS_TOKENS = (80e9, 100e9)  # SYNTH's own token count, as the issue states it
+CELERY_POOL_CORES = 64
+GIB = 1 << 30
+PERTURB_PERIOD = 6  # every 6th word of a copy's seed text is replaced
+GENERATE_CHUNK = 1000  # distinct rows per generator task
+WRITE_BATCH = 5000  # rows per batch when writing a shard
+RAW_ROW_GROUP = 1024
+DEFAULT_SEED = 2026
+BUILD_FAILED = 2  # exit status when build.sh fails (its own status if higher)
+
+
+# --- 1. the raw shards ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RawPlan:
+    rows: int
+    shards: int
+    copies: int
+    near_dup_share: float
+    seed: int
+
+    @property
+    def distinct(self) -> int:
+        return math.ceil(self.rows / self.copies)
+
+    def shard_range(self, shard: int) -> tuple[int, int]:
+        """Global rows [begin, end) of one shard: contiguous, sizes differing by at most one."""
+        return self.rows * shard // self.shards, self.rows * (shard + 1) // self.shards
+
+    def planted_copies(self, base: int) -> int:
+        """How many copies (1..) of distinct row `base` are planted near-duplicates of copy 0: 0 for most."""
+        rng = random.Random(f"scale_run/planted/{self.seed}/{base}")
+        if self.copies < 2 or rng.random() >= self.near_dup_share:
+            return 0
+        return rng.randint(1, self.copies - 1)
+
+
+def _vocabulary() -> list[str]:
+    """Words of the sample generator's banks (every language), alphabetic, 3+ letters: what perturbed copies
+    draw their replacement words from."""
+    from synthkd_dev.make_sample_data import WORD_BANKS_FILE
+
+    text = WORD_BANKS_FILE.read_text(encoding="utf-8")
+    return sorted({w for w in re.findall(r"[^\W\d_]{3,}", text)})
+
+
+def perturb(text: str, base: int, copy: int, vocabulary: list[str]) -> str:
+    """Every PERTURB_PERIOD-th alphabetic word (from an offset of the copy's own) replaced by a vocabulary
+    word picked by (base, copy, position); whitespace other than single spaces stays where it was."""
+    words = text.split(" ")
+    offset = copy % PERTURB_PERIOD
+    salt = base * 1_000_003 + copy * 7919
+    size = len(vocabulary)
+    for j in range(offset, len(words), PERTURB_PERIOD):
+        if words[j].isalpha():
+            words[j] = vocabulary[(salt + j * 104_729) % size]
+    return " ".join(words)
+
+
+def _generate_chunk(task: tuple[int, int, int, str]) -> str:
+    """Distinct rows [start, start + n) into a Parquet file of their own (a worker process)."""
+    import pyarrow.parquet as pq
+
+    from synthkd_dev.make_sample_data import generate_rows, rows_to_table
+
+    seed, start, n, path = task
+    pq.write_table(rows_to_table(generate_rows(n, seed=seed, start_index=start, long=True)), path)
+    return path
+
+
+def _write_shard(task: tuple[RawPlan, int, str, str]) -> tuple[int, int]:
+    """One raw shard from the distinct rows (a worker process): (rows, planted rows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from synthkd_contract.schemas import RAW_SCHEMA
+
+    plan, shard, base_path, out = task
+    vocabulary = _vocabulary()
+    begin, end = plan.shard_range(shard)
+    planted = 0
+    tmp = Path(out).with_suffix(".parquet.partial")
+    with pq.ParquetWriter(tmp, RAW_SCHEMA, compression="zstd") as writer:
+        for batch_begin in range(begin, end, WRITE_BATCH):
+            rows = range(batch_begin, min(end, batch_begin + WRITE_BATCH))
+            bases = [r % plan.distinct for r in rows]
+            columns = _take(base_path, bases).to_pydict()
+            for k, (r, b) in enumerate(zip(rows, bases)):
+                copy = r // plan.distinct
+                columns["synth_id"][k] = f"{columns['synth_id'][k]}_c{copy}"
+                if copy == 0:
+                    continue
+                if copy <= plan.planted_copies(b):
+                    columns["query_seed_text"][k] = columns["query_seed_text"][k].lower()
+                    planted += 1
+                else:
+                    columns["query_seed_text"][k] = perturb(columns["query_seed_text"][k], b, copy, vocabulary)
+            writer.write_table(pa.Table.from_pydict(columns, schema=RAW_SCHEMA), row_group_size=RAW_ROW_GROUP)
+    tmp.replace(out)
+    return end - begin, planted
+
+
+_BASE_CACHE: dict[str, object] = {}
+
+
+def _take(base_path: str, indices: list[int]):
+    """Rows of the distinct-row table by index; the table is read once per worker process."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if base_path not in _BASE_CACHE:
+        _BASE_CACHE.clear()
+        _BASE_CACHE[base_path] = pq.read_table(base_path)
+    return _BASE_CACHE[base_path].take(pa.array(indices))
+
+
+def make_raw(plan: RawPlan, raw_dir: Path, scratch: Path, workers: int) -> dict:
+    """The raw shards of `plan` in raw_dir (synth_00.parquet ...); reused when raw_dir holds the same plan."""
+    import multiprocessing
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stamp = raw_dir.parent / f"{raw_dir.name}.plan.json"
+    wanted = plan.__dict__
+    if stamp.is_file():
+        done = json.loads(stamp.read_text())
+        if done["plan"] == wanted:
+            return {**done["result"], "reused": True}
+    shutil.rmtree(raw_dir, ignore_errors=True)
+    stamp.unlink(missing_ok=True)
+    raw_dir.mkdir(parents=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    tasks = [
+        (plan.seed, s, min(GENERATE_CHUNK, plan.distinct - s), str(scratch / f"distinct_{s:09d}.parquet"))
+        for s in range(0, plan.distinct, GENERATE_CHUNK)
+    ]
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding threads
+    with context.Pool(workers) as pool:
+        parts = pool.map(_generate_chunk, tasks, chunksize=1)
+        generated = time.perf_counter() - start
+        base_path = scratch / "distinct.parquet"
+        pq.write_table(pa.concat_tables(pq.read_table(p) for p in parts), base_path)
+        for p in parts:
+            Path(p).unlink()
+        width = max(2, len(str(plan.shards - 1)))
+        outs = [str(raw_dir / f"synth_{s:0{width}d}.parquet") for s in range(plan.shards)]
+        written = pool.map(_write_shard, [(plan, s, str(base_path), outs[s]) for s in range(plan.shards)], 1)
+    base_path.unlink()
+    result = {
+        "seconds": time.perf_counter() - start,
+        "generate_seconds": generated,
+        "distinct_rows": plan.distinct,
+        "planted_rows": sum(p for _, p in written),
+        "raw_bytes": sum(p.stat().st_size for p in raw_dir.glob("*.parquet")),
+    }
+    stamp.write_text(json.dumps({"plan": wanted, "result": result}, indent=1))
+    return {**result, "reused": False}
+
+
+# --- 2. the build, and the memory of every process under it ---------------------------------------------------
+def _proc_stat(pid: str) -> tuple[int, int, int] | None:
+    """(ppid, session, start time in clock ticks) of a live process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), int(fields[3]), int(fields[19])
+
+
+def _proc_memory(pid: str) -> tuple[int, int] | None:
+    """(VmRSS, VmHWM) in bytes; None for a process gone or without memory (a zombie)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    values = dict(re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.MULTILINE))
+    if len(values) < 2:
+        return None
+    return int(values["VmRSS"]) * 1024, int(values["VmHWM"]) * 1024
+
+
+def _command(pid: str) -> str:
+    try:
+        parts = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return "?"
+    words = [p.decode(errors="replace") for p in parts]
+    if words and "/" in words[0]:
+        words[0] = words[0].rsplit("/", 1)[1]
+    return " ".join(words)
+
+
+def process_kind(command: str, parent: str = "") -> str:
+    """A short name for what a process of the build is, to group the per-process peaks; a step process is
+    named by its parent's kind (the run it executes a step of)."""
+    for pattern, kind in (
+        (r"build\.sh", "build.sh"),
+        (r"\bdg launch\b.*--assets (\S+)", "dg launch {}"),
+        (r"synthkd_assets\.cli (\w[\w-]*)", "cli {}"),
+        (r"multiprocessing|execute_step|api execute", "step process"),
+        (r"\bxargs\b", "xargs"),
+    ):
+        match = re.search(pattern, command)
+        if match:
+            kind = kind.format(*match.groups())
+            return f"{kind} of {process_kind(parent)}" if kind == "step process" and parent else kind
+    return command.split(" ", 1)[0][:40]
+
+
+@dataclass
+class ProcessPeak:
+    pid: int
+    command: str
+    parent: str  # the parent's command line: says which run a step process belongs to
+    peak_hwm: int = 0  # the kernel's VmHWM at the last sample
+    peak_rss: int = 0  # the largest VmRSS sampled
+    first_seen: float = 0.0
+    last_seen: float = 0.0
+
+
+@dataclass
+class TreeSampler:
+    """Every `interval` s: every process in `session` or under `root` (by /proc), its VmRSS and VmHWM."""
+
+    root: int
+    session: int
+    interval: float = 0.5
+    started: float = field(default_factory=time.monotonic)
+    processes: dict[tuple[int, int], ProcessPeak] = field(default_factory=dict)
+    peak_total_rss: int = 0
+    peak_total_at: float = 0.0
+    samples: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def sample(self) -> None:
+        now = time.monotonic() - self.started
+        stats = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and (stat := _proc_stat(entry)) is not None:
+                stats[int(entry)] = stat
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            children.setdefault(ppid, []).append(pid)
+        tree, todo = set(), [self.root]
+        while todo:  # descendants of the root, plus anything left in its session (reparented)
+            pid = todo.pop()
+            if pid in stats and pid not in tree:
+                tree.add(pid)
+                todo.extend(children.get(pid, ()))
+        tree |= {pid for pid, (_, session, _) in stats.items() if session == self.session}
+        total = 0
+        for pid in tree:
+            memory = _proc_memory(str(pid))
+            if memory is None:
+                continue
+            rss, hwm = memory
+            total += rss
+            key = (pid, stats[pid][2])
+            peak = self.processes.get(key)
+            if peak is None:
+                command, parent = _command(str(pid)), _command(str(stats[pid][0]))
+                peak = self.processes[key] = ProcessPeak(pid, command, parent, first_seen=now)
+            peak.peak_hwm, peak.peak_rss, peak.last_seen = max(peak.peak_hwm, hwm), max(peak.peak_rss, rss), now
+        if total > self.peak_total_rss:
+            self.peak_total_rss, self.peak_total_at = total, now
+        self.samples += 1
+
+    def report(self) -> dict:
+        peaks = sorted(self.processes.values(), key=lambda p: -p.peak_hwm)
+        kinds: dict[str, dict] = {}
+        for p in peaks:
+            kind = kinds.setdefault(process_kind(p.command, p.parent), {"processes": 0, "max_peak_bytes": 0})
+            kind["processes"] += 1
+            kind["max_peak_bytes"] = max(kind["max_peak_bytes"], p.peak_hwm)
+        return {
+            "interval_s": self.interval,
+            "samples": self.samples,
+            "processes_seen": len(peaks),
+            "max_process_peak_bytes": peaks[0].peak_hwm if peaks else 0,
+            "max_process": peaks[0].command[:300] if peaks else None,
+            "peak_total_rss_bytes": self.peak_total_rss,
+            "peak_total_at_s": self.peak_total_at,
+            "by_kind": kinds,
+            "processes": [
+                {
+                    "pid": p.pid,
+                    "kind": process_kind(p.command, p.parent),
+                    "command": p.command[:300],
+                    "peak_bytes": p.peak_hwm,
+                    "peak_rss_sampled_bytes": p.peak_rss,
+                    "seen_s": [round(p.first_seen, 1), round(p.last_seen, 1)],
+                }
+                for p in peaks
+            ],
+        }
+
+
+STEP_LINE = re.compile(r"^(\w+): (\S+) \((\d+)s\)$")  # "plan: synth_clusters,synth_sampling_plan,... (31s)"
+PASS_LINE = re.compile(r"^(\w+) pass done \((\d+)s\)$")  # "scan pass done (95s)"
+PASS_START = re.compile(r"^(\w+) pass over (\d+) shards")  # "scan pass over 10 shards: synth_harmony,..."
+# "  build synth_00 (1/10): 95000 rows in -> synth_sampled ... (95s)"
+SHARD_LINE = re.compile(r"^\s+(\w+) (.+) \((\d+)/(\d+)\): .* \((\d+)s\)$")
+
+
+def run_build(env: dict[str, str], log: Path, interval: float | None, echo: bool) -> dict:
+    """./scripts/build.sh in its own session, its console lines timestamped into `log` (and echoed); with an
+    `interval`, the memory of its process tree sampled that often. A pass's `wall_s` is the time between its
+    first and last console line by this process's clock (the build prints whole seconds)."""
+    start = time.monotonic()
+    process = subprocess.Popen(
+        ["bash", "scripts/build.sh"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    sampler = TreeSampler(process.pid, os.getsid(process.pid), interval or 0, started=start)
+    if interval:
+        sampler.start()
+    steps, passes, shard_runs, lines = {}, {}, {}, []
+    try:
+        with open(log, "w") as out:
+            for line in process.stdout:
+                line = line.rstrip("\n")
+                at = time.monotonic() - start
+                lines.append((at, line))
+                out.write(f"{at:9.1f}  {line}\n")
+                out.flush()
+                if echo:
+                    print(f"  [{at:7.1f}s] {line}", flush=True)
+                if match := STEP_LINE.match(line):
+                    steps[match.group(1)] = {"assets": match.group(2), "seconds": int(match.group(3)), "at_s": at}
+                elif match := PASS_START.match(line):
+                    passes[match.group(1)] = {"shards": int(match.group(2)), "start_s": at}
+                elif match := PASS_LINE.match(line):
+                    started = passes.get(match.group(1), {}).get("start_s", at)
+                    passes.setdefault(match.group(1), {}).update(seconds=int(match.group(2)), wall_s=at - started)
+                elif match := SHARD_LINE.match(line):
+                    shard_runs.setdefault(match.group(1), {})[match.group(2)] = int(match.group(5))
+        process.wait()
+    except BaseException:  # Ctrl-C: stop the build's whole session, as its own traps would
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait()
+        raise
+    finally:
+        sampler.stop()
+    return {
+        "returncode": process.returncode,
+        "seconds": time.monotonic() - start,
+        "steps": steps,
+        "passes": passes,
+        "shard_runs": shard_runs,
+        "tail": [line for _, line in lines[-40:]],
+        "memory": sampler.report(),
+    }
+
+
+# --- 3. what the build wrote ------------------------------------------------------------------------------------
+def dataset_bytes(layout) -> dict[str, int]:
+    """Bytes under the data root by dataset; everything else (stages, signatures, clusters, plans, reports,
+    error logs, the tokenizer) is `intermediates`."""
+    from synthkd_assets.core.layout import VALIDATION_SUBDIR
+
+    roots = {
+        "megatron": layout.megatron_root(),
+        "distill": layout.distill_root(),
+        "pool": layout.pool_root(),
+        "validation": layout.data_root / VALIDATION_SUBDIR,
+    }
+    sizes = dict.fromkeys([*roots, "intermediates"], 0)
+    prefixes = [(name, str(root.resolve()) + os.sep) for name, root in roots.items()]
+    for directory, _, files in os.walk(layout.data_root.resolve()):
+        name = next((n for n, prefix in prefixes if (directory + os.sep).startswith(prefix)), "intermediates")
+        sizes[name] += sum(os.path.getsize(os.path.join(directory, f)) for f in files)
+    return sizes
+
+
+def written_documents(layout, keys: list[str]) -> list[tuple[str, str, int, str]]:
+    """(partition key, split, document index, synth_id) of every document of synth_kd_v1, from the documents
+    tables (docs/contract.md: one document per conversation, in each split's trio order)."""
+    import pyarrow.parquet as pq
+
+    from synthkd_assets.core.inventory import shard_index_from_name
+
+    documents = []
+    for key in keys:
+        table = pq.read_table(layout.documents_table(shard_index_from_name(key))).to_pydict()
+        documents += [(key, *row) for row in zip(table["split"], table["document_index"], table["synth_id"])]
+    return documents
+
+
+def _document_arrays(trio: dict, document: int) -> dict[str, object]:
+    """kind -> one document's values, read through megatron-core's IndexedDataset (its sequences in order)."""
+    import numpy as np
+
+    out = {}
+    for kind, dataset in trio.items():
+        first, end = int(dataset.document_indices[document]), int(dataset.document_indices[document + 1])
+        out[kind] = np.concatenate([np.asarray(dataset[i]) for i in range(first, end)])
+    return out
+
+
+def verify_documents(layout, keys: list[str], fraction: float, seed: int) -> dict:
+    """A seeded random `fraction` of the written documents against openai-harmony's render of the same
+    conversation's synth_harmony messages: tokens, loss_mask and span_id must be equal."""
+    import numpy as np
+    import polars as pl
+
+    from synthkd_assets.core.inventory import shard_index_from_name
+    from synthkd_assets.core.render import HarmonyRenderer, RenderError
+    from synthkd_assets.core.tokenizer import load_harmony_encoding
+    from synthkd_contract.constants import ARRAY_KINDS
+    from synthkd_contract.trio import open_trio, shard_tokens_prefix
+
+    warnings.filterwarnings("ignore", message="Transformer Engine and Apex")  # megatron-core's import, no GPU
+    start = time.perf_counter()
+    documents = written_documents(layout, keys)
+    count = min(len(documents), max(1, math.ceil(len(documents) * fraction))) if documents else 0
+    chosen = sorted(random.Random(f"scale_run/verify/{seed}").sample(range(len(documents)), count))
+    renderer = HarmonyRenderer(load_harmony_encoding(layout.tokenizer_dir()))
+    by_key: dict[str, list[tuple[str, int, str]]] = {}
+    for i in chosen:
+        key, split, index, synth_id = documents[i]
+        by_key.setdefault(key, []).append((split, index, synth_id))
+    tokens_compared, mismatches = 0, []
+    for key, picked in by_key.items():
+        ids = [synth_id for _, _, synth_id in picked]
+        messages = dict(
+            pl.scan_parquet(layout.stage_output("synth_harmony", key))
+            .filter(pl.col("synth_id").is_in(ids))
+            .select("synth_id", "messages_json")
+            .collect()
+            .iter_rows()
+        )
+        trios = {}
+        for split, index, synth_id in picked:
+            where = f"{key} {split} document {index} ({synth_id})"
+            if split not in trios:
+                trios[split] = open_trio(
+                    shard_tokens_prefix(layout.megatron_root() / split, shard_index_from_name(key))
+                )
+            stored = _document_arrays(trios[split], index)
+            if synth_id not in messages:
+                mismatches.append(f"{where}: no synth_harmony row with this synth_id")
+                continue
+            try:
+                reference = renderer.render(json.loads(messages[synth_id])["messages"])
+            except RenderError as error:
+                mismatches.append(f"{where}: openai-harmony does not render it: {error}")
+                continue
+            expected = dict(zip(ARRAY_KINDS, (reference.tokens, reference.loss_mask, reference.span_id)))
+            tokens_compared += len(expected[ARRAY_KINDS[0]])
+            for kind in ARRAY_KINDS:
+                a, b = stored[kind], expected[kind]
+                if len(a) != len(b):
+                    mismatches.append(f"{where}: {kind} has {len(a)} values, the reference render {len(b)}")
+                elif (differ := np.flatnonzero(a != b)).size:
+                    p = int(differ[0])
+                    mismatches.append(
+                        f"{where}: {kind} differs at {differ.size} positions, first at {p}: "
+                        f"{int(a[p])} stored vs {int(b[p])} by openai-harmony"
+                    )
+    return {
+        "documents_written": len(documents),
+        "fraction": fraction,
+        "documents_verified": count,
+        "tokens_compared": tokens_compared,
+        "mismatches": len(mismatches),
+        "first_mismatches": mismatches[:20],
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def manifest_figures(layout) -> dict:
+    manifest = json.loads(layout.megatron_manifest().read_text())
+    totals = manifest["totals"]
+    return {
+        "shards": len(manifest["shards"]),
+        "rows_in": totals["rows_in"],
+        "rows_out": totals["rows_out"],
+        "sequences": totals["sequences"],
+        "tokens": sum(totals["span_tokens"].values()),
+        "span_tokens": totals["span_tokens"],
+        "dropped": totals["dropped"],
+    }
+
+
+def cluster_figures(layout) -> dict:
+    """What the near-duplicate step found (its summary's counts), for the report."""
+    path = layout.clusters_summary()
+    if not path.is_file():
+        return {}
+    summary = json.loads(path.read_text())
+    return {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+
+
+# --- 4. projection ---------------------------------------------------------------------------------------------
+GLOBAL_STEPS = ("inventory", "plan", "manifests", "quota", "pool_manifests")  # one run each, not per shard
+
+
+def projection(build: dict, figures: dict, cores: int) -> dict:
+    """Hours for the full corpus. Assumptions: the shard passes (scan, build, pool) used every core and their
+    per-core rate holds at any scale and on any number of cores (shards are independent: a 64-core Celery
+    pool is 64 of this machine's cores); the global steps (inventory, plan = near-duplicate clustering +
+    sampling plan + validation sets, manifests, quota, pool manifests) run once on one machine and grow
+    linearly with the rows (the clustering is n log n: benchmarks/README.md, "Near-duplicate control", has its
+    own projection); the rest of the wall time (startup, summaries) is a constant."""
+    steps = {name: build["steps"][name]["seconds"] for name in GLOBAL_STEPS if name in build["steps"]}
+    passes = {name: p["wall_s"] for name, p in build["passes"].items() if "wall_s" in p}
+    global_s, shard_s = sum(steps.values()), sum(passes.values())
+    other_s = max(0.0, build["seconds"] - global_s - shard_s)
+    rows, tokens = figures["rows_in"], figures["tokens"]
+    row_factor = FULL_CORPUS_ROWS / rows
+    per_core = tokens / (shard_s * cores) if shard_s else float("nan")
+    targets = {f"{FULL_CORPUS_ROWS / 1e6:.1f}M rows x {tokens / rows:.0f} tokens/row": tokens * row_factor}
+    targets |= {f"{t / 1e9:.0f}B tokens": t for t in FULL_CORPUS_TOKENS}
+    out = {}
+    for name, target in targets.items():
+        shard_core_s = shard_s * cores * target / tokens
+        global_full_s = global_s * row_factor
+        out[name] = {
+            "tokens": target,
+            "shard_pass_core_hours": shard_core_s / 3600,
+            "global_steps_hours": global_full_s / 3600,
+            "this_machine_hours": (shard_core_s / cores + global_full_s + other_s) / 3600,
+            f"celery_{CELERY_POOL_CORES}_cores_hours": (shard_core_s / CELERY_POOL_CORES + global_full_s + other_s)
+            / 3600,
+        }
+    return {
+        "cores": cores,
+        "global_steps_s": steps,
+        "shard_passes_s": passes,
+        "other_s": other_s,
+        "shard_pass_tok_s_per_core": per_core,
+        "global_steps_full_corpus_s": {k: v * row_factor for k, v in steps.items()},
+        "targets": out,
+    }
+
+
+# --- the report ------------------------------------------------------------------------------------------------
+def _gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB / 4 else f"{n / (1 << 20):.1f} MiB"
+
+
+def verification_lines(v: dict) -> list[str]:
+    verdict = "all equal" if v["mismatches"] == 0 else f"{v['mismatches']} DIFFER"
+    lines = [
+        f"verification: {v['documents_verified']:,} of {v['documents_written']:,} documents "
+        f"({100 * v['fraction']:g}%, {v['tokens_compared']:,} tokens) read with megatron-core IndexedDataset vs "
+        f"openai-harmony's render: {verdict} ({v['seconds']:.0f} s)"
+    ]
+    return lines + [f"  {m}" for m in v["first_mismatches"]]
+
+
+def report_lines(result: dict) -> list[str]:
+    raw, build, figures = result["raw"], result["build"], result.get("figures", {})
+    lines = [
+        f"machine: {result['machine']}; load average before / after: {result['load_before']} / {result['load_after']}",
+        f"raw: {result['plan']['rows']:,} rows in {result['plan']['shards']} shards ({raw['distinct_rows']:,} "
+        f"distinct x {result['plan']['copies']} copies, {raw['planted_rows']:,} planted near-duplicates), "
+        f"{_gib(raw['raw_bytes'])}, generated in {raw['seconds']:.0f} s" + (" (reused)" if raw["reused"] else ""),
+        f"build: exit {build['returncode']}, {build['seconds']:.0f} s wall "
+        f"(SYNTHKD_PARALLEL_RUNS={result['parallel_runs']})",
+    ]
+    for name, step in build["steps"].items():
+        lines.append(f"  step {name}: {step['seconds']} s ({step['assets']})")
+    for name, p in build["passes"].items():
+        runs = build["shard_runs"].get(name, {})
+        detail = f", shard runs {min(runs.values())}-{max(runs.values())} s, sum {sum(runs.values())} s" if runs else ""
+        lines.append(f"  {name} pass: {p.get('wall_s', float('nan')):.1f} s{detail}")
+    if figures:
+        seconds = build["seconds"]
+        lines += [
+            f"rows in / out: {figures['rows_in']:,} / {figures['rows_out']:,}; sequences {figures['sequences']}",
+            f"drops: {', '.join(f'{k}={v:,}' for k, v in figures['dropped'].items()) or 'none'}",
+            f"tokens written (synth_kd_v1): {figures['tokens']:,} ({figures['tokens'] / figures['rows_out']:.0f}"
+            f"/row): {figures['tokens'] / seconds / 1e6:.2f} M tok/s over the whole build, "
+            f"{result['projection']['shard_pass_tok_s_per_core'] / 1e6:.2f} M tok/s per core in the shard passes",
+        ]
+        if result.get("clusters"):
+            c = result["clusters"]
+            lines.append("near-duplicates: " + ", ".join(f"{k}={v}" for k, v in c.items() if not isinstance(v, str)))
+        lines.append("output bytes: " + ", ".join(f"{k} {_gib(v)}" for k, v in result["bytes"].items()))
+    memory = build["memory"]
+    lines.append(
+        f"peak RSS (VmHWM, {memory['processes_seen']} processes seen, sampled every {memory['interval_s']} s): "
+        f"max {_gib(memory['max_process_peak_bytes'])} ({(memory['max_process'] or '-')[:120]}); "
+        f"whole tree at most {_gib(memory['peak_total_rss_bytes'])} at {memory['peak_total_at_s']:.0f} s"
+    )
+    for kind, k in sorted(memory["by_kind"].items(), key=lambda kv: -kv[1]["max_peak_bytes"])[:12]:
+        lines.append(f"  {kind}: {k['processes']} processes, max {_gib(k['max_peak_bytes'])}")
+    if "verification" in result:
+        lines += verification_lines(result["verification"])
+    if "projection" in result:
+        p = result["projection"]
+        lines.append(
+            f"projection ({p['cores']} cores here; global steps x{FULL_CORPUS_ROWS / figures['rows_in']:.1f}, "
+            f"linear in rows: "
+            + ", ".join(f"{k} {v / 3600:.2f} h" for k, v in p["global_steps_full_corpus_s"].items())
+            + ")"
+        )
+        for name, t in p["targets"].items():
+            lines.append(
+                f"  {name}: {t['shard_pass_core_hours']:.0f} core-hours of shard passes + "
+                f"{t['global_steps_hours']:.1f} h of global steps -> {t['this_machine_hours']:.1f} h on this machine, "
+                f"{t[f'celery_{CELERY_POOL_CORES}_cores_hours']:.1f} h on a {CELERY_POOL_CORES}-core Celery pool"
+            )
+    return lines
+
+
+def _memory_total() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="raw rows in all (default 1000000)")
+    parser.add_argument("--shards", type=int, default=10, help="raw shards (default 10)")
+    parser.add_argument("--copies", type=int, default=10, help="each distinct generated row is written this often")
+    parser.add_argument(
+        "--near-dup-share", type=float, default=0.02, help="distinct rows whose copies are planted near-duplicates"
+    )
+    parser.add_argument("--verify-fraction", type=float, default=0.01, help="documents verified (default 0.01)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--work-dir", type=Path, help="default: a temporary directory, removed unless --keep")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (raw, data, DAGSTER_HOME)")
+    parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument("--interval", type=float, default=0.5, help="seconds between memory samples")
+    parser.add_argument("--quiet", action="store_true", help="do not echo the build's console lines")
+    parser.add_argument(
+        "--verify-only", action="store_true", help="only the verification, on the build kept in --work-dir"
+    )
+    args = parser.parse_args(argv)
+    if args.rows < args.shards or args.shards < 1 or args.copies < 1 or not 0 < args.verify_fraction <= 1:
+        parser.error("need --rows >= --shards >= 1, --copies >= 1, 0 < --verify-fraction <= 1")
+    if args.verify_only and args.work_dir is None:
+        parser.error("--verify-only needs the --work-dir of a kept run")
+
+    from synthkd_assets.core.layout import DataLayout
+
+    cores = len(os.sched_getaffinity(0))
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="synthkd-scale-"))
+    work = work.resolve()
+    raw_dir, data_dir, home = work / "raw", work / "data", work / "dagster_home"
+    layout = DataLayout(raw_dir, data_dir)
+    keys = sorted(p.stem for p in raw_dir.glob("*.parquet")) if raw_dir.is_dir() else []
+    if args.verify_only:
+        verification = verify_documents(layout, keys, args.verify_fraction, args.seed)
+        print("\n".join(verification_lines(verification)))
+        if args.json:
+            args.json.write_text(json.dumps({"verification": verification}, indent=2) + "\n")
+        return 1 if verification["mismatches"] else 0
+
+    plan = RawPlan(args.rows, args.shards, args.copies, args.near_dup_share, args.seed)
+    result: dict = {
+        "machine": f"{cores} cores, {os.uname().machine}, {_memory_total() / GIB:.0f} GiB",
+        "load_before": _load(),
+        "plan": plan.__dict__,
+        "work_dir": str(work),
+    }
+    status = 0
+    try:
+        print(f"generating {args.rows:,} rows in {args.shards} shards under {raw_dir} ...", flush=True)
+        result["raw"] = make_raw(plan, raw_dir, work / "scratch", cores)
+        keys = sorted(p.stem for p in raw_dir.glob("*.parquet"))
+        for fresh in (data_dir, home):  # a fresh build: every step and every check runs
+            shutil.rmtree(fresh, ignore_errors=True)
+        parallel = os.environ.get("SYNTHKD_PARALLEL_RUNS") or str(cores)
+        env = {
+            **os.environ,
+            "SYNTHKD_RAW_DIR": str(raw_dir),
+            "SYNTHKD_DATA_DIR": str(data_dir),
+            "DAGSTER_HOME": str(home),
+            "SYNTHKD_PARALLEL_RUNS": parallel,
+            # this checkout's code, also where .venv's editable install points at another one (a git worktree)
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        result["parallel_runs"] = parallel
+        print(f"building (log {work / 'build.log'}) ...", flush=True)
+        result["build"] = run_build(env, work / "build.log", args.interval, echo=not args.quiet)
+        result["load_after"] = _load()
+        if result["build"]["returncode"] != 0:
+            status = max(BUILD_FAILED, result["build"]["returncode"])
+            print("\n".join(result["build"]["tail"]), file=sys.stderr)
+        else:
+            result["figures"] = manifest_figures(layout)
+            result["clusters"] = cluster_figures(layout)
+            result["bytes"] = dataset_bytes(layout)
+            result["projection"] = projection(result["build"], result["figures"], cores)
+            print("verifying ...", flush=True)
+            result["verification"] = verify_documents(layout, keys, args.verify_fraction, args.seed)
+            status = 1 if result["verification"]["mismatches"] else 0
+        print("\n".join(report_lines(result)))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+    finally:
+        if not args.keep and args.work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
