@@ -328,8 +328,9 @@ class TreeSampler:
             key = (pid, stats[pid][2])
             peak = self.processes.get(key)
             if peak is None:
-                command, parent = _command(str(pid)), _command(str(stats[pid][0]))
-                peak = self.processes[key] = ProcessPeak(pid, command, parent, first_seen=now)
+                peak = self.processes[key] = ProcessPeak(pid, "", _command(str(stats[pid][0])), first_seen=now)
+            if (command := _command(str(pid))) not in ("", "?"):  # each time: a forked shell's changes at exec
+                peak.command = command
             peak.peak_hwm, peak.peak_rss, peak.last_seen = max(peak.peak_hwm, hwm), max(peak.peak_rss, rss), now
         if total > self.peak_total_rss:
             self.peak_total_rss, self.peak_total_at = total, now
