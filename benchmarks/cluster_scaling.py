@@ -93,7 +93,7 @@ def one_build(mode: str, workers: int, raw_dir: Path, state: Path, shards: int, 
         "seconds": build["seconds"],
         "shard_passes_s": sum(passes.values()),
         "passes_s": passes,
-        "global_steps_s": {name: step["seconds"] for name, step in build["steps"].items()},
+        "global_steps_s": {name: step["wall_s"] for name, step in build["steps"].items()},
         "tasks_per_worker": tasks,
         "cluster_start_s": started_in,
     }

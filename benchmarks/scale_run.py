@@ -376,7 +376,8 @@ SHARD_LINE = re.compile(r"^\s+(\w+) (.+) \((\d+)/(\d+)\): .* \((\d+)s\)$")
 def run_build(env: dict[str, str], log: Path, interval: float | None, echo: bool) -> dict:
     """./scripts/build.sh in its own session, its console lines timestamped into `log` (and echoed); with an
     `interval`, the memory of its process tree sampled that often. A pass's `wall_s` is the time between its
-    first and last console line by this process's clock (the build prints whole seconds)."""
+    first and last console line by this process's clock (the build prints whole seconds), a global step's from
+    the console line before its own."""
     start = time.monotonic()
     process = subprocess.Popen(
         ["bash", "scripts/build.sh"],
@@ -402,7 +403,10 @@ def run_build(env: dict[str, str], log: Path, interval: float | None, echo: bool
                 if echo:
                     print(f"  [{at:7.1f}s] {line}", flush=True)
                 if match := STEP_LINE.match(line):
+                    # steps run one after another: this one began at the console line before it
+                    began = lines[-2][0] if len(lines) > 1 else 0.0
                     steps[match.group(1)] = {"assets": match.group(2), "seconds": int(match.group(3)), "at_s": at}
+                    steps[match.group(1)]["wall_s"] = at - began
                 elif match := PASS_START.match(line):
                     passes[match.group(1)] = {"shards": int(match.group(2)), "start_s": at}
                 elif match := PASS_LINE.match(line):
@@ -483,9 +487,12 @@ def verify_documents(layout, keys: list[str], fraction: float, seed: int) -> dic
     from synthkd_assets.core.render import HarmonyRenderer, RenderError
     from synthkd_assets.core.tokenizer import load_harmony_encoding
     from synthkd_contract.constants import ARRAY_KINDS
-    from synthkd_contract.trio import open_trio, shard_tokens_prefix
+    from synthkd_contract.trio import shard_tokens_prefix, sibling_prefix
 
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex")  # megatron-core's import, no GPU
+    # the reader training uses, not the build's own numpy one (synthkd_contract/indexed_dataset.py)
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
     start = time.perf_counter()
     documents = written_documents(layout, keys)
     count = min(len(documents), max(1, math.ceil(len(documents) * fraction))) if documents else 0
@@ -509,9 +516,8 @@ def verify_documents(layout, keys: list[str], fraction: float, seed: int) -> dic
         for split, index, synth_id in picked:
             where = f"{key} {split} document {index} ({synth_id})"
             if split not in trios:
-                trios[split] = open_trio(
-                    shard_tokens_prefix(layout.megatron_root() / split, shard_index_from_name(key))
-                )
+                prefix = shard_tokens_prefix(layout.megatron_root() / split, shard_index_from_name(key))
+                trios[split] = {kind: IndexedDataset(sibling_prefix(prefix, kind)) for kind in ARRAY_KINDS}
             stored = _document_arrays(trios[split], index)
             if synth_id not in messages:
                 mismatches.append(f"{where}: no synth_harmony row with this synth_id")
@@ -578,7 +584,7 @@ def projection(build: dict, figures: dict, cores: int) -> dict:
     sampling plan + validation sets, manifests, quota, pool manifests) run once on one machine and grow
     linearly with the rows (the clustering is n log n: benchmarks/README.md, "Near-duplicate control", has its
     own projection); the rest of the wall time (startup, summaries) is a constant."""
-    steps = {name: build["steps"][name]["seconds"] for name in GLOBAL_STEPS if name in build["steps"]}
+    steps = {name: build["steps"][name]["wall_s"] for name in GLOBAL_STEPS if name in build["steps"]}
     passes = {name: p["wall_s"] for name, p in build["passes"].items() if "wall_s" in p}
     global_s, shard_s = sum(steps.values()), sum(passes.values())
     other_s = max(0.0, build["seconds"] - global_s - shard_s)
@@ -636,7 +642,7 @@ def report_lines(result: dict) -> list[str]:
         f"(SYNTHKD_PARALLEL_RUNS={result['parallel_runs']})",
     ]
     for name, step in build["steps"].items():
-        lines.append(f"  step {name}: {step['seconds']} s ({step['assets']})")
+        lines.append(f"  step {name}: {step['wall_s']:.1f} s ({step['assets']})")
     for name, p in build["passes"].items():
         runs = build["shard_runs"].get(name, {})
         detail = f", shard runs {min(runs.values())}-{max(runs.values())} s, sum {sum(runs.values())} s" if runs else ""

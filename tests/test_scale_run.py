@@ -1,5 +1,5 @@
 """benchmarks/scale_run.py, the million-row proof, stays runnable and its 1% verification really compares: a
-300-row run end to end through scripts/build.sh (marker `scale`: every pass is a `dg launch`, minutes on 2 cores),
+300-row run end to end through scripts/build.sh (marker `scale`: ~1.5 min on 2 cores),
 its JSON figures, then one flipped byte of the trio found by `--verify-only`. The generated raw rows (distinct
 prompts for the copies, planted near-duplicates) are checked in process, without a build."""
 
