@@ -22,6 +22,7 @@ from rensa import RMinHash
 
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.near_dup import (
+    BySynthId,
     ClusterSettings,
     band_keys,
     candidate_pairs,
@@ -372,3 +373,31 @@ def test_bounded_memory_paths_change_nothing(tmp_path):
     assert len(pairs) and value_slices(len(np.unique(pairs)), budget=1 << 10) > 1
     sliced = verified_pairs(pairs, paths, whole.offsets, THRESHOLD, budget=1 << 10)
     assert (sliced == verified_pairs(pairs, paths, whole.offsets, THRESHOLD)).all()
+
+
+class SameHash(BySynthId):
+    """Every id hashes alike: each lookup must fall back to comparing ids."""
+
+    @staticmethod
+    def _hashes(ids: pl.Series) -> np.ndarray:
+        return np.zeros(len(ids), dtype=np.uint64)
+
+
+@pytest.mark.parametrize("index", [BySynthId, SameHash])
+@given(
+    table_ids=st.lists(st.text(min_size=1, max_size=6), unique=True, max_size=30),
+    asked=st.lists(st.text(min_size=1, max_size=6), max_size=30),
+)
+def test_rows_by_synth_id_are_a_dict_lookup(index, table_ids, asked):
+    """The rows of the asked ids in their order, nulls for ids the table lacks: what a dict gave."""
+    table = pl.DataFrame(
+        {"synth_id": table_ids, "value": list(range(len(table_ids)))}, schema={"synth_id": pl.String, "value": pl.Int64}
+    )
+    asked = asked + table_ids[::2]
+    as_dict = dict(zip(table_ids, range(len(table_ids))))
+    assert index(table).rows(asked)["value"].to_list() == [as_dict.get(i) for i in asked]
+
+
+def test_repeated_synth_ids_are_refused():
+    with pytest.raises(ValueError, match="repeat"):
+        BySynthId(pl.DataFrame({"synth_id": ["a", "b", "a"]}))

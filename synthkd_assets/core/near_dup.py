@@ -498,24 +498,52 @@ def removed_by_clusters(
 
 
 def prompt_of(filtered_path: Path, synth_id: str) -> str:
-    """One row's user prompt, as the signatures saw it before normalization (for the UI's example pair)."""
-    frame = pl.read_parquet(filtered_path, columns=["synth_id", "messages_json"]).filter(pl.col("synth_id") == synth_id)
+    """One row's user prompt, as the signatures saw it before normalization (for the UI's example pair).
+    Streamed: the shard's whole messages column is never held for one row of it."""
+    columns = ("synth_id", "messages_json")
+    frame = pl.concat([f.filter(pl.col("synth_id") == synth_id) for f in iter_frames(filtered_path, columns)])
     return frame.select(pl.col("messages_json").str.json_path_match(USER_PROMPT_PATH)).item()
 
 
-def shard_cluster_columns(path: Path) -> pl.DataFrame:
-    """synth_id, cluster_id, near_dup_hash of one shard's synth_clusters file (the pool's §11 columns), kept as a
-    frame and joined per batch (`by_synth_id`): a dict of Python objects would hold ~0.3 KB per row of the shard."""
-    return pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"])
+class BySynthId:
+    """A shard's table (unique synth_id) whose rows are looked up by synth_id, batch after batch.
+
+    The table stays columnar, with a sorted array of 64-bit hashes of its ids to search (~50 B a row in all): a
+    dict of Python objects holds ~300 B a row, and a join per batch builds a hash table of the whole shard each
+    time. A found row's id is compared with the one asked for, so a hash collision never returns a wrong row."""
+
+    def __init__(self, table: pl.DataFrame) -> None:
+        if table["synth_id"].is_duplicated().any():
+            raise ValueError("synth_ids repeat in a synth_clusters file")
+        self.table = table
+        keys = self._hashes(table["synth_id"])
+        self.order = np.argsort(keys, kind="stable")
+        self.keys = keys[self.order]
+
+    @staticmethod
+    def _hashes(ids: pl.Series) -> np.ndarray:
+        return ids.hash(seed=0).to_numpy()
+
+    def rows(self, synth_ids: list[str]) -> pl.DataFrame:
+        """The rows for `synth_ids`, in their order: nulls for an id the table does not have."""
+        wanted = pl.Series("synth_id", synth_ids, dtype=pl.String)
+        keys = self._hashes(wanted)
+        lo, hi = np.searchsorted(self.keys, keys, "left"), np.searchsorted(self.keys, keys, "right")
+        positions = np.full(len(wanted), -1, dtype=np.int64)
+        hit = np.flatnonzero(hi > lo)
+        positions[hit] = self.order[lo[hit]]
+        ids = self.table["synth_id"]
+        differ = hit[(ids.gather(positions[hit]) != wanted.gather(hit)).to_numpy()]
+        for i in differ.tolist():  # a hash shared by other ids (or by none in the table): look at all of them
+            match = [int(r) for r in self.order[lo[i] : hi[i]] if ids[int(r)] == synth_ids[i]]
+            positions[i] = match[0] if match else -1
+        index = pl.Series(positions, dtype=pl.Int64)
+        return self.table.select(pl.all().gather(pl.when(index >= 0).then(index)))
 
 
-def by_synth_id(table: pl.DataFrame, synth_ids: list[str]) -> pl.DataFrame:
-    """The rows of `table` (unique synth_id) for `synth_ids`, in their order: nulls for an id it does not have."""
-    ids = pl.DataFrame({"synth_id": synth_ids}, schema={"synth_id": pl.String})
-    found = ids.join(table, on="synth_id", how="left", maintain_order="left")
-    if found.height != ids.height:
-        raise ValueError("synth_ids repeat in a synth_clusters file")
-    return found
+def shard_cluster_columns(path: Path) -> BySynthId:
+    """synth_id, cluster_id, near_dup_hash of one shard's synth_clusters file (the pool's §11 columns), by synth_id."""
+    return BySynthId(pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"]))
 
 
 def clusters_rule(path: Path) -> Callable[[pl.DataFrame], pl.Series]:
@@ -523,9 +551,9 @@ def clusters_rule(path: Path) -> Callable[[pl.DataFrame], pl.Series]:
     the drop reason by synth_id. A row the clusters never saw (its shard changed after they were computed: the
     raw sensor rebuilds a changed shard under the clusters in force, like under the sampling plan) is kept
     until the next re-plan (docs/near-dup.md "Rebuilds")."""
-    decisions = pl.read_parquet(path, columns=["synth_id", "decision"])  # a frame: see shard_cluster_columns
+    decisions = BySynthId(pl.read_parquet(path, columns=["synth_id", "decision"]))
 
     def reasons(frame: pl.DataFrame) -> pl.Series:
-        return by_synth_id(decisions, frame["synth_id"].to_list())["decision"].alias("reason")
+        return decisions.rows(frame["synth_id"].to_list())["decision"].alias("reason")
 
     return reasons

@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.distill_io import messages_payload, sampled_messages
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
-from synthkd_assets.core.near_dup import by_synth_id, shard_cluster_columns
+from synthkd_assets.core.near_dup import BySynthId, shard_cluster_columns
 from synthkd_assets.core.parquet_io import ParquetShardWriter, list_column_rows
 from synthkd_assets.core.quota import quota_keep
 from synthkd_assets.core.report import ShardReport
@@ -94,14 +93,14 @@ def pool_row(row: TokenizedRow, messages: str) -> PoolRow:
     )
 
 
-def pool_table(rows: list[PoolRow], clusters: pl.DataFrame | None = None) -> pa.Table:
+def pool_table(rows: list[PoolRow], clusters: BySynthId | None = None) -> pa.Table:
     """The §11 rows of kept conversations (POOL_SCHEMA), nulls where nothing computes a column yet;
     `clusters`: synth_id, cluster_id, near_dup_hash from synth_clusters (null columns without it)."""
     n = len(rows)
     if clusters is None:
         cluster_ids, hashes = [None] * n, [None] * n
     else:
-        found = by_synth_id(clusters, [r.synth_id for r in rows])
+        found = clusters.rows([r.synth_id for r in rows])
         cluster_ids, hashes = found["cluster_id"].to_list(), found["near_dup_hash"].to_list()
     columns: dict[str, Any] = {
         "id": [pool_row_id(constants.SOURCE_DATASET, r.synth_id) for r in rows],
