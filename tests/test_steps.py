@@ -136,3 +136,22 @@ def test_a_frame_straddling_an_output_window_is_refused(tmp_path):
     with pytest.raises(ValueError, match="straddles two output windows"):
         run_step(EvenOdd(tmp_path, [list(range(OUTPUT_WINDOW_ROWS - 1)), [1, 2]]), "s")
     assert list(tmp_path.iterdir()) == []
+
+
+class NullsFirst(Parity):
+    """Arrow tables whose string column, in a frame of only nulls, is typed null (as pa.array infers it)."""
+
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        texts = [None if n < 600 else s for s, n in frame.select("s", "n").iter_rows()]
+        return {"all": pa.table({"s": pa.array(texts), "n": frame["n"].to_arrow()})}
+
+
+def test_a_window_whose_frames_type_a_column_differently_is_written_as_one_frame_would_be(tmp_path, monkeypatch):
+    source = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"s": [f"t{i}" for i in range(3000)], "n": list(range(3000))}, schema=STRINGS), source)
+    digests = set()
+    for batch_rows in (OUTPUT_WINDOW_ROWS, 256):
+        monkeypatch.setattr(parquet_io, "READ_BATCH_ROWS", batch_rows)
+        run_step(NullsFirst(source, tmp_path / f"out_{batch_rows}.parquet"), "s")
+        digests.add(hashlib.sha256((tmp_path / f"out_{batch_rows}.parquet").read_bytes()).hexdigest())
+    assert len(digests) == 1

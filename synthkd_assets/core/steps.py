@@ -128,8 +128,11 @@ def _write_window(outputs: Outputs, window: dict[str, list[Table]]) -> None:
 
 
 def _concatenated(tables: list[Table]) -> Table:
+    """One table of the rows of `tables`, each column one chunk; a column typed null in a frame where it held only
+    nulls takes the type the other frames give it (as one frame of all the rows would have)."""
     if len(tables) == 1:
         return tables[0]
     if all(isinstance(t, pl.DataFrame) for t in tables):
-        return pl.concat(tables, how="vertical", rechunk=True)
-    return pa.concat_tables([t if isinstance(t, pa.Table) else t.to_arrow() for t in tables]).combine_chunks()
+        return pl.concat(tables, how="vertical_relaxed", rechunk=True)
+    arrow = [t if isinstance(t, pa.Table) else t.to_arrow() for t in tables]
+    return pa.concat_tables(arrow, promote_options="default").combine_chunks()
