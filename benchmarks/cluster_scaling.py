@@ -43,12 +43,16 @@ SHARD_PASSES = ("scan", "build", "pool")
 TARGET = 1.7
 
 
-def worker_tasks(state: Path) -> dict[str, int]:
-    """Celery tasks (steps) each worker's log says it received."""
-    return {
-        log.stem.removeprefix("worker-"): len(re.findall(r"Task execute_plan\[[0-9a-f-]+\] received", log.read_text()))
-        for log in sorted(state.glob("worker-*.log"))
-    }
+def worker_tasks(state: Path) -> dict[str, dict[str, float]]:
+    """Per worker, the Celery tasks (steps) its log says it received and the seconds they took (`succeeded in`):
+    how much of the build the workers were busy, against the wall time."""
+    out = {}
+    for log in sorted(state.glob("worker-*.log")):
+        text = log.read_text(errors="replace")
+        seconds = sum(float(s) for s in re.findall(r"Task execute_plan\[[0-9a-f-]+\] succeeded in ([0-9.]+)s", text))
+        received = len(re.findall(r"Task execute_plan\[[0-9a-f-]+\] received", text))
+        out[log.stem.removeprefix("worker-")] = {"steps": received, "busy_s": round(seconds, 1)}
+    return out
 
 
 def one_build(mode: str, workers: int, raw_dir: Path, state: Path, shards: int, echo: bool) -> dict:
@@ -146,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                 build = one_build(mode, workers, raw_dir, work / f"build-{workers}", args.shards, args.echo)
                 build["load"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
                 builds.append(build)
-                tasks = f"; steps per worker {build['tasks_per_worker']}" if build["tasks_per_worker"] else ""
+                per_worker = build["tasks_per_worker"].items()
+                tasks = "".join(f"; {name} {t['steps']} steps, busy {t['busy_s']:.0f} s" for name, t in per_worker)
                 print(
                     f"  repeat {repeat + 1}, {workers} worker(s): shard passes {build['shard_passes_s']:.1f} s ("
                     + ", ".join(f"{k} {v:.1f}" for k, v in build["passes_s"].items())
