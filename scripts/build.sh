@@ -27,10 +27,11 @@ if [ "${1:-}" = "--smoke" ]; then
   config='{"resources": {"build": {"config": {"smoke": true}}}}'
   smoke=(--smoke)
 fi
-{ read -r lock; read -r megatron_manifest; read -r distill_manifest; read -r pool_manifest; read -r raw_root; } \
-  < <(where build-lock megatron-manifest distill-manifest pool-manifest raw-root "${smoke[@]}")
+paths=$(where build-lock megatron-manifest distill-manifest pool-manifest raw-root "${smoke[@]}")
+{ read -r lock; read -r megatron_manifest; read -r distill_manifest; read -r pool_manifest; read -r raw_root; } <<<"$paths"
 # One build per data root: a second one stops here ("another build holds <lock>"). The lock is on fd 9,
-# which every child inherits, so it holds until the last of them exits (the kernel drops it, even on SIGKILL).
+# which every child inherits, so it holds until the last of them exits (the kernel drops it, even on SIGKILL;
+# the driver's workers are spawned without it and end with the driver).
 mkdir -p "$(dirname "$lock")"
 exec 9<>"$lock"
 .venv/bin/python -m synthkd_assets.cli lock --fd 9 "$lock" || exit $?  # 75: held
