@@ -27,12 +27,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 from openai_harmony import Conversation, Message, Role
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.dataset_manifest import file_record
-from synthkd_assets.core.parquet_io import iter_frames, list_column
+from synthkd_assets.core.parquet_io import iter_frames, list_column, streaming_parquet_file
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.stages import DatasetStep, TokenizedRow
@@ -280,7 +279,7 @@ def distill_part_problems(
             problems[kind].append(f"{path.name} ({split}): {message}")
 
     try:
-        parquet = pq.ParquetFile(path)
+        parquet = streaming_parquet_file(path)
     except Exception as error:
         add("schema", f"unreadable ({type(error).__name__}: {error})")
         return problems

@@ -37,7 +37,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from synthkd_assets.core.filters import constraints_expr, expected_answer
-from synthkd_assets.core.parquet_io import iter_frames
+from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.steps import Outputs, ParquetOutputs, ShardStep, Table, run_step
@@ -236,7 +236,8 @@ def _signature_rows(
             continue
         wanted = rows[lo:hi] - offsets[shard]  # this shard's rows, sorted
         start = 0  # the file's row of the batch's first row
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=SIGNATURE_READ_ROWS, columns=["signature"]):
+        batches = streaming_parquet_file(path).iter_batches(batch_size=SIGNATURE_READ_ROWS, columns=["signature"])
+        for batch in batches:
             first, end = np.searchsorted(wanted, [start, start + batch.num_rows])
             if first < end:
                 flat = batch.column(0).flatten().to_numpy().reshape(-1, nd.NUM_PERM)

@@ -38,6 +38,13 @@ def read_arrow_schema(path: Path, source=None) -> pa.Schema:
         raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
 
 
+def streaming_parquet_file(source, buffer_size: int = 0) -> pq.ParquetFile:
+    """A Parquet file to stream batches from in bounded memory. pyarrow pre-buffers by default, and the cache
+    of a batch iterator over a whole file grows with the row groups it went through (+75 MiB over a 77k-row
+    synth_sampled shard); without it memory stays at about one row group."""
+    return pq.ParquetFile(source, buffer_size=buffer_size, pre_buffer=False)
+
+
 def _invalid_column(batch: pa.RecordBatch) -> str | None:
     """The first column of a batch that fails full validation (e.g. a string column with invalid UTF-8)."""
     for name, column in zip(batch.schema.names, batch.columns):
@@ -75,8 +82,9 @@ def iter_frames(
     `source`: an already open file of `path` to read instead of opening `path`.
     """
     try:
-        # a capped read streams pages (1 MiB buffer) instead of loading whole column chunks
-        parquet = pq.ParquetFile(path if source is None else source, buffer_size=0 if max_rows is None else 1 << 20)
+        # a capped read streams pages (1 MiB buffer) instead of loading whole column chunks; no pre-buffering: its
+        # cache keeps what it read of the file until the reader is gone (~2 MiB a row group of long rows)
+        parquet = streaming_parquet_file(path if source is None else source, 0 if max_rows is None else 1 << 20)
     except Exception as error:
         raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
     missing = [c for c in columns if c not in parquet.schema_arrow.names]
