@@ -564,6 +564,25 @@ def manifest_figures(layout) -> dict:
     }
 
 
+def step_times(dagster_home: Path) -> dict[str, dict[str, float]]:
+    """Per step of the graph, over every run of the build in its instance: how many times it ran, its seconds in
+    all and its longest single run (Dagster's own step start and end events): where the time goes."""
+    import dagster as dg
+
+    steps: dict[str, dict[str, float]] = {}
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        for run in instance.get_runs():
+            for stat in instance.get_run_step_stats(run.run_id):
+                if stat.start_time is None or stat.end_time is None:
+                    continue
+                seconds = stat.end_time - stat.start_time
+                step = steps.setdefault(stat.step_key, {"runs": 0, "seconds": 0.0, "max_s": 0.0})
+                step["runs"] += 1
+                step["seconds"] += seconds
+                step["max_s"] = max(step["max_s"], seconds)
+    return dict(sorted(steps.items(), key=lambda kv: -kv[1]["seconds"]))
+
+
 def cluster_figures(layout) -> dict:
     """What the near-duplicate step found (its summary's counts), for the report."""
     path = layout.clusters_summary()
@@ -668,6 +687,12 @@ def report_lines(result: dict) -> list[str]:
     )
     for kind, k in sorted(memory["by_kind"].items(), key=lambda kv: -kv[1]["max_peak_bytes"])[:12]:
         lines.append(f"  {kind}: {k['processes']} processes, max {_gib(k['max_peak_bytes'])}")
+    if result.get("step_times"):
+        top = list(result["step_times"].items())[:8]
+        lines.append(
+            "step seconds, all shards (Dagster's events; the longest single run): "
+            + ", ".join(f"{k} {v['seconds']:.0f} ({v['max_s']:.0f})" for k, v in top)
+        )
     if "verification" in result:
         lines += verification_lines(result["verification"])
     if "projection" in result:
@@ -768,6 +793,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result["figures"] = manifest_figures(layout)
             result["clusters"] = cluster_figures(layout)
+            result["step_times"] = step_times(home)
             result["bytes"] = dataset_bytes(layout)
             result["projection"] = projection(result["build"], result["figures"], cores)
             print("verifying ...", flush=True)

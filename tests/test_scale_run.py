@@ -68,6 +68,7 @@ def test_the_proof_runs_end_to_end_and_reports_every_figure(kept_run):
     assert figures["build"]["returncode"] == 0
     assert {"inventory", "plan", "manifests"} <= set(figures["build"]["steps"])
     assert {"scan", "build", "pool"} <= set(figures["build"]["passes"])
+    assert {"synth_harmony", "synth_tokenized", "synth_kd_v1", "synth_pool"} <= set(figures["step_times"])
     counts = figures["figures"]
     assert counts["rows_in"] == 300 and 0 < counts["rows_out"] <= 300 and counts["shards"] == 2
     assert counts["tokens"] > 300 * 500
