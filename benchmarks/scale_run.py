@@ -200,6 +200,11 @@ def make_raw(plan: RawPlan, raw_dir: Path, scratch: Path, workers: int) -> dict:
         width = max(2, len(str(plan.shards - 1)))
         outs = [str(raw_dir / f"synth_{s:0{width}d}.parquet") for s in range(plan.shards)]
         written = pool.map(_write_shard, [(plan, s, str(base_path), outs[s]) for s in range(plan.shards)], 1)
+        # workers leave on the pool's sentinel: the SIGTERM of Pool.terminate() never reaches a worker whose
+        # parent ignores it (spawned children keep an ignored signal ignored, and Dagster's in-process runs can
+        # leave SIGTERM ignored in the process that imported this module, e.g. pytest)
+        pool.close()
+        pool.join()
     base_path.unlink()
     result = {
         "seconds": time.perf_counter() - start,
