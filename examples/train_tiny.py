@@ -11,10 +11,8 @@ uses L divided by the sum of the effective weights (the weighted mean of the per
 itself roughly doubles whenever a batch holds both spans instead of one, which would make a
 first-vs-last comparison of raw L depend on which spans the batches happened to contain.
 
-On CPU two megatron-core code paths that assume CUDA are sidestepped, for this example only:
-the RNG tracker is the no-op one (no CUDA RNG; dropout is 0 anyway) and DotProductAttention's
-global scratch buffer is pre-allocated on the CPU; positions are learned (megatron's RoPE moves its
-frequencies to CUDA). On a GPU none of this applies: the usual `model_parallel_cuda_manual_seed`.
+The model and the single-process world come from `synthkd_training.models` (which says what is
+sidestepped on CPU).
 """
 
 from __future__ import annotations
@@ -29,12 +27,11 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from synthkd_assets.core.layout import DataLayout
-from synthkd_contract import constants
 from synthkd_training.dataset import SpanGPTDatasetConfig, build_span_datasets, tokens_prefixes
 from synthkd_training.losses import SpanLossConfig, span_ce_loss
+from synthkd_training.models import GPTSpec, build_gpt, megatron_world, pick_device, save_checkpoint
 from synthkd_training.synthetic import write_synthetic_split
 
 
@@ -68,74 +65,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument(
+        "--save-checkpoint",
+        type=Path,
+        default=None,
+        help="write the trained model here (synthkd_training.models format: gpt_spec.json + model.pt), "
+        "e.g. to serve as the teacher of examples/train_online_kd.py",
+    )
+    parser.add_argument(
         "--window", type=int, default=5, help="steps averaged at the start and at the end for the check"
     )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2")
     return args
-
-
-def _setup_parallel(device: torch.device, seed: int) -> tuple[bool, bool]:
-    """World size 1, TP = PP = 1. Returns what was created here (to tear down only that)."""
-    from megatron.core import parallel_state
-    from megatron.core.tensor_parallel import random as tp_random
-
-    created_world = not dist.is_initialized()
-    if created_world:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    created_state = not parallel_state.model_parallel_is_initialized()
-    if created_state:
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
-    torch.manual_seed(seed)
-    if device.type == "cuda":
-        tp_random.model_parallel_cuda_manual_seed(seed)
-    else:
-        # no CUDA RNG to fork on CPU: megatron's no-op ("inference") tracker, a nullcontext fork
-        tp_random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
-    return created_world, created_state
-
-
-def _teardown_parallel(created_world: bool, created_state: bool) -> None:
-    from megatron.core import parallel_state
-    from megatron.core.tensor_parallel import random as tp_random
-
-    if created_state:
-        parallel_state.destroy_model_parallel()
-        tp_random.initialize_rng_tracker(force_reset=True)
-    if created_world:
-        dist.destroy_process_group()
-
-
-def _build_model(args: argparse.Namespace, device: torch.device):
-    from megatron.core import parallel_state
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.models.gpt.gpt_model import GPTModel
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    config = TransformerConfig(
-        num_layers=args.num_layers,
-        hidden_size=args.hidden_size,
-        num_attention_heads=args.num_attention_heads,
-        use_cpu_initialization=device.type == "cpu",
-        attention_dropout=0.0,
-        hidden_dropout=0.0,
-        pipeline_dtype=torch.float32,
-    )
-    model = GPTModel(
-        config=config,
-        transformer_layer_spec=get_gpt_layer_local_spec(),
-        vocab_size=constants.PADDED_VOCAB_SIZE,
-        max_sequence_length=args.seq_length,
-        position_embedding_type="learned_absolute",
-    )
-    if device.type == "cpu":
-        # DotProductAttention takes its [b*heads, s, s] scratch from a global buffer allocated on
-        # torch.cuda.current_device(); give it a CPU one of the size it will ask for
-        scratch = args.micro_batch_size * args.num_attention_heads * args.seq_length * args.seq_length
-        parallel_state.get_global_memory_buffer().buffer[("mpu", torch.float32)] = torch.empty(scratch)
-    return model.to(device)
 
 
 def _datasets(args: argparse.Namespace, work_dir: Path):
@@ -184,74 +126,79 @@ def _describe(result) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    if args.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(args.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(0)
+    device = pick_device(args.device)
     temporary = tempfile.TemporaryDirectory(prefix="train_tiny-") if args.work_dir is None else None
     work_dir = Path(temporary.name) if temporary else args.work_dir
-    created = _setup_parallel(device, args.seed)
     try:
-        data_root, train, valid = _datasets(args, work_dir)
-        model = _build_model(args, device)
-        print(
-            f"device {device} | data {data_root} | {len(train)} train samples of {args.seq_length} tokens | "
-            f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters",
-            flush=True,
-        )
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-        loss_config = SpanLossConfig()  # w_r = w_f = 1.0
-        # Megatron already shuffled (shuffle index): read its samples in order
-        loader = torch.utils.data.DataLoader(train, batch_size=args.micro_batch_size, shuffle=False, drop_last=True)
-        losses: list[float] = []
-        normalized: list[float] = []  # L / sum of effective weights; NaN when nothing is supervised
-        model.train()
-        batches = iter(loader)
-        for step in range(1, args.steps + 1):
-            started = time.perf_counter()
-            batch = _to(next(batches), device)
-            logits = model(batch["tokens"], batch["position_ids"], batch["attention_mask"])  # [b, s, V]
-            result = span_ce_loss(logits, batch["labels"], batch["span_id"], loss_config)
-            optimizer.zero_grad(set_to_none=True)
-            result.loss.backward()
-            optimizer.step()
-            losses.append(result.loss.item())
-            weight = sum(w.item() for w in result.effective_weights.values())
-            normalized.append(result.loss.item() / weight if weight > 0 else math.nan)
-            print(
-                f"step {step:3d}/{args.steps} | {_describe(result)} | {time.perf_counter() - started:.2f}s", flush=True
-            )
-
-        if valid is not None:
-            model.eval()
-            with torch.no_grad():
-                batch = _to(next(iter(torch.utils.data.DataLoader(valid, batch_size=args.micro_batch_size))), device)
-                logits = model(batch["tokens"], batch["position_ids"], batch["attention_mask"])
-                print(f"valid    | {_describe(span_ce_loss(logits, batch['labels'], batch['span_id'], loss_config))}")
-
-        supervised = [value for value in normalized if not math.isnan(value)]
-        window = max(1, min(args.window, len(supervised) // 2))
-        first, last = statistics.fmean(supervised[:window]), statistics.fmean(supervised[-window:])
-        print(
-            f"mean per-span loss (L / sum of effective weights) of the first {window} steps {first:.4f}, "
-            f"of the last {window} steps {last:.4f}"
-        )
-        summary = {
-            "losses": losses,
-            "normalized": normalized,
-            "first_mean": first,
-            "last_mean": last,
-            "device": str(device),
-        }
-        if not (math.isfinite(last) and last < first):
-            raise SystemExit(f"loss did not go down: first {window} steps {first:.4f}, last {window} steps {last:.4f}")
-        return summary
+        with megatron_world(device, args.seed):
+            return _train(args, device, work_dir)
     finally:
-        _teardown_parallel(*created)
         if temporary:
             temporary.cleanup()
+
+
+def _train(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict:
+    data_root, train, valid = _datasets(args, work_dir)
+    spec = GPTSpec(
+        num_layers=args.num_layers,
+        hidden_size=args.hidden_size,
+        num_attention_heads=args.num_attention_heads,
+        seq_length=args.seq_length,
+    )
+    model = build_gpt(spec, device, args.micro_batch_size)
+    print(
+        f"device {device} | data {data_root} | {len(train)} train samples of {args.seq_length} tokens | "
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters",
+        flush=True,
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    loss_config = SpanLossConfig()  # w_r = w_f = 1.0
+    # Megatron already shuffled (shuffle index): read its samples in order
+    loader = torch.utils.data.DataLoader(train, batch_size=args.micro_batch_size, shuffle=False, drop_last=True)
+    losses: list[float] = []
+    normalized: list[float] = []  # L / sum of effective weights; NaN when nothing is supervised
+    model.train()
+    batches = iter(loader)
+    for step in range(1, args.steps + 1):
+        started = time.perf_counter()
+        batch = _to(next(batches), device)
+        logits = model(batch["tokens"], batch["position_ids"], batch["attention_mask"])  # [b, s, V]
+        result = span_ce_loss(logits, batch["labels"], batch["span_id"], loss_config)
+        optimizer.zero_grad(set_to_none=True)
+        result.loss.backward()
+        optimizer.step()
+        losses.append(result.loss.item())
+        weight = sum(w.item() for w in result.effective_weights.values())
+        normalized.append(result.loss.item() / weight if weight > 0 else math.nan)
+        print(f"step {step:3d}/{args.steps} | {_describe(result)} | {time.perf_counter() - started:.2f}s", flush=True)
+
+    if valid is not None:
+        model.eval()
+        with torch.no_grad():
+            batch = _to(next(iter(torch.utils.data.DataLoader(valid, batch_size=args.micro_batch_size))), device)
+            logits = model(batch["tokens"], batch["position_ids"], batch["attention_mask"])
+            print(f"valid    | {_describe(span_ce_loss(logits, batch['labels'], batch['span_id'], loss_config))}")
+
+    supervised = [value for value in normalized if not math.isnan(value)]
+    window = max(1, min(args.window, len(supervised) // 2))
+    first, last = statistics.fmean(supervised[:window]), statistics.fmean(supervised[-window:])
+    print(
+        f"mean per-span loss (L / sum of effective weights) of the first {window} steps {first:.4f}, "
+        f"of the last {window} steps {last:.4f}"
+    )
+    summary = {
+        "losses": losses,
+        "normalized": normalized,
+        "first_mean": first,
+        "last_mean": last,
+        "device": str(device),
+    }
+    if not (math.isfinite(last) and last < first):
+        raise SystemExit(f"loss did not go down: first {window} steps {first:.4f}, last {window} steps {last:.4f}")
+    if args.save_checkpoint is not None:
+        save_checkpoint(model, spec, args.save_checkpoint)
+        print(f"checkpoint written to {args.save_checkpoint}")
+    return summary
 
 
 if __name__ == "__main__":

@@ -1,0 +1,190 @@
+"""Megatron-Core GPT models for the training side: one place that builds them, runs them and checkpoints them.
+
+The examples and the distillation pieces (online KD, valuation features, learning-progress labels) all take a
+plain `torch.nn.Module` that maps `(tokens, position_ids, attention_mask)` to `[b, s, V]` logits, as megatron-core's
+`GPTModel` does when called without labels; what is here builds the small ones the tests and examples create from
+a config (`GPTSpec`) and reads and writes checkpoints:
+
+- `save_checkpoint(model, spec, directory)` writes `gpt_spec.json` (the architecture) and `model.pt` (the weights);
+- `load_checkpoint(directory, device, micro_batch_size)` builds the model from `gpt_spec.json` and loads `model.pt`.
+  A real teacher (GPT-OSS: MoE, attention sinks, YaRN, which megatron's local layer spec cannot express) is built
+  and loaded by the caller with Megatron-LM / Megatron-Bridge from its own checkpoint and passed to the functions
+  directly: they need nothing of it but that call. (megatron-core's `torch_dist` checkpoint writer needs CUDA,
+  so it is not the format of these CPU-made checkpoints.)
+
+On CPU two megatron-core code paths that assume CUDA are sidestepped: the RNG tracker is the no-op one (no CUDA
+RNG; dropout is 0 in these specs) and DotProductAttention's global scratch buffer is pre-allocated on the CPU;
+positions are learned (megatron's RoPE moves its frequencies to CUDA). On a GPU none of this applies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from synthkd_contract import constants
+
+SPEC_FILE = "gpt_spec.json"
+"""The architecture of a checkpoint, beside megatron-core's distributed checkpoint files."""
+
+
+@dataclass(frozen=True)
+class GPTSpec:
+    """A GPTModel built from megatron-core's local layer spec (what runs on a CPU)."""
+
+    num_layers: int = 2
+    hidden_size: int = 64
+    num_attention_heads: int = 4
+    seq_length: int = 64
+    vocab_size: int = constants.PADDED_VOCAB_SIZE
+    ffn_hidden_size: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> GPTSpec:
+        return cls(**json.loads(text))
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """ "auto": CUDA when there is one, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@contextmanager
+def megatron_world(device: torch.device, seed: int) -> Iterator[None]:
+    """World size 1, TP = PP = 1, seeded; tears down only what it created (a caller's world stays)."""
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import random as tp_random
+
+    created_world = not dist.is_initialized()
+    if created_world:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    created_state = not parallel_state.model_parallel_is_initialized()
+    if created_state:
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+    torch.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.set_device(0)
+        tp_random.model_parallel_cuda_manual_seed(seed)
+    else:
+        # no CUDA RNG to fork on CPU: megatron's no-op ("inference") tracker, a nullcontext fork
+        tp_random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+    try:
+        yield
+    finally:
+        if created_state:
+            parallel_state.destroy_model_parallel()
+            tp_random.initialize_rng_tracker(force_reset=True)
+        if created_world:
+            dist.destroy_process_group()
+
+
+def reserve_cpu_attention_scratch(micro_batch_size: int, spec: GPTSpec) -> None:
+    """DotProductAttention takes its [b*heads, s, s] scratch from a global buffer it allocates on
+    torch.cuda.current_device(); on CPU, give it one at least as large as any model here will ask for."""
+    from megatron.core import parallel_state
+
+    numel = micro_batch_size * spec.num_attention_heads * spec.seq_length * spec.seq_length
+    buffers = parallel_state.get_global_memory_buffer().buffer
+    current = buffers.get(("mpu", torch.float32))
+    if current is None or current.numel() < numel:
+        buffers[("mpu", torch.float32)] = torch.empty(numel)
+
+
+def build_gpt(spec: GPTSpec, device: torch.device, micro_batch_size: int) -> torch.nn.Module:
+    """A randomly initialised GPTModel (seeded by `megatron_world`), on `device`, in float32."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    config = TransformerConfig(
+        num_layers=spec.num_layers,
+        hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_attention_heads,
+        ffn_hidden_size=spec.ffn_hidden_size,
+        use_cpu_initialization=device.type == "cpu",
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        pipeline_dtype=torch.float32,
+    )
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=spec.vocab_size,
+        max_sequence_length=spec.seq_length,
+        position_embedding_type="learned_absolute",
+    )
+    if device.type == "cpu":
+        reserve_cpu_attention_scratch(micro_batch_size, spec)
+    return model.to(device)
+
+
+def forward_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """[b, s, V] logits of a SpanGPTDataset batch (tokens / position_ids / attention_mask)."""
+    return model(batch["tokens"], batch["position_ids"], batch["attention_mask"])
+
+
+WEIGHTS_FILE = "model.pt"
+"""The model's parameters: `torch.save` of its state dict without megatron's `_extra_state` entries."""
+
+
+def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {key: value for key, value in model.state_dict().items() if not key.endswith("_extra_state")}
+
+
+def save_checkpoint(model: torch.nn.Module, spec: GPTSpec, directory: str | Path) -> Path:
+    """Writes `gpt_spec.json` and `model.pt` into `directory`.
+
+    Written into a sibling temporary directory first and renamed into place, so a crash never leaves a
+    directory that looks like a complete checkpoint."""
+    directory = Path(directory)
+    partial = directory.with_name(f".{directory.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    torch.save({key: value.detach().cpu() for key, value in _weights(model).items()}, partial / WEIGHTS_FILE)
+    (partial / SPEC_FILE).write_text(spec.to_json())
+    if directory.exists():
+        shutil.rmtree(directory)
+    partial.rename(directory)
+    return directory
+
+
+def read_spec(directory: str | Path) -> GPTSpec:
+    path = Path(directory) / SPEC_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory}: no {SPEC_FILE} (the checkpoint's architecture)")
+    return GPTSpec.from_json(path.read_text())
+
+
+def load_checkpoint(
+    directory: str | Path, device: torch.device, micro_batch_size: int
+) -> tuple[torch.nn.Module, GPTSpec]:
+    """The model `save_checkpoint` wrote, on `device`, in eval mode; every parameter must be in the file."""
+    spec = read_spec(directory)
+    weights_path = Path(directory) / WEIGHTS_FILE
+    if not weights_path.is_file():
+        raise FileNotFoundError(f"{directory}: no {WEIGHTS_FILE}")
+    model = build_gpt(spec, device, micro_batch_size)
+    weights = torch.load(weights_path, map_location=device, weights_only=True)
+    expected = set(_weights(model))
+    if set(weights) != expected:
+        raise ValueError(
+            f"{weights_path}: parameters differ from {SPEC_FILE}'s model: "
+            f"missing {sorted(expected - set(weights))[:5]}, unexpected {sorted(set(weights) - expected)[:5]}"
+        )
+    model.load_state_dict(weights, strict=False)
+    model.eval()
+    return model, spec
