@@ -1,0 +1,309 @@
+"""Online, teacher-forced KD (seed 002 §1): a frozen teacher and a smaller student forward the same batches.
+
+    python examples/train_tiny.py --data-root data/megatron/synth_kd_v1 --steps 40 --save-checkpoint teacher/
+    python examples/train_online_kd.py --teacher-checkpoint teacher/ --steps 30
+    python examples/train_online_kd.py --synthetic --teacher-checkpoint teacher/      # no build needed
+
+The student (a `GPTSpec` from the flags, randomly initialised) is trained with `span_kd_loss` (forward / reverse /
+mix KL at a temperature) plus `--ce-weight` times the span-normalized CE, on `SpanGPTDataset` batches of the
+`train/` trios; every step logs the per-span token counts, losses and effective weights. Progress is the held-out
+KL(teacher || student) per supervised token over the held-out slice: by default the validation set
+`heldout_kl.parquet` that synth_clusters holds out of training (cluster-disjoint, rendered with openai-harmony),
+else (`--synthetic`, or no validation set built) the `valid/` trios. The run exits non-zero unless that KL falls.
+
+With `--lp-every N`, learning-progress labels (seed 002 §9) are computed during training: after `--lp-warmup`
+steps, every N steps, `--lp-candidates` single conversations of the train split each get `--lp-k` KD updates on a
+snapshot of the student, the held-out KL is measured and the student restored bit for bit;
+`lp_value = (KL before - KL after) / supervised tokens used`, written to `--lp-output` (Parquet, keyed by synth_id).
+
+On CUDA the forwards run under bf16 autocast (`--precision auto`); on CPU in float32 (gloo world of one process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from synthkd_assets.core.layout import DataLayout, documents_path
+from synthkd_contract.indexed_dataset import read_index
+from synthkd_training.dataset import SpanGPTDatasetConfig, build_span_datasets, tokens_prefixes
+from synthkd_training.documents import batches_of, document_ids, document_sample, trio_documents
+from synthkd_training.losses import SpanLossConfig
+from synthkd_training.models import GPTSpec, build_gpt, load_checkpoint, megatron_world, pick_device
+from synthkd_training.online_kd import KDStep, OnlineKDConfig, train_online_kd
+from synthkd_training.progress import Candidate, LPCadence, LPConfig, learning_progress_labels
+from synthkd_training.synthetic import write_synthetic_split
+
+LP_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("step", pa.int64()),
+        ("kl_before", pa.float64()),
+        ("kl_after", pa.float64()),
+        ("tokens_used", pa.int64()),
+        ("lp_value", pa.float64()),
+    ]
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    layout = DataLayout.from_environ(os.environ)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-root", type=Path, default=layout.megatron_root(), help="synth_kd_v1 dataset root")
+    parser.add_argument("--synthetic", action="store_true", help="train on a small synthetic trio (no build needed)")
+    parser.add_argument("--heldout", type=Path, default=layout.heldout_kl(), help="heldout_kl.parquet")
+    parser.add_argument("--tokenizer-dir", type=Path, default=layout.tokenizer_dir(), help="renders --heldout")
+    parser.add_argument("--heldout-size", type=int, default=16, help="held-out conversations measured")
+    parser.add_argument("--work-dir", type=Path, default=None, help="synthetic data and megatron's index cache")
+    parser.add_argument("--teacher-checkpoint", type=Path, required=True, help="gpt_spec.json + model.pt")
+    parser.add_argument("--num-layers", type=int, default=1, help="student")
+    parser.add_argument("--hidden-size", type=int, default=32, help="student")
+    parser.add_argument("--num-attention-heads", type=int, default=2, help="student")
+    parser.add_argument("--seq-length", type=int, default=None, help="default: the teacher's")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--micro-batch-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--kd-divergence", choices=("forward", "reverse", "mix"), default="forward")
+    parser.add_argument("--kd-temperature", type=float, default=1.0)
+    parser.add_argument("--kd-forward-weight", type=float, default=0.5, help="with --kd-divergence mix")
+    parser.add_argument("--ce-weight", type=float, default=0.0)
+    parser.add_argument("--w-reasoning", type=float, default=1.0)
+    parser.add_argument("--w-final", type=float, default=1.0)
+    parser.add_argument("--eval-every", type=int, default=0, help="also measure the held-out KL every N steps")
+    parser.add_argument("--lp-every", type=int, default=0, help="learning-progress labels every N steps (0: none)")
+    parser.add_argument("--lp-warmup", type=int, default=0, help="no labels before this step")
+    parser.add_argument("--lp-candidates", type=int, default=2, help="conversations labelled each time")
+    parser.add_argument("--lp-k", type=int, default=2, help="KD updates per candidate")
+    parser.add_argument("--lp-output", type=Path, default=None, help="where the labels go (Parquet)")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto", help="auto: bf16 on CUDA")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    if args.lp_every and args.lp_output is None:
+        parser.error("--lp-every needs --lp-output")
+    return args
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {key: value.to(device) for key, value in batch.items() if isinstance(value, torch.Tensor)}
+
+
+def _train_data(args: argparse.Namespace, work_dir: Path, seq_length: int) -> tuple[Path, object, object]:
+    data_root = args.data_root
+    if args.synthetic:
+        data_root = work_dir / "synthetic"
+        write_synthetic_split(data_root / "train", shards=2, documents_per_shard=60, seed=args.seed)
+        write_synthetic_split(data_root / "valid", shards=1, documents_per_shard=20, seed=args.seed + 1)
+    train_prefixes = tokens_prefixes(data_root / "train")
+    if not train_prefixes:
+        raise SystemExit(f"no shard_XX_tokens trio under {data_root / 'train'}; build the dataset or pass --synthetic")
+    valid_prefixes = tokens_prefixes(data_root / "valid")
+    config = SpanGPTDatasetConfig(
+        random_seed=args.seed,
+        sequence_length=seq_length,
+        blend_per_split=[
+            (train_prefixes, [1.0] * len(train_prefixes)),
+            (valid_prefixes, None) if valid_prefixes else None,
+            None,
+        ],
+        path_to_cache=str(work_dir / "index-cache"),
+    )
+    sizes = [args.steps * args.micro_batch_size, None, None]  # valid: one epoch
+    train, valid, _ = build_span_datasets(config, sizes)
+    return data_root, train, valid
+
+
+def _rendered_heldout(path: Path, tokenizer_dir: Path, limit: int) -> list:
+    """The held-out KL slice's conversations (prompt + SYNTH's reference answer), rendered by openai-harmony."""
+    from synthkd_assets.core.render import HarmonyRenderer
+    from synthkd_assets.core.tokenizer import load_harmony_encoding
+
+    renderer = HarmonyRenderer(load_harmony_encoding(tokenizer_dir))
+    rows = pq.read_table(path, columns=["prompt_messages", "reference_messages"]).to_pylist()[:limit]
+    documents = []
+    for row in rows:
+        rendered = renderer.render(json.loads(row["prompt_messages"]) + json.loads(row["reference_messages"]))
+        documents.append((rendered.tokens, rendered.loss_mask, rendered.span_id))
+    return documents
+
+
+def _heldout_batches(args, valid, seq_length: int, device: torch.device) -> tuple[str, list[dict]]:
+    if not args.synthetic and args.heldout.is_file():
+        documents = _rendered_heldout(args.heldout, args.tokenizer_dir, args.heldout_size)
+        samples = [document_sample(*d, seq_length) for d in documents]
+        source = f"{args.heldout} ({len(samples)} conversations)"
+    elif valid is not None:
+        samples = [valid[i] for i in range(min(len(valid), args.heldout_size))]
+        source = f"valid/ trios ({len(samples)} samples)"
+    else:
+        raise SystemExit(f"no held-out slice: neither {args.heldout} nor a valid/ trio under {args.data_root}")
+    return source, [_to(batch, device) for batch in batches_of(samples, args.micro_batch_size)]
+
+
+def _candidate_documents(data_root: Path, seed: int) -> list[tuple[str, str, int]]:
+    """(key, tokens prefix, document index) of every train document, in a seeded order."""
+    found = []
+    for prefix in tokens_prefixes(data_root / "train"):
+        shard = int(Path(prefix).name.split("_")[1])
+        ids_file = documents_path(data_root, shard)
+        count = len(read_index(prefix).sequence_lengths)
+        synthetic = [f"{Path(prefix).name}:{i}" for i in range(count)]  # no documents table: prefix and index
+        keys = document_ids(ids_file, "train") if ids_file.is_file() else synthetic
+        found += [(keys[i], prefix, i) for i in range(count)]
+    random.Random(seed).shuffle(found)
+    return found
+
+
+class LPRecorder:
+    """The after-step hook: learning-progress labels when the cadence says so."""
+
+    def __init__(self, args, data_root, student, teacher, heldout, kd_config, seq_length, device) -> None:
+        self.cadence = LPCadence(args.lp_warmup, args.lp_every, args.lp_candidates)
+        self.config = LPConfig(k_updates=args.lp_k, kd=kd_config, seed=args.seed)
+        self.student, self.teacher, self.heldout = student, teacher, heldout
+        self.pool = _candidate_documents(data_root, args.seed)
+        self.seq_length, self.device = seq_length, device
+        self.rows: list[dict] = []
+
+    def __call__(self, step: int, optimizer) -> None:
+        if not self.cadence.due(step):
+            return
+        candidates = []
+        for _ in range(self.cadence.candidates_per_round):
+            if not self.pool:
+                return
+            key, prefix, index = self.pool.pop()
+            sample = document_sample(*trio_documents(prefix, [index])[0], self.seq_length)
+            candidates.append(Candidate(key, [_to(batches_of([sample], 1)[0], self.device)]))
+        for label in learning_progress_labels(self.student, self.teacher, candidates, self.heldout, self.config):
+            self.rows.append({"step": step, **label.__dict__})
+            print(f"lp    step {step} | {label.key} | lp_value {label.lp_value:.3e} ({label.tokens_used} tokens)")
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        pq.write_table(pa.Table.from_pylist(self.rows, schema=LP_SCHEMA), partial)
+        partial.replace(path)
+
+
+def _millions(model: torch.nn.Module) -> float:
+    return sum(p.numel() for p in model.parameters()) / 1e6
+
+
+def _describe(step: int, steps: int, result: KDStep, started: float) -> str:
+    kd = result.kd
+    parts = [f"step {step:3d}/{steps} | loss {result.loss:.4f}"]
+    for name in ("analysis", "final"):
+        parts.append(
+            f"{name} kd {kd.span_losses[name].item():.3f} (n={int(kd.token_counts[name])}, "
+            f"w={kd.effective_weights[name].item():g})"
+        )
+    if result.ce is not None:
+        parts.append(f"ce {result.ce.loss.item():.3f}")
+    parts.append(f"prompt n={int(kd.token_counts['prompt'])} | {time.perf_counter() - started:.2f}s")
+    return " | ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    device = pick_device(args.device)
+    temporary = tempfile.TemporaryDirectory(prefix="train_online_kd-") if args.work_dir is None else None
+    work_dir = Path(temporary.name) if temporary else args.work_dir
+    try:
+        with megatron_world(device, args.seed):
+            return _run(args, device, work_dir)
+    finally:
+        if temporary:
+            temporary.cleanup()
+
+
+def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict:
+    teacher, teacher_spec = load_checkpoint(args.teacher_checkpoint, device, args.micro_batch_size)
+    seq_length = args.seq_length or teacher_spec.seq_length
+    if seq_length > teacher_spec.seq_length:
+        raise SystemExit(f"--seq-length {seq_length} exceeds the teacher's {teacher_spec.seq_length} positions")
+    student_spec = GPTSpec(
+        num_layers=args.num_layers,
+        hidden_size=args.hidden_size,
+        num_attention_heads=args.num_attention_heads,
+        seq_length=seq_length,
+        vocab_size=teacher_spec.vocab_size,
+    )
+    student = build_gpt(student_spec, device, args.micro_batch_size)
+    data_root, train, valid = _train_data(args, work_dir, seq_length)
+    heldout_source, heldout = _heldout_batches(args, valid, seq_length, device)
+    bf16 = args.precision == "bf16" or (args.precision == "auto" and device.type == "cuda")
+    config = OnlineKDConfig(
+        loss=SpanLossConfig(
+            w_reasoning=args.w_reasoning,
+            w_final=args.w_final,
+            kd_divergence=args.kd_divergence,
+            kd_temperature=args.kd_temperature,
+            kd_forward_weight=args.kd_forward_weight,
+        ),
+        ce_weight=args.ce_weight,
+        lr=args.lr,
+        autocast_dtype=torch.bfloat16 if bf16 else None,
+    )
+    print(
+        f"device {device} ({'bf16' if bf16 else 'fp32'}) | data {data_root} | held-out {heldout_source} | "
+        f"teacher {_millions(teacher):.1f}M from {args.teacher_checkpoint} | student {_millions(student):.1f}M",
+        flush=True,
+    )
+    loader = torch.utils.data.DataLoader(train, batch_size=args.micro_batch_size, shuffle=False, drop_last=True)
+    recorder = None
+    if args.lp_every:
+        recorder = LPRecorder(args, data_root, student, teacher, heldout, config, seq_length, device)
+    clock = {"started": time.perf_counter()}
+
+    def log(step: int, result: KDStep) -> None:
+        print(_describe(step, args.steps, result, clock["started"]), flush=True)
+        clock["started"] = time.perf_counter()
+
+    summary = train_online_kd(
+        student,
+        teacher,
+        (_to(batch, device) for batch in loader),
+        heldout,
+        config,
+        steps=args.steps,
+        eval_every=args.eval_every,
+        log=log,
+        after_step=recorder,
+    )
+    before, after = summary.heldout_before, summary.heldout_after
+    print(
+        f"held-out KL(teacher || student) per supervised token: {before.kl:.4f} -> {after.kl:.4f} "
+        f"over {after.tokens} tokens (analysis {after.per_span['analysis']:.4f}, final {after.per_span['final']:.4f})"
+    )
+    if recorder is not None:
+        recorder.write(args.lp_output)
+        print(f"{len(recorder.rows)} learning-progress labels written to {args.lp_output}")
+    result = {
+        "steps": summary.steps,
+        "heldout_before": before.kl,
+        "heldout_after": after.kl,
+        "heldout_trace": summary.heldout_trace,
+        "heldout_source": heldout_source,
+        "lp_labels": recorder.rows if recorder is not None else [],
+        "device": str(device),
+    }
+    if not summary.kl_fell:
+        raise SystemExit(f"held-out KL did not fall: {before.kl:.4f} -> {after.kl:.4f}")
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
