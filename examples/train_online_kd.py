@@ -181,12 +181,13 @@ class LPRecorder:
         if not self.cadence.due(step):
             return
         candidates = []
-        for _ in range(self.cadence.candidates_per_round):
-            if not self.pool:
-                return
+        while self.pool and len(candidates) < self.cadence.candidates_per_round:
             key, prefix, index = self.pool.pop()
             sample = document_sample(*trio_documents(prefix, [index])[0], self.seq_length)
-            candidates.append(Candidate(key, [_to(batches_of([sample], 1)[0], self.device)]))
+            if bool((sample["span_id"] != 0).any()):  # a conversation with nothing supervised teaches nothing
+                candidates.append(Candidate(key, [_to(batches_of([sample], 1)[0], self.device)]))
+        if not candidates:
+            return
         for label in learning_progress_labels(self.student, self.teacher, candidates, self.heldout, self.config):
             self.rows.append({"step": step, **label.__dict__})
             print(f"lp    step {step} | {label.key} | lp_value {label.lp_value:.3e} ({label.tokens_used} tokens)")

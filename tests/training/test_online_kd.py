@@ -1,0 +1,296 @@
+"""Online KD (synthkd_training.online_kd) and learning-progress labels (synthkd_training.progress).
+
+Small stand-in models (an embedding and a linear head over the full padded vocabulary) check the rules against
+independent oracles; the examples run end to end with megatron-core GPTModels, on synthetic trios and on the
+sample's real synth_kd_v1 and held-out KL slice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from examples import train_online_kd as online_kd_example
+from examples import train_tiny
+from synthkd_contract import constants
+from synthkd_training.documents import batches_of, document_sample, stack_samples, window_start
+from synthkd_training.losses import SpanLossConfig
+from synthkd_training.online_kd import OnlineKDConfig, heldout_kl, kd_step, make_optimizer, train_online_kd
+from synthkd_training.progress import (
+    Candidate,
+    LPCadence,
+    LPConfig,
+    StudentNotRestoredError,
+    learning_progress_labels,
+    restore,
+    snapshot,
+)
+
+V = constants.PADDED_VOCAB_SIZE
+SEQ = 12
+
+
+class TinyLM(torch.nn.Module):
+    """tokens -> [b, s, V] logits, GPTModel's call convention (position ids and mask unused)."""
+
+    def __init__(self, seed: int, width: int = 4) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.embed = torch.nn.Parameter(torch.randn(V, width, generator=generator))
+        self.head = torch.nn.Parameter(torch.randn(width, V, generator=generator) * 3)
+
+    def forward(self, tokens, position_ids, attention_mask):
+        return self.embed[tokens] @ self.head
+
+
+def random_document(rng: np.random.Generator, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A document in synth_kd_v1's layout: prompt then supervised spans, EOD last carrying 0/0."""
+    tokens = rng.integers(0, 1000, size=length).astype(np.int32)
+    tokens[-1] = constants.EOD_TOKEN_ID
+    span = np.zeros(length, dtype=np.uint8)
+    first = int(rng.integers(1, length - 1))
+    span[first : length - 1] = rng.integers(1, 3, size=length - 1 - first)
+    return tokens, (span > 0).astype(np.uint8), span
+
+
+def batches(seed: int, count: int = 2, size: int = 2) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    samples = [document_sample(*random_document(rng, int(rng.integers(8, 30))), SEQ) for _ in range(count * size)]
+    return batches_of(samples, size)
+
+
+def kl_oracle(student, teacher, batch_list) -> float:
+    """KL(teacher || student) per supervised token, one position at a time in float64."""
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for batch in batch_list:
+            s = student(batch["tokens"], None, None).double()
+            t = teacher(batch["tokens"], None, None).double()
+            for b, i in (batch["span_id"] != 0).nonzero().tolist():
+                p_t = torch.softmax(t[b, i], -1)
+                total += float((p_t * (torch.log_softmax(t[b, i], -1) - torch.log_softmax(s[b, i], -1))).sum())
+                tokens += 1
+    return total / tokens
+
+
+def test_heldout_kl_matches_a_per_position_oracle():
+    student, teacher = TinyLM(1), TinyLM(2)
+    heldout = batches(3)
+    measured = heldout_kl(student, teacher, heldout)
+    assert measured.tokens == sum(int((b["span_id"] != 0).sum()) for b in heldout)
+    assert measured.kl == pytest.approx(kl_oracle(student, teacher, heldout), rel=1e-4)
+
+
+def test_a_kd_step_moves_the_student_only_and_lowers_the_kl():
+    student, teacher = TinyLM(1), TinyLM(2)
+    teacher_before = snapshot(teacher)
+    config = OnlineKDConfig(lr=5e-2)
+    heldout = batches(4)
+    summary = train_online_kd(student, teacher, iter(batches(5, count=8)), heldout, config, steps=8)
+    assert all(torch.equal(teacher.state_dict()[k], v) for k, v in teacher_before.items())
+    assert not any(p.requires_grad for p in teacher.parameters())
+    assert summary.kl_fell and summary.heldout_after.kl < summary.heldout_before.kl
+    # what 000 says must be logged, every step
+    assert len(summary.steps) == 8
+    assert {"kd/analysis/tokens", "kd/final/tokens", "kd/prompt/tokens", "kd/analysis/weight"} <= set(summary.steps[0])
+
+
+@pytest.mark.parametrize("divergence", ["forward", "reverse", "mix"])
+def test_every_divergence_and_the_ce_term_train(divergence):
+    student, teacher = TinyLM(1), TinyLM(2)
+    config = OnlineKDConfig(loss=SpanLossConfig(kd_divergence=divergence, kd_temperature=2.0), ce_weight=0.5, lr=5e-2)
+    heldout = batches(4)
+    summary = train_online_kd(student, teacher, iter(batches(5, count=6)), heldout, config, steps=6)
+    assert summary.kl_fell
+    assert "ce/loss" in summary.steps[0]
+
+
+def test_student_and_teacher_must_share_the_vocabulary():
+    class Narrow(torch.nn.Module):
+        def forward(self, tokens, position_ids, attention_mask):
+            return torch.zeros(*tokens.shape, 10, requires_grad=True)
+
+    student = TinyLM(1)
+    with pytest.raises(ValueError, match="share the tokenizer"):
+        kd_step(student, Narrow(), batches(1, 1)[0], make_optimizer(student, OnlineKDConfig()), OnlineKDConfig())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    length=st.integers(2, 60),
+    seq=st.integers(1, 40),
+    seed=st.integers(0, 2**16),
+)
+def test_document_sample_is_the_label_aligned_window(length, seq, seed):
+    rng = np.random.default_rng(seed)
+    tokens, mask, span = random_document(rng, max(length, 3))
+    sample = document_sample(tokens, mask, span, seq)
+    start = window_start(span, seq)
+    for i in range(seq):  # oracle: position by position
+        if start + i + 1 < len(tokens):
+            assert sample["tokens"][i] == tokens[start + i] and sample["labels"][i] == tokens[start + i + 1]
+            assert sample["span_id"][i] == span[start + i] and sample["loss_mask"][i] == mask[start + i]
+        else:
+            assert sample["tokens"][i] == constants.EOD_TOKEN_ID and sample["span_id"][i] == 0
+    supervised = np.flatnonzero(span)
+    if len(supervised):  # the window starts at most a quarter window before the first supervised position
+        assert start <= supervised[0] and (start == 0 or supervised[0] - start == seq // 4)
+    assert stack_samples([sample])["attention_mask"].shape == (1, 1, seq, seq)
+
+
+def test_learning_progress_labels_restore_the_student_bit_for_bit_and_are_deterministic():
+    student, teacher = TinyLM(1), TinyLM(2)
+    config = LPConfig(k_updates=3, kd=OnlineKDConfig(lr=5e-2), seed=7)
+    candidates = [Candidate(f"c{i}", batches(10 + i, count=2)) for i in range(3)]
+    heldout = batches(4)
+    before = snapshot(student)
+    labels = learning_progress_labels(student, teacher, candidates, heldout, config)
+    after = student.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+    # deterministic, and independent of the order the candidates come in
+    again = learning_progress_labels(student, teacher, candidates[::-1], heldout, config)
+    assert {label.key: label.lp_value for label in labels} == {label.key: label.lp_value for label in again}
+    for label in labels:
+        candidate = next(c for c in candidates if c.key == label.key)
+        # tokens_used: supervised tokens of the k updates, cycling through the candidate's batches
+        expected = sum(int((candidate.batches[u % 2]["span_id"] != 0).sum()) for u in range(3))
+        assert label.tokens_used == expected
+        assert label.lp_value == pytest.approx((label.kl_before - label.kl_after) / expected)
+        assert label.kl_before == pytest.approx(heldout_kl(student, teacher, heldout).kl)
+        assert label.kl_after < label.kl_before  # a few KD updates towards the teacher help on this toy
+
+
+def test_a_student_that_is_not_restored_is_an_error():
+    class Stubborn(TinyLM):
+        """Hands out a copy of `head` in its state dict: restoring through it cannot reach the parameter."""
+
+        def state_dict(self, *args, **kwargs):
+            state = super().state_dict(*args, **kwargs)
+            state["head"] = state["head"].clone()
+            return state
+
+    student = Stubborn(1)
+    saved = snapshot(student)
+    with torch.no_grad():
+        student.head.add_(1.0)
+    with pytest.raises(StudentNotRestoredError, match="head"):
+        restore(student, saved)
+    plain = TinyLM(1)
+    saved = snapshot(plain)
+    with torch.no_grad():
+        plain.head.add_(1.0)
+    restore(plain, saved)
+    assert torch.equal(plain.head, saved["head"])
+
+
+def test_cadence():
+    cadence = LPCadence(warmup_steps=10, every_steps=5)
+    assert [s for s in range(1, 31) if cadence.due(s)] == [10, 15, 20, 25, 30]
+    assert not any(LPCadence(every_steps=0).due(s) for s in range(1, 100))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_online_kd_example_on_synthetic_trios(tmp_path, capsys):
+    """A teacher trained by train_tiny, a smaller student distilled from it: the held-out KL falls."""
+    common = ["--synthetic", "--device", "cpu", "--seq-length", "32", "--micro-batch-size", "2"]
+    train_tiny.main(
+        [
+            *common,
+            "--work-dir",
+            str(tmp_path / "t"),
+            "--steps",
+            "10",
+            "--lr",
+            "1e-2",
+            "--window",
+            "3",
+            "--save-checkpoint",
+            str(tmp_path / "teacher"),
+        ]
+    )
+    summary = online_kd_example.main(
+        [
+            *common,
+            "--work-dir",
+            str(tmp_path / "s"),
+            "--teacher-checkpoint",
+            str(tmp_path / "teacher"),
+            "--steps",
+            "8",
+            "--lr",
+            "1e-2",
+            "--heldout-size",
+            "4",
+            "--lp-every",
+            "4",
+            "--lp-warmup",
+            "4",
+            "--lp-candidates",
+            "1",
+            "--lp-k",
+            "1",
+            "--lp-output",
+            str(tmp_path / "lp.parquet"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert summary["heldout_after"] < summary["heldout_before"]
+    assert "valid/ trios" in summary["heldout_source"]
+    assert out.count("analysis kd") == 8 and "n=" in out and "w=" in out
+    labels = pq.read_table(tmp_path / "lp.parquet").to_pylist()
+    assert [row["step"] for row in labels] == [4, 8] and all(row["tokens_used"] > 0 for row in labels)
+    assert not torch.distributed.is_initialized()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_online_kd_lowers_the_heldout_kl_on_the_sample(built_sample, tmp_path, monkeypatch):
+    """On the sample's synth_kd_v1, measured on the held-out KL slice synth_clusters keeps out of training."""
+    _, layout, data_dir = built_sample
+    monkeypatch.setenv("SYNTHKD_DATA_DIR", str(data_dir))
+    common = ["--device", "cpu", "--micro-batch-size", "2", "--seq-length", "32"]
+    train_tiny.main(
+        [
+            *common,
+            "--work-dir",
+            str(tmp_path / "t"),
+            "--steps",
+            "12",
+            "--lr",
+            "1e-2",
+            "--window",
+            "3",
+            "--save-checkpoint",
+            str(tmp_path / "teacher"),
+        ]
+    )
+    summary = online_kd_example.main(
+        [
+            *common,
+            "--work-dir",
+            str(tmp_path / "s"),
+            "--teacher-checkpoint",
+            str(tmp_path / "teacher"),
+            "--steps",
+            "8",
+            "--lr",
+            "1e-2",
+            "--heldout-size",
+            "6",
+            "--lp-every",
+            "8",
+            "--lp-candidates",
+            "1",
+            "--lp-k",
+            "1",
+            "--lp-output",
+            str(tmp_path / "lp.parquet"),
+        ]
+    )
+    assert "heldout_kl.parquet (6 conversations)" in summary["heldout_source"]
+    assert summary["heldout_after"] < summary["heldout_before"]
+    labels = pq.read_table(tmp_path / "lp.parquet").to_pylist()
+    assert len(labels) == 1 and labels[0]["key"].startswith("synth_")  # keyed by the conversation's synth_id
