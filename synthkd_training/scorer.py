@@ -326,6 +326,8 @@ def train_scorer(
     labelled = labelled.sort(ID_COLUMN)
     if labelled.height == 0:
         raise ValueError("no labelled rows to train on")
+    if config is not None and settings:
+        raise ValueError(f"give either a config or settings for ScorerConfig.for_table, not both: {sorted(settings)}")
     config = config or ScorerConfig.for_table(labelled.drop(LABEL_COLUMN), **settings)
     check_buckets(labelled[BUCKET_COLUMN].unique().to_list())
     normalization = Normalization.fit(labelled, config)

@@ -248,6 +248,11 @@ def test_config_rejects_what_it_cannot_read():
     )
     assert config.feature_columns == ("f",) and config.nullable_columns == ()
     assert Normalization.fit(pl.DataFrame({"f": [2.0, 2.0]}), config) == Normalization({"f": 2.0}, {"f": 1.0})
+    table = pl.DataFrame({"id": ["a", "b"], "skill_bucket": ["B1", "B1"], "f": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="not both"):
+        train_scorer(table, pl.DataFrame({"id": ["a"], "lp_value": [1.0]}), config, seed=1)
+    with pytest.raises(FeatureError, match="without features"):
+        train_scorer(table, pl.DataFrame({"id": ["z"], "lp_value": [1.0]}), config)
 
 
 # --- the sampler -------------------------------------------------------------------------------------------
