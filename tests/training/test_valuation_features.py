@@ -114,7 +114,8 @@ def test_megatron_models_match_an_unbatched_float64_brute_force(tmp_path):
                 inputs = tokens[max(0, p + w - 1 - context) : p + w - 1]
                 x = torch.as_tensor(inputs.astype(np.int64)).unsqueeze(0)
                 positions = torch.arange(len(inputs)).unsqueeze(0)
-                mask = torch.triu(torch.ones(len(inputs), len(inputs), dtype=torch.bool), 1).view(1, 1, *x.shape[1:] * 2)
+                n = len(inputs)
+                mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1).view(1, 1, n, n)
                 rows = [m(x, positions, mask)[0, -w:].numpy() for m in (teacher, student)]
                 oracle.append((w, brute_force(list(rows[0]), list(rows[1]))))
     got = checkpoint_window_features(
