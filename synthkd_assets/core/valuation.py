@@ -37,6 +37,7 @@ from synthkd_contract.valuation import (
 ModelFeatures = Callable[[Sequence[np.ndarray], Sequence[int]], dict[str, list]]
 POOL_COLUMNS = ("id", "source_example_id", "skill_bucket", "ctx_bucket", "messages", "prompt_tokens_est")
 MODEL_COLUMNS = (WINDOW_TOKENS_COLUMN, *MODEL_FEATURE_COLUMNS)
+KEY_COLUMNS = ("id", "skill_bucket", "ctx_bucket")  # the row's key and tags; every other column is a number
 
 
 def feature_config(window: int = VALUATION_WINDOW) -> dict[str, Any]:
@@ -110,7 +111,7 @@ def feature_summary(table: pa.Table) -> dict[str, float | int | None]:
     """Per feature column: its mean (None when every value is null) and its null count."""
     frame = pl.from_arrow(table)
     summary: dict[str, float | int | None] = {}
-    for name in VALUATION_SCHEMA.names[3:]:
+    for name in (n for n in VALUATION_SCHEMA.names if n not in KEY_COLUMNS):
         mean = frame[name].mean()
         summary[f"mean_{name}"] = None if mean is None else float(mean)
         summary[f"nulls_{name}"] = frame[name].null_count()
