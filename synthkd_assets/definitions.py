@@ -2,7 +2,8 @@
 
 `@dg.definitions` defers everything that depends on the environment to load time, so importing this module
 reads none: the executor ($SYNTHKD_EXECUTOR), the nightly schedule's cron ($SYNTHKD_REBUILD_CRON) and the
-layout's roots ($SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR, as dg.EnvVar) come from the environment of the process
+layout's roots ($SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR, as dg.EnvVar) and the valuation's checkpoints
+($SYNTHKD_TEACHER_CHECKPOINT / $SYNTHKD_STUDENT_CHECKPOINT) come from the environment of the process
 that loads it; `build_definitions(environ)` builds them for any given environment.
 """
 
@@ -25,7 +26,12 @@ from synthkd_assets.defs.automation import (
 from synthkd_assets.defs.code_versions import with_code_versions
 from synthkd_assets.defs.executors import executor_from_env
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
-from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
+from synthkd_assets.defs.resources import (
+    SynthKDBuildConfig,
+    SynthKDLayout,
+    ValuationModelsResource,
+    synthkd_resources,
+)
 
 
 def build_definitions(environ: Mapping[str, str]) -> dg.Definitions:
@@ -36,7 +42,11 @@ def build_definitions(environ: Mapping[str, str]) -> dg.Definitions:
         jobs=[synth_scan_job, synth_plan_job, synth_shard_job, synth_manifests_job],
         sensors=[synth_raw_sensor, synth_manifests_automation],
         schedules=[nightly_rebuild_schedule(environ.get(REBUILD_CRON_ENV) or DEFAULT_REBUILD_CRON)],
-        resources=synthkd_resources(SynthKDLayout.from_environment(environ), SynthKDBuildConfig()),
+        resources=synthkd_resources(
+            SynthKDLayout.from_environment(environ),
+            SynthKDBuildConfig(),
+            ValuationModelsResource.from_environment(environ),
+        ),
         # embedded multiprocess steps by default; SYNTHKD_EXECUTOR=celery|k8s on a cluster (defs/executors.py)
         executor=executor_from_env(environ),
     )

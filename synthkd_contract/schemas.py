@@ -20,6 +20,7 @@ from synthkd_contract.constants import (
     TOKENS_DTYPE,
 )
 from synthkd_contract.near_dup import LSH_BANDS, NUM_PERM
+from synthkd_contract.valuation import MARKER_COLUMNS, MODEL_FEATURE_COLUMNS, WINDOW_TOKENS_COLUMN
 
 # a raw PleIAs/SYNTH shard as upstream publishes it (and the sample generator writes it); the harmonize
 # step also accepts other text and number types per column (core/validation.py)
@@ -126,6 +127,20 @@ POOL_NULL_COLUMNS: Final = (
     "teacher_margin",
     "student_teacher_kl",
     "lp_value",
+)
+
+# synth_valuation_features (002 §8.1): one row per pool row (its `id`, same order), the prompt-only features and
+# the model features (null when no checkpoint is configured)
+VALUATION_SCHEMA: Final = pa.schema(
+    [
+        ("id", pa.string()),
+        ("skill_bucket", pa.string()),
+        ("ctx_bucket", pa.string()),
+        ("prompt_tokens", pa.int32()),
+        *((column, pa.int32()) for column in MARKER_COLUMNS.values()),
+        (WINDOW_TOKENS_COLUMN, pa.int32()),
+        *((column, pa.float64()) for column in MODEL_FEATURE_COLUMNS),
+    ]
 )
 
 # synth_signatures (002 §7.1): one row per synth_filtered row, the MinHash signature of its normalized user prompt

@@ -42,6 +42,7 @@ ASSETS = {
     "synth_pool",
     "synth_curriculum",
     "synth_pool_manifest",
+    "synth_valuation_features",
 }
 
 
@@ -92,7 +93,7 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     lines = stdout.splitlines()
     assert any(line.startswith("inventory: o200k_tokenizer,synth_raw_inventory (") for line in lines)
     assert "scan pass over 6 shards: synth_harmony,synth_filtered,synth_signatures" in lines
-    assert "pool pass over 6 shards: synth_pool" in lines
+    assert "pool pass over 6 shards: synth_pool,synth_valuation_features" in lines
     assert any(line.startswith("synth_pool_v1_smoke: 6 shards, config ") for line in lines)
     assert any(line.startswith("curriculum P1 (seq 2048, 300,000,000 tokens): written (C1 ") for line in lines)
     # smoke: synth_harmony reads the first 256 of the 750 raw rows (the other 494 are counted as smoke_cap)

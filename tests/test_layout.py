@@ -34,6 +34,8 @@ def test_full_build_layout():
     assert paths.distill_record("synth_07") == DATA / "synth_distill/synth_07.json"
     assert paths.error_log(paths.distill_name(), "synth_07") == DATA / "errors/synth_distill/synth_07.jsonl"
     assert paths.encoding_errors_log_path() == DATA / "errors/synth_distill_encoding_errors.jsonl"
+    assert paths.pool_part(7) == DATA / "pool/synth_pool_v1/parts/part-00007.parquet"
+    assert paths.valuation_part(7) == DATA / "pool/synth_pool_v1_valuation/part-00007.parquet"
 
 
 def test_smoke_build_layout_keeps_its_intermediates_apart():
@@ -44,6 +46,7 @@ def test_smoke_build_layout_keeps_its_intermediates_apart():
     assert paths.megatron_manifest() == DATA / "megatron/synth_kd_v1_smoke/manifest.json"
     assert paths.distill_manifest() == DATA / "distill/synth_distill_smoke/manifest.json"
     assert paths.distill_record("synth_07") == DATA / "smoke/synth_distill_smoke/synth_07.json"
+    assert paths.valuation_part(7) == DATA / "pool/synth_pool_v1_smoke_valuation/part-00007.parquet"
     # shared by full and smoke builds of one data root
     assert paths.tokenizer_file() == DataLayout(RAW, DATA).tokenizer_file()
     assert paths.raw_hash_cache() == DataLayout(RAW, DATA).raw_hash_cache()
@@ -66,6 +69,10 @@ def test_distill_overrides_and_recorded_paths():
         DATA / "distill/synth_distill_smoke",
     }
     assert paths.all_errors_dirs() == (DATA / "errors", DATA / "smoke/errors")
+    assert paths.all_valuation_roots() == (
+        DATA / "pool/synth_pool_v1_valuation",
+        DATA / "pool/synth_pool_v1_smoke_valuation",
+    )
 
 
 def test_the_environment_roots_and_their_defaults():

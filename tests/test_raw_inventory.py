@@ -354,9 +354,11 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
         data / "smoke" / constants.DISTILL_SMOKE_DATASET_NAME / "synth_03.json",
         data / "megatron" / constants.DATASET_NAME / "train" / "shard_03_tokens.bin.k2_x9abc.partial",
         data / "distill" / constants.DISTILL_DATASET_NAME / "train" / "part-00003.parquet.q1w2e3.partial",
+        layout.data_layout().valuation_part(3),
     ]
     kept = [
         data / "smoke" / "synth_harmony" / "synth_00.parquet",
+        layout.data_layout().both_builds()[1].valuation_part(0),
         data / "megatron" / constants.DATASET_NAME / "train" / "shard_00_tokens.bin.a1b2c3.partial",
     ]
     for path in gone + kept:

@@ -2,11 +2,11 @@
 
 A shard's outputs are named after its partition key (stage Parquet and reports, DistillKit records, error
 logs) or after its shard number (Megatron trio, documents table and shard record, DistillKit parts, the pool's
-parts, per-cell trios and shard records). When a raw file disappears, everything named after it would
-otherwise stay on disk, and the dataset directories (what `tokens_prefixes` globs, what a DistillKit loader
-reads) would hold data the manifest does not list. `orphaned_outputs` lists exactly those files given the
-shards present, so a lost Dagster instance (partitions never registered as deleted) cannot hide them either;
-removal deletes them (they are derived data: the raw file is what was removed).
+parts, per-cell trios and shard records, the valuation features' parts). When a raw file disappears, everything
+named after it would otherwise stay on disk, and the dataset directories (what `tokens_prefixes` globs, what a
+DistillKit loader reads) would hold data the manifest does not list. `orphaned_outputs` lists exactly those files
+given the shards present, so a lost Dagster instance (partitions never registered as deleted) cannot hide them
+either; removal deletes them (they are derived data: the raw file is what was removed).
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
         numbered += [(root / POOL_PARTS_SUBDIR, _DISTILL_NAME), (root / MEGATRON_SHARDS_SUBDIR, _MEGATRON_NAME)]
         cells = [cell for split in constants.SPLITS for cell in _dirs(root / POOL_TRIOS_SUBDIR / split)]
         numbered += [(cell, _MEGATRON_NAME) for cell in cells]
+    numbered += [(root, _DISTILL_NAME) for root in layout.all_valuation_roots()]
     for directory, pattern in numbered:
         for path in _files(directory):
             match = pattern.match(_final_name(path.name))

@@ -22,6 +22,7 @@ CLI, tests and benchmarks, so that no path is spelled out anywhere else.
     <data>/pool/<pool name>/                      parts/part-XXXXX.parquet (002 §11 rows), megatron/{train,valid}/
                                                   <B>_<C>/shard_XX_*.{bin,idx} (per-cell trios), shards/shard_XX.json,
                                                   curriculum/<stage>.{json,args}, manifest.json
+    <data>/pool/<pool name>_valuation/            part-XXXXX.parquet: the valuation features of each pool part
 
 `<build>` is the data root, or `<data>/smoke/` for a smoke build, so a smoke build never touches a full
 build's intermediates; its datasets are named `*_smoke`.
@@ -56,6 +57,7 @@ POOL_SUBDIR = "pool"
 POOL_PARTS_SUBDIR = "parts"  # the pool's 002 §11 Parquet rows, one part per shard
 POOL_TRIOS_SUBDIR = "megatron"  # the pool's per-cell trios, {train,valid}/<B>_<C>/shard_XX_*
 CURRICULUM_SUBDIR = "curriculum"
+VALUATION_SUFFIX = "_valuation"  # <pool name>_valuation/: the features of the pool's rows, beside its sealed root
 CURRICULUM_PLAN_FILENAME = "plan.json"
 QUOTA_PLAN_STAGE = "synth_quota_plan"
 QUOTA_PLAN_FILENAME = "plan.json"
@@ -232,6 +234,15 @@ class DataLayout:
         """Every stage's plan (ctx shares, epochs, blends with prefixes relative to the trio root)."""
         return self.curriculum_dir() / CURRICULUM_PLAN_FILENAME
 
+    # --- the valuation features of the pool (002 §8.1) ------------------------------------------------
+    def valuation_root(self) -> Path:
+        """Beside the pool's root, not in it: the pool manifest seals what is inside, and the features change
+        with the checkpoints configured, not with the pool."""
+        return self.data_root / POOL_SUBDIR / f"{self.pool_name()}{VALUATION_SUFFIX}"
+
+    def valuation_part(self, shard_index: int) -> Path:
+        return self.valuation_root() / constants.distill_part_name(shard_index)
+
     # --- manifests record paths relative to the data root ---------------------------------------------
     def recorded(self, path: Path) -> str:
         """How a manifest records a path: relative to the data root when under it (so a dataset can move
@@ -270,6 +281,10 @@ class DataLayout:
     def all_pool_roots(self) -> tuple[Path, ...]:
         """parts/part-XXXXX.parquet, megatron/{train,valid}/<cell>/shard_XX_*, shards/shard_XX.json"""
         return tuple(build.pool_root() for build in self.both_builds())
+
+    def all_valuation_roots(self) -> tuple[Path, ...]:
+        """part-XXXXX.parquet"""
+        return tuple(build.valuation_root() for build in self.both_builds())
 
     def all_distill_roots(self) -> tuple[Path, ...]:
         """{train,validation}/part-XXXXX.parquet: this build's root (configured or not) and both defaults."""

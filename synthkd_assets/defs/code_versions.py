@@ -24,6 +24,7 @@ from synthkd_assets.core.near_dup import USER_PROMPT_PATH, ClusterSettings
 from synthkd_assets.core.render import RENDER_CONFIG
 from synthkd_assets.core.sampling import RULE_ORDER
 from synthkd_assets.core.synth import system_message_dict
+from synthkd_assets.core.valuation import feature_config
 from synthkd_assets.defs.resources import SynthKDBuildConfig
 from synthkd_contract import buckets, constants, drops, near_dup
 from synthkd_contract.schemas import (
@@ -59,6 +60,7 @@ RULE_VERSIONS = {
     "synth_pool": "2",
     "synth_curriculum": "1",
     "synth_pool_manifest": "1",
+    "synth_valuation_features": "1",
 }
 
 
@@ -189,6 +191,8 @@ def rule_slices() -> dict[str, dict[str, Any]]:
             "split_rule": constants.SPLIT_RULE,
             "file": constants.MANIFEST_FILENAME,
         },
+        # the markers, columns and default window; the checkpoints are run config (their sha256 is in the metadata)
+        "synth_valuation_features": feature_config(),
     }
 
 

@@ -3,8 +3,8 @@ in-process build (defs/build.py) both take them from here."""
 
 import dagster as dg
 
-from synthkd_assets.defs import assets, ingest, manifests, near_dup, pool
+from synthkd_assets.defs import assets, ingest, manifests, near_dup, pool, valuation
 from synthkd_assets.defs.checks import STANDALONE_CHECKS
 
-ASSETS = [*dg.load_assets_from_modules([ingest, assets, near_dup, manifests, pool]), ingest.synth_raw]
+ASSETS = [*dg.load_assets_from_modules([ingest, assets, near_dup, manifests, pool, valuation]), ingest.synth_raw]
 ASSET_CHECKS = STANDALONE_CHECKS

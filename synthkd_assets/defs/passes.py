@@ -21,7 +21,7 @@ MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest", "synth_disti
 # under it, then its curriculum and sampling manifest. Run by the build, never by the automation: like the
 # sampling plan, a new quota plan means rebuilding every shard's pool
 QUOTA_STEPS = ["synth_quota_plan"]
-POOL_STEPS = ["synth_pool"]
+POOL_STEPS = ["synth_pool", "synth_valuation_features"]  # each shard's pool, then its valuation features
 POOL_MANIFEST_STEPS = ["synth_curriculum", "synth_pool_manifest"]
 OUTPUTS = {
     "synth_kd_v1": "synth_kd_v1_manifest",

@@ -1,12 +1,15 @@
-"""The two resources every step reads: where the build reads and writes (`layout`) and what it builds (`build`).
+"""The two resources every step reads: where the build reads and writes (`layout`) and what it builds (`build`);
+and the models the valuation features read (`valuation`: none by default, the model features are then null).
 
 Run config overrides either: `{"resources": {"layout": {"config": {"data_dir": "..."}}, "build": {"config":
 {"smoke": true}}}}`. The code location gives the layout its roots from SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR as
-`dg.EnvVar`s, resolved by each process that runs a step (`SynthKDLayout.from_environment`).
+`dg.EnvVar`s, resolved by each process that runs a step (`SynthKDLayout.from_environment`), and the valuation's
+checkpoints from SYNTHKD_TEACHER_CHECKPOINT / SYNTHKD_STUDENT_CHECKPOINT the same way.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,9 +27,13 @@ from synthkd_assets.core.synth import system_message_dict
 from synthkd_contract import constants
 from synthkd_contract import near_dup as nd
 from synthkd_contract.buckets import CURRICULUM_STAGES, SKILL_MIX
+from synthkd_contract.valuation import VALUATION_WINDOW
 
 LAYOUT_KEY = "layout"
 BUILD_KEY = "build"
+VALUATION_KEY = "valuation"
+TEACHER_CHECKPOINT_ENV = "SYNTHKD_TEACHER_CHECKPOINT"
+STUDENT_CHECKPOINT_ENV = "SYNTHKD_STUDENT_CHECKPOINT"
 SMOKE_READ_AHEAD = 4  # default raw rows read per shard in a smoke build, per conversation it may write
 
 
@@ -218,8 +225,46 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         )
 
 
+class ValuationModelsResource(dg.ConfigurableResource):
+    """The models synth_valuation_features runs (002 §8.1): checkpoint directories of
+    `synthkd_training.models.save_checkpoint` (gpt_spec.json + model.pt). None: the model features are null,
+    and no build process imports torch."""
+
+    teacher_checkpoint: str | None = Field(
+        default=None, description=f"Teacher checkpoint directory (${TEACHER_CHECKPOINT_ENV}); none: no model features."
+    )
+    student_checkpoint: str | None = Field(
+        default=None,
+        description=f"Student checkpoint directory (${STUDENT_CHECKPOINT_ENV}): student_teacher_kl; needs a teacher.",
+    )
+    window: int = Field(default=VALUATION_WINDOW, description="Continuation tokens after the prompt averaged over.")
+    batch_size: int = Field(default=4, description="Conversations per forward pass.")
+    device: str = Field(default="auto", description='"auto" (CUDA when there is one), "cpu" or "cuda".')
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> ValuationModelsResource:
+        """The code location's models: a `dg.EnvVar` for each checkpoint variable set where it loads."""
+        return cls(
+            teacher_checkpoint=dg.EnvVar(TEACHER_CHECKPOINT_ENV) if environ.get(TEACHER_CHECKPOINT_ENV) else None,
+            student_checkpoint=dg.EnvVar(STUDENT_CHECKPOINT_ENV) if environ.get(STUDENT_CHECKPOINT_ENV) else None,
+        )
+
+    @classmethod
+    def from_environment_now(cls, environ: Mapping[str, str]) -> ValuationModelsResource:
+        """The same checkpoints, read from `environ` now (a build in this process and its workers)."""
+        return cls(
+            teacher_checkpoint=environ.get(TEACHER_CHECKPOINT_ENV) or None,
+            student_checkpoint=environ.get(STUDENT_CHECKPOINT_ENV) or None,
+        )
+
+
 def synthkd_resources(
-    layout: SynthKDLayout, build: SynthKDBuildConfig | None = None
+    layout: SynthKDLayout, build: SynthKDBuildConfig | None = None, valuation: ValuationModelsResource | None = None
 ) -> dict[str, dg.ConfigurableResource]:
-    """The resources of a build under their keys, for `dg.materialize` and evaluation contexts."""
-    return {LAYOUT_KEY: layout, BUILD_KEY: build or SynthKDBuildConfig()}
+    """The resources of a build under their keys, for `dg.materialize` and evaluation contexts (`valuation`: the
+    checkpoints of this process's environment when None)."""
+    return {
+        LAYOUT_KEY: layout,
+        BUILD_KEY: build or SynthKDBuildConfig(),
+        VALUATION_KEY: ValuationModelsResource.from_environment_now(os.environ) if valuation is None else valuation,
+    }

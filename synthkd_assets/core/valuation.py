@@ -1,0 +1,141 @@
+"""The valuation features of one pool shard (seed 002 §8.1): one row per pool row, keyed by its `id`.
+
+Prompt-only features are polars expressions over the pool part: the exact prompt token count, the skill and
+ctx bucket tags, and per lexical marker of synthkd_contract/valuation.py the number of its matches in the user
+message. Model features (teacher entropy / margin, student-teacher KL over the continuation window) come from a
+`ModelFeatures` function given by the caller (synthkd_training.valuation, which imports torch: the asset passes
+one only when a checkpoint is configured); without one they are null, never invented. The conversation tokens
+the models read are synth_tokenized's, the arrays the pool row was made from (same synth_id).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from synthkd_assets.core.near_dup import USER_PROMPT_PATH
+from synthkd_assets.core.parquet_io import write_tables_together
+from synthkd_assets.core.report import ShardReport
+from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.schemas import VALUATION_SCHEMA
+from synthkd_contract.valuation import (
+    LEXICAL_MARKERS,
+    MARKER_COLUMNS,
+    MODEL_FEATURE_COLUMNS,
+    VALUATION_WINDOW,
+    WINDOW_TOKENS_COLUMN,
+)
+
+# (sequences, prompt token counts) -> feature columns, one value per conversation, in order
+ModelFeatures = Callable[[Sequence[np.ndarray], Sequence[int]], dict[str, list]]
+POOL_COLUMNS = ("id", "source_example_id", "skill_bucket", "ctx_bucket", "messages", "prompt_tokens_est")
+MODEL_COLUMNS = (WINDOW_TOKENS_COLUMN, *MODEL_FEATURE_COLUMNS)
+KEY_COLUMNS = ("id", "skill_bucket", "ctx_bucket")  # the row's key and tags; every other column is a number
+
+
+def feature_config(window: int = VALUATION_WINDOW) -> dict[str, Any]:
+    """What defines the features (the code version's slice, and the metadata): markers, columns, window."""
+    return {
+        "markers": dict(LEXICAL_MARKERS),
+        "prompt": USER_PROMPT_PATH,
+        "schema": VALUATION_SCHEMA.to_string(show_schema_metadata=False),
+        "window": window,
+    }
+
+
+def prompt_text() -> pl.Expr:
+    """The user message of a pool row's Harmony conversation (the text the markers are counted in)."""
+    return pl.col("messages").str.json_path_match(USER_PROMPT_PATH).fill_null("")
+
+
+def marker_counts(text: pl.Expr) -> list[pl.Expr]:
+    """One Int32 column per lexical marker: its non-overlapping matches in `text`."""
+    return [
+        text.str.count_matches(pattern).cast(pl.Int32).alias(MARKER_COLUMNS[name])
+        for name, pattern in LEXICAL_MARKERS.items()
+    ]
+
+
+def prompt_features(pool: pl.DataFrame) -> pl.DataFrame:
+    """id, bucket tags, prompt tokens and the marker counts of every pool row, in order."""
+    return pool.select(
+        "id",
+        "skill_bucket",
+        "ctx_bucket",
+        pl.col("prompt_tokens_est").cast(pl.Int32).alias("prompt_tokens"),
+        *marker_counts(prompt_text()),
+    )
+
+
+def valuation_table(pool: pl.DataFrame, model: dict[str, list] | None) -> pa.Table:
+    """VALUATION_SCHEMA rows of `pool`: the prompt features, and the model feature columns (null without)."""
+    features = prompt_features(pool)
+    n = features.height
+    columns = {name: (model or {}).get(name, [None] * n) for name in MODEL_COLUMNS}
+    for name, values in columns.items():
+        if len(values) != n:
+            raise ValueError(f"model feature {name}: {len(values)} values for {n} pool rows")
+    table = features.to_arrow()
+    for name in MODEL_COLUMNS:
+        table = table.append_column(name, pa.array(columns[name], VALUATION_SCHEMA.field(name).type))
+    return table.select(VALUATION_SCHEMA.names).cast(VALUATION_SCHEMA)
+
+
+def conversation_tokens(tokenized_path: Path, synth_ids: list[str]) -> list[np.ndarray]:
+    """The synth_tokenized tokens of each synth_id, in the order given; a missing one is an error."""
+    frame = pl.read_parquet(tokenized_path, columns=["synth_id", "tokens"])
+    order = pl.DataFrame({"synth_id": synth_ids}).with_row_index("order")
+    joined = order.join(frame, on="synth_id", how="left").sort("order")
+    missing = joined.filter(pl.col("tokens").is_null())["synth_id"].to_list()
+    if missing:
+        raise ValueError(f"{tokenized_path}: no tokens for pool rows of synth_id {missing[:5]}")
+    return [np.asarray(tokens) for tokens in joined["tokens"].to_list()]
+
+
+def checkpoint_sha256(directory: str | Path) -> str:
+    """One digest of a checkpoint directory: sha256 of the sorted `relative path  sha256` lines of its files."""
+    root = Path(directory)
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    lines = "".join(f"{p.relative_to(root).as_posix()}  {sha256_file(p)}\n" for p in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def feature_summary(table: pa.Table) -> dict[str, float | int | None]:
+    """Per feature column: its mean (None when every value is null) and its null count."""
+    frame = pl.from_arrow(table)
+    summary: dict[str, float | int | None] = {}
+    for name in (n for n in VALUATION_SCHEMA.names if n not in KEY_COLUMNS):
+        mean = frame[name].mean()
+        summary[f"mean_{name}"] = None if mean is None else float(mean)
+        summary[f"nulls_{name}"] = frame[name].null_count()
+    return summary
+
+
+@dataclass
+class ValuationResult:
+    report: ShardReport
+    table: pa.Table
+    model_features: bool  # whether the model feature columns were computed
+
+
+def write_valuation_shard(
+    pool_part: Path, tokenized_path: Path, out_path: Path, shard: str, model: ModelFeatures | None = None
+) -> ValuationResult:
+    """The features of every row of `pool_part`, written to `out_path` atomically (nothing half written); the
+    model columns from `model` over the conversations' synth_tokenized tokens, or null without it."""
+    pool = pl.read_parquet(pool_part, columns=list(POOL_COLUMNS))
+    columns = None
+    if model is not None:
+        sequences = conversation_tokens(tokenized_path, pool["source_example_id"].to_list())
+        columns = model(sequences, pool["prompt_tokens_est"].to_list())
+    table = valuation_table(pool, columns)
+    write_tables_together([(out_path, VALUATION_SCHEMA, table)])
+    report = ShardReport(shard, rows_in=pool.height, rows_out=table.num_rows)
+    return ValuationResult(report, table, model is not None)
