@@ -30,6 +30,14 @@ def module_files() -> dict[str, Path]:
 MODULES = module_files()
 
 
+# the deliberate exceptions, each with its reason: `file: statement` -> why it is deferred
+DEFERRED_IMPORTS = {
+    "synthkd_assets/defs/valuation.py: from synthkd_training.valuation import checkpoint_window_features": (
+        "torch and megatron-core load only when the valuation resource names a checkpoint"
+    ),
+}
+
+
 def nested_synthkd_imports(path: Path) -> list[str]:
     """`line: statement` of each import of a synthkd module that is not a statement of the module body."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
@@ -42,7 +50,8 @@ def nested_synthkd_imports(path: Path) -> list[str]:
             names = ["synthkd_relative" if node.level else node.module or ""]
         else:
             continue
-        if id(node) not in top_level and any(name.startswith("synthkd") for name in names):
+        deferred = f"{path.relative_to(REPO_ROOT)}: {ast.unparse(node)}" in DEFERRED_IMPORTS
+        if id(node) not in top_level and any(name.startswith("synthkd") for name in names) and not deferred:
             found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {ast.unparse(node)}")
     return found
 

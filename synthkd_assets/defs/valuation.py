@@ -2,7 +2,6 @@
 student features when the `valuation` resource names checkpoints (core/valuation.py; the models run in
 synthkd_training.valuation)."""
 
-import importlib
 from functools import partial
 from pathlib import Path
 
@@ -19,10 +18,6 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, Val
 from synthkd_assets.defs.upstream import require_upstream, stage_files
 from synthkd_contract.schemas import VALUATION_SCHEMA
 
-# imported only when a checkpoint is configured: it imports torch and megatron-core, which a build process
-# without models never loads (tests/test_imports.py); by name, so the module graph keeps synthkd_training apart
-TRAINING_VALUATION_MODULE = "synthkd_training.valuation"
-
 
 def model_features(valuation: ValuationModelsResource) -> ModelFeatures | None:
     """The model feature function of the configured checkpoints, or None when no teacher is configured."""
@@ -36,9 +31,12 @@ def model_features(valuation: ValuationModelsResource) -> ModelFeatures | None:
     for checkpoint in (valuation.teacher_checkpoint, valuation.student_checkpoint):
         if checkpoint is not None and not Path(checkpoint).is_dir():
             raise dg.Failure(f"valuation checkpoint {checkpoint} is not a directory (gpt_spec.json + model.pt)")
-    training = importlib.import_module(TRAINING_VALUATION_MODULE)
+    # deferred: synthkd_training imports torch and megatron-core, which a build process without models never
+    # loads (tests/test_imports.py lists this import as the one deliberate exception)
+    from synthkd_training.valuation import checkpoint_window_features
+
     return partial(
-        training.checkpoint_window_features,
+        checkpoint_window_features,
         valuation.teacher_checkpoint,
         valuation.student_checkpoint,
         window=valuation.window,
