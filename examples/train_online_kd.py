@@ -3,6 +3,7 @@
     python examples/train_tiny.py --data-root data/megatron/synth_kd_v1 --steps 40 --save-checkpoint teacher/
     python examples/train_online_kd.py --teacher-checkpoint teacher/ --steps 30
     python examples/train_online_kd.py --synthetic --teacher-checkpoint teacher/      # no build needed
+    python examples/train_online_kd.py --teacher-checkpoint /models/gpt-oss-20b --device cuda   # a real teacher
 
 The student (a `GPTSpec` from the flags, randomly initialised) is trained with `span_kd_loss` (forward / reverse /
 mix KL at a temperature) plus `--ce-weight` times the span-normalized CE, on `SpanGPTDataset` batches of the
@@ -39,11 +40,12 @@ from synthkd_contract.indexed_dataset import read_index
 from synthkd_training.dataset import SpanGPTDatasetConfig, build_span_datasets, tokens_prefixes
 from synthkd_training.documents import batches_of, document_ids, document_sample, trio_documents
 from synthkd_training.losses import SpanLossConfig
-from synthkd_training.models import GPTSpec, build_gpt, load_checkpoint, megatron_world, pick_device
+from synthkd_training.models import GPTSpec, build_gpt, load_model, megatron_world, pick_device
 from synthkd_training.online_kd import KDStep, OnlineKDConfig, train_online_kd
 from synthkd_training.progress import Candidate, LPCadence, LPConfig, learning_progress_labels
 from synthkd_training.synthetic import write_synthetic_split
 
+DEFAULT_SEQ_LENGTH = 2048  # a CPU-sized default when the teacher takes longer sequences (GPT-OSS: 131,072)
 LP_SCHEMA = pa.schema(
     [
         ("key", pa.string()),
@@ -65,11 +67,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tokenizer-dir", type=Path, default=layout.tokenizer_dir(), help="renders --heldout")
     parser.add_argument("--heldout-size", type=int, default=16, help="held-out conversations measured")
     parser.add_argument("--work-dir", type=Path, default=None, help="synthetic data and megatron's index cache")
-    parser.add_argument("--teacher-checkpoint", type=Path, required=True, help="gpt_spec.json + model.pt")
+    parser.add_argument(
+        "--teacher-checkpoint",
+        type=Path,
+        required=True,
+        help="gpt_spec.json + model.pt (train_tiny.py --save-checkpoint), or a Hugging Face causal LM (e.g. GPT-OSS)",
+    )
     parser.add_argument("--num-layers", type=int, default=1, help="student")
     parser.add_argument("--hidden-size", type=int, default=32, help="student")
     parser.add_argument("--num-attention-heads", type=int, default=2, help="student")
-    parser.add_argument("--seq-length", type=int, default=None, help="default: the teacher's")
+    parser.add_argument(
+        "--seq-length", type=int, default=None, help=f"default: the teacher's positions, at most {DEFAULT_SEQ_LENGTH}"
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -231,16 +240,17 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict:
-    teacher, teacher_spec = load_checkpoint(args.teacher_checkpoint, device, args.micro_batch_size)
-    seq_length = args.seq_length or teacher_spec.seq_length
-    if seq_length > teacher_spec.seq_length:
-        raise SystemExit(f"--seq-length {seq_length} exceeds the teacher's {teacher_spec.seq_length} positions")
+    loaded = load_model(args.teacher_checkpoint, device, args.micro_batch_size)
+    teacher = loaded.model
+    seq_length = args.seq_length or min(loaded.max_positions, DEFAULT_SEQ_LENGTH)
+    if seq_length > loaded.max_positions:
+        raise SystemExit(f"--seq-length {seq_length} exceeds the teacher's {loaded.max_positions} positions")
     student_spec = GPTSpec(
         num_layers=args.num_layers,
         hidden_size=args.hidden_size,
         num_attention_heads=args.num_attention_heads,
         seq_length=seq_length,
-        vocab_size=teacher_spec.vocab_size,
+        vocab_size=loaded.vocab_size,
     )
     student = build_gpt(student_spec, device, args.micro_batch_size)
     data_root, train, valid = _train_data(args, work_dir, seq_length)

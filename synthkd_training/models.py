@@ -7,10 +7,12 @@ a config (`GPTSpec`) and reads and writes checkpoints:
 
 - `save_checkpoint(model, spec, directory)` writes `gpt_spec.json` (the architecture) and `model.pt` (the weights);
 - `load_checkpoint(directory, device, micro_batch_size)` builds the model from `gpt_spec.json` and loads `model.pt`.
-  A real teacher (GPT-OSS: MoE, attention sinks, YaRN, which megatron's local layer spec cannot express) is built
-  and loaded by the caller with Megatron-LM / Megatron-Bridge from its own checkpoint and passed to the functions
-  directly: they need nothing of it but that call. (megatron-core's `torch_dist` checkpoint writer needs CUDA,
-  so it is not the format of these CPU-made checkpoints.)
+  (megatron-core's `torch_dist` checkpoint writer needs CUDA, so it is not the format of these CPU-made checkpoints.)
+- `load_model(directory, ...)` opens either that or a Hugging Face causal-LM checkpoint (`config.json` +
+  safetensors, e.g. openai/gpt-oss-20b as published: `GptOssForCausalLM`, MoE, attention sinks, YaRN), the
+  latter behind `CausalLMAdapter`, so the teacher of every distillation function can be a real GPT-OSS checkpoint
+  path. Any other model (a Megatron-Bridge GPT-OSS, say) is passed to the functions directly: they need nothing of
+  it but the call above.
 
 On CPU two megatron-core code paths that assume CUDA are sidestepped: the RNG tracker is the no-op one (no CUDA
 RNG; dropout is 0 in these specs) and DotProductAttention's global scratch buffer is pre-allocated on the CPU;
@@ -188,3 +190,57 @@ def load_checkpoint(
     model.load_state_dict(weights, strict=False)
     model.eval()
     return model, spec
+
+
+HF_CONFIG_FILE = "config.json"
+"""What marks a Hugging Face checkpoint directory."""
+
+
+class CausalLMAdapter(torch.nn.Module):
+    """A Hugging Face causal LM behind GPTModel's call convention: `(tokens, position_ids, attention_mask)` ->
+    `[b, s, V]` logits. The model applies its own causal mask, which is what megatron's mask says for these
+    batches (no reset of attention at EOD), so `attention_mask` is not passed on."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=tokens, position_ids=position_ids, use_cache=False).logits
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model from a checkpoint directory, with what its callers must respect."""
+
+    model: torch.nn.Module
+    vocab_size: int
+    """Width of its logits: teacher and student must agree."""
+    max_positions: int
+    """Longest sequence it takes (GPTSpec.seq_length, or the Hugging Face config's max_position_embeddings)."""
+    kind: str
+    """"gpt_spec" (save_checkpoint's format) or "huggingface"."""
+
+
+def load_model(
+    directory: str | Path, device: torch.device, micro_batch_size: int, dtype: torch.dtype | None = None
+) -> LoadedModel:
+    """The model of a `save_checkpoint` directory or of a Hugging Face causal-LM checkpoint, in eval mode.
+
+    Hugging Face weights load in `dtype` (default: bfloat16 on CUDA, float32 on CPU); transformers is imported only
+    for such a directory."""
+    directory = Path(directory)
+    if (directory / SPEC_FILE).is_file():
+        model, spec = load_checkpoint(directory, device, micro_batch_size)
+        return LoadedModel(model, spec.vocab_size, spec.seq_length, "gpt_spec")
+    if (directory / HF_CONFIG_FILE).is_file():
+        from transformers import AutoModelForCausalLM
+
+        dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).to(device).eval()
+        config = model.config
+        return LoadedModel(CausalLMAdapter(model), config.vocab_size, config.max_position_embeddings, "huggingface")
+    raise FileNotFoundError(
+        f"{directory}: not a model checkpoint: neither {SPEC_FILE} + {WEIGHTS_FILE} (synthkd_training.models) "
+        f"nor {HF_CONFIG_FILE} (a Hugging Face causal LM)"
+    )

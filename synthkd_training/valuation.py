@@ -30,7 +30,7 @@ import torch
 from synthkd_contract import constants
 from synthkd_contract.valuation import WINDOW_TOKENS_COLUMN
 from synthkd_training.losses import SpanLossConfig, per_token_kd
-from synthkd_training.models import load_checkpoint, megatron_world, pick_device
+from synthkd_training.models import load_model, megatron_world, pick_device
 
 FeatureColumns = dict[str, list[float | int | None]]
 
@@ -122,24 +122,24 @@ def checkpoint_window_features(
     device: str = "auto",
     seed: int = 0,
 ) -> FeatureColumns:
-    """`window_features` of the models `models.save_checkpoint` wrote (gpt_spec.json + model.pt), loaded in a
-    single-process megatron world on `device` ("auto": CUDA when there is one); the context is the smaller of
-    the two models' seq_length."""
+    """`window_features` of the models in two checkpoint directories (`models.load_model`: save_checkpoint's
+    format or a Hugging Face causal LM such as GPT-OSS), loaded in a single-process megatron world on `device`
+    ("auto": CUDA when there is one); the context is the smaller of the two models' position limits."""
     where = pick_device(device)
     with megatron_world(where, seed):
-        teacher, teacher_spec = load_checkpoint(teacher_checkpoint, where, batch_size)
-        student, context = None, teacher_spec.seq_length
+        teacher = load_model(teacher_checkpoint, where, batch_size)
+        student, context = None, teacher.max_positions
         if student_checkpoint is not None:
-            student, student_spec = load_checkpoint(student_checkpoint, where, batch_size)
-            if student_spec.vocab_size != teacher_spec.vocab_size:
+            loaded = load_model(student_checkpoint, where, batch_size)
+            if loaded.vocab_size != teacher.vocab_size:
                 raise ValueError(
-                    f"student {student_checkpoint} has vocab {student_spec.vocab_size}, "
-                    f"teacher {teacher_checkpoint} {teacher_spec.vocab_size}: their distributions do not compare"
+                    f"student {student_checkpoint} has vocab {loaded.vocab_size}, "
+                    f"teacher {teacher_checkpoint} {teacher.vocab_size}: their distributions do not compare"
                 )
-            context = min(context, student_spec.seq_length)
-        valid = min(teacher_spec.vocab_size, constants.PADDED_VOCAB_SIZE)
+            student, context = loaded.model, min(context, loaded.max_positions)
+        valid = min(teacher.vocab_size, constants.PADDED_VOCAB_SIZE)
         return window_features(
-            teacher,
+            teacher.model,
             student,
             sequences,
             prompt_tokens,

@@ -294,3 +294,14 @@ def test_online_kd_lowers_the_heldout_kl_on_the_sample(built_sample, tmp_path, m
     assert summary["heldout_after"] < summary["heldout_before"]
     labels = pq.read_table(tmp_path / "lp.parquet").to_pylist()
     assert len(labels) == 1 and labels[0]["key"].startswith("synth_")  # keyed by the conversation's synth_id
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_online_kd_example_with_a_gpt_oss_checkpoint_as_teacher(gpt_oss_checkpoint, tmp_path):
+    """The teacher given as a Hugging Face GPT-OSS checkpoint path (GptOssForCausalLM at toy size)."""
+    summary = online_kd_example.main(
+        ["--synthetic", "--device", "cpu", "--seq-length", "32", "--micro-batch-size", "2",
+         "--work-dir", str(tmp_path / "s"), "--teacher-checkpoint", str(gpt_oss_checkpoint),
+         "--steps", "6", "--lr", "1e-2", "--heldout-size", "4"]
+    )  # fmt: skip
+    assert summary["heldout_after"] < summary["heldout_before"]

@@ -1,0 +1,95 @@
+"""synthkd_training.models: checkpoints round-trip exactly; a Hugging Face GPT-OSS checkpoint serves as teacher."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from synthkd_contract import constants
+from synthkd_training.models import (
+    GPTSpec,
+    build_gpt,
+    forward_logits,
+    load_checkpoint,
+    load_model,
+    megatron_world,
+    save_checkpoint,
+)
+from synthkd_training.valuation import checkpoint_window_features, window_features
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+CPU = torch.device("cpu")
+SPEC = GPTSpec(num_layers=1, hidden_size=16, num_attention_heads=2, seq_length=16)
+
+
+def batch(seed: int = 0, b: int = 2, s: int = 16) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        "tokens": torch.randint(0, 200_000, (b, s), generator=generator),
+        "position_ids": torch.arange(s).expand(b, s),
+        "attention_mask": (torch.tril(torch.ones(s, s)) < 0.5).expand(b, 1, s, s),
+    }
+
+
+def test_a_saved_checkpoint_loads_to_the_same_model(tmp_path):
+    with megatron_world(CPU, seed=3):
+        model = build_gpt(SPEC, CPU, 2).eval()
+        save_checkpoint(model, SPEC, tmp_path / "ckpt")
+        assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["gpt_spec.json", "model.pt"]
+        assert not list(tmp_path.glob(".ckpt.partial-*"))  # written aside, renamed into place
+        torch.manual_seed(99)  # a different initialisation, overwritten by the weights
+        loaded, spec = load_checkpoint(tmp_path / "ckpt", CPU, 2)
+        assert spec == SPEC
+        for name, value in model.state_dict().items():
+            if torch.is_tensor(value):
+                assert torch.equal(value, loaded.state_dict()[name]), name
+        with torch.no_grad():
+            assert torch.equal(forward_logits(model, batch()), forward_logits(loaded, batch()))
+        opened = load_model(tmp_path / "ckpt", CPU, 2)
+        assert (opened.kind, opened.vocab_size, opened.max_positions) == ("gpt_spec", constants.PADDED_VOCAB_SIZE, 16)
+
+
+def test_a_checkpoint_missing_a_parameter_is_refused(tmp_path):
+    with megatron_world(CPU, seed=3):
+        save_checkpoint(build_gpt(SPEC, CPU, 2), SPEC, tmp_path / "ckpt")
+        weights = torch.load(tmp_path / "ckpt" / "model.pt", weights_only=True)
+        removed = sorted(weights)[0]
+        del weights[removed]
+        torch.save(weights, tmp_path / "ckpt" / "model.pt")
+        with pytest.raises(ValueError, match="missing"):
+            load_checkpoint(tmp_path / "ckpt", CPU, 2)
+    with pytest.raises(FileNotFoundError, match="neither gpt_spec.json"):
+        load_model(tmp_path, CPU, 2)
+
+
+def test_a_hugging_face_gpt_oss_checkpoint_is_a_teacher(gpt_oss_checkpoint):
+    """GptOssForCausalLM (MoE, sinks) from its checkpoint path, behind GPTModel's call convention."""
+    from transformers import AutoModelForCausalLM
+
+    with megatron_world(CPU, seed=0):
+        opened = load_model(gpt_oss_checkpoint, CPU, 2)
+    assert (opened.kind, opened.vocab_size, opened.max_positions) == ("huggingface", constants.PADDED_VOCAB_SIZE, 64)
+    reference = AutoModelForCausalLM.from_pretrained(gpt_oss_checkpoint, dtype=torch.float32).eval()
+    inputs = batch(1)
+    with torch.no_grad():
+        expected = reference(input_ids=inputs["tokens"]).logits
+        assert torch.equal(forward_logits(opened.model, inputs), expected)
+    assert expected.shape == (2, 16, constants.PADDED_VOCAB_SIZE)
+
+
+def test_valuation_features_take_a_gpt_oss_teacher_path(gpt_oss_checkpoint, tmp_path):
+    rng = np.random.default_rng(0)
+    sequences = [rng.integers(0, 200_000, size=n).astype(np.int32) for n in (30, 12)]
+    prompts = [20, 4]
+    with megatron_world(CPU, seed=0):
+        save_checkpoint(build_gpt(SPEC, CPU, 2), SPEC, tmp_path / "student")
+    got = checkpoint_window_features(
+        gpt_oss_checkpoint, tmp_path / "student", sequences, prompts, window=4, batch_size=2, device="cpu"
+    )
+    assert all(value is not None for name in ("teacher_entropy", "student_teacher_kl") for value in got[name])
+    with megatron_world(CPU, seed=0):  # the same as handing the loaded models in directly
+        teacher = load_model(gpt_oss_checkpoint, CPU, 2).model
+        student = load_model(tmp_path / "student", CPU, 2).model
+        direct = window_features(teacher, student, sequences, prompts, window=4, context=16, batch_size=2, device=CPU)
+    assert direct == got
