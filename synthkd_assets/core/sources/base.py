@@ -486,7 +486,7 @@ def harmonize_source(
         _messages_json(system or system_message_dict()).alias("messages_json"),
         _metadata_json(spec, path.name, subset or path.stem).alias("metadata_json"),
     )
-    out = pl.from_arrow(out.to_arrow().cast(HARMONY_SCHEMA))
+    out = out.cast(dict(pl.from_arrow(HARMONY_SCHEMA.empty_table()).schema))  # HARMONY_SCHEMA, as polars types
     report.rows_out = out.height
     report.language.update(out["language"].fill_null("unknown").to_list())
     report.exercise.update(out["exercise"].to_list())
