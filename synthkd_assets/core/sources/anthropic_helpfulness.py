@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.sources.base import ID_CONTENT, PARQUET, Column, SourceAdapter, SourceSpec
+from synthkd_assets.core.sources.base import ID_CONTENT, PARQUET, Column, SourceAdapter, SourceSpec, conversation_frame
 
 SPEC = SourceSpec(
     key="anthropic_helpfulness",
@@ -41,15 +41,7 @@ def to_conversations(frame: pl.DataFrame) -> pl.DataFrame:
     plain = pl.concat_list(pl.struct(role=pl.lit("user"), text=pl.col("prompt")))
     history = pl.when(pl.col("prompt").str.contains("<|im_start|>", literal=True)).then(chatml).otherwise(plain)
     reply = pl.concat_list(pl.struct(role=pl.lit("assistant"), text=pl.col("response")))
-    return frame.select(
-        "source_row",
-        pl.lit(None, pl.String).alias("drop_reason"),
-        pl.lit(None, pl.String).alias("example_id"),
-        pl.lit(None, pl.String).alias("language"),
-        pl.concat_list(history, reply).alias("turns"),
-        pl.lit(None, pl.String).alias("reasoning"),
-        pl.lit(None).alias("extra"),
-    )
+    return conversation_frame(frame, pl.concat_list(history, reply))
 
 
 ADAPTER = SourceAdapter(SPEC, to_conversations)

@@ -289,6 +289,36 @@ def read_source_table(path: Path, spec: SourceSpec, report: ShardReport) -> pa.T
     return table.append_column("source_row", pa.array(range(table.num_rows), pa.int64()))
 
 
+# --- what adapters build with --------------------------------------------------------------------------------
+def conversation_frame(
+    frame: pl.DataFrame,
+    turns: pl.Expr,
+    example_id: pl.Expr | None = None,
+    language: pl.Expr | None = None,
+    reasoning: pl.Expr | None = None,
+    drop_reason: pl.Expr | None = None,
+    extra: pl.Expr | None = None,
+) -> pl.DataFrame:
+    """CONVERSATION_COLUMNS from expressions over a shard's published columns (null where not given)."""
+    nothing = pl.lit(None, pl.String)
+    return frame.select(
+        "source_row",
+        (nothing if drop_reason is None else drop_reason).alias("drop_reason"),
+        (nothing if example_id is None else example_id).alias("example_id"),
+        (nothing if language is None else language).alias("language"),
+        turns.alias("turns"),
+        (nothing if reasoning is None else reasoning).alias("reasoning"),
+        (pl.lit(None) if extra is None else extra).alias("extra"),
+    )
+
+
+def message_list_turns(column: str, role: str = "role", text: str = "content") -> pl.Expr:
+    """Turns from a list of message structs (`[{role, content}, ...]`, the chat-dataset layout)."""
+    return pl.col(column).list.eval(
+        pl.struct(role=pl.element().struct.field(role), text=pl.element().struct.field(text))
+    )
+
+
 # --- conversations -> synth_harmony_v1 -----------------------------------------------------------------------
 def canonical_content(turns: Sequence[dict[str, str]], reasoning: str | None) -> str:
     """The text an example's content id hashes: its turns (role, text) and reasoning, as compact sorted JSON."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.sources.base import ID_CONTENT, PARQUET, Column, SourceAdapter, SourceSpec
-from synthkd_assets.core.sources.pairs import pair_conversations
+from synthkd_assets.core.sources.base import ID_CONTENT, PARQUET, Column, SourceAdapter, SourceSpec, conversation_frame
+from synthkd_assets.core.sources.pairs import pair_turns
 
 SPEC = SourceSpec(
     key="competition_math",
@@ -30,7 +30,9 @@ SPEC = SourceSpec(
 
 
 def to_conversations(frame: pl.DataFrame) -> pl.DataFrame:
-    return pair_conversations(frame, pl.col("problem"), pl.col("solution"), None, pl.struct("level", "type"))
+    return conversation_frame(
+        frame, pair_turns(pl.col("problem"), pl.col("solution")), extra=pl.struct("level", "type")
+    )
 
 
 ADAPTER = SourceAdapter(SPEC, to_conversations)

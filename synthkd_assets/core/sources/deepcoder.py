@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.sources.base import ID_CONTENT, PARQUET, Column, SourceAdapter, SourceSpec
+from synthkd_assets.core.sources.base import ID_CONTENT, PARQUET, Column, SourceAdapter, SourceSpec, conversation_frame
 from synthkd_assets.core.sources.pairs import pair_turns
 from synthkd_contract import drops
 
@@ -37,14 +37,11 @@ SPEC = SourceSpec(
 
 def to_conversations(frame: pl.DataFrame) -> pl.DataFrame:
     solution = pl.col("solutions").list.first()
-    return frame.select(
-        "source_row",
-        pl.when(solution.is_null()).then(pl.lit(drops.DROP_NO_REFERENCE_ANSWER)).alias("drop_reason"),
-        pl.lit(None, pl.String).alias("example_id"),
-        pl.lit(None, pl.String).alias("language"),
-        pair_turns(pl.col("problem"), solution).alias("turns"),
-        pl.lit(None, pl.String).alias("reasoning"),
-        pl.struct("tests", "metadata", "starter_code").alias("extra"),
+    return conversation_frame(
+        frame,
+        pair_turns(pl.col("problem"), solution),
+        drop_reason=pl.when(solution.is_null()).then(pl.lit(drops.DROP_NO_REFERENCE_ANSWER)),
+        extra=pl.struct("tests", "metadata", "starter_code"),
     )
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.sources.base import ID_DATASET, PARQUET, Column, SourceAdapter, SourceSpec
-from synthkd_assets.core.sources.pairs import pair_conversations
+from synthkd_assets.core.sources.base import ID_DATASET, PARQUET, Column, SourceAdapter, SourceSpec, conversation_frame
+from synthkd_assets.core.sources.pairs import pair_turns
 
 SPEC = SourceSpec(
     key="hendrycks_math",
@@ -27,12 +27,11 @@ SPEC = SourceSpec(
 
 def to_conversations(frame: pl.DataFrame) -> pl.DataFrame:
     info = pl.col("info")
-    return pair_conversations(
+    return conversation_frame(
         frame,
-        pl.col("question"),
-        pl.col("answer"),
-        info.struct.field("problem_id"),
-        pl.struct(task_type=info.struct.field("task_type"), difficulty=pl.col("difficulty")),
+        pair_turns(pl.col("question"), pl.col("answer")),
+        example_id=info.struct.field("problem_id"),
+        extra=pl.struct(task_type=info.struct.field("task_type"), difficulty=pl.col("difficulty")),
     )
 
 

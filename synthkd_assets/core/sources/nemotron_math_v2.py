@@ -9,7 +9,15 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.sources.base import ID_DATASET_CONTENT, JSONL, Column, SourceAdapter, SourceSpec
+from synthkd_assets.core.sources.base import (
+    ID_DATASET_CONTENT,
+    JSONL,
+    Column,
+    SourceAdapter,
+    SourceSpec,
+    conversation_frame,
+    message_list_turns,
+)
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string())])
 SPEC = SourceSpec(
@@ -43,17 +51,12 @@ SPEC = SourceSpec(
 
 def to_conversations(frame: pl.DataFrame) -> pl.DataFrame:
     last = pl.col("messages").list.last()
-    reasoning = pl.when(last.struct.field("role") == "assistant").then(last.struct.field("reasoning_content"))
-    return frame.select(
-        "source_row",
-        pl.lit(None, pl.String).alias("drop_reason"),
-        pl.col("uuid").alias("example_id"),
-        pl.lit(None, pl.String).alias("language"),
-        pl.col("messages")
-        .list.eval(pl.struct(role=pl.element().struct.field("role"), text=pl.element().struct.field("content")))
-        .alias("turns"),
-        reasoning.alias("reasoning"),
-        pl.struct("expected_answer", "data_source", "changed_answer_to_majority", "license").alias("extra"),
+    return conversation_frame(
+        frame,
+        message_list_turns("messages"),
+        example_id=pl.col("uuid"),
+        reasoning=pl.when(last.struct.field("role") == "assistant").then(last.struct.field("reasoning_content")),
+        extra=pl.struct("expected_answer", "data_source", "changed_answer_to_majority", "license"),
     )
 
 

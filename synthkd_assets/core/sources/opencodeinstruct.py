@@ -7,8 +7,8 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.sources.base import ID_DATASET, PARQUET, Column, SourceAdapter, SourceSpec
-from synthkd_assets.core.sources.pairs import pair_conversations
+from synthkd_assets.core.sources.base import ID_DATASET, PARQUET, Column, SourceAdapter, SourceSpec, conversation_frame
+from synthkd_assets.core.sources.pairs import pair_turns
 
 SPEC = SourceSpec(
     key="opencodeinstruct",
@@ -32,7 +32,7 @@ SPEC = SourceSpec(
 
 def to_conversations(frame: pl.DataFrame) -> pl.DataFrame:
     extra = pl.struct("domain", "generation_algorithm", "average_test_score")
-    return pair_conversations(frame, pl.col("input"), pl.col("output"), pl.col("id"), extra)
+    return conversation_frame(frame, pair_turns(pl.col("input"), pl.col("output")), pl.col("id"), extra=extra)
 
 
 ADAPTER = SourceAdapter(SPEC, to_conversations)

@@ -6,7 +6,15 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from synthkd_assets.core.sources.base import ID_DATASET, PARQUET, Column, SourceAdapter, SourceSpec
+from synthkd_assets.core.sources.base import (
+    ID_DATASET,
+    PARQUET,
+    Column,
+    SourceAdapter,
+    SourceSpec,
+    conversation_frame,
+    message_list_turns,
+)
 
 SPEC = SourceSpec(
     key="ultrachat_200k",
@@ -23,17 +31,7 @@ SPEC = SourceSpec(
 
 
 def to_conversations(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.select(
-        "source_row",
-        pl.lit(None, pl.String).alias("drop_reason"),
-        pl.col("prompt_id").alias("example_id"),
-        pl.lit(None, pl.String).alias("language"),
-        pl.col("messages")
-        .list.eval(pl.struct(role=pl.element().struct.field("role"), text=pl.element().struct.field("content")))
-        .alias("turns"),
-        pl.lit(None, pl.String).alias("reasoning"),
-        pl.lit(None).alias("extra"),
-    )
+    return conversation_frame(frame, message_list_turns("messages"), example_id=pl.col("prompt_id"))
 
 
 ADAPTER = SourceAdapter(SPEC, to_conversations)
