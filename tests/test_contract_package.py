@@ -27,7 +27,7 @@ from synthkd_contract.trio import shard_tokens_prefix, sibling_prefix, trio_file
 from synthkd_training.synthetic import Document, synthetic_document, write_documents
 from tests.helpers import REPO_ROOT
 
-CONTRACT_MODULES = ("constants", "schemas", "drops", "labels", "trio", "manifest_seal", "buckets")
+CONTRACT_MODULES = ("constants", "schemas", "drops", "labels", "trio", "manifest_seal", "buckets", "sources")
 
 
 def test_training_and_contract_import_neither_dagster_nor_synthkd_assets():
