@@ -306,6 +306,7 @@ def ultrachat_200k(root: Path) -> Fixture:
         (row("uc-10", ("user", FRENCH), ("assistant", "Parce que la diffusion de Rayleigh...")), None),
         (row("uc-11", ("user", "Hi."), ("assistant", None)), drops.DROP_EMPTY_TURN),
         (row(None, ("user", "Hi."), ("assistant", "Hello.")), drops.DROP_MISSING_SOURCE_ID),
+        (row("uc\x0012", ("user", "Hi."), ("assistant", "Hello.")), drops.DROP_NUL_IN_SYNTH_ID),
     ]
     path = root / "ultrachat_200k" / "train_sft-00000-of-00001.parquet"
     _write_parquet(path, [r for r, _ in rows], ULTRACHAT_SCHEMA)

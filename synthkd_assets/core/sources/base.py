@@ -13,7 +13,8 @@ here, once:
 - `harmonize_source`: NULs removed from turn texts (counted), a leading system turn removed (counted: the run's
   system message is fixed, seed 002 §6.1), `<think>...</think>` at the start of an assistant turn split into the
   reasoning (`analysis`, last turn) and the answer, then the row checks in order (the adapter's own reason first,
-  `empty_conversation`, `unsupported_role`, `empty_turn`, `bad_turn_order`, `missing_source_id`), the synth_id and
+  `empty_conversation`, `unsupported_role`, `empty_turn`, `bad_turn_order`, `missing_source_id`, `nul_in_synth_id`),
+  the synth_id and
   `duplicate_synth_id`, and the Harmony JSON: system (synth.py's), the turns (user / assistant `final`), the last
   assistant's `analysis` before its `final` when there is reasoning.
 
@@ -409,6 +410,8 @@ def _row_reason(needs_id: bool) -> pl.Expr:
         .then(pl.lit(drops.DROP_BAD_TURN_ORDER))
         .when((~_visible(pl.col("example_id"))).fill_null(needs_id))
         .then(pl.lit(drops.DROP_MISSING_SOURCE_ID))
+        .when(pl.col("example_id").str.contains("\x00", literal=True).fill_null(False))
+        .then(pl.lit(drops.DROP_NUL_IN_SYNTH_ID))
     )
 
 
@@ -501,7 +504,8 @@ def harmonize_source(
         if reason in QUIET_REASONS:
             report.dropped[reason] += 1
         else:
-            synth_id = None if example_id is None else f"{spec.key}:{example_id}"
+            named = example_id is not None and spec.id_rule == ID_DATASET  # else the synth_id is not known yet
+            synth_id = f"{spec.key}:{example_id}".replace("\x00", "\\0") if named else None
             report.drop(reason, source_row, synth_id, drops.DROP_DESCRIPTIONS[reason])
     kept = conversations.filter(pl.col("drop_reason").is_null())
     kept = kept.with_columns(example_id=_source_example_ids(kept, spec.id_rule))
