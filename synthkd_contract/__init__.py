@@ -9,7 +9,8 @@
   megatron-core's builder writes; the files its reader opens);
 - `manifest_seal`: verifying a dataset against its sealed `manifest.json`;
 - `buckets`: the 002 pool's rules as data: exercise -> skill bucket, ctx-bucket bounds, skill mix, quota salt,
-  pool ids and curriculum stages (`skill_bucket`, `ctx_bucket`).
+  pool ids and curriculum stages (`skill_bucket`, `ctx_bucket`);
+- `sources`: the 002 source mix: anchor categories and their token shares, source -> dataset / category, caps.
 
 Nothing here imports dagster or synthkd_assets; megatron-core (and torch) load only when `trio.open_trio` opens a
 trio for training: writing and validating one needs neither.

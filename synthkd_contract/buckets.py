@@ -31,6 +31,16 @@ EXERCISE_SKILL_BUCKET: Final = {
     "creative_writing": "B4",
     "unknown": "B1",
 }
+# the anchor stream's exercises (synthkd_contract/sources.py CATEGORY_EXERCISE) -> skill bucket: math anchors train
+# formal reasoning, code anchors code, chat and personality anchors assistant behaviour. A table of its own, not
+# rows of EXERCISE_SKILL_BUCKET: that table enters the config hash of SYNTH-only builds (their manifests' bytes),
+# which must not change while no anchor source is present; skill_bucket() reads both, SYNTH rows only the first.
+ANCHOR_EXERCISE_SKILL_BUCKET: Final = {
+    "anchor_math": "B2",
+    "anchor_code": "B3",
+    "anchor_chat": "B4",
+    "anchor_personality": "B4",
+}
 
 # --- context buckets (002 §3): by the length of the full rendered sequence (synth_tokenized tokens) -----
 CTX_BUCKETS: Final = ("C1", "C2", "C3", "C4")
@@ -65,12 +75,12 @@ class UnknownExercise(ValueError):
 def skill_bucket(exercise: str) -> str:
     """The skill bucket of an exercise; UnknownExercise (naming it and the table) rather than a guess, since a
     wrong bucket would silently skew the token mix the quota grid enforces."""
-    try:
-        return EXERCISE_SKILL_BUCKET[exercise]
-    except KeyError:
+    bucket = EXERCISE_SKILL_BUCKET.get(exercise) or ANCHOR_EXERCISE_SKILL_BUCKET.get(exercise)
+    if bucket is None:
         raise UnknownExercise(
             f"exercise {exercise!r} has no skill bucket in synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET"
-        ) from None
+        )
+    return bucket
 
 
 def ctx_bucket(sequence_length: int) -> str:

@@ -84,6 +84,37 @@ DROP_OVER_MAX_SEQ_LEN: Final = _drop("over_max_seq_len", "longer than max_seq_le
 # --- synth_pool (002 §4.3): the B x C token quota grid ------------------------------------------------------
 DROP_OVER_QUOTA: Final = _drop("over_quota", "not kept by the B x C token quota grid (synth_pool only)")
 
+# --- source_harmony: another dataset's rows -> Harmony (synthkd_assets/core/sources/, docs/sources.md) -------
+DROP_INVALID_JSON_LINE: Final = _drop("invalid_json_line", "a JSONL line that is not one JSON object")
+DROP_WRONG_TYPE: Final = _drop("wrong_type", "a JSONL field whose value is not of the type the dataset publishes")
+DROP_MISSING_SOURCE_ID: Final = _drop("missing_source_id", "the dataset's own example id is null or blank")
+DROP_EMPTY_CONVERSATION: Final = _drop("empty_conversation", "a row with no turn at all (null or empty messages)")
+DROP_UNSUPPORTED_ROLE: Final = _drop(
+    "unsupported_role", "a turn whose role is not user / assistant (a leading system turn excepted), e.g. tool"
+)
+DROP_EMPTY_TURN: Final = _drop("empty_turn", "a turn whose text is null, empty or whitespace only (NULs removed)")
+DROP_BAD_TURN_ORDER: Final = _drop(
+    "bad_turn_order", "turns that do not alternate user / assistant from a user turn to an assistant turn"
+)
+DROP_NO_REFERENCE_ANSWER: Final = _drop(
+    "no_reference_answer", "a prompt the dataset gives no assistant response for (nothing to train on)"
+)
+DROP_DELETED_MESSAGE: Final = _drop("deleted_message", "an oasst1 message marked deleted")
+DROP_FAILED_REVIEW: Final = _drop("failed_review", "an oasst1 message whose review_result is false")
+DROP_TREE_NOT_READY: Final = _drop("tree_not_ready", "an oasst1 message of a tree whose tree_state is not exported")
+DROP_ORPHAN_MESSAGE: Final = _drop(
+    "orphan_message", "an oasst1 message whose parent is absent or dropped (its tree does not reach it)"
+)
+DROP_BROKEN_TREE: Final = _drop(
+    "broken_tree", "an oasst1 message that breaks its tree: a root that is not a prompter, or the parent's role"
+)
+DROP_OFF_BEST_PATH: Final = _drop(
+    "off_best_path", "an oasst1 message not on its tree's conversation (the best-ranked path, docs/sources.md)"
+)
+DROP_FOLDED_INTO_CONVERSATION: Final = _drop(
+    "folded_into_conversation", "an oasst1 message that is history of its tree's conversation, not a row of its own"
+)
+
 # --- what the harmony step fixes in rows it keeps (counted, the rows stay) -------------------------------------
 SANITIZED_NUL_IN: Final = {
     column: _sanitized(f"nul_in_{column}", f"NUL characters removed from {column}") for column in NUL_CLEANED_COLUMNS
@@ -94,6 +125,11 @@ SANITIZED_NULL: Final = {
 }
 SANITIZED_INVALID_WORDS: Final = _sanitized(
     "invalid_words", "`words` not a whole number >= 0 (in no output, only counted)"
+)
+
+SANITIZED_NUL_IN_TURN_TEXT: Final = _sanitized("nul_in_turn_text", "NUL characters removed from an anchor row's turns")
+SANITIZED_SOURCE_SYSTEM_TURN: Final = _sanitized(
+    "source_system_turn_removed", "an anchor row's leading system turn removed (the run's system message is fixed)"
 )
 
 # --- every reason, by the step that counts it ------------------------------------------------------------------
@@ -117,6 +153,27 @@ DROP_REASONS_BY_STEP: Final = {
     "synth_kd_v1": (DROP_SMOKE_CAP,),
     "synth_distill": (DROP_OVER_MAX_SEQ_LEN, DROP_SMOKE_CAP),
     "synth_pool": (DROP_OVER_QUOTA, DROP_SMOKE_CAP),
+    "source_harmony": (
+        DROP_INVALID_JSON_LINE,
+        DROP_WRONG_TYPE,
+        DROP_MISSING_SOURCE_ID,
+        DROP_DELETED_MESSAGE,
+        DROP_FAILED_REVIEW,
+        DROP_TREE_NOT_READY,
+        DROP_BROKEN_TREE,
+        DROP_ORPHAN_MESSAGE,
+        DROP_OFF_BEST_PATH,
+        DROP_FOLDED_INTO_CONVERSATION,
+        DROP_NO_REFERENCE_ANSWER,
+        DROP_EMPTY_CONVERSATION,
+        DROP_UNSUPPORTED_ROLE,
+        DROP_EMPTY_TURN,
+        DROP_BAD_TURN_ORDER,
+        DROP_NUL_IN_SYNTH_ID,
+        DROP_DUPLICATE_SYNTH_ID,
+    ),
 }
 # what the harmony step sanitizes (kept rows, counted)
 SANITIZED_KEYS: Final = (*SANITIZED_NUL_IN.values(), *SANITIZED_NULL.values(), SANITIZED_INVALID_WORDS)
+# what source_harmony sanitizes (a tuple of its own: SANITIZED_KEYS enters synth_harmony's code version)
+SOURCE_SANITIZED_KEYS: Final = (SANITIZED_NUL_IN_TURN_TEXT, SANITIZED_SOURCE_SYSTEM_TURN)

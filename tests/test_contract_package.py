@@ -27,7 +27,7 @@ from synthkd_contract.trio import shard_tokens_prefix, sibling_prefix, trio_file
 from synthkd_training.synthetic import Document, synthetic_document, write_documents
 from tests.helpers import REPO_ROOT
 
-CONTRACT_MODULES = ("constants", "schemas", "drops", "labels", "trio", "manifest_seal", "buckets")
+CONTRACT_MODULES = ("constants", "schemas", "drops", "labels", "trio", "manifest_seal", "buckets", "sources")
 
 
 def test_training_and_contract_import_neither_dagster_nor_synthkd_assets():
@@ -58,7 +58,7 @@ def test_the_contract_package_imports_no_megatron_until_a_trio_is_opened():
 def test_every_reason_is_registered_once_with_a_description():
     by_step = [reason for reasons in drops.DROP_REASONS_BY_STEP.values() for reason in reasons]
     assert set(by_step) == set(drops.DROP_DESCRIPTIONS)
-    assert set(drops.SANITIZED_KEYS) == set(drops.SANITIZED_DESCRIPTIONS)
+    assert set(drops.SANITIZED_KEYS) | set(drops.SOURCE_SANITIZED_KEYS) == set(drops.SANITIZED_DESCRIPTIONS)
     assert len(drops.SANITIZED_KEYS) == len(set(drops.SANITIZED_KEYS))
     for reasons in drops.DROP_REASONS_BY_STEP.values():
         assert len(reasons) == len(set(reasons))

@@ -55,7 +55,8 @@ def user_content_expr() -> pl.Expr:
     return pl.concat_str([pl.lit(head), pl.col("query"), pl.lit(middle), pl.col("query_seed_text"), pl.lit(tail)])
 
 
-def _message_json(role: str, text: pl.Expr, channel: str | None = None) -> pl.Expr:
+def message_json(role: str, text: pl.Expr, channel: str | None = None) -> pl.Expr:
+    """JSON of `Message.to_dict()` for one text message, vectorized (`text` may be a column or a list element)."""
     fields: dict[str, pl.Expr] = {
         "role": pl.lit(role),
         "name": pl.lit(None, dtype=pl.String),
@@ -66,20 +67,25 @@ def _message_json(role: str, text: pl.Expr, channel: str | None = None) -> pl.Ex
     return pl.struct(**fields).struct.json_encode()
 
 
+def messages_json_head(system: dict[str, Any]) -> str:
+    """What every messages_json starts with: the object's opening and the system message, then ", "."""
+    return '{"messages": [' + json.dumps(system, ensure_ascii=False) + ", "
+
+
 def messages_json_expr(system: dict[str, Any]) -> pl.Expr:
     """`{"messages": [system, user, (analysis), final]}` for every row of a sanitized SYNTH frame."""
     analysis = (
         pl.when(has_visible_text("synthetic_reasoning"))
-        .then(pl.lit(", ") + _message_json("assistant", pl.col("synthetic_reasoning"), "analysis"))
+        .then(pl.lit(", ") + message_json("assistant", pl.col("synthetic_reasoning"), "analysis"))
         .otherwise(pl.lit(""))
     )
     return pl.concat_str(
         [
-            pl.lit('{"messages": [' + json.dumps(system, ensure_ascii=False) + ", "),
-            _message_json("user", user_content_expr()),
+            pl.lit(messages_json_head(system)),
+            message_json("user", user_content_expr()),
             analysis,
             pl.lit(", "),
-            _message_json("assistant", pl.col("synthetic_answer"), "final"),
+            message_json("assistant", pl.col("synthetic_answer"), "final"),
             pl.lit("]}"),
         ]
     )
