@@ -13,9 +13,11 @@ KL(teacher || student) per supervised token over the held-out slice: by default 
 else (`--synthetic`, or no validation set built) the `valid/` trios. The run exits non-zero unless that KL falls.
 
 With `--lp-every N`, learning-progress labels (seed 002 §9) are computed during training: after `--lp-warmup`
-steps, every N steps, `--lp-candidates` single conversations of the train split each get `--lp-k` KD updates on a
-snapshot of the student, the held-out KL is measured and the student restored bit for bit;
-`lp_value = (KL before - KL after) / supervised tokens used`, written to `--lp-output` (Parquet, keyed by synth_id).
+steps, every N steps, `--lp-candidates` single conversations of the train split (of the sequence pool's rows when
+the build made one: the prompts the scorer will value) each get `--lp-k` KD updates on a snapshot of the student,
+the held-out KL is measured and the student restored bit for bit;
+`lp_value = (KL before - KL after) / supervised tokens used`, written to `--lp-output` (Parquet: synth_id as
+`key`, the pool row's `id`), what examples/train_scorer.py trains on.
 
 On CUDA the forwards run under bf16 autocast (`--precision auto`); on CPU in float32 (gloo world of one process).
 """
@@ -31,11 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from synthkd_assets.core.layout import DataLayout, documents_path
+from synthkd_assets.core.layout import POOL_PARTS_SUBDIR, DataLayout, documents_path
 from synthkd_contract.indexed_dataset import read_index
 from synthkd_training.dataset import SpanGPTDatasetConfig, build_span_datasets, tokens_prefixes
 from synthkd_training.documents import batches_of, document_ids, document_sample, trio_documents
@@ -49,6 +52,7 @@ DEFAULT_SEQ_LENGTH = 2048  # a CPU-sized default when the teacher takes longer s
 LP_SCHEMA = pa.schema(
     [
         ("key", pa.string()),
+        ("id", pa.string()),  # the pool row's id (what the valuation features are keyed by); null outside the pool
         ("step", pa.int64()),
         ("kl_before", pa.float64()),
         ("kl_after", pa.float64()),
@@ -94,6 +98,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lp-candidates", type=int, default=2, help="conversations labelled each time")
     parser.add_argument("--lp-k", type=int, default=2, help="KD updates per candidate")
     parser.add_argument("--lp-output", type=Path, default=None, help="where the labels go (Parquet)")
+    parser.add_argument(
+        "--pool",
+        type=Path,
+        default=layout.pool_root(),
+        help="when this sequence pool exists, LP candidates are its train rows and labels carry their pool id",
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto", help="auto: bf16 on CUDA")
@@ -161,8 +171,18 @@ def _heldout_batches(args, valid, seq_length: int, device: torch.device) -> tupl
     return source, [_to(batch, device) for batch in batches_of(samples, args.micro_batch_size)]
 
 
-def _candidate_documents(data_root: Path, seed: int) -> list[tuple[str, str, int]]:
-    """(key, tokens prefix, document index) of every train document, in a seeded order."""
+def pool_ids(pool_root: Path) -> dict[str, str]:
+    """synth_id (the pool's source_example_id) -> pool id, over every part of the pool (empty without one)."""
+    parts = sorted((pool_root / POOL_PARTS_SUBDIR).glob("*.parquet")) if pool_root.is_dir() else []
+    if not parts:
+        return {}
+    frame = pl.concat([pl.read_parquet(part, columns=["id", "source_example_id"]) for part in parts])
+    return dict(zip(frame["source_example_id"].to_list(), frame["id"].to_list()))
+
+
+def _candidate_documents(data_root: Path, seed: int, wanted: dict[str, str]) -> list[tuple[str, str, int]]:
+    """(key, tokens prefix, document index) of every train document (of the pool's, when `wanted` names them),
+    in a seeded order."""
     found = []
     for prefix in tokens_prefixes(data_root / "train"):
         shard = int(Path(prefix).name.split("_")[1])
@@ -170,7 +190,7 @@ def _candidate_documents(data_root: Path, seed: int) -> list[tuple[str, str, int
         count = len(read_index(prefix).sequence_lengths)
         synthetic = [f"{Path(prefix).name}:{i}" for i in range(count)]  # no documents table: prefix and index
         keys = document_ids(ids_file, "train") if ids_file.is_file() else synthetic
-        found += [(keys[i], prefix, i) for i in range(count)]
+        found += [(keys[i], prefix, i) for i in range(count) if not wanted or keys[i] in wanted]
     random.Random(seed).shuffle(found)
     return found
 
@@ -182,7 +202,8 @@ class LPRecorder:
         self.cadence = LPCadence(args.lp_warmup, args.lp_every, args.lp_candidates)
         self.config = LPConfig(k_updates=args.lp_k, kd=kd_config, seed=args.seed)
         self.student, self.teacher, self.heldout = student, teacher, heldout
-        self.pool = _candidate_documents(data_root, args.seed)
+        self.pool_ids = {} if args.synthetic else pool_ids(args.pool)
+        self.pool = _candidate_documents(data_root, args.seed, self.pool_ids)
         self.seq_length, self.device = seq_length, device
         self.rows: list[dict] = []
 
@@ -198,7 +219,7 @@ class LPRecorder:
         if not candidates:
             return
         for label in learning_progress_labels(self.student, self.teacher, candidates, self.heldout, self.config):
-            self.rows.append({"step": step, **label.__dict__})
+            self.rows.append({"step": step, "id": self.pool_ids.get(label.key), **label.__dict__})
             print(f"lp    step {step} | {label.key} | lp_value {label.lp_value:.3e} ({label.tokens_used} tokens)")
 
     def write(self, path: Path) -> None:

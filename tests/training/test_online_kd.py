@@ -8,6 +8,7 @@ sample's real synth_kd_v1 and held-out KL slice.
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from examples import train_online_kd as online_kd_example
+from examples import train_scorer as scorer_example
 from examples import train_tiny
 from synthkd_contract import constants
 from synthkd_training.documents import batches_of, document_sample, stack_samples, window_start
@@ -29,6 +31,7 @@ from synthkd_training.progress import (
     restore,
     snapshot,
 )
+from synthkd_training.scorer import load_scorer
 
 V = constants.PADDED_VOCAB_SIZE
 SEQ = 12
@@ -247,8 +250,12 @@ def test_online_kd_example_on_synthetic_trios(tmp_path, capsys):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_online_kd_lowers_the_heldout_kl_on_the_sample(built_sample, tmp_path, monkeypatch):
-    """On the sample's synth_kd_v1, measured on the held-out KL slice synth_clusters keeps out of training."""
+def test_online_kd_lowers_the_heldout_kl_on_the_sample_and_its_labels_train_the_scorer(
+    built_sample, tmp_path, monkeypatch
+):
+    """On the sample's synth_kd_v1, measured on the held-out KL slice synth_clusters keeps out of training; the LP
+    labels are of pool rows, and examples/train_scorer.py trains and seals a scorer on them and the valuation
+    features."""
     _, layout, data_dir = built_sample
     monkeypatch.setenv("SYNTHKD_DATA_DIR", str(data_dir))
     common = ["--device", "cpu", "--micro-batch-size", "2", "--seq-length", "32"]
@@ -268,32 +275,30 @@ def test_online_kd_lowers_the_heldout_kl_on_the_sample(built_sample, tmp_path, m
         ]
     )
     summary = online_kd_example.main(
-        [
-            *common,
-            "--work-dir",
-            str(tmp_path / "s"),
-            "--teacher-checkpoint",
-            str(tmp_path / "teacher"),
-            "--steps",
-            "8",
-            "--lr",
-            "1e-2",
-            "--heldout-size",
-            "6",
-            "--lp-every",
-            "8",
-            "--lp-candidates",
-            "1",
-            "--lp-k",
-            "1",
-            "--lp-output",
-            str(tmp_path / "lp.parquet"),
-        ]
-    )
+        [*common, "--work-dir", str(tmp_path / "s"), "--teacher-checkpoint", str(tmp_path / "teacher"),
+         "--steps", "8", "--lr", "1e-2", "--heldout-size", "6",
+         "--lp-every", "4", "--lp-candidates", "3", "--lp-k", "1", "--lp-output", str(tmp_path / "lp.parquet")]
+    )  # fmt: skip
     assert "heldout_kl.parquet (6 conversations)" in summary["heldout_source"]
     assert summary["heldout_after"] < summary["heldout_before"]
     labels = pq.read_table(tmp_path / "lp.parquet").to_pylist()
-    assert len(labels) == 1 and labels[0]["key"].startswith("synth_")  # keyed by the conversation's synth_id
+    assert len(labels) == 6 and all(row["key"].startswith("synth_") for row in labels)
+    pool = pl.concat(pl.read_parquet(p) for p in sorted((data_dir / "pool/synth_pool_v1/parts").glob("*.parquet")))
+    pool_ids = dict(zip(pool["source_example_id"], pool["id"]))
+    assert all(pool_ids[row["key"]] == row["id"] for row in labels)  # candidates are pool rows, labels carry the id
+
+    trained = scorer_example.main(
+        ["--labels", str(tmp_path / "lp.parquet"), "--output", str(tmp_path / "scorer"),
+         "--scored", str(tmp_path / "scored.parquet"), "--epochs", "20"]
+    )  # fmt: skip
+    labelled_buckets = set(pool.filter(pl.col("id").is_in([row["id"] for row in labels]))["skill_bucket"])
+    assert set(trained["buckets"]) == labelled_buckets
+    assert sum(row["labelled"] for row in trained["summary"]) == len({row["id"] for row in labels})
+    scored = pl.read_parquet(tmp_path / "scored.parquet")
+    assert scored.height == pool.filter(pl.col("skill_bucket").is_in(labelled_buckets)).height
+    assert scored["utility_score"].is_between(0, 1).all()
+    assert (scored["sampling_weight"] - scored["utility_score"].exp()).abs().max() < 1e-12  # tau 1
+    assert load_scorer(tmp_path / "scorer").buckets == tuple(sorted(labelled_buckets))
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

@@ -1,0 +1,105 @@
+"""Train the per-skill-bucket prompt scorer (seed 002 §8.2) on the pool's valuation features and LP labels.
+
+    python examples/train_online_kd.py --teacher-checkpoint teacher/ --steps 40 \
+        --lp-every 2 --lp-candidates 4 --lp-output lp.parquet          # labels of pool rows
+    python examples/train_scorer.py --labels lp.parquet --output scorer/ --scored scored.parquet
+
+Reads every part of the valuation features (`synth_valuation_features`, keyed by pool `id`), joins the labels on
+`id`, trains `train_scorer` (the model features nullable: without a teacher checkpoint they are null, and the
+heads are told so), writes the sealed artifact (`save_scorer`: heads, feature config, manifest with each file's
+sha256), loads it back (which verifies every sha256) and prints per bucket the labelled rows and the spread of
+the scores. `--scored` writes every pool row of the trained buckets with `utility_score` and
+`sampling_weight = exp(tau * utility_score)`, what `select_rows` samples an epoch from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from synthkd_assets.core.layout import DataLayout
+from synthkd_contract.valuation import MODEL_FEATURE_COLUMNS, WINDOW_TOKENS_COLUMN
+from synthkd_training.scorer import load_scorer, save_scorer, train_scorer
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    layout = DataLayout.from_environ(os.environ)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--features", type=Path, default=layout.valuation_root(), help="valuation feature parts")
+    parser.add_argument("--labels", type=Path, required=True, help="LP labels (train_online_kd.py --lp-output)")
+    parser.add_argument("--output", type=Path, required=True, help="the scorer's directory (written atomically)")
+    parser.add_argument("--scored", type=Path, default=None, help="write the scored pool rows here (Parquet)")
+    parser.add_argument("--tau", type=float, default=1.0, help="sampling_weight = exp(tau * utility_score)")
+    parser.add_argument("--epochs", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--version", default="scorer-v1", help="recorded in the scorer's manifest")
+    return parser.parse_args(argv)
+
+
+def read_features(directory: Path) -> pl.DataFrame:
+    parts = sorted(directory.glob("*.parquet"))
+    if not parts:
+        raise SystemExit(f"no valuation features under {directory}: build first (./scripts/build.sh)")
+    return pl.concat([pl.read_parquet(part) for part in parts])
+
+
+def read_labels(path: Path) -> pl.DataFrame:
+    """One label per pool row: the mean lp_value when a row was labelled more than once (several rounds)."""
+    labels = pl.read_parquet(path, columns=["id", "lp_value"])
+    unlabelled = labels["id"].null_count()
+    if unlabelled == labels.height:
+        raise SystemExit(f"{path}: no label carries a pool id (computed without a pool? see train_online_kd.py --pool)")
+    if unlabelled:
+        print(f"{unlabelled} of {labels.height} labels are of conversations outside the pool: not used")
+    return labels.drop_nulls("id").group_by("id").agg(pl.col("lp_value").mean()).sort("id")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    features = read_features(args.features)
+    labels = read_labels(args.labels)
+    scorer = train_scorer(
+        features,
+        labels,
+        nullable=MODEL_FEATURE_COLUMNS,
+        exclude=(WINDOW_TOKENS_COLUMN,),  # how many tokens the model features averaged: bookkeeping, not a feature
+        seed=args.seed,
+        tau=args.tau,
+        epochs=args.epochs,
+        version=args.version,
+    )
+    save_scorer(scorer, args.output)
+    scorer = load_scorer(args.output)  # verifies every file against the sealed manifest
+    scored = scorer.score(features.filter(pl.col("skill_bucket").is_in(scorer.buckets)))
+    summary = (
+        scored.join(labels, on="id", how="left")
+        .group_by("skill_bucket")
+        .agg(
+            pl.len().alias("rows"),
+            pl.col("lp_value").is_not_null().sum().alias("labelled"),
+            pl.col("utility_score").min().alias("utility_min"),
+            pl.col("utility_score").max().alias("utility_max"),
+        )
+        .sort("skill_bucket")
+    )
+    print(f"scorer {args.version} written to {args.output} (features: {', '.join(scorer.config.feature_columns)})")
+    for row in summary.iter_rows(named=True):
+        print(
+            f"  {row['skill_bucket']}: {row['labelled']} labelled of {row['rows']} rows, "
+            f"utility_score {row['utility_min']:.3f} .. {row['utility_max']:.3f}"
+        )
+    if args.scored is not None:
+        args.scored.parent.mkdir(parents=True, exist_ok=True)
+        partial = args.scored.with_name(f".{args.scored.name}.partial")
+        scored.write_parquet(partial)
+        partial.replace(args.scored)
+        print(f"{scored.height} scored rows written to {args.scored}")
+    return {"buckets": scorer.buckets, "summary": summary.to_dicts(), "scored_rows": scored.height}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
