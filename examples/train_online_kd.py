@@ -40,13 +40,13 @@ import torch
 
 from synthkd_assets.core.layout import POOL_PARTS_SUBDIR, DataLayout, documents_path
 from synthkd_contract.indexed_dataset import read_index
-from synthkd_training.dataset import SpanGPTDatasetConfig, build_span_datasets, tokens_prefixes
+from synthkd_training.dataset import SpanDatasetError, tokens_prefixes, train_valid_datasets
 from synthkd_training.documents import batches_of, document_ids, document_sample, trio_documents
 from synthkd_training.losses import SpanLossConfig
-from synthkd_training.models import GPTSpec, build_gpt, load_model, megatron_world, pick_device
+from synthkd_training.models import GPTSpec, build_gpt, load_model, megatron_world, pick_device, to_device
 from synthkd_training.online_kd import KDStep, OnlineKDConfig, train_online_kd
 from synthkd_training.progress import Candidate, LPCadence, LPConfig, learning_progress_labels
-from synthkd_training.synthetic import write_synthetic_split
+from synthkd_training.synthetic import write_synthetic_dataset
 
 DEFAULT_SEQ_LENGTH = 2048  # a CPU-sized default when the teacher takes longer sequences (GPT-OSS: 131,072)
 LP_SCHEMA = pa.schema(
@@ -115,32 +115,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _to(batch: dict, device: torch.device) -> dict:
-    return {key: value.to(device) for key, value in batch.items() if isinstance(value, torch.Tensor)}
-
-
 def _train_data(args: argparse.Namespace, work_dir: Path, seq_length: int) -> tuple[Path, object, object]:
-    data_root = args.data_root
-    if args.synthetic:
-        data_root = work_dir / "synthetic"
-        write_synthetic_split(data_root / "train", shards=2, documents_per_shard=60, seed=args.seed)
-        write_synthetic_split(data_root / "valid", shards=1, documents_per_shard=20, seed=args.seed + 1)
-    train_prefixes = tokens_prefixes(data_root / "train")
-    if not train_prefixes:
-        raise SystemExit(f"no shard_XX_tokens trio under {data_root / 'train'}; build the dataset or pass --synthetic")
-    valid_prefixes = tokens_prefixes(data_root / "valid")
-    config = SpanGPTDatasetConfig(
-        random_seed=args.seed,
-        sequence_length=seq_length,
-        blend_per_split=[
-            (train_prefixes, [1.0] * len(train_prefixes)),
-            (valid_prefixes, None) if valid_prefixes else None,
-            None,
-        ],
-        path_to_cache=str(work_dir / "index-cache"),
-    )
-    sizes = [args.steps * args.micro_batch_size, None, None]  # valid: one epoch
-    train, valid, _ = build_span_datasets(config, sizes)
+    data_root = write_synthetic_dataset(work_dir / "synthetic", args.seed) if args.synthetic else args.data_root
+    try:
+        train, valid = train_valid_datasets(
+            data_root,
+            sequence_length=seq_length,
+            seed=args.seed,
+            train_samples=args.steps * args.micro_batch_size,
+            valid_samples=None,
+            cache_dir=work_dir / "index-cache",
+        )
+    except SpanDatasetError as error:
+        raise SystemExit(f"{error}, or pass --synthetic") from None
     return data_root, train, valid
 
 
@@ -168,7 +155,7 @@ def _heldout_batches(args, valid, seq_length: int, device: torch.device) -> tupl
         source = f"valid/ trios ({len(samples)} samples)"
     else:
         raise SystemExit(f"no held-out slice: neither {args.heldout} nor a valid/ trio under {args.data_root}")
-    return source, [_to(batch, device) for batch in batches_of(samples, args.micro_batch_size)]
+    return source, [to_device(batch, device) for batch in batches_of(samples, args.micro_batch_size)]
 
 
 def pool_ids(pool_root: Path) -> dict[str, str]:
@@ -215,7 +202,7 @@ class LPRecorder:
             key, prefix, index = self.pool.pop()
             sample = document_sample(*trio_documents(prefix, [index])[0], self.seq_length)
             if bool((sample["span_id"] != 0).any()):  # a conversation with nothing supervised teaches nothing
-                candidates.append(Candidate(key, [_to(batches_of([sample], 1)[0], self.device)]))
+                candidates.append(Candidate(key, [to_device(batches_of([sample], 1)[0], self.device)]))
         if not candidates:
             return
         for label in learning_progress_labels(self.student, self.teacher, candidates, self.heldout, self.config):
@@ -307,7 +294,7 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
     summary = train_online_kd(
         student,
         teacher,
-        (_to(batch, device) for batch in loader),
+        (to_device(batch, device) for batch in loader),
         heldout,
         config,
         steps=args.steps,

@@ -3,7 +3,7 @@
     python examples/train_tiny.py --synthetic                # CPU (gloo, world size 1)
     python examples/train_tiny.py --data-root data/megatron/synth_kd_v1 --steps 50
 
-What it shows: `SpanGPTDatasetConfig` / `build_span_datasets` (megatron-core's
+What it shows: `train_valid_datasets` (`SpanGPTDatasetConfig` / `build_span_datasets`: megatron-core's
 BlendedMegatronDatasetBuilder, index caching, GPT-style slicing) feeding batches with `span_id`,
 and `span_ce_loss` (stage 1) on the model's logits, logging what 000 says must always be logged.
 It exits non-zero unless the loss of the last steps is below that of the first steps. The check
@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 
 from synthkd_assets.core.layout import DataLayout
-from synthkd_training.dataset import SpanGPTDatasetConfig, build_span_datasets, tokens_prefixes
+from synthkd_training.dataset import SpanDatasetError, train_valid_datasets
 from synthkd_training.losses import SpanLossConfig, span_ce_loss
-from synthkd_training.models import GPTSpec, build_gpt, megatron_world, pick_device, save_checkpoint
-from synthkd_training.synthetic import write_synthetic_split
+from synthkd_training.models import GPTSpec, build_gpt, megatron_world, pick_device, save_checkpoint, to_device
+from synthkd_training.synthetic import write_synthetic_dataset
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -81,36 +81,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _datasets(args: argparse.Namespace, work_dir: Path):
-    data_root = args.data_root
-    if args.synthetic:
-        data_root = work_dir / "synthetic"
-        write_synthetic_split(data_root / "train", shards=2, documents_per_shard=60, seed=args.seed)
-        write_synthetic_split(data_root / "valid", shards=1, documents_per_shard=20, seed=args.seed + 1)
-    train_prefixes = tokens_prefixes(data_root / "train")
-    if not train_prefixes:
-        raise SystemExit(
-            f"no shard_XX_tokens trio under {data_root / 'train'}; build the dataset first or pass --synthetic"
+    data_root = write_synthetic_dataset(work_dir / "synthetic", args.seed) if args.synthetic else args.data_root
+    try:
+        train, valid = train_valid_datasets(
+            data_root,
+            sequence_length=args.seq_length,
+            seed=args.seed,
+            train_samples=args.steps * args.micro_batch_size,
+            valid_samples=args.micro_batch_size,
+            cache_dir=work_dir / "index-cache",
         )
-    valid_prefixes = tokens_prefixes(data_root / "valid")
-    config = SpanGPTDatasetConfig(
-        random_seed=args.seed,
-        sequence_length=args.seq_length,
-        # per-split blends, as Megatron's --train-data-path / --valid-data-path. Equal train weights
-        # (Megatron normalizes them) let it draw more than one epoch; valid: one epoch, by size
-        blend_per_split=[
-            (train_prefixes, [1.0] * len(train_prefixes)),
-            (valid_prefixes, None) if valid_prefixes else None,
-            None,
-        ],
-        path_to_cache=str(work_dir / "index-cache"),
-    )
-    sizes = [args.steps * args.micro_batch_size, args.micro_batch_size if valid_prefixes else None, None]
-    train, valid, _ = build_span_datasets(config, sizes)
+    except SpanDatasetError as error:
+        raise SystemExit(f"{error}, or pass --synthetic") from None
     return data_root, train, valid
-
-
-def _to(batch: dict, device: torch.device) -> dict:
-    return {key: value.to(device) for key, value in batch.items() if isinstance(value, torch.Tensor)}
 
 
 def _describe(result) -> str:
@@ -161,7 +144,7 @@ def _train(args: argparse.Namespace, device: torch.device, work_dir: Path) -> di
     batches = iter(loader)
     for step in range(1, args.steps + 1):
         started = time.perf_counter()
-        batch = _to(next(batches), device)
+        batch = to_device(next(batches), device)
         logits = model(batch["tokens"], batch["position_ids"], batch["attention_mask"])  # [b, s, V]
         result = span_ce_loss(logits, batch["labels"], batch["span_id"], loss_config)
         optimizer.zero_grad(set_to_none=True)
@@ -175,7 +158,7 @@ def _train(args: argparse.Namespace, device: torch.device, work_dir: Path) -> di
     if valid is not None:
         model.eval()
         with torch.no_grad():
-            batch = _to(next(iter(torch.utils.data.DataLoader(valid, batch_size=args.micro_batch_size))), device)
+            batch = to_device(next(iter(torch.utils.data.DataLoader(valid, batch_size=args.micro_batch_size))), device)
             logits = model(batch["tokens"], batch["position_ids"], batch["attention_mask"])
             print(f"valid    | {_describe(span_ce_loss(logits, batch['labels'], batch['span_id'], loss_config))}")
 

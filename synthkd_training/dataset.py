@@ -377,3 +377,35 @@ def build_span_datasets(
         )
     builder = BlendedMegatronDatasetBuilder(SpanGPTDataset, list(sizes), is_built_on_rank or (lambda: True), config)
     return builder.build()
+
+
+def train_valid_datasets(
+    data_root: str | Path,
+    *,
+    sequence_length: int,
+    seed: int,
+    train_samples: int,
+    valid_samples: int | None,
+    cache_dir: str | Path,
+) -> tuple[object, object | None]:
+    """The train and valid datasets of a synth_kd_v1 root, as Megatron's --train-data-path / --valid-data-path give
+    them: every `train/` prefix blended with equal weights (Megatron normalizes them; at least `train_samples`
+    samples, drawing more epochs if needed) and the `valid/` prefixes by size (`valid_samples`, None: one epoch;
+    None when there is no valid trio)."""
+    data_root = Path(data_root)
+    train_prefixes = tokens_prefixes(data_root / "train")
+    if not train_prefixes:
+        raise SpanDatasetError(f"no shard_XX_tokens trio under {data_root / 'train'}: build the dataset first")
+    valid_prefixes = tokens_prefixes(data_root / "valid")
+    config = SpanGPTDatasetConfig(
+        random_seed=seed,
+        sequence_length=sequence_length,
+        blend_per_split=[
+            (train_prefixes, [1.0] * len(train_prefixes)),
+            (valid_prefixes, None) if valid_prefixes else None,
+            None,
+        ],
+        path_to_cache=str(cache_dir),
+    )
+    train, valid, _ = build_span_datasets(config, [train_samples, valid_samples if valid_prefixes else None, None])
+    return train, valid

@@ -244,3 +244,8 @@ def load_model(
         f"{directory}: not a model checkpoint: neither {SPEC_FILE} + {WEIGHTS_FILE} (synthkd_training.models) "
         f"nor {HF_CONFIG_FILE} (a Hugging Face causal LM)"
     )
+
+
+def to_device(batch: dict, device: torch.device) -> dict[str, torch.Tensor]:
+    """The tensors of a batch on `device` (a DataLoader batch also carries non-tensor entries)."""
+    return {key: value.to(device) for key, value in batch.items() if isinstance(value, torch.Tensor)}

@@ -102,3 +102,10 @@ def write_synthetic_split(
         documents = [synthetic_document(rng, **document_kwargs) for _ in range(documents_per_shard)]
         written[write_documents(split_dir, shard, documents)] = documents
     return written
+
+
+def write_synthetic_dataset(root: Path, seed: int) -> Path:
+    """A small synth_kd_v1-shaped root (train: 2 shards x 60 documents, valid: 1 x 20) for the CPU examples."""
+    write_synthetic_split(root / "train", shards=2, documents_per_shard=60, seed=seed)
+    write_synthetic_split(root / "valid", shards=1, documents_per_shard=20, seed=seed + 1)
+    return root

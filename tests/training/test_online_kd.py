@@ -66,6 +66,14 @@ def batches(seed: int, count: int = 2, size: int = 2) -> list[dict]:
     return batches_of(samples, size)
 
 
+def train_teacher(common: list[str], tmp_path, steps: int) -> None:
+    """examples/train_tiny.py trains the teacher briefly on the same data and saves it to tmp_path/teacher."""
+    train_tiny.main(
+        [*common, "--work-dir", str(tmp_path / "t"), "--steps", str(steps), "--lr", "1e-2", "--window", "3",
+         "--save-checkpoint", str(tmp_path / "teacher")]
+    )  # fmt: skip
+
+
 def kl_oracle(student, teacher, batch_list) -> float:
     """KL(teacher || student) per supervised token, one position at a time in float64."""
     total, tokens = 0.0, 0
@@ -200,21 +208,7 @@ def test_cadence():
 def test_online_kd_example_on_synthetic_trios(tmp_path, capsys):
     """A teacher trained by train_tiny, a smaller student distilled from it: the held-out KL falls."""
     common = ["--synthetic", "--device", "cpu", "--seq-length", "32", "--micro-batch-size", "2"]
-    train_tiny.main(
-        [
-            *common,
-            "--work-dir",
-            str(tmp_path / "t"),
-            "--steps",
-            "10",
-            "--lr",
-            "1e-2",
-            "--window",
-            "3",
-            "--save-checkpoint",
-            str(tmp_path / "teacher"),
-        ]
-    )
+    train_teacher(common, tmp_path, steps=10)
     summary = online_kd_example.main(
         [
             *common,
@@ -259,21 +253,7 @@ def test_online_kd_lowers_the_heldout_kl_on_the_sample_and_its_labels_train_the_
     _, layout, data_dir = built_sample
     monkeypatch.setenv("SYNTHKD_DATA_DIR", str(data_dir))
     common = ["--device", "cpu", "--micro-batch-size", "2", "--seq-length", "32"]
-    train_tiny.main(
-        [
-            *common,
-            "--work-dir",
-            str(tmp_path / "t"),
-            "--steps",
-            "12",
-            "--lr",
-            "1e-2",
-            "--window",
-            "3",
-            "--save-checkpoint",
-            str(tmp_path / "teacher"),
-        ]
-    )
+    train_teacher(common, tmp_path, steps=12)
     summary = online_kd_example.main(
         [*common, "--work-dir", str(tmp_path / "s"), "--teacher-checkpoint", str(tmp_path / "teacher"),
          "--steps", "8", "--lr", "1e-2", "--heldout-size", "6",
