@@ -110,6 +110,14 @@ def descendants(pid: int) -> dict[int, bytes]:
     return found
 
 
+def resume(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 def alive(pid: int) -> bool:
     try:
         state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -165,9 +173,15 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
         reports = [paths.stage_report("synth_filtered", key) for key in (QUOTED, "synth_03")]
         return first.poll() is not None or all(report.is_file() for report in reports)
 
+    paused: list[int] = []
     try:
         wait_for(scanned, "the scan pass of both shards", timeout=600)
         assert first.poll() is None, (tmp_path / "stdout.txt").read_text()[-3000:]
+        # the shard workers stand still until after the SIGTERM below: the driver cannot finish the build
+        # first, however slow the second build.sh is to start on a loaded machine
+        paused = [pid for pid, cmdline in descendants(first.pid).items() if b"spawn_main" in cmdline]
+        for pid in paused:
+            os.kill(pid, signal.SIGSTOP)
         second = build(tmp_path, timeout=120)
         assert second.returncode == 75
         assert f"another build holds {paths.build_lock()}" in second.stderr
@@ -176,8 +190,11 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
                 pass
         seen.update(descendants(first.pid))
         first.send_signal(signal.SIGTERM)  # to build.sh only, as `kill <pid>` would
+        time.sleep(1)  # build.sh passes it on to the driver's process group, then the workers go on and stop
+        resume(paused)
         assert first.wait(timeout=120) == 143
     finally:
+        resume(paused)
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
     assert any(b"synthkd_assets.cli\0build\0" in cmdline for cmdline in seen.values())  # the driver

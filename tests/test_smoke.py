@@ -89,6 +89,7 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
         smoke.megatron_root(),
         smoke.distill_root(),
         smoke.pool_root(),
+        smoke.valuation_root(),
         smoke.validation_root(),
     )
     own = tuple(f"{smoke.recorded(root)}/" for root in roots)
@@ -97,6 +98,7 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
         "megatron/synth_kd_v1_smoke/",
         "distill/synth_distill_smoke/",
         "pool/synth_pool_v1_smoke/",
+        "pool/synth_pool_v1_smoke_valuation/",
         "validation/synth_validation_v1_smoke/",
     )
     assert [name for name in after if name not in full and not name.startswith(own)] == []

@@ -165,7 +165,7 @@ def _checked_prefixes(prefixes: Prefixes) -> tuple[dict[str, dict[str, list[tupl
         table[split] = {}
         for ctx in CTX_BUCKETS:
             kept = []
-            for prefix, tokens in by_ctx.get(ctx, ()):
+            for prefix, tokens in sorted(by_ctx.get(ctx, ())):  # notes in prefix order, whatever the input's
                 path = PurePosixPath(prefix)
                 if not prefix or path.is_absolute() or ".." in path.parts or str(path) != prefix:
                     raise ValueError(f"prefix {prefix!r}: expected a normalized path relative to the dataset root")
