@@ -40,6 +40,14 @@ def environment(root: Path) -> dict[str, str]:
     }
 
 
+def terminal_signals() -> None:
+    """The stop signals as a terminal's shell leaves them (default), whatever this test process inherited: a
+    background launch ignores SIGINT, and Dagster's in-process runs then give SIGTERM that disposition, which
+    bash could neither trap nor reset."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def start(root: Path, **env: str) -> subprocess.Popen:
     """build.sh in its own session, as from a terminal; output in files under root."""
     return subprocess.Popen(
@@ -47,6 +55,7 @@ def start(root: Path, **env: str) -> subprocess.Popen:
         cwd=REPO_ROOT,
         env={**environment(root), **env},
         start_new_session=True,
+        preexec_fn=terminal_signals,
         stdout=open(root / "stdout.txt", "w"),
         stderr=subprocess.STDOUT,
         text=True,
