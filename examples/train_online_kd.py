@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from synthkd_assets.core.atomic import atomic_output
 from synthkd_assets.core.layout import POOL_PARTS_SUBDIR, DataLayout, documents_path
 from synthkd_contract.indexed_dataset import read_index
 from synthkd_training.dataset import SpanDatasetError, tokens_prefixes, train_valid_datasets
@@ -210,10 +211,8 @@ class LPRecorder:
             print(f"lp    step {step} | {label.key} | lp_value {label.lp_value:.3e} ({label.tokens_used} tokens)")
 
     def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.partial")
-        pq.write_table(pa.Table.from_pylist(self.rows, schema=LP_SCHEMA), partial)
-        partial.replace(path)
+        with atomic_output(path) as partial:
+            pq.write_table(pa.Table.from_pylist(self.rows, schema=LP_SCHEMA), partial)
 
 
 def _millions(model: torch.nn.Module) -> float:
@@ -222,12 +221,7 @@ def _millions(model: torch.nn.Module) -> float:
 
 def _describe(step: int, steps: int, result: KDStep, started: float) -> str:
     kd = result.kd
-    parts = [f"step {step:3d}/{steps} | loss {result.loss:.4f}"]
-    for name in ("analysis", "final"):
-        parts.append(
-            f"{name} kd {kd.span_losses[name].item():.3f} (n={int(kd.token_counts[name])}, "
-            f"w={kd.effective_weights[name].item():g})"
-        )
+    parts = [f"step {step:3d}/{steps} | loss {result.loss:.4f}", kd.describe_spans("kd")]
     if result.ce is not None:
         parts.append(f"ce {result.ce.loss.item():.3f}")
     parts.append(f"prompt n={int(kd.token_counts['prompt'])} | {time.perf_counter() - started:.2f}s")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
+from synthkd_assets.core.atomic import atomic_output
 from synthkd_assets.core.layout import DataLayout
 from synthkd_contract.valuation import MODEL_FEATURE_COLUMNS, WINDOW_TOKENS_COLUMN
 from synthkd_training.scorer import load_scorer, save_scorer, train_scorer
@@ -93,10 +94,8 @@ def main(argv: list[str] | None = None) -> dict:
             f"utility_score {row['utility_min']:.3f} .. {row['utility_max']:.3f}"
         )
     if args.scored is not None:
-        args.scored.parent.mkdir(parents=True, exist_ok=True)
-        partial = args.scored.with_name(f".{args.scored.name}.partial")
-        scored.write_parquet(partial)
-        partial.replace(args.scored)
+        with atomic_output(args.scored) as partial:
+            scored.write_parquet(partial)
         print(f"{scored.height} scored rows written to {args.scored}")
     return {"buckets": scorer.buckets, "summary": summary.to_dicts(), "scored_rows": scored.height}
 

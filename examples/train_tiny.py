@@ -97,14 +97,7 @@ def _datasets(args: argparse.Namespace, work_dir: Path):
 
 
 def _describe(result) -> str:
-    parts = [f"loss {result.loss.item():.4f}"]
-    for name in ("analysis", "final"):
-        parts.append(
-            f"{name} {result.span_losses[name].item():.3f} (n={int(result.token_counts[name])}, "
-            f"w={result.effective_weights[name].item():g})"
-        )
-    parts.append(f"prompt n={int(result.token_counts['prompt'])}")
-    return " | ".join(parts)
+    return f"loss {result.loss.item():.4f} | {result.describe_spans()} | prompt n={int(result.token_counts['prompt'])}"
 
 
 def main(argv: list[str] | None = None) -> dict:

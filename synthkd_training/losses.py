@@ -119,6 +119,15 @@ class SpanLossResult:
             out[f"{prefix}{name}/weight"] = float(self.effective_weights[name])
         return out
 
+    def describe_spans(self, kind: str = "") -> str:
+        """One console line's span part: `analysis[ kind] loss (n=count, w=weight) | final ...`."""
+        label = f" {kind}" if kind else ""
+        return " | ".join(
+            f"{name}{label} {self.span_losses[name].item():.3f} (n={int(self.token_counts[name])}, "
+            f"w={self.effective_weights[name].item():g})"
+            for name in SUPERVISED_SPANS.values()
+        )
+
 
 # -- the span-normalized reduction ------------------------------------------------------------
 def span_normalized_loss(
