@@ -151,6 +151,16 @@ def pool_summary_lines(manifest: dict) -> list[str]:
         "tokens per ctx bucket: " + ", ".join(f"{c}={n}" for c, n in ctx.items()),
         "quota: " + ("every target met" if quota["feasible"] else "; ".join(i["reason"] for i in quota["infeasible"])),
     ]
+    if mix := manifest.get("source_mix"):
+        lines.append(
+            "tokens per source group (target share -> achieved): "
+            + ", ".join(
+                f"{g}={e['achieved_tokens']:.0f} ({100 * e['target_share']:.1f}% -> {100 * e['achieved_share']:.1f}%)"
+                for g, e in mix["groups"].items()
+            )
+        )
+        why = "; ".join(i["reason"] for i in mix["infeasible"])
+        lines.append("source mix: " + ("every target met" if mix["feasible"] else why))
     for stage in manifest["curriculum"]:
         epochs = ", ".join(
             f"{c} {entry['epochs_needed']:.0f} epochs" for c, entry in stage["ctx"].items() if entry["epochs_needed"]

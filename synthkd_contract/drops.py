@@ -83,6 +83,9 @@ DROP_OVER_MAX_SEQ_LEN: Final = _drop("over_max_seq_len", "longer than max_seq_le
 
 # --- synth_pool (002 §4.3): the B x C token quota grid ------------------------------------------------------
 DROP_OVER_QUOTA: Final = _drop("over_quota", "not kept by the B x C token quota grid (synth_pool only)")
+DROP_OVER_SOURCE_SHARE: Final = _drop(
+    "over_source_share", "not kept by the source mix: its source's share of the pool's tokens (synth_pool only)"
+)
 
 # --- source_harmony: another dataset's rows -> Harmony (synthkd_assets/core/sources/, docs/sources.md) -------
 DROP_INVALID_JSON_LINE: Final = _drop("invalid_json_line", "a JSONL line that is not one JSON object")
@@ -152,7 +155,7 @@ DROP_REASONS_BY_STEP: Final = {
     ),
     "synth_kd_v1": (DROP_SMOKE_CAP,),
     "synth_distill": (DROP_OVER_MAX_SEQ_LEN, DROP_SMOKE_CAP),
-    "synth_pool": (DROP_OVER_QUOTA, DROP_SMOKE_CAP),
+    "synth_pool": (DROP_OVER_QUOTA, DROP_OVER_SOURCE_SHARE, DROP_SMOKE_CAP),
     "source_harmony": (
         DROP_INVALID_JSON_LINE,
         DROP_WRONG_TYPE,
@@ -171,6 +174,7 @@ DROP_REASONS_BY_STEP: Final = {
         DROP_BAD_TURN_ORDER,
         DROP_NUL_IN_SYNTH_ID,
         DROP_DUPLICATE_SYNTH_ID,
+        DROP_SMOKE_CAP,
     ),
 }
 # what the harmony step sanitizes (kept rows, counted)

@@ -10,9 +10,13 @@ graph's, issue #21 item 3); they live here so that the plan, the reports and the
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
+from synthkd_contract import constants
+
 SYNTH_SOURCE: Final = "synth"
+SYNTH_DATASET: Final = constants.SOURCE_DATASET
 SYNTH_SHARE: Final = 0.80  # of the whole mix's tokens
 
 # category -> target share of the whole mix's tokens (002: 8% math-hard, 6% code, 4% chat, 2% personality)
@@ -53,6 +57,10 @@ CATEGORY_SOURCES: Final = {
 # mix's tokens, whatever the category's share leaves free (here 1/12 of the code share)
 SOURCE_TOKEN_CAPS: Final = {"deepcoder": 0.005}
 
+# the mix plan keeps a row of source s iff stable_unit_interval(SOURCE_MIX_SALT, synth_id) < its rate
+# (synthkd_assets/core/source_mix.py): the pool's hash with its own salt, independent of the quota's and the split's
+SOURCE_MIX_SALT: Final = "synthkd/pool/source_mix"
+
 
 def source_category(source: str) -> str:
     """The anchor category of a source key; KeyError naming the table for an unknown source."""
@@ -65,3 +73,40 @@ def source_category(source: str) -> str:
 def source_exercise(source: str) -> str:
     """The exercise every row of an anchor source gets."""
     return CATEGORY_EXERCISE[source_category(source)]
+
+
+# --- partitions of anchor shards (issue #21 item 2) -------------------------------------------------------
+# A shard of an anchor source is the partition `<source key>/<file stem>` (a file directly in
+# $SYNTHKD_SOURCES_DIR/<source key>/); SYNTH's partitions keep their keys (`synth_00`), which hold no separator.
+SOURCE_PARTITION_SEPARATOR: Final = "/"
+# an anchor shard's number in the outputs named by shard number (Megatron trio `shard_<n>_*`, DistillKit and pool
+# parts `part-<n>`): (source ordinal + 1) * ANCHOR_SHARD_INDEX_BASE + sha256(file stem) mod ANCHOR_SHARD_INDEX_BASE,
+# so it never meets a SYNTH shard number (< ANCHOR_SHARD_INDEX_BASE), does not depend on which other files exist,
+# and tells the source at a glance (its leading digit(s)); two stems of one source on one number are refused
+ANCHOR_SHARD_INDEX_BASE: Final = 10_000_000
+
+
+def source_dataset(source: str) -> str:
+    """The published dataset a source's rows come from (`PleIAs/SYNTH` for synth): the DistillKit rows'
+    `source.dataset`, the pool rows' `source_dataset`."""
+    return SYNTH_DATASET if source == SYNTH_SOURCE else SOURCE_DATASETS[source]
+
+
+def partition_source(partition_key: str) -> str:
+    """The source a partition's rows come from: `synth` for SYNTH's keys, `<source>` for `<source>/<stem>`."""
+    source, separator, _ = partition_key.partition(SOURCE_PARTITION_SEPARATOR)
+    return source if separator else SYNTH_SOURCE
+
+
+def anchor_partition_key(source: str, stem: str) -> str:
+    return f"{source}{SOURCE_PARTITION_SEPARATOR}{stem}"
+
+
+def anchor_shard_index(partition_key: str) -> int:
+    """The shard number of an anchor partition `<source>/<stem>` (see ANCHOR_SHARD_INDEX_BASE)."""
+    source, _, stem = partition_key.partition(SOURCE_PARTITION_SEPARATOR)
+    ordinal = list(SOURCE_DATASETS).index(source) if source in SOURCE_DATASETS else None
+    if ordinal is None:
+        raise KeyError(f"source {source!r} is not declared in synthkd_contract/sources.py SOURCE_DATASETS")
+    digest = int.from_bytes(hashlib.sha256(stem.encode()).digest()[:8], "big")
+    return (ordinal + 1) * ANCHOR_SHARD_INDEX_BASE + digest % ANCHOR_SHARD_INDEX_BASE

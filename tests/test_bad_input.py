@@ -668,7 +668,7 @@ def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_pa
     rows = pq.read_table(sample_shards[0]).slice(0, 20).to_pylist()
     raw = write_raw(raw_dir / "synth_00.parquet", rows)
     layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
-    real_scan = assets.scan_raw_dir
+    real_scan = assets.scan_inputs
 
     def scan_then_rewrite(*args, **kwargs):
         shards = real_scan(*args, **kwargs)
@@ -677,7 +677,7 @@ def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_pa
 
     with dg.DagsterInstance.ephemeral() as instance:
         run(instance, layout, ["synth_raw_inventory"])
-        monkeypatch.setattr(assets, "scan_raw_dir", scan_then_rewrite)
+        monkeypatch.setattr(assets, "scan_inputs", scan_then_rewrite)
         failed = run(instance, layout, ["synth_harmony"], "synth_00", raise_on_error=False)
     assert not failed.success
     [message] = step_failures(failed)

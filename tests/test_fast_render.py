@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from openai_harmony import Message, ReasoningEffort, Role, SystemContent
+from openai_harmony import Conversation, Message, ReasoningEffort, Role, SystemContent
 
 from synthkd_assets.core.render import FastRenderer, RenderError
 from synthkd_assets.core.stages import harmonize_shard
@@ -109,6 +110,41 @@ def test_generated_conversations_are_byte_identical(fast, renderer, system, user
     routed = fast.routed_to_reference
     assert_identical(fast, renderer, [conversation(system, user, analysis, final)])
     assert fast.routed_to_reference == routed
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(turns=st.lists(st.tuples(text, text), min_size=2, max_size=4), analysis=st.none() | text)
+def test_multi_turn_conversations_are_byte_identical_and_supervise_only_the_last_reply(fast, renderer, turns, analysis):
+    """An anchor source's history (user, assistant, user, ...): both renderers agree, and only the reply after the
+    last user turn carries loss (every earlier assistant turn is context, span 0)."""
+    messages = [Message.from_role_and_content(Role.SYSTEM, SystemContent.new())]
+    for user, reply in turns[:-1]:
+        messages.append(Message.from_role_and_content(Role.USER, user))
+        messages.append(Message.from_role_and_content(Role.ASSISTANT, reply).with_channel("final"))
+    messages.append(Message.from_role_and_content(Role.USER, turns[-1][0]))
+    if analysis is not None:
+        messages.append(Message.from_role_and_content(Role.ASSISTANT, analysis).with_channel("analysis"))
+    messages.append(Message.from_role_and_content(Role.ASSISTANT, turns[-1][1]).with_channel("final"))
+    dicts = [json.loads(m.to_json()) for m in messages]
+    assert_identical(fast, renderer, [dicts])
+    # the oracle: where the loss sits relative to the completion prefix is exactly what it is for the single-turn
+    # conversation [system, last user, reply]; the history only shifts it (so none of the history is supervised)
+    reply = dicts[-2:] if analysis is not None else dicts[-1:]
+    single = [dicts[0], dicts[-len(reply) - 1], *reply]
+    want = supervised_around_prefix(renderer, single, len(reply))
+    assert supervised_around_prefix(renderer, dicts, len(reply)) == want
+
+
+def supervised_around_prefix(renderer, messages: list[dict], reply: int) -> tuple[int, int, bool]:
+    """(first supervised label - completion prefix length, tokens - last supervised label, contiguous)."""
+    rendered = renderer.render(messages)
+    prefix = renderer.encoding.render_conversation_for_completion(
+        Conversation.from_messages([Message.from_dict(m) for m in messages[:-reply]]), Role.ASSISTANT
+    )
+    labels = np.flatnonzero(rendered.loss_mask)
+    return labels[0] - len(prefix), len(rendered.tokens) - labels[-1], len(labels) == labels[-1] - labels[0] + 1
 
 
 def test_empty_contents_are_byte_identical(fast, renderer):

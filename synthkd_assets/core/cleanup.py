@@ -52,6 +52,10 @@ def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_file() or p.is_symlink()) if directory.is_dir() else []
 
 
+def _files_below(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file() or p.is_symlink()) if directory.is_dir() else []
+
+
 def _dirs(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []
 
@@ -69,8 +73,8 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
         if errors_dir.is_dir():
             key_dirs += [(d, (ERROR_LOG_SUFFIX,)) for d in sorted(errors_dir.iterdir()) if d.is_dir()]
     for directory, suffixes in key_dirs:
-        for path in _files(directory):
-            key = _key_of(path.name, suffixes)
+        for path in _files_below(directory):  # an anchor shard's key `<source>/<stem>` is a path below
+            key = _key_of(path.relative_to(directory).as_posix(), suffixes)
             if key is not None and key not in present_keys and key != "manifest":
                 found.append(path)
     megatron_dirs = (*constants.SPLITS, MEGATRON_SHARDS_SUBDIR)

@@ -32,11 +32,12 @@ from openai_harmony import Conversation, Message, Role
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.dataset_manifest import file_record
 from synthkd_assets.core.parquet_io import iter_frames, list_column, streaming_parquet_file
+from synthkd_assets.core.render import completion_start
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.stages import DatasetStep, TokenizedRow
 from synthkd_assets.core.steps import Outputs, ParquetOutputs, Table, run_step
-from synthkd_contract import constants, drops
+from synthkd_contract import constants, drops, sources
 from synthkd_contract.labels import token_align
 from synthkd_contract.schemas import DISTILL_SCHEMA, DISTILL_SOURCE_TYPE, DISTILL_SPANS_TYPE
 
@@ -61,11 +62,12 @@ def distill_split(synth_id: str, valid_fraction: float = constants.DISTILL_VALID
 
 
 def prompt_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages before the first assistant message (system + user)."""
-    for i, message in enumerate(messages):
-        if message.get("role") == "assistant":
-            return messages[:i]
-    raise DistillContractError("conversation has no assistant message")
+    """The messages before the completion (render.py `completion_start`): system + user, and for a multi-turn
+    conversation its whole history."""
+    start = completion_start(messages)
+    if start >= len(messages):
+        raise DistillContractError("conversation has no assistant message")
+    return messages[:start]
 
 
 def completion_prefix(encoding: Any, messages: list[dict[str, Any]]) -> list[int]:
@@ -181,7 +183,8 @@ class DistillStep(DatasetStep):
         return split, (row.synth_id, row.exercise, row.language, distilled)
 
     def tables(self, arrow: pa.Table, kept: dict[str, list[tuple[str, str, str, DistillRow]]]) -> dict[str, Table]:
-        return {split: distill_table(rows) for split, rows in kept.items()}
+        dataset = sources.source_dataset(sources.partition_source(self.shard))
+        return {split: distill_table(rows, dataset) for split, rows in kept.items()}
 
 
 def write_distill_shard(
@@ -208,12 +211,12 @@ def write_distill_shard(
     return DistillShardResult(report, files, step.lengths)
 
 
-def distill_table(rows: list[tuple[str, str, str, DistillRow]]) -> pa.Table:
-    """(synth_id, exercise, language, DistillRow) rows -> a table of DISTILL_SCHEMA."""
+def distill_table(rows: list[tuple[str, str, str, DistillRow]], dataset: str = constants.SOURCE_DATASET) -> pa.Table:
+    """(synth_id, exercise, language, DistillRow) rows of one dataset -> a table of DISTILL_SCHEMA."""
     synth_ids = [r[0] for r in rows]
     source = pa.StructArray.from_arrays(
         [
-            pa.array([constants.SOURCE_DATASET] * len(rows), pa.string()),
+            pa.array([dataset] * len(rows), pa.string()),
             pa.array(synth_ids, pa.string()),
             pa.array([r[1] for r in rows], pa.string()),
             pa.array([r[2] for r in rows], pa.string()),

@@ -25,7 +25,9 @@ from typing import BinaryIO
 
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.layout import HARMONY_STAGE, DataLayout
-from synthkd_assets.core.parquet_io import InputFileError
+from synthkd_assets.core.parquet_io import InputFileError, RawShardChangedError
+from synthkd_assets.core.sources import ADAPTERS
+from synthkd_contract import sources
 from synthkd_contract.manifest_seal import sha256_file
 
 RAW_GLOB = "*.parquet"
@@ -40,6 +42,8 @@ def shard_index_from_name(name: str) -> int:
     """`synth_07.parquet` (or its partition key `synth_07`) -> 7: the trailing number of the name without
     `.parquet` is the shard index of the contract. Only that suffix is removed, so a file name and its
     key always give the same number (`x_1.5.parquet` and `x_1.5` are both shard 5)."""
+    if sources.SOURCE_PARTITION_SEPARATOR in name:  # an anchor source's partition `<source>/<stem>`
+        return sources.anchor_shard_index(name)
     match = re.search(r"(\d+)$", name.removesuffix(RAW_GLOB.removeprefix("*")))
     if match is None:
         raise ValueError(f"shard file {name!r} has no trailing shard number (expected e.g. synth_07.parquet)")
@@ -114,13 +118,67 @@ def ignored_raw_files(raw_dir: Path) -> list[str]:
 
 def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard]:
     """Every raw shard of `raw_dir` (`raw_shard_paths`), hashed, reusing cached hashes of unchanged files."""
+    return _hashed([(partition_key_for(path), path) for path in raw_shard_paths(raw_dir)], cache_path)
+
+
+def scan_inputs(layout: DataLayout) -> list[RawShard]:
+    """Every input shard of a build: SYNTH's raw shards, then the anchor sources' shards of
+    `layout.sources_root` when one is set (`source_shard_paths`), each hashed (one cache for both)."""
+    synth = [(partition_key_for(path), path) for path in raw_shard_paths(layout.raw_root)]
+    anchors = source_shard_paths(layout.sources_root) if layout.sources_root is not None else []
+    return _hashed(synth + anchors, layout.raw_hash_cache())
+
+
+def source_shard_paths(sources_root: Path) -> list[tuple[str, Path]]:
+    """(partition key `<source>/<stem>`, path) of every anchor shard: the files under `<sources_root>/<source>/`
+    named `*.parquet` or `*.jsonl` as the source publishes, `<stem>` their path there without the suffix
+    (`deepcoder/primeintellect/train-00000-of-00001`: a config's directory is kept). Refuses (InputFileError)
+    a missing root, a directory that names no declared source, an entry that is not a regular file, a stem
+    unusable as a partition key and two stems of one source on one shard number."""
+    if not sources_root.is_dir():
+        raise InputFileError(f"no anchor sources in {sources_root}: the directory does not exist")
+    found: list[tuple[str, Path]] = []
+    for directory in sorted(p for p in sources_root.iterdir() if p.is_dir()):
+        source = directory.name
+        if source not in sources.SOURCE_DATASETS:
+            raise InputFileError(
+                f"{directory}: {source!r} is not a declared source (one of {sorted(sources.SOURCE_DATASETS)}; "
+                "a new one is added as docs/sources.md says)"
+            )
+        suffix = ADAPTERS[source].spec.file_suffix
+        by_index: dict[int, list[Path]] = {}
+        for path in sorted(directory.rglob(f"*{suffix}")):
+            if not path.is_file():
+                what = "a dangling symlink" if path.is_symlink() and not path.exists() else "not a regular file"
+                raise InputFileError(f"{path}: not a readable {source} shard ({what})")
+            stem = path.relative_to(directory).as_posix().removesuffix(suffix)  # a config's subdirectory stays
+            if bad := [s for s in _BAD_KEY_SUBSTRINGS if s in stem]:
+                raise InputFileError(f"{path}: the name holds {bad}, which a partition key cannot: rename the file")
+            key = sources.anchor_partition_key(source, stem)
+            by_index.setdefault(shard_index_from_name(key), []).append(path)
+            found.append((key, path))
+        if collisions := [names for names in by_index.values() if len(names) > 1]:
+            raise InputFileError(
+                "anchor shards on the same shard number would overwrite each other's output: "
+                + "; ".join(" and ".join(str(p) for p in names) for names in collisions)
+                + ": rename one of each"
+            )
+    return found
+
+
+def _kind(path: Path) -> str:
+    return "JSONL" if path.suffix == ".jsonl" else "Parquet"
+
+
+def _hashed(shards: list[tuple[str, Path]], cache_path: Path | None) -> list[RawShard]:
     cache = _load_cache(cache_path)
-    shards = []
-    for path in raw_shard_paths(raw_dir):
+    hashed = []
+    for key, path in shards:
         try:
             stat = path.stat()
         except OSError as error:
-            raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
+            what = f"{type(error).__name__}: {error}"
+            raise InputFileError(f"{path}: not a readable {_kind(path)} file ({what})") from error
         cached = cache.get(str(path.resolve()))
         if cached and cached["bytes"] == stat.st_size and cached["mtime_ns"] == stat.st_mtime_ns:
             digest = cached["sha256"]
@@ -129,13 +187,13 @@ def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard
                 digest = sha256_file(path)
             except OSError as error:
                 raise InputFileError(
-                    f"{path}: not a readable Parquet file ({type(error).__name__}: {error})"
+                    f"{path}: not a readable {_kind(path)} file ({type(error).__name__}: {error})"
                 ) from error
-        shards.append(RawShard(partition_key_for(path), str(path), stat.st_size, stat.st_mtime_ns, digest))
-    updated = {str(Path(s.path).resolve()): asdict(s) for s in shards}
+        hashed.append(RawShard(key, str(path), stat.st_size, stat.st_mtime_ns, digest))
+    updated = {str(Path(s.path).resolve()): asdict(s) for s in hashed}
     if cache_path is not None and updated != cache:  # steps of one run may scan at the same time
         atomic_write_text(cache_path, json.dumps(updated, indent=1, sort_keys=True), shared=True)
-    return shards
+    return hashed
 
 
 def _load_cache(cache_path: Path | None) -> dict[str, dict]:
@@ -170,10 +228,6 @@ def built_from_sha256(layout: DataLayout, keys: Iterable[str]) -> dict[str, str 
     what the sensor, the schedule and raw_inputs_unchanged compare the raw files with."""
     reports = {key: layout.stage_report(HARMONY_STAGE, key) for key in keys}
     return {key: json.loads(p.read_text()).get("source_sha256") if p.is_file() else None for key, p in reports.items()}
-
-
-class RawShardChangedError(InputFileError):
-    """A raw shard whose bytes are not the ones the step was scheduled for, or changed while being read."""
 
 
 def _identity(fd: int) -> tuple[int, int, int, int]:
@@ -262,8 +316,10 @@ def read_input_manifest(path: Path) -> dict[str, str] | None:
 
 
 def input_manifest_disagreements(listed: dict[str, str], shards: list[RawShard]) -> list[str]:
-    """Where the raw directory is not what the input manifest lists: one line per file, sorted."""
-    on_disk = {Path(s.path).name: s.sha256 for s in shards}
+    """Where the raw directory is not what the input manifest lists: one line per file, sorted. The manifest
+    lists SYNTH's raw shards: anchor sources' shards are not compared."""
+    synth = [s for s in shards if sources.partition_source(s.name) == sources.SYNTH_SOURCE]
+    on_disk = {Path(s.path).name: s.sha256 for s in synth}
     problems = []
     for file in sorted(set(listed) | set(on_disk)):
         if file not in on_disk:

@@ -2,6 +2,7 @@
 CLI, tests and benchmarks, so that no path is spelled out anywhere else.
 
     <raw root>/<key>.parquet                      raw shards (partition key = file stem)
+    <sources root>/<source>/<stem>.{parquet,jsonl} anchor source shards (partition key = <source>/<stem>)
     <raw root>/input_manifest.json                optional, user-provided: the shards the inputs should be
     <data>/synth_raw/hash_cache.json              raw sha256 by (size, mtime), shared by full and smoke builds
     <data>/tokenizer/o200k_base.tiktoken          the pinned vocabulary, shared by full and smoke builds
@@ -38,6 +39,7 @@ from synthkd_contract import constants
 from synthkd_contract.buckets import POOL_DATASET_NAME, POOL_SMOKE_DATASET_NAME
 
 RAW_DIR_ENV = "SYNTHKD_RAW_DIR"
+SOURCES_DIR_ENV = "SYNTHKD_SOURCES_DIR"  # anchor sources: <dir>/<source key>/<shard>.{parquet,jsonl}; unset: SYNTH only
 DATA_DIR_ENV = "SYNTHKD_DATA_DIR"
 DEFAULT_RAW_DIR = "data/sample/synth_raw"  # the bundled sample, relative to the working directory
 DEFAULT_DATA_DIR = "data"
@@ -98,6 +100,7 @@ class DataLayout:
     smoke: bool = False
     distill_dir: Path | None = None  # DistillKit dataset root; default <data>/distill/<distill name>
     encoding_errors_log: Path | None = None  # default <build>/errors/synth_distill_encoding_errors.jsonl
+    sources_root: Path | None = None  # the anchor sources' shards (docs/sources.md); None: SYNTH only
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], smoke: bool = False) -> DataLayout:
@@ -105,7 +108,8 @@ class DataLayout:
         and data/ when unset): what the build script's helpers ask."""
         raw = environ.get(RAW_DIR_ENV) or DEFAULT_RAW_DIR
         data = environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
-        return cls(Path(raw), Path(data), smoke)
+        sources_dir = environ.get(SOURCES_DIR_ENV)
+        return cls(Path(raw), Path(data), smoke, sources_root=Path(sources_dir) if sources_dir else None)
 
     # --- raw side --------------------------------------------------------------------------------
     def raw_shard(self, key: str) -> Path:

@@ -39,7 +39,8 @@ from synthkd_assets.core.sampling import (
     nested_from_cells,
     plan_keep_rates,
 )
-from synthkd_contract import constants
+from synthkd_assets.core.source_mix import achieved_vs_target
+from synthkd_contract import constants, sources
 from synthkd_contract.schemas import POOL_SCHEMA
 
 PERCENTILES = (50, 90, 99)  # of the DistillKit token lengths, per split
@@ -104,6 +105,35 @@ def counts_after_clusters(
     return {cell: n - removed.get(cell, 0) for cell, n in cells.items() if n - removed.get(cell, 0) > 0}
 
 
+def synth_only(reports: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The reports of SYNTH's partitions, by partition."""
+    return {name: r for name, r in reports.items() if sources.partition_source(name) == sources.SYNTH_SOURCE}
+
+
+def source_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """{"sources": {source: {rows, tokens, shards, dataset}}} of a dataset's shard records when some shard is an
+    anchor source's (tokens: label positions, the sum of span_tokens), else {}: a SYNTH-only manifest keeps its
+    bytes."""
+    by_source: dict[str, dict[str, Any]] = {}
+    for record in records:
+        source = sources.partition_source(record["partition"])
+        entry = by_source.setdefault(
+            source, {"dataset": sources.source_dataset(source), "shards": 0, "rows": 0, "tokens": 0}
+        )
+        entry["shards"] += 1
+        entry["rows"] += record["report"]["rows_out"]
+        entry["tokens"] += sum(record["report"].get("span_tokens", {}).values())
+    if set(by_source) <= {sources.SYNTH_SOURCE}:
+        return {}
+    total = sum(entry["tokens"] for entry in by_source.values())
+    return {
+        "sources": {
+            source: {**entry, "token_share": entry["tokens"] / total if total else 0.0}
+            for source, entry in sorted(by_source.items())
+        }
+    }
+
+
 def sampling_section(
     plan: dict[str, Any],
     plan_sha256: str,
@@ -118,6 +148,8 @@ def sampling_section(
                 f"synth_sampled partition {name!r} was made with plan {str(sampled.get('plan_sha256'))[:12]}, the "
                 f"current plan is {plan_sha256[:12]}: re-materialize every shard after a new plan"
             )
+    # the 001 mixture is SYNTH's (anchor shards are not sampled by it): its counts and achieved mix are SYNTH's
+    filtered_reports, sampled_reports = synth_only(filtered_reports), synth_only(sampled_reports)
     achieved = mix_summary(summed_cells(sampled_reports.values()))
     return {
         "plan_sha256": plan_sha256,
@@ -192,6 +224,7 @@ def kd_manifest(
             "valid_fraction": constants.VALID_FRACTION,
         },
         "sampling": sampling,
+        **source_totals(records),
         "shards": records,
         "files": files,
         "totals": {
@@ -239,6 +272,7 @@ def distill_manifest(
         },
         "max_seq_len": max_seq_len,
         "sampling": sampling,
+        **source_totals(records),
         "token_lengths": lengths,
         "encoding_errors_log": encoding_errors_log,
         "shards": [{key: record[key] for key in ("partition", "shard_index", "report", "files")} for record in records],
@@ -367,6 +401,21 @@ def quota_achieved(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"tokens": nested_grid(tokens), "rows": nested_grid(rows)}
 
 
+def pool_source_mix(quota_plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """{"source_mix": targets, rates, expected and achieved tokens and shares per source and category} when the
+    quota plan has a source mix (anchor sources are present), else {}."""
+    if "source_mix" not in quota_plan:
+        return {}
+    achieved: dict[str, int] = {}
+    for record in records:
+        source = sources.partition_source(record["partition"])
+        tokens = record["report"].get("bucket_tokens", {})
+        achieved[source] = achieved.get(source, 0) + sum(n for cells in tokens.values() for n in cells.values())
+    plan = quota_plan["source_mix"]
+    keys = ("targets", "salt", "rule", "rates", "feasible", "infeasible", "notes", "kept_total")
+    return {"source_mix": {**{key: plan[key] for key in keys}, **achieved_vs_target(plan, achieved)}}
+
+
 def pool_manifest(
     name: str,
     provenance: dict[str, Any],
@@ -411,6 +460,7 @@ def pool_manifest(
             "achieved": achieved,
             "achieved_skill_share": {b: (n / total if total else 0.0) for b, n in achieved_skill.items()},
         },
+        **pool_source_mix(quota_plan, records),
         "curriculum": curriculum["stages"],
         "shards": records,
         "files": files,

@@ -25,6 +25,10 @@ class InputFileError(ValueError):
     """An input file that cannot be used at all: names the file and the reason."""
 
 
+class RawShardChangedError(InputFileError):
+    """A raw shard whose bytes are not the ones the step was scheduled for, or changed while being read."""
+
+
 class OutputFileError(OSError):
     """An output file that cannot be written (unwritable directory, full disk): names the file and the reason."""
 

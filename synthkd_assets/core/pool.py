@@ -33,9 +33,10 @@ from synthkd_assets.core.parquet_io import ParquetShardWriter, list_column_rows
 from synthkd_assets.core.quota import quota_keep
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import assign_split
+from synthkd_assets.core.source_mix import source_mix_keep
 from synthkd_assets.core.stages import DatasetStep, TokenizedRow
 from synthkd_assets.core.steps import Outputs, Table, run_step
-from synthkd_contract import constants, drops
+from synthkd_contract import constants, drops, sources
 from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS, ctx_bucket, pool_row_id, skill_bucket
 from synthkd_contract.labels import token_align
 from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
@@ -93,9 +94,11 @@ def pool_row(row: TokenizedRow, messages: str) -> PoolRow:
     )
 
 
-def pool_table(rows: list[PoolRow], clusters: BySynthId | None = None) -> pa.Table:
-    """The §11 rows of kept conversations (POOL_SCHEMA), nulls where nothing computes a column yet;
-    `clusters`: synth_id, cluster_id, near_dup_hash from synth_clusters (null columns without it)."""
+def pool_table(
+    rows: list[PoolRow], clusters: BySynthId | None = None, dataset: str = constants.SOURCE_DATASET
+) -> pa.Table:
+    """The §11 rows of kept conversations of one `dataset` (POOL_SCHEMA), nulls where nothing computes a column
+    yet; `clusters`: synth_id, cluster_id, near_dup_hash from synth_clusters (null columns without it)."""
     n = len(rows)
     if clusters is None:
         cluster_ids, hashes = [None] * n, [None] * n
@@ -103,8 +106,8 @@ def pool_table(rows: list[PoolRow], clusters: BySynthId | None = None) -> pa.Tab
         found = clusters.rows([r.synth_id for r in rows])
         cluster_ids, hashes = found["cluster_id"].to_list(), found["near_dup_hash"].to_list()
     columns: dict[str, Any] = {
-        "id": [pool_row_id(constants.SOURCE_DATASET, r.synth_id) for r in rows],
-        "source_dataset": [constants.SOURCE_DATASET] * n,
+        "id": [pool_row_id(dataset, r.synth_id) for r in rows],
+        "source_dataset": [dataset] * n,
         "source_subset": [r.exercise for r in rows],
         "source_example_id": [r.synth_id for r in rows],
         "language": [r.language for r in rows],
@@ -174,6 +177,7 @@ class PoolShard:
     rates: dict[str, dict[str, float]]  # the quota plan's {skill: {ctx: keep rate}}
     caps: BuildCaps = NO_CAPS
     clusters_path: Path | None = None  # synth_clusters of the shard: fills cluster_id and near_dup_hash
+    source_rates: dict[str, float] | None = None  # the quota plan's source mix {source: keep rate}; None: SYNTH only
 
 
 class PoolStep(DatasetStep):
@@ -181,7 +185,10 @@ class PoolStep(DatasetStep):
 
     def __init__(self, shard: PoolShard) -> None:
         super().__init__(shard.tokenized_path, shard.caps)
-        self.shard, self.rates = shard.shard, shard.rates
+        self.shard, self.rates, self.source_rates = shard.shard, shard.rates, shard.source_rates
+        self.source = sources.partition_source(shard.shard)
+        if self.source != sources.SYNTH_SOURCE and self.source_rates is None:
+            raise ValueError(f"{shard.shard}: an anchor source's shard needs the quota plan's source mix rates")
         self.where = shard
         self.messages: Iterator[tuple[int, str]] = sampled_messages(shard.sampled_path)
         self.outputs: PoolOutputs | None = None
@@ -194,11 +201,16 @@ class PoolStep(DatasetStep):
     def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, PoolRow] | None:
         payload = messages_payload(self.messages, row.source_row, self.shard)
         kept = pool_row(row, payload)
-        if not quota_keep(row.synth_id, kept.skill, kept.ctx, self.rates):
+        # the skill quota grid is SYNTH's; every source's share of the whole then comes from the source mix
+        if self.source == sources.SYNTH_SOURCE and not quota_keep(row.synth_id, kept.skill, kept.ctx, self.rates):
             rate = self.rates[kept.skill][kept.ctx]
             report.drop(
                 drops.DROP_OVER_QUOTA, row.source_row, row.synth_id, f"cell {kept.skill}/{kept.ctx} rate {rate}"
             )
+            return None
+        if self.source_rates is not None and not source_mix_keep(row.synth_id, self.source, self.source_rates):
+            rate = self.source_rates[self.source]
+            report.drop(drops.DROP_OVER_SOURCE_SHARE, row.source_row, row.synth_id, f"{self.source} rate {rate}")
             return None
         report.count_sequence(row.exercise, row.language, kept.sequence_tokens)
         report.exercise_language[(row.exercise, row.language)] += 1
@@ -207,7 +219,7 @@ class PoolStep(DatasetStep):
     def tables(self, arrow: pa.Table, kept: dict[str, list[PoolRow]]) -> dict[str, Table]:
         out = {}
         for split, rows in kept.items():
-            table = pool_table(rows, self.clusters)
+            table = pool_table(rows, self.clusters, sources.source_dataset(self.source))
             indices = [r.index for r in rows]
             for column in ("tokens", "loss_mask", "span_id"):
                 table = table.append_column(column, arrow.column(column).take(indices))

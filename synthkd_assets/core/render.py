@@ -61,6 +61,21 @@ def message_span(message: dict[str, Any]) -> int:
     return constants.CHANNEL_TO_SPAN[channel]
 
 
+def message_spans(messages: list[dict[str, Any]]) -> list[int]:
+    """Span id of every message of a conversation: only the completion, the assistant messages after the last
+    non-assistant message, is supervised. The assistant turns of a multi-turn history (an anchor source's) are
+    context, span 0, like the user turns around them: the DistillKit split is one prompt, one completion (001),
+    and a teacher's KD signal is wanted on the reply being distilled. SYNTH's single turn is all completion."""
+    spans = [message_span(m) for m in messages]  # every assistant channel is checked, in history too
+    start = completion_start(messages)
+    return [span if i >= start else constants.SPAN_PROMPT for i, span in enumerate(spans)]
+
+
+def completion_start(messages: list[dict[str, Any]]) -> int:
+    """The index of the completion's first message: the one after the last non-assistant message."""
+    return 1 + max((i for i, m in enumerate(messages) if m.get("role") != "assistant"), default=-1)
+
+
 class HarmonyRenderer:
     """The reference renderer: openai-harmony tokens, masks from message boundaries."""
 
@@ -69,7 +84,7 @@ class HarmonyRenderer:
         self.start_id = encoding.encode("<|start|>", allowed_special="all")[0]
 
     def render(self, messages: list[dict[str, Any]]) -> RenderedConversation:
-        spans = np.array([message_span(m) for m in messages], dtype=constants.SPAN_DTYPE)
+        spans = np.array(message_spans(messages), dtype=constants.SPAN_DTYPE)
         try:
             conversation = Conversation.from_messages([Message.from_dict(m) for m in messages])
             rendered = self.encoding.render_conversation_for_training(conversation, RENDER_CONFIG)
@@ -166,6 +181,7 @@ class FastRenderer:
         if last.get("role") != "assistant" or last.get("channel") != "final":
             return None
         pieces: list[tuple[np.ndarray | int, int]] = []
+        spans = message_spans(messages)
         for position, message in enumerate(messages):
             role = message.get("role")
             if role == "system":
@@ -179,7 +195,7 @@ class FastRenderer:
             channel = message.get("channel")
             if role == "user" and channel is not None:
                 return None
-            span = message_span(message)
+            span = spans[position]
             pieces.append((self._header(role, channel), span))
             texts.append(text)
             pieces.append((len(texts) - 1, span))

@@ -8,7 +8,7 @@ import dagster as dg
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
-from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
@@ -16,7 +16,9 @@ from synthkd_assets.core.near_dup import clusters_rule
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.round_trip import round_trip_shard
-from synthkd_assets.core.sampling import sampling_rule
+from synthkd_assets.core.sampling import keep_every_row, sampling_rule
+from synthkd_assets.core.sources import source_adapter
+from synthkd_assets.core.sources.base import harmonize_source_shard
 from synthkd_assets.core.stages import (
     RowRule,
     first_reason,
@@ -58,7 +60,7 @@ from synthkd_assets.defs.upstream import (
     shard_names,
     stage_files,
 )
-from synthkd_contract import constants
+from synthkd_contract import constants, sources
 from synthkd_contract.schemas import (
     DISTILL_SCHEMA,
     HARMONY_SCHEMA,
@@ -88,13 +90,18 @@ def shard_step(deps: list, kinds: set[str], build_pass: str, group_name: str, sc
 
 
 def stage_result(
-    paths: DataLayout, report: ShardReport, stage: str, checks: tuple[dg.AssetCheckResult, ...] = (), **extra
+    paths: DataLayout,
+    report: ShardReport,
+    stage: str,
+    checks: tuple[dg.AssetCheckResult, ...] = (),
+    step: str | None = None,
+    **extra,
 ) -> dg.MaterializeResult:
     """Publish a stage step's report (after its output and error log) and report it as metadata and checks
-    (rows accounted, and `checks`)."""
+    (rows accounted, and `checks`); `step` names the drop reasons reported when they are not the stage's."""
     out_path, report_path = stage_files(paths, stage, report.shard)
     report.write_json(report_path)
-    metadata = {**report_metadata(report.to_dict(), stage), **files_metadata([out_path]), **extra}
+    metadata = {**report_metadata(report.to_dict(), step or stage), **files_metadata([out_path]), **extra}
     return dg.MaterializeResult(metadata=metadata, check_results=[rows_accounted_result(report), *checks])
 
 
@@ -106,14 +113,20 @@ def synth_harmony(
     analysis (when reasoning is non-blank) and final, verbatim; NULs removed and counted."""
     paths = layout.data_layout(build.smoke)
     key = context.partition_key
-    raw_path = paths.raw_shard(key)
-    source = {s.name: s for s in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())}.get(key)
+    source = {s.name: s for s in scan_inputs(paths)}.get(key)
     if source is None:
-        raise dg.Failure(f"partition {key!r}: raw shard {raw_path} no longer exists")
+        raise dg.Failure(f"partition {key!r}: its input shard is no longer in the raw or sources directory")
     out_path, errors = stage_files(paths, "synth_harmony", key)[0], paths.error_log("synth_harmony", key)
     system, max_rows = system_message_dict(), build.caps().max_input_rows
-    report = harmonize_shard(raw_path, out_path, system, key, source.sha256, max_rows, errors)
-    return stage_result(paths, report, "synth_harmony", source_sha256=report.source_sha256)
+    origin = sources.partition_source(key)
+    if origin != sources.SYNTH_SOURCE:  # an anchor source's shard: its adapter (docs/sources.md)
+        adapter = source_adapter(origin)
+        report = harmonize_source_shard(Path(source.path), out_path, adapter, key, source.sha256, max_rows, errors)
+        step, extra = "source_harmony", {"source": origin, "source_dataset": adapter.spec.dataset}
+    else:
+        report = harmonize_shard(Path(source.path), out_path, system, key, source.sha256, max_rows, errors)
+        step, extra = "synth_harmony", {}
+    return stage_result(paths, report, "synth_harmony", step=step, source_sha256=report.source_sha256, **extra)
 
 
 def select_rows(paths: DataLayout, key: str, source: str, stage: str, rule: RowRule, plan_sha256: str | None = None):
@@ -146,7 +159,7 @@ def synth_sampling_plan(
     expectation), plus global_keep. One salted hash of synth_id per rule.
     Not automated: a re-plan means rebuilding every shard from synth_sampled on."""
     paths = layout.data_layout(build.smoke)
-    names = shard_names(paths)
+    names = [n for n in shard_names(paths) if sources.partition_source(n) == sources.SYNTH_SOURCE]  # 001: SYNTH's
     filtered = partition_records("synth_filtered", {n: stage_files(paths, "synth_filtered", n)[1] for n in names})
     clusters, clusters_sha = read_clusters(paths)
     plan = sampling_plan(filtered, build.targets(), clusters, clusters_sha)
@@ -200,7 +213,8 @@ def synth_sampled(
     plan, plan_sha = read_plan(paths, build.targets())
     require_current_clusters(paths, plan)
     key = context.partition_key
-    rule = sampling_rule(plan["rates"])
+    # the 001 mixture is SYNTH's: an anchor shard's rows are only capped by the clusters (its mix is the pool's)
+    rule = sampling_rule(plan["rates"]) if sources.partition_source(key) == sources.SYNTH_SOURCE else keep_every_row
     clusters = stage_files(paths, "synth_clusters", key)[0]
     if clusters.is_file():  # a shard added after the clusters in force is sampled whole, like under the plan
         rule = first_reason(clusters_rule(clusters), rule)

@@ -14,7 +14,7 @@ from synthkd_assets.core.inventory import (
     input_manifest_disagreements,
     partition_changes,
     read_input_manifest,
-    scan_raw_dir,
+    scan_inputs,
     shards_to_rebuild,
 )
 from synthkd_assets.core.layout import DataLayout
@@ -95,7 +95,7 @@ def synth_raw_sensor(
     if waiting := _wait_for_build(paths):
         return waiting
     cursor = json.loads(context.cursor) if context.cursor else {"shards": {}, "harmony_manifest": None}
-    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
+    shards = scan_inputs(paths)
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
     rebuild = shards_to_rebuild(cursor["shards"], shards, built_from_sha256(paths, [s.name for s in shards]))
     sha = {s.name: s.sha256 for s in shards}
@@ -170,7 +170,7 @@ def evaluate_nightly_rebuild(
     paths = layout.data_layout(build.smoke)
     if waiting := _wait_for_build(paths):
         return waiting
-    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
+    shards = scan_inputs(paths)
     manifest_path = paths.input_manifest()
     listed = read_input_manifest(manifest_path)
     if listed is not None:

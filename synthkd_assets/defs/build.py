@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 import dagster as dg
 
 from synthkd_assets.core.buildlock import build_lock
-from synthkd_assets.core.inventory import raw_shard_paths
+from synthkd_assets.core.inventory import raw_shard_paths, source_shard_paths
 from synthkd_assets.core.parallel import die_with_parent, watch_stop_signals
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.code_versions import with_code_versions
@@ -162,7 +162,9 @@ def _build_all(instance, layout, build, outputs, progress, workers, take_lock, k
 
 def _raw_shard_count(layout: SynthKDLayout) -> int:
     try:
-        return len(raw_shard_paths(layout.data_layout().raw_root))
+        paths = layout.data_layout()
+        anchors = source_shard_paths(paths.sources_root) if paths.sources_root is not None else []
+        return len(raw_shard_paths(paths.raw_root)) + len(anchors)
     except InputFileError:  # the inventory fails on it, naming the problem
         return 0
 

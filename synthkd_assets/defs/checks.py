@@ -20,7 +20,7 @@ from synthkd_assets.core.checks import (
 )
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
-from synthkd_assets.core.inventory import built_from_sha256, scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.inventory import built_from_sha256, scan_inputs, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
 from synthkd_assets.core.report import ShardReport
@@ -244,7 +244,7 @@ def tokenizer_sha256_pin(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg
 def raw_inputs_unchanged(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
     paths = layout.data_layout(build.smoke)
     manifest = mf.read_json(paths.harmony_manifest())
-    current = {s.name: s.sha256 for s in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())}
+    current = {s.name: s.sha256 for s in scan_inputs(paths)}
     built_from = built_from_sha256(paths, [entry["name"] for entry in manifest["shards"]])
     read_time = [{"name": name, "source": {"sha256": sha256}} for name, sha256 in built_from.items()]
     return _result(
@@ -266,7 +266,7 @@ def table_schema_check(asset: str, name: str, tables: Callable[[DataLayout, list
     )
     def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
-        listed = tables(paths, [s.name for s in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())])
+        listed = tables(paths, [s.name for s in scan_inputs(paths)])
         problems = [problem for path, schema in listed for problem in schema_problems(path, schema)]
         return _result(problems, passed_summary=f"{len(listed)} tables match their schemas", tables=len(listed))
 

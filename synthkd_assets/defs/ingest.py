@@ -5,7 +5,7 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
-from synthkd_assets.core.inventory import ignored_raw_files, partition_changes, scan_raw_dir
+from synthkd_assets.core.inventory import ignored_raw_files, partition_changes, scan_inputs
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.tokenizer import materialize_tokenizer, vocabulary_source
 from synthkd_assets.defs.conventions import OWNERS, pass_tags, synthkd_asset
@@ -103,7 +103,7 @@ def synth_raw_inventory(
     shard's content hash as the synth_raw data version. What the sensor does on a tick, on demand (for CLI
     builds without a daemon)."""
     paths = layout.data_layout(build.smoke)
-    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
+    shards = scan_inputs(paths)
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
     if add:
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)

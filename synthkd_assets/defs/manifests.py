@@ -7,7 +7,7 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.dataset_manifest import write_sealed_manifest
-from synthkd_assets.core.inventory import scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import (
     distill_manifest,
@@ -50,7 +50,7 @@ def synth_harmony_manifest(
 ) -> dg.MaterializeResult:
     """data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts."""
     paths = layout.data_layout(build.smoke)
-    shards = scan_raw_dir(paths.raw_root, paths.raw_hash_cache())
+    shards = scan_inputs(paths)
     files = {shard.name: stage_files(paths, "synth_harmony", shard.name) for shard in shards}
     reports = partition_records("synth_harmony", {name: report for name, (_, report) in files.items()})
     entries = []

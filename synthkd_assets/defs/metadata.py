@@ -79,7 +79,9 @@ def report_metadata(report: dict[str, Any], step: str | None = None) -> dict[str
     }
     reasons = drops.DROP_REASONS_BY_STEP.get(step or "", ())
     metadata.update(drop_metadata(report["dropped"], reasons))
-    sanitized_keys = drops.SANITIZED_KEYS if step == "synth_harmony" else ()
+    sanitized_keys = {"synth_harmony": drops.SANITIZED_KEYS, "source_harmony": drops.SOURCE_SANITIZED_KEYS}.get(
+        step or "", ()
+    )
     metadata.update({f"sanitized_{what}": n for what, n in zero_filled(report["sanitized"], sanitized_keys).items()})
     span_keys = constants.SPAN_NAMES.values() if step in STEP_SPANS else ()
     metadata.update({f"tokens_{span}": n for span, n in zero_filled(report["span_tokens"], span_keys).items()})
@@ -174,3 +176,21 @@ def bucket_report_metadata(report: dict[str, Any]) -> dict[str, Any]:
         **{f"tokens_language_{lang}": n for lang, n in report.get("language_tokens", {}).items()},
         **{f"tokens_exercise_{ex}": n for ex, n in report.get("exercise_tokens", {}).items()},
     }
+
+
+def source_mix_metadata(mix: dict[str, Any], label: str = "expected") -> dict[str, Any]:
+    """The source mix (a quota plan's `source_mix`, or a pool manifest's with `label` "achieved") as plottable
+    shares per group (`source_share_target_<group>`, `source_share_<label>_<group>`) and a table per source."""
+    share = f"{label}_share"
+    metadata: dict[str, Any] = {}
+    for group, entry in mix["groups"].items():
+        metadata[f"source_share_target_{group}"] = entry["target_share"]
+        metadata[f"source_share_{label}_{group}"] = entry[share]
+    lines = [f"| source | group | target share | {label} share |", "|---|---|---:|---:|"]
+    for source, entry in mix["sources"].items():
+        group = entry.get("group", "")
+        lines.append(f"| {source} | {group} | {entry['target_share']:.2%} | {entry[share]:.2%} |")
+    for group, entry in mix["groups"].items():
+        lines.append(f"| **{group}** | | {entry['target_share']:.2%} | {entry[share]:.2%} |")
+    metadata[f"source_mix_{label}"] = dg.MetadataValue.md("\n".join(lines))
+    return metadata

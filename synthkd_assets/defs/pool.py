@@ -12,6 +12,7 @@ from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest
 from synthkd_assets.core.pool import PoolShard, write_pool_shard
 from synthkd_assets.core.quota import plan_quota_grid
+from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan
 from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
 from synthkd_assets.defs.checks import (
     BUCKET_BALANCE_SPEC,
@@ -29,10 +30,12 @@ from synthkd_assets.defs.metadata import (
     dataset_manifest_metadata,
     files_metadata,
     report_metadata,
+    source_mix_metadata,
     table_definition_metadata,
 )
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import partition_records, read_quota_plan, require_upstream, shard_names, stage_files
+from synthkd_contract import sources
 from synthkd_contract.schemas import POOL_SCHEMA
 
 
@@ -47,14 +50,21 @@ def synth_quota_plan(
     paths = layout.data_layout(build.smoke)
     names = shard_names(paths)
     reports = partition_records("synth_tokenized", {n: stage_files(paths, "synth_tokenized", n)[1] for n in names})
-    tokens, rows = grids_from_reports(reports.values())
+    by_source = reports_by_source(reports)
+    tokens, rows = grids_from_reports(by_source.get(sources.SYNTH_SOURCE, {}).values())
     plan = {**plan_quota_grid(tokens, rows, build.quota_targets()), "shards": sorted(reports)}
+    mix_metadata = {}
+    if set(by_source) - {sources.SYNTH_SOURCE}:  # anchor sources: the source mix on top (a SYNTH-only plan has none)
+        plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets())
+        plan["feasible"] = plan["feasible"] and plan["source_mix"]["feasible"]
+        mix_metadata = source_mix_metadata(plan["source_mix"])
     return publish_plan(
         context,
         paths.quota_plan(),
         plan,
-        "quota plan cannot meet the skill mix",
-        plan["infeasible"],
+        "quota plan cannot meet the skill mix or the source mix",
+        plan["infeasible"] + plan.get("source_mix", {}).get("infeasible", []),
+        **mix_metadata,
         infeasible=dg.MetadataValue.json(plan["infeasible"]),
         **bucket_grid_metadata(plan["available"]["tokens"], "available"),
         **bucket_grid_metadata(plan["expected"]["tokens"], "expected"),
@@ -95,7 +105,13 @@ def synth_pool(
         plan["rates"],
         build.caps(),
         clusters if clusters.is_file() else None,
+        plan["source_mix"]["rates"] if "source_mix" in plan else None,
     )
+    if "source_mix" not in plan and sources.partition_source(key) != sources.SYNTH_SOURCE:
+        raise dg.Failure(
+            f"synth_pool partition {key!r} is an anchor source's shard, and the quota plan in force was made without "
+            "anchor sources (no source mix): re-materialize synth_quota_plan, then every synth_pool shard"
+        )
     result = write_pool_shard(shard, paths.error_log("synth_pool", key))
     result.report.plan_sha256 = plan_sha
     record = result.record(key, shard_index, file_record(paths.pool_root(), part))
@@ -158,7 +174,8 @@ def synth_pool_manifest(
     paths = layout.data_layout(build.smoke)
     names = shard_names(paths)
     records = partition_records("synth_pool", {n: paths.pool_record(shard_index_from_name(n)) for n in names})
-    origin, sampling, reports = dataset_inputs(paths, build, build.pool_config(), names)
+    with_sources = any(sources.partition_source(n) != sources.SYNTH_SOURCE for n in names)
+    origin, sampling, reports = dataset_inputs(paths, build, build.pool_config(with_sources), names)
     plan, plan_sha = read_quota_plan(paths, build.quota_targets())
     curriculum = mf.read_json(paths.curriculum_plan())
     records = list(records.values())
@@ -166,9 +183,11 @@ def synth_pool_manifest(
     manifest = pool_manifest(paths.pool_name(), origin, sampling, reports, records, plan, plan_sha, curriculum, files)
     digest = write_sealed_manifest(paths.pool_manifest(), manifest)
     achieved = manifest["quota"]["achieved"]["tokens"]
+    mix = source_mix_metadata(manifest["source_mix"], "achieved") if "source_mix" in manifest else {}
     return dg.MaterializeResult(
         metadata={
             **dataset_manifest_metadata(manifest, digest),
+            **mix,
             **bucket_grid_metadata(achieved, "achieved"),
             "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
         },

@@ -18,13 +18,21 @@ from pydantic import Field
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.curriculum import CurriculumStage, curriculum_stages
-from synthkd_assets.core.layout import DATA_DIR_ENV, DEFAULT_DATA_DIR, DEFAULT_RAW_DIR, RAW_DIR_ENV, DataLayout
+from synthkd_assets.core.layout import (
+    DATA_DIR_ENV,
+    DEFAULT_DATA_DIR,
+    DEFAULT_RAW_DIR,
+    RAW_DIR_ENV,
+    SOURCES_DIR_ENV,
+    DataLayout,
+)
 from synthkd_assets.core.manifest_builders import distill_build_config, kd_build_config
 from synthkd_assets.core.near_dup import ClusterSettings
 from synthkd_assets.core.quota import QuotaTargets, quota_config
 from synthkd_assets.core.sampling import MixTargets, selection_config
+from synthkd_assets.core.source_mix import SourceMixTargets, source_mix_config
 from synthkd_assets.core.synth import system_message_dict
-from synthkd_contract import constants
+from synthkd_contract import constants, sources
 from synthkd_contract import near_dup as nd
 from synthkd_contract.buckets import CURRICULUM_STAGES, SKILL_MIX
 from synthkd_contract.valuation import VALUATION_WINDOW
@@ -43,6 +51,10 @@ class SynthKDLayout(dg.ConfigurableResource):
 
     raw_dir: str = Field(default=DEFAULT_RAW_DIR, description=f"Raw SYNTH Parquet shards (${RAW_DIR_ENV}).")
     data_dir: str = Field(default=DEFAULT_DATA_DIR, description=f"Output root (${DATA_DIR_ENV}).")
+    sources_dir: str | None = Field(
+        default=None,
+        description=f"Anchor sources' shards, <sources_dir>/<source>/<shard> (${SOURCES_DIR_ENV}); unset: SYNTH only.",
+    )
     distill_dir: str | None = Field(
         default=None, description="DistillKit dataset root; default <data_dir>/distill/synth_distill[_smoke]."
     )
@@ -60,6 +72,7 @@ class SynthKDLayout(dg.ConfigurableResource):
         return cls(
             raw_dir=dg.EnvVar(RAW_DIR_ENV) if environ.get(RAW_DIR_ENV) else DEFAULT_RAW_DIR,
             data_dir=dg.EnvVar(DATA_DIR_ENV) if environ.get(DATA_DIR_ENV) else DEFAULT_DATA_DIR,
+            sources_dir=dg.EnvVar(SOURCES_DIR_ENV) if environ.get(SOURCES_DIR_ENV) else None,
         )
 
     @classmethod
@@ -67,7 +80,9 @@ class SynthKDLayout(dg.ConfigurableResource):
         """The code location's roots, read from `environ` now (for a build in this process and its workers):
         the same values its `dg.EnvVar`s resolve to."""
         return cls(
-            raw_dir=environ.get(RAW_DIR_ENV) or DEFAULT_RAW_DIR, data_dir=environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
+            raw_dir=environ.get(RAW_DIR_ENV) or DEFAULT_RAW_DIR,
+            data_dir=environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR,
+            sources_dir=environ.get(SOURCES_DIR_ENV) or None,
         )
 
     def data_layout(self, smoke: bool = False) -> DataLayout:
@@ -78,6 +93,7 @@ class SynthKDLayout(dg.ConfigurableResource):
             smoke,
             Path(self.distill_dir) if self.distill_dir else None,
             Path(self.encoding_errors_log) if self.encoding_errors_log else None,
+            Path(self.sources_dir) if self.sources_dir else None,
         )
 
 
@@ -156,6 +172,19 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         description="Truncate every larger skill bucket to the smallest by tokens (salted hash, never oversampling) "
         "instead of skill_mix.",
     )
+    # the source mix (002 "Global source mix"; docs/sources.md): used when anchor sources are present
+    synth_share: float = Field(
+        sources.SYNTH_SHARE, description="SYNTH's target share of the pool's tokens when anchor sources are present."
+    )
+    anchor_shares: dict[str, float] = Field(
+        default_factory=lambda: dict(sources.ANCHOR_CATEGORY_SHARES),
+        description="Target share of the pool's tokens per anchor category (math, code, chat, personality); with "
+        "synth_share, renormalized over the categories that hold tokens.",
+    )
+    source_caps: dict[str, float] = Field(
+        default_factory=lambda: dict(sources.SOURCE_TOKEN_CAPS),
+        description="The most of the pool's tokens a strictly capped source may hold (DeepCoder: 0.005).",
+    )
     curriculum: list[CurriculumStageConfig] = Field(
         default_factory=lambda: [CurriculumStageConfig(**stage) for stage in CURRICULUM_STAGES],
         description="Context-length stages: ctx bucket shares, token budget and sequence length of each.",
@@ -181,16 +210,22 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
     def quota_targets(self) -> QuotaTargets:
         return QuotaTargets(dict(self.skill_mix), self.balance_tokens)
 
+    def source_mix_targets(self) -> SourceMixTargets:
+        return SourceMixTargets(self.synth_share, dict(self.anchor_shares), dict(self.source_caps))
+
     def curriculum_stages(self) -> tuple[CurriculumStage, ...]:
         return curriculum_stages([stage.model_dump() for stage in self.curriculum])
 
-    def pool_config(self) -> dict:
+    def pool_config(self, with_sources: bool = False) -> dict:
         """Everything that shapes the pool's bytes and files (hashed into its manifest): the selection before it,
-        the quota settings and bucket tables, the curriculum, the smoke caps."""
+        the quota settings and bucket tables, the curriculum, the smoke caps; `with_sources` (anchor sources are
+        present): the source mix settings too (a SYNTH-only build's config and bytes stay what they were)."""
         caps = self.caps()
+        mix = {"source_mix": source_mix_config(self.source_mix_targets())} if with_sources else {}
         return {
             "selection": self.selection(),
             "quota": quota_config(self.quota_targets()),
+            **mix,
             "curriculum": [stage.to_dict() for stage in self.curriculum_stages()],
             "split": {"salt": constants.SPLIT_SALT, "valid_fraction": constants.VALID_FRACTION},
             "smoke_caps": {"max_rows": caps.max_rows, "max_tokens": caps.max_tokens, "input_rows": caps.max_input_rows},

@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.inventory import scan_raw_dir
+from synthkd_assets.core.inventory import scan_inputs
 from synthkd_assets.core.layout import STAGE_NAMES, DataLayout
 from synthkd_assets.core.quota import QuotaTargets
 from synthkd_assets.core.sampling import MixTargets
@@ -21,7 +21,7 @@ def stage_files(paths: DataLayout, stage: str, key: str) -> tuple[Path, Path]:
 
 def shard_names(paths: DataLayout) -> list[str]:
     """The shards of the raw directory, in partition order: what the manifests list."""
-    return [shard.name for shard in scan_raw_dir(paths.raw_root, paths.raw_hash_cache())]
+    return [shard.name for shard in scan_inputs(paths)]
 
 
 def require_upstream(paths: DataLayout, asset: str, key: str, *upstream: str) -> None:

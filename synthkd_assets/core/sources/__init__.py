@@ -30,4 +30,15 @@ ADAPTERS: dict[str, SourceAdapter] = {
     )
 }
 
-__all__ = ["ADAPTERS", "SourceAdapter", "SourceResult", "harmonize_source"]
+
+def source_adapter(source: str) -> SourceAdapter:
+    """The adapter of a declared source key; KeyError naming the registry for one without."""
+    try:
+        return ADAPTERS[source]
+    except KeyError:
+        raise KeyError(
+            f"source {source!r} has no adapter in synthkd_assets/core/sources/__init__.py ADAPTERS"
+        ) from None
+
+
+__all__ = ["ADAPTERS", "SourceAdapter", "SourceResult", "harmonize_source", "source_adapter"]

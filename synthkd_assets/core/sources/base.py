@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,15 +37,22 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
+from synthkd_assets.core.parquet_io import (
+    InputFileError,
+    RawShardChangedError,
+    read_arrow_schema,
+    write_tables_together,
+)
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.synth import message_json, messages_json_head, python_whitespace, system_message_dict
 from synthkd_assets.core.validation import DuplicateIds
 from synthkd_contract import drops, sources
+from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import HARMONY_SCHEMA
 
 PARQUET = "parquet"
 JSONL = "jsonl"
+FILE_SUFFIXES = {PARQUET: ".parquet", JSONL: ".jsonl"}  # a shard's name ends so in $SYNTHKD_SOURCES_DIR/<source>/
 ID_DATASET = "dataset"  # the dataset's own id, unique per row
 ID_CONTENT = "content"  # sha256 of canonical_content(): the dataset has no id
 ID_DATASET_CONTENT = "dataset+content"  # "<own id>-<sha256[:16]>": the own id names a group of rows
@@ -89,6 +97,10 @@ class SourceSpec:
     @property
     def dataset(self) -> str:
         return sources.SOURCE_DATASETS[self.key]
+
+    @property
+    def file_suffix(self) -> str:
+        return FILE_SUFFIXES[self.file_format]
 
     @property
     def exercise(self) -> str:
@@ -525,3 +537,34 @@ def harmonize_source(
     report.language.update(out["language"].fill_null("unknown").to_list())
     report.exercise.update(out["exercise"].to_list())
     return SourceResult(out, report)
+
+
+def harmonize_source_shard(
+    path: Path,
+    out_path: Path,
+    adapter: SourceAdapter,
+    shard: str,
+    source_sha256: str | None = None,
+    max_rows: int | None = None,
+    errors_log: Path | None = None,
+) -> ShardReport:
+    """The synth_harmony step of an anchor partition: `harmonize_source` of its file, written to `out_path`
+    (HARMONY_SCHEMA, published atomically) with its error log. RawShardChangedError when the file's sha256 is
+    not `source_sha256` (it changed since the inventory scanned it); nothing is published then. `max_rows` (a
+    smoke build) keeps the first rows written and drops the rest as `smoke_cap`."""
+    digest = sha256_file(path)
+    if source_sha256 is not None and digest != source_sha256:
+        raise RawShardChangedError(f"{path}: sha256 {digest}, not {source_sha256} as scanned: the file changed")
+    result = harmonize_source(path, adapter, shard=shard)
+    frame, report = result.frame, result.report
+    if max_rows is not None and frame.height > max_rows:
+        report.dropped[drops.DROP_SMOKE_CAP] += frame.height - max_rows
+        frame = frame.head(max_rows)
+        report.rows_out = frame.height
+        report.language = Counter(frame["language"].fill_null("unknown").to_list())
+        report.exercise = Counter(frame["exercise"].to_list())
+    report.source_sha256, report.source_bytes = digest, path.stat().st_size
+    write_tables_together([(out_path, HARMONY_SCHEMA, frame.to_arrow())])
+    if errors_log is not None:
+        report.write_errors(errors_log)
+    return report
