@@ -1,0 +1,221 @@
+"""Anchor sources in the graph (#21): partitions `<source>/<stem>` beside SYNTH's, the same steps and checks, the
+source of every document in every dataset, and the pool's source mix on tokens against an independent count."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from synthkd_assets.core import inventory
+from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
+from synthkd_assets.core.parquet_io import InputFileError
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_contract import constants, sources
+from synthkd_contract.buckets import ctx_bucket, skill_bucket
+from synthkd_dev import SAMPLE_RAW_DIR, SAMPLE_SOURCES_DIR
+from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
+from tests.helpers import build_everything, run
+from tests.test_bad_input import step_failures
+
+SYNTH_KEYS = [f"synth_0{i}" for i in range(6)]
+
+
+def anchor_keys(sources_dir: Path) -> list[str]:
+    """The partition keys of a sources directory, by the documented rule: `<source>/<path below it, no suffix>`."""
+    keys = []
+    for path in sorted(sources_dir.rglob("*")):
+        if path.suffix in (".parquet", ".jsonl"):
+            source, *rest = path.relative_to(sources_dir).with_suffix("").parts
+            keys.append("/".join([source, *rest]))
+    return sorted(keys)
+
+
+@pytest.fixture(scope="module")
+def built_mixed(tmp_path_factory):
+    """The bundled SYNTH sample and the bundled anchor-source sample built together: (instance, layout, paths)."""
+    data_dir = tmp_path_factory.mktemp("mixed")
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(data_dir), sources_dir=str(SAMPLE_SOURCES_DIR))
+    with dg.DagsterInstance.ephemeral() as instance:
+        build_everything(instance, layout)
+        yield instance, layout, layout.data_layout()
+
+
+# --- discovery -------------------------------------------------------------------------------------------------
+def test_sources_are_partitions_beside_synth_with_their_own_shard_numbers(built_mixed):
+    instance, _, paths = built_mixed
+    keys = anchor_keys(SAMPLE_SOURCES_DIR)
+    assert {key.split("/")[0] for key in keys} == set(sources.SOURCE_DATASETS)  # every source is in the sample
+    assert sorted(instance.get_dynamic_partitions(SYNTH_SHARDS.name)) == sorted(SYNTH_KEYS + keys)
+    numbers = [shard_index_from_name(key) for key in keys]
+    assert len(set(numbers)) == len(numbers) and min(numbers) >= sources.ANCHOR_SHARD_INDEX_BASE
+    assert [shard_index_from_name(key) for key in SYNTH_KEYS] == list(range(6))  # SYNTH's numbers and keys stay
+    for key in keys:  # key-named outputs live under <stage>/<source>/
+        assert paths.stage_output("synth_tokenized", key).is_file()
+
+
+def test_an_unknown_source_directory_is_refused_naming_it(tmp_path):
+    (tmp_path / "sources" / "my_dataset").mkdir(parents=True)
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path), sources_dir=str(tmp_path / "sources"))
+    with pytest.raises(InputFileError, match=r"my_dataset: 'my_dataset' is not a declared source \(one of \["):
+        scan_inputs(layout.data_layout())
+
+
+def test_two_files_of_a_source_on_one_shard_number_are_refused(tmp_path, monkeypatch):
+    shutil.copytree(SAMPLE_SOURCES_DIR / "opencodeinstruct", tmp_path / "opencodeinstruct")
+    monkeypatch.setattr(sources, "anchor_shard_index", lambda key: sources.ANCHOR_SHARD_INDEX_BASE)
+    with pytest.raises(InputFileError, match="anchor shards on the same shard number would overwrite"):
+        inventory.source_shard_paths(tmp_path)
+
+
+def test_a_shard_in_another_schema_fails_its_step_naming_file_and_column(tmp_path):
+    source_dir = tmp_path / "sources" / "ultrachat_200k"
+    source_dir.mkdir(parents=True)
+    pq.write_table(pq.read_table(SAMPLE_RAW_DIR / "synth_00.parquet").slice(0, 5), source_dir / "train_sft.parquet")
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path), sources_dir=str(tmp_path / "sources"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, layout, ["synth_raw_inventory"])
+        failed = run(instance, layout, ["synth_harmony"], "ultrachat_200k/train_sft", raise_on_error=False)
+    assert not failed.success
+    [message] = step_failures(failed)
+    assert f"{source_dir / 'train_sft.parquet'}: not a HuggingFaceH4/ultrachat_200k shard" in message
+    assert re.search(r"column 'prompt' is missing \(expected string, actual: absent; has \['synth_id', ", message)
+    assert not layout.data_layout().stage_output("synth_harmony", "ultrachat_200k/train_sft").exists()
+
+
+def test_the_sensor_builds_a_new_source_shard_and_nothing_else(built_mixed, tmp_path):
+    instance, layout, paths = built_mixed
+    first = tick_synth_raw_sensor(instance, layout, None)
+    assert first.run_requests == []  # everything is built from the files as they are
+    extra = Path(layout.sources_dir) / "oasst1"
+    added = extra / "validation-00000-of-00001.parquet"
+    shutil.copy(next(extra.glob("*.parquet")), added)
+    try:
+        result = tick_synth_raw_sensor(instance, layout, first.cursor)
+        assert [(r.job_name, r.partition_key) for r in result.run_requests] == [
+            ("synth_shard_job", "oasst1/validation-00000-of-00001")
+        ]
+    finally:
+        added.unlink()
+
+
+# --- the datasets carry the source of every document -------------------------------------------------------------
+def test_synth_outputs_are_byte_identical_with_and_without_sources(built_mixed, built_sample):
+    """Adding sources leaves SYNTH's own shards of synth_kd_v1 and the DistillKit dataset as they were."""
+    _, _, mixed = built_mixed
+    _, synth_only, _ = built_sample
+    alone = synth_only.data_layout()
+    for index in range(6):
+        for kind in constants.SPLITS:
+            for path in sorted((alone.megatron_root() / kind).glob(f"shard_{index:02d}_*")):
+                assert path.read_bytes() == (mixed.megatron_root() / kind / path.name).read_bytes(), path
+        assert alone.documents_table(index).read_bytes() == mixed.documents_table(index).read_bytes()
+        for split in constants.DISTILL_SPLITS:
+            part = alone.distill_root() / split / constants.distill_part_name(index)
+            assert part.read_bytes() == (mixed.distill_root() / split / part.name).read_bytes()
+
+
+def test_every_document_names_its_source(built_mixed):
+    _, _, paths = built_mixed
+    for key in [*SYNTH_KEYS, *anchor_keys(SAMPLE_SOURCES_DIR)]:
+        source, index = sources.partition_source(key), shard_index_from_name(key)
+        dataset = sources.source_dataset(source)
+        ids = pl.read_parquet(paths.documents_table(index))["synth_id"]
+        if source != sources.SYNTH_SOURCE:
+            assert ids.str.starts_with(f"{source}:").all(), key
+        distill = [
+            pl.read_parquet(paths.distill_root() / split / constants.distill_part_name(index))
+            for split in constants.DISTILL_SPLITS
+        ]
+        for frame in distill:
+            assert (frame["source"].struct.field("dataset") == dataset).all(), key
+        pool = pl.read_parquet(paths.pool_part(index))
+        assert (pool["source_dataset"] == dataset).all(), key
+    manifest = json.loads(paths.megatron_manifest().read_text())
+    assert set(manifest["sources"]) == {sources.SYNTH_SOURCE, *sources.SOURCE_DATASETS}
+    assert sum(entry["rows"] for entry in manifest["sources"].values()) == manifest["totals"]["rows_out"]
+
+
+def test_multi_turn_rows_supervise_only_the_last_reply_in_the_distill_dataset(built_mixed, encoding):
+    """A multi-turn row (several user turns) is -100 through its whole history, earlier assistant replies
+    included: its labels start after the last user turn, at the reply being distilled."""
+    _, _, paths = built_mixed
+    user_turn = encoding.encode("<|start|>user", allowed_special="all")
+    multi = 0
+    for key in anchor_keys(SAMPLE_SOURCES_DIR):
+        index = shard_index_from_name(key)
+        for split in constants.DISTILL_SPLITS:
+            frame = pl.read_parquet(paths.distill_root() / split / constants.distill_part_name(index))
+            for row in frame.select("input_ids", "labels", "spans").iter_rows(named=True):
+                ids, labels = np.asarray(row["input_ids"]), np.asarray(row["labels"])
+                users = np.flatnonzero((ids[:-1] == user_turn[0]) & (ids[1:] == user_turn[1]))
+                start = row["spans"]["assistant_token_start"]
+                assert (labels[:start] == -100).all() and (labels[start:] != -100).any()
+                assert start > users[-1]
+                multi += len(users) > 1
+    assert multi >= 10  # ultrachat, oasst1 and anthropic conversations with history
+
+
+# --- the source mix on tokens -----------------------------------------------------------------------------------
+def test_quota_plan_reports_the_source_mix_and_the_pool_meets_it_within_binomial_noise(built_mixed):
+    """Independently of the pool step: every tokenized row's keep probability (SYNTH: its cell's quota rate times
+    SYNTH's mix rate; an anchor: its source's rate) gives each source's expected tokens and binomial variance; the
+    tokens the pool kept per source lie within 4 standard deviations, and the plan's expectations agree."""
+    _, _, paths = built_mixed
+    plan = json.loads(paths.quota_plan().read_text())
+    mix = plan["source_mix"]
+    expected, variance = Counter(), Counter()
+    for key in [*SYNTH_KEYS, *anchor_keys(SAMPLE_SOURCES_DIR)]:
+        source = sources.partition_source(key)
+        frame = pl.read_parquet(paths.stage_output("synth_tokenized", key), columns=["exercise", "tokens"])
+        for exercise, tokens in frame.iter_rows():
+            length = len(tokens)
+            p = mix["rates"][source]
+            if source == sources.SYNTH_SOURCE:
+                p *= plan["rates"][skill_bucket(exercise)][ctx_bucket(length)]
+            expected[source] += p * length
+            variance[source] += p * (1 - p) * length**2
+    manifest = json.loads(paths.pool_manifest().read_text())
+    achieved = {s: e["achieved_tokens"] for s, e in manifest["source_mix"]["sources"].items()}
+    for source, entry in mix["sources"].items():
+        assert math.isclose(entry["expected_tokens"], expected[source], rel_tol=1e-9, abs_tol=1e-6), source
+        assert abs(achieved[source] - expected[source]) <= 4 * math.sqrt(variance[source]) + 1e-9, source
+    # the plan's expected shares are its targets over the groups that hold tokens; personality has none
+    for group, entry in mix["groups"].items():
+        assert math.isclose(entry["expected_share"], entry["target_share"], rel_tol=1e-9, abs_tol=1e-12), group
+    assert any(i["group"] == "personality" for i in mix["infeasible"]) and not mix["feasible"]
+    deepcoder = mix["sources"]["deepcoder"]
+    assert deepcoder["expected_tokens"] <= mix["targets"]["source_caps"]["deepcoder"] * mix["kept_total"] + 1e-6
+    # every row the mix drops is counted by reason in the pool's reports
+    dropped = sum(r["report"]["dropped"].get("over_source_share", 0) for r in manifest["shards"])
+    assert dropped > 0 and manifest["totals"]["dropped"]["over_source_share"] == dropped
+
+
+def test_the_source_mix_is_plotted_in_the_ui_metadata(built_mixed):
+    instance, _, _ = built_mixed
+    plan_event = instance.get_latest_materialization_event(dg.AssetKey("synth_quota_plan"))
+    metadata = plan_event.asset_materialization.metadata
+    for group in ("synth", "math", "code", "chat", "personality"):
+        assert f"source_share_target_{group}" in metadata and f"source_share_expected_{group}" in metadata
+    pool = instance.get_latest_materialization_event(dg.AssetKey("synth_pool_manifest")).asset_materialization
+    assert "source_share_achieved_math" in pool.metadata and "source_mix_achieved" in pool.metadata
+
+
+def test_every_check_of_the_mixed_build_passes(built_mixed):
+    instance, _, _ = built_mixed
+    outcomes = Counter()
+    for run_record in instance.get_runs():
+        for entry in instance.all_logs(run_record.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+            evaluation = entry.dagster_event.event_specific_data
+            outcomes[evaluation.passed or evaluation.severity == dg.AssetCheckSeverity.WARN] += 1
+    assert outcomes[True] > 0 and outcomes[False] == 0, outcomes
