@@ -11,6 +11,10 @@ Each source has good single- and multi-turn rows, reasoning-bearing rows (a sepa
 blocks), very long and non-English rows, and hostile ones: empty / whitespace turns, NUL characters, missing
 fields, unknown roles, wrong types (JSONL), duplicated ids, and for oasst1 deleted messages, orphans, broken and
 multi-branch trees. `wrong_schema_shards` writes files another dataset's columns or types would give.
+
+The schemas (`*_SCHEMA`), the row builders (`nemotron_row`, `nemotron_message`, `hendrycks_row`, `competition_row`,
+`opencode_row`, `ultrachat_row`, `oasst_row`, `chatml`) and the writers (`write_parquet`, `write_jsonl`) are shared
+with synthkd_dev/source_sample.py, which writes the committed sample data/sample/sources with them.
 """
 
 from __future__ import annotations
@@ -41,12 +45,15 @@ class Fixture:
     expected: dict[int, str | None]
 
 
-def _write_parquet(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+def write_parquet(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+    """`rows` as one Parquet file in `schema`: fixed options (zstd at its default level, no Arrow schema or pandas
+    metadata), so the same rows give the same bytes for a given pyarrow version."""
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, compression="zstd", store_schema=False)
 
 
-def _write_jsonl(path: Path, lines: list[str]) -> None:
+def write_jsonl(path: Path, lines: list[str]) -> None:
+    """Each line (a JSON text, or anything else a hostile shard holds) followed by a newline, UTF-8."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
@@ -56,7 +63,7 @@ def _fixture(source: str, path: Path, fates: list[str | None]) -> Fixture:
 
 
 # --- nvidia/Nemotron-Math-v2 (JSONL) -----------------------------------------------------------------------
-def _nemotron_row(uuid: Any, messages: Any, **overrides: Any) -> dict[str, Any]:
+def nemotron_row(uuid: Any, messages: Any, **overrides: Any) -> dict[str, Any]:
     row = {
         "problem": "problem text",
         "expected_answer": "4",
@@ -77,7 +84,7 @@ def _nemotron_row(uuid: Any, messages: Any, **overrides: Any) -> dict[str, Any]:
     return row
 
 
-def _msg(role: str, content: Any, reasoning: Any = None) -> dict[str, Any]:
+def nemotron_message(role: str, content: Any, reasoning: Any = None) -> dict[str, Any]:
     message = {"role": role, "content": content}
     if reasoning is not None:
         message["reasoning_content"] = reasoning
@@ -85,43 +92,44 @@ def _msg(role: str, content: Any, reasoning: Any = None) -> dict[str, Any]:
 
 
 def nemotron_math_v2(root: Path) -> Fixture:
+    msg = nemotron_message
     user = "Solve the following math problem. What is $2+2$? Put the final answer in \\boxed{}."
     lines_and_fates: list[tuple[str, str | None]] = []
 
     def add(row: Any, fate: str | None) -> None:
         lines_and_fates.append((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False), fate))
 
-    add(_nemotron_row("u-1", [_msg("user", user), _msg("assistant", "The answer is $\\boxed{4}$.", "2+2=4.")]), None)
-    add(_nemotron_row("u-1", [_msg("user", user), _msg("assistant", "$\\boxed{4}$", "Add: 2 and 2 make 4.")]), None)
-    add(_nemotron_row("u-1", [_msg("user", user), _msg("assistant", "The answer is $\\boxed{4}$.", "2+2=4.")]),
+    add(nemotron_row("u-1", [msg("user", user), msg("assistant", "The answer is $\\boxed{4}$.", "2+2=4.")]), None)
+    add(nemotron_row("u-1", [msg("user", user), msg("assistant", "$\\boxed{4}$", "Add: 2 and 2 make 4.")]), None)
+    add(nemotron_row("u-1", [msg("user", user), msg("assistant", "The answer is $\\boxed{4}$.", "2+2=4.")]),
         drops.DROP_DUPLICATE_SYNTH_ID)  # fmt: skip
     tool_call = [
-        _msg("user", user),
-        _msg("assistant", "", "Let me compute with Python."),
-        _msg("tool", "4"),
-        _msg("assistant", "$\\boxed{4}$", "The tool says 4."),
+        msg("user", user),
+        msg("assistant", "", "Let me compute with Python."),
+        msg("tool", "4"),
+        msg("assistant", "$\\boxed{4}$", "The tool says 4."),
     ]
-    add(_nemotron_row("u-2", tool_call, tools=[{"type": "function", "function": {"name": "stateful_python"}}]),
+    add(nemotron_row("u-2", tool_call, tools=[{"type": "function", "function": {"name": "stateful_python"}}]),
         drops.DROP_UNSUPPORTED_ROLE)  # fmt: skip
-    add(_nemotron_row("u-3", [_msg("user", user), _msg("assistant", " \n\t ", "thinking")]), drops.DROP_EMPTY_TURN)
-    add(_nemotron_row("u-4", [_msg("user", "Compute\x00 $3 \\cdot 3$."), _msg("assistant", "$\\boxed{9}$", "")]), None)
-    add(_nemotron_row("u-5", "not a list of messages"), drops.DROP_WRONG_TYPE)
+    add(nemotron_row("u-3", [msg("user", user), msg("assistant", " \n\t ", "thinking")]), drops.DROP_EMPTY_TURN)
+    add(nemotron_row("u-4", [msg("user", "Compute\x00 $3 \\cdot 3$."), msg("assistant", "$\\boxed{9}$", "")]), None)
+    add(nemotron_row("u-5", "not a list of messages"), drops.DROP_WRONG_TYPE)
     add('{"problem": "unterminated', drops.DROP_INVALID_JSON_LINE)
     add("[1, 2, 3]", drops.DROP_INVALID_JSON_LINE)
-    no_messages = _nemotron_row("u-6", None)
+    no_messages = nemotron_row("u-6", None)
     del no_messages["messages"]
     add(no_messages, drops.DROP_EMPTY_CONVERSATION)
-    add(_nemotron_row("u-7", [_msg("user", user), _msg("assistant", "$\\boxed{4}$", LONG_TEXT)]), None)
-    no_uuid = _nemotron_row(None, [_msg("user", user), _msg("assistant", "$\\boxed{4}$", "ok")])
+    add(nemotron_row("u-7", [msg("user", user), msg("assistant", "$\\boxed{4}$", LONG_TEXT)]), None)
+    no_uuid = nemotron_row(None, [msg("user", user), msg("assistant", "$\\boxed{4}$", "ok")])
     add(no_uuid, drops.DROP_MISSING_SOURCE_ID)
     think = "<think>Two and two: 4.</think>\n\nThe answer is $\\boxed{4}$."
-    add(_nemotron_row("u-8", [_msg("user", user), _msg("assistant", think)]), None)
-    add(_nemotron_row("u-9", [{"role": 5, "content": user}, _msg("assistant", "4")]), drops.DROP_WRONG_TYPE)
-    add(_nemotron_row("u-10", [_msg("user", user), _msg("assistant", "4")], data_source=17), drops.DROP_WRONG_TYPE)
+    add(nemotron_row("u-8", [msg("user", user), msg("assistant", think)]), None)
+    add(nemotron_row("u-9", [{"role": 5, "content": user}, msg("assistant", "4")]), drops.DROP_WRONG_TYPE)
+    add(nemotron_row("u-10", [msg("user", user), msg("assistant", "4")], data_source=17), drops.DROP_WRONG_TYPE)
     path = root / "nemotron_math_v2" / "low.jsonl"
     lines = [line for line, _ in lines_and_fates]
     lines.insert(3, "")  # a blank line is no row
-    _write_jsonl(path, lines)
+    write_jsonl(path, lines)
     return _fixture("nemotron_math_v2", path, [fate for _, fate in lines_and_fates])
 
 
@@ -136,15 +144,20 @@ HENDRYCKS_SCHEMA = pa.schema(
 )
 
 
-def hendrycks_math(root: Path) -> Fixture:
-    def row(question: Any, answer: Any, problem_id: Any, info: bool = True) -> dict[str, Any]:
-        return {
-            "question": question,
-            "answer": answer,
-            "info": {"problem_id": problem_id, "task_type": "verifiable_math"} if info else None,
-            "difficulty": 0.4,
-        }
+def hendrycks_row(
+    question: Any, answer: Any, problem_id: Any, info: bool = True, difficulty: float = 0.4
+) -> dict[str, Any]:
+    """A Hendrycks-Math row; `info=False` leaves the whole info struct null."""
+    return {
+        "question": question,
+        "answer": answer,
+        "info": {"problem_id": problem_id, "task_type": "verifiable_math"} if info else None,
+        "difficulty": difficulty,
+    }
 
+
+def hendrycks_math(root: Path) -> Fixture:
+    row = hendrycks_row
     rows = [
         (row("Calculate: $(243)^{\\frac35}$", "27", "hm-1"), None),
         (row("Find the slope of the line perpendicular to $2x + 3y = 6$.", "\\frac{3}{2}", "hm-2"), None),
@@ -157,7 +170,7 @@ def hendrycks_math(root: Path) -> Fixture:
         (row("What is $4/2$?", "2", None, info=False), drops.DROP_MISSING_SOURCE_ID),
     ]
     path = root / "hendrycks_math" / "train-00000-of-00001.parquet"
-    _write_parquet(path, [r for r, _ in rows], HENDRYCKS_SCHEMA)
+    write_parquet(path, [r for r, _ in rows], HENDRYCKS_SCHEMA)
     return _fixture("hendrycks_math", path, [fate for _, fate in rows])
 
 
@@ -165,10 +178,12 @@ def hendrycks_math(root: Path) -> Fixture:
 COMPETITION_SCHEMA = pa.schema([(name, pa.string()) for name in ("problem", "level", "type", "solution")])
 
 
-def competition_math(root: Path) -> Fixture:
-    def row(problem: Any, solution: Any, level: str = "Level 2", kind: str = "Algebra") -> dict[str, Any]:
-        return {"problem": problem, "level": level, "type": kind, "solution": solution}
+def competition_row(problem: Any, solution: Any, level: str = "Level 2", kind: str = "Algebra") -> dict[str, Any]:
+    return {"problem": problem, "level": level, "type": kind, "solution": solution}
 
+
+def competition_math(root: Path) -> Fixture:
+    row = competition_row
     ceil = "Evaluate $\\left\\lceil-\\sqrt{\\frac{49}{4}}\\right\\rceil$."
     solution = "Since $-\\sqrt{\\frac{49}{4}} = -\\frac72$, the smallest integer above it is $\\boxed{-3}$."
     rows = [
@@ -181,7 +196,7 @@ def competition_math(root: Path) -> Fixture:
         (row("Sum the series. " + LONG_TEXT, "$\\boxed{0}$"), None),
     ]
     path = root / "competition_math" / "train-00000-of-00001.parquet"
-    _write_parquet(path, [r for r, _ in rows], COMPETITION_SCHEMA)
+    write_parquet(path, [r for r, _ in rows], COMPETITION_SCHEMA)
     return _fixture("competition_math", path, [fate for _, fate in rows])
 
 
@@ -200,20 +215,25 @@ OPENCODE_COLUMNS = (
 OPENCODE_SCHEMA = pa.schema([(name, pa.string()) for name in OPENCODE_COLUMNS])
 
 
-def opencodeinstruct(root: Path) -> Fixture:
-    def row(row_id: Any, instruction: Any, output: Any) -> dict[str, Any]:
-        return {
-            "id": row_id,
-            "input": instruction,
-            "output": output,
-            "domain": "generic",
-            "generation_algorithm": "self-instruct",
-            "llm_judgement": '{"requirement_conformance": {"score": 5}}',
-            "unit_tests": '["assert find_mode([1, 2, 2]) == 2"]',
-            "tests_execution_status": '["pass"]',
-            "average_test_score": "1",
-        }
+def opencode_row(row_id: Any, instruction: Any, output: Any, **overrides: Any) -> dict[str, Any]:
+    """An OpenCodeInstruct row (every column a string); `overrides` replace the optional columns' values."""
+    row = {
+        "id": row_id,
+        "input": instruction,
+        "output": output,
+        "domain": "generic",
+        "generation_algorithm": "self-instruct",
+        "llm_judgement": '{"requirement_conformance": {"score": 5}}',
+        "unit_tests": '["assert find_mode([1, 2, 2]) == 2"]',
+        "tests_execution_status": '["pass"]',
+        "average_test_score": "1",
+    }
+    row.update(overrides)
+    return row
 
+
+def opencodeinstruct(root: Path) -> Fixture:
+    row = opencode_row
     task = "You are given a list of integers `numbers`. Implement `find_mode` returning the most frequent element."
     code = "```python\ndef find_mode(numbers):\n    return max(set(numbers), key=numbers.count)\n```"
     add = "```python\ndef add(a, b):\n    return a + b\n```"
@@ -227,7 +247,7 @@ def opencodeinstruct(root: Path) -> Fixture:
         (row("oci-5", "Écrivez une fonction `carre(x)` qui renvoie le carré.", "def carre(x):\n    return x**2"), None),
     ]
     path = root / "opencodeinstruct" / "train-00000-of-00001.parquet"
-    _write_parquet(path, [r for r, _ in rows], OPENCODE_SCHEMA)
+    write_parquet(path, [r for r, _ in rows], OPENCODE_SCHEMA)
     return _fixture("opencodeinstruct", path, [fate for _, fate in rows])
 
 
@@ -243,7 +263,7 @@ def deepcoder(root: Path) -> list[Fixture]:
     published = [{"problem": problem, "tests": tests, "metadata": "{}"} for _ in range(2)]
     published.append({"problem": "Count the ordered pairs (a, b).", "tests": tests, "metadata": None})
     path = root / "deepcoder" / "primeintellect" / "train-00000-of-00001.parquet"
-    _write_parquet(path, published, DEEPCODER_SCHEMA)
+    write_parquet(path, published, DEEPCODER_SCHEMA)
     fixtures = [_fixture("deepcoder", path, [drops.DROP_NO_REFERENCE_ANSWER] * len(published))]
     solution = "```python\nt = int(input())\nprint(t)\n```"
     derived = [
@@ -252,7 +272,7 @@ def deepcoder(root: Path) -> list[Fixture]:
         ({"problem": problem, "tests": tests, "metadata": "{}", "solutions": [" "]}, drops.DROP_EMPTY_TURN),
     ]
     path = root / "deepcoder" / "derived" / "train-00000-of-00001.parquet"
-    _write_parquet(path, [r for r, _ in derived], DEEPCODER_DERIVED_SCHEMA)
+    write_parquet(path, [r for r, _ in derived], DEEPCODER_DERIVED_SCHEMA)
     fixtures.append(_fixture("deepcoder", path, [fate for _, fate in derived]))
     return fixtures
 
@@ -267,12 +287,15 @@ ULTRACHAT_SCHEMA = pa.schema(
 )
 
 
-def ultrachat_200k(root: Path) -> Fixture:
-    def row(prompt_id: Any, *turns: tuple[str, Any]) -> dict[str, Any]:
-        messages = [{"content": text, "role": role} for role, text in turns]
-        first_user = next((text for role, text in turns if role == "user"), None)
-        return {"prompt": first_user, "prompt_id": prompt_id, "messages": messages}
+def ultrachat_row(prompt_id: Any, *turns: tuple[str, Any]) -> dict[str, Any]:
+    """An ultrachat_200k row: `prompt` is the first user turn's text, `messages` every (role, text) turn."""
+    messages = [{"content": text, "role": role} for role, text in turns]
+    first_user = next((text for role, text in turns if role == "user"), None)
+    return {"prompt": first_user, "prompt_id": prompt_id, "messages": messages}
 
+
+def ultrachat_200k(root: Path) -> Fixture:
+    row = ultrachat_row
     habsburg = "Can you explain the organizational structure of the Habsburg imperial court?"
     rows = [
         (
@@ -309,7 +332,7 @@ def ultrachat_200k(root: Path) -> Fixture:
         (row("uc\x0012", ("user", "Hi."), ("assistant", "Hello.")), drops.DROP_NUL_IN_SYNTH_ID),
     ]
     path = root / "ultrachat_200k" / "train_sft-00000-of-00001.parquet"
-    _write_parquet(path, [r for r, _ in rows], ULTRACHAT_SCHEMA)
+    write_parquet(path, [r for r, _ in rows], ULTRACHAT_SCHEMA)
     return _fixture("ultrachat_200k", path, [fate for _, fate in rows])
 
 
@@ -357,7 +380,7 @@ OASST_SCHEMA = pa.schema(
 )
 
 
-def _oasst(
+def oasst_row(
     message_id: str | None,
     parent_id: str | None,
     role: str,
@@ -395,47 +418,49 @@ def _oasst(
 # German with a deleted favourite, C not exported, D has no reply, E starts with an assistant, F has a child with its
 # parent's role, G ends with a prompter; then an orphan, a repeated id and hostile single messages.
 OASST_ROWS: tuple[tuple[dict[str, Any], str | None], ...] = (
-    (_oasst("A0", None, "prompter", "Can you write a short introduction about monopsony?", "A"),
+    (oasst_row("A0", None, "prompter", "Can you write a short introduction about monopsony?", "A"),
      drops.DROP_FOLDED_INTO_CONVERSATION),
-    (_oasst("A1", "A0", "assistant", "Monopsony is a market with one buyer.", "A", rank=1), drops.DROP_OFF_BEST_PATH),
-    (_oasst("A2", "A0", "assistant", "A monopsony is a market in which a single buyer dominates.", "A", rank=0),
+    (oasst_row("A1", "A0", "assistant", "Monopsony is a market with one buyer.", "A", rank=1),
+     drops.DROP_OFF_BEST_PATH),
+    (oasst_row("A2", "A0", "assistant", "A monopsony is a market in which a single buyer dominates.", "A", rank=0),
      drops.DROP_FOLDED_INTO_CONVERSATION),
-    (_oasst("A3", "A2", "prompter", "Now cite research on labour markets.", "A"), drops.DROP_FOLDED_INTO_CONVERSATION),
-    (_oasst("A4", "A3", "assistant", "See Manning (2003), Monopsony in Motion.", "A"), drops.DROP_OFF_BEST_PATH),
-    (_oasst("A5", "A3", "assistant", "Card and Krueger (1994)\x00 study minimum wages.", "A", rank=0), None),
-    (_oasst("A6", "A1", "prompter", "   ", "A"), drops.DROP_EMPTY_TURN),
-    (_oasst("A7", "A6", "assistant", "An answer to a blank prompt.", "A"), drops.DROP_ORPHAN_MESSAGE),
-    (_oasst("B0", None, "prompter", GERMAN, "B", lang="de"), drops.DROP_FOLDED_INTO_CONVERSATION),
-    (_oasst("B1", "B0", "assistant", "Pflanzen wandeln Licht in Zucker um.", "B", lang="de", rank=0, deleted=True),
+    (oasst_row("A3", "A2", "prompter", "Now cite research on labour markets.", "A"),
+     drops.DROP_FOLDED_INTO_CONVERSATION),
+    (oasst_row("A4", "A3", "assistant", "See Manning (2003), Monopsony in Motion.", "A"), drops.DROP_OFF_BEST_PATH),
+    (oasst_row("A5", "A3", "assistant", "Card and Krueger (1994)\x00 study minimum wages.", "A", rank=0), None),
+    (oasst_row("A6", "A1", "prompter", "   ", "A"), drops.DROP_EMPTY_TURN),
+    (oasst_row("A7", "A6", "assistant", "An answer to a blank prompt.", "A"), drops.DROP_ORPHAN_MESSAGE),
+    (oasst_row("B0", None, "prompter", GERMAN, "B", lang="de"), drops.DROP_FOLDED_INTO_CONVERSATION),
+    (oasst_row("B1", "B0", "assistant", "Pflanzen wandeln Licht in Zucker um.", "B", lang="de", rank=0, deleted=True),
      drops.DROP_DELETED_MESSAGE),
-    (_oasst("B2", "B1", "prompter", "Und nachts?", "B", lang="de"), drops.DROP_ORPHAN_MESSAGE),
-    (_oasst("B3", "B0", "assistant", "Mit Chlorophyll und Sonnenlicht entsteht Glukose.", "B", lang="de", rank=1),
+    (oasst_row("B2", "B1", "prompter", "Und nachts?", "B", lang="de"), drops.DROP_ORPHAN_MESSAGE),
+    (oasst_row("B3", "B0", "assistant", "Mit Chlorophyll und Sonnenlicht entsteht Glukose.", "B", lang="de", rank=1),
      None),
-    (_oasst("B4", "B0", "assistant", "Schlechte Antwort.", "B", lang="de", review_result=False),
+    (oasst_row("B4", "B0", "assistant", "Schlechte Antwort.", "B", lang="de", review_result=False),
      drops.DROP_FAILED_REVIEW),
-    (_oasst("C0", None, "prompter", "A prompt waiting for replies.", "C", tree_state="prompt_lottery_waiting"),
+    (oasst_row("C0", None, "prompter", "A prompt waiting for replies.", "C", tree_state="prompt_lottery_waiting"),
      drops.DROP_TREE_NOT_READY),
-    (_oasst("D0", None, "prompter", CHINESE, "D", lang="zh"), drops.DROP_NO_REFERENCE_ANSWER),
-    (_oasst("E0", None, "assistant", "I start the tree but I am an assistant.", "E"), drops.DROP_BROKEN_TREE),
-    (_oasst("F0", None, "prompter", "What is 2+2?", "F"), drops.DROP_FOLDED_INTO_CONVERSATION),
-    (_oasst("F1", "F0", "prompter", "A prompter answering a prompter.", "F"), drops.DROP_BROKEN_TREE),
-    (_oasst("F2", "F0", "assistant", "4.", "F"), None),
-    (_oasst("F3", "F0", "moderator", "Please be civil.", "F"), drops.DROP_UNSUPPORTED_ROLE),
-    (_oasst("F2", "F0", "assistant", "Four.", "F"), drops.DROP_DUPLICATE_SYNTH_ID),
-    (_oasst("G0", None, "prompter", "Tell me a joke.", "G"), drops.DROP_FOLDED_INTO_CONVERSATION),
-    (_oasst("G1", "G0", "assistant", "Why did the chicken cross the road?", "G"), None),
-    (_oasst("G2", "G1", "prompter", "Why?", "G"), drops.DROP_OFF_BEST_PATH),
-    (_oasst("H1", "no-such-parent", "assistant", "A reply to a message not in the file.", "H"),
+    (oasst_row("D0", None, "prompter", CHINESE, "D", lang="zh"), drops.DROP_NO_REFERENCE_ANSWER),
+    (oasst_row("E0", None, "assistant", "I start the tree but I am an assistant.", "E"), drops.DROP_BROKEN_TREE),
+    (oasst_row("F0", None, "prompter", "What is 2+2?", "F"), drops.DROP_FOLDED_INTO_CONVERSATION),
+    (oasst_row("F1", "F0", "prompter", "A prompter answering a prompter.", "F"), drops.DROP_BROKEN_TREE),
+    (oasst_row("F2", "F0", "assistant", "4.", "F"), None),
+    (oasst_row("F3", "F0", "moderator", "Please be civil.", "F"), drops.DROP_UNSUPPORTED_ROLE),
+    (oasst_row("F2", "F0", "assistant", "Four.", "F"), drops.DROP_DUPLICATE_SYNTH_ID),
+    (oasst_row("G0", None, "prompter", "Tell me a joke.", "G"), drops.DROP_FOLDED_INTO_CONVERSATION),
+    (oasst_row("G1", "G0", "assistant", "Why did the chicken cross the road?", "G"), None),
+    (oasst_row("G2", "G1", "prompter", "Why?", "G"), drops.DROP_OFF_BEST_PATH),
+    (oasst_row("H1", "no-such-parent", "assistant", "A reply to a message not in the file.", "H"),
      drops.DROP_ORPHAN_MESSAGE),
-    (_oasst(" ", None, "prompter", "A message without an id.", "I"), drops.DROP_MISSING_SOURCE_ID),
-    (_oasst("J0", None, "prompter", "Explain entropy. " + LONG_TEXT, "J"), drops.DROP_FOLDED_INTO_CONVERSATION),
-    (_oasst("J1", "J0", "assistant", "Entropy measures disorder. " + LONG_TEXT, "J"), None),
+    (oasst_row(" ", None, "prompter", "A message without an id.", "I"), drops.DROP_MISSING_SOURCE_ID),
+    (oasst_row("J0", None, "prompter", "Explain entropy. " + LONG_TEXT, "J"), drops.DROP_FOLDED_INTO_CONVERSATION),
+    (oasst_row("J1", "J0", "assistant", "Entropy measures disorder. " + LONG_TEXT, "J"), None),
 )  # fmt: skip
 
 
 def oasst1(root: Path) -> Fixture:
     path = root / "oasst1" / "train-00000-of-00001.parquet"
-    _write_parquet(path, [row for row, _ in OASST_ROWS], OASST_SCHEMA)
+    write_parquet(path, [row for row, _ in OASST_ROWS], OASST_SCHEMA)
     return _fixture("oasst1", path, [fate for _, fate in OASST_ROWS])
 
 
@@ -462,7 +487,7 @@ def anthropic_helpfulness(root: Path) -> Fixture:
         ({"prompt": chatml(("human", "Hi")), "response": "Hello."}, drops.DROP_UNSUPPORTED_ROLE),
     ]  # fmt: skip
     path = root / "anthropic_helpfulness" / "train-00000-of-00001.parquet"
-    _write_parquet(path, [r for r, _ in rows], HELPFULNESS_SCHEMA)
+    write_parquet(path, [r for r, _ in rows], HELPFULNESS_SCHEMA)
     return _fixture("anthropic_helpfulness", path, [fate for _, fate in rows])
 
 
