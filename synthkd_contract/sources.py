@@ -92,6 +92,12 @@ def source_dataset(source: str) -> str:
     return SYNTH_DATASET if source == SYNTH_SOURCE else SOURCE_DATASETS[source]
 
 
+def distill_row_id(dataset: str, synth_id: str) -> str:
+    """A DistillKit row's `id`: `pleias_synth:<synth_id>` for SYNTH's rows; an anchor row's synth_id as it is, already
+    `<source key>:<id>` (no source key is `pleias_synth`, so ids never collide across sources)."""
+    return constants.DISTILL_ID_PREFIX + synth_id if dataset == SYNTH_DATASET else synth_id
+
+
 def partition_source(partition_key: str) -> str:
     """The source a partition's rows come from: `synth` for SYNTH's keys, `<source>` for `<source>/<stem>`."""
     source, separator, _ = partition_key.partition(SOURCE_PARTITION_SEPARATOR)

@@ -139,6 +139,8 @@ def test_every_document_names_its_source(built_mixed):
         ]
         for frame in distill:
             assert (frame["source"].struct.field("dataset") == dataset).all(), key
+            prefix = "pleias_synth:" if source == sources.SYNTH_SOURCE else ""
+            assert (frame["id"] == prefix + frame["source"].struct.field("synth_id")).all(), key
         pool = pl.read_parquet(paths.pool_part(index))
         assert (pool["source_dataset"] == dataset).all(), key
     manifest = json.loads(paths.megatron_manifest().read_text())

@@ -234,7 +234,7 @@ def distill_table(rows: list[tuple[str, str, str, DistillRow]], dataset: str = c
     input_ids = [r[3].input_ids for r in rows]
     return pa.Table.from_arrays(
         [
-            pa.array([constants.DISTILL_ID_PREFIX + s for s in synth_ids], pa.string()),
+            pa.array([sources.distill_row_id(dataset, s) for s in synth_ids], pa.string()),
             source,
             list_column(input_ids, np.int32),
             list_column([r[3].labels for r in rows], np.int32),
@@ -273,7 +273,7 @@ def distill_part_problems(
     - spans: not (0 < assistant_token_start < len), -100 not exactly at the positions before it,
       analysis + final != len - assistant_token_start
     - max_length: len(input_ids) > max_seq_len
-    - split: a row whose hash split is not this part's split; id != 'pleias_synth:' + synth_id
+    - split: a row whose hash split is not this part's split; id != sources.distill_row_id(dataset, synth_id)
     """
     problems: dict[str, list[str]] = {kind: [] for kind in kinds}
 
@@ -340,11 +340,15 @@ def distill_part_problems(
                 add("max_length", f"row {row_base + row}: {lengths[row]} tokens > max_seq_len {max_seq_len}")
         if "split" in problems:
             source = table.column("source").combine_chunks()
-            for row, (row_id, synth_id) in enumerate(
-                zip(table.column("id").to_pylist(), source.field("synth_id").to_pylist())
+            for row, (row_id, synth_id, dataset) in enumerate(
+                zip(
+                    table.column("id").to_pylist(),
+                    source.field("synth_id").to_pylist(),
+                    source.field("dataset").to_pylist(),
+                )
             ):
-                if row_id != constants.DISTILL_ID_PREFIX + synth_id:
-                    add("split", f"row {row_base + row}: id {row_id!r} is not {constants.DISTILL_ID_PREFIX}{synth_id}")
+                if row_id != (want := sources.distill_row_id(dataset, synth_id)):
+                    add("split", f"row {row_base + row}: id {row_id!r} is not {want!r}")
                 if distill_split(synth_id, valid_fraction) != split:
                     add(
                         "split",

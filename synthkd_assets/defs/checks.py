@@ -445,7 +445,7 @@ distill_no_split_leakage = distill_row_check(
     "distill_no_split_leakage",
     "split",
     "No id is in both train and validation (or twice anywhere), every row is in the split its "
-    "synth_id hashes to, and id == 'pleias_synth:' + synth_id.",
+    "synth_id hashes to, and id == 'pleias_synth:' + synth_id (an anchor row's: its synth_id).",
     _leakage_across_parts,
     ": no id in two splits or twice",
 )
