@@ -53,6 +53,10 @@ CATEGORY_SOURCES: Final = {
 # mix's tokens, whatever the category's share leaves free (here 1/12 of the code share)
 SOURCE_TOKEN_CAPS: Final = {"deepcoder": 0.005}
 
+# the mix plan keeps a row of source s iff stable_unit_interval(SOURCE_MIX_SALT, synth_id) < its rate
+# (synthkd_assets/core/source_mix.py): the pool's hash with its own salt, independent of the quota's and the split's
+SOURCE_MIX_SALT: Final = "synthkd/pool/source_mix"
+
 
 def source_category(source: str) -> str:
     """The anchor category of a source key; KeyError naming the table for an unknown source."""
