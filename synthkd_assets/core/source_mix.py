@@ -1,0 +1,352 @@
+"""The global source mix on tokens (002 §5; issue #21 item 3): keep rates per source so that SYNTH and each anchor
+category hold their target shares of the kept tokens, and no capped source more than its cap.
+
+The plan solves on tokens available per source (for SYNTH, the tokens expected after the pool's skill quota, so
+floats are allowed) and reports rows beside them. It only downsamples: a row of source s is kept iff
+stable_unit_interval(SOURCE_MIX_SALT, synth_id) < rates[s] (core/sampling.py's hash with the mix's own salt), so a
+row's fate depends on its synth_id and the plan, never on row order or sharding, and is independent of the split,
+the 001 sampling and the quota, whose salts differ.
+
+The groups are "synth" (share synth_share) and each anchor category (its share); A_s is the tokens of source s and
+cap_s its cap (a fraction of the kept total K). The solver:
+
+1. a group with a share > 0 and no tokens is infeasible and reported (personality has no source yet: always, when
+   its share is > 0); the shares are renormalized over the groups that hold tokens (SYNTH alone keeps rate 1.0). A
+   group with share 0 keeps rate 0.
+2. a group whose sources with tokens are all capped can hold at most m_g = the sum of their caps of any mix. When
+   m_g is below its share the group is infeasible too (reported as under target): its share becomes m_g, and only
+   the shortfall goes to the other groups, in proportion to their shares (the same water-filling clamps any group the
+   shortfall would push above its own m_g). This is the same as if its target had been m_g. When the groups' m_g
+   sum to less than 1, no mix can respect the caps and nothing is kept.
+3. a group's capacity at total K is C_g(K) = sum over its sources of min(A_s, cap_s K) (A_s when uncapped). C_g(K) -
+   share_g K is concave and piecewise linear with breakpoints A_s / cap_s, so {K : C_g(K) >= share_g K} is an
+   interval [0, K_g], solved exactly segment by segment (no bisection); K = min_g K_g, the largest total at which
+   every group can fill its share.
+4. within a group, the target share_g K is split by water-filling: one common rate for its sources, a capped source
+   clamped at cap_s K / A_s, the excess going to the others by raising their common rate (never above 1). The
+   group(s) with K_g = K keep everything the caps allow (rate exactly 1.0 for an uncapped source).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from synthkd_assets.core.sampling import stable_unit_interval
+from synthkd_contract.sources import (
+    ANCHOR_CATEGORIES,
+    ANCHOR_CATEGORY_SHARES,
+    CATEGORY_SOURCES,
+    SOURCE_MIX_SALT,
+    SOURCE_TOKEN_CAPS,
+    SYNTH_SHARE,
+    SYNTH_SOURCE,
+)
+
+SOURCE_MIX_RULE = (
+    "keep iff stable_unit_interval(salt, synth_id) < rates[source]; K is the largest kept total at which every "
+    "feasible group (synth, each anchor category) can hold share[group] * K with no capped source above cap * K; "
+    "a group's sources share one rate, a capped one clamped at cap * K / tokens[source]"
+)
+
+# the groups of the mix and their sources, in a fixed order: the plan's bytes never follow a dict's order
+GROUPS: tuple[str, ...] = (SYNTH_SOURCE, *ANCHOR_CATEGORIES)
+GROUP_SOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {SYNTH_SOURCE: (SYNTH_SOURCE,), **{category: CATEGORY_SOURCES[category] for category in ANCHOR_CATEGORIES}}
+)
+SOURCES: tuple[str, ...] = tuple(source for group in GROUPS for source in GROUP_SOURCES[group])
+SOURCE_GROUP: Mapping[str, str] = MappingProxyType(
+    {source: group for group in GROUPS for source in GROUP_SOURCES[group]}
+)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class SourceMixTargets:
+    """What the mix aims for: `synth_share` of the kept tokens for SYNTH, `category_shares` for the anchor
+    categories (a category left out has share 0; renormalized over the groups that hold tokens), and
+    `source_caps`, the most a source may hold of the kept tokens."""
+
+    synth_share: float = SYNTH_SHARE
+    category_shares: Mapping[str, float] = field(default_factory=lambda: dict(ANCHOR_CATEGORY_SHARES))
+    source_caps: Mapping[str, float] = field(default_factory=lambda: dict(SOURCE_TOKEN_CAPS))
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not _is_number(self.synth_share) or not 0 <= self.synth_share < math.inf:
+            problems.append(f"synth_share = {self.synth_share!r} is not a finite number >= 0")
+        if unknown := sorted(set(self.category_shares) - set(ANCHOR_CATEGORIES)):
+            problems.append(
+                f"category_shares names {unknown}, not categories of synthkd_contract/sources.py "
+                f"ANCHOR_CATEGORY_SHARES {list(ANCHOR_CATEGORIES)}"
+            )
+        for category, share in sorted(self.category_shares.items()):
+            if not _is_number(share) or not 0 <= share < math.inf:
+                problems.append(f"category_shares[{category!r}] = {share!r} is not a finite number >= 0")
+        if unknown := sorted(set(self.source_caps) - set(SOURCES)):
+            problems.append(
+                f"source_caps names {unknown}, not {SYNTH_SOURCE!r} or a source of synthkd_contract/sources.py "
+                f"SOURCE_CATEGORY"
+            )
+        for source, cap in sorted(self.source_caps.items()):
+            if not _is_number(cap) or not 0 < cap <= 1:
+                problems.append(f"source_caps[{source!r}] = {cap!r} is not a number in (0, 1]")
+        if not problems and not math.fsum([self.synth_share, *self.category_shares.values()]) > 0:
+            problems.append("synth_share and category_shares sum to 0: no group would be kept")
+        if problems:
+            raise ValueError("invalid source mix targets: " + "; ".join(problems))
+        # read-only copies in table order: the caller's dicts can change neither the targets nor their bytes
+        object.__setattr__(self, "synth_share", float(self.synth_share))
+        shares = {c: float(self.category_shares[c]) for c in ANCHOR_CATEGORIES if c in self.category_shares}
+        object.__setattr__(self, "category_shares", MappingProxyType(shares))
+        caps = {s: float(self.source_caps[s]) for s in SOURCES if s in self.source_caps}
+        object.__setattr__(self, "source_caps", MappingProxyType(caps))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "synth_share": self.synth_share,
+            "category_shares": dict(self.category_shares),
+            "source_caps": dict(self.source_caps),
+        }
+
+    def group_shares(self) -> dict[str, float]:
+        """The target share of every group, 0 for a category left out."""
+        return {SYNTH_SOURCE: self.synth_share, **{c: self.category_shares.get(c, 0.0) for c in ANCHOR_CATEGORIES}}
+
+
+def _check_counts(name: str, counts: Mapping[str, float]) -> dict[str, float]:
+    """The counts per source as floats; ValueError naming unknown sources or counts that are not finite >= 0."""
+    if unknown := sorted(set(counts) - set(SOURCES), key=str):
+        raise ValueError(
+            f"{name}: {unknown} are not {SYNTH_SOURCE!r} or a source of synthkd_contract/sources.py SOURCE_CATEGORY"
+        )
+    if bad := [f"{s!r}: {n!r}" for s, n in sorted(counts.items()) if not _is_number(n) or not 0 <= n < math.inf]:
+        raise ValueError(f"{name}: not a finite count >= 0: {', '.join(bad)}")
+    return {s: float(counts.get(s, 0.0)) for s in SOURCES}
+
+
+def _cap_limits(available: Mapping[str, float], caps: Mapping[str, float]) -> dict[str, float]:
+    """m_g: the largest share of any mix a group can hold, the sum of its capped sources' caps when all its
+    sources with tokens are capped (inf when one is not, 0 when none holds tokens)."""
+    limits = {}
+    for group in GROUPS:
+        held = [s for s in GROUP_SOURCES[group] if available[s] > 0]
+        uncapped = any(s not in caps for s in held)
+        limits[group] = math.inf if uncapped else math.fsum(caps[s] for s in held)
+    return limits
+
+
+def _effective_shares(weights: Mapping[str, float], limits: Mapping[str, float]) -> dict[str, float]:
+    """Shares over the groups in `weights`, proportional to them except that none exceeds its limit: a clamped group
+    holds its limit and the others share the rest in proportion to their weights (water-filling). Without a
+    clamp it is the plain renormalization w_g / sum(w). Sums to 1 unless the limits sum to less."""
+    clamped: set[str] = set()
+    while free := [g for g in weights if g not in clamped]:
+        rest = 1.0 - math.fsum(limits[g] for g in clamped)  # > 0: a group is clamped only below its own share
+        total = math.fsum(weights[g] for g in free)
+        shares = {g: weights[g] * rest / total if g in free else limits[g] for g in weights}
+        if not (over := [g for g in free if shares[g] > limits[g]]):
+            return shares
+        clamped.update(over)
+    return {g: limits[g] for g in weights}
+
+
+def _group_limit_total(
+    share: float, sources: list[str], available: Mapping[str, float], caps: Mapping[str, float]
+) -> float:
+    """K_g: the largest K with sum_s min(A_s, cap_s K) >= share K, walking the breakpoints A_s / cap_s in order:
+    on each segment the capacity is (uncapped + saturated tokens) + (unsaturated caps) K, a line."""
+    uncapped = math.fsum(available[s] for s in sources if s not in caps)
+    capped = sorted((available[s] / caps[s], s) for s in sources if s in caps)
+    for i, (breakpoint, _) in enumerate(capped):
+        fixed = math.fsum([uncapped, *(available[s] for _, s in capped[:i])])
+        slope = math.fsum(caps[s] for _, s in capped[i:])
+        if share > slope and (root := fixed / (share - slope)) <= breakpoint:
+            return root
+    return math.fsum([uncapped, *(available[s] for _, s in capped)]) / share
+
+
+def _water_fill(
+    target: float, sources: list[str], available: Mapping[str, float], ceilings: Mapping[str, float]
+) -> dict[str, float]:
+    """Rates min(r, ceiling_s) with sum_s A_s min(r, ceiling_s) = target: one common rate r, each source clamped at
+    its ceiling (1, or cap_s K / A_s for a capped one) and the excess going to the others."""
+    order = sorted(sources, key=lambda s: (ceilings[s], s))
+    rates = {}
+    for i, s in enumerate(order):
+        rest = order[i:]
+        rate = (target - math.fsum(available[t] * rates[t] for t in order[:i])) / math.fsum(available[t] for t in rest)
+        if rate <= ceilings[s]:
+            return {**rates, **{t: max(0.0, min(rate, ceilings[t])) for t in rest}}
+        rates[s] = ceilings[s]
+    return rates  # the target is the group's whole capacity: every source at its ceiling
+
+
+def plan_source_mix(
+    tokens: Mapping[str, float], rows: Mapping[str, float], targets: SourceMixTargets
+) -> dict[str, Any]:
+    """The mix plan for the tokens and rows available per source: the keep rate of every source, whether every
+    target is reachable (`feasible`, each unreachable one in `infeasible` with its reason), and the available /
+    expected tokens and rows per source and per group. JSON-able; every sum is math.fsum and every loop runs in
+    table order, so neither the numbers nor the bytes depend on the order of the mappings."""
+    available = _check_counts("tokens", tokens)
+    row_counts = _check_counts("rows", rows)
+    caps = targets.source_caps
+    weights = targets.group_shares()
+    group_tokens = {g: math.fsum(available[s] for s in GROUP_SOURCES[g]) for g in GROUPS}
+    notes: list[str] = []
+    infeasible: list[dict[str, Any]] = []
+    for g in GROUPS:
+        if weights[g] > 0 and group_tokens[g] == 0:
+            held = ", ".join(GROUP_SOURCES[g])
+            where = f"sources {held}" if held else "no source yet in synthkd_contract/sources.py CATEGORY_SOURCES"
+            what = "synth" if g == SYNTH_SOURCE else f"category {g}"
+            reason = f"no tokens in {what} ({where}): its target share cannot be met"
+            infeasible.append({"group": g, "target": weights[g], "reason": reason})
+    feasible_groups = [g for g in GROUPS if weights[g] > 0 and group_tokens[g] > 0]
+    weight_total = math.fsum(weights[g] for g in feasible_groups)
+    renormalized = {g: weights[g] / weight_total for g in feasible_groups}
+    limits = _cap_limits(available, caps)
+    for g in feasible_groups:
+        if limits[g] < renormalized[g]:
+            held = ", ".join(f"{s} {caps[s]:g}" for s in GROUP_SOURCES[g] if available[s] > 0)
+            reason = (
+                f"caps hold {g} to {limits[g]:g} of the kept tokens ({held}), below its share {renormalized[g]:.6g}: "
+                "it keeps its capped maximum and the shortfall goes to the other groups in proportion to their shares"
+            )
+            infeasible.append({"group": g, "target": weights[g], "reason": reason})
+    effective = _effective_shares(renormalized, limits) if feasible_groups else {}
+    shares = {g: effective.get(g, 0.0) for g in GROUPS}
+    for g in feasible_groups:
+        if renormalized[g] <= limits[g] == shares[g] and renormalized[g] < shares[g]:
+            notes.append(f"{g}: the shortfall of capped groups raises its share only to its caps' total {limits[g]:g}")
+
+    if feasible_groups and math.fsum(limits[g] for g in feasible_groups) < 1:
+        notes.append("the caps of the groups with tokens sum to less than 1: no mix respects them, nothing is kept")
+        group_totals: dict[str, float] = {}
+    else:
+        group_totals = {
+            g: _group_limit_total(shares[g], [s for s in GROUP_SOURCES[g] if available[s] > 0], available, caps)
+            for g in feasible_groups
+        }
+    kept_total = min(group_totals.values()) if group_totals else 0.0
+    rate = dict.fromkeys(SOURCES, 0.0)
+    ceilings: dict[str, float] = {}
+    for g, limit_total in group_totals.items():
+        held = [s for s in GROUP_SOURCES[g] if available[s] > 0]
+        ceilings.update({s: min(1.0, caps[s] * kept_total / available[s]) if s in caps else 1.0 for s in held})
+        # the binding group keeps all its caps allow: its capacity is its target, exactly
+        if limit_total == kept_total:
+            rate.update({s: ceilings[s] for s in held})
+        else:
+            rate.update(_water_fill(shares[g] * kept_total, held, available, ceilings))
+    if group_totals:
+        binding = ", ".join(g for g in GROUPS if group_totals.get(g) == kept_total)
+        notes.append(
+            f"{binding} kept whole, capped sources up to their caps (the scarcest relative to its share); "
+            "the others downsampled"
+        )
+    elif not feasible_groups:
+        notes.append("no group with a target share holds tokens: nothing is kept")
+    for s in caps:
+        if s in ceilings and ceilings[s] < 1.0 and rate[s] == ceilings[s]:
+            notes.append(f"{s} held to its cap, {caps[s]:g} of the kept tokens (rate {rate[s]:.6g})")
+    if dropped := [g for g in GROUPS if weights[g] == 0 and group_tokens[g] > 0]:
+        notes.append(f"target 0: {', '.join(dropped)} not kept (rate 0)")
+
+    expected_tokens = {s: available[s] * rate[s] for s in SOURCES}
+    expected_rows = {s: row_counts[s] * rate[s] for s in SOURCES}
+    expected_total = math.fsum(expected_tokens.values())
+
+    def share_of(value: float, total: float) -> float:
+        return value / total if total else 0.0
+
+    sources = {
+        s: {
+            "group": SOURCE_GROUP[s],
+            "cap": caps.get(s),
+            "rate": rate[s],
+            "available_tokens": available[s],
+            "available_rows": row_counts[s],
+            "expected_tokens": expected_tokens[s],
+            "expected_rows": expected_rows[s],
+            # a source has no target of its own: its share of K is what the water-filling allots it
+            "target_share": share_of(expected_tokens[s], kept_total),
+            "expected_share": share_of(expected_tokens[s], expected_total),
+        }
+        for s in SOURCES
+    }
+    groups = {}
+    for g in GROUPS:
+        members = GROUP_SOURCES[g]
+        expected = math.fsum(expected_tokens[s] for s in members)
+        groups[g] = {
+            "sources": list(members),
+            # the most of the kept tokens the group can hold under its caps; None: unbounded or no tokens
+            "cap": limits[g] if 0 < limits[g] < math.inf else None,
+            "target": weights[g],
+            "available_tokens": group_tokens[g],
+            "available_rows": math.fsum(row_counts[s] for s in members),
+            "expected_tokens": expected,
+            "expected_rows": math.fsum(expected_rows[s] for s in members),
+            "target_share": shares[g],
+            "expected_share": share_of(expected, expected_total),
+        }
+    return {
+        "targets": {**targets.to_dict(), "shares": shares},
+        "salt": SOURCE_MIX_SALT,
+        "rule": SOURCE_MIX_RULE,
+        "rates": rate,
+        "feasible": kept_total > 0 and not infeasible,
+        "infeasible": infeasible,
+        "notes": notes,
+        "kept_total": kept_total,
+        "sources": sources,
+        "groups": groups,
+    }
+
+
+def source_mix_keep(synth_id: str, source: str, rates: Mapping[str, float]) -> bool:
+    """Whether the mix keeps a conversation of `source` under the plan's `rates`: a salted hash of synth_id, so
+    the choice is deterministic, order-free and independent of the split, the 001 sampling and the quota."""
+    return stable_unit_interval(SOURCE_MIX_SALT, synth_id) < rates[source]
+
+
+def source_mix_config(targets: SourceMixTargets) -> dict[str, Any]:
+    """The mix settings and source table for the manifests' config hash (the rates depend on the data too: the
+    manifests record the plan itself)."""
+    return {
+        "targets": targets.to_dict(),
+        "salt": SOURCE_MIX_SALT,
+        "rule": SOURCE_MIX_RULE,
+        "group_sources": {g: list(GROUP_SOURCES[g]) for g in GROUPS},
+    }
+
+
+def achieved_vs_target(plan: Mapping[str, Any], achieved_tokens: Mapping[str, float]) -> dict[str, Any]:
+    """The tokens the hash actually kept per source beside the plan's target and expected shares, per source and
+    per group (for the manifests and the metadata: the achieved mix is the plan's up to binomial noise)."""
+    achieved = _check_counts("achieved_tokens", achieved_tokens)
+    total = math.fsum(achieved.values())
+    groups = {g: math.fsum(achieved[s] for s in GROUP_SOURCES[g]) for g in GROUPS}
+
+    def row(planned: Mapping[str, Any], tokens: float) -> dict[str, Any]:
+        return {
+            "target_share": planned["target_share"],
+            "expected_share": planned["expected_share"],
+            "achieved_tokens": tokens,
+            "achieved_share": tokens / total if total else 0.0,
+        }
+
+    return {
+        "achieved_total": total,
+        "sources": {s: row(plan["sources"][s], achieved[s]) for s in SOURCES},
+        "groups": {g: row(plan["groups"][g], groups[g]) for g in GROUPS},
+    }
