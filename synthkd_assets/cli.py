@@ -90,9 +90,18 @@ def summary_lines(manifest: dict) -> list[str]:
         + ", ".join(f"{n}={totals['span_tokens'].get(n, 0)}" for n in constants.SPAN_NAMES.values()),
         "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
         "sanitized: " + (", ".join(f"{k}={v}" for k, v in totals["sanitized"].items()) or "none"),
+        *source_lines(manifest),
         f"bytes: {totals['bytes']}",
     ]
     return lines
+
+
+def source_lines(manifest: dict) -> list[str]:
+    """`tokens per source: synth=... (81.2%), oasst1=...` when the dataset holds anchor sources, else nothing."""
+    if "sources" not in manifest:
+        return []
+    entries = manifest["sources"].items()
+    return ["tokens per source: " + ", ".join(f"{s}={e['tokens']} ({100 * e['token_share']:.1f}%)" for s, e in entries)]
 
 
 def distill_summary_lines(manifest: dict) -> list[str]:
@@ -120,6 +129,7 @@ def distill_summary_lines(manifest: dict) -> list[str]:
             for split in constants.DISTILL_SPLITS
         ),
         "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
+        *source_lines(manifest),
         f"render failures logged: {manifest['encoding_errors_log']['records']} "
         f"({manifest['encoding_errors_log']['path']})",
         f"bytes: {totals['bytes']}",
@@ -137,21 +147,25 @@ def pool_summary_lines(manifest: dict) -> list[str]:
         for c, n in cells.items():
             ctx[c] = ctx.get(c, 0) + n
     shares = quota["targets"]["shares"]
+    mix = manifest.get("source_mix")
+    # with anchor sources the skill quota is SYNTH's, while the achieved shares count every source's tokens
+    skill_label = "SYNTH's quota target -> achieved, all sources" if mix else "target share -> achieved"
     lines = [
         f"{manifest['dataset']}: {len(manifest['shards'])} shards, config {manifest['config_hash'][:12]}, git "
         f"{manifest['git_sha'][:12]}",
         f"rows in: {totals['rows_in']}   rows written: {totals['rows_out']} ("
         + ", ".join(f"{s}={totals['sequences'].get(s, 0)}" for s in constants.SPLITS)
         + ")",
-        "tokens per skill bucket (target share -> achieved): "
+        f"tokens per skill bucket ({skill_label}): "
         + ", ".join(
             f"{b}={n} ({100 * shares.get(b, 0):.1f}% -> {100 * quota['achieved_skill_share'][b]:.1f}%)"
             for b, n in skill.items()
         ),
         "tokens per ctx bucket: " + ", ".join(f"{c}={n}" for c, n in ctx.items()),
-        "quota: " + ("every target met" if quota["feasible"] else "; ".join(i["reason"] for i in quota["infeasible"])),
+        ("SYNTH's quota: " if mix else "quota: ")
+        + ("every target met" if quota["feasible"] else "; ".join(i["reason"] for i in quota["infeasible"])),
     ]
-    if mix := manifest.get("source_mix"):
+    if mix:
         lines.append(
             "tokens per source group (target share -> achieved): "
             + ", ".join(

@@ -16,6 +16,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from synthkd_assets.cli import summary_lines
 from synthkd_assets.core import inventory
 from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
 from synthkd_assets.core.parquet_io import InputFileError
@@ -221,3 +222,15 @@ def test_every_check_of_the_mixed_build_passes(built_mixed):
             evaluation = entry.dagster_event.event_specific_data
             outcomes[evaluation.passed or evaluation.severity == dg.AssetCheckSeverity.WARN] += 1
     assert outcomes[True] > 0 and outcomes[False] == 0, outcomes
+
+
+def test_the_build_summary_names_every_source_and_the_mix(built_mixed):
+    """What build.sh prints after a build with sources: tokens per source of each dataset, the pool's groups with
+    target -> achieved shares and why the mix cannot be met (personality has no source)."""
+    _, _, paths = built_mixed
+    kd = "\n".join(summary_lines(json.loads(paths.megatron_manifest().read_text())))
+    assert re.search(r"tokens per source: .*oasst1=\d+ \(\d+\.\d%\).*synth=\d+ \(\d+\.\d%\)", kd)
+    pool = "\n".join(summary_lines(json.loads(paths.pool_manifest().read_text())))
+    assert re.search(r"tokens per source group \(target share -> achieved\): .*math=\d+ \(8\.2% -> \d+\.\d%\)", pool)
+    assert "source mix: no tokens in category personality" in pool
+    assert "tokens per skill bucket (SYNTH's quota target -> achieved, all sources)" in pool

@@ -177,18 +177,26 @@ def synth_sampling_plan(
 
 
 def publish_plan(
-    context: dg.AssetExecutionContext, path: Path, plan: dict, warning: str, why: object, **metadata
+    context: dg.AssetExecutionContext,
+    path: Path,
+    plan: dict,
+    warning: str,
+    why: object,
+    feasible: bool | None = None,
+    **metadata,
 ) -> dg.MaterializeResult:
     """Write a global plan (sampling, quota) atomically; its sha256 is its data version, so the shards built
-    under it go stale exactly when it changes. An infeasible plan is written and said, never hidden."""
+    under it go stale exactly when it changes. An infeasible plan (`feasible`, default the plan's own) is written
+    and said, never hidden."""
     digest = mf.write_manifest(path, plan)
-    if not plan["feasible"]:
+    feasible = plan["feasible"] if feasible is None else feasible
+    if not feasible:
         context.log.warning(f"{warning}: {why}")
     return dg.MaterializeResult(
         metadata={
             "plan_sha256": digest,
             "path": dg.MetadataValue.path(str(path)),
-            "feasible": plan["feasible"],
+            "feasible": feasible,
             "notes": dg.MetadataValue.json(plan["notes"]),
             **metadata,
         },

@@ -193,4 +193,7 @@ def source_mix_metadata(mix: dict[str, Any], label: str = "expected") -> dict[st
     for group, entry in mix["groups"].items():
         lines.append(f"| **{group}** | | {entry['target_share']:.2%} | {entry[share]:.2%} |")
     metadata[f"source_mix_{label}"] = dg.MetadataValue.md("\n".join(lines))
+    metadata["source_mix_feasible"] = mix["feasible"]
+    metadata["source_mix_infeasible"] = dg.MetadataValue.json(mix["infeasible"])
+    metadata["source_mix_notes"] = dg.MetadataValue.json(mix["notes"])
     return metadata

@@ -43,10 +43,12 @@ from synthkd_contract.schemas import POOL_SCHEMA
 def synth_quota_plan(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """The B x C quota grid (002 §4.3) on tokens (004): from every shard's tokens per (skill bucket, ctx bucket)
-    after the 001 selection, keep rates per cell that make the pool's skill mix the configured one (or, with
-    balance_tokens, truncate every bucket to the smallest), downsampling only; a bucket the data leaves empty
-    is reported as infeasible. One salted hash of synth_id; not automated, like the sampling plan."""
+    """The B x C quota grid (002 §4.3) on tokens (004): from every SYNTH shard's tokens per (skill bucket, ctx
+    bucket) after the 001 selection, keep rates per cell that make the pool's skill mix the configured one (or,
+    with balance_tokens, truncate every bucket to the smallest), downsampling only; a bucket the data leaves empty
+    is reported as infeasible. With anchor sources, the source mix on top: a keep rate per source so that SYNTH
+    and each anchor category hold their token shares under the caps (docs/sources.md). Salted hashes of synth_id;
+    not automated, like the sampling plan."""
     paths = layout.data_layout(build.smoke)
     names = shard_names(paths)
     reports = partition_records("synth_tokenized", {n: stage_files(paths, "synth_tokenized", n)[1] for n in names})
@@ -56,7 +58,6 @@ def synth_quota_plan(
     mix_metadata = {}
     if set(by_source) - {sources.SYNTH_SOURCE}:  # anchor sources: the source mix on top (a SYNTH-only plan has none)
         plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets())
-        plan["feasible"] = plan["feasible"] and plan["source_mix"]["feasible"]
         mix_metadata = source_mix_metadata(plan["source_mix"])
     return publish_plan(
         context,
@@ -64,6 +65,7 @@ def synth_quota_plan(
         plan,
         "quota plan cannot meet the skill mix or the source mix",
         plan["infeasible"] + plan.get("source_mix", {}).get("infeasible", []),
+        plan["feasible"] and plan.get("source_mix", {}).get("feasible", True),
         **mix_metadata,
         infeasible=dg.MetadataValue.json(plan["infeasible"]),
         **bucket_grid_metadata(plan["available"]["tokens"], "available"),
