@@ -18,10 +18,11 @@ import pytest
 
 from synthkd_assets.cli import summary_lines
 from synthkd_assets.core import inventory
+from synthkd_assets.core.cleanup import orphaned_outputs
 from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants, sources
 from synthkd_contract.buckets import ctx_bucket, skill_bucket
 from synthkd_dev import SAMPLE_RAW_DIR, SAMPLE_SOURCES_DIR
@@ -234,3 +235,32 @@ def test_the_build_summary_names_every_source_and_the_mix(built_mixed):
     assert re.search(r"tokens per source group \(target share -> achieved\): .*math=\d+ \(8\.2% -> \d+\.\d%\)", pool)
     assert "source mix: no tokens in category personality" in pool
     assert "tokens per skill bucket (SYNTH's quota target -> achieved, all sources)" in pool
+
+
+def test_a_removed_source_shard_leaves_no_output_behind(built_mixed):
+    """The cleanup finds every output of an anchor shard no longer present, by key (below <stage>/<source>/) and by
+    shard number (trio, documents, DistillKit and pool parts), and nothing of the shards still there."""
+    _, _, paths = built_mixed
+    keys = [*SYNTH_KEYS, *anchor_keys(SAMPLE_SOURCES_DIR)]
+    gone = "oasst1/train-00000-of-00001"
+    orphans = set(orphaned_outputs(paths, [k for k in keys if k != gone]))
+    index = shard_index_from_name(gone)
+    assert paths.stage_output("synth_tokenized", gone) in orphans
+    assert paths.error_log("synth_harmony", gone) in orphans or not paths.error_log("synth_harmony", gone).exists()
+    assert paths.documents_table(index) in orphans and paths.pool_part(index) in orphans
+    assert all(gone in str(p) or f"{index:02d}" in p.name for p in orphans), sorted(orphans)
+    assert orphaned_outputs(paths, keys) == []
+
+
+def test_the_mix_targets_are_set_in_the_build_resource_and_hashed_only_with_sources():
+    build = SynthKDBuildConfig(synth_share=0.7, anchor_shares={"math": 0.3}, source_caps={"deepcoder": 0.01})
+    targets = build.source_mix_targets()
+    assert targets.to_dict() == {
+        "synth_share": 0.7,
+        "category_shares": {"math": 0.3},
+        "source_caps": {"deepcoder": 0.01},
+    }
+    assert "source_mix" not in build.pool_config()  # a SYNTH-only pool's config hash stays what it was
+    assert build.pool_config(with_sources=True)["source_mix"]["targets"] == targets.to_dict()
+    with pytest.raises(ValueError, match="category_shares names \\['poetry'\\]"):
+        SynthKDBuildConfig(anchor_shares={"poetry": 0.1}).source_mix_targets()
