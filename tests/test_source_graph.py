@@ -264,3 +264,17 @@ def test_the_mix_targets_are_set_in_the_build_resource_and_hashed_only_with_sour
     assert build.pool_config(with_sources=True)["source_mix"]["targets"] == targets.to_dict()
     with pytest.raises(ValueError, match="category_shares names \\['poetry'\\]"):
         SynthKDBuildConfig(anchor_shares={"poetry": 0.1}).source_mix_targets()
+
+
+def test_files_a_source_does_not_publish_are_named_not_built(tmp_path):
+    """A `.jsonl` in a Parquet source's directory (or `.PARQUET`) is not a shard: the inventory names it in its
+    warning and `ignored_files` metadata; a README beside the shards is not data and is not named."""
+    source_dir = tmp_path / "sources" / "oasst1"
+    shutil.copytree(SAMPLE_SOURCES_DIR / "oasst1", source_dir)
+    (source_dir / "extra.jsonl").write_text("{}\n")
+    (source_dir / "upper.PARQUET").write_bytes(b"")
+    (source_dir / "README.md").write_text("the dataset card")
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path), sources_dir=str(tmp_path / "sources"))
+    paths = layout.data_layout()
+    assert [s.name for s in scan_inputs(paths) if "/" in s.name] == ["oasst1/train-00000-of-00001"]
+    assert inventory.ignored_input_files(paths) == [str(source_dir / "extra.jsonl"), str(source_dir / "upper.PARQUET")]

@@ -116,6 +116,27 @@ def ignored_raw_files(raw_dir: Path) -> list[str]:
     )
 
 
+DATA_LOOKING_SUFFIXES = (".parquet", ".jsonl", ".json")  # a file so named in a source's directory looks like data
+
+
+def ignored_input_files(layout: DataLayout) -> list[str]:
+    """`ignored_raw_files` of the raw directory, and in each declared source's directory the data-looking files
+    that are not its shards (a `.jsonl` where the source publishes Parquet, `.PARQUET`, `.json`): the inventory
+    warns about them rather than building them or dropping them silently."""
+    ignored = ignored_raw_files(layout.raw_root)
+    root = layout.sources_root
+    if root is None or not root.is_dir():
+        return ignored
+    for directory in sorted(p for p in root.iterdir() if p.is_dir() and p.name in ADAPTERS):
+        suffix = ADAPTERS[directory.name].spec.file_suffix
+        ignored += sorted(
+            str(path)
+            for path in directory.rglob("*")
+            if path.suffix.lower() in DATA_LOOKING_SUFFIXES and not path.name.endswith(suffix) and path.is_file()
+        )
+    return ignored
+
+
 def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard]:
     """Every raw shard of `raw_dir` (`raw_shard_paths`), hashed, reusing cached hashes of unchanged files."""
     return _hashed([(partition_key_for(path), path) for path in raw_shard_paths(raw_dir)], cache_path)

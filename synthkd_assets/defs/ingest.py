@@ -5,7 +5,7 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
-from synthkd_assets.core.inventory import ignored_raw_files, partition_changes, scan_inputs
+from synthkd_assets.core.inventory import ignored_input_files, partition_changes, scan_inputs
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.tokenizer import materialize_tokenizer, vocabulary_source
 from synthkd_assets.defs.conventions import OWNERS, pass_tags, synthkd_asset
@@ -88,10 +88,12 @@ def tidy_outputs(context, paths: DataLayout, present: list[str]) -> tuple[list[s
     if removed:
         gone = "shards no longer in the raw directory"
         context.log.warning(f"removed {len(removed)} output files of {gone}: {removed[:20]}")
-    ignored = ignored_raw_files(paths.raw_root)
+    ignored = ignored_input_files(paths)
     if ignored:
-        where = f"only *.parquet directly in {paths.raw_root} are"
-        context.log.warning(f"not raw shards ({where}), ignored: {ignored[:20]}")
+        where = f"only *.parquet directly in {paths.raw_root}"
+        if paths.sources_root is not None:
+            where += f" and each source's published format under {paths.sources_root}/<source>/"
+        context.log.warning(f"not input shards ({where} are), ignored: {ignored[:20]}")
     return removed, ignored
 
 
