@@ -39,7 +39,7 @@ from synthkd_assets.core.sampling import (
     nested_from_cells,
     plan_keep_rates,
 )
-from synthkd_assets.core.source_mix import achieved_vs_target
+from synthkd_assets.core.source_mix import achieved_vs_target, reports_by_source
 from synthkd_contract import constants, sources
 from synthkd_contract.schemas import POOL_SCHEMA
 
@@ -105,11 +105,6 @@ def counts_after_clusters(
     return {cell: n - removed.get(cell, 0) for cell, n in cells.items() if n - removed.get(cell, 0) > 0}
 
 
-def synth_only(reports: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The reports of SYNTH's partitions, by partition."""
-    return {name: r for name, r in reports.items() if sources.partition_source(name) == sources.SYNTH_SOURCE}
-
-
 def source_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """{"sources": {source: {rows, tokens, shards, dataset}}} of a dataset's shard records when some shard is an
     anchor source's (tokens: label positions, the sum of span_tokens), else {}: a SYNTH-only manifest keeps its
@@ -149,7 +144,8 @@ def sampling_section(
                 f"current plan is {plan_sha256[:12]}: re-materialize every shard after a new plan"
             )
     # the 001 mixture is SYNTH's (anchor shards are not sampled by it): its counts and achieved mix are SYNTH's
-    filtered_reports, sampled_reports = synth_only(filtered_reports), synth_only(sampled_reports)
+    filtered_reports = reports_by_source(filtered_reports).get(sources.SYNTH_SOURCE, {})
+    sampled_reports = reports_by_source(sampled_reports).get(sources.SYNTH_SOURCE, {})
     achieved = mix_summary(summed_cells(sampled_reports.values()))
     return {
         "plan_sha256": plan_sha256,
