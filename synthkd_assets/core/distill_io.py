@@ -5,7 +5,11 @@ span_id) and the conversation's system + user messages:
 
 - `input_ids` = tokens without the trailing EOD;
 - `assistant_token_start` = len(render_conversation_for_completion(system + user, Role.ASSISTANT)),
-  whose tokens must equal the head of `input_ids` (asserted, `DistillContractError` otherwise);
+  whose tokens must equal the head of `input_ids` (asserted, `DistillContractError` otherwise). It is
+  read off the row's own arrays (the completion's first `<|start|>` + the `<|start|>assistant` header,
+  `CompletionPrefixes`) and confirmed with openai-harmony's render on the first row of every prompt shape
+  of a shard and every `PREFIX_CHECK_EVERY`-th row: the tokens are openai-harmony's render already
+  (the `harmony_round_trip` check), so where the prefix ends depends only on the messages' headers;
 - `labels` = -100 before `assistant_token_start`, `input_ids` from there on;
 - `analysis_token_count` / `final_token_count` = the tokens from `assistant_token_start` on whose
   span (from span_id) is analysis / final; they add up to len(input_ids) - assistant_token_start.
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,18 +80,83 @@ def completion_prefix(encoding: Any, messages: list[dict[str, Any]]) -> list[int
     return encoding.render_conversation_for_completion(conversation, Role.ASSISTANT)
 
 
+# one row in this many has its derived completion prefix confirmed by openai-harmony's render, on top of the
+# first row of every prompt shape (a Python render costs ~1 ms a row, as much as the rest of the step)
+PREFIX_CHECK_EVERY: int = 64
+
+
+class CompletionPrefixes:
+    """Where each tokenized row's completion starts, from its own arrays, confirmed against openai-harmony.
+
+    The completion's first assistant `<|start|>` is the first supervised position (span_id); the prefix is the
+    tokens before it plus openai-harmony's `<|start|>assistant` header. The harmony_round_trip check has
+    already proven the tokens to be openai-harmony's render of the messages, each content encoded as ordinary
+    text, so whether `render_conversation_for_completion(prompt)` is that head depends on the message headers
+    alone (roles, channels: what auto-dropping or any other rendering rule of the prompt could look at). The
+    first row of every distinct header sequence of a shard, and every `check_every`-th row, are rendered with
+    openai-harmony and must agree (`checked` counts them); a disagreement is a `DistillContractError`."""
+
+    def __init__(self, encoding: Any, check_every: int = PREFIX_CHECK_EVERY) -> None:
+        self.encoding, self.check_every = encoding, check_every
+        header = encoding.render_conversation_for_completion(Conversation.from_messages([]), Role.ASSISTANT)
+        self.assistant_header = np.asarray(header, dtype=np.int32)
+        self.start_id = int(self.assistant_header[0])
+        self.message_id = encoding.encode("<|message|>", allowed_special="all")[0]
+        self.shapes: set[bytes] = set()
+        self.rows = self.checked = 0
+
+    def prefix(self, input_ids: np.ndarray, spans: np.ndarray, messages: Callable[[], list[dict[str, Any]]]) -> int:
+        """The completion prefix's length in `input_ids` (label-aligned `spans` give the completion's first
+        token); `messages` (called only for the rows openai-harmony confirms) gives the conversation."""
+        supervised = np.flatnonzero(spans != constants.SPAN_PROMPT)
+        first = int(supervised[0]) if len(supervised) else len(input_ids)
+        start = first + len(self.assistant_header)
+        if start >= len(input_ids) or not np.array_equal(input_ids[first:start], self.assistant_header):
+            raise DistillContractError("the completion does not open with openai-harmony's <|start|>assistant")
+        shape = self._shape(input_ids[:first])
+        self.rows += 1
+        if shape not in self.shapes or self.rows % self.check_every == 0:
+            self.shapes.add(shape)
+            self.checked += 1
+            prefix = completion_prefix(self.encoding, messages())
+            if len(prefix) != start or not np.array_equal(input_ids[:start], np.asarray(prefix, dtype=np.int32)):
+                raise DistillContractError(
+                    f"render_conversation_for_completion(system + user) ({len(prefix)} tokens) is not the head "
+                    f"of input_ids (derived: {start} tokens)"
+                )
+        return start
+
+    def _shape(self, prompt: np.ndarray) -> bytes:
+        """The prompt's headers (`<|start|>` .. `<|message|>` of each message), contents left out."""
+        starts = np.flatnonzero(prompt == self.start_id)
+        bodies = np.flatnonzero(prompt == self.message_id)
+        if len(starts) != len(bodies) or np.any(bodies < starts):
+            return prompt.tobytes()  # not a sequence of whole messages: this exact prompt is its own shape
+        return b"|".join(prompt[s:b].tobytes() for s, b in zip(starts.tolist(), bodies.tolist()))
+
+
 def distill_row(tokens: np.ndarray, span_id: np.ndarray, prefix: list[int], synth_id: str = "?") -> DistillRow:
     """One DistillKit row from a tokenized conversation and its completion prefix (asserting both agree)."""
-    if len(tokens) < 2 or tokens[-1] != constants.EOD_TOKEN_ID or len(span_id) != len(tokens):
-        raise DistillContractError(f"{synth_id}: tokenized row does not end with EOD or span_id has another length")
-    spans = token_align(np.asarray(span_id, dtype=constants.SPAN_DTYPE))[:-1]
-    input_ids = np.asarray(tokens[:-1], dtype=np.int32)
+    input_ids, spans = _row_arrays(tokens, span_id, synth_id)
     start = len(prefix)
     if start >= len(input_ids) or not np.array_equal(input_ids[:start], np.asarray(prefix, dtype=np.int32)):
         raise DistillContractError(
             f"{synth_id}: render_conversation_for_completion(system + user) ({start} tokens) is not the head "
             "of input_ids"
         )
+    return _split_row(input_ids, spans, start, synth_id)
+
+
+def _row_arrays(tokens: np.ndarray, span_id: np.ndarray, synth_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """(input_ids, per-token spans) of a tokenized row: the tokens without their EOD, span_id label-aligned."""
+    if len(tokens) < 2 or tokens[-1] != constants.EOD_TOKEN_ID or len(span_id) != len(tokens):
+        raise DistillContractError(f"{synth_id}: tokenized row does not end with EOD or span_id has another length")
+    spans = token_align(np.asarray(span_id, dtype=constants.SPAN_DTYPE))[:-1]
+    return np.asarray(tokens[:-1], dtype=np.int32), spans
+
+
+def _split_row(input_ids: np.ndarray, spans: np.ndarray, start: int, synth_id: str) -> DistillRow:
+    """The DistillKit row of `input_ids` whose completion starts at `start`."""
     supervised = np.flatnonzero(spans != constants.SPAN_PROMPT)
     # Megatron's spans start at the first assistant <|start|>, which the completion prefix ends with
     if not len(supervised) or supervised[0] >= start or len(supervised) != len(spans) - supervised[0]:
@@ -125,6 +194,7 @@ class DistillShardResult:
     report: ShardReport
     files: list[dict[str, Any]]  # per split: path (relative to the dataset root), rows, bytes, sha256
     lengths: dict[str, Counter]  # per split: len(input_ids) -> rows
+    prefixes_checked: int = 0  # rows whose completion prefix openai-harmony rendered (CompletionPrefixes)
 
     def record(self, partition: str, shard_index: int, root: str) -> dict[str, Any]:
         """The per-shard record; `root` is the dataset root as manifests record it (data-root relative)."""
@@ -158,7 +228,7 @@ class DistillStep(DatasetStep):
         caps: BuildCaps,
     ) -> None:
         super().__init__(tokenized_path, caps)
-        self.paths, self.shard, self.encoding = paths, shard, encoding
+        self.paths, self.shard, self.prefixes = paths, shard, CompletionPrefixes(encoding)
         self.max_seq_len, self.valid_fraction = max_seq_len, valid_fraction
         self.messages = sampled_messages(sampled_path)
         self.lengths: dict[str, Counter] = {split: Counter() for split in constants.DISTILL_SPLITS}
@@ -173,8 +243,12 @@ class DistillStep(DatasetStep):
             report.drop(drops.DROP_OVER_MAX_SEQ_LEN, row.source_row, row.synth_id, detail)
             return None
         payload = messages_payload(self.messages, row.source_row, self.shard)
-        prefix = completion_prefix(self.encoding, json.loads(payload)["messages"])
-        distilled = distill_row(row.tokens, row.span_id, prefix, row.synth_id)
+        input_ids, spans = _row_arrays(row.tokens, row.span_id, row.synth_id)
+        try:
+            start = self.prefixes.prefix(input_ids, spans, lambda: json.loads(payload)["messages"])
+        except DistillContractError as error:
+            raise DistillContractError(f"{row.synth_id}: {error}") from error
+        distilled = _split_row(input_ids, spans, start, row.synth_id)
         split = distill_split(row.synth_id, self.valid_fraction)
         report.exercise_language[(row.exercise, row.language)] += 1
         spans = {"prompt": distilled.assistant_token_start, "analysis": distilled.analysis_token_count}
@@ -208,7 +282,7 @@ def write_distill_shard(
     files = [
         {**file_record(root, path), "split": split, "rows": report.sequences[split]} for split, path in paths.items()
     ]
-    return DistillShardResult(report, files, step.lengths)
+    return DistillShardResult(report, files, step.lengths, step.prefixes.checked)
 
 
 def distill_table(rows: list[tuple[str, str, str, DistillRow]], dataset: str = constants.SOURCE_DATASET) -> pa.Table:

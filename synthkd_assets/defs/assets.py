@@ -299,7 +299,8 @@ def synth_distill(
 ) -> dg.MaterializeResult:
     """The DistillKit/TRL dataset of seed 001 for this shard: <root>/{train,validation}/part-XXXXX.parquet (id,
     source, input_ids, labels, attention_mask, spans) derived from the synth_tokenized arrays that synth_kd_v1
-    reads; assistant_token_start asserted against render_conversation_for_completion; conversations over
+    reads; assistant_token_start asserted against render_conversation_for_completion (core/distill_io.py
+    CompletionPrefixes); conversations over
     max_seq_len dropped and counted; split 99/1 by a salted hash of synth_id."""
     paths = layout.data_layout(build.smoke)
     key, root = context.partition_key, paths.distill_root()
@@ -325,6 +326,7 @@ def synth_distill(
             **report_metadata(result.report.to_dict(), "synth_distill"),
             **files_metadata([root / f["path"] for f in result.files]),
             **{f"max_len_{split}": max(lengths, default=0) for split, lengths in result.lengths.items()},
+            "prefix_rendered_by_openai_harmony": result.prefixes_checked,
             "dataset_root": dg.MetadataValue.path(str(root)),
         },
         check_results=[rows_accounted_result(result.report), distill_rows_result(root, result.files, build)],
