@@ -2,7 +2,7 @@
 tokenizer and the dataset manifest. All blocking: downstream never runs on data that failed one."""
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -401,54 +401,58 @@ def _leakage_across_parts(parts: list[tuple[Path, str]]) -> list[str]:
     return distill_split_leakage({split: [p for p in paths if p.is_file()] for split, paths in by_split.items()})
 
 
-def distill_row_check(
-    name: str,
-    kind: str,
-    description: str,
-    across_parts: Callable[[list[tuple[Path, str]]], list[str]] | None = None,
-    passed: str = " checked",
-) -> dg.AssetChecksDefinition:
-    """A check of every DistillKit part the manifest lists, for one kind of problem of `distill_part_problems`
-    (and `across_parts`'s problems of the parts together)."""
+# the DistillKit row checks: name -> (kind of `distill_part_problems`, description, summary when it passes)
+DISTILL_ROW_CHECKS: dict[str, tuple[str, str, str]] = {
+    "distill_labels_match_input_ids": (
+        "labels",
+        "Every DistillKit part the manifest lists: labels == input_ids wherever labels != -100, and "
+        "labels / attention_mask (all 1) as long as input_ids.",
+        " checked",
+    ),
+    "distill_spans_consistent": (
+        "spans",
+        "Every row: labels are -100 exactly before spans.assistant_token_start, and "
+        "analysis_token_count + final_token_count == len(input_ids) - assistant_token_start.",
+        " checked",
+    ),
+    "distill_max_length_respected": ("max_length", "No row is longer than max_seq_len.", " checked"),
+    "distill_no_split_leakage": (
+        "split",
+        "No id is in both train and validation (or twice anywhere), every row is in the split its "
+        "synth_id hashes to, and id == 'pleias_synth:' + synth_id (an anchor row's: its synth_id).",
+        ": no id in two splits or twice",
+    ),
+}
 
-    @dg.asset_check(asset="synth_distill_manifest", name=name, blocking=True, description=description)
-    def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
-        paths = layout.data_layout(build.smoke)
-        root, manifest = _distill_manifest(paths)
-        parts = _distill_parts(root, manifest)
-        problems = across_parts(parts) if across_parts else []
-        for path, split in parts:
-            kinds = (kind, "schema")
-            found = distill_part_problems(path, split, build.max_seq_len, build.distill_valid_fraction, kinds)
-            problems += found["schema"] + found[kind]
-        return _result(problems, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts))
 
-    return check
-
-
-distill_labels_match_input_ids = distill_row_check(
-    "distill_labels_match_input_ids",
-    "labels",
-    "Every DistillKit part the manifest lists: labels == input_ids wherever labels != -100, and "
-    "labels / attention_mask (all 1) as long as input_ids.",
+@dg.multi_asset_check(
+    specs=[
+        dg.AssetCheckSpec(name, asset="synth_distill_manifest", blocking=True, description=description)
+        for name, (_, description, _) in DISTILL_ROW_CHECKS.items()
+    ],
+    can_subset=True,
 )
-distill_spans_consistent = distill_row_check(
-    "distill_spans_consistent",
-    "spans",
-    "Every row: labels are -100 exactly before spans.assistant_token_start, and "
-    "analysis_token_count + final_token_count == len(input_ids) - assistant_token_start.",
-)
-distill_max_length_respected = distill_row_check(
-    "distill_max_length_respected", "max_length", "No row is longer than max_seq_len."
-)
-distill_no_split_leakage = distill_row_check(
-    "distill_no_split_leakage",
-    "split",
-    "No id is in both train and validation (or twice anywhere), every row is in the split its "
-    "synth_id hashes to, and id == 'pleias_synth:' + synth_id (an anchor row's: its synth_id).",
-    _leakage_across_parts,
-    ": no id in two splits or twice",
-)
+def distill_row_checks(
+    context: dg.AssetCheckExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> Iterator[dg.AssetCheckResult]:
+    """The DistillKit row checks over every part the manifest lists, each part read once for all of them
+    (`distill_part_problems` finds every kind of problem in one pass): four separate reads were most of the
+    manifests pass. Each check reports the schema problems and its own kind, part by part."""
+    paths = layout.data_layout(build.smoke)
+    root, manifest = _distill_manifest(paths)
+    parts = _distill_parts(root, manifest)
+    wanted = {key.name for key in context.selected_asset_check_keys}
+    checks = {name: spec for name, spec in DISTILL_ROW_CHECKS.items() if name in wanted}
+    problems: dict[str, list[str]] = {name: [] for name in checks}
+    if "distill_no_split_leakage" in problems:
+        problems["distill_no_split_leakage"] += _leakage_across_parts(parts)
+    kinds = tuple(dict.fromkeys(["schema", *(kind for kind, _, _ in checks.values())]))
+    for path, split in parts:
+        found = distill_part_problems(path, split, build.max_seq_len, build.distill_valid_fraction, kinds)
+        for name, (kind, _, _) in checks.items():
+            problems[name] += found["schema"] + found[kind]
+    for name, (_, _, passed) in checks.items():
+        yield _result(problems[name], check_name=name, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts))
 
 
 def _distill_parts_as_splits(manifest: dict) -> dict:
@@ -467,10 +471,7 @@ DISTILL_MANIFEST_CHECKS = dataset_manifest_checks(
     _distill_parts_as_splits,
 )
 DISTILL_CHECKS = [
-    distill_labels_match_input_ids,
-    distill_spans_consistent,
-    distill_max_length_respected,
-    distill_no_split_leakage,
+    distill_row_checks,
     *DISTILL_MANIFEST_CHECKS,
 ]
 STANDALONE_CHECKS = [
