@@ -241,6 +241,22 @@ def test_an_edited_synth_id_in_a_documents_table_fails_provenance(copy_of_build)
     assert outcome["manifest_provenance"] is False and outcome["no_split_leakage"] is True
 
 
+def test_every_file_with_a_flipped_byte_is_named_in_order(copy_of_build):
+    """Bytes unchanged, contents not: the sha256 comparison (hashed on several threads) names each such file, in
+    the manifest's path order, with both digests."""
+    _, _, paths = copy_of_build
+    root = paths.megatron_root()
+    flipped = ["train/shard_02_tokens.bin", "train/shard_00_span.bin", "valid/shard_01_tokens.bin"]
+    for name in flipped:
+        data = bytearray((root / name).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (root / name).write_bytes(bytes(data))
+    with pytest.raises(ManifestError) as raised:
+        verify_manifest(root)
+    named = [problem.split(" differs")[0] for problem in str(raised.value).split("; ")]
+    assert named == [str(root / name) for name in sorted(flipped)]
+
+
 def test_an_edited_shard_record_fails_provenance(copy_of_build):
     instance, layout, paths = copy_of_build
     rewrite_json(paths.shard_record(2), lambda r: r["report"].update(rows_out=0))
