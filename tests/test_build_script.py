@@ -18,7 +18,7 @@ import yaml
 
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.layout import DataLayout
-from synthkd_assets.core.parallel import available_cores
+from synthkd_assets.core.parallel import available_cores, thread_map
 from synthkd_assets.defs.passes import build_passes
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
@@ -230,3 +230,27 @@ def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):
         f"{tmp_path / 'raw'}" in done.stderr
     )
     assert "0 shards" not in done.stdout
+
+
+def test_thread_map_keeps_the_order_runs_at_once_and_raises_the_first_error():
+    """The global steps' per-file work (manifest checks, length stats) relies on results in input order."""
+    import threading
+
+    seen: set[int] = set()
+
+    def slow_first(item: int) -> int:
+        seen.add(threading.get_ident())
+        time.sleep(0.05 if item == 0 else 0)
+        return item * item
+
+    assert thread_map(slow_first, range(8)) == [i * i for i in range(8)]
+    assert len(seen) > 1 or available_cores() == 1  # item 0 sleeps: another thread takes the rest
+
+    def fails_on_three(item: int) -> int:
+        if item == 3:
+            raise ValueError("part 3 unreadable")
+        return item
+
+    with pytest.raises(ValueError, match="part 3"):
+        thread_map(fails_on_three, range(6))
+    assert thread_map(fails_on_three, []) == [] and thread_map(fails_on_three, [2]) == [2]

@@ -23,6 +23,7 @@ from synthkd_assets.core.distill_io import split_leakage as distill_split_leakag
 from synthkd_assets.core.inventory import built_from_sha256, scan_inputs, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
+from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.round_trip import RoundTrip
 from synthkd_assets.core.stages import documents_path
@@ -436,8 +437,8 @@ def distill_row_checks(
     context: dg.AssetCheckExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> Iterator[dg.AssetCheckResult]:
     """The DistillKit row checks over every part the manifest lists, each part read once for all of them
-    (`distill_part_problems` finds every kind of problem in one pass): four separate reads were most of the
-    manifests pass. Each check reports the schema problems and its own kind, part by part."""
+    (`distill_part_problems` finds every kind of problem in one pass; parts on one thread per core): four separate
+    reads were most of the manifests pass. Each check reports the schema problems and its own kind, part by part."""
     paths = layout.data_layout(build.smoke)
     root, manifest = _distill_manifest(paths)
     parts = _distill_parts(root, manifest)
@@ -447,8 +448,11 @@ def distill_row_checks(
     if "distill_no_split_leakage" in problems:
         problems["distill_no_split_leakage"] += _leakage_across_parts(parts)
     kinds = tuple(dict.fromkeys(["schema", *(kind for kind, _, _ in checks.values())]))
-    for path, split in parts:
-        found = distill_part_problems(path, split, build.max_seq_len, build.distill_valid_fraction, kinds)
+
+    def part_problems(part: tuple[Path, str]) -> dict[str, list[str]]:
+        return distill_part_problems(*part, build.max_seq_len, build.distill_valid_fraction, kinds)
+
+    for found in thread_map(part_problems, parts):
         for name, (kind, _, _) in checks.items():
             problems[name] += found["schema"] + found[kind]
     for name, (_, _, passed) in checks.items():
