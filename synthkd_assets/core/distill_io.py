@@ -135,18 +135,6 @@ class CompletionPrefixes:
         return b"|".join(prompt[s:b].tobytes() for s, b in zip(starts.tolist(), bodies.tolist()))
 
 
-def distill_row(tokens: np.ndarray, span_id: np.ndarray, prefix: list[int], synth_id: str = "?") -> DistillRow:
-    """One DistillKit row from a tokenized conversation and its completion prefix (asserting both agree)."""
-    input_ids, spans = _row_arrays(tokens, span_id, synth_id)
-    start = len(prefix)
-    if start >= len(input_ids) or not np.array_equal(input_ids[:start], np.asarray(prefix, dtype=np.int32)):
-        raise DistillContractError(
-            f"{synth_id}: render_conversation_for_completion(system + user) ({start} tokens) is not the head "
-            "of input_ids"
-        )
-    return _split_row(input_ids, spans, start, synth_id)
-
-
 def _row_arrays(tokens: np.ndarray, span_id: np.ndarray, synth_id: str) -> tuple[np.ndarray, np.ndarray]:
     """(input_ids, per-token spans) of a tokenized row: the tokens without their EOD, span_id label-aligned."""
     if len(tokens) < 2 or tokens[-1] != constants.EOD_TOKEN_ID or len(span_id) != len(tokens):
@@ -243,12 +231,12 @@ class DistillStep(DatasetStep):
             report.drop(drops.DROP_OVER_MAX_SEQ_LEN, row.source_row, row.synth_id, detail)
             return None
         payload = messages_payload(self.messages, row.source_row, self.shard)
-        input_ids, spans = _row_arrays(row.tokens, row.span_id, row.synth_id)
+        input_ids, token_spans = _row_arrays(row.tokens, row.span_id, row.synth_id)
         try:
-            start = self.prefixes.prefix(input_ids, spans, lambda: json.loads(payload)["messages"])
+            start = self.prefixes.prefix(input_ids, token_spans, lambda: json.loads(payload)["messages"])
         except DistillContractError as error:
             raise DistillContractError(f"{row.synth_id}: {error}") from error
-        distilled = _split_row(input_ids, spans, start, row.synth_id)
+        distilled = _split_row(input_ids, token_spans, start, row.synth_id)
         split = distill_split(row.synth_id, self.valid_fraction)
         report.exercise_language[(row.exercise, row.language)] += 1
         spans = {"prompt": distilled.assistant_token_start, "analysis": distilled.analysis_token_count}
