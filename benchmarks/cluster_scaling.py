@@ -41,6 +41,17 @@ from scale_run import REPO_ROOT, RawPlan, make_raw, run_build  # noqa: E402
 
 SHARD_PASSES = ("scan", "build", "pool")
 TARGET = 1.7
+QUIET_LOAD = 0.5  # 1-minute load average a build waits for (the previous build's cluster winding down)
+QUIET_WAIT_S = 180  # at most this long; the load each build started at is printed either way
+
+
+def wait_until_quiet(limit: float = QUIET_LOAD, most_s: float = QUIET_WAIT_S) -> str:
+    """Wait (bounded) for the 1-minute load average to fall under `limit`, so that neither worker count's builds
+    start on what the one before left running; returns the load average the build starts at."""
+    deadline = time.monotonic() + most_s
+    while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
+        time.sleep(5)
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def worker_tasks(state: Path) -> dict[str, dict[str, float]]:
@@ -147,15 +158,16 @@ def main(argv: list[str] | None = None) -> int:
         builds = []
         for repeat in range(args.repeats):
             for workers in (1, 2) if repeat % 2 == 0 else (2, 1):  # alternating, neither always first
+                load_before = wait_until_quiet()
                 build = one_build(mode, workers, raw_dir, work / f"build-{workers}", args.shards, args.echo)
-                build["load"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+                build["load_before"] = load_before
                 builds.append(build)
                 per_worker = build["tasks_per_worker"].items()
                 tasks = "".join(f"; {name} {t['steps']} steps, busy {t['busy_s']:.0f} s" for name, t in per_worker)
                 print(
                     f"  repeat {repeat + 1}, {workers} worker(s): shard passes {build['shard_passes_s']:.1f} s ("
                     + ", ".join(f"{k} {v:.1f}" for k, v in build["passes_s"].items())
-                    + f"), whole build {build['seconds']:.1f} s{tasks}; load {build['load']}",
+                    + f"), whole build {build['seconds']:.1f} s{tasks}; load before {build['load_before']}",
                     flush=True,
                 )
     finally:

@@ -11,6 +11,7 @@ from hypothesis import settings
 
 from synthkd_assets.core.render import HarmonyRenderer
 from synthkd_assets.core.tokenizer import load_harmony_encoding, materialize_tokenizer
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_dev import SAMPLE_RAW_DIR
 from tests.helpers import build_everything
@@ -52,3 +53,14 @@ def built_sample(tmp_path_factory):
     with dg.DagsterInstance.ephemeral() as instance:
         build_everything(instance, layout)
         yield instance, layout, data_dir
+
+
+@pytest.fixture
+def own_instance(built_sample):
+    """A test's own ephemeral instance (with the sample's shard partitions), for materializing on a copy of
+    `built_sample`: runs in the shared instance would become the latest materializations other tests read
+    there, whatever order the tests run in."""
+    shared = built_sample[0]
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(SYNTH_SHARDS.name, shared.get_dynamic_partitions(SYNTH_SHARDS.name))
+        yield instance

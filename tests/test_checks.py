@@ -40,12 +40,12 @@ def run_checks(instance, layout: SynthKDLayout, asset: str) -> dict[str, bool]:
 
 
 @pytest.fixture
-def copy_of_build(built_sample, tmp_path):
-    instance, _, data_dir = built_sample
+def copy_of_build(built_sample, own_instance, tmp_path):
+    _, _, data_dir = built_sample
     copy = tmp_path / "data"
     shutil.copytree(data_dir, copy)
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
-    return instance, layout, layout.data_layout()
+    return own_instance, layout, layout.data_layout()
 
 
 def test_all_checks_pass_on_a_sound_build(copy_of_build):

@@ -120,8 +120,8 @@ def test_manifests_report_rows_in_out_and_every_drop_reason(built_sample):
     assert latest(instance, "synth_kd_v1_manifest")["dropped_sampled_out_english"].value == 0
 
 
-def test_per_shard_check_results_name_their_partition(built_sample, tmp_path):
-    instance, _, data_dir = built_sample
+def test_per_shard_check_results_name_their_partition(built_sample, own_instance, tmp_path):
+    instance, (_, _, data_dir) = own_instance, built_sample
     shutil.copytree(data_dir, tmp_path / "data")
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
     result = dg.materialize(
@@ -140,8 +140,8 @@ def test_per_shard_check_results_name_their_partition(built_sample, tmp_path):
     assert "train/shard_02 (" in evaluations["trio_alignment"].description
 
 
-def test_a_failed_check_says_what_failed_and_which_file(built_sample, tmp_path):
-    instance, _, data_dir = built_sample
+def test_a_failed_check_says_what_failed_and_which_file(built_sample, own_instance, tmp_path):
+    instance, (_, _, data_dir) = own_instance, built_sample
     copy = tmp_path / "data"
     shutil.copytree(data_dir, copy)
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))

@@ -188,9 +188,9 @@ def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sampl
     assert kd["sampling"] == sampling and kd["config"]["selection"] == manifest["config"]["selection"]
 
 
-def test_a_non_english_minimum_is_opt_in(built_sample, tmp_path):
+def test_a_non_english_minimum_is_opt_in(built_sample, own_instance, tmp_path):
     """non_english_min > 0 samples English down to reach it: e with non / (e * en + non) = 0.25, e = 3 non / en."""
-    instance, built, _ = built_sample
+    instance, (_, built, _) = own_instance, built_sample
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
     paths = layout.data_layout()
     for stage in ("synth_filtered", "synth_clusters"):
@@ -203,8 +203,8 @@ def test_a_non_english_minimum_is_opt_in(built_sample, tmp_path):
     assert plan["rates"]["non_english"] == 1.0 and plan["expected_after"]["non_english_share"] == pytest.approx(0.25)
 
 
-def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(built_sample, tmp_path):
-    instance, _, data_dir = built_sample
+def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(built_sample, own_instance, tmp_path):
+    instance, (_, _, data_dir) = own_instance, built_sample
     copy = tmp_path / "data"
     layout = SynthKDLayout(
         raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy), encoding_errors_log=str(tmp_path / "enc.jsonl")
@@ -257,8 +257,8 @@ def run_checks(instance, layout: SynthKDLayout, build: SynthKDBuildConfig | None
 
 
 @pytest.fixture
-def corruptible(built_sample, tmp_path):
-    instance, built, _ = built_sample
+def corruptible(built_sample, own_instance, tmp_path):
+    instance, (_, built, _) = own_instance, built_sample
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
     source, paths = built.data_layout(), layout.data_layout()
     shutil.copytree(source.distill_root(), paths.distill_root())

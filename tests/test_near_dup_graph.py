@@ -117,8 +117,8 @@ def test_clusters_report_metadata_and_warn_checks_in_the_ui(built_sample):
         assert evaluation.severity == dg.AssetCheckSeverity.WARN and evaluation.passed, evaluation.description
 
 
-def test_a_reclustering_without_a_new_plan_stops_synth_sampled(built_sample, tmp_path):
-    instance, _, data_dir = built_sample
+def test_a_reclustering_without_a_new_plan_stops_synth_sampled(built_sample, own_instance, tmp_path):
+    instance, (_, _, data_dir) = own_instance, built_sample
     copy = tmp_path / "data"
     shutil.copytree(data_dir, copy)
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))

@@ -4,6 +4,7 @@ every later step sees only those rows, and a smoke build never touches a full bu
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -17,7 +18,7 @@ from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import harmonize_shard, write_megatron_shard
 from synthkd_assets.defs.build import build_all
-from synthkd_assets.defs.resources import SynthKDBuildConfig
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import drops
 from synthkd_contract.manifest_seal import sha256_file
 from tests.test_bad_input import SHARD, SYSTEM, accounted, row, write_raw
@@ -75,8 +76,11 @@ def snapshot(root: Path) -> dict[str, tuple[str, int]]:
     }
 
 
-def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built_sample):
-    _, layout, data_dir = built_sample
+def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built_sample, tmp_path):
+    # on a copy of the full build (mtimes kept): the shared build stays what the other tests compare against
+    data_dir = tmp_path / "data"
+    shutil.copytree(built_sample[2], data_dir)
+    layout = SynthKDLayout(raw_dir=built_sample[1].raw_dir, data_dir=str(data_dir))
     full = snapshot(data_dir)
     build = SynthKDBuildConfig(smoke=True)
     smoke = layout.data_layout(smoke=True)
