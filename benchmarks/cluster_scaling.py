@@ -4,14 +4,18 @@
     .venv/bin/python benchmarks/cluster_scaling.py                        # 4 x 10k long rows, 3 repeats each
     .venv/bin/python benchmarks/cluster_scaling.py --rows 400 --repeats 1 # a smoke run of the benchmark
     .venv/bin/python benchmarks/cluster_scaling.py --embedded             # no cluster: SYNTHKD_PARALLEL_RUNS 1 vs 2
+    .venv/bin/python benchmarks/cluster_scaling.py --rows 400000 --repeats 2 [--pin-workers]   # 4 x 100k rows
 
 Generates `--shards` raw shards of long SYNTH-like rows once (benchmarks/scale_run.py's generator: distinct
 prompts, a few planted near-duplicates), then builds them with `./scripts/build.sh` alternately on a cluster
 with 1 and with 2 Celery workers (synthkd_dev.local_cluster: PostgreSQL, Redis, `dagster-celery worker` with
 `--concurrency=1`, so a worker is one process), `--repeats` times each. Every build starts from nothing: a new
 cluster (fresh PostgreSQL database, so fresh runs), a fresh data root and DAGSTER_HOME; the cluster's start is
-not timed. build.sh runs with SYNTHKD_EXECUTOR=celery and SYNTHKD_PARALLEL_RUNS = the shard count, so every
-shard's run is submitted at once and its steps queue in Redis for whichever worker is free.
+not timed, and each build first waits (at most 3 min) for the 1-minute load average to fall under 0.5.
+build.sh runs with SYNTHKD_EXECUTOR=celery and SYNTHKD_PARALLEL_RUNS = the shard count, so every shard's run is
+submitted at once and its steps queue in Redis for whichever worker is free. With `--pin-workers` each worker
+runs on one core of its own (a one-core machine): unpinned, a lone worker's steps also use the second core
+(polars' and the hashing threads), so on a 2-core machine 1 worker is more than one core's worth.
 
 What is compared: the shard passes (scan, build, pool: one run per shard, the part that workers parallelize),
 timed from each pass's first to its last console line. The global steps between them (inventory, the
@@ -66,7 +70,9 @@ def worker_tasks(state: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def one_build(mode: str, workers: int, raw_dir: Path, state: Path, shards: int, echo: bool) -> dict:
+def one_build(
+    mode: str, workers: int, raw_dir: Path, state: Path, shards: int, echo: bool, pin_workers: bool = False
+) -> dict:
     """A fresh build of every raw shard: a new cluster with `workers` Celery workers (or, embedded, build.sh's
     own executor with SYNTHKD_PARALLEL_RUNS = workers), a fresh data root and DAGSTER_HOME."""
     from synthkd_dev.local_cluster import LocalCluster
@@ -79,7 +85,8 @@ def one_build(mode: str, workers: int, raw_dir: Path, state: Path, shards: int, 
         if mode == "celery":
             cluster = LocalCluster(state, raw_dir, state / "data")
             up = time.monotonic()
-            cluster.up(workers=workers)
+            cluster.up(workers=workers, pin_workers=pin_workers)
+            worker_cores = {name: sorted(os.sched_getaffinity(proc.pid)) for name, proc in cluster.workers.items()}
             env = {**os.environ, **cluster.env(), "SYNTHKD_PARALLEL_RUNS": str(shards), "PYTHONPATH": pythonpath}
             env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
             started_in = time.monotonic() - up
@@ -94,6 +101,7 @@ def one_build(mode: str, workers: int, raw_dir: Path, state: Path, shards: int, 
             }
             env.pop("SYNTHKD_EXECUTOR", None)
             started_in = 0.0
+            worker_cores = {}
         build = run_build(env, state / "build.log", interval=None, echo=echo)
         tasks = worker_tasks(state) if mode == "celery" else {}
     finally:
@@ -111,6 +119,7 @@ def one_build(mode: str, workers: int, raw_dir: Path, state: Path, shards: int, 
         "global_steps_s": {name: step["wall_s"] for name, step in build["steps"].items()},
         "tasks_per_worker": tasks,
         "cluster_start_s": started_in,
+        "worker_cores": worker_cores,  # the cores each worker process may run on
     }
 
 
@@ -132,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="builds per worker count, alternating (default 3)")
     parser.add_argument("--embedded", action="store_true", help="no cluster: build.sh's own executor")
+    parser.add_argument(
+        "--pin-workers",
+        action="store_true",
+        help="each Celery worker on one core of its own (worker i on core i): one worker cannot borrow the idle core",
+    )
     parser.add_argument("--target", type=float, default=TARGET, help="ratio of medians to reach (default 1.7)")
     parser.add_argument("--work-dir", type=Path, help="default: a temporary directory, removed at the end")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
@@ -159,11 +173,16 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(args.repeats):
             for workers in (1, 2) if repeat % 2 == 0 else (2, 1):  # alternating, neither always first
                 load_before = wait_until_quiet()
-                build = one_build(mode, workers, raw_dir, work / f"build-{workers}", args.shards, args.echo)
+                build = one_build(
+                    mode, workers, raw_dir, work / f"build-{workers}", args.shards, args.echo, args.pin_workers
+                )
                 build["load_before"] = load_before
                 builds.append(build)
                 per_worker = build["tasks_per_worker"].items()
-                tasks = "".join(f"; {name} {t['steps']} steps, busy {t['busy_s']:.0f} s" for name, t in per_worker)
+                tasks = "".join(
+                    f"; {name} {t['steps']} steps, busy {t['busy_s']:.0f} s, cores {build['worker_cores'].get(name)}"
+                    for name, t in per_worker
+                )
                 print(
                     f"  repeat {repeat + 1}, {workers} worker(s): shard passes {build['shard_passes_s']:.1f} s ("
                     + ", ".join(f"{k} {v:.1f}" for k, v in build["passes_s"].items())
@@ -184,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target: 2 workers >= {args.target}x 1 worker on the shard passes (medians): {'met' if met else 'NOT MET'}")
     if args.json:
         figures = {"mode": mode, "rows": args.rows, "shards": args.shards, "cores": cores, "builds": builds}
+        figures["pin_workers"] = args.pin_workers
         args.json.write_text(json.dumps({**figures, "shard_passes": passes, "whole_build": whole}, indent=2) + "\n")
     return 0 if met else 1
 

@@ -195,9 +195,12 @@ class LocalCluster:
         self.dagster_home.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(CLUSTER_DAGSTER_YAML, self.dagster_home / "dagster.yaml")
 
-    def start_worker(self, name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start_worker(
+        self, name: str, extra_env: dict[str, str] | None = None, cpus: set[int] | None = None
+    ) -> subprocess.Popen:
         """One `dagster-celery worker start` with one pool process, in its own process group (so that
-        kill_worker takes down the whole worker, as losing its machine would)."""
+        kill_worker takes down the whole worker, as losing its machine would); `cpus`: the only cores it and
+        every process and thread it starts may run on (a worker the size of a machine with those cores)."""
         log = self.state_dir / f"worker-{name}.log"
         env = {**os.environ, **self.env(), **(extra_env or {})}
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # it execs `celery`
@@ -217,7 +220,13 @@ class LocalCluster:
         ]
         with open(log.with_suffix(".err"), "w") as stderr:
             proc = subprocess.Popen(
-                cmd, cwd=REPO_ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr
+                cmd,
+                cwd=REPO_ROOT,
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
             )
         self.workers[name] = proc
         _wait_for(lambda: "ready." in _tail(log, 200) or proc.poll() is not None, f"Celery worker {name}", log, 120)
@@ -237,13 +246,16 @@ class LocalCluster:
             pass
         proc.wait()
 
-    def up(self, workers: int = 2) -> None:
+    def up(self, workers: int = 2, pin_workers: bool = False) -> None:
+        """PostgreSQL, Redis and `workers` Celery workers; `pin_workers`: worker i runs on core i only (of the
+        cores this process may use, round robin), as if each were its own one-core machine."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.start_postgres()
         self.start_redis()
         self.write_instance_yaml()
+        cores = sorted(os.sched_getaffinity(0))
         for i in range(workers):
-            self.start_worker(f"worker{i + 1}")
+            self.start_worker(f"worker{i + 1}", cpus={cores[i % len(cores)]} if pin_workers else None)
 
     def down(self) -> None:
         try:
