@@ -2,7 +2,7 @@
 PostgreSQL (the Dagster instance), Redis (the Celery broker and result backend) and Celery workers, all on
 127.0.0.1, all state under one directory.
 
-    python -m synthkd_dev.local_cluster up   STATE_DIR [--workers 2]   # prints the env to source
+    python -m synthkd_dev.local_cluster up   STATE_DIR [--workers 2] [--pin-workers]   # prints the env to source
     python -m synthkd_dev.local_cluster down STATE_DIR
 
 Nothing here is used by a real deployment: there the services already exist and deploy/cluster/env.sh
@@ -282,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("state_dir", type=Path)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
+        "--pin-workers", action="store_true", help="worker i on core i only: each worker like a one-core machine"
+    )
+    parser.add_argument(
         "--raw-dir", type=Path, default=Path(os.environ.get("SYNTHKD_RAW_DIR") or REPO_ROOT / DEFAULT_RAW_DIR)
     )
     parser.add_argument("--data-dir", type=Path, help="default: STATE_DIR/data")
@@ -297,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             state, args.raw_dir.resolve(), (args.data_dir or state / "data").resolve(), args.celery_config.resolve()
         )
         try:
-            cluster.up(args.workers)
+            cluster.up(args.workers, pin_workers=args.pin_workers)
         except BaseException:
             cluster.down()
             raise
