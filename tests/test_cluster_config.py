@@ -173,3 +173,42 @@ def test_the_k8s_executor_is_configured_from_the_k8s_run_config(cluster_env):
 
 def test_the_in_process_executor_can_be_chosen():
     assert executor_from_env({EXECUTOR_ENV: "in_process"}).name == "in_process"
+
+
+def test_pinned_local_cluster_workers_each_run_on_one_core_of_their_own(tmp_path, monkeypatch):
+    """`LocalCluster.up(pin_workers=True)` (benchmarks/cluster_scaling.py --pin-workers): worker i, and every
+    process it starts, may run on core i only; unpinned, on every core. The affinity each worker's Popen would
+    set is applied to a real child process and read back."""
+    from synthkd_dev import local_cluster
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("one core: nothing to pin apart")
+    launched: list[dict] = []
+
+    class Started:
+        pid = 0
+
+        def __init__(self, cmd, **kwargs):
+            launched.append(kwargs)
+
+        def poll(self):
+            return None
+
+    cluster = local_cluster.LocalCluster(tmp_path / "state", tmp_path / "raw", tmp_path / "data")
+    with monkeypatch.context() as patched:
+        for name in ("start_postgres", "start_redis", "write_instance_yaml"):
+            patched.setattr(local_cluster.LocalCluster, name, lambda self: None)
+        patched.setattr(local_cluster, "_wait_for", lambda *args, **kwargs: None)
+        patched.setattr(local_cluster.subprocess, "Popen", Started)
+        cluster.up(workers=3, pin_workers=True)
+        cluster.workers.clear()
+        cluster.up(workers=1)
+
+    def affinity(preexec_fn) -> list[int]:
+        probe = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+        return yaml.safe_load(subprocess.run(probe, preexec_fn=preexec_fn, capture_output=True, text=True).stdout)
+
+    pinned, unpinned = launched[:3], launched[3]
+    assert [affinity(kwargs["preexec_fn"]) for kwargs in pinned] == [[cores[0]], [cores[1]], [cores[2 % len(cores)]]]
+    assert unpinned["preexec_fn"] is None and affinity(None) == cores
