@@ -41,7 +41,7 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCHMARKS))
 
-from scale_run import REPO_ROOT, RawPlan, make_raw, run_build  # noqa: E402
+from scale_run import REPO_ROOT, RawPlan, load_average, make_raw, run_build  # noqa: E402
 
 SHARD_PASSES = ("scan", "build", "pool")
 TARGET = 1.7
@@ -55,7 +55,7 @@ def wait_until_quiet(limit: float = QUIET_LOAD, most_s: float = QUIET_WAIT_S) ->
     deadline = time.monotonic() + most_s
     while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
         time.sleep(5)
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return load_average()
 
 
 def worker_tasks(state: Path) -> dict[str, dict[str, float]]:
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = make_raw(RawPlan(args.rows, args.shards, 4, 0.02, 2026), raw_dir, work / "scratch", cores)
         print(
             f"{mode}: {args.rows:,} long rows in {args.shards} shards ({raw['raw_bytes'] / 2**20:.0f} MiB); "
-            f"{cores} cores; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+            f"{cores} cores; load {load_average()}",
             flush=True,
         )
         builds = []

@@ -721,7 +721,8 @@ def _memory_total() -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def _load() -> str:
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages, as printed with each figure."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
@@ -767,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = RawPlan(args.rows, args.shards, args.copies, args.near_dup_share, args.seed)
     result: dict = {
         "machine": f"{cores} cores, {os.uname().machine}, {_memory_total() / GIB:.0f} GiB",
-        "load_before": _load(),
+        "load_before": load_average(),
         "plan": plan.__dict__,
         "work_dir": str(work),
     }
@@ -791,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
         result["parallel_runs"] = parallel
         print(f"building (log {work / 'build.log'}) ...", flush=True)
         result["build"] = run_build(env, work / "build.log", args.interval, echo=not args.quiet)
-        result["load_after"] = _load()
+        result["load_after"] = load_average()
         if result["build"]["returncode"] != 0:
             status = max(BUILD_FAILED, result["build"]["returncode"])
             print("\n".join(result["build"]["tail"]), file=sys.stderr)
