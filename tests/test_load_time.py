@@ -8,7 +8,7 @@ import sys
 
 import dagster as dg
 
-from synthkd_assets.core.layout import DATA_DIR_ENV, DEFAULT_DATA_DIR, DEFAULT_RAW_DIR, RAW_DIR_ENV
+from synthkd_assets.core.layout import DATA_DIR_ENV, DEFAULT_DATA_DIR, DEFAULT_RAW_DIR, RAW_DIR_ENV, SOURCES_DIR_ENV
 from synthkd_assets.definitions import build_definitions
 from synthkd_assets.defs.automation import DEFAULT_REBUILD_CRON, REBUILD_CRON_ENV
 from synthkd_assets.defs.resources import SynthKDLayout
@@ -74,3 +74,33 @@ def test_the_roots_are_env_vars_when_set_and_the_bundled_sample_otherwise(monkey
 
     assert dg.materialize([roots], resources={"layout": layout}).success
     assert seen == {"raw": "/run/raw", "data": "/run/data"}
+
+
+def test_run_config_that_sets_one_root_keeps_the_others_from_the_environment(monkeypatch):
+    """Dagster's run config for a resource replaces every field of it: `--config-json '{"resources": {"layout":
+    {"config": {"raw_dir": ...}}}}'` must not send the outputs back to data/ when $SYNTHKD_DATA_DIR is set
+    (nor drop $SYNTHKD_SOURCES_DIR); an empty sources_dir asks for SYNTH only."""
+    monkeypatch.setenv(RAW_DIR_ENV, "/run/raw")
+    monkeypatch.setenv(DATA_DIR_ENV, "/run/data")
+    monkeypatch.setenv(SOURCES_DIR_ENV, "/run/sources")
+    layout = build_definitions(dict(os.environ)).resources["layout"]
+    seen = {}
+
+    @dg.asset
+    def roots(layout: SynthKDLayout) -> None:
+        paths = layout.data_layout()
+        seen.update(raw=str(paths.raw_root), data=str(paths.data_root), sources=str(paths.sources_root))
+
+    def launched(config: dict) -> dict:
+        run_config = {"resources": {"layout": {"config": config}}}
+        assert dg.materialize([roots], resources={"layout": layout}, run_config=run_config).success
+        return dict(seen)
+
+    assert launched({"raw_dir": "/given/raw"}) == {"raw": "/given/raw", "data": "/run/data", "sources": "/run/sources"}
+    assert launched({"data_dir": "/given/data", "sources_dir": ""}) == {
+        "raw": "/run/raw",
+        "data": "/given/data",
+        "sources": "None",
+    }
+    monkeypatch.delenv(DATA_DIR_ENV)
+    assert launched({"raw_dir": "/given/raw"})["data"] == DEFAULT_DATA_DIR

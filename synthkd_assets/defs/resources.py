@@ -4,7 +4,8 @@ and the models the valuation features read (`valuation`: none by default, the mo
 Run config overrides either: `{"resources": {"layout": {"config": {"data_dir": "..."}}, "build": {"config":
 {"smoke": true}}}}`. The code location gives the layout its roots from SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR as
 `dg.EnvVar`s, resolved by each process that runs a step (`SynthKDLayout.from_environment`), and the valuation's
-checkpoints from SYNTHKD_TEACHER_CHECKPOINT / SYNTHKD_STUDENT_CHECKPOINT the same way.
+checkpoints from SYNTHKD_TEACHER_CHECKPOINT / SYNTHKD_STUDENT_CHECKPOINT the same way. A root that run config
+leaves unset is read the same way when the step runs (`SynthKDLayout.data_layout`).
 """
 
 from __future__ import annotations
@@ -49,11 +50,17 @@ class SynthKDLayout(dg.ConfigurableResource):
     """Input and output roots of one build. Relative paths resolve against the working directory
     (the repository root when launched through workspace.yaml)."""
 
-    raw_dir: str = Field(default=DEFAULT_RAW_DIR, description=f"Raw SYNTH Parquet shards (${RAW_DIR_ENV}).")
-    data_dir: str = Field(default=DEFAULT_DATA_DIR, description=f"Output root (${DATA_DIR_ENV}).")
+    raw_dir: str | None = Field(
+        default=None,
+        description=f"Raw SYNTH Parquet shards; unset: ${RAW_DIR_ENV} where the step runs, else {DEFAULT_RAW_DIR}.",
+    )
+    data_dir: str | None = Field(
+        default=None, description=f"Output root; unset: ${DATA_DIR_ENV} where the step runs, else {DEFAULT_DATA_DIR}."
+    )
     sources_dir: str | None = Field(
         default=None,
-        description=f"Anchor sources' shards, <sources_dir>/<source>/<shard> (${SOURCES_DIR_ENV}); unset: SYNTH only.",
+        description=f"Anchor sources' shards, <sources_dir>/<source>/<shard>; unset: ${SOURCES_DIR_ENV} where the "
+        "step runs; empty, or neither: SYNTH only.",
     )
     distill_dir: str | None = Field(
         default=None, description="DistillKit dataset root; default <data_dir>/distill/synth_distill[_smoke]."
@@ -86,14 +93,21 @@ class SynthKDLayout(dg.ConfigurableResource):
         )
 
     def data_layout(self, smoke: bool = False) -> DataLayout:
-        """Every path of a full (or smoke) build on these roots."""
+        """Every path of a full (or smoke) build on these roots. A root left unset is the environment's, read
+        by the process that runs the step: Dagster's run config for a resource replaces all of its fields, so
+        `{"layout": {"config": {"raw_dir": ...}}}` keeps $SYNTHKD_DATA_DIR and $SYNTHKD_SOURCES_DIR."""
+        environment = DataLayout.from_environ(os.environ)
+        if self.sources_dir is None:
+            sources = environment.sources_root
+        else:
+            sources = Path(self.sources_dir) if self.sources_dir else None
         return DataLayout(
-            Path(self.raw_dir),
-            Path(self.data_dir),
+            Path(self.raw_dir) if self.raw_dir else environment.raw_root,
+            Path(self.data_dir) if self.data_dir else environment.data_root,
             smoke,
             Path(self.distill_dir) if self.distill_dir else None,
             Path(self.encoding_errors_log) if self.encoding_errors_log else None,
-            Path(self.sources_dir) if self.sources_dir else None,
+            sources,
         )
 
 
