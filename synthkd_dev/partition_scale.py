@@ -67,7 +67,8 @@ from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 
 SCALE_PARTITIONS = 500  # the scale the benchmark's budgets are for
 ROWS_PER_SHARD = 4
-LOCATION_NAME = "synthkd_assets.definitions"  # what workspace.yaml's python_module entry is named
+DEFINITIONS_MODULE = "synthkd_assets.definitions"  # workspace.yaml's python_module
+LOCATION_NAME = "synthkd"  # its location_name (dg's code_location_name)
 SCAN_JOB = "synth_scan_job"
 SENSOR_NAME = "synth_raw_sensor"
 STORAGES = ("sharded", "consolidated", "memory")
@@ -183,7 +184,7 @@ def workspace_context(instance: dg.DagsterInstance, in_process: bool = False) ->
     or (in_process) the same module loaded in this process."""
     if in_process:
         origin = InProcessCodeLocationOrigin(
-            LoadableTargetOrigin(module_name=LOCATION_NAME, working_directory=str(REPO_ROOT)),
+            LoadableTargetOrigin(module_name=DEFINITIONS_MODULE, working_directory=str(REPO_ROOT)),
             location_name=LOCATION_NAME,
         )
         target = InProcessWorkspaceLoadTarget(origin)

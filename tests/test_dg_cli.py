@@ -96,3 +96,48 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     assert kd.returncode != 0
     assert "synth_kd_v1 partition 'synth_01' needs synth_tokenized first" in output, output[-3000:]
     assert "dg launch --assets synth_sampled,synth_tokenized,synth_kd_v1,synth_distill --partition synth_01" in output
+
+
+def test_workspace_yaml_names_the_location_as_dg_does():
+    """`dagster dev -w workspace.yaml` (and the daemon on it) and `dg dev` show one code location under one name,
+    so a sensor or schedule turned on or off in one is the same in the other."""
+    import tomllib
+
+    import yaml
+
+    from synthkd_dev.partition_scale import DEFINITIONS_MODULE, LOCATION_NAME
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["dg"]["project"]
+    [entry] = yaml.safe_load((REPO_ROOT / "workspace.yaml").read_text())["load_from"]
+    module = entry["python_module"]
+    assert module["location_name"] == project["code_location_name"] == LOCATION_NAME
+    assert module["module_name"] == project["code_location_target_module"] == DEFINITIONS_MODULE
+    dagster = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["dagster"]
+    assert (dagster["code_location_name"], dagster["module_name"]) == (LOCATION_NAME, DEFINITIONS_MODULE)
+
+
+# the README's "you type / what happens" rows 1-3 (row 4: test_dg_launch_on_a_fresh_instance), as typed
+README_TABLE_ERRORS = [
+    (
+        ["dagster", "asset", "materialize", "--select", "synth_kd_v1"],
+        "Error: Invalid set of CLI arguments for loading repository/job",
+    ),
+    (
+        ["dagster", "asset", "materialize", "-m", "synthkd_assets.definitions", "--select", "synth_kd_v1"],
+        "Asset has partitions, but no '--partition' option was provided",
+    ),
+    (
+        ["dg", "launch", "--assets", "synth_kd_v1", "--partition", "synth_00"],
+        "All selected assets must have a PartitionsDefinition containing the passed partition key `synth_00`",
+    ),
+]
+
+
+@pytest.mark.parametrize(("typed", "error"), README_TABLE_ERRORS, ids=["no-module", "no-partition", "fresh-home"])
+def test_the_readme_table_quotes_what_the_cli_says(fresh, typed, error):
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert f"| `{' '.join(typed)}`" in readme and error in readme
+    done = subprocess.run(
+        [str(VENV_BIN / typed[0]), *typed[1:]], cwd=REPO_ROOT, env=fresh, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode != 0 and error in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
