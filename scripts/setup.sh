@@ -10,4 +10,5 @@ python="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0" --constraint requirements.lock
 .venv/bin/python -m pip install --quiet --require-hashes --requirement requirements.lock
-.venv/bin/python -m pip install --quiet --no-deps --no-build-isolation --editable .
+# -qq: setuptools' notice about editable installs is a warning to no one here; errors still print
+.venv/bin/python -m pip install -qq --no-deps --no-build-isolation --editable .

@@ -104,6 +104,14 @@ def source_lines(manifest: dict) -> list[str]:
     return ["tokens per source: " + ", ".join(f"{s}={e['tokens']} ({100 * e['token_share']:.1f}%)" for s, e in entries)]
 
 
+def split_lengths_line(split: str, lengths: dict) -> str:
+    """A split's token-length percentiles; a split with no rows (a smoke build's validation, at its 1% share of
+    a few hundred rows) says so instead of listing None five times."""
+    if lengths.get("max") is None:
+        return f"{split} tokens: no rows"
+    return f"{split} tokens: " + " ".join(f"{k}={lengths[k]}" for k in ("min", "p50", "p90", "p99", "max"))
+
+
 def distill_summary_lines(manifest: dict) -> list[str]:
     totals, sampling = manifest["totals"], manifest["sampling"]
     before, achieved = sampling["before"], sampling["achieved_after"]
@@ -124,10 +132,7 @@ def distill_summary_lines(manifest: dict) -> list[str]:
         f"mix before -> after: memorization {100 * before['memorization_share']:.1f}% -> "
         f"{100 * achieved['memorization_share']:.1f}%, "
         f"non-English {100 * before['non_english_share']:.1f}% -> {100 * achieved['non_english_share']:.1f}%",
-        *(
-            f"{split} tokens: " + " ".join(f"{k}={lengths[split][k]}" for k in ("min", "p50", "p90", "p99", "max"))
-            for split in constants.DISTILL_SPLITS
-        ),
+        *(split_lengths_line(split, lengths[split]) for split in constants.DISTILL_SPLITS),
         "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
         *source_lines(manifest),
         f"render failures logged: {manifest['encoding_errors_log']['records']} "
