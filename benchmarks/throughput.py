@@ -122,6 +122,7 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
         start = time.perf_counter()
         [key] = build_all(instance, layout, outputs=["synth_kd_v1"], run_config=quiet)
         seconds = time.perf_counter() - start
+        steps = step_seconds(instance)
         # the sequence pool on top (002): quota plan, the pool of the shard, curriculum and sampling manifest
         start = time.perf_counter()
         materialize_steps(instance, layout, QUOTA_STEPS, run_config=quiet)
@@ -136,6 +137,7 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
         json.dumps(
             {
                 "seconds": seconds,
+                "step_s": steps,
                 "pool_s": pool_seconds,
                 "startup_s": startup,
                 "tokens": sum(report["span_tokens"].values()),
@@ -144,6 +146,23 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
             }
         )
     )
+
+
+def step_seconds(instance) -> dict[str, float]:
+    """Seconds of each step (an asset, with the checks it runs) over every run of `instance`, longest first:
+    where line 3's time goes, measured each run (the rest of it is Dagster's own work between steps)."""
+    totals: dict[str, float] = {}
+    for run in instance.get_runs():
+        for stat in instance.get_run_step_stats(run.run_id):
+            if stat.start_time is not None and stat.end_time is not None:
+                totals[stat.step_key] = totals.get(stat.step_key, 0.0) + stat.end_time - stat.start_time
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def where_the_time_goes(seconds: float, steps: dict[str, float], shown: int = 6) -> str:
+    listed = ", ".join(f"{step} {value:.2f}" for step, value in list(steps.items())[:shown])
+    others, between = sum(list(steps.values())[shown:]), seconds - sum(steps.values())
+    return f"{listed}, {max(len(steps) - shown, 0)} other steps {others:.2f}, Dagster between steps {between:.2f} s"
 
 
 def child_partition(raw_dir: Path, data_dir: Path) -> tuple[subprocess.Popen, Path]:
@@ -282,6 +301,7 @@ def main() -> int:
         **ratios,
         "e2e_tok_s": e2e_rate,
         "e2e_seconds_1x": one["seconds"],
+        "e2e_step_seconds_1x": one["step_s"],
         "pool_seconds_1x": one["pool_s"],
         "worker_startup_s": one["startup_s"],
         "e2e_seconds_scaled": large["seconds"],
@@ -311,6 +331,7 @@ def main() -> int:
         f"tok/s, {one['seconds']:.1f} s for the partition"
         f" + {one['startup_s']:.1f} s of imports per worker process; target >= 1.3x: "
         f"{verdict(e2e_rate / ratios['raw_encode_tok_s'], 1.3)})",
+        f"   where its {one['seconds']:.1f} s go: {where_the_time_goes(one['seconds'], one['step_s'])}",
         f"4. 2 workers vs 1:           {median_speedup:.2f}x of medians, {min_speedup:.2f}x of minima over "
         f"{args.repeats} repeats (2 partitions one after the other: {spread(workers['sequential_s'])} s; at once: "
         f"{spread(workers['parallel_s'])} s; target >= 1.8x: {verdict(speedup, 1.8)})",
