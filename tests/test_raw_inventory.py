@@ -18,7 +18,7 @@ import pytest
 
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.checks import dataset_rows_problems
-from synthkd_assets.core.cleanup import orphaned_outputs
+from synthkd_assets.core.cleanup import orphaned_outputs, remove_orphaned_outputs
 from synthkd_assets.core.inventory import ignored_raw_files, partition_key_for, scan_raw_dir, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
@@ -365,3 +365,22 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
     assert orphaned_outputs(layout.data_layout(), ["synth_00"]) == sorted(gone)
+
+
+def test_removing_an_anchor_source_leaves_no_empty_source_directory(tmp_path):
+    """Unsetting SYNTHKD_SOURCES_DIR removes its shards' files and then their `<stage>/<source>/` directories;
+    a source directory that still holds a present shard's file stays, and so does every stage directory."""
+    paths = DataLayout(tmp_path / "raw", tmp_path / "data")
+    gone = [
+        paths.stage_output("synth_tokenized", "oasst1/train-00000-of-00001"),
+        paths.error_log("synth_harmony", "oasst1/train-00000-of-00001"),
+        paths.stage_output("synth_tokenized", "ultrachat_200k/train_sft-0"),
+    ]
+    kept = paths.stage_output("synth_tokenized", "ultrachat_200k/train_sft-1")
+    for path in [*gone, kept]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    assert remove_orphaned_outputs(paths, ["ultrachat_200k/train_sft-1"]) == sorted(gone)
+    assert not (paths.data_root / "synth_tokenized" / "oasst1").exists()
+    assert not (paths.data_root / "errors" / "synth_harmony" / "oasst1").exists()
+    assert kept.is_file() and (paths.data_root / "synth_tokenized").is_dir()

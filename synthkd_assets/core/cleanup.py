@@ -11,6 +11,7 @@ either; removal deletes them (they are derived data: the raw file is what was re
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Collection, Iterable
 from pathlib import Path
@@ -27,7 +28,7 @@ from synthkd_assets.core.layout import (
     STAGE_SUFFIX,
     DataLayout,
 )
-from synthkd_contract import constants
+from synthkd_contract import constants, sources
 
 _MEGATRON_NAME = re.compile(
     r"^shard_(\d+)(?:_(?:" + "|".join(constants.ARRAY_KINDS) + r")\.(?:bin|idx)|\.json|_documents\.parquet)$"
@@ -94,8 +95,12 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
 
 
 def remove_orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
-    """Delete `orphaned_outputs(layout, present)`; returns what was removed (for metadata and logs)."""
+    """Delete `orphaned_outputs(layout, present)`, and an anchor source's directory of key-named files
+    (`<stage>/<source>/`) once it holds nothing; returns the files removed (for metadata and logs)."""
     removed = orphaned_outputs(layout, present)
     for path in removed:
         path.unlink(missing_ok=True)
+    for directory in sorted({path.parent for path in removed if path.parent.name in sources.SOURCE_DATASETS}):
+        with contextlib.suppress(OSError):  # not empty: another shard of the source is still there
+            directory.rmdir()
     return removed
