@@ -156,6 +156,28 @@ def test_any_structure_the_renderer_accepts_round_trips(renderer, checker, messa
     assert checker.check("structure", rendered.tokens, messages) == []
 
 
+@pytest.mark.parametrize("recipient", [None, "functions.lookup"])
+@pytest.mark.parametrize("channel", [None, "analysis", "commentary", "final"])
+@pytest.mark.parametrize("role", ["assistant", "user", "tool"])
+def test_every_last_message_shape_round_trips_with_harmonys_terminator(renderer, checker, role, channel, recipient):
+    """The terminator before the EOD is openai-harmony's for the last message: <|return|> after an assistant
+    final, <|call|> after another assistant message with a recipient (a tool call), <|end|> otherwise (the case
+    hypothesis found: an assistant analysis message to functions.lookup, expected <|end|>, rendered <|call|>)."""
+    last = {"role": role, "name": None, "content": [{"type": "text", "text": "x"}]}  # as tests/test_fuzz.py draws
+    last.update({key: value for key, value in (("channel", channel), ("recipient", recipient)) if value})
+    messages = [{"role": "user", "name": None, "content": [{"type": "text", "text": "q"}]}, last]
+    try:
+        rendered = renderer.render(messages)
+    except RenderError:  # a shape the v1 render refuses (an assistant channel with no span): nothing written
+        return
+    assert checker.check("last", rendered.tokens, messages) == []
+    terminator = {"final": checker.return_id, "call": checker.call_id}.get(
+        "final" if role == "assistant" and channel == "final" else "call" if role == "assistant" and recipient else "",
+        checker.end_id,
+    )
+    assert rendered.tokens[-2] == terminator
+
+
 @pytest.fixture(scope="module")
 def sample_row(built_sample):
     """A built conversation with analysis and final: (synth_id, tokens, messages)."""

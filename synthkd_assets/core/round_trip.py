@@ -91,8 +91,8 @@ class RoundTripChecker:
     checks both agree on hostile text and on corruptions).
 
     What "exactly the messages" means: the tokens must end with one EOD (`EOD_TOKEN_ID`, not a message,
-    stripped), preceded by `<|return|>` when the last message is an assistant `final` (the training render's
-    terminator) and `<|end|>` otherwise; the rest must parse (`parse_messages_from_completion_tokens`,
+    stripped), preceded by the training render's terminator (`<|return|>` after an assistant `final`, `<|call|>`
+    after another assistant message with a recipient, `<|end|>` otherwise); the rest must parse (`parse_messages_from_completion_tokens`,
     strict, from the first `<|start|>`) into as many messages as synth_harmony has, each equal in role,
     name, channel, recipient, content_type and the exact text of each content (no normalization of whitespace,
     NUL, markers or Unicode). A system message is stored as structured `SystemContent` but rendered as text:
@@ -138,9 +138,14 @@ class RoundTripChecker:
         return self._rendered_keys[cache_key]
 
     def _terminator(self, messages: list[dict[str, Any]]) -> int:
+        """The training render's last terminator: `<|return|>` after an assistant `final`, `<|call|>` after any
+        other assistant message with a recipient (a tool call), `<|end|>` otherwise."""
         last = messages[-1] if messages else {}
-        final = last.get("role") == Role.ASSISTANT.value and last.get("channel") == "final"
-        return self.return_id if final else self.end_id
+        if last.get("role") != Role.ASSISTANT.value:
+            return self.end_id
+        if last.get("channel") == "final":
+            return self.return_id
+        return self.call_id if last.get("recipient") else self.end_id
 
     def _header_key(self, header: tuple[int, ...]) -> MessageKey | None:
         """openai-harmony's parse of one content-less message (`<|start|>...<|message|>` + terminator), cached:
