@@ -90,13 +90,14 @@ class RoundTripChecker:
     is the one reported: the fast way can only confirm a match, never report one (tests/test_round_trip.py
     checks both agree on hostile text and on corruptions).
 
-    What "exactly the messages" means: the tokens must end with one EOD (`EOD_TOKEN_ID`, not a message,
-    stripped), preceded by the training render's terminator (`<|return|>` after an assistant `final`, `<|call|>`
-    after another assistant message with a recipient, `<|end|>` otherwise); the rest must parse (`parse_messages_from_completion_tokens`,
-    strict, from the first `<|start|>`) into as many messages as synth_harmony has, each equal in role,
-    name, channel, recipient, content_type and the exact text of each content (no normalization of whitespace,
-    NUL, markers or Unicode). A system message is stored as structured `SystemContent` but rendered as text:
-    its expected text is what openai-harmony renders for that stored message, parsed back alone.
+    What "exactly the messages" means: the tokens must end with one EOD (`EOD_TOKEN_ID`, not a message, stripped),
+    preceded by the training render's terminator (`<|return|>` after an assistant `final`, `<|call|>` after another
+    assistant message with a recipient, `<|end|>` otherwise); the rest must parse
+    (`parse_messages_from_completion_tokens`, strict, from the first `<|start|>`) into as many messages as
+    synth_harmony has, each equal in role, name, channel, recipient, content_type and the exact text of each content
+    (no normalization of whitespace, NUL, markers or Unicode). A system message is stored as structured
+    `SystemContent` but rendered as text: its expected text is what openai-harmony renders for that stored message,
+    parsed back alone.
     """
 
     def __init__(self, encoding: Any, bpe: Any = None) -> None:
