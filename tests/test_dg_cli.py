@@ -107,12 +107,12 @@ def test_workspace_yaml_names_the_location_as_dg_does():
 
     from synthkd_dev.partition_scale import DEFINITIONS_MODULE, LOCATION_NAME
 
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["dg"]["project"]
+    tool = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]
+    project, dagster = tool["dg"]["project"], tool["dagster"]
     [entry] = yaml.safe_load((REPO_ROOT / "workspace.yaml").read_text())["load_from"]
     module = entry["python_module"]
     assert module["location_name"] == project["code_location_name"] == LOCATION_NAME
     assert module["module_name"] == project["code_location_target_module"] == DEFINITIONS_MODULE
-    dagster = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["dagster"]
     assert (dagster["code_location_name"], dagster["module_name"]) == (LOCATION_NAME, DEFINITIONS_MODULE)
 
 

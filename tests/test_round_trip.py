@@ -171,10 +171,12 @@ def test_every_last_message_shape_round_trips_with_harmonys_terminator(renderer,
     except RenderError:  # a shape the v1 render refuses (an assistant channel with no span): nothing written
         return
     assert checker.check("last", rendered.tokens, messages) == []
-    terminator = {"final": checker.return_id, "call": checker.call_id}.get(
-        "final" if role == "assistant" and channel == "final" else "call" if role == "assistant" and recipient else "",
-        checker.end_id,
-    )
+    if role == "assistant" and channel == "final":
+        terminator = checker.return_id
+    elif role == "assistant" and recipient:
+        terminator = checker.call_id
+    else:
+        terminator = checker.end_id
     assert rendered.tokens[-2] == terminator
 
 
