@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai_harmony import ReasoningEffort, SystemContent
 
+from synthkd_assets.core import round_trip
 from synthkd_assets.core.render import FastRenderer, RenderError
 from synthkd_assets.core.round_trip import WHOLE, RoundTripChecker, paired_conversations, round_trip_shard
 from synthkd_assets.core.synth import system_message_dict
@@ -108,6 +109,30 @@ def test_the_fast_way_agrees_with_the_full_parse_on_corrupted_tokens(
     if cut is not None:
         tokens = tokens[: int(cut * len(tokens))]
     assert checker.check("corrupted", tokens, messages) == checker._check_full("corrupted", tokens, messages)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tokens=st.lists(st.integers(0, constants.ORDINARY_VOCAB_SIZE - 1), max_size=40), chunk=st.integers(1, 8))
+def test_the_fast_way_decodes_contents_as_tiktoken_does(checker, tokenizer_dir, tokens, chunk, monkeypatch):
+    """The fast way's gather from the vocabulary's bytes is tiktoken's own decode, across its chunk boundaries."""
+    monkeypatch.setattr(round_trip, "DECODE_TOKENS", chunk)
+    expected = load_tiktoken_o200k(tokenizer_dir).decode_bytes(tokens)
+    assert checker._decode(np.array(tokens, dtype=np.int64)) == expected
+
+
+def test_a_negative_token_is_never_confirmed(checker, sample_row):
+    """No token id is negative; numpy would wrap one round the vocabulary, so the fast way leaves it to the full
+    parse, which rejects it."""
+    synth_id, tokens, messages = sample_row
+    broken = np.array(tokens, dtype=np.int64)
+    broken[-3] = -1 - constants.ORDINARY_VOCAB_SIZE + int(tokens[-3])  # wraps round to the same token
+    confirmed = checker.checked_fast
+    mismatches = checker.check(synth_id, broken, messages)
+    assert (
+        checker.checked_fast == confirmed
+        and mismatches
+        and mismatches == checker._check_full(synth_id, broken, messages)
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -20,6 +20,7 @@ from synthkd_contract import constants
 SHOWN_CHARS = 60  # of a differing value, in a mismatch's text
 TEXT_CONTEXT = 20  # characters quoted either side of the first difference of two texts
 CONVERSATIONS_PER_BATCH = 1024  # checked the fast way at once
+DECODE_TOKENS = 1 << 18  # content tokens decoded by one gather (its index: ~8 MiB at ~4 bytes a token)
 # each special token's part in a conversation's structure (RoundTripChecker._confirmed)
 START, HEADER, MESSAGE, END, RETURN, EOD, OTHER = range(7)
 ALLOWED = np.zeros((7, 7), dtype=bool)  # which special may follow which, within one conversation
@@ -120,9 +121,15 @@ class RoundTripChecker:
                 RETURN: [self.return_id, self.call_id],
                 EOD: [constants.EOD_TOKEN_ID],
             }
-            ranks = bpe._mergeable_ranks  # bytes -> rank: each ordinary token's length in bytes
+            # every ordinary token's bytes, laid end to end in rank order: a content decodes by one numpy gather
+            tokens = list(bpe._mergeable_ranks)  # each ordinary token's bytes
+            ranks = np.fromiter(bpe._mergeable_ranks.values(), dtype=np.int64, count=len(tokens))
             self._token_bytes = np.zeros(constants.ORDINARY_VOCAB_SIZE, dtype=np.int64)
-            self._token_bytes[np.fromiter(ranks.values(), dtype=np.int64)] = np.fromiter(map(len, ranks), np.int64)
+            self._token_bytes[ranks] = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+            in_rank_order = map(tokens.__getitem__, np.argsort(ranks, kind="stable").tolist())
+            self._vocabulary_bytes = np.frombuffer(b"".join(in_rank_order), dtype=np.uint8)
+            self._token_offset = np.zeros(constants.ORDINARY_VOCAB_SIZE, dtype=np.int64)
+            np.cumsum(self._token_bytes[:-1], out=self._token_offset[1:])
 
     def _expected_key(self, message: dict[str, Any]) -> MessageKey:
         contents = message.get("content") or []
@@ -184,6 +191,7 @@ class RoundTripChecker:
         for kind, ids in self._codes.items():
             code[np.isin(flat[pos], ids)] = kind
         ok = np.array([bool(m) for _, m in batch])
+        ok[np.searchsorted(offsets, np.flatnonzero(flat < 0), side="right") - 1] = False  # not a token at all
         # consecutive specials of one conversation: allowed transitions, terminators adjacent to what follows
         same = conv[:-1] == conv[1:]
         adjacent = pos[1:] == pos[:-1] + 1
@@ -213,34 +221,47 @@ class RoundTripChecker:
             (*flat[a : b + 1].tolist(), int(flat[c]))
             for a, b, c in zip(pos[start_index].tolist(), pos[opened].tolist(), content_to.tolist())
         ]
-        # contents: one decode for the whole batch, cut per message by each token's byte length
+        # contents: decoded together (one gather from the vocabulary's bytes), cut per message by byte lengths
         marks = np.zeros(len(flat) + 1, dtype=np.int64)
         np.add.at(marks, content_from, 1)
         np.add.at(marks, content_to, -1)
         content = flat[np.cumsum(marks[:-1]) > 0]
-        decoded = self.bpe.decode_bytes(content.tolist())
+        decoded = self._decode(content)
         byte_at = np.zeros(len(content) + 1, dtype=np.int64)  # bytes decoded before each content token
         np.cumsum(self._token_bytes[content], out=byte_at[1:])
         message_bytes_end = byte_at[np.cumsum(content_to - content_from)]
         message_bytes_start = np.r_[0, message_bytes_end[:-1]]
-        at = 0
-        for index, (_, messages) in enumerate(batch):
-            if not ok[index]:
-                continue
-            for message in messages:
-                header = self._header_key(headers[at])
-                want = self._expected_key(message)
-                text = want[-1]
-                if (
-                    header is None
-                    or header[:-1] != want[:-1]
-                    or len(text) != 1
-                    or decoded[message_bytes_start[at] : message_bytes_end[at]]
-                    != text[0].encode("utf-8", "surrogatepass")
-                ):
-                    ok[index] = False
-                at += 1
+        owner = conv[opened]  # the conversation of each message still standing
+        wants = [self._expected_key(message) for index in np.unique(owner).tolist() for message in batch[index][1]]
+        texts = [want[-1][0].encode("utf-8", "surrogatepass") if len(want[-1]) == 1 else None for want in wants]
+        keys = [self._header_key(header) for header in headers]
+        good = np.fromiter(
+            (
+                key is not None and text is not None and key[:-1] == want[:-1]
+                for key, want, text in zip(keys, wants, texts)
+            ),
+            dtype=bool,
+            count=len(wants),
+        )
+        good &= message_bytes_end - message_bytes_start == [-1 if text is None else len(text) for text in texts]
+        # the texts compared all at once; only a batch whose bytes differ is compared message by message
+        if not (good.all() and decoded == b"".join(texts)):
+            for at in np.flatnonzero(good).tolist():
+                good[at] = decoded[message_bytes_start[at] : message_bytes_end[at]] == texts[at]
+        ok[owner[~good]] = False
         return ok
+
+    def _decode(self, content: np.ndarray) -> bytes:
+        """tiktoken's `decode_bytes` of ordinary tokens, without a Python int per token: each token's bytes gathered
+        from the vocabulary laid end to end, DECODE_TOKENS tokens at a time (the gather's index stays small)."""
+        parts = []
+        for first in range(0, len(content), DECODE_TOKENS):
+            chunk = content[first : first + DECODE_TOKENS]
+            lengths = self._token_bytes[chunk]
+            index = np.repeat(self._token_offset[chunk] - (np.cumsum(lengths) - lengths), lengths)
+            index += np.arange(len(index))
+            parts.append(self._vocabulary_bytes[index].tobytes())
+        return b"".join(parts)
 
     def _parse(self, tokens: list[int]) -> list[Message] | None:
         try:
