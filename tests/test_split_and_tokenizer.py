@@ -6,10 +6,12 @@ import gzip
 import hashlib
 import importlib.resources
 import random
+import shutil
 import socket
 
 import dagster as dg
 import pytest
+import tiktoken.load
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,8 +20,10 @@ from synthkd_assets.core.sampling import assign_split, stable_unit_interval
 from synthkd_assets.core.tokenizer import (
     TokenizerPinError,
     load_harmony_encoding,
+    load_tiktoken_o200k,
     materialize_tokenizer,
     verify_tokenizer,
+    vocabulary_ranks,
 )
 from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
@@ -62,6 +66,30 @@ def test_tokenizer_pin_refuses_a_changed_file(tmp_path):
         load_harmony_encoding(tmp_path)
     materialize_tokenizer(tmp_path)  # a wrong file is replaced by the pinned one
     assert verify_tokenizer(path) == constants.TOKENIZER_SHA256
+
+
+def test_the_ranks_are_tiktokens_own_and_nothing_is_cached_outside_the_roots(tmp_path, monkeypatch):
+    """tiktoken's loader copies the file it reads under the temp dir (never removed); ours reads the same ranks
+    and leaves tiktoken's cache dir as it was."""
+    path = materialize_tokenizer(tmp_path / "tokenizer")
+    cache = tmp_path / "tiktoken_cache"
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    assert list(vocabulary_ranks(path).items()) == list(tiktoken.load.load_tiktoken_bpe(str(path)).items())
+    assert len(list(cache.iterdir())) == 1  # what tiktoken's own loader left
+    shutil.rmtree(cache)
+    load_tiktoken_o200k.cache_clear()
+    text = "Ünïcode, spaces  and\n digits 12345"
+    harmony = load_harmony_encoding(path.parent).encode(text)  # openai-harmony loads the file on its own
+    assert load_tiktoken_o200k(path.parent).encode_ordinary(text) == harmony
+    assert not cache.exists()
+
+
+def test_the_tiktoken_encoding_refuses_a_changed_file(tmp_path):
+    path = materialize_tokenizer(tmp_path)
+    path.write_bytes(path.read_bytes().replace(b" 0\n", b" 1\n", 1))
+    load_tiktoken_o200k.cache_clear()
+    with pytest.raises(TokenizerPinError, match="expected the pinned"):
+        load_tiktoken_o200k(tmp_path)
 
 
 @pytest.fixture

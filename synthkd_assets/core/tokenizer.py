@@ -7,6 +7,7 @@ written into `data/tokenizer/`, and openai-harmony / tiktoken are pointed at tha
 
 from __future__ import annotations
 
+import binascii
 import functools
 import gzip
 import hashlib
@@ -34,14 +35,34 @@ def bundled_vocabulary_bytes() -> bytes:
 
 def verify_tokenizer(path: Path) -> str:
     """Return the sha256 of `path`, raising TokenizerPinError unless it is the pinned file."""
+    _require_tokenizer_file(path)
+    return _pinned(path, sha256_file(path))
+
+
+def _require_tokenizer_file(path: Path) -> None:
     if not path.is_file():
         raise TokenizerPinError(f"tokenizer file {path} does not exist; materialize the tokenizer asset first")
-    actual = sha256_file(path)
+
+
+def _pinned(path: Path, actual: str) -> str:
     if actual != constants.TOKENIZER_SHA256:
         raise TokenizerPinError(
             f"tokenizer file {path} has sha256 {actual}, expected the pinned {constants.TOKENIZER_SHA256}"
         )
     return actual
+
+
+def vocabulary_ranks(path: Path) -> dict[bytes, int]:
+    """The BPE ranks (token bytes -> rank) of the pinned vocabulary file at `path`, parsed as tiktoken's
+    `load_tiktoken_bpe` parses it, from the very bytes checked against the pin.
+
+    Not through `load_tiktoken_bpe` itself: it copies every file it reads into a cache under the system temp
+    directory (3.6 MB for each tokenizer directory it is given, never removed)."""
+    _require_tokenizer_file(path)
+    payload = path.read_bytes()
+    _pinned(path, hashlib.sha256(payload).hexdigest())
+    decode = binascii.a2b_base64  # what base64.b64decode runs for bytes
+    return {decode(token): int(rank) for token, rank in map(bytes.split, filter(None, payload.splitlines()))}
 
 
 def vocabulary_source() -> Path | None:
@@ -104,16 +125,14 @@ def load_harmony_encoding(tokenizer_dir: Path):
 @functools.lru_cache(maxsize=4)
 def load_tiktoken_o200k(tokenizer_dir: Path):
     """tiktoken's own `o200k_base` encoding (its regex, its special tokens), with the ranks read from
-    the verified local file instead of the URL its constructor names: nothing is fetched."""
+    the verified local file instead of the URL its constructor names: nothing is fetched, nothing cached."""
     import tiktoken
-    import tiktoken.load
     from tiktoken_ext import openai_public
 
-    path = tokenizer_dir / constants.TOKENIZER_FILENAME
-    verify_tokenizer(path)
+    ranks = vocabulary_ranks(tokenizer_dir / constants.TOKENIZER_FILENAME)
 
     def local_ranks(_url: str, expected_hash: str | None = None) -> dict[bytes, int]:
-        return tiktoken.load.load_tiktoken_bpe(str(path), expected_hash=expected_hash)
+        return ranks
 
     with mock.patch.object(openai_public, "load_tiktoken_bpe", local_ranks):
         spec = openai_public.o200k_base()
