@@ -27,6 +27,7 @@ from synthkd_assets.core.curriculum import (
     CurriculumStage,
     curriculum_stages,
     plan_stage,
+    remove_other_stages_files,
     scan_pool_prefixes,
     stage_file_paths,
     write_stage_files,
@@ -94,6 +95,7 @@ def test_p1_expects_146k_sequences():
         ({"tokens": 1.5}, r"tokens = 1.5"),
         ({"seq_length": 0}, r"seq_length = 0 is not an integer >= 1"),
         ({"stage": "../P1"}, r"the name must match"),
+        ({"stage": "plan"}, r"the name is taken by plan.json"),
         ({"optional": "no"}, r"optional = 'no' is not a bool"),
         ({"extra": 1}, r"keys .*'extra'"),
     ],
@@ -336,6 +338,21 @@ def test_infeasible_stage_writes_nothing_and_removes_old_files(pool, tmp_path):
     assert not plan["feasible"] and plan["ctx"]["C3"]["epochs_needed"] is None
     assert write_stage_files(plan, out, root) == []
     assert list(out.iterdir()) == []
+
+
+def test_the_files_of_a_stage_taken_out_of_the_curriculum_are_removed(pool, tmp_path):
+    """A stage no longer configured leaves no blend naming prefixes the pool may have lost; the configured
+    stages' files, the plan and files that are not stage files stay."""
+    root, _ = pool
+    out = tmp_path / "curriculum"
+    for name in ("P1", "S1"):
+        write_stage_files(plan_stage(stage({"C1": 1.0}, name=name), scan_pool_prefixes(root)), out, root)
+    (out / "plan.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    removed = remove_other_stages_files(out, ["P1", "P2"])
+    assert removed == sorted(stage_file_paths("S1", out))
+    assert sorted(p.name for p in out.iterdir()) == ["P1.args", "P1.json", "notes.txt", "plan.json"]
+    assert remove_other_stages_files(out, ["P1"]) == [] and remove_other_stages_files(tmp_path / "none", []) == []
 
 
 def test_missing_prefix_is_named_and_nothing_is_written(pool, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import uuid
 
 import dagster as dg
@@ -16,8 +17,11 @@ import pytest
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from openai_harmony import Conversation, Message
 
+from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, QUOTA_STEPS
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract.manifest_seal import verify_manifest
 from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
+from tests.helpers import SAMPLE_RAW_DIR, run
 
 # the contract restated by hand (an oracle must not import what it checks)
 SKILL = {
@@ -151,6 +155,41 @@ def test_the_sampling_manifest_adds_up_and_the_curriculum_files_exist(pool):
                 assert IndexedDataset(prefix).sequence_lengths.sum() > 0
 
 
+def test_a_stage_taken_out_of_the_curriculum_leaves_no_file_behind(built_sample, own_instance, tmp_path):
+    """The curriculum configured as one stage S1: P1's and P2's files go (their blends would outlive the pool
+    they name), and the sealed pool manifest lists exactly the curriculum files on disk."""
+    copy = tmp_path / "data"
+    shutil.copytree(built_sample[2], copy)
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
+    paths = layout.data_layout()
+    s1 = {"stage": "S1", "ctx_mix": {"C1": 1.0}, "tokens": 1_000_000, "seq_length": 4096}
+    run(own_instance, layout, POOL_MANIFEST_STEPS, build=SynthKDBuildConfig(curriculum=[s1]))
+    assert sorted(p.name for p in paths.curriculum_dir().iterdir()) == ["S1.args", "S1.json", "plan.json"]
+    event = own_instance.get_latest_materialization_event(dg.AssetKey("synth_curriculum"))
+    removed = event.asset_materialization.metadata["stage_files_removed"].value
+    assert removed == ["P1.args", "P1.json", "P2.args", "P2.json"]
+    listed = {f["path"] for f in verify_manifest(paths.pool_root())["files"] if f["path"].startswith("curriculum/")}
+    assert listed == {"curriculum/S1.args", "curriculum/S1.json", "curriculum/plan.json"}
+
+
+def test_a_skill_mix_that_keeps_nothing_fails_the_quota_plan(built_sample, own_instance, tmp_path):
+    """The sample has no code (B3): a mix of B3 alone would build an empty pool; the plan step refuses it by
+    name and the plan on disk stays the last good one."""
+    copy = tmp_path / "data"
+    shutil.copytree(built_sample[2], copy)
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
+    plan = layout.data_layout().quota_plan()
+    before = plan.read_bytes()
+    result = run(
+        own_instance, layout, QUOTA_STEPS, build=SynthKDBuildConfig(skill_mix={"B3": 1.0}), raise_on_error=False
+    )
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = str(failure.step_failure_data.error)  # with its cause, the ValueError
+    assert "skill_mix {'B3': 1.0} keeps nothing: the buckets it gives a share (B3) hold no tokens" in message
+    assert plan.read_bytes() == before
+
+
 def test_bucket_tokens_are_plotted_and_the_balance_check_warns(pool):
     instance, _, rows, _ = pool
     tokenized_event = instance.get_latest_materialization_event(dg.AssetKey("synth_tokenized"))
@@ -158,6 +197,13 @@ def test_bucket_tokens_are_plotted_and_the_balance_check_warns(pool):
     assert {f"tokens_kept_skill_{b}" for b in ("B1", "B2", "B3", "B4")} <= set(metadata)
     assert {f"tokens_kept_ctx_{c}" for c in ("C1", "C2", "C3", "C4")} <= set(metadata)
     assert any(key.startswith("tokens_language_") for key in metadata)
+    # pool-wide, in the manifest's metadata: the pool's rows summed by language and by exercise
+    manifest_event = instance.get_latest_materialization_event(dg.AssetKey("synth_pool_manifest"))
+    pool_metadata = manifest_event.asset_materialization.metadata
+    for column, prefix in (("language", "tokens_language_"), ("source_subset", "tokens_exercise_")):
+        plotted = {key.removeprefix(prefix): m.value for key, m in pool_metadata.items() if key.startswith(prefix)}
+        summed = rows.group_by(column).agg(pl.col("sequence_tokens").sum())
+        assert plotted == dict(summed.iter_rows()) and plotted
     check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
         [dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "bucket_balance")]
     )[dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "bucket_balance")]

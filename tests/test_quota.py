@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synthkd_assets.core.quota import QuotaTargets, plan_quota_grid, quota_config, quota_keep
+from synthkd_assets.core.quota import QuotaTargets, keeps_nothing_reason, plan_quota_grid, quota_config, quota_keep
 from synthkd_contract.buckets import CTX_BUCKETS, QUOTA_SALT, SKILL_BUCKETS, SKILL_MIX, ctx_bucket
 
 CELLS = [(b, c) for b in SKILL_BUCKETS for c in CTX_BUCKETS]
@@ -109,6 +109,9 @@ def test_unreachable_targets_are_reported_never_hidden(tokens, mix):
         assert entry["target"] == mix[entry["bucket"]] and "no tokens in " + entry["bucket"] in entry["reason"]
     reachable = any(mix.get(b, 0) > 0 and tokens.get((b, c), 0) for b, c in CELLS)
     assert plan["feasible"] == (reachable and not empty_with_target)
+    # refused (not merely infeasible) exactly when the data holds tokens and the mix keeps none of them
+    holds_tokens = any(tokens.get(cell, 0) for cell in CELLS)
+    assert (keeps_nothing_reason(plan) is not None) == (holds_tokens and not reachable)
 
 
 def test_a_worked_example_and_the_default_mix_on_a_grid_without_code():
@@ -140,6 +143,20 @@ def test_a_bucket_with_target_zero_is_dropped_and_noted():
     plan = plan_quota_grid(tokens, rows_for(tokens), QuotaTargets({"B1": 1.0, "B4": 0.0}))
     assert plan["rates"]["B4"]["C1"] == 0.0 and plan["rates"]["B1"]["C1"] == 1.0 and plan["feasible"]
     assert "target 0: B4 not kept (rate 0)" in plan["notes"]
+
+
+def test_a_mix_that_keeps_nothing_of_data_with_tokens_is_named():
+    """Shares only for empty buckets keep nothing of a grid that holds tokens: a setting to refuse (an empty
+    input, or a mix that keeps something, is not one)."""
+    tokens = {("B1", "C1"): 100, ("B4", "C2"): 50}
+    plan = plan_quota_grid(tokens, rows_for(tokens), QuotaTargets({"B3": 1.0, "B2": 0.5, "B1": 0.0}))
+    assert keeps_nothing_reason(plan) == (
+        "skill_mix {'B1': 0.0, 'B2': 0.5, 'B3': 1.0} keeps nothing: the buckets it gives a share (B2, B3) hold no "
+        "tokens, while B1, B4 do"
+    )
+    assert keeps_nothing_reason(plan_quota_grid(tokens, rows_for(tokens), QuotaTargets({"B3": 1.0, "B4": 0.1}))) is None
+    assert keeps_nothing_reason(plan_quota_grid({}, {}, QuotaTargets({"B3": 1.0}))) is None
+    assert keeps_nothing_reason(plan_quota_grid(tokens, rows_for(tokens), QuotaTargets({"B3": 1.0}, True))) is None
 
 
 def test_nothing_to_keep_is_infeasible():

@@ -24,7 +24,8 @@ budget, Megatron repeats it (its GPTDataset builds more epochs): `epochs_needed 
 says how many, per bucket. A bucket with share > 0 and no train tokens makes the stage infeasible: no data
 arguments at all rather than a blend that silently drops that bucket's share.
 
-Files, per stage that is feasible and has a budget > 0 (`write_stage_files`):
+Files, per stage that is feasible and has a budget > 0 (`write_stage_files`; the files of a stage no longer
+configured are removed, `remove_other_stages_files`):
 
 - `<stage>.json`: the `--per-split-data-args-path` file, exactly the keys Megatron-LM's
   `get_blend_and_blend_per_split` reads: {"train": [w, prefix, ...], "valid": [...] or null, "test": null},
@@ -58,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from synthkd_assets.core.atomic import atomic_write_text
+from synthkd_assets.core.layout import CURRICULUM_PLAN_FILENAME
 from synthkd_contract.buckets import CTX_BUCKETS, CURRICULUM_STAGES, SKILL_BUCKETS
 from synthkd_contract.constants import SPLITS
 from synthkd_contract.indexed_dataset import read_index
@@ -67,6 +69,8 @@ MEGATRON_SPLITS = ("train", "valid", "test")
 TRAIN_SPLIT, VALID_SPLIT = SPLITS
 SHARE_TOLERANCE = 1e-9  # a stage's ctx shares must sum to 1 within this
 STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # it names files: <stage>.json / <stage>.args
+STAGE_FILE_SUFFIXES = (".json", ".args")
+PLAN_STEM = PurePosixPath(CURRICULUM_PLAN_FILENAME).stem  # no stage may be called this: its .json is the plan
 CELL_DIR = re.compile(r"(B\d+)_(C\d+)")
 TOKENS_PREFIX_GLOB = "shard_*_tokens.idx"
 
@@ -92,6 +96,8 @@ class CurriculumStage:
         name = f"curriculum stage {self.stage!r}"
         if not isinstance(self.stage, str) or not STAGE_NAME.fullmatch(self.stage):
             raise ValueError(f"{name}: the name must match {STAGE_NAME.pattern} (it names the stage's files)")
+        if self.stage == PLAN_STEM:
+            raise ValueError(f"{name}: the name is taken by {CURRICULUM_PLAN_FILENAME}, every stage's plan")
         unknown = sorted(set(self.ctx_mix) - set(CTX_BUCKETS))
         if unknown:
             raise ValueError(f"{name}: ctx_mix names unknown ctx buckets {unknown}; expected some of {CTX_BUCKETS}")
@@ -278,7 +284,27 @@ def absolute_blend(blend: Sequence[float | str] | None, dataset_root: Path) -> l
 
 def stage_file_paths(stage: str, out_dir: Path) -> tuple[Path, Path]:
     """(<out_dir>/<stage>.json, <out_dir>/<stage>.args)."""
-    return out_dir / f"{stage}.json", out_dir / f"{stage}.args"
+    json_suffix, args_suffix = STAGE_FILE_SUFFIXES
+    return out_dir / f"{stage}{json_suffix}", out_dir / f"{stage}{args_suffix}"
+
+
+def remove_other_stages_files(out_dir: Path, stages: Sequence[str]) -> list[Path]:
+    """Remove the stage files (`<name>.json`, `<name>.args`) of every stage not in `stages` (one taken out of
+    the configured curriculum) and return them: their blends would name prefixes the pool may no longer have,
+    and the pool manifest seals every file of the directory. The plan and any other file stay."""
+    if not out_dir.is_dir():
+        return []
+    stale = [
+        path
+        for path in sorted(out_dir.iterdir())
+        if path.is_file()
+        and path.suffix in STAGE_FILE_SUFFIXES
+        and path.name != CURRICULUM_PLAN_FILENAME
+        and path.stem not in stages
+    ]
+    for path in stale:
+        path.unlink()
+    return stale
 
 
 def write_stage_files(plan: Mapping[str, Any], out_dir: Path, dataset_root: Path) -> list[Path]:

@@ -145,6 +145,22 @@ def plan_quota_grid(tokens: Mapping[Cell, int], rows: Mapping[Cell, int], target
     }
 
 
+def keeps_nothing_reason(plan: Mapping[str, Any]) -> str | None:
+    """Why `plan` keeps no token of data that holds some (its mix gives shares only to empty buckets), else None.
+    That is a wrong setting, not a target the data cannot meet: refused like a mix whose shares sum to 0, rather
+    than building an empty pool."""
+    available = plan["skill_tokens"]["available"]
+    holding = [b for b in SKILL_BUCKETS if available[b] > 0]
+    if not holding or any(rate > 0 for cells in plan["rates"].values() for rate in cells.values()):
+        return None
+    mix = plan["targets"]["skill_mix"]
+    targeted = ", ".join(b for b, share in mix.items() if share > 0)
+    return (
+        f"skill_mix {mix} keeps nothing: the buckets it gives a share ({targeted}) hold no tokens, while "
+        f"{', '.join(holding)} do"
+    )
+
+
 def _ints(grid: Mapping[Cell, int]) -> dict[Cell, int]:
     return {cell: int(n) for cell, n in grid.items()}
 

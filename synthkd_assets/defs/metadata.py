@@ -4,6 +4,8 @@ standard table keys (`dagster/row_count`, `dagster/column_schema`, `dagster/uri`
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +175,20 @@ def bucket_report_metadata(report: dict[str, Any]) -> dict[str, Any]:
         **bucket_grid_metadata(tokens, "kept"),
         **{f"rows_skill_{b}": sum(row_grid[b].values()) for b in SKILL_BUCKETS},
         **{f"rows_ctx_{c}": sum(row_grid[b][c] for b in SKILL_BUCKETS) for c in CTX_BUCKETS},
-        **{f"tokens_language_{lang}": n for lang, n in report.get("language_tokens", {}).items()},
-        **{f"tokens_exercise_{ex}": n for ex, n in report.get("exercise_tokens", {}).items()},
+        **language_exercise_metadata([report]),
+    }
+
+
+def language_exercise_metadata(reports: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Tokens per language and per exercise summed over shard reports (`tokens_language_en`,
+    `tokens_exercise_rag`, ...), in the order first seen."""
+    language, exercise = Counter(), Counter()
+    for report in reports:
+        language.update(report.get("language_tokens", {}))
+        exercise.update(report.get("exercise_tokens", {}))
+    return {
+        **{f"tokens_language_{lang}": n for lang, n in language.items()},
+        **{f"tokens_exercise_{ex}": n for ex, n in exercise.items()},
     }
 
 

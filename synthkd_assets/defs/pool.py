@@ -6,12 +6,17 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.buckets import grids_from_reports
-from synthkd_assets.core.curriculum import plan_stage, scan_pool_prefixes, write_stage_files
+from synthkd_assets.core.curriculum import (
+    plan_stage,
+    remove_other_stages_files,
+    scan_pool_prefixes,
+    write_stage_files,
+)
 from synthkd_assets.core.dataset_manifest import file_record, write_sealed_manifest
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest
 from synthkd_assets.core.pool import PoolShard, write_pool_shard
-from synthkd_assets.core.quota import plan_quota_grid
+from synthkd_assets.core.quota import keeps_nothing_reason, plan_quota_grid
 from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan
 from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
 from synthkd_assets.defs.checks import (
@@ -29,6 +34,7 @@ from synthkd_assets.defs.metadata import (
     bucket_report_metadata,
     dataset_manifest_metadata,
     files_metadata,
+    language_exercise_metadata,
     report_metadata,
     source_mix_metadata,
     table_definition_metadata,
@@ -55,6 +61,8 @@ def synth_quota_plan(
     by_source = reports_by_source(reports)
     tokens, rows = grids_from_reports(by_source.get(sources.SYNTH_SOURCE, {}).values())
     plan = {**plan_quota_grid(tokens, rows, build.quota_targets()), "shards": sorted(reports)}
+    if reason := keeps_nothing_reason(plan):
+        raise ValueError(f"invalid quota targets: {reason}")
     mix_metadata = {}
     if set(by_source) - {sources.SYNTH_SOURCE}:  # anchor sources: the source mix on top (a SYNTH-only plan has none)
         plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets())
@@ -139,15 +147,20 @@ def synth_curriculum(
     """Curriculum blends (002 §10.1, §10.4) over the pool's per-cell trios: per stage, <pool>/curriculum/<stage>.json
     (Megatron-LM --per-split-data-args-path) and <stage>.args (the arguments of a stock Megatron-LM run: that file,
     --seq-length, --train-samples), weights reproducing the stage's ctx shares on tokens; a stage whose buckets
-    hold no tokens writes nothing and says why, and the epochs each stage needs are reported."""
+    hold no tokens writes nothing and says why, and the epochs each stage needs are reported. The files of a stage
+    taken out of the configuration are removed."""
     paths = layout.data_layout(build.smoke)
     prefixes = scan_pool_prefixes(paths.pool_trio_root())
     plans = [plan_stage(stage, prefixes) for stage in build.curriculum_stages()]
+    removed = remove_other_stages_files(paths.curriculum_dir(), [plan["stage"] for plan in plans])
     written = []
     for plan in plans:
         written += write_stage_files(plan, paths.curriculum_dir(), paths.pool_trio_root())
     mf.write_manifest(paths.curriculum_plan(), {"stages": plans})
-    metadata = {"stages_written": [plan["stage"] for plan in plans if plan["per_split_data_args"]]}
+    metadata = {
+        "stages_written": [plan["stage"] for plan in plans if plan["per_split_data_args"]],
+        "stage_files_removed": sorted(path.name for path in removed),  # of stages no longer configured
+    }
     for plan in plans:
         name = plan["stage"]
         metadata[f"{name}_feasible"] = plan["feasible"]
@@ -191,6 +204,7 @@ def synth_pool_manifest(
             **dataset_manifest_metadata(manifest, digest),
             **mix,
             **bucket_grid_metadata(achieved, "achieved"),
+            **language_exercise_metadata(record["report"] for record in records),
             "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
         },
         data_version=dg.DataVersion(digest),
