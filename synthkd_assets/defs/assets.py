@@ -12,6 +12,7 @@ from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
+from synthkd_assets.core.memory import return_freed_heap
 from synthkd_assets.core.near_dup import clusters_rule
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
@@ -251,6 +252,7 @@ def synth_tokenized(
     in_path, out_path = stage_files(paths, "synth_sampled", key)[0], stage_files(paths, "synth_tokenized", key)[0]
     report = tokenize_shard(in_path, out_path, renderer, key, paths.error_log("synth_tokenized", key))
     round_trip = harmony_round_trip_result(round_trip_shard(out_path, in_path, encoding, vocabulary))
+    return_freed_heap()  # the round trip's numpy temporaries, a batch at a time (core/memory.py)
     return stage_result(paths, report, "synth_tokenized", (round_trip,), **bucket_report_metadata(report.to_dict()))
 
 
