@@ -15,7 +15,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from synthkd_assets.core.valuation import checkpoint_sha256, prompt_features
+from synthkd_assets.core import valuation as valuation_module
+from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, write_tables_together
+from synthkd_assets.core.valuation import checkpoint_sha256, prompt_features, valuation_table, write_valuation_shard
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout, ValuationModelsResource
 from synthkd_assets.defs.valuation import model_features
@@ -74,6 +76,42 @@ def test_prompt_features_count_what_python_re_counts(texts):
         row = features.row(i, named=True)
         assert {name: row[name] for name in MARKER_COLUMNS.values()} == oracle_counts(text), text
         assert (row["id"], row["skill_bucket"], row["ctx_bucket"], row["prompt_tokens"]) == (f"row-{i}", "B4", "C1", i)
+
+
+def test_a_pool_part_of_several_windows_is_read_a_frame_at_a_time_with_the_features_of_a_whole_read(
+    tmp_path, monkeypatch
+):
+    """5,000 rows (three output windows): the written features equal the whole part's (and the old writer's
+    bytes, one table for all rows), the summary equals the whole column's, and no frame is above READ_BATCH_ROWS."""
+    rows = 5000
+    texts = ["".join(PIECES[(i * 7 + j) % len(PIECES)] for j in range(i % 40)) for i in range(rows)]
+    pool = pl.DataFrame(
+        {
+            "id": [f"row-{i}" for i in range(rows)],
+            "source_example_id": [f"s{i}" for i in range(rows)],
+            "skill_bucket": [f"B{1 + i % 4}" for i in range(rows)],
+            "ctx_bucket": ["C1"] * rows,
+            "messages": [conversation(t) for t in texts],
+            "prompt_tokens_est": [i % 97 for i in range(rows)],
+        }
+    )
+    part = tmp_path / "pool.parquet"
+    pool.write_parquet(part, row_group_size=700)
+    frames = []
+    read = valuation_module.iter_frames
+    monkeypatch.setattr(
+        valuation_module, "iter_frames", lambda *a, **k: (frames.append(f.height) or f for f in read(*a, **k))
+    )
+    result = write_valuation_shard(part, tmp_path / "unused_tokens.parquet", tmp_path / "features.parquet", "x")
+    assert max(frames) <= READ_BATCH_ROWS and sum(frames) == rows == result.report.rows_out
+    whole = valuation_table(pool, None)
+    write_tables_together([(tmp_path / "whole.parquet", VALUATION_SCHEMA, whole)])
+    assert (tmp_path / "features.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    frame = pl.from_arrow(whole)
+    for name in ("prompt_tokens", *MARKER_COLUMNS.values(), *MODEL_FEATURE_COLUMNS):
+        mean = frame[name].mean()
+        assert result.summary[f"mean_{name}"] == (None if mean is None else pytest.approx(float(mean)))
+        assert result.summary[f"nulls_{name}"] == frame[name].null_count()
 
 
 def test_the_markers_find_what_they_name():

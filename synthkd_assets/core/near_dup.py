@@ -40,12 +40,11 @@ from synthkd_assets.core.filters import constraints_expr, expected_answer
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import is_valid
-from synthkd_assets.core.steps import Outputs, ParquetOutputs, ShardStep, Table, run_step
+from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHEMA, SIGNATURES_SCHEMA
 
-SHARD = "shard"
 USER_PROMPT_PATH = "$.messages[1].content[0].text"  # synth_harmony_v1: [system, user, (analysis), final]
 # candidate pairs verified per numpy batch: their gathered values (2 x uint32 + a bool per value, 9 x 128 B a pair)
 # are the verification's transient, ~75 MiB at 2^16 (no slower than 2^20, which held up to 1.2 GiB)

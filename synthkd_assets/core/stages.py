@@ -36,14 +36,13 @@ from synthkd_assets.core.parquet_io import (
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import assign_split
-from synthkd_assets.core.steps import Outputs, ParquetOutputs, ShardStep, Table, run_step
+from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
 from synthkd_assets.core.validation import DuplicateIds, check_exercises, check_raw_schema, conform_raw_frame
 from synthkd_contract import constants, drops
 from synthkd_contract.schemas import DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_SCHEMA
 
 Renderer = FastRenderer | HarmonyRenderer
-SHARD = "shard"  # the output name of the steps that write one file per shard
 
 
 class HarmonizeStep(ShardStep):

@@ -28,6 +28,7 @@ Table = pa.Table | pl.DataFrame
 # READ_BATCH_ROWS (fewer rows held at once), and run_step writes what the frames of each window of
 # OUTPUT_WINDOW_ROWS input rows produced: the bytes are those of one frame per window, whatever READ_BATCH_ROWS.
 OUTPUT_WINDOW_ROWS = 2048
+SHARD = "shard"  # the output name of the steps that write one file per shard
 assert OUTPUT_WINDOW_ROWS % READ_BATCH_ROWS == 0, "a frame must never straddle two output windows"
 
 

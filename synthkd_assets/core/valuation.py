@@ -11,7 +11,7 @@ the models read are synth_tokenized's, the arrays the pool row was made from (sa
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,9 @@ import polars as pl
 import pyarrow as pa
 
 from synthkd_assets.core.near_dup import USER_PROMPT_PATH
-from synthkd_assets.core.parquet_io import write_tables_together
+from synthkd_assets.core.parquet_io import iter_frames
 from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import VALUATION_SCHEMA
 from synthkd_contract.valuation import (
@@ -89,10 +90,11 @@ def valuation_table(pool: pl.DataFrame, model: dict[str, list] | None) -> pa.Tab
 
 
 def conversation_tokens(tokenized_path: Path, synth_ids: list[str]) -> list[np.ndarray]:
-    """The synth_tokenized tokens of each synth_id, in the order given; a missing one is an error."""
-    frame = pl.read_parquet(tokenized_path, columns=["synth_id", "tokens"])
+    """The synth_tokenized tokens of each synth_id, in the order given; a missing one is an error. Only the rows
+    asked for are collected (a frame of the pool at a time, not the whole shard)."""
+    wanted = pl.scan_parquet(tokenized_path).select("synth_id", "tokens").filter(pl.col("synth_id").is_in(synth_ids))
     order = pl.DataFrame({"synth_id": synth_ids}).with_row_index("order")
-    joined = order.join(frame, on="synth_id", how="left").sort("order")
+    joined = order.join(wanted.collect(), on="synth_id", how="left").sort("order")
     missing = joined.filter(pl.col("tokens").is_null())["synth_id"].to_list()
     if missing:
         raise ValueError(f"{tokenized_path}: no tokens for pool rows of synth_id {missing[:5]}")
@@ -107,22 +109,59 @@ def checkpoint_sha256(directory: str | Path) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def feature_summary(table: pa.Table) -> dict[str, float | int | None]:
-    """Per feature column: its mean (None when every value is null) and its null count."""
-    frame = pl.from_arrow(table)
-    summary: dict[str, float | int | None] = {}
-    for name in (n for n in VALUATION_SCHEMA.names if n not in KEY_COLUMNS):
-        mean = frame[name].mean()
-        summary[f"mean_{name}"] = None if mean is None else float(mean)
-        summary[f"nulls_{name}"] = frame[name].null_count()
-    return summary
+class FeatureSummary:
+    """Per feature column, over the tables added: its mean (None when every value is null) and its null count."""
+
+    def __init__(self) -> None:
+        self.columns = [name for name in VALUATION_SCHEMA.names if name not in KEY_COLUMNS]
+        self.sums = dict.fromkeys(self.columns, 0.0)
+        self.values = dict.fromkeys(self.columns, 0)
+        self.nulls = dict.fromkeys(self.columns, 0)
+
+    def add(self, table: pa.Table) -> None:
+        frame = pl.from_arrow(table.select(self.columns))
+        for name in self.columns:
+            column = frame[name]
+            self.nulls[name] += column.null_count()
+            self.values[name] += column.len() - column.null_count()
+            self.sums[name] += column.sum() or 0
+
+    def metadata(self) -> dict[str, float | int | None]:
+        summary: dict[str, float | int | None] = {}
+        for name in self.columns:
+            summary[f"mean_{name}"] = self.sums[name] / self.values[name] if self.values[name] else None
+            summary[f"nulls_{name}"] = self.nulls[name]
+        return summary
 
 
 @dataclass
 class ValuationResult:
     report: ShardReport
-    table: pa.Table
+    summary: dict[str, float | int | None]  # FeatureSummary.metadata()
     model_features: bool  # whether the model feature columns were computed
+
+
+class ValuationStep(ShardStep):
+    """Pool rows -> their features, a frame at a time (every row kept), so memory does not grow with the shard."""
+
+    def __init__(self, pool_part: Path, tokenized_path: Path, out_path: Path, model: ModelFeatures | None) -> None:
+        self.pool_part, self.tokenized_path, self.out_path, self.model = pool_part, tokenized_path, out_path, model
+        self.summary = FeatureSummary()
+
+    def open_outputs(self) -> Outputs:
+        return ParquetOutputs({SHARD: (self.out_path, VALUATION_SCHEMA)})
+
+    def frames(self) -> Iterator[pl.DataFrame]:
+        return iter_frames(self.pool_part, POOL_COLUMNS)
+
+    def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
+        columns = None
+        if self.model is not None:
+            sequences = conversation_tokens(self.tokenized_path, frame["source_example_id"].to_list())
+            columns = self.model(sequences, frame["prompt_tokens_est"].to_list())
+        table = valuation_table(frame, columns)
+        self.summary.add(table)
+        return {SHARD: table}
 
 
 def write_valuation_shard(
@@ -130,12 +169,6 @@ def write_valuation_shard(
 ) -> ValuationResult:
     """The features of every row of `pool_part`, written to `out_path` atomically (nothing half written); the
     model columns from `model` over the conversations' synth_tokenized tokens, or null without it."""
-    pool = pl.read_parquet(pool_part, columns=list(POOL_COLUMNS))
-    columns = None
-    if model is not None:
-        sequences = conversation_tokens(tokenized_path, pool["source_example_id"].to_list())
-        columns = model(sequences, pool["prompt_tokens_est"].to_list())
-    table = valuation_table(pool, columns)
-    write_tables_together([(out_path, VALUATION_SCHEMA, table)])
-    report = ShardReport(shard, rows_in=pool.height, rows_out=table.num_rows)
-    return ValuationResult(report, table, model is not None)
+    step = ValuationStep(pool_part, tokenized_path, out_path, model)
+    report = run_step(step, shard)
+    return ValuationResult(report, step.summary.metadata(), model is not None)

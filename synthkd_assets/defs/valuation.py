@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.valuation import ModelFeatures, checkpoint_sha256, feature_summary, write_valuation_shard
+from synthkd_assets.core.valuation import ModelFeatures, checkpoint_sha256, write_valuation_shard
 from synthkd_assets.defs.assets import shard_step, synth_tokenized
 from synthkd_assets.defs.checks import rows_accounted_result
 from synthkd_assets.defs.metadata import files_metadata, report_metadata, table_definition_metadata
@@ -87,7 +87,7 @@ def synth_valuation_features(
         metadata={
             **report_metadata(result.report.to_dict(), "synth_valuation_features"),
             **files_metadata([out]),
-            **feature_summary(result.table),
+            **result.summary,
             "model_features": result.model_features,
             "window": valuation.window,
             **checkpoints,
