@@ -30,6 +30,7 @@ from synthkd_assets.defs.failures import failed_runs_report
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
+from synthkd_contract.manifest_seal import sidecar_path
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 from synthkd_training.dataset import tokens_prefixes
 from tests.helpers import MANIFEST_STEPS, REPO_ROOT, SAMPLE_RAW_DIR, check_outcomes, run
@@ -384,3 +385,22 @@ def test_removing_an_anchor_source_leaves_no_empty_source_directory(tmp_path):
     assert not (paths.data_root / "synth_tokenized" / "oasst1").exists()
     assert not (paths.data_root / "errors" / "synth_harmony" / "oasst1").exists()
     assert kept.is_file() and (paths.data_root / "synth_tokenized").is_dir()
+
+
+def test_a_pool_that_loses_a_shard_loses_its_manifest_and_blends_until_rebuilt(tmp_path):
+    """No automation rebuilds the pool: when a removed shard's pool files go, so do the pool's sealed manifest and
+    curriculum stage files (they list and blend those files); its plan stays, and a pool that loses nothing keeps
+    everything."""
+    paths = DataLayout(tmp_path / "raw", tmp_path / "data")
+    part = paths.pool_part(3)
+    manifest = paths.pool_manifest()
+    blends = [paths.curriculum_dir() / name for name in ("P1.args", "P1.json")]
+    plan = paths.curriculum_plan()
+    kept_part = paths.pool_part(0)
+    for path in [part, kept_part, manifest, sidecar_path(manifest), *blends, plan]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    assert remove_orphaned_outputs(paths, ["synth_00", "synth_03"]) == []
+    removed = remove_orphaned_outputs(paths, ["synth_00"])
+    assert removed == sorted([part, manifest, sidecar_path(manifest), *blends])
+    assert plan.is_file() and kept_part.is_file()

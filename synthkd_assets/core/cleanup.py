@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX
+from synthkd_assets.core.curriculum import stage_files
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import (
     ERROR_LOG_SUFFIX,
@@ -29,6 +30,7 @@ from synthkd_assets.core.layout import (
     DataLayout,
 )
 from synthkd_contract import constants, sources
+from synthkd_contract.manifest_seal import sidecar_path
 
 _MEGATRON_NAME = re.compile(
     r"^shard_(\d+)(?:_(?:" + "|".join(constants.ARRAY_KINDS) + r")\.(?:bin|idx)|\.json|_documents\.parquet)$"
@@ -94,10 +96,27 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
     return sorted(set(found))
 
 
+def unlisted_pool_files(layout: DataLayout, orphaned: Collection[Path]) -> list[Path]:
+    """The sealed manifest (and its seal) and the curriculum stage files of every pool (full, smoke) that loses a
+    file in `orphaned`. No automation rebuilds the pool (its quota plan is global), so they would go on listing,
+    and blending, the removed shard's files: the pool is left without a manifest, visibly unpublished, until
+    `build.sh` or the pool launches rebuild it. Its plans stay."""
+    found: list[Path] = []
+    for build in layout.both_builds():
+        root = build.pool_root()
+        if any(root in path.parents for path in orphaned):
+            manifest = build.pool_manifest()
+            found += [path for path in (manifest, sidecar_path(manifest)) if path.is_file()]
+            found += stage_files(build.curriculum_dir())
+    return found
+
+
 def remove_orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
-    """Delete `orphaned_outputs(layout, present)`, and an anchor source's directory of key-named files
-    (`<stage>/<source>/`) once it holds nothing; returns the files removed (for metadata and logs)."""
-    removed = orphaned_outputs(layout, present)
+    """Delete `orphaned_outputs(layout, present)` and the pool files that would list them
+    (`unlisted_pool_files`), and an anchor source's directory of key-named files (`<stage>/<source>/`) once it
+    holds nothing; returns the files removed (for metadata and logs)."""
+    orphaned = orphaned_outputs(layout, present)
+    removed = sorted({*orphaned, *unlisted_pool_files(layout, orphaned)})
     for path in removed:
         path.unlink(missing_ok=True)
     for directory in sorted({path.parent for path in removed if path.parent.name in sources.SOURCE_DATASETS}):

@@ -288,20 +288,22 @@ def stage_file_paths(stage: str, out_dir: Path) -> tuple[Path, Path]:
     return out_dir / f"{stage}{json_suffix}", out_dir / f"{stage}{args_suffix}"
 
 
-def remove_other_stages_files(out_dir: Path, stages: Sequence[str]) -> list[Path]:
-    """Remove the stage files (`<name>.json`, `<name>.args`) of every stage not in `stages` (one taken out of
-    the configured curriculum) and return them: their blends would name prefixes the pool may no longer have,
-    and the pool manifest seals every file of the directory. The plan and any other file stay."""
+def stage_files(out_dir: Path) -> list[Path]:
+    """Every stage file (`<name>.json`, `<name>.args`) in `out_dir`: not the plan, nor any other file."""
     if not out_dir.is_dir():
         return []
-    stale = [
+    return [
         path
         for path in sorted(out_dir.iterdir())
-        if path.is_file()
-        and path.suffix in STAGE_FILE_SUFFIXES
-        and path.name != CURRICULUM_PLAN_FILENAME
-        and path.stem not in stages
+        if path.is_file() and path.suffix in STAGE_FILE_SUFFIXES and path.name != CURRICULUM_PLAN_FILENAME
     ]
+
+
+def remove_other_stages_files(out_dir: Path, stages: Sequence[str]) -> list[Path]:
+    """Remove the stage files of every stage not in `stages` (one taken out of the configured curriculum) and
+    return them: their blends would name prefixes the pool may no longer have, and the pool manifest seals every
+    file of the directory. The plan and any other file stay."""
+    stale = [path for path in stage_files(out_dir) if path.stem not in stages]
     for path in stale:
         path.unlink()
     return stale
