@@ -19,6 +19,7 @@ import yaml
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parallel import available_cores, thread_map
+from synthkd_assets.defs.build import BUILD_TAG, DATA_ROOT_TAG, fail_runs_of_dead_builds
 from synthkd_assets.defs.passes import build_passes
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
@@ -260,3 +261,32 @@ def test_thread_map_keeps_the_order_runs_at_once_and_raises_the_first_error():
     with pytest.raises(ValueError, match="part 3"):
         thread_map(fails_on_three, range(6))
     assert thread_map(fails_on_three, []) == [] and thread_map(fails_on_three, [2]) == [2]
+
+
+def test_the_next_build_fails_the_runs_a_killed_build_left_in_progress():
+    """Runs of a SIGKILLed build of this data root stay STARTED (nothing is left to say otherwise); the next build,
+    holding the root's lock, marks them failed. Runs of another root, or of this build, are left alone."""
+
+    @dg.op
+    def noop() -> None:
+        pass
+
+    @dg.job
+    def job() -> None:
+        noop()
+
+    with dg.DagsterInstance.ephemeral() as instance:
+
+        def started(build: str, root: str) -> str:
+            tags = {BUILD_TAG: build, DATA_ROOT_TAG: root}
+            run = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, tags=tags)
+            return run.run_id
+
+        dead, other_root, this_build = started("old", "/data/a"), started("old", "/data/b"), started("now", "/data/a")
+        assert fail_runs_of_dead_builds(instance, "/data/a", "now") == [dead]
+        status = {run_id: instance.get_run_by_id(run_id).status for run_id in (dead, other_root, this_build)}
+        assert status == {
+            dead: dg.DagsterRunStatus.FAILURE,
+            other_root: dg.DagsterRunStatus.STARTED,
+            this_build: dg.DagsterRunStatus.STARTED,
+        }

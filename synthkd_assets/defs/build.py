@@ -33,6 +33,7 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, syn
 
 WORKER_STOP_SECONDS = 30  # a worker still running this long after the build told it to stop is killed
 BUILD_TAG = "synthkd/build"  # on every run of one build_all call, the same value
+DATA_ROOT_TAG = "synthkd/data_root"  # on every run of a build_all call: the data root it builds (resolved)
 
 
 class BuildFailed(RuntimeError):
@@ -116,7 +117,8 @@ def build_all(
     scripts/build.sh) is running on the same root; `take_lock=False` when the caller already holds it (build.sh
     takes it on a file descriptor this process inherits)."""
     build_id = uuid.uuid4().hex
-    kwargs = {**kwargs, "tags": {**kwargs.get("tags", {}), BUILD_TAG: build_id}}
+    data_root = str(layout.data_layout().data_root.resolve())
+    kwargs = {**kwargs, "tags": {**kwargs.get("tags", {}), BUILD_TAG: build_id, DATA_ROOT_TAG: data_root}}
     try:
         return _build_all(instance, layout, build, outputs, progress, workers, take_lock, kwargs)
     except BaseException:
@@ -133,9 +135,25 @@ def _fail_unfinished_runs(instance: dg.DagsterInstance, build_id: str) -> None:
                 instance.report_run_failed(run, "the build stopped while this run was in progress")
 
 
+def fail_runs_of_dead_builds(instance: dg.DagsterInstance, data_root: str, build_id: str) -> list[str]:
+    """Mark failed every unfinished run of an earlier build of `data_root` (another build id), and return their
+    ids. Called with the root's build lock held, so no other build of that root is alive: such a run's process
+    was killed (SIGKILL, a lost machine) before it could say so, and it would otherwise show in progress for ever
+    (the daemon's run monitoring cannot see in-process runs)."""
+    dead = [
+        run
+        for run in instance.get_runs(filters=dg.RunsFilter(tags={DATA_ROOT_TAG: data_root}))
+        if not run.is_finished and run.tags.get(BUILD_TAG) != build_id
+    ]
+    for run in dead:
+        instance.report_run_failed(run, "its build was killed before the run finished (found by the next build)")
+    return [run.run_id for run in dead]
+
+
 def _build_all(instance, layout, build, outputs, progress, workers, take_lock, kwargs) -> list[str]:
     held = build_lock(layout.data_layout().build_lock()) if take_lock else contextlib.nullcontext()
     with held, contextlib.ExitStack() as stack:
+        fail_runs_of_dead_builds(instance, kwargs["tags"][DATA_ROOT_TAG], kwargs["tags"][BUILD_TAG])
         progress = progress or BuildProgress()
         # the workers start now, importing the graph while this process runs the inventory (one per raw shard
         # file at most: the inventory registers a partition per file)
