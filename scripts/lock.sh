@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rewrites requirements.lock (every package scripts/setup.sh installs, pinned with sha256 hashes) from
-# pyproject.toml's dependencies and its test, cluster and lint extras. Pins already in the lock are kept
+# pyproject.toml's dependencies and its test, cluster, lint and bench extras. Pins already in the lock are kept
 # unless pyproject.toml no longer allows them; arguments go to pip-compile:
 #   ./scripts/lock.sh                               # after editing pyproject.toml's dependencies
 #   ./scripts/lock.sh --upgrade-package polars      # move one package (and what it needs) to its newest release

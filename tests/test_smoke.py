@@ -11,7 +11,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.core.caps import BuildCaps, SmokeBudget
+from synthkd_assets.core.caps import NO_CAPS, BuildCaps, SmokeBudget
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.layout import HASH_CACHE_FILENAME, RAW_STATE_SUBDIR, STAGE_NAMES, documents_path
 from synthkd_assets.core.parquet_io import InputFileError
@@ -172,3 +172,18 @@ def test_the_smoke_budget_keeps_a_prefix():
     assert kept == [4] and report.dropped == {drops.DROP_SMOKE_CAP: 4}  # what follows is capped too
     kept, report = admitted(BuildCaps(max_rows=2), [1, 1, 1])
     assert kept == [1, 1] and report.dropped == {drops.DROP_SMOKE_CAP: 1}
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"smoke_max_rows": -1}, "smoke_max_rows = -1"),
+        ({"smoke_max_tokens": 0}, "smoke_max_tokens = 0"),
+        ({"smoke_input_rows": 0}, "smoke_input_rows = 0"),
+    ],
+)
+def test_a_smoke_cap_below_one_is_refused_by_its_setting(settings, named):
+    """A cap below 1 would write empty smoke datasets with every run succeeding."""
+    with pytest.raises(ValueError, match=f"build config {named} is not a whole number >= 1"):
+        SynthKDBuildConfig(smoke=True, **settings).caps()
+    assert SynthKDBuildConfig(smoke=False, **settings).caps() == NO_CAPS  # a full build reads no smoke cap

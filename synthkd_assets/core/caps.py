@@ -25,6 +25,20 @@ class BuildCaps:
     max_tokens: int | None = None
     max_input_rows: int | None = None
 
+    def __post_init__(self) -> None:
+        """A cap below 1 would write an empty smoke dataset while every run succeeds: refused, named by its
+        setting in the `build` resource."""
+        for cap, setting in SMOKE_CAP_SETTINGS.items():
+            value = getattr(self, cap)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"build config {setting} = {value!r} is not a whole number >= 1 (a smoke cap)")
+
+
+SMOKE_CAP_SETTINGS = {
+    "max_rows": "smoke_max_rows",
+    "max_tokens": "smoke_max_tokens",
+    "max_input_rows": "smoke_input_rows",
+}
 
 NO_CAPS = BuildCaps()  # a full build
 
