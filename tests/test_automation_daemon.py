@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,54 @@ def finished_run(instance: dg.DagsterInstance, **filters) -> dg.DagsterRun | Non
 
 def events(instance: dg.DagsterInstance, run_id: str, kind: dg.DagsterEventType) -> list:
     return [record.dagster_event for record in instance.all_logs(run_id, of_type=kind)]
+
+
+def run_worker_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
+    """The pid the run's RUN_START event carries: its run worker's (what the launcher's health check watches)."""
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+    return records[0].event_log_entry.dagster_event.pid if records else None
+
+
+def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace):
+    """The machine's way of dying: the daemon's whole process group (daemon, code server, the run worker of a
+    changed shard's run) is SIGKILLed mid-run, so nothing is left to say the run ended and it stays STARTED. The
+    restarted daemon's run monitoring (the launcher's run-worker health check) marks it failed, run retries launch
+    it again from its failed step, and the retry rebuilds the shard. Without both, the run stays STARTED for ever
+    and the sensor never requests the shard again."""
+    ws = workspace
+    edit_shard(ws.raw / "synth_02.parquet")
+    new_sha = sha256_file(ws.raw / "synth_02.parquet")
+    shard_runs = dg.RunsFilter(job_name="synth_shard_job", tags={"dagster/partition": "synth_02"})
+
+    def started_worker() -> tuple[str, int] | None:
+        for run in instance.get_runs(shard_runs):
+            pid = run_worker_pid(instance, run.run_id) if run.status == dg.DagsterRunStatus.STARTED else None
+            if pid:
+                return run.run_id, pid
+        return None
+
+    with open_instance(ws.home) as instance:
+        with running_daemon(ws.home, ws.env(), ws.root / "daemon.log") as daemon:
+            run_id, pid = daemon.wait_for("the sensor's synth_02 run to start", started_worker, 240, every_s=0.1)
+            os.killpg(daemon.process.pid, signal.SIGKILL)
+            daemon.process.wait(timeout=30)
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED  # what nothing could correct
+        with running_daemon(ws.home, ws.env(), ws.root / "daemon_restarted.log") as daemon:
+            daemon.wait_for(
+                "run monitoring to mark the killed run failed",
+                lambda: instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE,
+                timeout_s=120,
+            )
+            retry = daemon.wait_for(
+                "the retry of the killed run to succeed",
+                lambda: finished_run(instance, tags={"dagster/parent_run_id": run_id}),
+                timeout_s=240,
+            )
+        said = [e.message for e in events(instance, run_id, dg.DagsterEventType.RUN_FAILURE)]
+        assert len(said) == 1 and f"run worker process {pid} on " in said[0] and "is gone" in said[0], said
+        assert (retry.tags["dagster/retry_number"], retry.tags["dagster/partition"]) == ("1", "synth_02")
+        assert {run.run_id for run in instance.get_runs(shard_runs)} == {run_id, retry.run_id}
+    assert read_json(ws.paths.stage_report("synth_harmony", "synth_02"))["source_sha256"] == new_sha
 
 
 def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):

@@ -134,6 +134,7 @@ def test_the_embedded_instance_yaml_validates(tmp_path):
     as many runs as the machine has cores (`cli instance-yaml`, here on one core)."""
     config = _validate_instance_yaml(DEPLOY / "local")
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    assert_dead_runs_are_failed_and_retried(config)
     written = subprocess.run(
         [sys.executable, "-m", "synthkd_assets.cli", "instance-yaml"],
         cwd=REPO_ROOT,
@@ -148,9 +149,21 @@ def test_the_embedded_instance_yaml_validates(tmp_path):
     assert config["telemetry"] == {"enabled": False}
 
 
+def assert_dead_runs_are_failed_and_retried(config: dict) -> None:
+    """Run monitoring with the launcher that can see a run worker die, and retries of runs that did not fail in
+    a step (tests/test_automation_daemon.py shows the daemon doing it)."""
+    assert config["run_launcher"] == {
+        "module": "synthkd_assets.defs.run_launcher",
+        "class": "HealthCheckedRunLauncher",
+    }
+    assert config["run_monitoring"]["enabled"] is True
+    assert config["run_retries"]["enabled"] is True and config["run_retries"]["max_retries"] >= 1
+
+
 def test_the_cluster_instance_yaml_validates(cluster_env):
     config = _validate_instance_yaml(DEPLOY / "cluster")
     assert "postgres" in config["storage"]
+    assert_dead_runs_are_failed_and_retried(config)
 
 
 def test_the_k8s_instance_yaml_validates(cluster_env):

@@ -34,6 +34,9 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, syn
 WORKER_STOP_SECONDS = 30  # a worker still running this long after the build told it to stop is killed
 BUILD_TAG = "synthkd/build"  # on every run of one build_all call, the same value
 DATA_ROOT_TAG = "synthkd/data_root"  # on every run of a build_all call: the data root it builds (resolved)
+# and no automatic retry by the daemon (deploy/*/dagster.yaml `run_retries`) for a run of a build: its runs are
+# in-process runs of the build's own processes, which the build runs again itself (and fails when killed)
+NO_RUN_RETRIES_TAGS = {"dagster/max_retries": "0"}
 
 
 class BuildFailed(RuntimeError):
@@ -112,13 +115,14 @@ def build_all(
     `outputs` picks the datasets (synth_kd_v1, synth_distill, synth_pool); `progress` hears of each pass and shard;
     `workers`: shard runs at once, in as many worker processes (never more than there are shards; 1, or an
     ephemeral instance: one after another in this process); `kwargs` go to `dg.materialize` (`run_config`, `tags`);
-    every run is tagged `synthkd/build` with an id of this build.
+    every run is tagged `synthkd/build` with an id of this build, and is never retried by the daemon.
     Holds the data root's build lock throughout: raises BuildLockHeld at once if another build (this function or
     scripts/build.sh) is running on the same root; `take_lock=False` when the caller already holds it (build.sh
     takes it on a file descriptor this process inherits)."""
     build_id = uuid.uuid4().hex
     data_root = str(layout.data_layout().data_root.resolve())
-    kwargs = {**kwargs, "tags": {**kwargs.get("tags", {}), BUILD_TAG: build_id, DATA_ROOT_TAG: data_root}}
+    tags = {**kwargs.get("tags", {}), BUILD_TAG: build_id, DATA_ROOT_TAG: data_root, **NO_RUN_RETRIES_TAGS}
+    kwargs = {**kwargs, "tags": tags}
     try:
         return _build_all(instance, layout, build, outputs, progress, workers, take_lock, kwargs)
     except BaseException:

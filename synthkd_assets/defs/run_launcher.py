@@ -1,0 +1,68 @@
+"""The run launcher of the local and cluster instances: Dagster's DefaultRunLauncher, plus the run-worker health
+check that Dagster's run monitoring needs.
+
+Without it, a run whose process dies without a word (SIGKILL, the kernel's OOM killer) stays STARTED for ever,
+and the sensor and schedule, which never request a shard that has a run in flight, stop rebuilding that shard.
+With it, the daemon's run monitoring (`run_monitoring` in deploy/*/dagster.yaml) marks such a run failed, and
+Dagster's run retries (`run_retries`) launch it again from the failed step; a run whose step raised or whose
+check failed is not retried (`retry_on_asset_or_op_failure: false`).
+
+A run worker is a process on the machine whose code server started it: the launcher tags each run with that
+machine's name, and only a daemon on the same machine judges its health (elsewhere, and for runs it did not
+launch, such as scripts/build.sh's in-process runs, it answers "running", which changes nothing).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import dagster as dg
+import psutil
+
+# a custom launcher's health check is Dagster's documented extension point; these two types are not exported
+from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
+
+RUN_WORKER_HOST_TAG = "synthkd/run_worker_host"
+# a process created later than this after the run's RUN_START event is another process that reused the pid
+PID_REUSE_SLACK_S = 1.0
+
+
+class HealthCheckedRunLauncher(dg.DefaultRunLauncher):
+    """DefaultRunLauncher whose run workers the daemon's run monitoring can see die (module docstring)."""
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        self._instance.add_run_tags(context.dagster_run.run_id, {RUN_WORKER_HOST_TAG: socket.gethostname()})
+        super().launch_run(context)
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        return run_worker_health(self._instance, run)
+
+
+def run_worker_health(instance: dg.DagsterInstance, run: dg.DagsterRun) -> CheckRunHealthResult:
+    """FAILED when the process that started `run` (the pid its RUN_START event carries) no longer exists, is a
+    zombie, or is a newer process with the same pid; RUNNING otherwise, and whenever that cannot be known here."""
+    host = run.tags.get(RUN_WORKER_HOST_TAG)
+    if host != socket.gethostname():
+        where = f"on {host}" if host else "not launched by this launcher"
+        return CheckRunHealthResult(WorkerStatus.RUNNING, f"run worker {where}: not checked from here")
+    records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+    event = records[0].event_log_entry if records else None
+    if event is None or event.dagster_event is None or event.dagster_event.pid is None:
+        return CheckRunHealthResult(WorkerStatus.RUNNING, "run worker has not reported its process yet")
+    pid = event.dagster_event.pid
+    try:
+        process = psutil.Process(pid)
+        alive = (
+            process.status() != psutil.STATUS_ZOMBIE and process.create_time() <= event.timestamp + PID_REUSE_SLACK_S
+        )
+    except psutil.NoSuchProcess:
+        alive = False
+    if alive:
+        return CheckRunHealthResult(WorkerStatus.RUNNING, f"run worker process {pid} is alive")
+    return CheckRunHealthResult(
+        WorkerStatus.FAILED, f"run worker process {pid} on {host} is gone (killed without a word: SIGKILL, OOM)"
+    )
