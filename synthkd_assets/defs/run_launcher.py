@@ -23,8 +23,11 @@ import psutil
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 
 RUN_WORKER_HOST_TAG = "synthkd/run_worker_host"
-# a process created later than this after the run's RUN_START event is another process that reused the pid
-PID_REUSE_SLACK_S = 1.0
+# a process created this long after the run's RUN_START event is another process that reused the pid. Generous:
+# a process's creation time is derived from the boot time, which moves when the wall clock is stepped (NTP, a
+# resumed VM), and a live worker taken for dead would be run twice; a pid reused sooner is missed (the run then
+# stays STARTED, as without this launcher)
+PID_REUSE_SLACK_S = 300.0
 
 
 class HealthCheckedRunLauncher(dg.DefaultRunLauncher):
@@ -44,7 +47,8 @@ class HealthCheckedRunLauncher(dg.DefaultRunLauncher):
 
 def run_worker_health(instance: dg.DagsterInstance, run: dg.DagsterRun) -> CheckRunHealthResult:
     """FAILED when the process that started `run` (the pid its RUN_START event carries) no longer exists, is a
-    zombie, or is a newer process with the same pid; RUNNING otherwise, and whenever that cannot be known here."""
+    zombie, or is a newer process with the same pid (PID_REUSE_SLACK_S); RUNNING otherwise, and whenever that
+    cannot be known here."""
     host = run.tags.get(RUN_WORKER_HOST_TAG)
     if host != socket.gethostname():
         where = f"on {host}" if host else "not launched by this launcher"
