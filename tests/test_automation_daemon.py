@@ -3,20 +3,24 @@ no hand step. The sample is built once (in process, on the same instance directo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.scheduler.instigation import TickStatus
 
+from synthkd_assets.core.buildlock import build_lock
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest import read_json
-from synthkd_assets.defs.build import build_all
-from synthkd_assets.defs.passes import MANIFEST_STEPS
+from synthkd_assets.defs.build import build_all, materialize_steps
+from synthkd_assets.defs.passes import MANIFEST_STEPS, SHARD_STEPS
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract.manifest_seal import sha256_file
 from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
@@ -157,6 +161,49 @@ def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace)
         assert (retry.tags["dagster/retry_number"], retry.tags["dagster/partition"]) == ("1", "synth_02")
         assert {run.run_id for run in instance.get_runs(shard_runs)} == {run_id, retry.run_id}
     assert read_json(ws.paths.stage_report("synth_harmony", "synth_02"))["source_sha256"] == new_sha
+
+
+def finished_ticks(instance: dg.DagsterInstance, sensor: str, since: float) -> list:
+    """The ticks of `sensor` that ended after `since` (a timestamp)."""
+    for state in instance.all_instigator_state():
+        if state.instigator_name == sensor:
+            ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id)
+            return [t for t in ticks if t.status != TickStatus.STARTED and t.timestamp > since]
+    return []
+
+
+def test_the_manifests_wait_while_a_build_holds_the_data_root(workspace):
+    """A build's passes leave moments with no shard step in progress (its plan pass), and it writes the manifests
+    itself at its end: while it holds the data root's lock, synth_manifests_automation requests nothing, even
+    with a shard rebuilt beside it; once the lock is free, the due manifests are rewritten."""
+    ws = workspace
+    automation = dg.RunsFilter(tags={"dagster/sensor_name": "synth_manifests_automation"})
+    with open_instance(ws.home) as instance, contextlib.ExitStack() as lock:
+        lock.enter_context(build_lock(ws.paths.build_lock()))
+        with running_daemon(ws.home, ws.env(), ws.root / "daemon.log") as daemon:
+            daemon.wait_for(
+                "a first evaluation of synth_manifests_automation",
+                lambda: finished_ticks(instance, "synth_manifests_automation", 0),
+                timeout_s=180,
+            )
+            # a shard rebuilt (in process, not a build): the manifests are now due
+            materialize_steps(
+                instance, SynthKDLayout(raw_dir=str(ws.raw), data_dir=str(ws.data)), SHARD_STEPS, "synth_02"
+            )
+            updated = time.time()
+            daemon.wait_for(
+                "two evaluations of synth_manifests_automation after the shard run",
+                lambda: len(finished_ticks(instance, "synth_manifests_automation", updated)) >= 2,
+                timeout_s=150,
+            )
+            assert instance.get_runs(automation) == []
+            lock.close()  # the build is over
+            run = daemon.wait_for(
+                "the manifests run requested by synth_manifests_automation",
+                lambda: finished_run(instance, tags={"dagster/sensor_name": "synth_manifests_automation"}),
+                timeout_s=180,
+            )
+    assert run.tags.get("dagster/partition") is None  # the global manifests, not a shard
 
 
 def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):

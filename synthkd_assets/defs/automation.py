@@ -2,6 +2,7 @@
 what, and when."""
 
 import json
+import warnings
 
 import dagster as dg
 
@@ -149,14 +150,18 @@ MANIFEST_ASSETS = [synth_harmony_manifest, synth_kd_v1_manifest, synth_distill_m
 # Open-source Dagster creates its default automation sensor STOPPED; this one is on from the start, so the
 # manifests' eager conditions are evaluated (every 30 s) and they are rewritten, then checked, after their
 # shards are rebuilt, with nothing to switch on.
-synth_manifests_automation = dg.AutomationConditionSensorDefinition(
-    "synth_manifests_automation",
-    target=dg.AssetSelection.assets(*MANIFEST_ASSETS),
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=30,
-    description="Evaluates the eager automation conditions of the three manifests: after the shards they list are "
-    "rebuilt (and no shard run is still in progress) it requests one run rewriting them, with their checks.",
-)
+with warnings.catch_warnings():  # `use_user_code_server` is beta in Dagster 1.13: said here, not in every log
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    synth_manifests_automation = dg.AutomationConditionSensorDefinition(
+        "synth_manifests_automation",
+        target=dg.AssetSelection.assets(*MANIFEST_ASSETS),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=30,
+        use_user_code_server=True,  # the manifests' condition reads the data root's build lock (conditions.py)
+        description="Evaluates the eager automation conditions of the three manifests: after the shards they list are "
+        "rebuilt (and no shard run is still in progress, and no build holds the data root) it requests one run "
+        "rewriting them, with their checks.",
+    )
 
 REBUILD_CRON_ENV = "SYNTHKD_REBUILD_CRON"
 DEFAULT_REBUILD_CRON = "0 3 * * *"
