@@ -1,11 +1,12 @@
 """The run launcher of the local and cluster instances: Dagster's DefaultRunLauncher, plus the run-worker health
 check that Dagster's run monitoring needs.
 
-Without it, a run whose process dies without a word (SIGKILL, the kernel's OOM killer) stays STARTED for ever,
-and the sensor and schedule, which never request a shard that has a run in flight, stop rebuilding that shard.
-With it, the daemon's run monitoring (`run_monitoring` in deploy/*/dagster.yaml) marks such a run failed, and
-Dagster's run retries (`run_retries`) launch it again from the failed step; a run whose step raised or whose
-check failed is not retried (`retry_on_asset_or_op_failure: false`).
+When only a run's process dies, the code server that started it says so; when the code server dies with it (the
+daemon's process group or machine killed: SIGKILL, the kernel's OOM killer), nothing is left to say so, and
+without this the run stays STARTED for ever: the sensor and schedule, which request a shard once per content,
+never rebuild that shard. With it, the daemon's run monitoring (`run_monitoring` in deploy/*/dagster.yaml)
+marks such a run failed, and Dagster's run retries (`run_retries`) launch it again from the failed step (the
+local instance does not retry a run whose step raised or whose check failed: `retry_on_asset_or_op_failure`).
 
 A run worker is a process on the machine whose code server started it: the launcher tags each run with that
 machine's name, and only a daemon on the same machine judges its health (elsewhere, and for runs it did not
