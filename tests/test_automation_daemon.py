@@ -125,8 +125,8 @@ def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace)
     """The machine's way of dying: the daemon's whole process group (daemon, code server, the run worker of a
     changed shard's run) is SIGKILLed mid-run, so nothing is left to say the run ended and it stays STARTED. The
     restarted daemon's run monitoring (the launcher's run-worker health check) marks it failed, run retries launch
-    it again from its failed step, and the retry rebuilds the shard. Without both, the run stays STARTED for ever
-    and the sensor never requests the shard again."""
+    it again from its failed step, the retry rebuilds the shard, and then the manifests are rewritten. Without
+    both, the run stays STARTED for ever and the sensor never requests the shard again."""
     ws = workspace
     edit_shard(ws.raw / "synth_02.parquet")
     new_sha = sha256_file(ws.raw / "synth_02.parquet")
@@ -156,6 +156,17 @@ def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace)
                 lambda: finished_run(instance, tags={"dagster/parent_run_id": run_id}),
                 timeout_s=240,
             )
+            # the manifests wait for the retry (not only for runs in progress: between the failure and the retry
+            # none is), so they list what it rebuilt
+            manifests = daemon.wait_for(
+                "the manifests rewritten after the retry",
+                lambda: finished_run(instance, tags={"dagster/sensor_name": "synth_manifests_automation"}),
+                timeout_s=180,
+            )
+        retry_end = instance.get_run_record_by_id(retry.run_id).end_time
+        assert instance.get_run_record_by_id(manifests.run_id).create_timestamp.timestamp() >= retry_end
+        harmony = read_json(ws.paths.harmony_manifest())
+        assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_02"] == new_sha
         said = [e.message for e in events(instance, run_id, dg.DagsterEventType.RUN_FAILURE)]
         assert len(said) == 1 and f"run worker process {pid} on " in said[0] and "is gone" in said[0], said
         assert (retry.tags["dagster/retry_number"], retry.tags["dagster/partition"]) == ("1", "synth_02")

@@ -8,10 +8,15 @@ requested together, in one run, after the last shard step of the last queued or 
 
 A build (scripts/build.sh, build_all) has moments with no shard step in progress (its plan pass, between passes),
 and writes the manifests itself at its end: while it holds the data root's lock the condition is false, as the
-raw sensor skips then. That part reads a lock file, so synth_manifests_automation evaluates in the code server.
+raw sensor skips then. So is the moment between a run's failure and the retry Dagster's run retries launch for
+it (seconds): manifests requested then would run beside the retry, and Dagster's eager condition swallows the
+retry's updates that land while the manifests themselves are updated, so they would not be rewritten after it.
+These parts are Python (a lock file, run tags), so synth_manifests_automation evaluates in the code server.
 """
 
 import os
+import time
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -37,6 +42,47 @@ class NoBuildHoldsTheDataRoot(dg.AutomationCondition):
         return dg.AutomationResult(context, context.get_empty_subset() if held else context.candidate_subset)
 
 
+# Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
+WILL_RETRY_TAG, AUTO_RETRY_RUN_ID_TAG = "dagster/will_retry", "dagster/auto_retry_run_id"
+# the run-retry daemon launches a retry within seconds; a failed run still without one after this is not waited for
+RETRY_GRACE_S = 120.0
+
+
+def runs_awaiting_retry(instance: dg.DagsterInstance, now: float | None = None) -> list[str]:
+    """Ids of the runs that failed in the last RETRY_GRACE_S seconds and that Dagster's run retries will launch
+    again but have not yet: tagged to be retried, no retry named, and launched from a code location (a run of
+    `dg launch` or `dg.materialize` has no origin to relaunch, and the retry daemon gives up on it)."""
+    now = time.time() if now is None else now
+    failed = instance.get_run_records(
+        dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.FAILURE],
+            tags={WILL_RETRY_TAG: "true"},
+            updated_after=datetime.fromtimestamp(now - RETRY_GRACE_S, tz=UTC),
+        )
+    )
+    return [
+        record.dagster_run.run_id
+        for record in failed
+        if AUTO_RETRY_RUN_ID_TAG not in record.dagster_run.tags and record.dagster_run.remote_job_origin is not None
+    ]
+
+
+class NoRunAwaitsItsRetry(dg.AutomationCondition):
+    """True unless a run failed moments ago and Dagster's run retries are about to launch it again."""
+
+    @property
+    def description(self) -> str:
+        return "no failed run awaits its automatic retry"
+
+    @property
+    def name(self) -> str:
+        return "no_run_awaits_its_retry"
+
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
+        waiting = runs_awaiting_retry(context.asset_graph_view.instance)
+        return dg.AutomationResult(context, context.get_empty_subset() if waiting else context.candidate_subset)
+
+
 def _any_shard_step_in_progress() -> dg.AutomationCondition:
     in_progress = [
         dg.AutomationCondition.asset_matches(key, dg.AutomationCondition.in_progress()) for key in SHARD_STEPS
@@ -48,5 +94,5 @@ def _any_shard_step_in_progress() -> dg.AutomationCondition:
 
 
 MANIFEST_CONDITION = (
-    dg.AutomationCondition.eager() & ~_any_shard_step_in_progress() & NoBuildHoldsTheDataRoot()
-).with_label("eager, once no shard run is queued or in progress and no build holds the data root")
+    dg.AutomationCondition.eager() & ~_any_shard_step_in_progress() & NoRunAwaitsItsRetry() & NoBuildHoldsTheDataRoot()
+).with_label("eager, once no shard run is queued, in progress or awaiting its retry, and no build holds the data root")
