@@ -1,5 +1,5 @@
-"""When the manifests are rewritten: eagerly after their shards, but only once no shard step is queued or running
-and no build holds the data root.
+"""When the manifests are rewritten: eagerly after their shards, but only once no shard step is queued or running,
+no failed run awaits its automatic retry and no build holds the data root.
 
 Dagster's `eager()` alone waits for in-progress *direct* dependencies only: synth_harmony_manifest would be
 rewritten as soon as a shard's synth_harmony step finished, while the rest of that shard's run (and other
