@@ -25,21 +25,29 @@ from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs.passes import SHARD_STEPS
 
 
-class NoBuildHoldsTheDataRoot(dg.AutomationCondition):
+class _TrueUnless(dg.AutomationCondition):
+    """A condition in Python: true for every candidate, unless `blocked` (then for none)."""
+
+    name = "true_unless"
+    description = "true unless blocked"
+
+    def blocked(self, instance: dg.DagsterInstance) -> bool:
+        raise NotImplementedError
+
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
+        blocked = self.blocked(context.asset_graph_view.instance)
+        return dg.AutomationResult(context, context.get_empty_subset() if blocked else context.candidate_subset)
+
+
+class NoBuildHoldsTheDataRoot(_TrueUnless):
     """True unless a build holds the lock of the data root this code location builds ($SYNTHKD_DATA_DIR, as the
     steps and the raw sensor see it)."""
 
-    @property
-    def description(self) -> str:
-        return "no build (scripts/build.sh) holds the data root's lock"
+    name = "no_build_holds_the_data_root"
+    description = "no build (scripts/build.sh) holds the data root's lock"
 
-    @property
-    def name(self) -> str:
-        return "no_build_holds_the_data_root"
-
-    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
-        held = build_in_progress(DataLayout.from_environ(os.environ).build_lock())
-        return dg.AutomationResult(context, context.get_empty_subset() if held else context.candidate_subset)
+    def blocked(self, instance: dg.DagsterInstance) -> bool:
+        return build_in_progress(DataLayout.from_environ(os.environ).build_lock())
 
 
 # Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
@@ -67,20 +75,14 @@ def runs_awaiting_retry(instance: dg.DagsterInstance, now: float | None = None) 
     ]
 
 
-class NoRunAwaitsItsRetry(dg.AutomationCondition):
+class NoRunAwaitsItsRetry(_TrueUnless):
     """True unless a run failed moments ago and Dagster's run retries are about to launch it again."""
 
-    @property
-    def description(self) -> str:
-        return "no failed run awaits its automatic retry"
+    name = "no_run_awaits_its_retry"
+    description = "no failed run awaits its automatic retry"
 
-    @property
-    def name(self) -> str:
-        return "no_run_awaits_its_retry"
-
-    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
-        waiting = runs_awaiting_retry(context.asset_graph_view.instance)
-        return dg.AutomationResult(context, context.get_empty_subset() if waiting else context.candidate_subset)
+    def blocked(self, instance: dg.DagsterInstance) -> bool:
+        return bool(runs_awaiting_retry(instance))
 
 
 def _any_shard_step_in_progress() -> dg.AutomationCondition:
