@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
 import dagster as dg
+from dagster._core.storage.tags import MAX_RETRIES_TAG  # Dagster's own name for it
 
 from synthkd_assets.core.buildlock import build_lock
 from synthkd_assets.core.inventory import raw_shard_paths, source_shard_paths
@@ -36,7 +37,7 @@ BUILD_TAG = "synthkd/build"  # on every run of one build_all call, the same valu
 DATA_ROOT_TAG = "synthkd/data_root"  # on every run of a build_all call: the data root it builds (resolved)
 # and no automatic retry by the daemon (deploy/*/dagster.yaml `run_retries`) for a run of a build: its runs are
 # in-process runs of the build's own processes, which the build runs again itself (and fails when killed)
-NO_RUN_RETRIES_TAGS = {"dagster/max_retries": "0"}
+NO_RUN_RETRIES_TAGS = {MAX_RETRIES_TAG: "0"}
 
 
 class BuildFailed(RuntimeError):

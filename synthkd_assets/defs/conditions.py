@@ -20,6 +20,9 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+# Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
+from dagster._core.storage.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
+
 from synthkd_assets.core.buildlock import build_in_progress
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs.passes import SHARD_STEPS
@@ -50,8 +53,6 @@ class NoBuildHoldsTheDataRoot(_TrueUnless):
         return build_in_progress(DataLayout.from_environ(os.environ).build_lock())
 
 
-# Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
-WILL_RETRY_TAG, AUTO_RETRY_RUN_ID_TAG = "dagster/will_retry", "dagster/auto_retry_run_id"
 # the run-retry daemon launches a retry within seconds; a failed run still without one after this is not waited for
 RETRY_GRACE_S = 120.0
 
