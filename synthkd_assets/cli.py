@@ -37,6 +37,10 @@ NO_PARTITIONS_HINT = (
     "no synth_shards partitions are registered in this Dagster instance (DAGSTER_HOME={home}): register one per "
     "raw file with `dg launch --assets synth_raw_inventory` (or start `dg dev`: its sensor registers them)"
 )
+NO_DAGSTER_HOME_HINT = (
+    "DAGSTER_HOME is not set: partitions live in a Dagster instance; export DAGSTER_HOME as for `dg launch` "
+    "(build.sh's is $PWD/.dagster_home)"
+)
 
 
 def list_partitions() -> list[str]:
@@ -348,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("instance-yaml", help="deploy/local/dagster.yaml, its run queue sized to this machine's cores")
     args = parser.parse_args(argv)
     if args.command == "partitions":
+        if not os.environ.get("DAGSTER_HOME"):
+            print(NO_DAGSTER_HOME_HINT, file=sys.stderr)
+            return 2
         keys = list_partitions()
         if not keys:
             print(NO_PARTITIONS_HINT.format(home=os.environ.get("DAGSTER_HOME")), file=sys.stderr)

@@ -62,27 +62,24 @@ def test_dg_check_and_list_defs_see_the_code_location(fresh):
     assert "synth_raw_sensor" in {s["name"] for s in defs["sensors"]}
 
 
+def cli_partitions(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`python -m synthkd_assets.cli partitions`, as README types it."""
+    command = [sys.executable, "-m", "synthkd_assets.cli", "partitions"]
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+
+
 def test_dg_launch_on_a_fresh_instance(fresh):
     """Unknown partitions get a hint; the one-line inventory registers them; a tag selects a pass; a shard
     step whose upstream was never built fails naming it and the order to run."""
-    listed = subprocess.run(
-        [sys.executable, "-m", "synthkd_assets.cli", "partitions"],
-        cwd=REPO_ROOT,
-        env=fresh,
-        capture_output=True,
-        text=True,
-    )
+    listed = cli_partitions(fresh)
     assert listed.returncode == 1 and "dg launch --assets synth_raw_inventory" in listed.stderr
+    homeless = {name: value for name, value in fresh.items() if name != "DAGSTER_HOME"}
+    listed = cli_partitions(homeless)
+    assert listed.returncode == 2 and listed.stderr.startswith("DAGSTER_HOME is not set"), listed.stderr
 
     inventory = dg(fresh, "launch", "--assets", "synth_raw_inventory")
     assert inventory.returncode == 0, inventory.stderr[-3000:]
-    listed = subprocess.run(
-        [sys.executable, "-m", "synthkd_assets.cli", "partitions"],
-        cwd=REPO_ROOT,
-        env=fresh,
-        capture_output=True,
-        text=True,
-    )
+    listed = cli_partitions(fresh)
     assert listed.stdout.split() == ["synth_00", "synth_01"]
 
     scan = dg(fresh, "launch", "--assets", "tag:synthkd/pass=scan", "--partition", "synth_01")
