@@ -429,11 +429,14 @@ def test_invalid_utf8_in_a_string_column_refuses_the_file(tmp_path):
 
     Lone surrogates cannot come from Python text, so the test writes raw bytes viewed as an Arrow string.
     """
-    table = raw_table([row("a"), row("b")])
-    bad = pa.array([b"fine", b"lone \xed\xa0\x80 surrogate"], pa.binary()).view(pa.string())  # unvalidated
+    rows = READ_BATCH_ROWS + 7
+    bad_row = READ_BATCH_ROWS + 4  # in the second batch: the row named counts from the file's first row
+    table = raw_table([row(f"id{i}") for i in range(rows)])
+    queries = [b"lone \xed\xa0\x80 surrogate" if i in (bad_row, bad_row + 2) else b"fine" for i in range(rows)]
+    bad = pa.array(queries, pa.binary()).view(pa.string())  # unvalidated
     raw = tmp_path / "synth_00.parquet"
     pq.write_table(table.set_column(table.schema.get_field_index("query"), "query", bad), raw)
-    assert_refused_cleanly(tmp_path, raw, "column 'query' is invalid in rows 0-1", "UTF8")
+    assert_refused_cleanly(tmp_path, raw, f"column 'query' is invalid at row {bad_row} ", "UTF8")
 
 
 def test_corruption_found_mid_file_leaves_the_previous_output_untouched(tmp_path):

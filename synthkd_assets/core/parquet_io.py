@@ -49,13 +49,27 @@ def streaming_parquet_file(source, buffer_size: int = 0) -> pq.ParquetFile:
     return pq.ParquetFile(source, buffer_size=buffer_size, pre_buffer=False)
 
 
-def _invalid_column(batch: pa.RecordBatch) -> str | None:
-    """The first column of a batch that fails full validation (e.g. a string column with invalid UTF-8)."""
+def _is_valid(array: pa.Array) -> bool:
+    try:
+        array.validate(full=True)
+    except Exception:
+        return False
+    return True
+
+
+def _first_invalid(batch: pa.RecordBatch) -> tuple[str, int] | None:
+    """The first column of a batch that fails full validation (e.g. a string column with invalid UTF-8) and its
+    first invalid row in the batch: a binary search over the column's prefixes (a prefix of a valid prefix is
+    valid), only when reading already failed."""
     for name, column in zip(batch.schema.names, batch.columns):
-        try:
-            column.validate(full=True)
-        except Exception:
-            return name
+        if not _is_valid(column):
+            valid_rows, invalid_rows = 0, len(column)  # the longest valid prefix lies in [valid_rows, invalid_rows)
+            while invalid_rows - valid_rows > 1:
+                middle = (valid_rows + invalid_rows) // 2
+                valid_rows, invalid_rows = (
+                    (middle, invalid_rows) if _is_valid(column.slice(0, middle)) else (valid_rows, middle)
+                )
+            return name, valid_rows
     return None
 
 
@@ -111,9 +125,9 @@ def iter_frames(
         except StopIteration:
             return
         except Exception as error:  # corrupt pages, bad encodings, truncation found mid-file
-            column = _invalid_column(batch) if batch is not None else None
-            if column is not None:
-                where = f"column {column!r} is invalid in rows {rows_read}-{rows_read + batch.num_rows - 1}"
+            invalid = _first_invalid(batch) if batch is not None else None
+            if invalid is not None:
+                where = f"column {invalid[0]!r} is invalid at row {rows_read + invalid[1]}"
             else:
                 where = f"unreadable after row {rows_read}"
             raise InputFileError(f"{path}: {where} ({type(error).__name__}: {error})") from error
