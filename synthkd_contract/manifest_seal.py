@@ -8,7 +8,10 @@ dataset with the same code:
 - `manifest.json.sha256` (the `sha256sum` format) holds the sha256 of the manifest's bytes, so an
   edit anywhere in the manifest (totals included) is detected;
 - a file under the root that the manifest does not list (other than the manifest and its sidecar) is
-  a problem: the dataset on disk is exactly what its manifest says.
+  a problem: the dataset on disk is exactly what its manifest says;
+- `manifest.json.checks/` holds one file per blocking check of the build that has not passed on this
+  manifest ("pending" from before the manifest is written, then the failure, removed when it passes): a
+  dataset whose checks failed, or never ran, does not verify although its seal matches.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 from synthkd_contract.constants import MANIFEST_FILENAME
 
 SIDECAR_SUFFIX = ".sha256"
+CHECKS_SUFFIX = ".checks"  # the directory of blocking checks not passed on the manifest
 
 
 class ManifestError(ValueError):
@@ -41,6 +45,21 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
 
 def sidecar_path(manifest_path: Path) -> Path:
     return manifest_path.with_name(manifest_path.name + SIDECAR_SUFFIX)
+
+
+def checks_path(manifest_path: Path) -> Path:
+    return manifest_path.with_name(manifest_path.name + CHECKS_SUFFIX)
+
+
+def unpassed_checks(manifest_path: Path) -> list[str]:
+    """A problem per blocking check that has not passed on the manifest (pending or failed), naming it and why."""
+    directory = checks_path(manifest_path)
+    if not directory.is_dir():
+        return []
+    return [
+        f"{manifest_path}: blocking check {marker.name} has not passed ({marker.read_text(encoding='utf-8').strip()})"
+        for marker in sorted(directory.iterdir())
+    ]
 
 
 def seal_text(manifest_path: Path, digest: str) -> str:
@@ -106,16 +125,17 @@ def sha256_files(paths: list[Path]) -> list[str]:
 
 
 def unlisted_files(root: Path, manifest: dict[str, Any]) -> list[str]:
-    """Everything under `root` that is not a listed file (nor the manifest or its sidecar): stray
-    files, leftovers of removed shards, partial files, symlinks."""
+    """Everything under `root` that is not a listed file (nor the manifest, its sidecar or its checks'
+    markers): stray files, leftovers of removed shards, partial files, symlinks."""
     listed = {record["path"] for record in manifest.get("files", [])}
     own = {MANIFEST_FILENAME, MANIFEST_FILENAME + SIDECAR_SUFFIX}
+    markers = Path(MANIFEST_FILENAME + CHECKS_SUFFIX)
     found = []
     for path in sorted(root.rglob("*")):
         if path.is_dir() and not path.is_symlink():
             continue
         name = str(path.relative_to(root))
-        if name not in listed and name not in own:
+        if name not in listed and name not in own and Path(name).parent != markers:
             found.append(name)
     return found
 
@@ -133,9 +153,10 @@ def dataset_problems(root: Path, hash_files: bool = True) -> list[str]:
 
 
 def verify_manifest(root: Path | str, files: Iterable[str] | None = None, hash_files: bool = True) -> dict[str, Any]:
-    """The dataset's manifest, after checking its seal and the listed files (all of them, or only
-    `files`, paths relative to `root`): sizes always, sha256 with `hash_files`. ManifestError naming
-    every problem otherwise. Unlisted files are only looked for when checking the whole dataset."""
+    """The dataset's manifest, after checking its seal, that every blocking check of the build passed on it, and
+    the listed files (all of them, or only `files`, paths relative to `root`): sizes always, sha256 with
+    `hash_files`. ManifestError naming every problem otherwise. Unlisted files are only looked for when checking
+    the whole dataset."""
     root = Path(root)
     if files is None:
         problems = dataset_problems(root, hash_files)
@@ -144,6 +165,7 @@ def verify_manifest(root: Path | str, files: Iterable[str] | None = None, hash_f
         manifest, problems = read_sealed_manifest(root / MANIFEST_FILENAME)
         if manifest is not None:
             problems += listed_file_problems(root, manifest, files, hash_files)
+    problems += unpassed_checks(root / MANIFEST_FILENAME)
     if problems:
         raise ManifestError("; ".join(problems))
     return manifest

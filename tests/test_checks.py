@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding
+from synthkd_assets.defs.checks import gating_checks
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import ManifestError, verify_manifest
@@ -156,13 +157,62 @@ def test_raw_shard_changed_after_the_manifest_fails_the_input_check(copy_of_buil
 
 
 def test_synth_id_in_two_shards_fails_the_duplicate_check(copy_of_build):
+    """...and a dataset whose blocking check failed does not verify, though its seal still matches, until the
+    check passes on it again."""
     instance, layout, paths = copy_of_build
+    root, documents = paths.megatron_root(), paths.documents_table(2)
+    original = documents.read_bytes()
     first = pl.read_parquet(paths.documents_table(0)).head(1)
-    second = pl.read_parquet(paths.documents_table(2))
+    second = pl.read_parquet(documents)
     duplicated = pl.concat([second, first.with_columns(document_index=pl.lit(10_000, pl.Int64))])
-    duplicated.write_parquet(paths.documents_table(2))
+    duplicated.write_parquet(documents)
     outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["no_duplicate_synth_ids"] is False and outcome["no_split_leakage"] is True
+    with pytest.raises(ManifestError, match=r"blocking check no_duplicate_synth_ids has not passed \(failed: FAILED"):
+        verify_manifest(root, files=["train/shard_00_tokens.bin"])  # the files a trainer reads are intact
+    documents.write_bytes(original)
+    assert run_checks(instance, layout, "synth_kd_v1_manifest") == dict.fromkeys(MANIFEST_CHECKS, True)
+    verify_manifest(root)
+    assert not (root / "manifest.json.checks").exists()
+
+
+@pytest.mark.parametrize(
+    ("asset", "dataset"),
+    [
+        ("synth_kd_v1_manifest", "megatron_root"),
+        ("synth_distill_manifest", "distill_root"),
+        ("synth_pool_manifest", "pool_root"),
+    ],
+)
+def test_a_rewritten_manifest_verifies_only_once_its_blocking_checks_pass(copy_of_build, asset, dataset):
+    """The manifest's asset writes a pending marker per blocking check before the manifest; a run that writes the
+    manifest without its checks (or stops before them) leaves a dataset that does not verify."""
+    instance, layout, paths = copy_of_build
+    root = getattr(paths, dataset)()
+    verify_manifest(root)
+    standalone = [dg.AssetCheckKey(dg.AssetKey(asset), name) for name in gating_checks(asset)]
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.assets(asset) - dg.AssetSelection.checks(*standalone),
+        instance=instance,
+        resources=synthkd_resources(layout),
+    )
+    assert result.success and not {e.check_name for e in result.get_asset_check_evaluations()} & set(
+        gating_checks(asset)
+    )
+    with pytest.raises(ManifestError) as refused:
+        verify_manifest(root)
+    pending = sorted(p.name for p in (root / "manifest.json.checks").iterdir())
+    assert pending and all(f"blocking check {name} has not passed (pending" in str(refused.value) for name in pending)
+    checked = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.checks(*standalone),
+        instance=instance,
+        resources=synthkd_resources(layout),
+    )
+    assert check_outcomes(checked) == dict.fromkeys(pending, True)
+    verify_manifest(root)
+    assert not (root / "manifest.json.checks").exists()
 
 
 def test_raw_inputs_unchanged_compares_with_the_hashes_read_at_build_time(tmp_path, sample_shards):

@@ -12,7 +12,9 @@ from typing import Any
 
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.manifest import write_manifest
-from synthkd_contract.manifest_seal import ManifestError, seal_text, sha256_file, sidecar_path
+from synthkd_contract.manifest_seal import ManifestError, checks_path, seal_text, sha256_file, sidecar_path
+
+PENDING = "pending: the manifest was rewritten and this check has not passed on it since"
 
 
 def file_record(root: Path, path: Path) -> dict[str, Any]:
@@ -37,3 +39,36 @@ def write_sealed_manifest(path: Path, manifest: dict[str, Any]) -> str:
     digest = write_manifest(path, manifest)
     atomic_write_text(sidecar_path(path), seal_text(path, digest))
     return digest
+
+
+def hold_for_checks(manifest_path: Path, check_names: Iterable[str]) -> None:
+    """Before a manifest is (re)written: a `pending` marker per blocking check that must pass on it (any older
+    marker dropped), so the dataset does not verify until each has passed (`record_check_verdict`)."""
+    directory = checks_path(manifest_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    names = set(check_names)
+    for marker in directory.iterdir():
+        if marker.name not in names:
+            marker.unlink(missing_ok=True)
+    for name in sorted(names):
+        atomic_write_text(directory / name, PENDING + "\n")
+
+
+def record_check_verdict(manifest_path: Path, check_name: str, failure: str | None) -> None:
+    """A blocking check's verdict on the manifest: its marker removed when it passed (`failure` None), else
+    replaced by the failure; the markers' directory goes with the last marker."""
+    directory = checks_path(manifest_path)
+    marker = directory / check_name
+    if failure is not None:
+        for _ in range(3):  # a passing check may remove the (empty) directory between the two calls
+            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                return atomic_write_text(marker, f"failed: {failure}\n")
+            except FileNotFoundError:
+                continue
+        raise OSError(f"could not record the failure of {check_name} in {directory}")
+    marker.unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError:  # other checks' markers are still there, or another check removed it first
+        pass

@@ -18,6 +18,7 @@ from synthkd_assets.core.checks import (
     split_leakage,
     unreadable_shards,
 )
+from synthkd_assets.core.dataset_manifest import hold_for_checks, record_check_verdict, write_sealed_manifest
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.inventory import built_from_sha256, scan_inputs, shard_index_from_name
@@ -107,6 +108,37 @@ def _result(
             **metadata,
         },
     )
+
+
+# the dataset manifests that verify only once every blocking check on their asset has passed on them
+GATED_MANIFESTS: dict[str, Callable[[DataLayout], Path]] = {
+    "synth_kd_v1_manifest": lambda paths: paths.megatron_root() / constants.MANIFEST_FILENAME,
+    "synth_distill_manifest": lambda paths: paths.distill_root() / constants.MANIFEST_FILENAME,
+    "synth_pool_manifest": DataLayout.pool_manifest,
+}
+
+
+def gating_checks(asset: str) -> list[str]:
+    """The blocking standalone checks of a gated manifest's asset: the markers its asset writes before the
+    manifest (`hold_for_checks`), each removed when that check passes."""
+    key = dg.AssetKey(asset)
+    return sorted(k.name for check in STANDALONE_CHECKS for k in check.check_keys if k.asset_key == key)
+
+
+def write_gated_manifest(context: dg.AssetExecutionContext, paths: DataLayout, manifest: dict) -> str:
+    """Write the manifest of the asset being materialized, sealed, behind a `pending` marker per blocking check on
+    that asset (written first: no moment in which the new manifest verifies unchecked); returns its sha256."""
+    asset = context.asset_key.to_user_string()
+    path = GATED_MANIFESTS[asset](paths)
+    hold_for_checks(path, gating_checks(asset))
+    return write_sealed_manifest(path, manifest)
+
+
+def gated(paths: DataLayout, asset: str, name: str, result: dg.AssetCheckResult) -> dg.AssetCheckResult:
+    """`result`, also recorded beside the manifest it checked: a failure there keeps the dataset from verifying
+    (synthkd_contract.manifest_seal.verify_manifest), a pass removes its marker."""
+    record_check_verdict(GATED_MANIFESTS[asset](paths), name, None if result.passed else result.description)
+    return result
 
 
 def rows_accounted_result(report: ShardReport) -> dg.AssetCheckResult:
@@ -269,7 +301,8 @@ def table_schema_check(asset: str, name: str, tables: Callable[[DataLayout, list
         paths = layout.data_layout(build.smoke)
         listed = tables(paths, [s.name for s in scan_inputs(paths)])
         problems = [problem for path, schema in listed for problem in schema_problems(path, schema)]
-        return _result(problems, passed_summary=f"{len(listed)} tables match their schemas", tables=len(listed))
+        passed = f"{len(listed)} tables match their schemas"
+        return gated(paths, asset, name, _result(problems, passed_summary=passed, tables=len(listed)))
 
     return check
 
@@ -313,11 +346,12 @@ def dataset_manifest_checks(
         paths = layout.data_layout(build.smoke)
         root, manifest = load(paths)
         listed = shards_as_splits(manifest)
-        return _result(
+        result = _result(
             manifest_problems(root, listed, mf.config_hash(config(build)), paths),
             passed_summary=f"{_file_count(listed)} {noun}s, tokenizer, input manifest and config hash match "
             f"{root / constants.MANIFEST_FILENAME}",
         )
+        return gated(paths, asset, f"{prefix}manifest_provenance", result)
 
     @dg.asset_check(
         asset=asset,
@@ -327,7 +361,7 @@ def dataset_manifest_checks(
     )
     def rows_accounted(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
-        return _dataset_rows_result(load(paths)[1])
+        return gated(paths, asset, f"{prefix}dataset_rows_accounted", _dataset_rows_result(load(paths)[1]))
 
     return [provenance, rows_accounted]
 
@@ -353,7 +387,8 @@ def documents_check(
         root, manifest = _dataset_manifest(paths)
         tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
         tables = [table for table in tables if table.is_file()]
-        return _result(find(tables), passed_summary=f"{passed} ({len(tables)} document tables)")
+        result = _result(find(tables), passed_summary=f"{passed} ({len(tables)} document tables)")
+        return gated(paths, "synth_kd_v1_manifest", name, result)
 
     return check
 
@@ -380,10 +415,11 @@ no_duplicate_synth_ids = documents_check(
 def shards_readable_by_megatron(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
     paths = layout.data_layout(build.smoke)
     root, manifest = _dataset_manifest(paths)
-    return _result(
+    result = _result(
         unreadable_shards(root, manifest),
         passed_summary=f"{len(manifest.get('shards', []))} shards readable as IndexedDatasets and aligned",
     )
+    return gated(paths, "synth_kd_v1_manifest", "shards_readable_by_megatron", result)
 
 
 def _distill_manifest(paths: DataLayout) -> tuple[Path, dict]:
@@ -456,7 +492,10 @@ def distill_row_checks(
         for name, (kind, _, _) in checks.items():
             problems[name] += found["schema"] + found[kind]
     for name, (_, _, passed) in checks.items():
-        yield _result(problems[name], check_name=name, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts))
+        result = _result(
+            problems[name], check_name=name, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts)
+        )
+        yield gated(paths, "synth_distill_manifest", name, result)
 
 
 def _distill_parts_as_splits(manifest: dict) -> dict:

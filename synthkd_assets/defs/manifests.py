@@ -6,7 +6,6 @@ from collections.abc import Callable
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.dataset_manifest import write_sealed_manifest
 from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import (
@@ -22,6 +21,7 @@ from synthkd_assets.core.quality import STAT_COLUMNS, length_stats, markdown_tab
 from synthkd_assets.core.report import merge_error_logs
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.assets import synth_distill, synth_harmony, synth_kd_v1, synth_sampling_plan
+from synthkd_assets.defs.checks import write_gated_manifest
 from synthkd_assets.defs.conditions import MANIFEST_CONDITION
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
@@ -35,7 +35,6 @@ from synthkd_assets.defs.upstream import (
     stage_files,
     stage_reports,
 )
-from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 
 
@@ -96,7 +95,7 @@ def synth_kd_v1_manifest(
     origin, sampling, reports = dataset_inputs(paths, build, build.kd_config(), names)
     records = list(records.values())
     manifest = kd_manifest(root.name, origin, sampling, reports, records, kd_dataset_files(root, records))
-    digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
+    digest = write_gated_manifest(context, paths, manifest)
     totals = manifest["totals"]
     lengths = length_stats([stage_files(paths, "synth_tokenized", n)[0] for n in names])
     return dg.MaterializeResult(
@@ -137,7 +136,7 @@ def synth_distill_manifest(
         build.distill_valid_fraction,
         errors,
     )
-    digest = write_sealed_manifest(root / constants.MANIFEST_FILENAME, manifest)
+    digest = write_gated_manifest(context, paths, manifest)
     lengths = manifest["token_lengths"]
     return dg.MaterializeResult(
         metadata={

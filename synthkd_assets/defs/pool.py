@@ -12,7 +12,7 @@ from synthkd_assets.core.curriculum import (
     scan_pool_prefixes,
     write_stage_files,
 )
-from synthkd_assets.core.dataset_manifest import file_record, write_sealed_manifest
+from synthkd_assets.core.dataset_manifest import file_record
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest
 from synthkd_assets.core.pool import PoolShard, write_pool_shard
@@ -25,6 +25,7 @@ from synthkd_assets.defs.checks import (
     bucket_balance_result,
     pool_trio_alignment_result,
     rows_accounted_result,
+    write_gated_manifest,
 )
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
@@ -196,7 +197,7 @@ def synth_pool_manifest(
     records = list(records.values())
     files = pool_dataset_files(paths.pool_root(), paths.pool_trio_root(), records)
     manifest = pool_manifest(paths.pool_name(), origin, sampling, reports, records, plan, plan_sha, curriculum, files)
-    digest = write_sealed_manifest(paths.pool_manifest(), manifest)
+    digest = write_gated_manifest(context, paths, manifest)
     achieved = manifest["quota"]["achieved"]["tokens"]
     mix = source_mix_metadata(manifest["source_mix"], "achieved") if "source_mix" in manifest else {}
     return dg.MaterializeResult(
