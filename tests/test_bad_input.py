@@ -357,6 +357,7 @@ def test_cross_shard_duplicates_counts_repeats_and_truncates(tmp_path):
         f"synth_id 'z0' occurs 2 times: {a}, {b}",
         "... and 29 more duplicated synth_ids",
     ]
+    assert problems.total == 32  # every duplicated synth_id, listed or not: the check's problem_count
 
 
 # --- bad files ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import shutil
 
 import dagster as dg
 
+from synthkd_assets.core.problems import Problems, problem_total
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.checks import verdict_text
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
@@ -173,3 +174,10 @@ def test_verdict_text_quotes_the_first_problems_and_counts_the_rest():
         verdict_text([], "3 rows in = 3 out + 0 dropped", "synth_00")
         == "partition synth_00: passed: 3 rows in = 3 out + 0 dropped"
     )
+    # a finder that lists a bounded number of lines counts them all: the verdict and problem_count say the total
+    listed = Problems(problems[:2] + ["... and 700 more duplicated synth_ids"], total=702)
+    assert verdict_text(listed).startswith("FAILED, 702 problems: ") and "(and 697 more" in verdict_text(listed)
+    counted = Problems()
+    for problem in problems:
+        counted.add(problem, limit=3)
+    assert counted == problems[:3] and counted.total == 8 and problem_total(problems) == 8

@@ -17,6 +17,7 @@ from synthkd_assets.core.layout import (
 )
 from synthkd_assets.core.megatron_io import trio_alignment_problems
 from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
+from synthkd_assets.core.problems import Problems
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import dataset_problems, sha256_file
 from synthkd_contract.schemas import (
@@ -87,7 +88,8 @@ def split_leakage(document_tables: list[Path]) -> list[str]:
     if documents is None or documents.is_empty():
         return []
     leaked = documents.group_by("synth_id").agg(pl.col("split").n_unique().alias("splits")).filter(pl.col("splits") > 1)
-    return [f"synth_id {sid!r} is in both splits" for sid in leaked["synth_id"].sort().head(20)]
+    listed = [f"synth_id {sid!r} is in both splits" for sid in leaked["synth_id"].sort().head(20)]
+    return Problems(listed, total=leaked.height)
 
 
 def unreadable_shards(root: Path, manifest: dict[str, Any]) -> list[str]:

@@ -36,6 +36,7 @@ from openai_harmony import Conversation, Message, Role
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.dataset_manifest import file_record
 from synthkd_assets.core.parquet_io import iter_frames, list_column, streaming_parquet_file
+from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.render import completion_start
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import is_valid
@@ -327,8 +328,9 @@ def distill_part_problems(
     valid_fraction: float,
     kinds: tuple[str, ...] = PROBLEM_KINDS,
     limit: int = 50,
-) -> dict[str, list[str]]:
-    """Re-read one written part and list what breaks the DistillKit contract, by kind:
+) -> dict[str, Problems]:
+    """Re-read one written part and list what breaks the DistillKit contract, by kind (at most `limit` lines of a
+    kind listed, every problem counted):
 
     - labels: labels[i] != input_ids[i] where labels[i] != -100; labels / attention_mask lengths differ
       from input_ids; attention_mask not all 1
@@ -337,11 +339,11 @@ def distill_part_problems(
     - max_length: len(input_ids) > max_seq_len
     - split: a row whose hash split is not this part's split; id != sources.distill_row_id(dataset, synth_id)
     """
-    problems: dict[str, list[str]] = {kind: [] for kind in kinds}
+    problems: dict[str, Problems] = {kind: Problems() for kind in kinds}
 
     def add(kind: str, message: str) -> None:
-        if kind in problems and len(problems[kind]) < limit:
-            problems[kind].append(f"{path.name} ({split}): {message}")
+        if kind in problems:
+            problems[kind].add(f"{path.name} ({split}): {message}", limit)
 
     try:
         parquet = streaming_parquet_file(path)
@@ -373,7 +375,7 @@ def distill_part_problems(
                 if not np.all(mask == 1):
                     add("labels", f"rows {row_base}..{row_base + n_rows}: attention_mask has a value other than 1")
                 bad = np.flatnonzero((labels != constants.LABEL_IGNORE_ID) & (labels != ids))
-                for row in np.unique(np.searchsorted(np.cumsum(lengths), bad, side="right"))[:limit]:
+                for row in np.unique(np.searchsorted(np.cumsum(lengths), bad, side="right")):
                     add(
                         "labels",
                         f"row {row_base + row}: labels differ from input_ids where not {constants.LABEL_IGNORE_ID}",
@@ -395,7 +397,7 @@ def distill_part_problems(
                 position = np.arange(len(ids)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
                 ignored = labels == constants.LABEL_IGNORE_ID
                 wrong = np.flatnonzero(ignored != (position < np.repeat(start, lengths)))
-                for row in np.unique(np.searchsorted(np.cumsum(lengths), wrong, side="right"))[:limit]:
+                for row in np.unique(np.searchsorted(np.cumsum(lengths), wrong, side="right")):
                     add("spans", f"row {row_base + row}: labels are not -100 exactly before assistant_token_start")
         if "max_length" in problems:
             for row in np.flatnonzero(lengths > max_seq_len):
@@ -432,12 +434,7 @@ def split_leakage(parts: Mapping[str, list[Path]]) -> list[str]:
         return []
     ids = pl.concat(frames)
     leaked = ids.group_by("id").agg(pl.col("split").n_unique().alias("splits"), pl.len().alias("rows"))
-    problems = [
-        f"{i} is in {s} splits"
-        for i, s in leaked.filter(pl.col("splits") > 1).sort("id").head(20).select("id", "splits").iter_rows()
-    ]
-    problems += [
-        f"{i} appears {n} times"
-        for i, n in leaked.filter(pl.col("rows") > 1).sort("id").head(20).select("id", "rows").iter_rows()
-    ]
-    return problems
+    in_splits, repeated = leaked.filter(pl.col("splits") > 1).sort("id"), leaked.filter(pl.col("rows") > 1).sort("id")
+    listed = [f"{i} is in {s} splits" for i, s in in_splits.head(20).select("id", "splits").iter_rows()]
+    listed += [f"{i} appears {n} times" for i, n in repeated.head(20).select("id", "rows").iter_rows()]
+    return Problems(listed, total=in_splits.height + repeated.height)

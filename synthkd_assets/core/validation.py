@@ -39,6 +39,7 @@ import polars as pl
 import pyarrow as pa
 
 from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
+from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.report import ShardReport
 from synthkd_contract import constants, drops
 from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET, UnknownExercise
@@ -181,12 +182,12 @@ class DuplicateIds:
         return frame.filter(pl.Series(keep, dtype=pl.Boolean))
 
 
-def cross_shard_duplicates(document_tables: Sequence[Path], limit: int = 20) -> list[str]:
+def cross_shard_duplicates(document_tables: Sequence[Path], limit: int = 20) -> Problems:
     """synth_ids in more than one of the given Parquet tables (any with a `synth_id` column, e.g. the
     per-shard `shard_XX_documents.parquet`), or more than once in one: one sentence per synth_id,
     sorted, at most `limit`, then one line counting the rest. Empty list = no duplicates."""
     if not document_tables:
-        return []
+        return Problems()
     names = [path.name for path in document_tables]
     labels = names if len(set(names)) == len(names) else [str(path) for path in document_tables]
     counts = (
@@ -213,7 +214,7 @@ def cross_shard_duplicates(document_tables: Sequence[Path], limit: int = 20) -> 
         problems.append(f"synth_id {synth_id!r} occurs {total} times: {shown}")
     if duplicated.height > limit:
         problems.append(f"... and {duplicated.height - limit} more duplicated synth_ids")
-    return problems
+    return Problems(problems, total=duplicated.height)
 
 
 class UnknownExerciseError(InputFileError, UnknownExercise):

@@ -25,6 +25,7 @@ from synthkd_assets.core.inventory import built_from_sha256, scan_inputs, shard_
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
 from synthkd_assets.core.parallel import thread_map
+from synthkd_assets.core.problems import Problems, problem_total
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.round_trip import RoundTrip
 from synthkd_assets.core.stages import documents_path
@@ -78,13 +79,10 @@ def verdict_text(problems: list[str], passed_summary: str = "", partition: str |
     where = f"partition {partition}: " if partition else ""
     if not problems:
         return f"{where}passed" + (f": {passed_summary}" if passed_summary else "")
+    total = problem_total(problems)
     quoted = "; ".join(problems[:PROBLEMS_IN_TEXT])
-    more = (
-        f" (and {len(problems) - PROBLEMS_IN_TEXT} more, see metadata 'problems')"
-        if len(problems) > PROBLEMS_IN_TEXT
-        else ""
-    )
-    return f"{where}FAILED, {len(problems)} problem{'s' if len(problems) != 1 else ''}: {quoted}{more}"
+    more = f" (and {total - PROBLEMS_IN_TEXT} more, see metadata 'problems')" if total > PROBLEMS_IN_TEXT else ""
+    return f"{where}FAILED, {total} problem{'s' if total != 1 else ''}: {quoted}{more}"
 
 
 def _result(
@@ -104,7 +102,7 @@ def _result(
         metadata={
             **where,
             "problems": dg.MetadataValue.json(problems[:50]),
-            "problem_count": len(problems),
+            "problem_count": problem_total(problems),
             **metadata,
         },
     )
@@ -245,14 +243,13 @@ def bucket_balance_result(achieved_tokens: dict[str, dict[str, float]]) -> dg.As
 
 def distill_rows_result(root: Path, files: list[dict], build: SynthKDBuildConfig) -> dg.AssetCheckResult:
     """The parts just written, re-read: labels, spans, max length, split rule and ids (all kinds)."""
-    problems = [
-        problem
-        for record in files
-        for kind_problems in distill_part_problems(
+    problems = Problems()
+    for record in files:
+        found = distill_part_problems(
             root / record["path"], record["split"], build.max_seq_len, build.distill_valid_fraction
-        ).values()
-        for problem in kind_problems
-    ]
+        )
+        for kind_problems in found.values():
+            problems.merge(kind_problems)
     rows = sum(record["rows"] for record in files)
     checked = ", ".join(f"{record['path']} ({record['rows']} rows)" for record in files)
     return _result(problems, DISTILL_ROWS_VALID, f"{checked or 'no parts written'} valid", rows=rows)
@@ -480,9 +477,9 @@ def distill_row_checks(
     parts = _distill_parts(root, manifest)
     wanted = {key.name for key in context.selected_asset_check_keys}
     checks = {name: spec for name, spec in DISTILL_ROW_CHECKS.items() if name in wanted}
-    problems: dict[str, list[str]] = {name: [] for name in checks}
+    problems = {name: Problems() for name in checks}
     if "distill_no_split_leakage" in problems:
-        problems["distill_no_split_leakage"] += _leakage_across_parts(parts)
+        problems["distill_no_split_leakage"].merge(_leakage_across_parts(parts))
     kinds = tuple(dict.fromkeys(["schema", *(kind for kind, _, _ in checks.values())]))
 
     def part_problems(part: tuple[Path, str]) -> dict[str, list[str]]:
@@ -490,7 +487,8 @@ def distill_row_checks(
 
     for found in thread_map(part_problems, parts):
         for name, (kind, _, _) in checks.items():
-            problems[name] += found["schema"] + found[kind]
+            problems[name].merge(found["schema"])
+            problems[name].merge(found[kind])
     for name, (_, _, passed) in checks.items():
         result = _result(
             problems[name], check_name=name, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts)
