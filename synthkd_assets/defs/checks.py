@@ -120,7 +120,8 @@ def gating_checks(asset: str) -> list[str]:
     """The blocking standalone checks of a gated manifest's asset: the markers its asset writes before the
     manifest (`hold_for_checks`), each removed when that check passes."""
     key = dg.AssetKey(asset)
-    return sorted(k.name for check in STANDALONE_CHECKS for k in check.check_keys if k.asset_key == key)
+    specs = (spec for check in STANDALONE_CHECKS for spec in check.check_specs)
+    return sorted(spec.name for spec in specs if spec.asset_key == key and spec.blocking)
 
 
 def write_gated_manifest(context: dg.AssetExecutionContext, paths: DataLayout, manifest: dict) -> str:
