@@ -324,3 +324,28 @@ def test_a_file_the_manifest_does_not_list_fails_provenance(copy_of_build, datas
         train = paths.distill_root() / "train"
         shutil.copy(train / "part-00000.parquet", train / "part-00009.parquet")
     assert provenance_outcomes(instance, layout) == ((dataset != "synth_kd_v1"), (dataset != "synth_distill"))
+
+
+def test_a_shard_added_after_the_clusters_warns_that_it_is_sampled_whole(copy_of_build, tmp_path):
+    """A new raw shard is sampled without the clusters' decisions until a re-plan: near_dup_controlled WARNs on
+    its synth_sampled (the run still succeeds) and passes on a shard the clusters saw."""
+    instance, _, paths = copy_of_build
+    raw = tmp_path / "raw"
+    shutil.copytree(SAMPLE_RAW_DIR, raw)
+    table = pl.read_parquet(raw / "synth_03.parquet")
+    table.with_columns(pl.col("synth_id") + "_new").write_parquet(raw / "synth_06.parquet")
+    layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(paths.data_root))
+    run(instance, layout, ["synth_raw_inventory"])
+    run(instance, layout, ["synth_harmony", "synth_filtered", "synth_signatures"], "synth_06")
+
+    def near_dup_controlled(partition: str):
+        result = run(instance, layout, ["synth_sampled"], partition)
+        [evaluation] = [e for e in result.get_asset_check_evaluations() if e.check_name == "near_dup_controlled"]
+        return evaluation
+
+    added = near_dup_controlled("synth_06")
+    assert not added.passed and added.severity == dg.AssetCheckSeverity.WARN
+    assert added.description.startswith("partition synth_06: WARN: added after the clusters in force, sampled whole")
+    kept = pl.read_parquet(paths.stage_output("synth_sampled", "synth_06")).height
+    assert kept == pl.read_parquet(paths.stage_output("synth_filtered", "synth_06")).height  # no cap, none held out
+    assert near_dup_controlled("synth_03").passed

@@ -33,10 +33,12 @@ from synthkd_assets.core.tokenizer import load_harmony_encoding, load_tiktoken_o
 from synthkd_assets.defs.checks import (
     DISTILL_ROWS_VALID,
     HARMONY_ROUND_TRIP,
+    NEAR_DUP_CONTROLLED_SPEC,
     ROWS_ACCOUNTED,
     TRIO_ALIGNMENT,
     distill_rows_result,
     harmony_round_trip_result,
+    near_dup_controlled_result,
     rows_accounted_result,
     shard_check_spec,
     trio_alignment_result,
@@ -71,12 +73,20 @@ from synthkd_contract.schemas import (
 )
 
 
-def shard_step(deps: list, kinds: set[str], build_pass: str, group_name: str, schema: dict, checks: tuple = ()):
-    """A per-shard step's asset: partitioned by raw shard, checked for rows accounted (and `checks`) in its
-    step, its column schema known before anything is built."""
+def shard_step(
+    deps: list,
+    kinds: set[str],
+    build_pass: str,
+    group_name: str,
+    schema: dict,
+    checks: tuple = (),
+    warnings: tuple[dg.AssetCheckSpec, ...] = (),
+):
+    """A per-shard step's asset: partitioned by raw shard, checked for rows accounted (and `checks`, blocking;
+    `warnings`, WARN specs) in its step, its column schema known before anything is built."""
 
     def decorate(step: Callable) -> dg.AssetsDefinition:
-        specs = [shard_check_spec(name, step.__name__) for name in (ROWS_ACCOUNTED, *checks)]
+        specs = [shard_check_spec(name, step.__name__) for name in (ROWS_ACCOUNTED, *checks)] + list(warnings)
         return synthkd_asset(
             build_pass,
             kinds,
@@ -130,13 +140,21 @@ def synth_harmony(
     return stage_result(paths, report, "synth_harmony", step=step, source_sha256=report.source_sha256, **extra)
 
 
-def select_rows(paths: DataLayout, key: str, source: str, stage: str, rule: RowRule, plan_sha256: str | None = None):
+def select_rows(
+    paths: DataLayout,
+    key: str,
+    source: str,
+    stage: str,
+    rule: RowRule,
+    plan_sha256: str | None = None,
+    checks: tuple[dg.AssetCheckResult, ...] = (),
+):
     """A row-selection step (filters, sampling): the rows of `source` that `rule` keeps."""
     require_upstream(paths, stage, key, source)
     in_path, out_path = stage_files(paths, source, key)[0], stage_files(paths, stage, key)[0]
     report = select_rows_shard(in_path, out_path, key, rule, paths.error_log(stage, key))
     report.plan_sha256 = plan_sha256
-    return stage_result(paths, report, stage, **({"plan_sha256": plan_sha256} if plan_sha256 else {}))
+    return stage_result(paths, report, stage, checks, **({"plan_sha256": plan_sha256} if plan_sha256 else {}))
 
 
 @shard_step([synth_harmony], {"parquet", "polars"}, "scan", "synth", table_definition_metadata(HARMONY_SCHEMA))
@@ -211,6 +229,7 @@ def publish_plan(
     "build",
     "synth",
     table_definition_metadata(HARMONY_SCHEMA),
+    warnings=(NEAR_DUP_CONTROLLED_SPEC,),
 )
 def synth_sampled(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
@@ -227,7 +246,8 @@ def synth_sampled(
     clusters = stage_files(paths, "synth_clusters", key)[0]
     if clusters.is_file():  # a shard added after the clusters in force is sampled whole, like under the plan
         rule = first_reason(clusters_rule(clusters), rule)
-    return select_rows(paths, key, "synth_filtered", "synth_sampled", rule, plan_sha)
+    warning = near_dup_controlled_result(key, clusters.is_file())
+    return select_rows(paths, key, "synth_filtered", "synth_sampled", rule, plan_sha, (warning,))
 
 
 @shard_step(

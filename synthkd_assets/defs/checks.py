@@ -211,6 +211,34 @@ BUCKET_BALANCE_SPEC = dg.AssetCheckSpec(
 )
 
 
+NEAR_DUP_CONTROLLED = "near_dup_controlled"
+NEAR_DUP_CONTROLLED_SPEC = dg.AssetCheckSpec(
+    NEAR_DUP_CONTROLLED,
+    asset="synth_sampled",
+    blocking=False,
+    description="WARN when this shard was sampled without the near-duplicate clusters' decisions: a shard added "
+    "after the clusters in force is sampled whole (no cluster cap, no held-out clusters), so its prompts may "
+    "near-duplicate the validation sets' until synth_plan_job (or build.sh) re-plans.",
+)
+
+
+def near_dup_controlled_result(partition: str, decided: bool) -> dg.AssetCheckResult:
+    """WARN (non-blocking) for a shard the clusters in force never saw (`decided` False)."""
+    verdict = (
+        "passed: sampled under the clusters' decisions (cap, held-out clusters)"
+        if decided
+        else "WARN: added after the clusters in force, sampled whole: no cluster cap, and prompts near-duplicating "
+        "the held-out validation clusters may be in training; re-plan (synth_plan_job, or build.sh) to fix it"
+    )
+    return dg.AssetCheckResult(
+        check_name=NEAR_DUP_CONTROLLED,
+        passed=decided,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"partition {partition}: {verdict}",
+        metadata={"partition": partition},
+    )
+
+
 def bucket_balance_result(achieved_tokens: dict[str, dict[str, float]]) -> dg.AssetCheckResult:
     """WARN (non-blocking) when the skill buckets that hold tokens differ by more than BUCKET_IMBALANCE_RATIO."""
     tokens = {b: sum(cells.values()) for b, cells in achieved_tokens.items()}
