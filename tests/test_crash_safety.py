@@ -15,11 +15,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX, PartialFile, atomic_write_text
+from synthkd_assets.core.dataset_manifest import PENDING
 from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_problems
 from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_contract import constants
+from synthkd_contract.manifest_seal import CHECKS_SUFFIX, ManifestError, verify_manifest
 from synthkd_contract.trio import trio_files
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR, location_dependent
 
@@ -75,7 +78,13 @@ def test_sigkill_never_leaves_complete_looking_output(tmp_path):
         victim.wait(timeout=60)
         if data.exists():
             for name, digest in final_files(data).items():
-                # anything published under its final name is the finished file, byte for byte
+                if Path(name).parent.name == constants.MANIFEST_FILENAME + CHECKS_SUFFIX:
+                    # killed before a dataset's blocking checks all passed: the dataset is held, it does not verify
+                    assert (data / name).read_text() == PENDING + "\n", f"kill #{attempt}: {name}"
+                    with pytest.raises(ManifestError, match=f"blocking check {Path(name).name} has not passed"):
+                        verify_manifest(data / Path(name).parent.parent)
+                    continue
+                # anything else published under its final name is the finished file, byte for byte
                 assert expected.get(name) == digest, f"kill #{attempt}: {name} is present but not the complete file"
         rerun = start_build(raw, data)
         assert rerun.communicate(timeout=600)[0].strip().endswith("done")
