@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             return 75
     manifest = json.loads(layout.data_layout(build.smoke).distill_manifest().read_text())
     print("\n".join(distill_summary_lines(manifest)))
-    print(f"intermediate stages, reports and error logs (the paths above are relative to it): {work_dir}")
+    print(f"intermediate stages, reports and error logs (relative paths above are under it): {work_dir}")
     return 0
 
 

@@ -38,8 +38,8 @@ NO_PARTITIONS_HINT = (
     "raw file with `dg launch --assets synth_raw_inventory` (or start `dg dev`: its sensor registers them)"
 )
 NO_DAGSTER_HOME_HINT = (
-    "DAGSTER_HOME is not set: partitions live in a Dagster instance; export DAGSTER_HOME as for `dg launch` "
-    "(build.sh's is $PWD/.dagster_home)"
+    "DAGSTER_HOME is not an instance directory ({home}): partitions live in a Dagster instance; export "
+    "DAGSTER_HOME as for `dg launch` (build.sh's is $PWD/.dagster_home)"
 )
 
 
@@ -352,8 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("instance-yaml", help="deploy/local/dagster.yaml, its run queue sized to this machine's cores")
     args = parser.parse_args(argv)
     if args.command == "partitions":
-        if not os.environ.get("DAGSTER_HOME"):
-            print(NO_DAGSTER_HOME_HINT, file=sys.stderr)
+        home = os.environ.get("DAGSTER_HOME")
+        if not home or not Path(home).is_dir():
+            print(NO_DAGSTER_HOME_HINT.format(home=home), file=sys.stderr)
             return 2
         keys = list_partitions()
         if not keys:

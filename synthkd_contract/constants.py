@@ -43,6 +43,7 @@ SPLITS: Final = ("train", "valid")
 ARRAY_KINDS: Final = ("tokens", "lossmask", "span")
 ARRAY_DTYPES: Final = {"tokens": TOKENS_DTYPE, "lossmask": LOSSMASK_DTYPE, "span": SPAN_DTYPE}
 MANIFEST_FILENAME: Final = "manifest.json"
+PARTIAL_SUFFIX: Final = ".partial"  # a file being written (core/atomic.py): never a finished one
 # optional, user-provided, in the raw directory: the shards the inputs should be (README "Scheduled rebuilds")
 INPUT_MANIFEST_FILENAME: Final = "input_manifest.json"
 

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from synthkd_contract.constants import MANIFEST_FILENAME
+from synthkd_contract.constants import MANIFEST_FILENAME, PARTIAL_SUFFIX
 
 SIDECAR_SUFFIX = ".sha256"
 CHECKS_SUFFIX = ".checks"  # the directory of blocking checks not passed on the manifest
@@ -53,13 +53,20 @@ def checks_path(manifest_path: Path) -> Path:
 
 def unpassed_checks(manifest_path: Path) -> list[str]:
     """A problem per blocking check that has not passed on the manifest (pending or failed), naming it and why."""
-    directory = checks_path(manifest_path)
-    if not directory.is_dir():
+    try:
+        markers = sorted(checks_path(manifest_path).iterdir())
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return [
-        f"{manifest_path}: blocking check {marker.name} has not passed ({marker.read_text(encoding='utf-8').strip()})"
-        for marker in sorted(directory.iterdir())
-    ]
+    problems = []
+    for marker in markers:
+        if marker.name.endswith(PARTIAL_SUFFIX):  # a marker being written, before its manifest is
+            continue
+        try:
+            why = marker.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:  # its check passed meanwhile
+            continue
+        problems.append(f"{manifest_path}: blocking check {marker.name} has not passed ({why})")
+    return problems
 
 
 def seal_text(manifest_path: Path, digest: str) -> str:

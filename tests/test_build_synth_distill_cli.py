@@ -46,7 +46,7 @@ def test_build_synth_distill_writes_the_distillkit_layout(built_sample, tmp_path
     assert (tmp_path / "render_errors.jsonl").read_text() == ""
     work_dir = tmp_path / "out" / "synth_distill.work"
     assert (work_dir / "synth_sampling_plan" / "plan.json").is_file()
-    assert done.stdout.rstrip().endswith(f"(the paths above are relative to it): {work_dir}")
+    assert done.stdout.rstrip().endswith(f"(relative paths above are under it): {work_dir}")
     # no second stack: the same Dagster assets as the graph build give the same bytes and config
     graph = data_dir / "distill" / "synth_distill"
     for part in parts[2:]:  # the parts (the manifests differ: other paths)

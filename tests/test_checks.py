@@ -168,7 +168,9 @@ def test_synth_id_in_two_shards_fails_the_duplicate_check(copy_of_build):
     duplicated.write_parquet(documents)
     outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["no_duplicate_synth_ids"] is False and outcome["no_split_leakage"] is True
-    with pytest.raises(ManifestError, match=r"blocking check no_duplicate_synth_ids has not passed \(failed: FAILED"):
+    with pytest.raises(
+        ManifestError, match=r"blocking check no_duplicate_synth_ids has not passed \(failed [0-9a-f]{64}: FAILED"
+    ):
         verify_manifest(root, files=["train/shard_00_tokens.bin"])  # the files a trainer reads are intact
     documents.write_bytes(original)
     assert run_checks(instance, layout, "synth_kd_v1_manifest") == dict.fromkeys(MANIFEST_CHECKS, True)
@@ -344,8 +346,18 @@ def test_a_shard_added_after_the_clusters_warns_that_it_is_sampled_whole(copy_of
         return evaluation
 
     added = near_dup_controlled("synth_06")
-    assert not added.passed and added.severity == dg.AssetCheckSeverity.WARN
-    assert added.description.startswith("partition synth_06: WARN: added after the clusters in force, sampled whole")
     kept = pl.read_parquet(paths.stage_output("synth_sampled", "synth_06")).height
-    assert kept == pl.read_parquet(paths.stage_output("synth_filtered", "synth_06")).height  # no cap, none held out
+    filtered = pl.read_parquet(paths.stage_output("synth_filtered", "synth_06")).height
+    assert kept == filtered  # no cap, none held out
+    assert not added.passed and added.severity == dg.AssetCheckSeverity.WARN
+    assert added.description.startswith(f"partition synth_06: WARN: {filtered} of {filtered} rows are not in the")
+    assert added.metadata["rows_unseen_by_clusters"].value == filtered
     assert near_dup_controlled("synth_03").passed
+
+    # a shard changed in place under new synth_ids: only the rows the clusters never saw are counted
+    changed = pl.read_parquet(raw / "synth_01.parquet").with_row_index()
+    renamed = pl.when(pl.col("index") < 10).then(pl.col("synth_id") + "_v2").otherwise(pl.col("synth_id"))
+    changed.with_columns(synth_id=renamed).drop("index").write_parquet(raw / "synth_01.parquet")
+    run(instance, layout, ["synth_harmony", "synth_filtered", "synth_signatures"], "synth_01")
+    evaluation = near_dup_controlled("synth_01")
+    assert not evaluation.passed and 0 < evaluation.metadata["rows_unseen_by_clusters"].value <= 10

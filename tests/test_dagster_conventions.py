@@ -180,4 +180,9 @@ def test_verdict_text_quotes_the_first_problems_and_counts_the_rest():
     counted = Problems()
     for problem in problems:
         counted.add(problem, limit=3)
-    assert counted == problems[:3] and counted.total == 8 and problem_total(problems) == 8
+    assert counted == problems[:3] and problem_total(counted) == 8
+    # adding lines the list way keeps the count: +, +=, append
+    assert problem_total(counted + ["another"]) == 9 and problem_total(["a"] + ["b"]) == 2
+    counted += ["another"]
+    counted.append("one more")
+    assert problem_total(counted) == 10 and verdict_text(counted).startswith("FAILED, 10 problems: ")

@@ -75,7 +75,9 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     assert listed.returncode == 1 and "dg launch --assets synth_raw_inventory" in listed.stderr
     homeless = {name: value for name, value in fresh.items() if name != "DAGSTER_HOME"}
     listed = cli_partitions(homeless)
-    assert listed.returncode == 2 and listed.stderr.startswith("DAGSTER_HOME is not set"), listed.stderr
+    assert listed.returncode == 2 and listed.stderr.startswith("DAGSTER_HOME is not an instance directory (None)")
+    listed = cli_partitions({**fresh, "DAGSTER_HOME": str(Path(fresh["DAGSTER_HOME"]) / "missing")})
+    assert listed.returncode == 2 and "missing): partitions live in a Dagster instance" in listed.stderr
 
     inventory = dg(fresh, "launch", "--assets", "synth_raw_inventory")
     assert inventory.returncode == 0, inventory.stderr[-3000:]

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-PARTIAL_SUFFIX = ".partial"
+from synthkd_contract.constants import PARTIAL_SUFFIX  # the writers' partial files end with it
 
 
 def _umask() -> int:

@@ -82,7 +82,7 @@ def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash
     return problems + dataset_problems(root)
 
 
-def split_leakage(document_tables: list[Path]) -> list[str]:
+def split_leakage(document_tables: list[Path]) -> Problems:
     """synth_ids present in both train and valid, across all shards."""
     documents = pl.concat([pl.read_parquet(path) for path in document_tables]) if document_tables else None
     if documents is None or documents.is_empty():

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from synthkd_assets.core.atomic import atomic_write_text
-from synthkd_assets.core.manifest import write_manifest
+from synthkd_assets.core.manifest import manifest_text
 from synthkd_contract.manifest_seal import ManifestError, checks_path, seal_text, sha256_file, sidecar_path
 
-PENDING = "pending: the manifest was rewritten and this check has not passed on it since"
+PENDING = "pending"  # a marker's first word, then the sha256 of the manifest it holds
+PENDING_WHY = "the manifest was rewritten and this check has not passed on it since"
 
 
 def file_record(root: Path, path: Path) -> dict[str, Any]:
@@ -33,42 +34,65 @@ def files_section(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [by_path[path] for path in sorted(by_path)]
 
 
-def write_sealed_manifest(path: Path, manifest: dict[str, Any]) -> str:
+def write_sealed_manifest(path: Path, manifest: dict[str, Any], held_for: Iterable[str] = ()) -> str:
     """Write the manifest, then its sidecar; return the manifest's sha256. A crash in between leaves a
-    sidecar that does not match, which the checks report until the manifest is rewritten."""
-    digest = write_manifest(path, manifest)
+    sidecar that does not match, which the checks report until the manifest is rewritten. `held_for`: the
+    blocking checks that must pass on it before the dataset verifies, each held by a marker written first
+    (no moment in which the new manifest verifies unchecked)."""
+    text, digest = manifest_text(manifest)
+    hold_for_checks(path, held_for, digest)
+    atomic_write_text(path, text)
     atomic_write_text(sidecar_path(path), seal_text(path, digest))
     return digest
 
 
-def hold_for_checks(manifest_path: Path, check_names: Iterable[str]) -> None:
-    """Before a manifest is (re)written: a `pending` marker per blocking check that must pass on it (any older
-    marker dropped), so the dataset does not verify until each has passed (`record_check_verdict`)."""
+def sealed_digest(manifest_path: Path) -> str | None:
+    """The digest the manifest's sidecar seals (None without one): which manifest a check is about to read."""
+    try:
+        recorded = sidecar_path(manifest_path).read_text(encoding="utf-8").split()
+    except FileNotFoundError:
+        return None
+    return recorded[0] if recorded else None
+
+
+def hold_for_checks(manifest_path: Path, check_names: Iterable[str], digest: str) -> None:
+    """A `pending` marker per blocking check that must pass on the manifest of sha256 `digest` (any older marker
+    dropped), so the dataset does not verify until each has passed (`record_check_verdict`)."""
     directory = checks_path(manifest_path)
-    directory.mkdir(parents=True, exist_ok=True)
     names = set(check_names)
-    for marker in directory.iterdir():
-        if marker.name not in names:
-            marker.unlink(missing_ok=True)
+    if directory.is_dir():
+        for marker in directory.iterdir():
+            if marker.name not in names:
+                marker.unlink(missing_ok=True)
     for name in sorted(names):
-        atomic_write_text(directory / name, PENDING + "\n")
+        atomic_write_text(directory / name, f"{PENDING} {digest}: {PENDING_WHY}\n")
 
 
-def record_check_verdict(manifest_path: Path, check_name: str, failure: str | None) -> None:
-    """A blocking check's verdict on the manifest: its marker removed when it passed (`failure` None), else
-    replaced by the failure; the markers' directory goes with the last marker."""
-    directory = checks_path(manifest_path)
-    marker = directory / check_name
+def _marker_digest(marker: Path) -> str | None:
+    try:
+        words = marker.read_text(encoding="utf-8").split(maxsplit=2)
+    except FileNotFoundError:
+        return None
+    return words[1].rstrip(":") if len(words) > 1 else None
+
+
+def record_check_verdict(manifest_path: Path, check_name: str, checked_digest: str | None, failure: str | None) -> bool:
+    """A blocking check's verdict on the manifest it read (sealed as `checked_digest` when it started): its marker
+    removed when it passed (`failure` None), else replaced by the failure; the markers' directory goes with the
+    last marker. A verdict on a superseded manifest (rewritten since, or held for a newer one) is dropped: False.
+
+    No lock: the manifest's asset writes its markers before its manifest, so a newer manifest's marker can only
+    be overwritten by an older check in the instant between that check's two reads and its write."""
+    marker = checks_path(manifest_path) / check_name
+    held_for = _marker_digest(marker)
+    if sealed_digest(manifest_path) != checked_digest or held_for not in (None, checked_digest):
+        return False
     if failure is not None:
-        for _ in range(3):  # a passing check may remove the (empty) directory between the two calls
-            directory.mkdir(parents=True, exist_ok=True)
-            try:
-                return atomic_write_text(marker, f"failed: {failure}\n")
-            except FileNotFoundError:
-                continue
-        raise OSError(f"could not record the failure of {check_name} in {directory}")
+        atomic_write_text(marker, f"failed {checked_digest}: {failure}\n")
+        return True
     marker.unlink(missing_ok=True)
     try:
-        directory.rmdir()
-    except OSError:  # other checks' markers are still there, or another check removed it first
+        marker.parent.rmdir()
+    except OSError:  # other checks' markers are still there, or it is gone already
         pass
+    return True

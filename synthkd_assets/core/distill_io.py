@@ -423,8 +423,8 @@ def distill_part_problems(
     return problems
 
 
-def split_leakage(parts: Mapping[str, list[Path]]) -> list[str]:
-    """synth_ids found in more than one split (any parts), or twice in the dataset."""
+def split_leakage(parts: Mapping[str, list[Path]]) -> Problems:
+    """synth_ids found in more than one split (any parts), or twice in the dataset: one problem per id."""
     frames = [
         pl.read_parquet(path, columns=["id"]).with_columns(split=pl.lit(split))
         for split, paths in parts.items()
@@ -437,4 +437,4 @@ def split_leakage(parts: Mapping[str, list[Path]]) -> list[str]:
     in_splits, repeated = leaked.filter(pl.col("splits") > 1).sort("id"), leaked.filter(pl.col("rows") > 1).sort("id")
     listed = [f"{i} is in {s} splits" for i, s in in_splits.head(20).select("id", "splits").iter_rows()]
     listed += [f"{i} appears {n} times" for i, n in repeated.head(20).select("id", "rows").iter_rows()]
-    return Problems(listed, total=in_splits.height + repeated.height)
+    return Problems(listed, total=leaked.filter((pl.col("splits") > 1) | (pl.col("rows") > 1)).height)  # ids

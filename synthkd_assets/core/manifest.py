@@ -43,11 +43,17 @@ def git_state(repo_dir: str | None = None) -> dict[str, Any]:
     return {"git_sha": sha, "git_dirty": dirty}
 
 
-def write_manifest(path: Path, manifest: dict[str, Any]) -> str:
-    """Write a manifest atomically (sorted keys, stable bytes); return its sha256."""
+def manifest_text(manifest: dict[str, Any]) -> tuple[str, str]:
+    """A manifest's text as written (sorted keys, stable bytes) and its sha256."""
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> str:
+    """Write a manifest atomically; return its sha256."""
+    text, digest = manifest_text(manifest)
     atomic_write_text(path, text)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return digest
 
 
 def read_json(path: Path) -> dict[str, Any]:

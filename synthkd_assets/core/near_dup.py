@@ -546,6 +546,17 @@ def shard_cluster_columns(path: Path) -> BySynthId:
     return BySynthId(pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"]))
 
 
+def rows_unseen_by_clusters(rows_path: Path, clusters_path: Path) -> tuple[int, int]:
+    """(rows of `rows_path` whose synth_id the clusters file never saw, rows in all): what `clusters_rule` keeps
+    without a decision. No clusters file: every row. Reads the synth_id columns only."""
+    ids = pl.scan_parquet(rows_path).select("synth_id")
+    rows = ids.select(pl.len()).collect().item()
+    if not clusters_path.is_file():
+        return rows, rows
+    seen = pl.scan_parquet(clusters_path).select("synth_id")
+    return ids.join(seen, on="synth_id", how="anti").select(pl.len()).collect().item(), rows
+
+
 def clusters_rule(path: Path) -> Callable[[pl.DataFrame], pl.Series]:
     """One shard's cap / held-out decisions (its synth_clusters file) as a RowRule over synth_harmony_v1 frames:
     the drop reason by synth_id. A row the clusters never saw (its shard changed after they were computed: the

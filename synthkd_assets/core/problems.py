@@ -6,23 +6,38 @@ from collections.abc import Iterable, Sequence
 
 
 class Problems(list[str]):
-    """Problem lines as listed, plus `total`: how many problems were found, listed or not. A finder that stops
-    listing at a bound keeps counting, so a check's `problem_count` is the real number."""
+    """Problem lines as listed, plus `unlisted`: problems found but not listed (a finder that stops listing at a
+    bound keeps counting). `total` = listed + unlisted, so a check's `problem_count` is the real number; adding
+    lines (append, extend, +=, +) keeps it right."""
 
     def __init__(self, listed: Iterable[str] = (), total: int | None = None) -> None:
         super().__init__(listed)
-        self.total = len(self) if total is None else total
+        self.unlisted = 0 if total is None else total - len(self)
+
+    @property
+    def total(self) -> int:
+        return len(self) + self.unlisted
 
     def add(self, problem: str, limit: int | None = None) -> None:
-        """Count `problem`; list it unless `limit` lines are listed already."""
-        self.total += 1
+        """List `problem`, or only count it once `limit` lines are listed."""
         if limit is None or len(self) < limit:
             self.append(problem)
+        else:
+            self.unlisted += 1
 
     def merge(self, other: Sequence[str]) -> None:
-        """Take in another finder's problems: its lines and its total."""
+        """Take in another finder's problems: its lines and its unlisted count."""
         self.extend(other)
-        self.total += problem_total(other)
+        self.unlisted += other.unlisted if isinstance(other, Problems) else 0
+
+    def __iadd__(self, other: Iterable[str]) -> Problems:
+        self.merge(list(other) if not isinstance(other, Sequence) else other)
+        return self
+
+    def __add__(self, other: Sequence[str]) -> Problems:  # type: ignore[override]
+        merged = Problems(self, self.total)
+        merged.merge(other)
+        return merged
 
 
 def problem_total(problems: Sequence[str]) -> int:

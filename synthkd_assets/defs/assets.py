@@ -13,7 +13,7 @@ from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.memory import return_freed_heap
-from synthkd_assets.core.near_dup import clusters_rule
+from synthkd_assets.core.near_dup import clusters_rule, rows_unseen_by_clusters
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.round_trip import round_trip_shard
@@ -246,7 +246,9 @@ def synth_sampled(
     clusters = stage_files(paths, "synth_clusters", key)[0]
     if clusters.is_file():  # a shard added after the clusters in force is sampled whole, like under the plan
         rule = first_reason(clusters_rule(clusters), rule)
-    warning = near_dup_controlled_result(key, clusters.is_file())
+    require_upstream(paths, "synth_sampled", key, "synth_filtered")
+    unseen = rows_unseen_by_clusters(stage_files(paths, "synth_filtered", key)[0], clusters)
+    warning = near_dup_controlled_result(key, *unseen)
     return select_rows(paths, key, "synth_filtered", "synth_sampled", rule, plan_sha, (warning,))
 
 

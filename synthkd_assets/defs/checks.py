@@ -1,5 +1,6 @@
 """Asset checks: in-asset ones for partitioned steps (results built here), standalone ones on the
-tokenizer and the dataset manifest. All blocking: downstream never runs on data that failed one."""
+tokenizer and the dataset manifests. Blocking but the WARNs: downstream never runs on data that failed one, and a
+dataset manifest verifies only once each of its blocking checks has passed on it."""
 
 import dataclasses
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from synthkd_assets.core.checks import (
     split_leakage,
     unreadable_shards,
 )
-from synthkd_assets.core.dataset_manifest import hold_for_checks, record_check_verdict, write_sealed_manifest
+from synthkd_assets.core.dataset_manifest import record_check_verdict, sealed_digest, write_sealed_manifest
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.inventory import built_from_sha256, scan_inputs, shard_index_from_name
@@ -56,7 +57,8 @@ SHARD_CHECK_DESCRIPTIONS = {
     DISTILL_ROWS_VALID: "The DistillKit parts just written for this shard, re-read: schema, labels == input_ids "
     "where labels != -100, -100 exactly before assistant_token_start, span counts, max_seq_len, split rule, ids.",
 }
-PROBLEMS_IN_TEXT = 5  # problems quoted in a result's description (all of them, up to 50, are in its metadata)
+PROBLEMS_IN_TEXT = 5  # problems quoted in a result's description
+PROBLEMS_IN_METADATA = 50  # problems listed in a result's metadata ('problems'); problem_count counts them all
 MISMATCHES_IN_METADATA = 10  # round-trip mismatches shown field by field in a result's metadata
 
 
@@ -81,7 +83,8 @@ def verdict_text(problems: list[str], passed_summary: str = "", partition: str |
         return f"{where}passed" + (f": {passed_summary}" if passed_summary else "")
     total = problem_total(problems)
     quoted = "; ".join(problems[:PROBLEMS_IN_TEXT])
-    more = f" (and {total - PROBLEMS_IN_TEXT} more, see metadata 'problems')" if total > PROBLEMS_IN_TEXT else ""
+    more = f" (and {total - PROBLEMS_IN_TEXT} more; up to {PROBLEMS_IN_METADATA} in metadata 'problems')"
+    more = more if total > PROBLEMS_IN_TEXT else ""
     return f"{where}FAILED, {total} problem{'s' if total != 1 else ''}: {quoted}{more}"
 
 
@@ -101,7 +104,7 @@ def _result(
         description=verdict_text(problems, passed_summary, partition),
         metadata={
             **where,
-            "problems": dg.MetadataValue.json(problems[:50]),
+            "problems": dg.MetadataValue.json(problems[:PROBLEMS_IN_METADATA]),
             "problem_count": problem_total(problems),
             **metadata,
         },
@@ -110,34 +113,40 @@ def _result(
 
 # the dataset manifests that verify only once every blocking check on their asset has passed on them
 GATED_MANIFESTS: dict[str, Callable[[DataLayout], Path]] = {
-    "synth_kd_v1_manifest": lambda paths: paths.megatron_root() / constants.MANIFEST_FILENAME,
-    "synth_distill_manifest": lambda paths: paths.distill_root() / constants.MANIFEST_FILENAME,
+    "synth_kd_v1_manifest": DataLayout.megatron_manifest,
+    "synth_distill_manifest": DataLayout.distill_manifest,
     "synth_pool_manifest": DataLayout.pool_manifest,
 }
 
 
 def gating_checks(asset: str) -> list[str]:
     """The blocking standalone checks of a gated manifest's asset: the markers its asset writes before the
-    manifest (`hold_for_checks`), each removed when that check passes."""
+    manifest, each removed when that check passes on it."""
     key = dg.AssetKey(asset)
     specs = (spec for check in STANDALONE_CHECKS for spec in check.check_specs)
     return sorted(spec.name for spec in specs if spec.asset_key == key and spec.blocking)
 
 
 def write_gated_manifest(context: dg.AssetExecutionContext, paths: DataLayout, manifest: dict) -> str:
-    """Write the manifest of the asset being materialized, sealed, behind a `pending` marker per blocking check on
-    that asset (written first: no moment in which the new manifest verifies unchecked); returns its sha256."""
+    """Write the manifest of the asset being materialized, sealed and held for every blocking check on that
+    asset (core/dataset_manifest.py); returns its sha256."""
     asset = context.asset_key.to_user_string()
-    path = GATED_MANIFESTS[asset](paths)
-    hold_for_checks(path, gating_checks(asset))
-    return write_sealed_manifest(path, manifest)
+    return write_sealed_manifest(GATED_MANIFESTS[asset](paths), manifest, gating_checks(asset))
 
 
-def gated(paths: DataLayout, asset: str, name: str, result: dg.AssetCheckResult) -> dg.AssetCheckResult:
-    """`result`, also recorded beside the manifest it checked: a failure there keeps the dataset from verifying
-    (synthkd_contract.manifest_seal.verify_manifest), a pass removes its marker."""
-    record_check_verdict(GATED_MANIFESTS[asset](paths), name, None if result.passed else result.description)
-    return result
+def gate(paths: DataLayout, asset: str, name: str) -> Callable[[dg.AssetCheckResult], dg.AssetCheckResult]:
+    """Called as a check starts (it notes which manifest is sealed now): the function that records the check's
+    result beside that manifest and returns it. A failure recorded there keeps the dataset from verifying
+    (synthkd_contract.manifest_seal.verify_manifest), a pass removes the check's marker; a verdict on a manifest
+    rewritten meanwhile is dropped."""
+    manifest = GATED_MANIFESTS[asset](paths)
+    checked = sealed_digest(manifest)
+
+    def record(result: dg.AssetCheckResult) -> dg.AssetCheckResult:
+        record_check_verdict(manifest, name, checked, None if result.passed else result.description)
+        return result
+
+    return record
 
 
 def rows_accounted_result(report: ShardReport) -> dg.AssetCheckResult:
@@ -216,26 +225,28 @@ NEAR_DUP_CONTROLLED_SPEC = dg.AssetCheckSpec(
     NEAR_DUP_CONTROLLED,
     asset="synth_sampled",
     blocking=False,
-    description="WARN when this shard was sampled without the near-duplicate clusters' decisions: a shard added "
-    "after the clusters in force is sampled whole (no cluster cap, no held-out clusters), so its prompts may "
-    "near-duplicate the validation sets' until synth_plan_job (or build.sh) re-plans.",
+    description="WARN when rows of this shard were sampled without the near-duplicate clusters' decisions: rows the "
+    "clusters in force never saw (a shard added, or changed under new synth_ids, after them) are kept whole (no "
+    "cluster cap, no held-out clusters), so their prompts may near-duplicate the validation sets' until "
+    "synth_plan_job (or build.sh) re-plans.",
 )
 
 
-def near_dup_controlled_result(partition: str, decided: bool) -> dg.AssetCheckResult:
-    """WARN (non-blocking) for a shard the clusters in force never saw (`decided` False)."""
+def near_dup_controlled_result(partition: str, unseen: int, rows: int) -> dg.AssetCheckResult:
+    """WARN (non-blocking) when `unseen` of the shard's `rows` had no decision from the clusters in force."""
     verdict = (
-        "passed: sampled under the clusters' decisions (cap, held-out clusters)"
-        if decided
-        else "WARN: added after the clusters in force, sampled whole: no cluster cap, and prompts near-duplicating "
-        "the held-out validation clusters may be in training; re-plan (synth_plan_job, or build.sh) to fix it"
+        f"passed: all {rows} rows sampled under the clusters' decisions (cap, held-out clusters)"
+        if unseen == 0
+        else f"WARN: {unseen} of {rows} rows are not in the clusters in force (the shard was added or changed after "
+        "them) and were kept whole: no cluster cap, and prompts near-duplicating the held-out validation clusters "
+        "may be in training; re-plan (synth_plan_job, or build.sh) to fix it"
     )
     return dg.AssetCheckResult(
         check_name=NEAR_DUP_CONTROLLED,
-        passed=decided,
+        passed=unseen == 0,
         severity=dg.AssetCheckSeverity.WARN,
         description=f"partition {partition}: {verdict}",
-        metadata={"partition": partition},
+        metadata={"partition": partition, "rows_unseen_by_clusters": unseen},
     )
 
 
@@ -325,10 +336,11 @@ def table_schema_check(asset: str, name: str, tables: Callable[[DataLayout, list
     )
     def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
+        record = gate(paths, asset, name)
         listed = tables(paths, [s.name for s in scan_inputs(paths)])
         problems = [problem for path, schema in listed for problem in schema_problems(path, schema)]
         passed = f"{len(listed)} tables match their schemas"
-        return gated(paths, asset, name, _result(problems, passed_summary=passed, tables=len(listed)))
+        return record(_result(problems, passed_summary=passed, tables=len(listed)))
 
     return check
 
@@ -370,6 +382,7 @@ def dataset_manifest_checks(
     )
     def provenance(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
+        record = gate(paths, asset, f"{prefix}manifest_provenance")
         root, manifest = load(paths)
         listed = shards_as_splits(manifest)
         result = _result(
@@ -377,7 +390,7 @@ def dataset_manifest_checks(
             passed_summary=f"{_file_count(listed)} {noun}s, tokenizer, input manifest and config hash match "
             f"{root / constants.MANIFEST_FILENAME}",
         )
-        return gated(paths, asset, f"{prefix}manifest_provenance", result)
+        return record(result)
 
     @dg.asset_check(
         asset=asset,
@@ -387,7 +400,8 @@ def dataset_manifest_checks(
     )
     def rows_accounted(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
-        return gated(paths, asset, f"{prefix}dataset_rows_accounted", _dataset_rows_result(load(paths)[1]))
+        record = gate(paths, asset, f"{prefix}dataset_rows_accounted")
+        return record(_dataset_rows_result(load(paths)[1]))
 
     return [provenance, rows_accounted]
 
@@ -410,11 +424,12 @@ def documents_check(
     @dg.asset_check(asset="synth_kd_v1_manifest", name=name, blocking=True, description=description)
     def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
+        record = gate(paths, "synth_kd_v1_manifest", name)
         root, manifest = _dataset_manifest(paths)
         tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
         tables = [table for table in tables if table.is_file()]
         result = _result(find(tables), passed_summary=f"{passed} ({len(tables)} document tables)")
-        return gated(paths, "synth_kd_v1_manifest", name, result)
+        return record(result)
 
     return check
 
@@ -440,12 +455,13 @@ no_duplicate_synth_ids = documents_check(
 )
 def shards_readable_by_megatron(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
     paths = layout.data_layout(build.smoke)
+    record = gate(paths, "synth_kd_v1_manifest", "shards_readable_by_megatron")
     root, manifest = _dataset_manifest(paths)
     result = _result(
         unreadable_shards(root, manifest),
         passed_summary=f"{len(manifest.get('shards', []))} shards readable as IndexedDatasets and aligned",
     )
-    return gated(paths, "synth_kd_v1_manifest", "shards_readable_by_megatron", result)
+    return record(result)
 
 
 def _distill_manifest(paths: DataLayout) -> tuple[Path, dict]:
@@ -502,10 +518,11 @@ def distill_row_checks(
     (`distill_part_problems` finds every kind of problem in one pass; parts on one thread per core): four separate
     reads were most of the manifests pass. Each check reports the schema problems and its own kind, part by part."""
     paths = layout.data_layout(build.smoke)
-    root, manifest = _distill_manifest(paths)
-    parts = _distill_parts(root, manifest)
     wanted = {key.name for key in context.selected_asset_check_keys}
     checks = {name: spec for name, spec in DISTILL_ROW_CHECKS.items() if name in wanted}
+    records = {name: gate(paths, "synth_distill_manifest", name) for name in checks}
+    root, manifest = _distill_manifest(paths)
+    parts = _distill_parts(root, manifest)
     problems = {name: Problems() for name in checks}
     if "distill_no_split_leakage" in problems:
         problems["distill_no_split_leakage"].merge(_leakage_across_parts(parts))
@@ -522,7 +539,7 @@ def distill_row_checks(
         result = _result(
             problems[name], check_name=name, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts)
         )
-        yield gated(paths, "synth_distill_manifest", name, result)
+        yield records[name](result)
 
 
 def _distill_parts_as_splits(manifest: dict) -> dict:

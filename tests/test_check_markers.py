@@ -1,0 +1,73 @@
+"""A dataset manifest is held for its blocking checks (core/dataset_manifest.py): it verifies only once each has
+passed on it, a failure keeps it from verifying, and a verdict on a manifest rewritten meanwhile is dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from synthkd_assets.core.dataset_manifest import record_check_verdict, sealed_digest, write_sealed_manifest
+from synthkd_contract.constants import MANIFEST_FILENAME, PARTIAL_SUFFIX
+from synthkd_contract.manifest_seal import ManifestError, checks_path, unpassed_checks, verify_manifest
+
+
+def dataset(tmp_path: Path, version: int, held_for: list[str]) -> tuple[Path, str]:
+    """A dataset root whose manifest (version `version`, no data files) is held for `held_for`; its digest."""
+    manifest = tmp_path / MANIFEST_FILENAME
+    digest = write_sealed_manifest(manifest, {"files": [], "version": version}, held_for)
+    return manifest, digest
+
+
+def refusals(manifest: Path) -> str:
+    with pytest.raises(ManifestError) as refused:
+        verify_manifest(manifest.parent)
+    return str(refused.value)
+
+
+def test_a_manifest_verifies_once_every_check_has_passed_on_it(tmp_path):
+    manifest, digest = dataset(tmp_path, 1, ["schema", "rows"])
+    assert sealed_digest(manifest) == digest
+    message = refusals(manifest)
+    assert f"blocking check rows has not passed (pending {digest}:" in message and "check schema" in message
+    assert record_check_verdict(manifest, "rows", digest, None)
+    assert "check rows" not in refusals(manifest) and "check schema" in refusals(manifest)
+    assert record_check_verdict(manifest, "schema", digest, "FAILED, 2 problems: x; y")
+    assert f"blocking check schema has not passed (failed {digest}: FAILED, 2 problems: x; y)" in refusals(manifest)
+    assert record_check_verdict(manifest, "schema", digest, None)  # re-executed after a fix: passes
+    assert verify_manifest(tmp_path) == {"files": [], "version": 1}
+    assert not checks_path(manifest).exists()
+    # a check that fails later on the same manifest (its data changed under it) holds the dataset again
+    assert record_check_verdict(manifest, "rows", digest, "FAILED, 1 problem: z")
+    assert "check rows has not passed (failed" in refusals(manifest)
+
+
+def test_a_verdict_on_a_superseded_manifest_is_dropped(tmp_path):
+    manifest, old = dataset(tmp_path, 1, ["rows"])
+    assert record_check_verdict(manifest, "rows", old, None)
+    # a newer manifest is held and written while a check of the old one is still reading it
+    _, new = dataset(tmp_path, 2, ["rows"])
+    assert not record_check_verdict(manifest, "rows", old, None)  # the old check's pass clears nothing
+    assert f"(pending {new}:" in refusals(manifest)
+    assert record_check_verdict(manifest, "rows", new, "FAILED, 1 problem: duplicated")
+    assert not record_check_verdict(manifest, "rows", old, None)  # nor a failure of the new one
+    assert f"(failed {new}: FAILED, 1 problem: duplicated)" in refusals(manifest)
+
+
+def test_markers_written_before_the_new_manifest_are_not_cleared_by_the_old_manifests_checks(tmp_path):
+    """The asset writes its markers, then its manifest: in between, the old manifest is still sealed, and a check
+    of it that ends then must not remove the marker held for the manifest about to be written."""
+    manifest, old = dataset(tmp_path, 1, [])
+    newer = "f" * 64
+    (checks_path(manifest)).mkdir()
+    (checks_path(manifest) / "rows").write_text(f"pending {newer}: the manifest was rewritten\n")
+    assert not record_check_verdict(manifest, "rows", old, None)
+    assert (checks_path(manifest) / "rows").is_file()
+
+
+def test_markers_being_written_or_gone_are_not_reported(tmp_path):
+    manifest, digest = dataset(tmp_path, 1, [])
+    assert unpassed_checks(manifest) == [] and verify_manifest(tmp_path)["version"] == 1
+    checks_path(manifest).mkdir()
+    (checks_path(manifest) / f"rows.x1y2{PARTIAL_SUFFIX}").write_text("pend")  # a marker half written
+    assert unpassed_checks(manifest) == [] and verify_manifest(tmp_path)["version"] == 1
