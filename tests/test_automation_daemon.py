@@ -22,7 +22,7 @@ from synthkd_assets.core.manifest import read_json
 from synthkd_assets.defs.build import build_all, materialize_steps
 from synthkd_assets.defs.passes import MANIFEST_STEPS, SHARD_STEPS
 from synthkd_assets.defs.resources import SynthKDLayout
-from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.manifest_seal import sha256_file, verify_manifest
 from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
 from tests.helpers import SAMPLE_RAW_DIR
 from tests.raw_files import current_shas, edit_shard, write_input_manifest
@@ -260,6 +260,9 @@ def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
         assert all(checks.values()), checks
     harmony = read_json(ws.paths.harmony_manifest())
     assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_02"] == new_sha
+    # the automation's run ran every blocking check on the datasets it rewrote: they verify, no marker is left
+    for root in (ws.paths.megatron_root(), ws.paths.distill_root()):
+        verify_manifest(root)
 
 
 def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(workspace):
