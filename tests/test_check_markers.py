@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from synthkd_assets.core.dataset_manifest import record_check_verdict, sealed_digest, write_sealed_manifest
+from synthkd_assets.defs.checks import CheckGate
 from synthkd_contract.constants import MANIFEST_FILENAME, PARTIAL_SUFFIX
 from synthkd_contract.manifest_seal import ManifestError, checks_path, unpassed_checks, verify_manifest
 
@@ -71,3 +73,15 @@ def test_markers_being_written_or_gone_are_not_reported(tmp_path):
     checks_path(manifest).mkdir()
     (checks_path(manifest) / f"rows.x1y2{PARTIAL_SUFFIX}").write_text("pend")  # a marker half written
     assert unpassed_checks(manifest) == [] and verify_manifest(tmp_path)["version"] == 1
+
+
+def test_a_gated_check_that_raises_holds_the_dataset(tmp_path):
+    """An exception escaping a check (re-executed alone on a manifest that had passed) is recorded as its
+    failure, and still raised for Dagster to report."""
+    manifest, digest = dataset(tmp_path, 1, [])
+    with pytest.raises(FileNotFoundError), CheckGate(manifest, "rows"):
+        raise FileNotFoundError("shard_02_documents.parquet")
+    assert f"check rows has not passed (failed {digest}: error: FileNotFoundError: shard_02" in refusals(manifest)
+    with CheckGate(manifest, "rows") as record:
+        record(dg.AssetCheckResult(check_name="rows", passed=True))
+    assert verify_manifest(tmp_path)["version"] == 1

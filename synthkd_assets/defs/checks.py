@@ -2,6 +2,7 @@
 tokenizer and the dataset manifests. Blocking but the WARNs: downstream never runs on data that failed one, and a
 dataset manifest verifies only once each of its blocking checks has passed on it."""
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -134,19 +135,34 @@ def write_gated_manifest(context: dg.AssetExecutionContext, paths: DataLayout, m
     return write_sealed_manifest(GATED_MANIFESTS[asset](paths), manifest, gating_checks(asset))
 
 
-def gate(paths: DataLayout, asset: str, name: str) -> Callable[[dg.AssetCheckResult], dg.AssetCheckResult]:
-    """Called as a check starts (it notes which manifest is sealed now): the function that records the check's
-    result beside that manifest and returns it. A failure recorded there keeps the dataset from verifying
-    (synthkd_contract.manifest_seal.verify_manifest), a pass removes the check's marker; a verdict on a manifest
-    rewritten meanwhile is dropped."""
-    manifest = GATED_MANIFESTS[asset](paths)
-    checked = sealed_digest(manifest)
+class CheckGate:
+    """A gated check's verdict recorder, opened as the check starts (it notes which manifest is sealed now): called
+    with the check's result, it records it beside that manifest and returns it; used as a context manager, it also
+    records an exception escaping the check as its failure. A failure recorded there keeps the dataset from
+    verifying (synthkd_contract.manifest_seal.verify_manifest), a pass removes the check's marker; a verdict on a
+    manifest rewritten meanwhile is dropped."""
 
-    def record(result: dg.AssetCheckResult) -> dg.AssetCheckResult:
-        record_check_verdict(manifest, name, checked, None if result.passed else result.description)
+    def __init__(self, manifest: Path, name: str) -> None:
+        self.manifest, self.name = manifest, name
+        self.checked = sealed_digest(manifest)
+
+    def __call__(self, result: dg.AssetCheckResult) -> dg.AssetCheckResult:
+        record_check_verdict(self.manifest, self.name, self.checked, None if result.passed else result.description)
         return result
 
-    return record
+    def __enter__(self) -> "CheckGate":
+        return self
+
+    def __exit__(self, kind: type | None, error: BaseException | None, traceback: object) -> bool:
+        if isinstance(error, Exception):
+            with contextlib.suppress(OSError):  # the check's own error is the one to report
+                record_check_verdict(self.manifest, self.name, self.checked, f"error: {type(error).__name__}: {error}")
+        return False
+
+
+def gate(paths: DataLayout, asset: str, name: str) -> CheckGate:
+    """The verdict recorder of check `name` on the gated manifest of `asset`: `with gate(...) as record:`."""
+    return CheckGate(GATED_MANIFESTS[asset](paths), name)
 
 
 def rows_accounted_result(report: ShardReport) -> dg.AssetCheckResult:
@@ -336,11 +352,11 @@ def table_schema_check(asset: str, name: str, tables: Callable[[DataLayout, list
     )
     def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
-        record = gate(paths, asset, name)
-        listed = tables(paths, [s.name for s in scan_inputs(paths)])
-        problems = [problem for path, schema in listed for problem in schema_problems(path, schema)]
-        passed = f"{len(listed)} tables match their schemas"
-        return record(_result(problems, passed_summary=passed, tables=len(listed)))
+        with gate(paths, asset, name) as record:
+            listed = tables(paths, [s.name for s in scan_inputs(paths)])
+            problems = [problem for path, schema in listed for problem in schema_problems(path, schema)]
+            passed = f"{len(listed)} tables match their schemas"
+            return record(_result(problems, passed_summary=passed, tables=len(listed)))
 
     return check
 
@@ -382,15 +398,15 @@ def dataset_manifest_checks(
     )
     def provenance(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
-        record = gate(paths, asset, f"{prefix}manifest_provenance")
-        root, manifest = load(paths)
-        listed = shards_as_splits(manifest)
-        result = _result(
-            manifest_problems(root, listed, mf.config_hash(config(build)), paths),
-            passed_summary=f"{_file_count(listed)} {noun}s, tokenizer, input manifest and config hash match "
-            f"{root / constants.MANIFEST_FILENAME}",
-        )
-        return record(result)
+        with gate(paths, asset, f"{prefix}manifest_provenance") as record:
+            root, manifest = load(paths)
+            listed = shards_as_splits(manifest)
+            result = _result(
+                manifest_problems(root, listed, mf.config_hash(config(build)), paths),
+                passed_summary=f"{_file_count(listed)} {noun}s, tokenizer, input manifest and config hash match "
+                f"{root / constants.MANIFEST_FILENAME}",
+            )
+            return record(result)
 
     @dg.asset_check(
         asset=asset,
@@ -400,8 +416,8 @@ def dataset_manifest_checks(
     )
     def rows_accounted(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
-        record = gate(paths, asset, f"{prefix}dataset_rows_accounted")
-        return record(_dataset_rows_result(load(paths)[1]))
+        with gate(paths, asset, f"{prefix}dataset_rows_accounted") as record:
+            return record(_dataset_rows_result(load(paths)[1]))
 
     return [provenance, rows_accounted]
 
@@ -424,12 +440,12 @@ def documents_check(
     @dg.asset_check(asset="synth_kd_v1_manifest", name=name, blocking=True, description=description)
     def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
-        record = gate(paths, "synth_kd_v1_manifest", name)
-        root, manifest = _dataset_manifest(paths)
-        tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
-        tables = [table for table in tables if table.is_file()]
-        result = _result(find(tables), passed_summary=f"{passed} ({len(tables)} document tables)")
-        return record(result)
+        with gate(paths, "synth_kd_v1_manifest", name) as record:
+            root, manifest = _dataset_manifest(paths)
+            tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
+            tables = [table for table in tables if table.is_file()]
+            result = _result(find(tables), passed_summary=f"{passed} ({len(tables)} document tables)")
+            return record(result)
 
     return check
 
@@ -455,13 +471,13 @@ no_duplicate_synth_ids = documents_check(
 )
 def shards_readable_by_megatron(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
     paths = layout.data_layout(build.smoke)
-    record = gate(paths, "synth_kd_v1_manifest", "shards_readable_by_megatron")
-    root, manifest = _dataset_manifest(paths)
-    result = _result(
-        unreadable_shards(root, manifest),
-        passed_summary=f"{len(manifest.get('shards', []))} shards readable as IndexedDatasets and aligned",
-    )
-    return record(result)
+    with gate(paths, "synth_kd_v1_manifest", "shards_readable_by_megatron") as record:
+        root, manifest = _dataset_manifest(paths)
+        result = _result(
+            unreadable_shards(root, manifest),
+            passed_summary=f"{len(manifest.get('shards', []))} shards readable as IndexedDatasets and aligned",
+        )
+        return record(result)
 
 
 def _distill_manifest(paths: DataLayout) -> tuple[Path, dict]:
@@ -520,26 +536,27 @@ def distill_row_checks(
     paths = layout.data_layout(build.smoke)
     wanted = {key.name for key in context.selected_asset_check_keys}
     checks = {name: spec for name, spec in DISTILL_ROW_CHECKS.items() if name in wanted}
-    records = {name: gate(paths, "synth_distill_manifest", name) for name in checks}
-    root, manifest = _distill_manifest(paths)
-    parts = _distill_parts(root, manifest)
-    problems = {name: Problems() for name in checks}
-    if "distill_no_split_leakage" in problems:
-        problems["distill_no_split_leakage"].merge(_leakage_across_parts(parts))
-    kinds = tuple(dict.fromkeys(["schema", *(kind for kind, _, _ in checks.values())]))
+    with contextlib.ExitStack() as opened:
+        records = {name: opened.enter_context(gate(paths, "synth_distill_manifest", name)) for name in checks}
+        root, manifest = _distill_manifest(paths)
+        parts = _distill_parts(root, manifest)
+        problems = {name: Problems() for name in checks}
+        if "distill_no_split_leakage" in problems:
+            problems["distill_no_split_leakage"].merge(_leakage_across_parts(parts))
+        kinds = tuple(dict.fromkeys(["schema", *(kind for kind, _, _ in checks.values())]))
 
-    def part_problems(part: tuple[Path, str]) -> dict[str, list[str]]:
-        return distill_part_problems(*part, build.max_seq_len, build.distill_valid_fraction, kinds)
+        def part_problems(part: tuple[Path, str]) -> dict[str, list[str]]:
+            return distill_part_problems(*part, build.max_seq_len, build.distill_valid_fraction, kinds)
 
-    for found in thread_map(part_problems, parts):
-        for name, (kind, _, _) in checks.items():
-            problems[name].merge(found["schema"])
-            problems[name].merge(found[kind])
-    for name, (_, _, passed) in checks.items():
-        result = _result(
-            problems[name], check_name=name, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts)
-        )
-        yield records[name](result)
+        for found in thread_map(part_problems, parts):
+            for name, (kind, _, _) in checks.items():
+                problems[name].merge(found["schema"])
+                problems[name].merge(found[kind])
+        for name, (_, _, passed) in checks.items():
+            result = _result(
+                problems[name], check_name=name, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts)
+            )
+            yield records[name](result)
 
 
 def _distill_parts_as_splits(manifest: dict) -> dict:
