@@ -67,6 +67,12 @@ def test_markers_written_before_the_new_manifest_are_not_cleared_by_the_old_mani
     assert (checks_path(manifest) / "rows").is_file()
 
 
+def test_a_manifest_held_for_no_check_leaves_no_markers(tmp_path):
+    manifest, _ = dataset(tmp_path, 1, ["rows"])
+    dataset(tmp_path, 2, [])  # rewritten by a writer that holds it for nothing
+    assert not checks_path(manifest).exists() and verify_manifest(tmp_path)["version"] == 2
+
+
 def test_markers_being_written_or_gone_are_not_reported(tmp_path):
     manifest, digest = dataset(tmp_path, 1, [])
     assert unpassed_checks(manifest) == [] and verify_manifest(tmp_path)["version"] == 1

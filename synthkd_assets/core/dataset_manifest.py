@@ -6,6 +6,7 @@ sha256); `manifest.json.sha256` seals the manifest's bytes.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,9 @@ def hold_for_checks(manifest_path: Path, check_names: Iterable[str], digest: str
                 marker.unlink(missing_ok=True)
     for name in sorted(names):
         atomic_write_text(directory / name, f"{PENDING} {digest}: {PENDING_WHY}\n")
+    if not names:
+        with contextlib.suppress(OSError):  # none held: no directory left behind (absent, or a marker being written)
+            directory.rmdir()
 
 
 def _marker_digest(marker: Path) -> str | None:
