@@ -88,7 +88,7 @@ class RawPlan:
         return rng.randint(1, self.copies - 1)
 
 
-def _vocabulary() -> list[str]:
+def perturb_vocabulary() -> list[str]:
     """Words of the sample generator's banks (every language), alphabetic, 3+ letters: what perturbed copies
     draw their replacement words from."""
     from synthkd_dev.make_sample_data import WORD_BANKS_FILE
@@ -129,7 +129,7 @@ def _write_shard(task: tuple[RawPlan, int, str, str]) -> tuple[int, int]:
     from synthkd_contract.schemas import RAW_SCHEMA
 
     plan, shard, base_path, out = task
-    vocabulary = _vocabulary()
+    vocabulary = perturb_vocabulary()
     begin, end = plan.shard_range(shard)
     planted = 0
     tmp = Path(out).with_suffix(".parquet.partial")

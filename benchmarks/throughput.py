@@ -40,18 +40,28 @@ MIB = 1 << 20
 
 
 def make_shard(path: Path, rows: int, scale: int = 1) -> None:
-    """A SYNTH-like shard of `rows` long rows, repeated `scale` times with distinct synth_ids."""
+    """A SYNTH-like shard of `rows` long rows, repeated `scale` times with distinct synth_ids; every copy but the
+    first has its seed text perturbed as scale_run.py's copies are (Jaccard to any other copy well under
+    `near_dup_threshold`), so the near-duplicate cap does not drop the copies: every step after it sees `scale`
+    times the rows, as a shard that size would give it."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
+    from scale_run import perturb, perturb_vocabulary
 
     from synthkd_dev.make_sample_data import generate_rows, rows_to_table
 
     base = rows_to_table(generate_rows(rows, seed=2026, long=True))
+    vocabulary = perturb_vocabulary() if scale > 1 else []
     copies = []
     for i in range(scale):
         ids = pc.binary_join_element_wise(base.column("synth_id"), pa.scalar(f"_{i}"), "")
-        copies.append(base.set_column(base.schema.get_field_index("synth_id"), "synth_id", ids.cast(pa.string())))
+        copy = base.set_column(base.schema.get_field_index("synth_id"), "synth_id", ids.cast(pa.string()))
+        if i:
+            texts = [perturb(t, row, i, vocabulary) for row, t in enumerate(base["query_seed_text"].to_pylist())]
+            column = base.schema.get_field_index("query_seed_text")
+            copy = copy.set_column(column, "query_seed_text", pa.array(texts, base.schema.field(column).type))
+        copies.append(copy)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.concat_tables(copies), path, compression="zstd", row_group_size=1024)
 
