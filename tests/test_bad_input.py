@@ -459,6 +459,26 @@ def test_corruption_found_mid_file_leaves_the_previous_output_untouched(tmp_path
     assert out.read_bytes() == before and not leftovers(tmp_path)
 
 
+@pytest.mark.parametrize("bad_group", [0, 6, 9])
+def test_a_corrupt_row_group_inside_one_batch_names_the_rows_read_before_it(tmp_path, bad_group):
+    """Row groups of 20 rows, all in the first batch: the error names the first row of the corrupt group (every
+    row before it reads), not the batch's first row."""
+    rows = [row(f"id{i}", synthetic_answer=f"answer {i} " * 20) for i in range(200)]
+    raw = write_raw(tmp_path / "synth_00.parquet", rows, row_group_size=20, compression="zstd")
+    metadata = pq.ParquetFile(raw).metadata
+    chunk = metadata.row_group(bad_group).column(metadata.schema.to_arrow_schema().get_field_index("synthetic_answer"))
+    payload = bytearray(raw.read_bytes())
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    payload[start : start + chunk.total_compressed_size] = bytes(chunk.total_compressed_size)
+    raw.write_bytes(bytes(payload))
+    with pytest.raises(InputFileError) as caught:
+        harmonize_shard(raw, tmp_path / "out" / "synth_00.parquet", SYSTEM, SHARD)
+    assert str(caught.value).startswith(f"{raw}: unreadable after row {20 * bad_group} ("), caught.value
+    assert pq.read_table(raw, columns=["synth_id"]).num_rows == 200 and not leftovers(tmp_path)
+    for group in range(bad_group):  # the rows named as read do read
+        pq.ParquetFile(raw).read_row_group(group)
+
+
 def test_an_output_directory_that_cannot_be_created_fails_clearly(tmp_path):
     raw = write_raw(tmp_path / "synth_00.parquet", [row("a")])
     blocker = tmp_path / "data"

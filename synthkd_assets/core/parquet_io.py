@@ -73,6 +73,22 @@ def _first_invalid(batch: pa.RecordBatch) -> tuple[str, int] | None:
     return None
 
 
+def _first_unreadable_row(parquet: pq.ParquetFile, columns: Sequence[str], rows_read: int) -> int:
+    """How many rows from the start of the file read: the first row of the first row group past `rows_read` (the
+    rows already delivered) that cannot be read and validated, found one row group at a time, only when reading
+    already failed. A batch spans row groups, so the failing batch alone would name its own first row."""
+    first = 0
+    for group in range(parquet.metadata.num_row_groups):
+        end = first + parquet.metadata.row_group(group).num_rows
+        if end > rows_read:
+            try:
+                parquet.read_row_group(group, columns=list(columns)).validate(full=True)
+            except Exception:
+                return max(first, rows_read)
+        first = end
+    return rows_read
+
+
 def parquet_row_count(path: Path, source=None) -> int:
     """The number of rows a Parquet file holds, from its footer: no data page is read.
     `source`: an already open file of `path` to read instead of opening `path`."""
@@ -129,7 +145,7 @@ def iter_frames(
             if invalid is not None:
                 where = f"column {invalid[0]!r} is invalid at row {rows_read + invalid[1]}"
             else:
-                where = f"unreadable after row {rows_read}"
+                where = f"unreadable after row {_first_unreadable_row(parquet, columns, rows_read)}"
             raise InputFileError(f"{path}: {where} ({type(error).__name__}: {error})") from error
         rows_read += frame.height
         yield frame
