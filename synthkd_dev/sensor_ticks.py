@@ -10,10 +10,15 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, syn
 
 
 def tick_synth_raw_sensor(
-    instance: dg.DagsterInstance, layout: SynthKDLayout, cursor: str | None, build: SynthKDBuildConfig | None = None
+    instance: dg.DagsterInstance,
+    layout: SynthKDLayout,
+    cursor: str | None,
+    build: SynthKDBuildConfig | None = None,
+    store_events: bool = True,
 ) -> dg.SensorResult:
-    """One evaluation of synth_raw_sensor with its partition requests applied, as the sensor daemon applies
-    them after a tick."""
+    """One evaluation of synth_raw_sensor with its partition requests applied and its asset events (synth_raw's
+    new versions) stored, as the sensor daemon does after a tick (`store_events=False`: left to
+    `store_sensor_events`, for a caller timing the tick itself)."""
     context = dg.build_sensor_context(
         instance=instance, cursor=cursor, resources=synthkd_resources(layout, build), definitions=defs()
     )
@@ -24,4 +29,13 @@ def tick_synth_raw_sensor(
         else:
             for key in request.partition_keys:
                 instance.delete_dynamic_partition(request.partitions_def_name, key)
+    if store_events:
+        store_sensor_events(instance, result)
     return result
+
+
+def store_sensor_events(instance: dg.DagsterInstance, result: dg.SensorResult) -> None:
+    """The tick's asset events in the instance, as the sensor daemon stores them: what synth_harmony then finds
+    as synth_raw's version of each shard."""
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)

@@ -712,6 +712,29 @@ def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_pa
     assert not leftovers(tmp_path)
 
 
+def test_a_raw_shard_changed_after_the_inventory_fails_until_it_is_rescanned(tmp_path, sample_shards):
+    """synth_raw_inventory reported the shard's hash as synth_raw's version (what the run's lineage records as
+    its input); the file then changes before the scan pass: synth_harmony refuses it naming the file, publishes
+    nothing, and builds it once the inventory has reported the new bytes."""
+    raw_dir = tmp_path / "raw"
+    rows = pq.read_table(sample_shards[0]).slice(0, 20).to_pylist()
+    raw = write_raw(raw_dir / "synth_00.parquet", rows)
+    layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
+    paths = layout.data_layout()
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, layout, ["synth_raw_inventory"])
+        write_raw(raw, rows[:-1])  # a new version of the shard lands after the inventory
+        failed = run(instance, layout, ["synth_harmony"], "synth_00", raise_on_error=False)
+        assert not failed.success
+        [message] = step_failures(failed)
+        assert f"{raw}: raw shard changed since the inventory scan" in message, message
+        assert not paths.stage_output("synth_harmony", "synth_00").exists() and not leftovers(tmp_path)
+        run(instance, layout, ["synth_raw_inventory"])
+        run(instance, layout, ["synth_harmony"], "synth_00")
+    report = json.loads(paths.stage_report("synth_harmony", "synth_00").read_text())
+    assert report["rows_in"] == 19 and report["source_sha256"] == hashlib.sha256(raw.read_bytes()).hexdigest()
+
+
 def test_a_raw_shard_rewritten_in_place_while_read_publishes_nothing(tmp_path, monkeypatch):
     """Bytes appended to the open raw file after its first batch was parsed: the step fails naming the
     file, and the output it was writing is discarded (an earlier good output stays as it was)."""

@@ -95,6 +95,29 @@ def test_a_shard_in_another_schema_fails_its_step_naming_file_and_column(tmp_pat
     assert not layout.data_layout().stage_output("synth_harmony", "ultrachat_200k/train_sft").exists()
 
 
+def test_a_source_shard_changed_after_the_inventory_is_refused_until_rescanned(tmp_path):
+    """As for SYNTH (test_bad_input.py): the bytes synth_harmony reads must be the version the inventory reported."""
+    source_dir = tmp_path / "sources" / "oasst1"
+    source_dir.mkdir(parents=True)
+    original = next((SAMPLE_SOURCES_DIR / "oasst1").glob("*.parquet"))
+    shard = source_dir / original.name
+    table = pq.read_table(original)
+    pq.write_table(table, shard)
+    key = f"oasst1/{shard.stem}"
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path), sources_dir=str(tmp_path / "sources"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        run(instance, layout, ["synth_raw_inventory"])
+        pq.write_table(table.slice(0, table.num_rows - 1), shard)  # changed after the inventory reported it
+        failed = run(instance, layout, ["synth_harmony"], key, raise_on_error=False)
+        assert not failed.success
+        [message] = step_failures(failed)
+        assert f"RawShardChangedError: {shard}: sha256 " in message and "as scanned: the file changed" in message
+        assert not layout.data_layout().stage_output("synth_harmony", key).exists()
+        run(instance, layout, ["synth_raw_inventory"])
+        run(instance, layout, ["synth_harmony"], key)
+    assert layout.data_layout().stage_output("synth_harmony", key).is_file()
+
+
 def test_the_sensor_builds_a_new_source_shard_and_nothing_else(built_mixed, tmp_path):
     instance, layout, paths = built_mixed
     first = tick_synth_raw_sensor(instance, layout, None)

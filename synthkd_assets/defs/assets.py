@@ -44,7 +44,7 @@ from synthkd_assets.defs.checks import (
     trio_alignment_result,
 )
 from synthkd_assets.defs.conventions import synthkd_asset
-from synthkd_assets.defs.ingest import o200k_tokenizer, synth_raw
+from synthkd_assets.defs.ingest import latest_raw_versions, o200k_tokenizer, synth_raw
 from synthkd_assets.defs.metadata import (
     bucket_report_metadata,
     files_metadata,
@@ -129,13 +129,16 @@ def synth_harmony(
         raise dg.Failure(f"partition {key!r}: its input shard is no longer in the raw or sources directory")
     out_path, errors = stage_files(paths, "synth_harmony", key)[0], paths.error_log("synth_harmony", key)
     system, max_rows = system_message_dict(), build.caps().max_input_rows
+    # the bytes must be those the inventory (or the sensor) reported as synth_raw's version, which this run's
+    # lineage records as its input; a shard never reported (no inventory yet) is read as it is now
+    scanned = latest_raw_versions(context.instance, [key])[key] or source.sha256
     origin = sources.partition_source(key)
     if origin != sources.SYNTH_SOURCE:  # an anchor source's shard: its adapter (docs/sources.md)
         adapter = source_adapter(origin)
-        report = harmonize_source_shard(Path(source.path), out_path, adapter, key, source.sha256, max_rows, errors)
+        report = harmonize_source_shard(Path(source.path), out_path, adapter, key, scanned, max_rows, errors)
         step, extra = "source_harmony", {"source": origin, "source_dataset": adapter.spec.dataset}
     else:
-        report = harmonize_shard(Path(source.path), out_path, system, key, source.sha256, max_rows, errors)
+        report = harmonize_shard(Path(source.path), out_path, system, key, scanned, max_rows, errors)
         step, extra = "synth_harmony", {}
     return stage_result(paths, report, "synth_harmony", step=step, source_sha256=report.source_sha256, **extra)
 

@@ -171,7 +171,8 @@ def evaluate_nightly_rebuild(
     context: dg.ScheduleEvaluationContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.SkipReason | list[dg.RunRequest]:
     """Compares each raw shard's sha256 (checked against the input manifest when it exists) with the source
-    sha256 its current synth_harmony output was built from; requests exactly the shards that differ or are new."""
+    sha256 its current synth_harmony output was built from; requests exactly the shards that differ or are new,
+    reporting their new synth_raw versions first."""
     paths = layout.data_layout(build.smoke)
     if waiting := _wait_for_build(paths):
         return waiting
@@ -200,6 +201,10 @@ def evaluate_nightly_rebuild(
     add, _ = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
     if add:  # new files the sensor has not registered yet (it may be stopped)
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
+    # synth_raw's new versions, as the sensor reports them (a schedule returns no asset events): synth_harmony
+    # builds exactly the version reported, and the UI's lineage and staleness follow
+    for event in raw_reports(shards, set(rebuild)):
+        context.instance.report_runless_asset_event(event)
     # without a sampling plan only the scan pass can run (synth_scan_job's assets, as a subset of this job)
     scan_only = (
         None if paths.sampling_plan().is_file() else [synth_harmony.key, synth_filtered.key, synth_signatures.key]
