@@ -358,6 +358,7 @@ def test_a_shard_added_after_the_clusters_warns_that_it_is_sampled_whole(copy_of
     changed = pl.read_parquet(raw / "synth_01.parquet").with_row_index()
     renamed = pl.when(pl.col("index") < 10).then(pl.col("synth_id") + "_v2").otherwise(pl.col("synth_id"))
     changed.with_columns(synth_id=renamed).drop("index").write_parquet(raw / "synth_01.parquet")
+    run(instance, layout, ["synth_raw_inventory"])  # the new bytes reported as synth_raw's version
     run(instance, layout, ["synth_harmony", "synth_filtered", "synth_signatures"], "synth_01")
     evaluation = near_dup_controlled("synth_01")
     assert not evaluation.passed and 0 < evaluation.metadata["rows_unseen_by_clusters"].value <= 10

@@ -17,7 +17,7 @@ import pytest
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from openai_harmony import Conversation, Message
 
-from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, QUOTA_STEPS
+from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, POOL_STEPS, QUOTA_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract.manifest_seal import verify_manifest
 from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
@@ -188,6 +188,37 @@ def test_a_skill_mix_that_keeps_nothing_fails_the_quota_plan(built_sample, own_i
     message = str(failure.step_failure_data.error)  # with its cause, the ValueError
     assert "skill_mix {'B3': 1.0} keeps nothing: the buckets it gives a share (B3) hold no tokens" in message
     assert plan.read_bytes() == before
+
+
+def test_a_pool_relaunched_for_one_shard_under_a_new_plan_is_unpublished_until_every_shard_follows(
+    built_sample, own_instance, tmp_path
+):
+    """A new quota plan, then one shard's pool relaunched: the manifest and every curriculum blend go at once (the
+    Megatron-LM arguments would blend two plans' rows); the curriculum refuses, writing nothing, and the pool
+    manifest too, naming a shard still made under the old plan; once every shard follows, both are back and
+    verify."""
+    copy = tmp_path / "data"
+    shutil.copytree(built_sample[2], copy)
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
+    paths = layout.data_layout()
+    mix = SynthKDBuildConfig(skill_mix={"B1": 0.4, "B2": 0.3, "B3": 0.1, "B4": 0.2})
+    run(own_instance, layout, QUOTA_STEPS, build=mix)
+    run(own_instance, layout, POOL_STEPS, "synth_00", build=mix)
+    assert not paths.pool_manifest().exists() and [p.name for p in paths.curriculum_dir().iterdir()] == ["plan.json"]
+    event = own_instance.get_latest_materialization_event(dg.AssetKey("synth_pool"))
+    assert "synth_pool_v1/manifest.json" in str(event.asset_materialization.metadata["pool_unpublished_files"].value)
+    for step in POOL_MANIFEST_STEPS:
+        failed = run(own_instance, layout, [step], build=mix, raise_on_error=False)
+        assert not failed.success
+        [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+        assert "synth_pool partition 'synth_01' was made with quota plan" in str(failure.step_failure_data.error)
+    assert not paths.pool_manifest().exists() and [p.name for p in paths.curriculum_dir().iterdir()] == ["plan.json"]
+    for shard in [f"synth_0{i}" for i in range(6)]:
+        run(own_instance, layout, POOL_STEPS, shard, build=mix)
+    run(own_instance, layout, POOL_MANIFEST_STEPS, build=mix)
+    manifest = verify_manifest(paths.pool_root())
+    assert manifest["config"]["quota"]["targets"]["skill_mix"] == mix.skill_mix
+    assert {f["path"] for f in manifest["files"]} >= {"curriculum/P1.args", "curriculum/P1.json"}
 
 
 def test_bucket_tokens_are_plotted_and_the_balance_check_warns(pool):

@@ -105,10 +105,25 @@ def unlisted_pool_files(layout: DataLayout, orphaned: Collection[Path]) -> list[
     for build in layout.both_builds():
         root = build.pool_root()
         if any(root in path.parents for path in orphaned):
-            manifest = build.pool_manifest()
-            found += [path for path in (manifest, sidecar_path(manifest)) if path.is_file()]
-            found += stage_files(build.curriculum_dir())
+            found += pool_publication_files(build)
     return found
+
+
+def pool_publication_files(build: DataLayout) -> list[Path]:
+    """What publishes one pool (full or smoke, as `build` says): its sealed manifest, the seal, and the curriculum
+    stage files (the blends a Megatron-LM run is pointed at). Not its plans, parts or trios."""
+    manifest = build.pool_manifest()
+    return [path for path in (manifest, sidecar_path(manifest)) if path.is_file()] + stage_files(build.curriculum_dir())
+
+
+def unpublish_pool(build: DataLayout) -> list[Path]:
+    """Remove `pool_publication_files(build)` and return them: before a pool shard's part is rewritten, so that no
+    manifest or blend describes a pool whose rows changed (or mixes two quota plans' rows) until synth_curriculum
+    and synth_pool_manifest run over every shard again."""
+    removed = pool_publication_files(build)
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def remove_orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:

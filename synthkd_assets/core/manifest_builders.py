@@ -412,6 +412,18 @@ def pool_source_mix(quota_plan: Mapping[str, Any], records: Sequence[Mapping[str
     return {"source_mix": {**{key: plan[key] for key in keys}, **achieved_vs_target(plan, achieved)}}
 
 
+def require_one_quota_plan(records: Iterable[Mapping[str, Any]], quota_plan_sha256: str) -> None:
+    """ManifestInputError naming the first synth_pool shard record made under another quota plan than the current
+    one: a pool's manifest and its curriculum blends describe one plan's rows, never a mix of two."""
+    for record in records:
+        made_with = record["report"].get("plan_sha256")
+        if made_with != quota_plan_sha256:
+            raise ManifestInputError(
+                f"synth_pool partition {record['partition']!r} was made with quota plan {str(made_with)[:12]}, the "
+                f"current one is {quota_plan_sha256[:12]}: re-materialize every synth_pool shard after a new plan"
+            )
+
+
 def pool_manifest(
     name: str,
     provenance: dict[str, Any],
@@ -427,13 +439,7 @@ def pool_manifest(
     its achieved mix, the quota grid (targets, rates, expected and achieved tokens and rows per cell, what was
     infeasible), the curriculum schedule with the epochs each stage needs, every shard and file, totals.
     ManifestInputError for a shard made under another quota plan."""
-    for record in records:
-        made_with = record["report"].get("plan_sha256")
-        if made_with != quota_plan_sha256:
-            raise ManifestInputError(
-                f"synth_pool partition {record['partition']!r} was made with quota plan {str(made_with)[:12]}, the "
-                f"current one is {quota_plan_sha256[:12]}: re-materialize every synth_pool shard after a new plan"
-            )
+    require_one_quota_plan(records, quota_plan_sha256)
     reports = [record["report"] for record in records]
     achieved = quota_achieved(reports)
     achieved_skill = {b: math.fsum(cells.values()) for b, cells in achieved["tokens"].items()}

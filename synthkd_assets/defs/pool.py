@@ -6,6 +6,7 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.buckets import grids_from_reports
+from synthkd_assets.core.cleanup import unpublish_pool
 from synthkd_assets.core.curriculum import (
     plan_stage,
     remove_other_stages_files,
@@ -14,7 +15,7 @@ from synthkd_assets.core.curriculum import (
 )
 from synthkd_assets.core.dataset_manifest import file_record
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest
+from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest, require_one_quota_plan
 from synthkd_assets.core.pool import PoolShard, write_pool_shard
 from synthkd_assets.core.quota import keeps_nothing_reason, plan_quota_grid
 from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan
@@ -123,6 +124,7 @@ def synth_pool(
             f"synth_pool partition {key!r} is an anchor source's shard, and the quota plan in force was made without "
             "anchor sources (no source mix): re-materialize synth_quota_plan, then every synth_pool shard"
         )
+    unpublished = unpublish_pool(paths)  # the manifest and blends would describe rows this run replaces
     result = write_pool_shard(shard, paths.error_log("synth_pool", key))
     result.report.plan_sha256 = plan_sha
     record = result.record(key, shard_index, file_record(paths.pool_root(), part))
@@ -135,6 +137,7 @@ def synth_pool(
             **bucket_report_metadata(report),
             **files_metadata(written),
             "quota_plan_sha256": plan_sha,
+            "pool_unpublished_files": dg.MetadataValue.json(sorted(paths.recorded(path) for path in unpublished)),
             "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
         },
         check_results=[rows_accounted_result(result.report), pool_trio_alignment_result(trio_root, result.inventories)],
@@ -149,8 +152,12 @@ def synth_curriculum(
     (Megatron-LM --per-split-data-args-path) and <stage>.args (the arguments of a stock Megatron-LM run: that file,
     --seq-length, --train-samples), weights reproducing the stage's ctx shares on tokens; a stage whose buckets
     hold no tokens writes nothing and says why, and the epochs each stage needs are reported. The files of a stage
-    taken out of the configuration are removed."""
+    taken out of the configuration are removed. Fails, writing nothing, unless every shard's pool part was made
+    under the current quota plan."""
     paths = layout.data_layout(build.smoke)
+    names = shard_names(paths)
+    records = partition_records("synth_pool", {n: paths.pool_record(shard_index_from_name(n)) for n in names})
+    require_one_quota_plan(records.values(), read_quota_plan(paths, build.quota_targets())[1])
     prefixes = scan_pool_prefixes(paths.pool_trio_root())
     plans = [plan_stage(stage, prefixes) for stage in build.curriculum_stages()]
     removed = remove_other_stages_files(paths.curriculum_dir(), [plan["stage"] for plan in plans])
