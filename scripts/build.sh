@@ -78,7 +78,8 @@ mkdir -p "$DAGSTER_HOME/logs"
 export BUILD_LOG="$DAGSTER_HOME/logs/build-$(date +%Y%m%d-%H%M%S)-$$.log"
 export BUILD_CONFIG="$config" BUILD_SMOKE="${smoke[*]}"
 datasets="$(basename "$(dirname "$megatron_manifest")") + $(basename "$(dirname "$distill_manifest")") + $(basename "$(dirname "$pool_manifest")")"
-echo "build of $datasets from $raw_root; full log: $BUILD_LOG"
+sources="${SYNTHKD_SOURCES_DIR:+ and the anchor sources in $SYNTHKD_SOURCES_DIR}"
+echo "build of $datasets from $raw_root$sources; full log: $BUILD_LOG"
 
 export ERROR_LINES='
 / - ERROR - / { print substr($0, 1, 300); next }

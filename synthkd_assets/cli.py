@@ -95,7 +95,7 @@ def summary_lines(manifest: dict) -> list[str]:
         "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
         "sanitized: " + (", ".join(f"{k}={v}" for k, v in totals["sanitized"].items()) or "none"),
         *source_lines(manifest),
-        f"bytes: {totals['bytes']}",
+        f"bytes: {totals['bytes']} (the trio files)",
     ]
     return lines
 
