@@ -96,6 +96,9 @@ DROP_UNSUPPORTED_ROLE: Final = _drop(
     "unsupported_role", "a turn whose role is not user / assistant (a leading system turn excepted), e.g. tool"
 )
 DROP_EMPTY_TURN: Final = _drop("empty_turn", "a turn whose text is null, empty or whitespace only (NULs removed)")
+DROP_UNTERMINATED_THINK: Final = _drop(
+    "unterminated_think", "an assistant turn opening with `<think>` that never closes it (a truncated reasoning trace)"
+)
 DROP_BAD_TURN_ORDER: Final = _drop(
     "bad_turn_order", "turns that do not alternate user / assistant from a user turn to an assistant turn"
 )
@@ -171,6 +174,7 @@ DROP_REASONS_BY_STEP: Final = {
         DROP_EMPTY_CONVERSATION,
         DROP_UNSUPPORTED_ROLE,
         DROP_EMPTY_TURN,
+        DROP_UNTERMINATED_THINK,
         DROP_BAD_TURN_ORDER,
         DROP_NUL_IN_SYNTH_ID,
         DROP_DUPLICATE_SYNTH_ID,

@@ -124,6 +124,8 @@ def nemotron_math_v2(root: Path) -> Fixture:
     add(no_uuid, drops.DROP_MISSING_SOURCE_ID)
     think = "<think>Two and two: 4.</think>\n\nThe answer is $\\boxed{4}$."
     add(nemotron_row("u-8", [msg("user", user), msg("assistant", think)]), None)
+    truncated = "<think>Two and two make"  # a reasoning trace cut off before its answer
+    add(nemotron_row("u-11", [msg("user", user), msg("assistant", truncated)]), drops.DROP_UNTERMINATED_THINK)
     add(nemotron_row("u-9", [{"role": 5, "content": user}, msg("assistant", "4")]), drops.DROP_WRONG_TYPE)
     add(nemotron_row("u-10", [msg("user", user), msg("assistant", "4")], data_source=17), drops.DROP_WRONG_TYPE)
     path = root / "nemotron_math_v2" / "low.jsonl"

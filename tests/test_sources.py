@@ -297,6 +297,16 @@ def test_unreadable_files_are_refused_naming_the_file(tmp_path):
         harmonize_source(tmp_path / "absent.jsonl", ADAPTERS["nemotron_math_v2"])
 
 
+def test_a_jsonl_shard_with_a_byte_order_mark_gives_the_same_rows(fixtures, results, tmp_path):
+    """A UTF-8 BOM some editors write before the first line is not part of it (json.loads would refuse it)."""
+    fixture = _fixture(fixtures, "nemotron_math_v2")
+    marked = tmp_path / fixture.path.name
+    marked.write_bytes(b"\xef\xbb\xbf" + fixture.path.read_bytes())
+    result = harmonize_source(marked, ADAPTERS[fixture.source], shard=f"{fixture.source}/{fixture.path.name}")
+    assert result.frame.equals(results[fixture.path].frame)
+    assert result.report.dropped == results[fixture.path].report.dropped
+
+
 def test_other_arrow_encodings_of_the_published_types_give_the_same_rows(fixtures, results, tmp_path):
     """large_string, dictionary-encoded and all-null columns are read as the published strings."""
     fixture = _fixture(fixtures, "competition_math")

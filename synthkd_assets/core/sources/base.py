@@ -25,6 +25,7 @@ e.g. one problem's many trajectories). The canonical content is `canonical_conte
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 from collections import Counter
@@ -71,6 +72,7 @@ CONVERSATION_COLUMNS = {
 # drops that are the policy of a message-per-row source (oasst1), not faults: counted, not named in the error log
 QUIET_REASONS = (drops.DROP_OFF_BEST_PATH, drops.DROP_FOLDED_INTO_CONVERSATION)
 THINK_PATTERN = r"(?s)^\s*<think>(.*?)</think>(.*)$"
+OPENS_THINK_PATTERN = r"^\s*<think>"  # what THINK_PATTERN needs a `</think>` after
 
 
 @dataclass(frozen=True)
@@ -257,6 +259,7 @@ def read_jsonl_source(path: Path, spec: SourceSpec, report: ShardReport) -> pa.T
     rows: list[dict[str, Any]] = []
     source_rows: list[int] = []
     keys_seen: set[str] = set()
+    raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte order mark some editors write: not part of the first line
     lines = [line for line in raw.split(b"\n") if line.strip()]
     for index, line in enumerate(lines):
         try:
@@ -408,6 +411,10 @@ def _row_reason(needs_id: bool) -> pl.Expr:
     expected_role = pl.when(position % 2 == 0).then(pl.lit(USER)).otherwise(pl.lit(ASSISTANT))
     unsupported = turns.list.eval(~_roles().is_in([USER, ASSISTANT]) | _roles().is_null()).list.any()
     empty = turns.list.eval(~_visible(_texts()).fill_null(False)).list.any()
+    # `_split_think` took every closed `<think>...</think>` apart: one still opening a turn is never closed
+    unterminated = turns.list.eval(
+        ((_roles() == ASSISTANT) & _texts().str.contains(OPENS_THINK_PATTERN)).fill_null(False)
+    ).list.any()
     in_order = turns.list.eval((_roles() == expected_role).all()).list.first() & (n % 2 == 0)
     return (
         pl.when(pl.col("drop_reason").is_not_null())
@@ -418,6 +425,8 @@ def _row_reason(needs_id: bool) -> pl.Expr:
         .then(pl.lit(drops.DROP_UNSUPPORTED_ROLE))
         .when(empty)
         .then(pl.lit(drops.DROP_EMPTY_TURN))
+        .when(unterminated)
+        .then(pl.lit(drops.DROP_UNTERMINATED_THINK))
         .when(~in_order)
         .then(pl.lit(drops.DROP_BAD_TURN_ORDER))
         .when((~_visible(pl.col("example_id"))).fill_null(needs_id))
