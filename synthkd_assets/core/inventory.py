@@ -293,10 +293,7 @@ def read_raw_shard(path: Path, expected_sha256: str | None = None) -> Iterator[R
             digest.update(chunk)
         read = RawRead(path, handle, digest.hexdigest(), identity[1], identity)
         if expected_sha256 is not None and read.sha256 != expected_sha256:
-            raise RawShardChangedError(
-                f"{path}: raw shard changed since the inventory scan (scanned sha256 {expected_sha256[:12]}, "
-                f"read {read.sha256[:12]}); rescan (synth_raw_inventory or the sensor) and rebuild this shard"
-            )
+            raise RawShardChangedError.since_scan(path, expected_sha256, read.sha256)
         read.check_unchanged()
         handle.seek(0)
         yield read

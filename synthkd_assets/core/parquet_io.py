@@ -28,6 +28,15 @@ class InputFileError(ValueError):
 class RawShardChangedError(InputFileError):
     """A raw shard whose bytes are not the ones the step was scheduled for, or changed while being read."""
 
+    @classmethod
+    def since_scan(cls, path: Path, scanned_sha256: str, read_sha256: str) -> RawShardChangedError:
+        """The bytes read are not the version the inventory (or the sensor, the schedule) reported: SYNTH's and
+        the anchor sources' one message."""
+        return cls(
+            f"{path}: raw shard changed since the inventory scan (scanned sha256 {scanned_sha256[:12]}, read "
+            f"{read_sha256[:12]}); rescan (synth_raw_inventory or the sensor) and rebuild this shard"
+        )
+
 
 class OutputFileError(OSError):
     """An output file that cannot be written (unwritable directory, full disk): names the file and the reason."""

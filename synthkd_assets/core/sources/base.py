@@ -563,7 +563,7 @@ def harmonize_source_shard(
     smoke build) keeps the first rows written and drops the rest as `smoke_cap`."""
     digest = sha256_file(path)
     if source_sha256 is not None and digest != source_sha256:
-        raise RawShardChangedError(f"{path}: sha256 {digest}, not {source_sha256} as scanned: the file changed")
+        raise RawShardChangedError.since_scan(path, source_sha256, digest)
     result = harmonize_source(path, adapter, shard=shard)
     frame, report = result.frame, result.report
     if max_rows is not None and frame.height > max_rows:
