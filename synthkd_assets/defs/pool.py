@@ -15,6 +15,7 @@ from synthkd_assets.core.curriculum import (
 )
 from synthkd_assets.core.dataset_manifest import file_record
 from synthkd_assets.core.inventory import shard_index_from_name
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest, require_one_quota_plan
 from synthkd_assets.core.pool import PoolShard, write_pool_shard
 from synthkd_assets.core.quota import keeps_nothing_reason, plan_quota_grid
@@ -144,6 +145,12 @@ def synth_pool(
     )
 
 
+def pool_shard_records(paths: DataLayout, names: list[str]) -> dict[str, dict]:
+    """Each shard's synth_pool record (its part, trios and report, with the quota plan it was made under), by
+    partition; fails naming a shard whose pool was never built."""
+    return partition_records("synth_pool", {n: paths.pool_record(shard_index_from_name(n)) for n in names})
+
+
 @synthkd_asset("pool_manifest", {"megatron", "json"}, deps=[synth_pool], group_name="pool")
 def synth_curriculum(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
@@ -155,8 +162,7 @@ def synth_curriculum(
     taken out of the configuration are removed. Fails, writing nothing, unless every shard's pool part was made
     under the current quota plan."""
     paths = layout.data_layout(build.smoke)
-    names = shard_names(paths)
-    records = partition_records("synth_pool", {n: paths.pool_record(shard_index_from_name(n)) for n in names})
+    records = pool_shard_records(paths, shard_names(paths))
     require_one_quota_plan(records.values(), read_quota_plan(paths, build.quota_targets())[1])
     prefixes = scan_pool_prefixes(paths.pool_trio_root())
     plans = [plan_stage(stage, prefixes) for stage in build.curriculum_stages()]
@@ -196,7 +202,7 @@ def synth_pool_manifest(
     its epochs, every shard's part and trios with bytes / sha256, and drops by reason."""
     paths = layout.data_layout(build.smoke)
     names = shard_names(paths)
-    records = partition_records("synth_pool", {n: paths.pool_record(shard_index_from_name(n)) for n in names})
+    records = pool_shard_records(paths, names)
     with_sources = any(sources.partition_source(n) != sources.SYNTH_SOURCE for n in names)
     origin, sampling, reports = dataset_inputs(paths, build, build.pool_config(with_sources), names)
     plan, plan_sha = read_quota_plan(paths, build.quota_targets())
