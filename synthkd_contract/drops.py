@@ -112,7 +112,9 @@ DROP_ORPHAN_MESSAGE: Final = _drop(
     "orphan_message", "an oasst1 message whose parent is absent or dropped (its tree does not reach it)"
 )
 DROP_BROKEN_TREE: Final = _drop(
-    "broken_tree", "an oasst1 message that breaks its tree: a root that is not a prompter, or the parent's role"
+    "broken_tree",
+    "an oasst1 message that breaks its tree: a root that is not a prompter or one of a message_tree_id's several "
+    "roots, a child with its parent's role or of another message_tree_id",
 )
 DROP_OFF_BEST_PATH: Final = _drop(
     "off_best_path", "an oasst1 message not on its tree's conversation (the best-ranked path, docs/sources.md)"

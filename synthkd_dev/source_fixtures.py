@@ -418,7 +418,8 @@ def oasst_row(
 
 # the oasst1 fixture, by row: (message, fate). Tree A is multi-branch (the best path takes rank 0 twice), B is
 # German with a deleted favourite, C not exported, D has no reply, E starts with an assistant, F has a child with its
-# parent's role, G ends with a prompter; then an orphan, a repeated id and hostile single messages.
+# parent's role, G ends with a prompter; then an orphan, a repeated id and hostile single messages; K has two roots,
+# L's reply says it is of tree M.
 OASST_ROWS: tuple[tuple[dict[str, Any], str | None], ...] = (
     (oasst_row("A0", None, "prompter", "Can you write a short introduction about monopsony?", "A"),
      drops.DROP_FOLDED_INTO_CONVERSATION),
@@ -457,6 +458,12 @@ OASST_ROWS: tuple[tuple[dict[str, Any], str | None], ...] = (
     (oasst_row(" ", None, "prompter", "A message without an id.", "I"), drops.DROP_MISSING_SOURCE_ID),
     (oasst_row("J0", None, "prompter", "Explain entropy. " + LONG_TEXT, "J"), drops.DROP_FOLDED_INTO_CONVERSATION),
     (oasst_row("J1", "J0", "assistant", "Entropy measures disorder. " + LONG_TEXT, "J"), None),
+    (oasst_row("K0", None, "prompter", "Which root is the tree's?", "K"), drops.DROP_BROKEN_TREE),
+    (oasst_row("K1", None, "prompter", "A second root of tree K.", "K"), drops.DROP_BROKEN_TREE),
+    (oasst_row("K2", "K0", "assistant", "A reply under one of them.", "K"), drops.DROP_ORPHAN_MESSAGE),
+    (oasst_row("L0", None, "prompter", "Name a prime number.", "L"), drops.DROP_NO_REFERENCE_ANSWER),
+    (oasst_row("L1", "L0", "assistant", "Seven, says a reply filed under tree M.", "M"), drops.DROP_BROKEN_TREE),
+    (oasst_row("L2", "L1", "prompter", "And another?", "M"), drops.DROP_ORPHAN_MESSAGE),
 )  # fmt: skip
 
 

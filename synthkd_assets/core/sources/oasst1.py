@@ -9,13 +9,14 @@ The conversation's row is that last reply (its message_id is the id, its tree's 
 other messages of the path are `folded_into_conversation`, the usable ones off the path `off_best_path` (both
 counted, not logged). Unusable messages drop with a reason, and their subtrees become `orphan_message`:
 deleted, review_result false, tree_state not `ready_for_export`, a role that is neither, blank text, a blank
-or repeated message_id, a root that is not a prompter or a child with its parent's role (`broken_tree`), a parent
-absent from the file. A tree whose root has no usable reply drops its root as no_reference_answer.
+or repeated message_id, a message that breaks its tree (`broken_tree`: a root that is not a prompter, one of two or
+more roots of one message_tree_id, a child with its parent's role or of another message_tree_id than its parent's),
+a parent absent from the file. A tree whose root has no usable reply drops its root as no_reference_answer.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import polars as pl
@@ -100,24 +101,28 @@ def _walk(messages: list[dict[str, Any]], reasons: list[str | None]) -> dict[int
             roots.append(message)
         else:
             children[message["parent_id"]].append(message)
+    roots_per_tree = Counter(root["message_tree_id"] for root in roots)
+    for root in roots:  # which of a tree's roots is its own can't be told: none of them makes a conversation
+        if roots_per_tree[root["message_tree_id"]] > 1:
+            outcome[root["source_row"]] = {"reason": drops.DROP_BROKEN_TREE}
     for siblings in children.values():
         siblings.sort(key=_rank_key)
     reached: set[str] = set()
     for root in sorted(roots, key=lambda m: m["message_id"]):
-        if root["role"] != "prompter":
+        if root["role"] != "prompter" or root["source_row"] in outcome:
             continue
         stack = [root]
         while stack:  # the messages of the tree its roles reach; a child with its parent's role breaks there
             node = stack.pop()
             reached.add(node["message_id"])
             for child in children.get(node["message_id"], ()):
-                if child["role"] == node["role"]:
+                if child["role"] == node["role"] or child["message_tree_id"] != node["message_tree_id"]:
                     outcome[child["source_row"]] = {"reason": drops.DROP_BROKEN_TREE}
                 else:
                     stack.append(child)
         path = [root]
         while True:
-            following = [c for c in children.get(path[-1]["message_id"], ()) if c["role"] != path[-1]["role"]]
+            following = [c for c in children.get(path[-1]["message_id"], ()) if c["source_row"] not in outcome]
             if not following:
                 break
             path.append(following[0])
