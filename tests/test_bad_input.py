@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.core import inventory, stages
+from synthkd_assets.core import stages
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
@@ -34,8 +34,11 @@ from synthkd_assets.core.parquet_io import (
     InputFileError,
     OutputFileError,
     ParquetShardWriter,
+    RawShardChangedError,
 )
 from synthkd_assets.core.render import FastRenderer
+from synthkd_assets.core.sources import ADAPTERS
+from synthkd_assets.core.sources.base import SourceAdapter, harmonize_source_shard
 from synthkd_assets.core.stages import (
     harmonize_shard,
     select_rows_shard,
@@ -50,6 +53,7 @@ from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.schemas import HARMONY_SCHEMA, TOKENIZED_SCHEMA
 from synthkd_dev import SAMPLE_RAW_DIR
+from synthkd_dev.source_fixtures import nemotron_math_v2, ultrachat_200k
 from tests.helpers import REPO_ROOT, SCAN_STEPS, run
 
 SYSTEM = system_message_dict()
@@ -755,6 +759,41 @@ def test_a_raw_shard_rewritten_in_place_while_read_publishes_nothing(tmp_path, m
                 handle.write(b"more")
 
     monkeypatch.setattr(stages, "iter_frames", frames_then_append)
-    with pytest.raises(inventory.RawShardChangedError, match=f"^{raw}: raw shard was modified while it was being read"):
+    with pytest.raises(RawShardChangedError, match=f"^{raw}: raw shard was modified while it was being read"):
         harmonize_shard(raw, out, SYSTEM, SHARD, good.source_sha256)
+    assert out.read_bytes() == before and not leftovers(tmp_path)
+
+
+def _append(path: Path) -> None:
+    with open(path, "ab") as handle:  # another process writes to the file being read
+        handle.write(b"more")
+
+
+def _replace(path: Path) -> None:
+    replacement = path.with_name("replacement")
+    replacement.write_bytes(b"a new version")
+    os.replace(replacement, path)  # a new version of the file lands by rename
+
+
+@pytest.mark.parametrize("change", [_append, _replace], ids=["appended", "renamed over"])
+@pytest.mark.parametrize("make_fixture", [ultrachat_200k, nemotron_math_v2], ids=["parquet", "jsonl"])
+def test_an_anchor_shard_changed_while_read_publishes_nothing(tmp_path, make_fixture, change):
+    """An anchor shard is hashed and parsed through one open file, as a SYNTH shard: written to, or replaced by
+    rename, while the adapter runs, it fails with RawShardChangedError naming the file and publishes nothing
+    (no output, no partial file); left alone, the report's sha256 is of the bytes parsed."""
+    fixture = make_fixture(tmp_path / "sources")
+    path, adapter = fixture.path, ADAPTERS[fixture.source]
+    parsed_sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    out = tmp_path / "out" / "shard.parquet"
+    report = harmonize_source_shard(path, out, adapter, "shard", source_sha256=parsed_sha)
+    assert report.source_sha256 == parsed_sha and report.source_bytes == path.stat().st_size
+    before = out.read_bytes()
+
+    def convert_then_change(frame):
+        change(path)
+        return adapter.to_conversations(frame)
+
+    changing = SourceAdapter(adapter.spec, convert_then_change)
+    with pytest.raises(RawShardChangedError, match=f"^{path}: raw shard was modified while it was being read"):
+        harmonize_source_shard(path, out, changing, "shard", source_sha256=parsed_sha)
     assert out.read_bytes() == before and not leftovers(tmp_path)

@@ -13,19 +13,15 @@ unchanged file is never re-read, a touched or rewritten one is.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.layout import HARMONY_STAGE, DataLayout
-from synthkd_assets.core.parquet_io import InputFileError, RawShardChangedError
+from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.sources import ADAPTERS
 from synthkd_contract import sources
 from synthkd_contract.manifest_seal import sha256_file
@@ -249,54 +245,6 @@ def built_from_sha256(layout: DataLayout, keys: Iterable[str]) -> dict[str, str 
     what the sensor, the schedule and raw_inputs_unchanged compare the raw files with."""
     reports = {key: layout.stage_report(HARMONY_STAGE, key) for key in keys}
     return {key: json.loads(p.read_text()).get("source_sha256") if p.is_file() else None for key, p in reports.items()}
-
-
-def _identity(fd: int) -> tuple[int, int, int, int]:
-    stat = os.fstat(fd)
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
-
-
-@dataclass
-class RawRead:
-    """A raw shard opened once: `file` to parse, and the sha256 / size of the bytes behind it."""
-
-    path: Path
-    file: BinaryIO
-    sha256: str
-    bytes: int
-    _identity: tuple[int, int, int, int]
-
-    def check_unchanged(self) -> None:
-        """Raise RawShardChangedError if the open file was written to since it was hashed (size, mtime
-        or ctime changed: the kernel stamps an in-place rewrite with a new ctime)."""
-        if _identity(self.file.fileno()) != self._identity:
-            raise RawShardChangedError(
-                f"{self.path}: raw shard was modified while it was being read (sha256 {self.sha256[:12]} at the "
-                "start); its output is discarded: rebuild this shard"
-            )
-
-
-@contextlib.contextmanager
-def read_raw_shard(path: Path, expected_sha256: str | None = None) -> Iterator[RawRead]:
-    """Open a raw shard once, hash it through that open file and yield it to be parsed from the same
-    file: the recorded hash describes the bytes parsed, and a file replaced by rename meanwhile cannot
-    be mixed in. RawShardChangedError naming the file when the hash is not `expected_sha256` (the
-    bytes changed since the inventory scan). Call `check_unchanged()` after parsing, before publishing."""
-    try:
-        handle = open(path, "rb")
-    except OSError as error:  # missing, a directory, unreadable
-        raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
-    with handle:
-        identity = _identity(handle.fileno())
-        digest = hashlib.sha256()
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-        read = RawRead(path, handle, digest.hexdigest(), identity[1], identity)
-        if expected_sha256 is not None and read.sha256 != expected_sha256:
-            raise RawShardChangedError.since_scan(path, expected_sha256, read.sha256)
-        read.check_unchanged()
-        handle.seek(0)
-        yield read
 
 
 def read_input_manifest(path: Path) -> dict[str, str] | None:

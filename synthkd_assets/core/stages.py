@@ -23,7 +23,6 @@ import polars as pl
 import pyarrow as pa
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps, SmokeBudget
-from synthkd_assets.core.inventory import RawRead, read_raw_shard
 from synthkd_assets.core.layout import documents_path
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.parquet_io import (
@@ -33,6 +32,7 @@ from synthkd_assets.core.parquet_io import (
     list_column_rows,
     parquet_row_count,
 )
+from synthkd_assets.core.raw_read import RawRead, read_raw_shard
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import assign_split

@@ -32,23 +32,18 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from synthkd_assets.core.parquet_io import (
-    InputFileError,
-    RawShardChangedError,
-    read_arrow_schema,
-    write_tables_together,
-)
+from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema, write_tables_together
+from synthkd_assets.core.raw_read import read_raw_shard
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.synth import message_json, messages_json_head, python_whitespace, system_message_dict
 from synthkd_assets.core.validation import DuplicateIds
 from synthkd_contract import drops, sources
-from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import HARMONY_SCHEMA
 
 PARQUET = "parquet"
@@ -195,13 +190,14 @@ def _conform_column(array: pa.ChunkedArray, expected: pa.DataType) -> pa.Chunked
     return array.cast(expected)
 
 
-def read_parquet_source(path: Path, spec: SourceSpec) -> pa.Table:
-    """The published columns of a Parquet shard (optional ones absent: all null), schema checked first."""
-    schema = read_arrow_schema(path)
+def read_parquet_source(path: Path, spec: SourceSpec, file: BinaryIO | None = None) -> pa.Table:
+    """The published columns of a Parquet shard (optional ones absent: all null), schema checked first; `file`:
+    an already open file of `path` to read instead."""
+    schema = read_arrow_schema(path, file)
     check_source_schema(path, spec, schema)
     present = [column.name for column in spec.columns if column.name in schema.names]
     try:
-        table = pq.read_table(path, columns=present)
+        table = pq.read_table(path if file is None else file, columns=present)
         table.validate(full=True)
     except Exception as error:
         raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
@@ -248,12 +244,12 @@ def _json_type_name(value: Any) -> str:
     )
 
 
-def read_jsonl_source(path: Path, spec: SourceSpec, report: ShardReport) -> pa.Table:
+def read_jsonl_source(path: Path, spec: SourceSpec, report: ShardReport, file: BinaryIO | None = None) -> pa.Table:
     """The published columns of a JSONL shard, one row per non-blank line (`source_row` = its index among them):
     a line that is not a JSON object or holds a field of another type is dropped and counted; a required column
-    absent from every line refuses the file (it is another dataset's)."""
+    absent from every line refuses the file (it is another dataset's); `file`: an open file of `path` to read."""
     try:
-        raw = path.read_bytes()
+        raw = path.read_bytes() if file is None else file.read()
     except OSError as error:
         raise InputFileError(f"{path}: not a readable JSONL file ({type(error).__name__}: {error})") from error
     rows: list[dict[str, Any]] = []
@@ -297,11 +293,12 @@ def read_jsonl_source(path: Path, spec: SourceSpec, report: ShardReport) -> pa.T
     return table.append_column("source_row", pa.array(source_rows, pa.int64()))
 
 
-def read_source_table(path: Path, spec: SourceSpec, report: ShardReport) -> pa.Table:
-    """A shard's published columns plus `source_row`, by the spec's file format."""
+def read_source_table(path: Path, spec: SourceSpec, report: ShardReport, file: BinaryIO | None = None) -> pa.Table:
+    """A shard's published columns plus `source_row`, by the spec's file format (from `file` when given: an open
+    file of `path`)."""
     if spec.file_format == JSONL:
-        return read_jsonl_source(path, spec, report)
-    table = read_parquet_source(path, spec)
+        return read_jsonl_source(path, spec, report, file)
+    table = read_parquet_source(path, spec, file)
     return table.append_column("source_row", pa.array(range(table.num_rows), pa.int64()))
 
 
@@ -502,15 +499,17 @@ def harmonize_source(
     shard: str | None = None,
     subset: str | None = None,
     system: dict[str, Any] | None = None,
+    file: BinaryIO | None = None,
 ) -> SourceResult:
     """One shard of an anchor source -> synth_harmony_v1 rows (HARMONY_SCHEMA) and a ShardReport: rows in (the
     file's rows, JSONL: its non-blank lines) = rows out + rows dropped (by reason, the first 1000 named in
     `report.errors` with shard, source_row, synth_id when known, reason and detail). `shard` names the file in
     the report (default `<source>/<file name>`); `subset` is recorded in metadata_json (default the file's stem).
-    InputFileError when the file is not the dataset's (module docstring)."""
+    InputFileError when the file is not the dataset's (module docstring). `file`: an open file of `path` to read
+    instead of opening `path`."""
     spec = adapter.spec
     report = ShardReport(shard=shard or f"{spec.key}/{path.name}")
-    table = read_source_table(path, spec, report)
+    table = read_source_table(path, spec, report, file)
     report.rows_in += table.num_rows
     conversations = _conform_conversations(adapter.to_conversations(pl.from_arrow(table)), spec)
     if conversations.height != table.num_rows:
@@ -558,13 +557,15 @@ def harmonize_source_shard(
     errors_log: Path | None = None,
 ) -> ShardReport:
     """The synth_harmony step of an anchor partition: `harmonize_source` of its file, written to `out_path`
-    (HARMONY_SCHEMA, published atomically) with its error log. RawShardChangedError when the file's sha256 is
-    not `source_sha256` (it changed since the inventory scanned it); nothing is published then. `max_rows` (a
-    smoke build) keeps the first rows written and drops the rest as `smoke_cap`."""
-    digest = sha256_file(path)
-    if source_sha256 is not None and digest != source_sha256:
-        raise RawShardChangedError.since_scan(path, source_sha256, digest)
-    result = harmonize_source(path, adapter, shard=shard)
+    (HARMONY_SCHEMA, published atomically) with its error log. The file is opened once, hashed and parsed
+    through that handle (`read_raw_shard`, as a SYNTH shard), so the recorded sha256 is of the bytes parsed.
+    RawShardChangedError when that sha256 is not `source_sha256` (the file changed since the inventory scanned
+    it) or the file is written to while being read; nothing is published then. `max_rows` (a smoke build) keeps
+    the first rows written and drops the rest as `smoke_cap`."""
+    file_kind = "JSONL" if adapter.spec.file_format == JSONL else "Parquet"
+    with read_raw_shard(path, source_sha256, file_kind) as raw:
+        result = harmonize_source(path, adapter, shard=shard, file=raw.file)
+        raw.check_unchanged()
     frame, report = result.frame, result.report
     if max_rows is not None and frame.height > max_rows:
         report.dropped[drops.DROP_SMOKE_CAP] += frame.height - max_rows
@@ -572,7 +573,7 @@ def harmonize_source_shard(
         report.rows_out = frame.height
         report.language = Counter(frame["language"].fill_null("unknown").to_list())
         report.exercise = Counter(frame["exercise"].to_list())
-    report.source_sha256, report.source_bytes = digest, path.stat().st_size
+    report.source_sha256, report.source_bytes = raw.sha256, raw.bytes
     write_tables_together([(out_path, HARMONY_SCHEMA, frame.to_arrow())])
     if errors_log is not None:
         report.write_errors(errors_log)
