@@ -10,6 +10,8 @@ import shutil
 
 import dagster as dg
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 from hypothesis import given
@@ -17,12 +19,18 @@ from hypothesis import strategies as st
 
 from synthkd_assets.core import valuation as valuation_module
 from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, write_tables_together
-from synthkd_assets.core.valuation import checkpoint_sha256, prompt_features, valuation_table, write_valuation_shard
+from synthkd_assets.core.valuation import (
+    ShardTokens,
+    checkpoint_sha256,
+    prompt_features,
+    valuation_table,
+    write_valuation_shard,
+)
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout, ValuationModelsResource
 from synthkd_assets.defs.valuation import model_features
 from synthkd_contract.manifest_seal import sha256_file
-from synthkd_contract.schemas import VALUATION_SCHEMA
+from synthkd_contract.schemas import TOKENIZED_SCHEMA, VALUATION_SCHEMA
 from synthkd_contract.valuation import LEXICAL_MARKERS, MARKER_COLUMNS, MODEL_FEATURE_COLUMNS
 from synthkd_training.models import GPTSpec, build_gpt, megatron_world, save_checkpoint
 from tests.helpers import SAMPLE_RAW_DIR, materialize_steps
@@ -112,6 +120,26 @@ def test_a_pool_part_of_several_windows_is_read_a_frame_at_a_time_with_the_featu
         mean = frame[name].mean()
         assert result.summary[f"mean_{name}"] == (None if mean is None else pytest.approx(float(mean)))
         assert result.summary[f"nulls_{name}"] == frame[name].null_count()
+
+
+@given(st.data())
+def test_shard_tokens_gives_each_asked_synth_ids_tokens_in_the_order_asked(tmp_path_factory, data):
+    """ShardTokens against the file read whole (the oracle): any subset of a shard's ids in any order, over
+    row groups of any size, gives each id's tokens; an id the shard lacks is an error naming the file."""
+    rows = data.draw(st.integers(1, 60))
+    tokens = [list(range(i, i + i % 7)) for i in range(rows)]  # some empty
+    table = pa.table(
+        {"synth_id": [f"s{i}" for i in range(rows)], "tokens": pa.array(tokens, TOKENIZED_SCHEMA.field("tokens").type)}
+    )
+    path = tmp_path_factory.mktemp("tokens") / "synth_00.parquet"
+    pq.write_table(table, path, row_group_size=data.draw(st.integers(1, 64)))
+    lookup = ShardTokens(path)
+    for _ in range(data.draw(st.integers(1, 4))):  # frames, as the valuation step asks
+        asked = data.draw(st.lists(st.integers(0, rows - 1), unique=True))
+        got = lookup([f"s{i}" for i in asked])
+        assert [g.tolist() for g in got] == [tokens[i] for i in asked]
+    with pytest.raises(ValueError, match=f"{path}: no tokens for pool rows of synth_id \\['nope'\\]"):
+        lookup(["s0", "nope"])
 
 
 def test_the_markers_find_what_they_name():

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from synthkd_assets.core.near_dup import USER_PROMPT_PATH
-from synthkd_assets.core.parquet_io import iter_frames
+from synthkd_assets.core.parquet_io import iter_frames, list_column_rows
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_contract.manifest_seal import sha256_file
@@ -89,16 +90,43 @@ def valuation_table(pool: pl.DataFrame, model: dict[str, list] | None) -> pa.Tab
     return table.select(VALUATION_SCHEMA.names).cast(VALUATION_SCHEMA)
 
 
-def conversation_tokens(tokenized_path: Path, synth_ids: list[str]) -> list[np.ndarray]:
-    """The synth_tokenized tokens of each synth_id, in the order given; a missing one is an error. Only the rows
-    asked for are collected (a frame of the pool at a time, not the whole shard)."""
-    wanted = pl.scan_parquet(tokenized_path).select("synth_id", "tokens").filter(pl.col("synth_id").is_in(synth_ids))
-    order = pl.DataFrame({"synth_id": synth_ids}).with_row_index("order")
-    joined = order.join(wanted.collect(), on="synth_id", how="left").sort("order")
-    missing = joined.filter(pl.col("tokens").is_null())["synth_id"].to_list()
-    if missing:
-        raise ValueError(f"{tokenized_path}: no tokens for pool rows of synth_id {missing[:5]}")
-    return [np.asarray(tokens) for tokens in joined["tokens"].to_list()]
+class ShardTokens:
+    """The synth_tokenized tokens of a shard, by synth_id, a pool frame at a time. The shard's synth_id column is
+    indexed once (row group, row in it); a lookup reads only the row groups holding the rows asked for, and keeps
+    the last one read: a pool part is in its tokenized shard's order, so the whole pool reads the tokens about
+    once (a scan of the shard per frame read it once per 512 rows)."""
+
+    def __init__(self, tokenized_path: Path) -> None:
+        self.path = tokenized_path
+        with pq.ParquetFile(tokenized_path) as file:
+            sizes = [file.metadata.row_group(g).num_rows for g in range(file.metadata.num_row_groups)]
+            ids = pl.from_arrow(file.read(columns=["synth_id"]).column("synth_id"))
+        self.index = pl.DataFrame(
+            {
+                "synth_id": ids,
+                "group": np.repeat(np.arange(len(sizes), dtype=np.int64), sizes),
+                "row": np.concatenate([np.arange(n, dtype=np.int64) for n in sizes] or [np.zeros(0, np.int64)]),
+            }
+        )
+        self.cached: tuple[int, list[np.ndarray]] | None = None
+
+    def _group(self, file: pq.ParquetFile, group: int) -> list[np.ndarray]:
+        if self.cached is None or self.cached[0] != group:
+            self.cached = (group, list_column_rows(file.read_row_group(group, columns=["tokens"]).column("tokens")))
+        return self.cached[1]
+
+    def __call__(self, synth_ids: list[str]) -> list[np.ndarray]:
+        """The tokens of each synth_id, in the order given; a missing one is an error naming the file."""
+        wanted = pl.DataFrame({"synth_id": synth_ids}, schema={"synth_id": pl.String}).with_row_index("order")
+        found = wanted.join(self.index, on="synth_id", how="left")
+        missing = found.filter(pl.col("group").is_null())["synth_id"].to_list()
+        if missing:
+            raise ValueError(f"{self.path}: no tokens for pool rows of synth_id {missing[:5]}")
+        sequences: list[np.ndarray | None] = [None] * len(synth_ids)
+        with pq.ParquetFile(self.path) as file:
+            for order, group, row in found.sort("group", "order").select("order", "group", "row").iter_rows():
+                sequences[order] = self._group(file, group)[row]
+        return sequences  # type: ignore[return-value]  # every position filled: none is missing
 
 
 def checkpoint_sha256(directory: str | Path) -> str:
@@ -145,7 +173,8 @@ class ValuationStep(ShardStep):
     """Pool rows -> their features, a frame at a time (every row kept), so memory does not grow with the shard."""
 
     def __init__(self, pool_part: Path, tokenized_path: Path, out_path: Path, model: ModelFeatures | None) -> None:
-        self.pool_part, self.tokenized_path, self.out_path, self.model = pool_part, tokenized_path, out_path, model
+        self.pool_part, self.out_path, self.model = pool_part, out_path, model
+        self.tokens = ShardTokens(tokenized_path) if model is not None else None
         self.summary = FeatureSummary()
 
     def open_outputs(self) -> Outputs:
@@ -156,8 +185,8 @@ class ValuationStep(ShardStep):
 
     def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
         columns = None
-        if self.model is not None:
-            sequences = conversation_tokens(self.tokenized_path, frame["source_example_id"].to_list())
+        if self.model is not None and self.tokens is not None:
+            sequences = self.tokens(frame["source_example_id"].to_list())
             columns = self.model(sequences, frame["prompt_tokens_est"].to_list())
         table = valuation_table(frame, columns)
         self.summary.add(table)
