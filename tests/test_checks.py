@@ -23,6 +23,7 @@ MANIFEST_CHECKS = {
     "manifest_provenance",
     "no_split_leakage",
     "no_duplicate_synth_ids",
+    "validation_sets_not_trained",
     "shards_readable_by_megatron",
     "dataset_rows_accounted",
     "output_table_schemas",
@@ -129,6 +130,27 @@ def test_leaked_synth_id_fails_the_leakage_check(copy_of_build):
     pl.concat([table, leaked]).write_parquet(documents)
     outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["no_split_leakage"] is False
+
+
+def test_a_validation_row_in_the_dataset_fails_the_validation_check_naming_it(copy_of_build):
+    """A held-out row trained on (how: a shard sampled without its cluster decisions) fails the blocking check,
+    naming the synth_id, the validation set and the documents table; the other checks still pass."""
+    instance, layout, paths = copy_of_build
+    trained = pl.read_parquet(paths.documents_table(1))["synth_id"][0]
+    kl = pq.read_table(paths.heldout_kl())
+    assert kl.num_rows and trained not in kl["synth_id"].to_pylist()
+    copy = kl.slice(0, 1).set_column(0, "synth_id", pa.array([trained], pa.string()))
+    pq.write_table(pa.concat_tables([copy, kl]), paths.heldout_kl())  # the contract schema kept
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.checks_for_assets("synth_kd_v1_manifest"),
+        instance=instance,
+        resources=synthkd_resources(layout),
+        raise_on_error=False,
+    )
+    [failed] = [e for e in result.get_asset_check_evaluations() if not e.passed]
+    assert failed.check_name == "validation_sets_not_trained"
+    assert f"synth_id {trained!r} of heldout_kl.parquet is in shard_01_documents.parquet" in failed.description
 
 
 def test_edited_input_manifest_fails_provenance(copy_of_build):

@@ -33,7 +33,7 @@ from synthkd_contract import constants, drops
 from synthkd_contract.manifest_seal import sidecar_path
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 from synthkd_training.dataset import tokens_prefixes
-from tests.helpers import MANIFEST_STEPS, REPO_ROOT, SAMPLE_RAW_DIR, check_outcomes, run
+from tests.helpers import MANIFEST_STEPS, REPO_ROOT, SAMPLE_RAW_DIR, SCAN_STEPS, SHARD_STEPS, check_outcomes, run
 from tests.test_bad_input import row, write_raw
 
 ROWS = 40  # rows per small shard cut from the sample
@@ -196,6 +196,11 @@ def shard_03_files(data: Path) -> list[str]:
     return [f for f in every_file(data) if "shard_03" in f or "part-00003" in f or "synth_03" in f]
 
 
+def shard_03_decisions(data: Path) -> list[str]:
+    """What stays of a removed shard until the next clustering: the plan's near-duplicate decisions for it."""
+    return [str(data / "synth_clusters" / "synth_03.parquet")]
+
+
 def test_outputs_of_a_removed_shard_are_removed_and_the_checks_pass(three_shards):
     instance, layout, raw, data = three_shards
     assert shard_03_files(data)
@@ -218,7 +223,7 @@ def test_a_lost_instance_does_not_hide_outputs_of_removed_shards(three_shards, t
     (raw / "synth_03.parquet").unlink()
     with dg.DagsterInstance.ephemeral() as fresh:
         run(fresh, layout, ["synth_raw_inventory"])
-    assert shard_03_files(data) == []
+    assert shard_03_files(data) == shard_03_decisions(data)
     assert orphaned_outputs(layout.data_layout(), ["synth_00", "synth_01"]) == []
 
 
@@ -243,11 +248,38 @@ def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
     assert isinstance(skipped, dg.SkipReason) and str(lock) in skipped.skip_message and shard_03_files(data)
     result = tick_synth_raw_sensor(instance, layout, cursor)
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
-    assert shard_03_files(data) == []
+    assert shard_03_files(data) == shard_03_decisions(data)
     # nothing else rebuilds, so the sensor asks for the manifests to list what is left; then they pass
     assert [r.job_name for r in result.run_requests] == ["synth_manifests_job"]
     outcome = check_outcomes(run(instance, layout, MANIFEST_STEPS))
     assert outcome and all(outcome.values()), outcome
+
+
+def test_a_shard_removed_and_put_back_is_sampled_under_its_cluster_decisions(three_shards, tmp_path):
+    """The near-duplicate decisions are the plan's, not the shard's: a shard removed (the sensor removes its
+    outputs) and put back with the same bytes is rebuilt under the clusters in force with the same cap and
+    held-out drops, so none of its validation rows is trained on (a new user's trial found them in the dataset:
+    the decisions used to go with the shard). The next clustering drops the decisions of a shard that is gone."""
+    instance, layout, raw, data = three_shards
+    paths = layout.data_layout()
+    sampled_report = paths.stage_report("synth_sampled", "synth_03")
+    before = json.loads(sampled_report.read_text())["dropped"]
+    assert before.get(drops.DROP_HELDOUT), before
+    cursor = tick_synth_raw_sensor(instance, layout, None).cursor
+    shutil.move(raw / "synth_03.parquet", tmp_path / "synth_03.parquet")
+    cursor = tick_synth_raw_sensor(instance, layout, cursor).cursor
+    assert not sampled_report.exists() and shard_03_files(data) == shard_03_decisions(data)
+    shutil.move(tmp_path / "synth_03.parquet", raw / "synth_03.parquet")
+    result = tick_synth_raw_sensor(instance, layout, cursor)
+    assert result.run_requests and instance.get_dynamic_partitions(SYNTH_SHARDS.name)[-1] == "synth_03"
+    run(instance, layout, [*SCAN_STEPS, *SHARD_STEPS], "synth_03")  # what the sensor's runs build
+    outcome = check_outcomes(run(instance, layout, MANIFEST_STEPS))  # raises unless every blocking check passed
+    assert outcome["validation_sets_not_trained"] is True
+    assert json.loads(sampled_report.read_text())["dropped"] == before
+    (raw / "synth_03.parquet").unlink()
+    tick_synth_raw_sensor(instance, layout, result.cursor)
+    run(instance, layout, ["synth_clusters"])
+    assert shard_03_files(data) == []
 
 
 def test_rows_are_accounted_over_the_whole_dataset(three_shards):

@@ -92,6 +92,26 @@ def split_leakage(document_tables: list[Path]) -> Problems:
     return Problems(listed, total=leaked.height)
 
 
+def validation_rows_trained(document_tables: list[Path], validation_sets: list[Path]) -> Problems:
+    """synth_ids of the validation sets (rows of held-out clusters: never trained on, docs/near-dup.md) found in the
+    documents tables, each named with its set and table. A validation set not on disk holds nothing."""
+    held = [
+        pl.read_parquet(path, columns=["synth_id"]).with_columns(set=pl.lit(path.name))
+        for path in validation_sets
+        if path.is_file()
+    ]
+    trained = [
+        pl.read_parquet(path, columns=["synth_id"]).with_columns(table=pl.lit(path.name)) for path in document_tables
+    ]
+    if not held or not trained:
+        return Problems()
+    found = pl.concat(held).join(pl.concat(trained), on="synth_id").sort("synth_id", "set", "table")
+    listed = [
+        f"synth_id {i!r} of {s} is in {t}" for i, s, t in found.head(20).select("synth_id", "set", "table").iter_rows()
+    ]
+    return Problems(listed, total=found.height)
+
+
 def unreadable_shards(root: Path, manifest: dict[str, Any]) -> list[str]:
     """Every shard/split the manifest lists, validated as a trio (`validate_trio`: readable by megatron-core too)."""
     problems: list[str] = []

@@ -6,7 +6,10 @@ parts, per-cell trios and shard records, the valuation features' parts). When a 
 named after it would otherwise stay on disk, and the dataset directories (what `tokens_prefixes` globs, what a
 DistillKit loader reads) would hold data the manifest does not list. `orphaned_outputs` lists exactly those files
 given the shards present, so a lost Dagster instance (partitions never registered as deleted) cannot hide them
-either; removal deletes them (they are derived data: the raw file is what was removed).
+either; removal deletes them (they are derived data: the raw file is what was removed). A shard's near-duplicate
+decisions (synth_clusters) are the global plan's, not the shard's: they stay until the next clustering replaces
+them, so a shard removed and put back is sampled under the same cap and held-out decisions (its held-out rows never
+reach training); synth_clusters removes the files of shards it no longer clusters.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from synthkd_assets.core.atomic import PARTIAL_SUFFIX
 from synthkd_assets.core.curriculum import stage_files
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import (
+    CLUSTERS_STAGE,
     ERROR_LOG_SUFFIX,
     MEGATRON_SHARDS_SUBDIR,
     POOL_PARTS_SUBDIR,
@@ -70,7 +74,10 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
     present_keys = set(present)
     present_numbers = {shard_index_from_name(key) for key in present_keys}
     found: list[Path] = []
-    key_dirs = [(d, (REPORT_SUFFIX, STAGE_SUFFIX)) for d in layout.all_stage_dirs()]
+    # not the clusters: the plan's decisions for every shard it clustered, in force until the next re-plan
+    # (`stale_cluster_files`), so a shard that comes back gets its rows' cap and held-out decisions again
+    stage_dirs = [d for d in layout.all_stage_dirs() if d.name != CLUSTERS_STAGE]
+    key_dirs = [(d, (REPORT_SUFFIX, STAGE_SUFFIX)) for d in stage_dirs]
     key_dirs += [(d, (RECORD_SUFFIX,)) for d in layout.all_distill_records_dirs()]
     for errors_dir in layout.all_errors_dirs():
         if errors_dir.is_dir():
@@ -94,6 +101,18 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
             if match and int(match.group(1)) not in present_numbers:
                 found.append(path)
     return sorted(set(found))
+
+
+def stale_cluster_files(build: DataLayout, clustered: Collection[str]) -> list[Path]:
+    """The per-shard decision files in `build`'s synth_clusters directory of shards not in `clustered` (final or
+    partial): a shard removed since an earlier clustering, whose decisions the new one replaces."""
+    directory = build.stage_dir(CLUSTERS_STAGE)
+    keep = set(clustered)
+    return [
+        path
+        for path in _files_below(directory)
+        if (key := _key_of(path.relative_to(directory).as_posix(), (STAGE_SUFFIX,))) is not None and key not in keep
+    ]
 
 
 def unlisted_pool_files(layout: DataLayout, orphaned: Collection[Path]) -> list[Path]:
@@ -131,10 +150,19 @@ def remove_orphaned_outputs(layout: DataLayout, present: Collection[str]) -> lis
     (`unlisted_pool_files`), and an anchor source's directory of key-named files (`<stage>/<source>/`) once it
     holds nothing; returns the files removed (for metadata and logs)."""
     orphaned = orphaned_outputs(layout, present)
-    removed = sorted({*orphaned, *unlisted_pool_files(layout, orphaned)})
-    for path in removed:
+    return _remove(sorted({*orphaned, *unlisted_pool_files(layout, orphaned)}))
+
+
+def remove_stale_cluster_files(build: DataLayout, clustered: Collection[str]) -> list[Path]:
+    """Delete `stale_cluster_files(build, clustered)` (and an anchor source's emptied directory); returns them."""
+    return _remove(stale_cluster_files(build, clustered))
+
+
+def _remove(paths: list[Path]) -> list[Path]:
+    """Delete the files, then every `<stage>/<source>/` directory of an anchor source they leave empty."""
+    for path in paths:
         path.unlink(missing_ok=True)
-    for directory in sorted({path.parent for path in removed if path.parent.name in sources.SOURCE_DATASETS}):
+    for directory in sorted({path.parent for path in paths if path.parent.name in sources.SOURCE_DATASETS}):
         with contextlib.suppress(OSError):  # not empty: another shard of the source is still there
             directory.rmdir()
-    return removed
+    return paths

@@ -19,6 +19,7 @@ from synthkd_assets.core.checks import (
     schema_problems,
     split_leakage,
     unreadable_shards,
+    validation_rows_trained,
 )
 from synthkd_assets.core.dataset_manifest import record_check_verdict, sealed_digest, write_sealed_manifest
 from synthkd_assets.core.distill_io import distill_part_problems
@@ -433,9 +434,10 @@ def _dataset_rows_result(manifest: dict) -> dg.AssetCheckResult:
 
 
 def documents_check(
-    name: str, find: Callable[[list[Path]], list[str]], passed: str, description: str
+    name: str, find: Callable[[list[Path], DataLayout], list[str]], passed: str, description: str
 ) -> dg.AssetChecksDefinition:
-    """A check of `find`'s problems over the documents tables of every shard the synth_kd_v1 manifest lists."""
+    """A check of `find`'s problems over the documents tables of every shard the synth_kd_v1 manifest lists (and
+    the build's layout, for what they are checked against)."""
 
     @dg.asset_check(asset="synth_kd_v1_manifest", name=name, blocking=True, description=description)
     def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
@@ -444,20 +446,29 @@ def documents_check(
             root, manifest = _dataset_manifest(paths)
             tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
             tables = [table for table in tables if table.is_file()]
-            result = _result(find(tables), passed_summary=f"{passed} ({len(tables)} document tables)")
+            result = _result(find(tables, paths), passed_summary=f"{passed} ({len(tables)} document tables)")
             return record(result)
 
     return check
 
 
 no_split_leakage = documents_check(
-    "no_split_leakage", split_leakage, "no synth_id in both splits", "No synth_id is in both train and valid."
+    "no_split_leakage",
+    lambda tables, _: split_leakage(tables),
+    "no synth_id in both splits",
+    "No synth_id is in both train and valid.",
 )
 no_duplicate_synth_ids = documents_check(
     "no_duplicate_synth_ids",
-    cross_shard_duplicates,
+    lambda tables, _: cross_shard_duplicates(tables),
     "no synth_id in two shards",
     "No synth_id is in two shards (within a shard, later duplicates are dropped as duplicate_synth_id).",
+)
+validation_sets_not_trained = documents_check(
+    "validation_sets_not_trained",
+    lambda tables, paths: validation_rows_trained(tables, [paths.heldout_kl(), paths.format_suite()]),
+    "no row of the validation sets",
+    "No synth_id of the validation sets (heldout_kl, format_suite: rows of held-out clusters) is in the dataset.",
 )
 
 
@@ -584,6 +595,7 @@ STANDALONE_CHECKS = [
     *KD_MANIFEST_CHECKS,
     no_split_leakage,
     no_duplicate_synth_ids,
+    validation_sets_not_trained,
     shards_readable_by_megatron,
     output_table_schemas,
     pool_table_schemas,

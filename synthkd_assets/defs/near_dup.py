@@ -8,6 +8,7 @@ from collections import Counter
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.cleanup import remove_stale_cluster_files
 from synthkd_assets.core.dataset_manifest import file_record
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.near_dup import (
@@ -94,6 +95,7 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
             for i, (name, sig) in enumerate(zip(names, signature_files))
         ]
     )
+    stale = remove_stale_cluster_files(paths, names)  # shards removed since the last clustering: not in this one
     summary = {
         "settings": settings.to_dict(),
         "shards": {n: file_record(paths.build_root(), f) for n, f in zip(names, signature_files)},
@@ -118,6 +120,7 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
             "largest_clusters": dg.MetadataValue.json(summary["largest"]),
             "example_pair": dg.MetadataValue.md(_pair_markdown(example)),
             "clusters_crossing_split": summary["clusters_crossing_split"],
+            "stale_cluster_files_removed": dg.MetadataValue.json([str(p) for p in stale]),
         },
         data_version=dg.DataVersion(digest),
     )
