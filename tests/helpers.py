@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dagster as dg
 import polars as pl
 
 from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the tests)
@@ -12,7 +13,7 @@ from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the test
     materialize_steps,
 )
 from synthkd_assets.defs.passes import MANIFEST_STEPS, PLAN_STEPS, SCAN_STEPS, SHARD_STEPS  # noqa: F401
-from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 from synthkd_dev import REPO_ROOT, SAMPLE_RAW_DIR  # noqa: F401  (re-exported for the tests)
 
 ALL_ASSETS = all_definitions()
@@ -40,6 +41,18 @@ def build_everything(instance, layout: SynthKDLayout) -> None:
 
 def check_outcomes(result) -> dict[str, bool]:
     return {evaluation.check_name: evaluation.passed for evaluation in result.get_asset_check_evaluations()}
+
+
+def check_evaluations(instance, layout: SynthKDLayout, asset: str) -> dict:
+    """Run every check of `asset` alone (not raising on a failure): check name -> its evaluation."""
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.checks_for_assets(asset),
+        instance=instance,
+        resources=synthkd_resources(layout),
+        raise_on_error=False,
+    )
+    return {evaluation.check_name: evaluation for evaluation in result.get_asset_check_evaluations()}
 
 
 def location_dependent(root: Path, path: Path) -> bool:

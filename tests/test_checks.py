@@ -17,7 +17,7 @@ from synthkd_assets.defs.checks import gating_checks
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import ManifestError, verify_manifest
-from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes, run
+from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_evaluations, check_outcomes, run
 
 MANIFEST_CHECKS = {
     "manifest_provenance",
@@ -31,14 +31,7 @@ MANIFEST_CHECKS = {
 
 
 def run_checks(instance, layout: SynthKDLayout, asset: str) -> dict[str, bool]:
-    result = dg.materialize(
-        ALL_ASSETS,
-        selection=dg.AssetSelection.checks_for_assets(asset),
-        instance=instance,
-        resources=synthkd_resources(layout),
-        raise_on_error=False,
-    )
-    return check_outcomes(result)
+    return {name: evaluation.passed for name, evaluation in check_evaluations(instance, layout, asset).items()}
 
 
 @pytest.fixture
@@ -141,14 +134,7 @@ def test_a_validation_row_in_the_dataset_fails_the_validation_check_naming_it(co
     assert kl.num_rows and trained not in kl["synth_id"].to_pylist()
     copy = kl.slice(0, 1).set_column(0, "synth_id", pa.array([trained], pa.string()))
     pq.write_table(pa.concat_tables([copy, kl]), paths.heldout_kl())  # the contract schema kept
-    result = dg.materialize(
-        ALL_ASSETS,
-        selection=dg.AssetSelection.checks_for_assets("synth_kd_v1_manifest"),
-        instance=instance,
-        resources=synthkd_resources(layout),
-        raise_on_error=False,
-    )
-    [failed] = [e for e in result.get_asset_check_evaluations() if not e.passed]
+    [failed] = [e for e in check_evaluations(instance, layout, "synth_kd_v1_manifest").values() if not e.passed]
     assert failed.check_name == "validation_sets_not_trained"
     assert f"synth_id {trained!r} of heldout_kl.parquet is in shard_01_documents.parquet" in failed.description
 

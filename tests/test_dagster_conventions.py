@@ -12,7 +12,7 @@ from synthkd_assets.definitions import defs
 from synthkd_assets.defs.checks import verdict_text
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
-from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR
+from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_evaluations
 
 TABLE_ASSETS = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill")
 MANIFESTS = ("synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest")
@@ -39,7 +39,7 @@ def latest(instance: dg.DagsterInstance, asset: str, partition: str | None = Non
 
 def test_every_check_has_a_description():
     specs = all_check_specs()
-    assert len(specs) == 32
+    assert len(specs) == 33
     assert [s.key.to_user_string() for s in specs if not (s.description or "").strip()] == []
 
 
@@ -148,14 +148,7 @@ def test_a_failed_check_says_what_failed_and_which_file(built_sample, own_instan
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
     tokens = layout.data_layout().megatron_root() / "train" / "shard_01_tokens.bin"
     tokens.write_bytes(tokens.read_bytes()[:-8])
-    result = dg.materialize(
-        ALL_ASSETS,
-        selection=dg.AssetSelection.checks_for_assets("synth_kd_v1_manifest"),
-        instance=instance,
-        resources=synthkd_resources(layout),
-        raise_on_error=False,
-    )
-    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    evaluations = check_evaluations(instance, layout, "synth_kd_v1_manifest")
     for name in ("manifest_provenance", "shards_readable_by_megatron"):
         assert not evaluations[name].passed
         text = evaluations[name].description
