@@ -21,8 +21,10 @@ from synthkd_assets.core import inventory
 from synthkd_assets.core.cleanup import orphaned_outputs
 from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
 from synthkd_assets.core.parquet_io import InputFileError
+from synthkd_assets.definitions import defs
+from synthkd_assets.defs.automation import synth_raw_sensor
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, sources
 from synthkd_contract.buckets import ctx_bucket, skill_bucket
 from synthkd_dev import SAMPLE_RAW_DIR, SAMPLE_SOURCES_DIR
@@ -132,6 +134,28 @@ def test_the_sensor_builds_a_new_source_shard_and_nothing_else(built_mixed, tmp_
         ]
     finally:
         added.unlink()
+
+
+def test_a_sensor_started_without_the_sources_variable_changes_nothing(built_mixed):
+    """`dg dev` started in a shell without SYNTHKD_SOURCES_DIR over a build with sources (a new user's trial: the
+    sensor took every anchor shard for removed and deleted its outputs): the tick skips, naming the variable and
+    the directory to export, and leaves files and partitions as they were; with the variable, nothing to do."""
+    instance, layout, paths = built_mixed
+    files = {p: p.stat().st_mtime_ns for p in paths.data_root.rglob("*") if p.is_file()}
+    partitions = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
+    unset = SynthKDLayout(raw_dir=layout.raw_dir, data_dir=layout.data_dir)
+    context = dg.build_sensor_context(instance=instance, resources=synthkd_resources(unset), definitions=defs())
+    skipped = synth_raw_sensor(context)
+    assert isinstance(skipped, dg.SkipReason), skipped
+    assert f"Export SYNTHKD_SOURCES_DIR={SAMPLE_SOURCES_DIR} before `dg dev`" in skipped.skip_message
+    assert (
+        f"holds {len(anchor_keys(SAMPLE_SOURCES_DIR))} anchor-source shards (anthropic_helpfulness/"
+        in skipped.skip_message
+    )
+    assert "nothing was changed" in skipped.skip_message
+    assert {p: p.stat().st_mtime_ns for p in paths.data_root.rglob("*") if p.is_file()} == files
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == partitions
+    assert tick_synth_raw_sensor(instance, layout, None).run_requests == []
 
 
 # --- the datasets carry the source of every document -------------------------------------------------------------

@@ -15,8 +15,10 @@ reach training); synth_clusters removes the files of shards it no longer cluster
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX
@@ -25,6 +27,7 @@ from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import (
     CLUSTERS_STAGE,
     ERROR_LOG_SUFFIX,
+    HARMONY_STAGE,
     MEGATRON_SHARDS_SUBDIR,
     POOL_PARTS_SUBDIR,
     POOL_TRIOS_SUBDIR,
@@ -101,6 +104,47 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
             if match and int(match.group(1)) not in present_numbers:
                 found.append(path)
     return sorted(set(found))
+
+
+@dataclass(frozen=True)
+class SourcesNotConfigured:
+    """A data root built with anchor sources, looked at from a process without a sources directory."""
+
+    shards: list[str]  # the anchor shards' keys with a synth_harmony output on disk
+    sources_dirs: list[str]  # the directories synth_harmony read them from (its manifest), to export again
+
+    def message(self, data_root: Path) -> str:
+        where = " or ".join(self.sources_dirs) or "the directory they were built from"
+        return (
+            f"SYNTHKD_SOURCES_DIR is not set in this process, but {data_root} holds {len(self.shards)} anchor-source "
+            f"shards ({', '.join(self.shards[:4])}{', ...' if len(self.shards) > 4 else ''}): nothing was changed. "
+            f"Export SYNTHKD_SOURCES_DIR={where} before `dg dev`; to remove the sources from the build instead, "
+            "run ./scripts/build.sh without it."
+        )
+
+
+def sources_not_configured(layout: DataLayout) -> SourcesNotConfigured | None:
+    """When no sources directory is configured (`layout.sources_root` None) but either build on the data root holds
+    anchor-source shards' synth_harmony outputs: what an automatic pass must not take for removed shards (an unset
+    variable in the shell that started the daemon would otherwise delete a whole sources build). None otherwise."""
+    if layout.sources_root is not None:
+        return None
+    shards: set[str] = set()
+    dirs: set[str] = set()
+    for build in layout.both_builds():
+        harmony = build.stage_dir(HARMONY_STAGE)
+        for path in _files_below(harmony):
+            key = _key_of(path.relative_to(harmony).as_posix(), (STAGE_SUFFIX,))
+            if key is not None and sources.partition_source(key) != sources.SYNTH_SOURCE:
+                shards.add(key)
+        manifest = build.harmony_manifest()
+        if manifest.is_file():
+            for shard in json.loads(manifest.read_text()).get("shards", []):
+                source = sources.partition_source(shard["name"])
+                parts = Path(shard.get("source", {}).get("path", "")).parts
+                if source != sources.SYNTH_SOURCE and source in parts:
+                    dirs.add(str(Path(*parts[: len(parts) - 1 - parts[::-1].index(source)])))
+    return SourcesNotConfigured(sorted(shards), sorted(dirs)) if shards else None
 
 
 def stale_cluster_files(build: DataLayout, clustered: Collection[str]) -> list[Path]:

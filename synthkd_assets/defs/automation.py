@@ -8,7 +8,7 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.buildlock import build_in_progress
-from synthkd_assets.core.cleanup import remove_orphaned_outputs
+from synthkd_assets.core.cleanup import remove_orphaned_outputs, sources_not_configured
 from synthkd_assets.core.inventory import (
     InputManifestError,
     built_from_sha256,
@@ -95,6 +95,8 @@ def synth_raw_sensor(
     paths = layout.data_layout(build.smoke)
     if waiting := _wait_for_build(paths):
         return waiting
+    if unconfigured := sources_not_configured(paths):  # not a removal: the daemon's shell lacks the variable
+        return dg.SkipReason(unconfigured.message(paths.data_root))
     cursor = json.loads(context.cursor) if context.cursor else {"shards": {}, "harmony_manifest": None}
     shards = scan_inputs(paths)
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
