@@ -76,3 +76,10 @@ def rows_after_clusters(paths, columns: list[str]):
         rows = pl.read_parquet(filtered, columns=["synth_id", *columns]).join(decisions, on="synth_id", how="left")
         frames.append(rows.filter(pl.col("decision").is_null()).select(columns))
     return pl.concat(frames)
+
+
+def pool_published(instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
+    """The latest `pool_published` evaluation on synth_pool_manifest, from a run or reported without one."""
+    key = dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "pool_published")
+    [record] = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    return record.event.dagster_event.event_specific_data

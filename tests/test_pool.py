@@ -21,7 +21,7 @@ from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, POOL_STEPS, QUOTA_ST
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract.manifest_seal import verify_manifest
 from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
-from tests.helpers import SAMPLE_RAW_DIR, run
+from tests.helpers import SAMPLE_RAW_DIR, pool_published, run
 
 # the contract restated by hand (an oracle must not import what it checks)
 SKILL = {
@@ -207,6 +207,8 @@ def test_a_pool_relaunched_for_one_shard_under_a_new_plan_is_unpublished_until_e
     assert not paths.pool_manifest().exists() and [p.name for p in paths.curriculum_dir().iterdir()] == ["plan.json"]
     event = own_instance.get_latest_materialization_event(dg.AssetKey("synth_pool"))
     assert "synth_pool_v1/manifest.json" in str(event.asset_materialization.metadata["pool_unpublished_files"].value)
+    published = pool_published(own_instance)  # what the UI shows on synth_pool_manifest: not the last green run
+    assert not published.passed and "unpublished: synth_pool rewrites shard synth_00's part" in published.description
     for step in POOL_MANIFEST_STEPS:
         failed = run(own_instance, layout, [step], build=mix, raise_on_error=False)
         assert not failed.success
@@ -216,6 +218,7 @@ def test_a_pool_relaunched_for_one_shard_under_a_new_plan_is_unpublished_until_e
     for shard in [f"synth_0{i}" for i in range(6)]:
         run(own_instance, layout, POOL_STEPS, shard, build=mix)
     run(own_instance, layout, POOL_MANIFEST_STEPS, build=mix)
+    assert pool_published(own_instance).passed
     manifest = verify_manifest(paths.pool_root())
     assert manifest["config"]["quota"]["targets"]["skill_mix"] == mix.skill_mix
     assert {f["path"] for f in manifest["files"]} >= {"curriculum/P1.args", "curriculum/P1.json"}

@@ -33,7 +33,16 @@ from synthkd_contract import constants, drops
 from synthkd_contract.manifest_seal import sidecar_path
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
 from synthkd_training.dataset import tokens_prefixes
-from tests.helpers import MANIFEST_STEPS, REPO_ROOT, SAMPLE_RAW_DIR, SCAN_STEPS, SHARD_STEPS, check_outcomes, run
+from tests.helpers import (
+    MANIFEST_STEPS,
+    REPO_ROOT,
+    SAMPLE_RAW_DIR,
+    SCAN_STEPS,
+    SHARD_STEPS,
+    check_outcomes,
+    pool_published,
+    run,
+)
 from tests.test_bad_input import row, write_raw
 
 ROWS = 40  # rows per small shard cut from the sample
@@ -223,6 +232,7 @@ def test_a_lost_instance_does_not_hide_outputs_of_removed_shards(three_shards, t
     (raw / "synth_03.parquet").unlink()
     with dg.DagsterInstance.ephemeral() as fresh:
         run(fresh, layout, ["synth_raw_inventory"])
+        assert "unpublished: synth_raw_inventory removed the pool files" in pool_published(fresh).description
     assert shard_03_files(data) == shard_03_decisions(data)
     assert orphaned_outputs(layout.data_layout(), ["synth_00", "synth_01"]) == []
 
@@ -246,9 +256,13 @@ def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
         context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=synthkd_resources(layout))
         skipped = synth_raw_sensor(context)
     assert isinstance(skipped, dg.SkipReason) and str(lock) in skipped.skip_message and shard_03_files(data)
+    assert pool_published(instance).passed
     result = tick_synth_raw_sensor(instance, layout, cursor)
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
     assert shard_03_files(data) == shard_03_decisions(data)
+    # the pool lost its manifest with shard 03's part: the UI shows it unpublished, not its last green run
+    unpublished = pool_published(instance)
+    assert not unpublished.passed and "raw shards gone (['synth_03'])" in unpublished.description
     # nothing else rebuilds, so the sensor asks for the manifests to list what is left; then they pass
     assert [r.job_name for r in result.run_requests] == ["synth_manifests_job"]
     outcome = check_outcomes(run(instance, layout, MANIFEST_STEPS))

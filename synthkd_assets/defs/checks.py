@@ -237,6 +237,37 @@ BUCKET_BALANCE_SPEC = dg.AssetCheckSpec(
 )
 
 
+POOL_PUBLISHED = "pool_published"
+POOL_PUBLISHED_SPEC = dg.AssetCheckSpec(
+    POOL_PUBLISHED,
+    asset="synth_pool_manifest",
+    blocking=False,
+    description="Whether the pool is published: passes when this asset writes the sealed manifest; fails, reported "
+    "by what removed them, once the pool's manifest and curriculum stage files are removed because a pool shard "
+    "was rewritten or its raw shard removed (they would list or blend other rows), until ./scripts/build.sh or "
+    "the pool launches (docs/pool.md) publish it again.",
+)
+
+
+def pool_published_result(digest: str) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=POOL_PUBLISHED, passed=True, description=f"published: sealed manifest sha256 {digest[:12]}"
+    )
+
+
+def pool_unpublished_evaluation(paths: DataLayout, removed: list[Path], why: str) -> dg.AssetCheckEvaluation:
+    """The failed `pool_published` evaluation to report (runless) when `removed` took the pool's publication
+    files: so the UI shows the pool unpublished, not the last manifest's green materialization."""
+    return dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey("synth_pool_manifest"),
+        check_name=POOL_PUBLISHED,
+        passed=False,
+        description=f"unpublished: {why}; its manifest and curriculum stage files were removed. Publish it again "
+        "with ./scripts/build.sh or the pool launches (docs/pool.md)",
+        metadata={"removed_files": dg.MetadataValue.json(sorted(paths.recorded(p) for p in removed))},
+    )
+
+
 NEAR_DUP_CONTROLLED = "near_dup_controlled"
 NEAR_DUP_CONTROLLED_SPEC = dg.AssetCheckSpec(
     NEAR_DUP_CONTROLLED,

@@ -23,9 +23,12 @@ from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan
 from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
 from synthkd_assets.defs.checks import (
     BUCKET_BALANCE_SPEC,
+    POOL_PUBLISHED_SPEC,
     POOL_TRIO_ALIGNMENT,
     bucket_balance_result,
+    pool_published_result,
     pool_trio_alignment_result,
+    pool_unpublished_evaluation,
     rows_accounted_result,
     write_gated_manifest,
 )
@@ -126,6 +129,9 @@ def synth_pool(
             "anchor sources (no source mix): re-materialize synth_quota_plan, then every synth_pool shard"
         )
     unpublished = unpublish_pool(paths)  # the manifest and blends would describe rows this run replaces
+    if paths.pool_manifest() in unpublished:
+        why = f"synth_pool rewrites shard {key}'s part"
+        context.instance.report_runless_asset_event(pool_unpublished_evaluation(paths, unpublished, why))
     result = write_pool_shard(shard, paths.error_log("synth_pool", key))
     result.report.plan_sha256 = plan_sha
     record = result.record(key, shard_index, file_record(paths.pool_root(), part))
@@ -192,7 +198,7 @@ def synth_curriculum(
     {"json"},
     deps=[synth_pool, synth_curriculum, synth_quota_plan, synth_harmony_manifest, o200k_tokenizer],
     group_name="pool",
-    check_specs=[BUCKET_BALANCE_SPEC],
+    check_specs=[BUCKET_BALANCE_SPEC, POOL_PUBLISHED_SPEC],
 )
 def synth_pool_manifest(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
@@ -222,5 +228,5 @@ def synth_pool_manifest(
             "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
         },
         data_version=dg.DataVersion(digest),
-        check_results=[bucket_balance_result(achieved)],
+        check_results=[bucket_balance_result(achieved), pool_published_result(digest)],
     )
