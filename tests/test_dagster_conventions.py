@@ -3,6 +3,7 @@ metadata keys, zero-filled drop counts, and check results that say in words what
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import dagster as dg
@@ -41,6 +42,17 @@ def test_every_check_has_a_description():
     specs = all_check_specs()
     assert len(specs) == 34
     assert [s.key.to_user_string() for s in specs if not (s.description or "").strip()] == []
+
+
+def test_placeholders_in_descriptions_are_in_code_spans():
+    """The UI renders descriptions as Markdown, where a bare `<pool>` is an HTML tag and vanishes ("per stage,
+    /curriculum/.json", a new user read): every `<name>` of an asset or check description is in a code span."""
+    descriptions = {spec.key.to_user_string(): spec.description for spec in defs().resolve_all_asset_specs()}
+    descriptions |= {spec.key.to_user_string(): spec.description for spec in all_check_specs()}
+    bare = {
+        key: re.findall(r"<[A-Za-z_][^>]*>", re.sub(r"`[^`]*`", "", text or "")) for key, text in descriptions.items()
+    }
+    assert {key: found for key, found in bare.items() if found} == {}
 
 
 def test_every_asset_has_kinds_owners_and_a_pass_tag():

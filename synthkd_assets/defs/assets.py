@@ -120,8 +120,9 @@ def stage_result(
 def synth_harmony(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """SYNTH rows as Harmony messages (schema synth_harmony_v1): system, user (query + reference), assistant
-    analysis (when reasoning is non-blank) and final, verbatim; NULs removed and counted."""
+    """Each shard's rows as Harmony messages (schema synth_harmony_v1): for SYNTH, system, user (query +
+    reference), assistant analysis (when reasoning is non-blank) and final, verbatim; for an anchor source's shard,
+    its adapter's conversation (docs/sources.md). NULs removed and counted."""
     paths = layout.data_layout(build.smoke)
     key = context.partition_key
     source = {s.name: s for s in scan_inputs(paths)}.get(key)
@@ -324,7 +325,7 @@ def synth_kd_v1(
 def synth_distill(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """The DistillKit/TRL dataset of seed 001 for this shard: <root>/{train,validation}/part-XXXXX.parquet (id,
+    """The DistillKit/TRL dataset of seed 001 for this shard: `<root>/{train,validation}/part-XXXXX.parquet` (id,
     source, input_ids, labels, attention_mask, spans) derived from the synth_tokenized arrays that synth_kd_v1
     reads; assistant_token_start asserted against render_conversation_for_completion (core/distill_io.py
     CompletionPrefixes); conversations over

@@ -114,7 +114,7 @@ def synth_kd_v1_manifest(
 def synth_distill_manifest(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """<distill root>/manifest.json: config and hash, git SHA, tokenizer pin, input manifest hash, sampling plan
+    """`<distill root>/manifest.json`: config and hash, git SHA, tokenizer pin, input manifest hash, sampling plan
     with the before / expected / achieved mix, split rule, token-length stats (min/p50/p90/p99/max per split),
     drops by reason, every part's bytes and sha256; plus the Harmony render-failure log."""
     paths = layout.data_layout(build.smoke)

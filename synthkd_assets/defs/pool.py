@@ -161,8 +161,8 @@ def pool_shard_records(paths: DataLayout, names: list[str]) -> dict[str, dict]:
 def synth_curriculum(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """Curriculum blends (002 §10.1, §10.4) over the pool's per-cell trios: per stage, <pool>/curriculum/<stage>.json
-    (Megatron-LM --per-split-data-args-path) and <stage>.args (the arguments of a stock Megatron-LM run: that file,
+    """Curriculum blends (002 §10.1, §10.4) over the pool's per-cell trios: per stage, `<pool>/curriculum/<stage>.json`
+    (Megatron-LM --per-split-data-args-path) and `<stage>.args` (the arguments of a stock Megatron-LM run: that file,
     --seq-length, --train-samples), weights reproducing the stage's ctx shares on tokens; a stage whose buckets
     hold no tokens writes nothing and says why, and the epochs each stage needs are reported. The files of a stage
     taken out of the configuration are removed. Fails, writing nothing, unless every shard's pool part was made
@@ -203,7 +203,7 @@ def synth_curriculum(
 def synth_pool_manifest(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """<pool>/manifest.json, the sampling manifest (002 §13.3): provenance and config hash, the 001 plan, the quota
+    """`<pool>/manifest.json`, the sampling manifest (002 §13.3): provenance and config hash, the 001 plan, the quota
     grid with targets vs expected vs achieved tokens and rows per cell, balancing, the curriculum schedule and
     its epochs, every shard's part and trios with bytes / sha256, and drops by reason."""
     paths = layout.data_layout(build.smoke)
