@@ -422,6 +422,7 @@ def test_removing_an_anchor_source_leaves_no_empty_source_directory(tmp_path):
         paths.stage_output("synth_tokenized", "oasst1/train-00000-of-00001"),
         paths.error_log("synth_harmony", "oasst1/train-00000-of-00001"),
         paths.stage_output("synth_tokenized", "ultrachat_200k/train_sft-0"),
+        paths.stage_output("synth_sampled", "deepcoder/derived/train-00000-of-00001"),  # a config directory
     ]
     kept = paths.stage_output("synth_tokenized", "ultrachat_200k/train_sft-1")
     for path in [*gone, kept]:
@@ -430,6 +431,7 @@ def test_removing_an_anchor_source_leaves_no_empty_source_directory(tmp_path):
     assert remove_orphaned_outputs(paths, ["ultrachat_200k/train_sft-1"]) == sorted(gone)
     assert not (paths.data_root / "synth_tokenized" / "oasst1").exists()
     assert not (paths.data_root / "errors" / "synth_harmony" / "oasst1").exists()
+    assert not (paths.data_root / "synth_sampled" / "deepcoder").exists()
     assert kept.is_file() and (paths.data_root / "synth_tokenized").is_dir()
 
 

@@ -203,10 +203,17 @@ def remove_stale_cluster_files(build: DataLayout, clustered: Collection[str]) ->
 
 
 def _remove(paths: list[Path]) -> list[Path]:
-    """Delete the files, then every `<stage>/<source>/` directory of an anchor source they leave empty."""
+    """Delete the files, then every directory of an anchor source they leave empty: `<stage>/<source>/` and the
+    config directories below it (`<stage>/deepcoder/derived/`), deepest first."""
     for path in paths:
         path.unlink(missing_ok=True)
-    for directory in sorted({path.parent for path in paths if path.parent.name in sources.SOURCE_DATASETS}):
+    directories: set[Path] = set()
+    for path in paths:
+        below = list(path.parents)
+        source = next((i for i, d in enumerate(below) if d.name in sources.SOURCE_DATASETS), None)
+        if source is not None:
+            directories.update(below[: source + 1])
+    for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
         with contextlib.suppress(OSError):  # not empty: another shard of the source is still there
             directory.rmdir()
     return paths
