@@ -79,6 +79,11 @@ def progress_line(layout: DataLayout, steps: list[str], partition: str) -> str:
     return f"{first['rows_in']} rows in -> " + ", ".join(outs)
 
 
+def drops_line(totals: dict) -> str:
+    """Every drop reason of a dataset's steps with its count (the rows in minus the rows written, explained)."""
+    return "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none")
+
+
 def summary_lines(manifest: dict) -> list[str]:
     if manifest.get("dataset") == constants.DISTILL_DATASET_NAME:
         return distill_summary_lines(manifest)
@@ -92,7 +97,7 @@ def summary_lines(manifest: dict) -> list[str]:
         "sequences per split: " + ", ".join(f"{s}={totals['sequences'].get(s, 0)}" for s in constants.SPLITS),
         "tokens per span: "
         + ", ".join(f"{n}={totals['span_tokens'].get(n, 0)}" for n in constants.SPAN_NAMES.values()),
-        "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
+        drops_line(totals),
         "sanitized: " + (", ".join(f"{k}={v}" for k, v in totals["sanitized"].items()) or "none"),
         *source_lines(manifest),
         f"bytes: {totals['bytes']} (the trio files)",
@@ -137,7 +142,7 @@ def distill_summary_lines(manifest: dict) -> list[str]:
         f"{100 * achieved['memorization_share']:.1f}%, "
         f"non-English {100 * before['non_english_share']:.1f}% -> {100 * achieved['non_english_share']:.1f}%",
         *(split_lengths_line(split, lengths[split]) for split in constants.DISTILL_SPLITS),
-        "drops by reason: " + (", ".join(f"{k}={v}" for k, v in totals["dropped"].items()) or "none"),
+        drops_line(totals),
         *source_lines(manifest),
         f"render failures logged: {manifest['encoding_errors_log']['records']} "
         f"({manifest['encoding_errors_log']['path']})",
@@ -173,6 +178,7 @@ def pool_summary_lines(manifest: dict) -> list[str]:
         "tokens per ctx bucket: " + ", ".join(f"{c}={n}" for c, n in ctx.items()),
         ("SYNTH's quota: " if mix else "quota: ")
         + ("every target met" if quota["feasible"] else "; ".join(i["reason"] for i in quota["infeasible"])),
+        drops_line(totals),
     ]
     if mix:
         lines.append(

@@ -282,6 +282,12 @@ def test_the_build_summary_names_every_source_and_the_mix(built_mixed):
     assert re.search(r"tokens per source group \(target share -> achieved\): .*math=\d+ \(8\.2% -> \d+\.\d%\)", pool)
     assert "source mix: no tokens in category personality" in pool
     assert "tokens per skill bucket (SYNTH's quota target -> achieved, all sources)" in pool
+    # every row in that is not written is explained, by reason (the pool's quota and source-mix drops included)
+    manifest = json.loads(paths.pool_manifest().read_text())
+    [drops_line] = [line for line in pool.splitlines() if line.startswith("drops by reason: ")]
+    counted = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", drops_line)}
+    assert counted == manifest["totals"]["dropped"] and {"over_quota", "over_source_share"} <= set(counted)
+    assert manifest["totals"]["rows_in"] == manifest["totals"]["rows_out"] + sum(counted.values())
 
 
 def test_a_removed_source_shard_leaves_no_output_behind(built_mixed):
