@@ -137,6 +137,9 @@ def sources_not_configured(layout: DataLayout) -> SourcesNotConfigured | None:
             key = _key_of(path.relative_to(harmony).as_posix(), (STAGE_SUFFIX,))
             if key is not None and sources.partition_source(key) != sources.SYNTH_SOURCE:
                 shards.add(key)
+    if not shards:
+        return None
+    for build in layout.both_builds():
         manifest = build.harmony_manifest()
         if manifest.is_file():
             for shard in json.loads(manifest.read_text()).get("shards", []):
@@ -144,7 +147,7 @@ def sources_not_configured(layout: DataLayout) -> SourcesNotConfigured | None:
                 parts = Path(shard.get("source", {}).get("path", "")).parts
                 if source != sources.SYNTH_SOURCE and source in parts:
                     dirs.add(str(Path(*parts[: len(parts) - 1 - parts[::-1].index(source)])))
-    return SourcesNotConfigured(sorted(shards), sorted(dirs)) if shards else None
+    return SourcesNotConfigured(sorted(shards), sorted(dirs))
 
 
 def stale_cluster_files(build: DataLayout, clustered: Collection[str]) -> list[Path]:
