@@ -37,6 +37,7 @@ MANIFEST_CHECKS = {
         "dataset_rows_accounted",
         "no_split_leakage",
         "no_duplicate_synth_ids",
+        "validation_sets_not_trained",
         "shards_readable_by_megatron",
         "output_table_schemas",
     },

@@ -207,6 +207,7 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
         "tokenizer_sha256_pin",
         "manifest_provenance",
         "no_split_leakage",
+        "validation_sets_not_trained",
         "shards_readable_by_megatron",
         "trio_alignment",
         "rows_accounted",
@@ -222,6 +223,9 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
     # the pool's WARN check is shown, non-blocking, and warns: the default skill mix is unbalanced by design
     warn = checks.pop("bucket_balance")
     assert not warn["blocking"] and warn["executionForLatestMaterialization"]["status"] == "FAILED"
+    # the pool's publication status is shown, non-blocking, and passes on a built pool
+    published = checks.pop("pool_published")
+    assert not published["blocking"] and published["executionForLatestMaterialization"]["status"] == "SUCCEEDED"
     # the near-duplicate WARN checks are shown, non-blocking, and pass on the sample
     for name in ("large_cluster", "clusters_cross_split"):
         near_dup = checks.pop(name)
