@@ -124,7 +124,9 @@ def synth_raw_sensor(
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
     # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too)
     removed = remove_orphaned_outputs(paths, list(sha))
-    events = raw_reports(shards, set(rebuild))
+    events: list[dg.AssetObservation | dg.AssetMaterialization | dg.AssetCheckEvaluation] = [
+        *raw_reports(shards, set(rebuild))
+    ]
     if paths.pool_manifest() in removed:
         why = f"synth_raw_sensor removed the pool files of raw shards gone ({remove or 'not registered here'})"
         events.append(pool_unpublished_evaluation(paths, removed, why))
