@@ -70,12 +70,24 @@ def _dirs(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []
 
 
+def _keyed_files(directory: Path, suffixes: tuple[str, ...]) -> list[tuple[Path, str]]:
+    """Every file below `directory` named after a partition key (an anchor shard's `<source>/<stem>` is a path
+    below), final or partial, with that key."""
+    found = []
+    for path in _files_below(directory):
+        key = _key_of(path.relative_to(directory).as_posix(), suffixes)
+        if key is not None:
+            found.append((path, key))
+    return found
+
+
 def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
     """Every per-shard output file (final or `.partial`) of the full and the smoke build on `layout`'s data
     root that belongs to no shard in `present`: a key-named file of another key, or a number-named file of a
     shard number no present shard has."""
     present_keys = set(present)
     present_numbers = {shard_index_from_name(key) for key in present_keys}
+    not_orphans = present_keys | {"manifest"}  # a stage's manifest.json is named like a key, and is no shard's
     found: list[Path] = []
     # not the clusters: the plan's decisions for every shard it clustered, in force until the next re-plan
     # (`stale_cluster_files`), so a shard that comes back gets its rows' cap and held-out decisions again
@@ -86,10 +98,7 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
         if errors_dir.is_dir():
             key_dirs += [(d, (ERROR_LOG_SUFFIX,)) for d in sorted(errors_dir.iterdir()) if d.is_dir()]
     for directory, suffixes in key_dirs:
-        for path in _files_below(directory):  # an anchor shard's key `<source>/<stem>` is a path below
-            key = _key_of(path.relative_to(directory).as_posix(), suffixes)
-            if key is not None and key not in present_keys and key != "manifest":
-                found.append(path)
+        found += [path for path, key in _keyed_files(directory, suffixes) if key not in not_orphans]
     megatron_dirs = (*constants.SPLITS, MEGATRON_SHARDS_SUBDIR)
     numbered = [(root / sub, _MEGATRON_NAME) for root in layout.all_megatron_roots() for sub in megatron_dirs]
     numbered += [(root / sub, _DISTILL_NAME) for root in layout.all_distill_roots() for sub in constants.DISTILL_SPLITS]
@@ -132,10 +141,8 @@ def sources_not_configured(layout: DataLayout) -> SourcesNotConfigured | None:
     shards: set[str] = set()
     dirs: set[str] = set()
     for build in layout.both_builds():
-        harmony = build.stage_dir(HARMONY_STAGE)
-        for path in _files_below(harmony):
-            key = _key_of(path.relative_to(harmony).as_posix(), (STAGE_SUFFIX,))
-            if key is not None and sources.partition_source(key) != sources.SYNTH_SOURCE:
+        for _, key in _keyed_files(build.stage_dir(HARMONY_STAGE), (STAGE_SUFFIX,)):
+            if sources.partition_source(key) != sources.SYNTH_SOURCE:
                 shards.add(key)
     if not shards:
         return None
@@ -153,13 +160,8 @@ def sources_not_configured(layout: DataLayout) -> SourcesNotConfigured | None:
 def stale_cluster_files(build: DataLayout, clustered: Collection[str]) -> list[Path]:
     """The per-shard decision files in `build`'s synth_clusters directory of shards not in `clustered` (final or
     partial): a shard removed since an earlier clustering, whose decisions the new one replaces."""
-    directory = build.stage_dir(CLUSTERS_STAGE)
     keep = set(clustered)
-    return [
-        path
-        for path in _files_below(directory)
-        if (key := _key_of(path.relative_to(directory).as_posix(), (STAGE_SUFFIX,))) is not None and key not in keep
-    ]
+    return [path for path, key in _keyed_files(build.stage_dir(CLUSTERS_STAGE), (STAGE_SUFFIX,)) if key not in keep]
 
 
 def unlisted_pool_files(layout: DataLayout, orphaned: Collection[Path]) -> list[Path]:

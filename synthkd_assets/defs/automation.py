@@ -28,7 +28,7 @@ from synthkd_assets.defs.assets import (
     synth_sampling_plan,
     synth_tokenized,
 )
-from synthkd_assets.defs.checks import pool_unpublished_evaluation
+from synthkd_assets.defs.checks import pool_unpublished_events
 from synthkd_assets.defs.ingest import raw_reports
 from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_manifest, synth_kd_v1_manifest
 from synthkd_assets.defs.near_dup import synth_clusters, synth_signatures, synth_validation_sets
@@ -124,12 +124,8 @@ def synth_raw_sensor(
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
     # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too)
     removed = remove_orphaned_outputs(paths, list(sha))
-    events: list[dg.AssetObservation | dg.AssetMaterialization | dg.AssetCheckEvaluation] = [
-        *raw_reports(shards, set(rebuild))
-    ]
-    if paths.pool_manifest() in removed:
-        why = f"synth_raw_sensor removed the pool files of raw shards gone ({remove or 'not registered here'})"
-        events.append(pool_unpublished_evaluation(paths, removed, why))
+    why = f"synth_raw_sensor removed the pool files of raw shards gone ({remove or 'not registered here'})"
+    events = [*raw_reports(shards, set(rebuild)), *pool_unpublished_events(paths, removed, why)]
     if removed:
         context.log.warning(
             f"raw shards gone ({remove or 'not registered here'}): removed their outputs {[str(p) for p in removed]}"

@@ -255,10 +255,12 @@ def pool_published_result(digest: str) -> dg.AssetCheckResult:
     )
 
 
-def pool_unpublished_evaluation(paths: DataLayout, removed: list[Path], why: str) -> dg.AssetCheckEvaluation:
-    """The failed `pool_published` evaluation to report (runless) when `removed` took the pool's publication
-    files: so the UI shows the pool unpublished, not the last manifest's green materialization."""
-    return dg.AssetCheckEvaluation(
+def pool_unpublished_events(paths: DataLayout, removed: list[Path], why: str) -> list[dg.AssetCheckEvaluation]:
+    """The failed `pool_published` evaluation to report (runless) when `removed` took the pool's sealed manifest
+    (none otherwise): so the UI shows the pool unpublished, not the last manifest's green materialization."""
+    if paths.pool_manifest() not in removed:
+        return []
+    evaluation = dg.AssetCheckEvaluation(
         asset_key=dg.AssetKey("synth_pool_manifest"),
         check_name=POOL_PUBLISHED,
         passed=False,
@@ -266,6 +268,7 @@ def pool_unpublished_evaluation(paths: DataLayout, removed: list[Path], why: str
         "with ./scripts/build.sh or the pool launches (docs/pool.md)",
         metadata={"removed_files": dg.MetadataValue.json(sorted(paths.recorded(p) for p in removed))},
     )
+    return [evaluation]
 
 
 NEAR_DUP_CONTROLLED = "near_dup_controlled"

@@ -8,7 +8,7 @@ from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import ignored_input_files, partition_changes, scan_inputs
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.tokenizer import materialize_tokenizer, vocabulary_source
-from synthkd_assets.defs.checks import pool_unpublished_evaluation
+from synthkd_assets.defs.checks import pool_unpublished_events
 from synthkd_assets.defs.conventions import OWNERS, pass_tags, synthkd_asset
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
@@ -90,9 +90,9 @@ def tidy_outputs(context, paths: DataLayout, present: list[str]) -> tuple[list[s
     if removed:
         gone = "shards no longer in the raw directory"
         context.log.warning(f"removed {len(removed)} output files of {gone}: {removed[:20]}")
-    if paths.pool_manifest() in removed_paths:
-        why = "synth_raw_inventory removed the pool files of shards no longer in the raw directory"
-        context.instance.report_runless_asset_event(pool_unpublished_evaluation(paths, removed_paths, why))
+    why = "synth_raw_inventory removed the pool files of shards no longer in the raw directory"
+    for event in pool_unpublished_events(paths, removed_paths, why):
+        context.instance.report_runless_asset_event(event)
     ignored = ignored_input_files(paths)
     if ignored:
         where = f"only *.parquet directly in {paths.raw_root}"

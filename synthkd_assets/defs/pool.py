@@ -28,7 +28,7 @@ from synthkd_assets.defs.checks import (
     bucket_balance_result,
     pool_published_result,
     pool_trio_alignment_result,
-    pool_unpublished_evaluation,
+    pool_unpublished_events,
     rows_accounted_result,
     write_gated_manifest,
 )
@@ -129,9 +129,8 @@ def synth_pool(
             "anchor sources (no source mix): re-materialize synth_quota_plan, then every synth_pool shard"
         )
     unpublished = unpublish_pool(paths)  # the manifest and blends would describe rows this run replaces
-    if paths.pool_manifest() in unpublished:
-        why = f"synth_pool rewrites shard {key}'s part"
-        context.instance.report_runless_asset_event(pool_unpublished_evaluation(paths, unpublished, why))
+    for event in pool_unpublished_events(paths, unpublished, f"synth_pool rewrites shard {key}'s part"):
+        context.instance.report_runless_asset_event(event)
     result = write_pool_shard(shard, paths.error_log("synth_pool", key))
     result.report.plan_sha256 = plan_sha
     record = result.record(key, shard_index, file_record(paths.pool_root(), part))
