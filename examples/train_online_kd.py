@@ -1,7 +1,7 @@
 """Online, teacher-forced KD (seed 002 §1): a frozen teacher and a smaller student forward the same batches.
 
     python examples/train_tiny.py --data-root data/megatron/synth_kd_v1 --steps 40 --save-checkpoint teacher/
-    python examples/train_online_kd.py --teacher-checkpoint teacher/ --steps 30
+    python examples/train_online_kd.py --teacher-checkpoint teacher/ --steps 30 --save-checkpoint student/
     python examples/train_online_kd.py --synthetic --teacher-checkpoint teacher/      # no build needed
     python examples/train_online_kd.py --teacher-checkpoint /models/gpt-oss-20b --device cuda   # a real teacher
 
@@ -44,7 +44,15 @@ from synthkd_contract.indexed_dataset import read_index
 from synthkd_training.dataset import SpanDatasetError, tokens_prefixes, train_valid_datasets
 from synthkd_training.documents import batches_of, document_ids, document_sample, trio_documents
 from synthkd_training.losses import SpanLossConfig
-from synthkd_training.models import GPTSpec, build_gpt, load_model, megatron_world, pick_device, to_device
+from synthkd_training.models import (
+    GPTSpec,
+    build_gpt,
+    load_model,
+    megatron_world,
+    pick_device,
+    save_checkpoint,
+    to_device,
+)
 from synthkd_training.online_kd import KDStep, OnlineKDConfig, train_online_kd
 from synthkd_training.progress import Candidate, LPCadence, LPConfig, learning_progress_labels
 from synthkd_training.synthetic import write_synthetic_dataset
@@ -104,6 +112,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         default=layout.pool_root(),
         help="when this sequence pool exists, LP candidates are its train rows and labels carry their pool id",
+    )
+    parser.add_argument(
+        "--save-checkpoint",
+        type=Path,
+        default=None,
+        help="write the trained student here once the held-out KL fell (gpt_spec.json + model.pt), e.g. as "
+        "$SYNTHKD_STUDENT_CHECKPOINT of the pool's valuation features",
     )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -315,6 +330,9 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
     }
     if not summary.kl_fell:
         raise SystemExit(f"held-out KL did not fall: {before.kl:.4f} -> {after.kl:.4f}")
+    if args.save_checkpoint is not None:
+        save_checkpoint(student, student_spec, args.save_checkpoint)
+        print(f"student checkpoint written to {args.save_checkpoint}")
     return result
 
 

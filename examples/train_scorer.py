@@ -50,6 +50,8 @@ def read_features(directory: Path) -> pl.DataFrame:
 
 def read_labels(path: Path) -> pl.DataFrame:
     """One label per pool row: the mean lp_value when a row was labelled more than once (several rounds)."""
+    if not path.is_file():
+        raise SystemExit(f"no labels at {path}: write them with examples/train_online_kd.py --lp-output")
     labels = pl.read_parquet(path, columns=["id", "lp_value"])
     unlabelled = labels["id"].null_count()
     if unlabelled == labels.height:

@@ -48,6 +48,8 @@ PAD_TOKEN = "<|endoftext|>"
 
 def load_distillkit(data_dir: Path, cache_dir: Path | None = None) -> datasets.DatasetDict:
     """`{train, validation}` of the DistillKit dataset, read as any consumer reads it."""
+    if not (data_dir / "train").is_dir():
+        raise SystemExit(f"no DistillKit dataset at {data_dir} (no train/): build it first (./scripts/build.sh)")
     cache = None if cache_dir is None else str(cache_dir)
     return datasets.load_dataset("parquet", data_dir=str(data_dir), cache_dir=cache)
 

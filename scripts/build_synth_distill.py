@@ -23,13 +23,18 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
+class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, but not "None" where the help already says what unset means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     # project imports wait for __main__ to put the repository on sys.path (runnable installed or not)
     from synthkd_contract import constants
 
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=DefaultsShown)
     parser.add_argument("--input-dir", type=Path, required=True, help="directory of raw PleIAs/SYNTH *.parquet shards")
     parser.add_argument(
         "--output-dir", type=Path, required=True, help="DistillKit dataset root (train/, validation/, manifest.json)"

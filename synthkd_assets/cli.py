@@ -25,12 +25,19 @@ from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parallel import available_cores, parallel_runs, watch_stop_signals
+from synthkd_assets.core.valuation import checkpoint_problem
 from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
 from synthkd_assets.defs.executors import local_instance_yaml
 from synthkd_assets.defs.failures import failed_runs_report
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass
-from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.resources import (
+    STUDENT_CHECKPOINT_ENV,
+    TEACHER_CHECKPOINT_ENV,
+    SynthKDBuildConfig,
+    SynthKDLayout,
+    ValuationModelsResource,
+)
 from synthkd_contract import constants
 
 NO_PARTITIONS_HINT = (
@@ -277,6 +284,13 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
     layout = SynthKDLayout.from_environment_now(os.environ)
     progress = ConsoleProgress(out, DataLayout.from_environ(os.environ, smoke))
     tail = [f"full log: {log}"] if log is not None else []
+    models = ValuationModelsResource.from_environment_now(os.environ)
+    problem = checkpoint_problem(models.teacher_checkpoint, models.student_checkpoint)
+    if problem is not None:  # found now, not after every shard's scan and build, in the pool pass
+        variables = f"${TEACHER_CHECKPOINT_ENV}, ${STUDENT_CHECKPOINT_ENV}"
+        print(f"FAILED before the build started ({variables}): {problem}", file=err)
+        err.flush()
+        return 1
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     try:
         with instance:

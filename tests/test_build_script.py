@@ -6,6 +6,7 @@ empty raw dir (its error said on the console). What a full build does with a rem
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -237,6 +238,31 @@ def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):
         f"{tmp_path / 'raw'}" in done.stderr
     )
     assert "0 shards" not in done.stdout
+
+
+def test_a_missing_valuation_checkpoint_fails_the_build_before_it_starts(tmp_path):
+    """Not after every shard's scan and build, in the pool pass: nothing is built, and the message names the
+    checkpoint and the variables."""
+    shutil.copytree(SAMPLE_RAW_DIR, tmp_path / "raw")
+    missing = tmp_path / "student"
+    done = subprocess.run(
+        ["bash", "scripts/build.sh"],
+        cwd=REPO_ROOT,
+        env={
+            **environment(tmp_path),
+            "SYNTHKD_TEACHER_CHECKPOINT": str(tmp_path),
+            "SYNTHKD_STUDENT_CHECKPOINT": str(missing),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert (
+        "FAILED before the build started ($SYNTHKD_TEACHER_CHECKPOINT, $SYNTHKD_STUDENT_CHECKPOINT): valuation "
+        f"checkpoint {missing} is not a directory (gpt_spec.json + model.pt)" in done.stderr
+    )
+    assert not [path for path in (tmp_path / "data").rglob("*") if path.is_file() and path.name != ".build.lock"]
 
 
 def test_thread_map_keeps_the_order_runs_at_once_and_raises_the_first_error():

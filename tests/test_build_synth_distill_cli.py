@@ -75,3 +75,12 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path):
     )
     assert done.returncode == 2 and "non_english_min 0.5 > non_english_max 0.3" in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_help_shows_no_none_default():
+    """Options whose help says what unset means show no "(default: None)"."""
+    done = subprocess.run(
+        [sys.executable, "scripts/build_synth_distill.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "(default: <output-dir>.work)" in done.stdout
+    assert "(default: None)" not in done.stdout and "(default: 8192)" in done.stdout

@@ -21,6 +21,7 @@ from synthkd_assets.core import valuation as valuation_module
 from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, write_tables_together
 from synthkd_assets.core.valuation import (
     ShardTokens,
+    checkpoint_problem,
     checkpoint_sha256,
     prompt_features,
     valuation_table,
@@ -189,6 +190,18 @@ def test_a_student_without_a_teacher_is_refused():
     with pytest.raises(dg.Failure, match="without a teacher"):
         model_features(ValuationModelsResource(student_checkpoint="/some/student"))
     assert model_features(ValuationModelsResource()) is None
+
+
+def test_a_checkpoint_that_is_not_a_directory_is_named(tmp_path):
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()
+    assert checkpoint_problem(str(teacher), None) is None and checkpoint_problem(None, None) is None
+    missing = tmp_path / "student"
+    assert checkpoint_problem(str(teacher), str(missing)) == (
+        f"valuation checkpoint {missing} is not a directory (gpt_spec.json + model.pt)"
+    )
+    with pytest.raises(dg.Failure, match=f"valuation checkpoint {missing} is not a directory"):
+        model_features(ValuationModelsResource(teacher_checkpoint=str(teacher), student_checkpoint=str(missing)))
 
 
 def test_with_teacher_and_student_checkpoints_the_features_are_computed_and_repeat_byte_for_byte(

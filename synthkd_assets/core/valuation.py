@@ -129,6 +129,20 @@ class ShardTokens:
         return sequences  # type: ignore[return-value]  # every position filled: none is missing
 
 
+def checkpoint_problem(teacher: str | None, student: str | None) -> str | None:
+    """Why the valuation models named by `teacher` / `student` cannot run, or None: a student needs a teacher
+    (student_teacher_kl compares their distributions), and each named checkpoint must be a directory."""
+    if teacher is None and student is not None:
+        return (
+            f"a student checkpoint ({student}) without a teacher: student_teacher_kl needs the teacher's "
+            "distribution; set the teacher checkpoint too"
+        )
+    for checkpoint in (teacher, student):
+        if checkpoint is not None and not Path(checkpoint).is_dir():
+            return f"valuation checkpoint {checkpoint} is not a directory (gpt_spec.json + model.pt)"
+    return None
+
+
 def checkpoint_sha256(directory: str | Path) -> str:
     """One digest of a checkpoint directory: sha256 of the sorted `relative path  sha256` lines of its files."""
     root = Path(directory)

@@ -3,12 +3,11 @@ student features when the `valuation` resource names checkpoints (core/valuation
 synthkd_training.valuation)."""
 
 from functools import partial
-from pathlib import Path
 
 import dagster as dg
 
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.valuation import ModelFeatures, checkpoint_sha256, write_valuation_shard
+from synthkd_assets.core.valuation import ModelFeatures, checkpoint_problem, checkpoint_sha256, write_valuation_shard
 from synthkd_assets.defs.assets import shard_step, synth_tokenized
 from synthkd_assets.defs.checks import rows_accounted_result
 from synthkd_assets.defs.metadata import files_metadata, report_metadata, table_definition_metadata
@@ -21,16 +20,11 @@ from synthkd_contract.schemas import VALUATION_SCHEMA
 
 def model_features(valuation: ValuationModelsResource) -> ModelFeatures | None:
     """The model feature function of the configured checkpoints, or None when no teacher is configured."""
+    problem = checkpoint_problem(valuation.teacher_checkpoint, valuation.student_checkpoint)
+    if problem is not None:
+        raise dg.Failure(problem)
     if valuation.teacher_checkpoint is None:
-        if valuation.student_checkpoint is not None:
-            raise dg.Failure(
-                f"a student checkpoint ({valuation.student_checkpoint}) without a teacher: student_teacher_kl "
-                "needs the teacher's distribution; set teacher_checkpoint too"
-            )
         return None
-    for checkpoint in (valuation.teacher_checkpoint, valuation.student_checkpoint):
-        if checkpoint is not None and not Path(checkpoint).is_dir():
-            raise dg.Failure(f"valuation checkpoint {checkpoint} is not a directory (gpt_spec.json + model.pt)")
     # deferred: synthkd_training imports torch and megatron-core, which a build process without models never
     # loads (tests/test_imports.py lists this import as the one deliberate exception)
     from synthkd_training.valuation import checkpoint_window_features

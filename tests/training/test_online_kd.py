@@ -7,6 +7,8 @@ sample's real synth_kd_v1 and held-out KL slice.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
@@ -232,11 +234,17 @@ def test_online_kd_example_on_synthetic_trios(tmp_path, capsys):
             "1",
             "--lp-output",
             str(tmp_path / "lp.parquet"),
+            "--save-checkpoint",
+            str(tmp_path / "student"),
         ]
     )
     out = capsys.readouterr().out
     assert summary["heldout_after"] < summary["heldout_before"]
     assert "valid/ trios" in summary["heldout_source"]
+    # the student is saved in the format the pool's valuation loads ($SYNTHKD_STUDENT_CHECKPOINT)
+    spec = json.loads((tmp_path / "student" / "gpt_spec.json").read_text())
+    assert (spec["num_layers"], spec["hidden_size"], spec["seq_length"]) == (1, 32, 32)
+    assert f"student checkpoint written to {tmp_path / 'student'}" in out
     assert out.count("analysis kd") == 8 and "n=" in out and "w=" in out
     labels = pq.read_table(tmp_path / "lp.parquet").to_pylist()
     assert [row["step"] for row in labels] == [4, 8] and all(row["tokens_used"] > 0 for row in labels)
@@ -290,3 +298,8 @@ def test_online_kd_example_with_a_gpt_oss_checkpoint_as_teacher(gpt_oss_checkpoi
          "--steps", "6", "--lr", "1e-2", "--heldout-size", "4"]
     )  # fmt: skip
     assert summary["heldout_after"] < summary["heldout_before"]
+
+
+def test_the_scorer_example_names_missing_labels(tmp_path):
+    with pytest.raises(SystemExit, match=f"no labels at {tmp_path / 'lp.parquet'}"):
+        scorer_example.read_labels(tmp_path / "lp.parquet")

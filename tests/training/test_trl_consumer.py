@@ -104,3 +104,8 @@ def test_sft_trainer_supervises_assistant_tokens_only(distill_root, encoding, tm
     trained = dict(model.named_parameters())
     unchanged = [name for name, p in initial.named_parameters() if torch.equal(p, trained[name].detach())]
     assert not unchanged
+
+
+def test_a_missing_dataset_is_named(tmp_path):
+    with pytest.raises(SystemExit, match=f"no DistillKit dataset at {tmp_path}"):
+        train_trl_sft.load_distillkit(tmp_path)
