@@ -88,7 +88,9 @@ DROP_OVER_SOURCE_SHARE: Final = _drop(
 )
 
 # --- source_harmony: another dataset's rows -> Harmony (synthkd_assets/core/sources/, docs/sources.md) -------
-DROP_INVALID_JSON_LINE: Final = _drop("invalid_json_line", "a JSONL line that is not one JSON object")
+DROP_INVALID_JSON_LINE: Final = _drop(
+    "invalid_json_line", "a JSONL line that is not one JSON object of Unicode text (a lone surrogate escape is not)"
+)
 DROP_WRONG_TYPE: Final = _drop("wrong_type", "a JSONL field whose value is not of the type the dataset publishes")
 DROP_MISSING_SOURCE_ID: Final = _drop("missing_source_id", "the dataset's own example id is null or blank")
 DROP_EMPTY_CONVERSATION: Final = _drop("empty_conversation", "a row with no turn at all (null or empty messages)")

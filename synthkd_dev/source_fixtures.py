@@ -128,6 +128,9 @@ def nemotron_math_v2(root: Path) -> Fixture:
     add(nemotron_row("u-11", [msg("user", user), msg("assistant", truncated)]), drops.DROP_UNTERMINATED_THINK)
     add(nemotron_row("u-9", [{"role": 5, "content": user}, msg("assistant", "4")]), drops.DROP_WRONG_TYPE)
     add(nemotron_row("u-10", [msg("user", user), msg("assistant", "4")], data_source=17), drops.DROP_WRONG_TYPE)
+    add('{"a": ' * 5000 + "1" + "}" * 5000, drops.DROP_INVALID_JSON_LINE)  # nested past Python's recursion limit
+    lone = nemotron_row("u-12", [msg("user", "half a pair: \ud800"), msg("assistant", "4")])
+    add(json.dumps(lone), drops.DROP_INVALID_JSON_LINE)  # the escape "\ud800": JSON syntax, not Unicode text
     path = root / "nemotron_math_v2" / "low.jsonl"
     lines = [line for line, _ in lines_and_fates]
     lines.insert(3, "")  # a blank line is no row

@@ -8,6 +8,7 @@ content ids with hashlib over JSON written out here, row fates by hand in synthk
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -295,6 +296,21 @@ def test_unreadable_files_are_refused_naming_the_file(tmp_path):
         harmonize_source(not_parquet, ADAPTERS["oasst1"])
     with pytest.raises(InputFileError, match="not a readable JSONL file"):
         harmonize_source(tmp_path / "absent.jsonl", ADAPTERS["nemotron_math_v2"])
+
+
+def test_a_file_that_is_not_json_lines_is_refused_whole(fixtures, tmp_path):
+    """A gzip-compressed JSONL file, or one JSON array pretty-printed over many lines: no line is a JSON object,
+    so the file is refused (naming it) instead of every line being dropped as invalid_json_line."""
+    fixture = _fixture(fixtures, "nemotron_math_v2")
+    rows = [json.loads(line) for line in fixture.path.read_text().splitlines()[:2]]
+    for name, data in [
+        ("low.jsonl", gzip.compress(fixture.path.read_bytes())),
+        ("array.jsonl", json.dumps(rows, indent=2).encode()),
+    ]:
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(InputFileError, match=f"{path}: not a JSONL file: none of its .* lines is a JSON object"):
+            harmonize_source(path, ADAPTERS["nemotron_math_v2"])
 
 
 def test_a_jsonl_shard_with_a_byte_order_mark_gives_the_same_rows(fixtures, results, tmp_path):

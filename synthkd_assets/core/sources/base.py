@@ -28,6 +28,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -244,10 +245,32 @@ def _json_type_name(value: Any) -> str:
     )
 
 
+LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # where json.loads may have made a lone surrogate
+
+
+def _json_object(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """The JSON object a JSONL line holds, or why it is none: not UTF-8, not JSON (or nested past Python's
+    recursion limit), another JSON type, or a string holding a lone UTF-16 surrogate escape (`"\\ud800"`: valid
+    JSON syntax, but not Unicode text, so no Arrow string can hold it)."""
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        return None, f"not JSON: {error}"
+    if not isinstance(obj, dict):
+        return None, f"a JSON {_json_type_name(obj)}, not an object"
+    if LONE_SURROGATE_ESCAPE.search(line):
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as error:
+            return None, f"not Unicode text: a string holds the lone surrogate {error.object[error.start]!r}"
+    return obj, None
+
+
 def read_jsonl_source(path: Path, spec: SourceSpec, report: ShardReport, file: BinaryIO | None = None) -> pa.Table:
     """The published columns of a JSONL shard, one row per non-blank line (`source_row` = its index among them):
-    a line that is not a JSON object or holds a field of another type is dropped and counted; a required column
-    absent from every line refuses the file (it is another dataset's); `file`: an open file of `path` to read."""
+    a line that is not a JSON object (`_json_object`) or holds a field of another type is dropped and counted; a
+    file none of whose lines is a JSON object is not JSON Lines, and a required column absent from every line is
+    another dataset's: either refuses the file. `file`: an open file of `path` to read."""
     try:
         raw = path.read_bytes() if file is None else file.read()
     except OSError as error:
@@ -257,14 +280,15 @@ def read_jsonl_source(path: Path, spec: SourceSpec, report: ShardReport, file: B
     keys_seen: set[str] = set()
     raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte order mark some editors write: not part of the first line
     lines = [line for line in raw.split(b"\n") if line.strip()]
-    for index, line in enumerate(lines):
-        try:
-            obj = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            report.drop(drops.DROP_INVALID_JSON_LINE, index, None, f"not JSON: {error}")
-            continue
-        if not isinstance(obj, dict):
-            report.drop(drops.DROP_INVALID_JSON_LINE, index, None, f"a JSON {_json_type_name(obj)}, not an object")
+    parsed = [_json_object(line) for line in lines]
+    if lines and all(obj is None for obj, _ in parsed):
+        raise InputFileError(
+            f"{path}: not a JSONL file: none of its {len(lines)} lines is a JSON object (line 0: {parsed[0][1]}); "
+            "a gzip file or one JSON document over several lines is refused whole, not dropped line by line"
+        )
+    for index, (obj, not_an_object) in enumerate(parsed):
+        if obj is None:
+            report.drop(drops.DROP_INVALID_JSON_LINE, index, None, not_an_object)
             continue
         keys_seen |= obj.keys()
         row, wrong = {}, None
