@@ -19,7 +19,13 @@ import pytest
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.checks import dataset_rows_problems
 from synthkd_assets.core.cleanup import orphaned_outputs, remove_orphaned_outputs
-from synthkd_assets.core.inventory import ignored_raw_files, partition_key_for, scan_raw_dir, shard_index_from_name
+from synthkd_assets.core.inventory import (
+    ignored_raw_files,
+    partition_key_for,
+    raw_shard_paths,
+    scan_raw_dir,
+    shard_index_from_name,
+)
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.stages import harmonize_shard
@@ -121,6 +127,18 @@ def test_a_name_without_a_shard_number_is_refused_at_inventory(tmp_path):
     small_shard(tmp_path / "extra.parquet")
     with pytest.raises(
         InputFileError, match=f"{tmp_path / 'extra.parquet'}: shard file 'extra.parquet' has no trailing shard number"
+    ):
+        scan_raw_dir(tmp_path)
+
+
+def test_a_shard_number_in_the_anchor_sources_range_is_refused_at_inventory(tmp_path):
+    """A date-stamped name (synth_20251125) is a number an anchor shard may have: their outputs would overwrite
+    each other's (shard_<n>_* trios, part-<n> files), so the inventory refuses it; one below is a shard."""
+    small_shard(tmp_path / "synth_9999999.parquet")
+    assert [p.name for p in raw_shard_paths(tmp_path)] == ["synth_9999999.parquet"]
+    small_shard(tmp_path / "synth_20251125.parquet")
+    with pytest.raises(
+        InputFileError, match=f"{tmp_path / 'synth_20251125.parquet'}: shard number 20251125 is not below 10,000,000"
     ):
         scan_raw_dir(tmp_path)
 

@@ -67,8 +67,8 @@ _BAD_KEY_SUBSTRINGS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
 
 def raw_shard_paths(raw_dir: Path) -> list[Path]:
     """The raw shard files of `raw_dir`, sorted; refuses (InputFileError) a directory without any, a
-    name without a shard number or unusable as a partition key, two names with one shard number, and
-    an entry that is not a regular file."""
+    name without a shard number (or one in the anchor sources' range) or unusable as a partition key, two
+    names with one shard number, and an entry that is not a regular file."""
     if not raw_dir.is_dir():
         raise InputFileError(f"no raw shards in {raw_dir}: the directory does not exist")
     paths = sorted(raw_dir.glob(RAW_GLOB))
@@ -83,9 +83,15 @@ def raw_shard_paths(raw_dir: Path) -> list[Path]:
         if bad:
             raise InputFileError(f"{path}: the name holds {bad}, which a partition key cannot: rename the file")
         try:
-            by_index.setdefault(shard_index_from_name(path.name), []).append(path)
+            index = shard_index_from_name(path.name)
         except ValueError as error:
             raise InputFileError(f"{path}: {error}") from None
+        if index >= sources.ANCHOR_SHARD_INDEX_BASE:
+            raise InputFileError(
+                f"{path}: shard number {index} is not below {sources.ANCHOR_SHARD_INDEX_BASE:,}: the numbers from "
+                "there on are the anchor sources' shards, whose outputs it would overwrite; rename the file"
+            )
+        by_index.setdefault(index, []).append(path)
     collisions = [names for names in by_index.values() if len(names) > 1]
     if collisions:
         raise InputFileError(
