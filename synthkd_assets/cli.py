@@ -251,6 +251,10 @@ class ConsoleProgress(BuildProgress):
         line = progress_line(self.layout, list(build_pass.steps), key)
         self.say(f"  {build_pass.name} {key} ({self.index[key]}/{len(self.index)}): {line} ({seconds:.0f}s)")
 
+    def warned(self, build_pass: Pass, warnings) -> None:
+        for warning in warnings:
+            self.say(f"  warning: {warning}")
+
     def pass_done(self, build_pass: Pass, seconds: float) -> None:
         if build_pass.per_shard:
             self.say(f"{build_pass.name} pass done ({seconds:.0f}s)")

@@ -52,6 +52,7 @@ def cli_build(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     raw = root / "raw"
     shutil.copytree(SAMPLE_RAW_DIR, raw)
+    (raw / "synth_09.PARQUET").write_bytes(b"not a shard: the inventory skips it, and build.sh says so")
     env = {
         **os.environ,
         "DAGSTER_HOME": str(root / "home"),
@@ -92,6 +93,11 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     assert log.count(" - DEBUG - ") > 100 and log.count("RUN_SUCCESS") == 23  # 15 runs, then the pool's 8
     lines = stdout.splitlines()
     assert any(line.startswith("inventory: o200k_tokenizer,synth_raw_inventory (") for line in lines)
+    raw = root / "raw"
+    ignored = (
+        f"  warning: not input shards (only *.parquet directly in {raw} are), ignored: ['{raw / 'synth_09.PARQUET'}']"
+    )
+    assert lines[lines.index(ignored) + 1].startswith("inventory: ")  # said before the pass line, once
     assert "scan pass over 6 shards: synth_harmony,synth_filtered,synth_signatures" in lines
     assert "pool pass over 6 shards: synth_pool,synth_valuation_features" in lines
     assert any(line.startswith("synth_pool_v1_smoke: 6 shards, config ") for line in lines)

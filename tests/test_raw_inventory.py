@@ -5,6 +5,7 @@ vanish after a build; NUL in synth_id; the data root's build lock against a seco
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.automation import synth_raw_sensor
-from synthkd_assets.defs.build import BuildFailed, build_all
+from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
 from synthkd_assets.defs.failures import failed_runs_report
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
@@ -228,11 +229,25 @@ def shard_03_decisions(data: Path) -> list[str]:
     return [str(data / "synth_clusters" / "synth_03.parquet")]
 
 
+class WarningsHeard(BuildProgress):
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str]] = []
+
+    def warned(self, build_pass, warnings) -> None:
+        self.heard += [(build_pass.name, warning) for warning in warnings]
+
+
 def test_outputs_of_a_removed_shard_are_removed_and_the_checks_pass(three_shards):
     instance, layout, raw, data = three_shards
     assert shard_03_files(data)
     (raw / "synth_03.parquet").unlink()
-    build_all(instance, layout)  # raises unless every step and check passed
+    progress = WarningsHeard()
+    build_all(instance, layout, progress=progress)  # raises unless every step and check passed
+    # what build.sh prints: the removal is said, not only done
+    [(pass_name, warning)] = progress.heard
+    assert pass_name == "inventory" and re.match(
+        r"removed \d+ output files of shards no longer in the raw directory: \[", warning
+    ), warning
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
     assert shard_03_files(data) == []  # every stage, both datasets, records, error logs
     paths = layout.data_layout()

@@ -28,6 +28,7 @@ from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.code_versions import with_code_versions
 from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
+from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import OUTPUTS, Pass, build_passes
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
@@ -62,6 +63,10 @@ class BuildProgress:
 
     def pass_done(self, build_pass: Pass, seconds: float) -> None:
         pass
+
+    def warned(self, build_pass: Pass, warnings: Sequence[str]) -> None:
+        """What a pass run in this process warned the user of (the inventory: shards' outputs removed, files
+        ignored); called before `pass_done`, only when there is something."""
 
 
 def all_definitions() -> list:
@@ -172,7 +177,16 @@ def _build_all(instance, layout, build, outputs, progress, workers, take_lock, k
             start = time.monotonic()
             if not build_pass.per_shard:
                 progress.pass_started(build_pass, [])
-                materialize_steps(instance, layout, build_pass.steps, build=build, **kwargs)
+                result = materialize_steps(instance, layout, build_pass.steps, build=build, **kwargs)
+                warnings = [
+                    warning
+                    for event in result.get_asset_materialization_events()
+                    for warning in event.materialization.metadata.get(
+                        INVENTORY_WARNINGS, dg.JsonMetadataValue([])
+                    ).value
+                ]
+                if warnings:
+                    progress.warned(build_pass, warnings)
             else:
                 if keys is None:  # registered by the inventory pass
                     keys = list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))

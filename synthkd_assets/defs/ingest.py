@@ -1,6 +1,8 @@
 """The inputs of the graph: the pinned tokenizer and the raw SYNTH shards (one partition per file), whose
 content hashes are their data versions."""
 
+from dataclasses import dataclass
+
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
@@ -16,6 +18,7 @@ from synthkd_contract import constants
 
 # the event tag under which Dagster records a data version reported from outside a materialization
 DATA_VERSION_TAG = "dagster/data_version"
+INVENTORY_WARNINGS = "warnings"  # synth_raw_inventory's metadata: what it logged as warnings (build.sh prints them)
 
 
 @synthkd_asset("inventory", {"tiktoken"}, group_name="tokenizer")
@@ -82,14 +85,23 @@ def raw_reports(shards, keys: set[str]) -> list[dg.AssetObservation | dg.AssetMa
     return events
 
 
-def tidy_outputs(context, paths: DataLayout, present: list[str]) -> tuple[list[str], list[str]]:
-    """Delete the outputs of shards no longer in the raw directory and warn about files the inventory skips;
-    returns (removed files, ignored files) for metadata."""
+@dataclass(frozen=True)
+class Tidied:
+    """What tidy_outputs did and saw: output files removed, input-looking files ignored, and the warnings it
+    logged about them (also the inventory's `warnings` metadata, which build.sh prints)."""
+
+    removed: list[str]
+    ignored: list[str]
+    warnings: list[str]
+
+
+def tidy_outputs(context, paths: DataLayout, present: list[str]) -> Tidied:
+    """Delete the outputs of shards no longer in the raw directory and warn about files the inventory skips."""
     removed_paths = remove_orphaned_outputs(paths, present)
     removed = [paths.recorded(p) for p in removed_paths]
+    warnings = []
     if removed:
-        gone = "shards no longer in the raw directory"
-        context.log.warning(f"removed {len(removed)} output files of {gone}: {removed[:20]}")
+        warnings.append(f"removed {len(removed)} output files of shards no longer in the raw directory: {removed[:20]}")
     why = "synth_raw_inventory removed the pool files of shards no longer in the raw directory"
     for event in pool_unpublished_events(paths, removed_paths, why):
         context.instance.report_runless_asset_event(event)
@@ -98,8 +110,10 @@ def tidy_outputs(context, paths: DataLayout, present: list[str]) -> tuple[list[s
         where = f"only *.parquet directly in {paths.raw_root}"
         if paths.sources_root is not None:
             where += f" and each source's published format under {paths.sources_root}/<source>/"
-        context.log.warning(f"not input shards ({where} are), ignored: {ignored[:20]}")
-    return removed, ignored
+        warnings.append(f"not input shards ({where} are), ignored: {ignored[:20]}")
+    for warning in warnings:
+        context.log.warning(warning)
+    return Tidied(removed, ignored, warnings)
 
 
 @synthkd_asset("inventory", {"parquet", "json"}, group_name="ingest")
@@ -116,7 +130,7 @@ def synth_raw_inventory(
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
     for key in remove:
         context.instance.delete_dynamic_partition(SYNTH_SHARDS.name, key)
-    removed_files, ignored = tidy_outputs(context, paths, [s.name for s in shards])
+    tidied = tidy_outputs(context, paths, [s.name for s in shards])
     reported = latest_raw_versions(context.instance, [s.name for s in shards])
     changed = {s.name for s in shards if reported[s.name] != s.sha256}
     for event in raw_reports(shards, changed):
@@ -126,8 +140,9 @@ def synth_raw_inventory(
             "shards": len(shards),
             "added_partitions": dg.MetadataValue.json(add),
             "removed_partitions": dg.MetadataValue.json(remove),
-            "removed_files": dg.MetadataValue.json(removed_files),
-            "ignored_files": dg.MetadataValue.json(ignored),
+            "removed_files": dg.MetadataValue.json(tidied.removed),
+            "ignored_files": dg.MetadataValue.json(tidied.ignored),
+            INVENTORY_WARNINGS: dg.MetadataValue.json(tidied.warnings),
             "changed_shards": dg.MetadataValue.json(sorted(changed)),
             "raw_bytes": sum(s.bytes for s in shards),
             "raw_dir": dg.MetadataValue.path(str(paths.raw_root)),
