@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from openai_harmony import Conversation, Message, RenderConversationConfig, Role, SystemContent
 
-from synthkd_assets.core.distill_io import distill_part_problems, distill_split
+from synthkd_assets.core.distill_io import distill_part_problems, distill_split, split_leakage
 from synthkd_assets.core.parquet_io import list_column_rows
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
@@ -323,3 +323,23 @@ def test_a_too_long_row_fails_the_max_length_check(corruptible):
     assert outcome["distill_max_length_respected"] is False
     assert outcome["distill_manifest_provenance"] is False  # and max_seq_len is part of the config hash
     assert outcome["distill_labels_match_input_ids"] is True
+
+
+def test_split_leakage_names_the_parts_an_id_is_in(tmp_path):
+    """A repeated or leaked id is named with every part file it is in, to be found without a search."""
+    parts = {}
+    for split, name, ids in [
+        ("train", "part-00000.parquet", ["a", "b"]),
+        ("train", "part-00005.parquet", ["b"]),
+        ("validation", "part-00003.parquet", ["a"]),
+    ]:
+        path = tmp_path / split / name
+        path.parent.mkdir(exist_ok=True)
+        pq.write_table(pa.table({"id": ids}), path)
+        parts.setdefault(split, []).append(path)
+    problems = split_leakage(parts)
+    assert list(problems) == [
+        "a is in 2 splits (train/part-00000.parquet, validation/part-00003.parquet)",
+        "a appears 2 times (train/part-00000.parquet, validation/part-00003.parquet)",
+        "b appears 2 times (train/part-00000.parquet, train/part-00005.parquet)",
+    ]

@@ -424,17 +424,26 @@ def distill_part_problems(
 
 
 def split_leakage(parts: Mapping[str, list[Path]]) -> Problems:
-    """synth_ids found in more than one split (any parts), or twice in the dataset: one problem per id."""
+    """synth_ids found in more than one split (any parts), or twice in the dataset: one problem per id, naming the
+    part files (`<split>/<part>`) it is in."""
     frames = [
-        pl.read_parquet(path, columns=["id"]).with_columns(split=pl.lit(split))
+        pl.read_parquet(path, columns=["id"]).with_columns(split=pl.lit(split), part=pl.lit(f"{split}/{path.name}"))
         for split, paths in parts.items()
         for path in paths
     ]
     if not frames:
         return []
     ids = pl.concat(frames)
-    leaked = ids.group_by("id").agg(pl.col("split").n_unique().alias("splits"), pl.len().alias("rows"))
+    leaked = ids.group_by("id").agg(
+        pl.col("split").n_unique().alias("splits"),
+        pl.len().alias("rows"),
+        pl.col("part").unique().sort().str.join(", ").alias("parts"),
+    )
     in_splits, repeated = leaked.filter(pl.col("splits") > 1).sort("id"), leaked.filter(pl.col("rows") > 1).sort("id")
-    listed = [f"{i} is in {s} splits" for i, s in in_splits.head(20).select("id", "splits").iter_rows()]
-    listed += [f"{i} appears {n} times" for i, n in repeated.head(20).select("id", "rows").iter_rows()]
+    listed = [
+        f"{i} is in {s} splits ({f})" for i, s, f in in_splits.head(20).select("id", "splits", "parts").iter_rows()
+    ]
+    listed += [
+        f"{i} appears {n} times ({f})" for i, n, f in repeated.head(20).select("id", "rows", "parts").iter_rows()
+    ]
     return Problems(listed, total=leaked.filter((pl.col("splits") > 1) | (pl.col("rows") > 1)).height)  # ids
