@@ -372,3 +372,13 @@ def test_every_conversation_renders_and_masks_only_the_last_assistant_reply(resu
             assert (counts["analysis"] > 0) == has_analysis
             with_analysis += has_analysis
     assert with_analysis >= 4  # the reasoning-bearing rows (separate field, <think> blocks) render analysis
+
+
+def test_a_wrong_type_names_the_nested_field_and_a_bad_line_its_reason(fixtures, results):
+    """The error log says which item of which field has which JSON type, not only the top-level column."""
+    result = results[_fixture(fixtures, "nemotron_math_v2").path]
+    details = {(e["reason"], e["detail"]) for e in result.report.errors}
+    assert (drops.DROP_WRONG_TYPE, "'messages'[0]['role'] is a JSON number, expected string") in details
+    assert any(detail.startswith("'messages' is a JSON string, expected list<") for _, detail in details)
+    assert (drops.DROP_INVALID_JSON_LINE, "not Unicode text: a string holds the lone surrogate '\\ud800'") in details
+    assert any(reason == drops.DROP_INVALID_JSON_LINE and "recursion" in detail for reason, detail in details)

@@ -239,6 +239,21 @@ def _json_value(value: Any, arrow_type: pa.DataType) -> tuple[bool, Any]:
     return False, None
 
 
+def _type_mismatch(value: Any, arrow_type: pa.DataType, where: str) -> str:
+    """Where a JSON value that `_json_value` refuses first differs from the published type, down to the nested
+    item or field (`'messages'[0]['role'] is a JSON number, expected string`)."""
+    kind = _kind(arrow_type)
+    if kind == "list" and isinstance(value, list):
+        for i, item in enumerate(value):
+            if not _json_value(item, arrow_type.value_type)[0]:
+                return _type_mismatch(item, arrow_type.value_type, f"{where}[{i}]")
+    if kind == "struct" and isinstance(value, dict):
+        for field in (arrow_type.field(i) for i in range(arrow_type.num_fields)):
+            if not _json_value(value.get(field.name), field.type)[0]:
+                return _type_mismatch(value.get(field.name), field.type, f"{where}[{field.name!r}]")
+    return f"{where} is a JSON {_json_type_name(value)}, expected {arrow_type}"
+
+
 def _json_type_name(value: Any) -> str:
     return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(
         type(value), type(value).__name__
@@ -299,7 +314,7 @@ def read_jsonl_source(path: Path, spec: SourceSpec, report: ShardReport, file: B
                 continue
             ok, row[column.name] = _json_value(value, column.type)
             if not ok and wrong is None:
-                wrong = f"{column.name!r} is a JSON {_json_type_name(value)}, expected {column.type}"
+                wrong = _type_mismatch(value, column.type, repr(column.name))
         if wrong is not None:
             report.drop(drops.DROP_WRONG_TYPE, index, None, wrong)
             continue
