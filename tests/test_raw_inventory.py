@@ -447,25 +447,33 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
     assert orphaned_outputs(layout.data_layout(), ["synth_00"]) == sorted(gone)
 
 
-def test_removing_an_anchor_source_leaves_no_empty_source_directory(tmp_path):
-    """Unsetting SYNTHKD_SOURCES_DIR removes its shards' files and then their `<stage>/<source>/` directories;
-    a source directory that still holds a present shard's file stays, and so does every stage directory."""
+def test_removing_shards_leaves_no_empty_source_or_error_log_directory(tmp_path):
+    """Unsetting SYNTHKD_SOURCES_DIR (or removing a raw shard) removes its shards' files and then their
+    `<stage>/<source>/` directories and any `errors/<step>/` left empty, as a build without them would have no
+    such directory; a directory that still holds a present shard's file stays, and so does every stage
+    directory."""
     paths = DataLayout(tmp_path / "raw", tmp_path / "data")
     gone = [
         paths.stage_output("synth_tokenized", "oasst1/train-00000-of-00001"),
         paths.error_log("synth_harmony", "oasst1/train-00000-of-00001"),
         paths.stage_output("synth_tokenized", "ultrachat_200k/train_sft-0"),
         paths.stage_output("synth_sampled", "deepcoder/derived/train-00000-of-00001"),  # a config directory
+        paths.error_log("synth_filtered", "synth_03"),
+        paths.error_log("synth_sampled", "synth_03"),
     ]
-    kept = paths.stage_output("synth_tokenized", "ultrachat_200k/train_sft-1")
-    for path in [*gone, kept]:
+    kept = [
+        paths.stage_output("synth_tokenized", "ultrachat_200k/train_sft-1"),
+        paths.error_log("synth_sampled", "synth_01"),
+    ]
+    for path in [*gone, *kept]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    assert remove_orphaned_outputs(paths, ["ultrachat_200k/train_sft-1"]) == sorted(gone)
+    assert remove_orphaned_outputs(paths, ["ultrachat_200k/train_sft-1", "synth_01"]) == sorted(gone)
     assert not (paths.data_root / "synth_tokenized" / "oasst1").exists()
-    assert not (paths.data_root / "errors" / "synth_harmony" / "oasst1").exists()
+    assert not (paths.data_root / "errors" / "synth_harmony").exists()
+    assert not (paths.data_root / "errors" / "synth_filtered").exists()
     assert not (paths.data_root / "synth_sampled" / "deepcoder").exists()
-    assert kept.is_file() and (paths.data_root / "synth_tokenized").is_dir()
+    assert all(path.is_file() for path in kept) and (paths.data_root / "synth_tokenized").is_dir()
 
 
 def test_a_pool_that_loses_a_shard_loses_its_manifest_and_blends_until_rebuilt(tmp_path):

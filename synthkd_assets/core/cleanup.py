@@ -199,7 +199,7 @@ def remove_orphaned_outputs(layout: DataLayout, present: Collection[str]) -> lis
     (`unlisted_pool_files`), and an anchor source's directory of key-named files (`<stage>/<source>/`) once it
     holds nothing; returns the files removed (for metadata and logs)."""
     orphaned = orphaned_outputs(layout, present)
-    return _remove(sorted({*orphaned, *unlisted_pool_files(layout, orphaned)}))
+    return _remove(sorted({*orphaned, *unlisted_pool_files(layout, orphaned)}), layout.all_errors_dirs())
 
 
 def remove_stale_cluster_files(build: DataLayout, clustered: Collection[str]) -> list[Path]:
@@ -207,9 +207,10 @@ def remove_stale_cluster_files(build: DataLayout, clustered: Collection[str]) ->
     return _remove(stale_cluster_files(build, clustered))
 
 
-def _remove(paths: list[Path]) -> list[Path]:
+def _remove(paths: list[Path], errors_dirs: Collection[Path] = ()) -> list[Path]:
     """Delete the files, then every directory of an anchor source they leave empty: `<stage>/<source>/` and the
-    config directories below it (`<stage>/deepcoder/derived/`), deepest first."""
+    config directories below it (`<stage>/deepcoder/derived/`), and a step's directory of error logs
+    (`errors/<step>/`, under one of `errors_dirs`): a build without those shards would not have made them."""
     for path in paths:
         path.unlink(missing_ok=True)
     directories: set[Path] = set()
@@ -218,6 +219,7 @@ def _remove(paths: list[Path]) -> list[Path]:
         source = next((i for i, d in enumerate(below) if d.name in sources.SOURCE_DATASETS), None)
         if source is not None:
             directories.update(below[: source + 1])
+        directories.update(d for d in below if d.parent in errors_dirs)
     for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
         with contextlib.suppress(OSError):  # not empty: another shard of the source is still there
             directory.rmdir()
