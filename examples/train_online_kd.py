@@ -46,6 +46,7 @@ from synthkd_training.documents import batches_of, document_ids, document_sample
 from synthkd_training.losses import SpanLossConfig
 from synthkd_training.models import (
     GPTSpec,
+    NoCudaError,
     build_gpt,
     load_model,
     megatron_world,
@@ -245,7 +246,10 @@ def _describe(step: int, steps: int, result: KDStep, started: float) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    device = pick_device(args.device)
+    try:
+        device = pick_device(args.device)
+    except NoCudaError as error:
+        raise SystemExit(str(error)) from None
     temporary = tempfile.TemporaryDirectory(prefix="train_online_kd-") if args.work_dir is None else None
     work_dir = Path(temporary.name) if temporary else args.work_dir
     try:

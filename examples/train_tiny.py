@@ -31,7 +31,15 @@ import torch
 from synthkd_assets.core.layout import DataLayout
 from synthkd_training.dataset import SpanDatasetError, train_valid_datasets
 from synthkd_training.losses import SpanLossConfig, span_ce_loss
-from synthkd_training.models import GPTSpec, build_gpt, megatron_world, pick_device, save_checkpoint, to_device
+from synthkd_training.models import (
+    GPTSpec,
+    NoCudaError,
+    build_gpt,
+    megatron_world,
+    pick_device,
+    save_checkpoint,
+    to_device,
+)
 from synthkd_training.synthetic import write_synthetic_dataset
 
 
@@ -102,7 +110,10 @@ def _describe(result) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    device = pick_device(args.device)
+    try:
+        device = pick_device(args.device)
+    except NoCudaError as error:
+        raise SystemExit(str(error)) from None
     temporary = tempfile.TemporaryDirectory(prefix="train_tiny-") if args.work_dir is None else None
     work_dir = Path(temporary.name) if temporary else args.work_dir
     try:

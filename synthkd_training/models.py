@@ -57,11 +57,20 @@ class GPTSpec:
         return cls(**json.loads(text))
 
 
+class NoCudaError(RuntimeError):
+    """CUDA was asked for where torch has none (a CPU build, or no visible GPU)."""
+
+
 def pick_device(name: str = "auto") -> torch.device:
-    """ "auto": CUDA when there is one, else CPU."""
+    """ "auto": CUDA when there is one, else CPU. "cuda" without one is refused here, naming why, rather than
+    later by NCCL ("Distributed package doesn't have NCCL built in")."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = "a CPU build" if torch.version.cuda is None else "no visible CUDA device"
+        raise NoCudaError(f"device {name!r} asked for, but torch {torch.__version__} has no CUDA here ({why})")
+    return device
 
 
 @contextmanager

@@ -9,11 +9,13 @@ import torch
 from synthkd_contract import constants
 from synthkd_training.models import (
     GPTSpec,
+    NoCudaError,
     build_gpt,
     forward_logits,
     load_checkpoint,
     load_model,
     megatron_world,
+    pick_device,
     save_checkpoint,
 )
 from synthkd_training.valuation import checkpoint_window_features, window_features
@@ -93,3 +95,11 @@ def test_valuation_features_take_a_gpt_oss_teacher_path(gpt_oss_checkpoint, tmp_
         student = load_model(tmp_path / "student", CPU, 2).model
         direct = window_features(teacher, student, sequences, prompts, window=4, context=16, batch_size=2, device=CPU)
     assert direct == got
+
+
+def test_cuda_without_cuda_is_refused_naming_why(monkeypatch):
+    """Not left to NCCL's "Distributed package doesn't have NCCL built in" once the world starts."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_device("auto") == CPU and pick_device("cpu") == CPU
+    with pytest.raises(NoCudaError, match=r"device 'cuda' asked for, but torch .* has no CUDA here"):
+        pick_device("cuda")
