@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -270,6 +271,23 @@ class ConsoleProgress(BuildProgress):
         return f"{name}{f' {partition}' if partition else ''} (after {time.monotonic() - self.started:.0f}s)"
 
 
+LOW_DISK_BYTES = 256 * 2**20  # free space under which a failed build says the disk is (nearly) full
+
+
+def low_disk_lines(places: dict[str, Path], minimum: int = LOW_DISK_BYTES) -> list[str]:
+    """For a failed build: each of `places` (what it is -> a path) whose filesystem has under `minimum` bytes
+    free, said plainly: a full disk shows up as SQLite's "disk I/O error" or an ENOSPC far from its cause."""
+    lines = []
+    for what, path in places.items():
+        existing = next((p for p in (path, *path.parents) if p.exists()), None)
+        if existing is None:
+            continue
+        free = shutil.disk_usage(existing).free
+        if free < minimum:
+            lines.append(f"disk nearly full: {free / 2**20:.0f} MiB free on the filesystem of {path} ({what})")
+    return lines
+
+
 def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None) -> int:
     """Every pass of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR into $DAGSTER_HOME's instance (an
     ephemeral one, shards one at a time, when unset), `workers` shard runs at once. The console gets the pass
@@ -288,6 +306,9 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
     layout = SynthKDLayout.from_environment_now(os.environ)
     progress = ConsoleProgress(out, DataLayout.from_environ(os.environ, smoke))
     tail = [f"full log: {log}"] if log is not None else []
+    disk = {"the data root": progress.layout.data_root}
+    if os.environ.get("DAGSTER_HOME"):
+        disk["$DAGSTER_HOME, the Dagster instance"] = Path(os.environ["DAGSTER_HOME"])
     models = ValuationModelsResource.from_environment_now(os.environ)
     problem = checkpoint_problem(models.teacher_checkpoint, models.student_checkpoint)
     if problem is not None:  # found now, not after every shard's scan and build, in the pool pass
@@ -313,7 +334,8 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
                 if stopped():  # a run the stop interrupted
                     raise
                 report = failed_runs_report(instance, datetime.fromtimestamp(since, tz=UTC))
-                print("\n".join([f"FAILED: {progress.failing(error.partition)}", *report, *tail]), file=err)
+                failed = [f"FAILED: {progress.failing(error.partition)}", *report, *low_disk_lines(disk), *tail]
+                print("\n".join(failed), file=err)
                 return 1
             built = progress.layout
             print(file=out)
@@ -326,7 +348,8 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
         if signum or isinstance(error, KeyboardInterrupt | dg.DagsterExecutionInterruptedError):
             return 128 + (signum or signal.SIGINT)  # nothing more to say: the user stopped it
         traceback.print_exc()  # to the log
-        print("\n".join([f"FAILED: {progress.failing(None)}: {type(error).__name__}: {error}", *tail]), file=err)
+        failed = [f"FAILED: {progress.failing(None)}: {type(error).__name__}: {error}", *low_disk_lines(disk), *tail]
+        print("\n".join(failed), file=err)
         return 1
     finally:
         out.flush()

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from synthkd_assets.cli import low_disk_lines
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parallel import available_cores, thread_map
@@ -316,3 +317,17 @@ def test_the_next_build_fails_the_runs_a_killed_build_left_in_progress():
             other_root: dg.DagsterRunStatus.STARTED,
             this_build: dg.DagsterRunStatus.STARTED,
         }
+
+
+def test_a_failed_builds_report_names_a_nearly_full_disk(tmp_path, monkeypatch):
+    """SQLite says only "disk I/O error" on a full disk: the failure report names the filesystem and what is on it."""
+    home, data = tmp_path / "home", tmp_path / "data" / "not yet made"
+    home.mkdir()
+    free = {str(home): 10 * 2**20, str(tmp_path): 2**40}
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(0, 0, free[str(path)]))
+    places = {"the data root": data, "$DAGSTER_HOME, the Dagster instance": home}
+    assert low_disk_lines(places) == [
+        f"disk nearly full: 10 MiB free on the filesystem of {home} ($DAGSTER_HOME, the Dagster instance)"
+    ]
+    free[str(home)] = 2**40
+    assert low_disk_lines(places) == []
