@@ -17,6 +17,7 @@ from synthkd_assets.core.inventory import (
     read_input_manifest,
 )
 from synthkd_assets.definitions import defs
+from synthkd_assets.defs.automation import latest_materializations, shard_run_key
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
@@ -53,6 +54,11 @@ def tick(instance, layout: SynthKDLayout):
         return definitions.resolve_schedule_def("synth_nightly_rebuild").evaluate_tick(context)
 
 
+def built_id(instance: dg.DagsterInstance, shard: str) -> int | None:
+    """The storage id of the shard's latest synth_harmony materialization: part of its run key."""
+    return latest_materializations(instance, dg.AssetKey("synth_harmony"), {shard}).get(shard)
+
+
 def requested(data) -> list[tuple[str, str | None]]:
     return sorted((r.partition_key, r.run_key) for r in data.run_requests)
 
@@ -84,14 +90,15 @@ def test_a_changed_input_manifest_rebuilds_exactly_its_changed_shard(setup):
 
     write_input_manifest(raw, after)
     data = tick(instance, layout)
-    assert requested(data) == [("synth_02", f"synth_02:{after['synth_02']}")]
+    key = shard_run_key("synth_02", after["synth_02"], built_id(instance, "synth_02"))  # the sensor's key
+    assert key.startswith(f"synth_02:{after['synth_02']}:after-") and requested(data) == [("synth_02", key)]
     assert data.run_requests[0].asset_selection is None  # the whole synth_shard_job, under the plan in force
 
     # while a run of it is in flight (from this schedule or the sensor: same run key), it is not asked for again
     instance.create_run_for_job(
         defs().resolve_job_def("synth_shard_job"),
         status=dg.DagsterRunStatus.STARTED,
-        tags={"dagster/run_key": f"synth_02:{after['synth_02']}", "dagster/partition": "synth_02"},
+        tags={"dagster/run_key": key, "dagster/partition": "synth_02"},
     )
     data = tick(instance, layout)
     assert (
@@ -103,7 +110,7 @@ def test_a_new_shard_is_registered_and_requested(setup):
     instance, layout, raw = setup
     shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")
     data = tick(instance, layout)
-    assert requested(data) == [("synth_07", f"synth_07:{sha256_file(raw / 'synth_07.parquet')}")]
+    assert requested(data) == [("synth_07", f"synth_07:{sha256_file(raw / 'synth_07.parquet')}:after-none")]
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [*SHARDS, "synth_07"]
 
 

@@ -10,10 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets.core.layout import STAGE_NAMES, DataLayout
+from synthkd_assets.defs.build import materialize_steps
+from synthkd_assets.defs.ingest import latest_raw_versions
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_contract.manifest_seal import sha256_file
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
-from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, build_everything, run
+from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SCAN_STEPS, SHARD_STEPS, build_everything, run
 
 
 def tick(instance, layout: SynthKDLayout, cursor: str | None) -> dg.SensorResult:
@@ -86,6 +89,7 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
     settled = tick(instance, layout, first.cursor)
 
     shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")
+    synth_01 = (raw / "synth_01.parquet").read_bytes()
     (raw / "synth_01.parquet").unlink()
     result = tick(instance, layout, settled.cursor)
     registered = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
@@ -94,4 +98,71 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
 
     manifest = paths.harmony_manifest()
     manifest.write_text(manifest.read_text() + "\n")
-    assert requested(tick(instance, layout, result.cursor)) == [("synth_manifests_job", None)]
+    edited = tick(instance, layout, result.cursor)
+    assert requested(edited) == [("synth_manifests_job", None)]
+
+    # a shard removed, put back and removed again: the second removal's manifests run gets a key of its own
+    # (the manifests were rewritten in between), so the daemon launches it and they stop listing the shard
+    (raw / "synth_07.parquet").unlink()  # never built: its ids are synth_03's
+    cursor, keys = edited.cursor, set()
+    for _ in range(3):
+        (raw / "synth_01.parquet").write_bytes(synth_01)
+        back = tick(instance, layout, cursor)
+        assert requested(back) == [("synth_shard_job", "synth_01")]
+        run(instance, layout, SHARD_STEPS, "synth_01")
+        run(instance, layout, MANIFEST_STEPS)
+        if len(keys) == 2:
+            break
+        (raw / "synth_01.parquet").unlink()
+        removal = tick(instance, layout, back.cursor)
+        [request] = removal.run_requests
+        assert request.job_name == "synth_manifests_job" and request.run_key.startswith("removed:")
+        keys.add(request.run_key)
+        materialize_steps(instance, layout, MANIFEST_STEPS, tags={"dagster/run_key": request.run_key})
+        cursor = removal.cursor
+    assert len(keys) == 2
+
+
+def test_bytes_built_before_are_rebuilt_when_they_come_back(workspace):
+    """A -> B -> A -> B, and a shard removed and put back twice: every change gets a run key no run has had, so
+    the daemon launches it (Dagster never launches a sensor's run key twice: keyed by content alone, the second B
+    was skipped and the shard stayed built from A). A tick with nothing new asks for nothing."""
+    instance, layout, raw, paths = workspace
+    shard, path = "synth_02", raw / "synth_02.parquet"
+    original = path.read_bytes()
+    edited = pq.read_table(path)
+    answers = edited.column("synthetic_answer").to_pylist()
+    answers[0] += "\n\nEdited upstream."
+    edited = edited.set_column(edited.schema.get_field_index("synthetic_answer"), "synthetic_answer", [answers])
+
+    def tick_and_run(cursor: str | None) -> str:
+        result = tick(instance, layout, cursor)
+        [request] = [r for r in result.run_requests if r.partition_key == shard]
+        assert request.run_key not in {r.tags.get("dagster/run_key") for r in instance.get_runs()}, request.run_key
+        # what the daemon launches: the request's job under its run key
+        materialize_steps(instance, layout, SCAN_STEPS, shard, tags={"dagster/run_key": request.run_key})
+        assert requested(tick(instance, layout, result.cursor)) == []
+        return result.cursor
+
+    cursor = tick_and_run(None)  # A
+    for _ in range(2):
+        pq.write_table(edited, path)  # B
+        cursor = tick_and_run(cursor)
+        path.write_bytes(original)  # A again
+        cursor = tick_and_run(cursor)
+    assert json.loads(paths.stage_report("synth_harmony", shard).read_text())["source_sha256"] == sha256_file(path)
+    # B seen but its rebuild never ran (failed, say), then A put back: nothing to build, but synth_raw's version is
+    # A's again (else the UI shows the shard stale for ever and synth_harmony refuses to read it)
+    pq.write_table(edited, path)
+    seen = tick(instance, layout, cursor)
+    assert latest_raw_versions(instance, [shard]) == {shard: json.loads(seen.cursor)["shards"][shard]}
+    path.write_bytes(original)
+    returned = tick(instance, layout, seen.cursor)
+    assert requested(returned) == [] and latest_raw_versions(instance, [shard]) == {shard: sha256_file(path)}
+    cursor = returned.cursor
+    for _ in range(2):
+        path.unlink()
+        gone = tick(instance, layout, cursor)  # its partition and outputs go
+        assert not paths.stage_report("synth_harmony", shard).exists()
+        path.write_bytes(original)  # put back
+        cursor = tick_and_run(gone.cursor)

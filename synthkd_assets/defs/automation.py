@@ -68,9 +68,26 @@ synth_manifests_job = dg.define_asset_job(
 )
 
 
-def shard_run_key(key: str, sha256: str) -> str:
-    """One run key per (shard, content), shared by the sensor and the schedule so each sees the other's runs."""
-    return f"{key}:{sha256}"
+def shard_run_key(key: str, sha256: str, after: int | None) -> str:
+    """`<shard>:<sha256>:after-<id>`: one run key per (shard, content, its synth_harmony output when asked),
+    shared by the sensor and the schedule so each sees the other's runs. Dagster never runs a sensor's run key
+    twice: keyed by content alone, bytes built before (A -> B -> A -> B, or a shard removed and put back twice)
+    would never be rebuilt; `after` (`latest_materializations`) makes each change a new key, and while nothing
+    new is materialized (a run in flight, or a failed one) the same content is still asked for once."""
+    return f"{key}:{sha256}:after-{after if after is not None else 'none'}"
+
+
+def latest_materializations(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partitions: set[str] | None = None
+) -> dict[str | None, int]:
+    """The storage id of the latest materialization of `asset_key` per partition in `partitions` (one query), or
+    of the unpartitioned asset under the key None; absent when never materialized."""
+    if partitions is None:
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=asset_key), limit=1).records
+        return {None: records[0].storage_id} if records else {}
+    return dict(
+        instance.get_latest_storage_id_by_partition(asset_key, dg.DagsterEventType.ASSET_MATERIALIZATION, partitions)
+    )
 
 
 def _wait_for_build(paths: DataLayout) -> dg.SkipReason | None:
@@ -106,16 +123,19 @@ def synth_raw_sensor(
     # a global plan: a changed shard is rebuilt with the plan in force (its rates are global numbers, so
     # the other shards stay valid and untouched); without a plan only the scan pass can run
     job = synth_shard_job if paths.sampling_plan().is_file() else synth_scan_job
+    built = latest_materializations(context.instance, synth_harmony.key, set(rebuild)) if rebuild else {}
     run_requests = [
-        dg.RunRequest(job_name=job.name, partition_key=key, run_key=shard_run_key(key, sha[key])) for key in rebuild
+        dg.RunRequest(job_name=job.name, partition_key=key, run_key=shard_run_key(key, sha[key], built.get(key)))
+        for key in rebuild
     ]
     manifest_path = paths.harmony_manifest()
     manifest_sha = sha256_file(manifest_path) if manifest_path.is_file() else None
     changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
     # a rewrite by a materialization is followed by synth_manifests_automation; only another change is this sensor's
     if changed and not rebuild and manifest_sha != _last_written_harmony_manifest(context.instance):
+        written = latest_materializations(context.instance, synth_harmony_manifest.key).get(None)
         run_requests.append(
-            dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"harmony_manifest:{manifest_sha}")
+            dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"harmony_manifest:{manifest_sha}:after-{written}")
         )
     requests = []
     if add:
@@ -125,14 +145,20 @@ def synth_raw_sensor(
     # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too)
     removed = remove_orphaned_outputs(paths, list(sha))
     why = f"synth_raw_sensor removed the pool files of raw shards gone ({remove or 'not registered here'})"
-    events = [*raw_reports(shards, set(rebuild)), *pool_unpublished_events(paths, removed, why)]
+    # bytes changed since the last tick back to what the outputs were built from (after a failed rebuild, say):
+    # nothing to rebuild, but synth_raw's version must be the bytes on disk again, or the UI shows the shard stale
+    # for ever and synth_harmony refuses to read it
+    returned = {s.name for s in shards if cursor["shards"].get(s.name, s.sha256) != s.sha256} - set(rebuild)
+    events = [*raw_reports(shards, set(rebuild) | returned), *pool_unpublished_events(paths, removed, why)]
     if removed:
         context.log.warning(
             f"raw shards gone ({remove or 'not registered here'}): removed their outputs {[str(p) for p in removed]}"
         )
         if not rebuild and paths.sampling_plan().is_file():  # a rebuild is followed by synth_manifests_automation
             gone = mf.config_hash(sorted(str(p) for p in removed))
-            run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"removed:{gone}"))
+            written = latest_materializations(context.instance, synth_kd_v1_manifest.key).get(None)
+            run_key = f"removed:{gone}:after-{written}"  # the same shard may be removed again, after a rewrite
+            run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=run_key))
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=requests,
@@ -196,7 +222,9 @@ def evaluate_nightly_rebuild(
     if not rebuild:
         return dg.SkipReason(f"nothing changed: all {len(shards)} shards are built from {against}")
     sha = {s.name: s.sha256 for s in shards}
-    run_keys = {key: shard_run_key(key, sha[key]) for key in rebuild}  # the sensor's: an in-flight run is found by it
+    built = latest_materializations(context.instance, synth_harmony.key, set(rebuild))
+    # the sensor's keys: an in-flight run of either is found by it
+    run_keys = {key: shard_run_key(key, sha[key], built.get(key)) for key in rebuild}
     in_flight = [key for key in rebuild if _has_active_run(context.instance, run_keys[key])]
     rebuild = [key for key in rebuild if key not in in_flight]
     if not rebuild:
