@@ -74,7 +74,13 @@ def shard_run_key(key: str, sha256: str, after: int | None) -> str:
     twice: keyed by content alone, bytes built before (A -> B -> A -> B, or a shard removed and put back twice)
     would never be rebuilt; `after` (`latest_materializations`) makes each change a new key, and while nothing
     new is materialized (a run in flight, or a failed one) the same content is still asked for once."""
-    return f"{key}:{sha256}:after-{after if after is not None else 'none'}"
+    return f"{key}:{sha256}:{after_suffix(after)}"
+
+
+def after_suffix(storage_id: int | None) -> str:
+    """`after-<storage id>` (`after-none`: never materialized), the part of a run key that changes with every
+    materialization of what the run rewrites."""
+    return f"after-{storage_id if storage_id is not None else 'none'}"
 
 
 def latest_materializations(
@@ -135,7 +141,9 @@ def synth_raw_sensor(
     if changed and not rebuild and manifest_sha != _last_written_harmony_manifest(context.instance):
         written = latest_materializations(context.instance, synth_harmony_manifest.key).get(None)
         run_requests.append(
-            dg.RunRequest(job_name=synth_manifests_job.name, run_key=f"harmony_manifest:{manifest_sha}:after-{written}")
+            dg.RunRequest(
+                job_name=synth_manifests_job.name, run_key=f"harmony_manifest:{manifest_sha}:{after_suffix(written)}"
+            )
         )
     requests = []
     if add:
@@ -157,7 +165,7 @@ def synth_raw_sensor(
         if not rebuild and paths.sampling_plan().is_file():  # a rebuild is followed by synth_manifests_automation
             gone = mf.config_hash(sorted(str(p) for p in removed))
             written = latest_materializations(context.instance, synth_kd_v1_manifest.key).get(None)
-            run_key = f"removed:{gone}:after-{written}"  # the same shard may be removed again, after a rewrite
+            run_key = f"removed:{gone}:{after_suffix(written)}"  # the same shard may be removed again, after a rewrite
             run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=run_key))
     return dg.SensorResult(
         run_requests=run_requests,
