@@ -119,6 +119,8 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
         assert request.job_name == "synth_manifests_job" and request.run_key.startswith("removed:")
         keys.add(request.run_key)
         materialize_steps(instance, layout, MANIFEST_STEPS, tags={"dagster/run_key": request.run_key})
+        listed = [shard["partition"] for shard in json.loads(paths.megatron_manifest().read_text())["shards"]]
+        assert "synth_01" not in listed and "synth_00" in listed
         cursor = removal.cursor
     assert len(keys) == 2
 
