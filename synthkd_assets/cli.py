@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -252,7 +253,7 @@ class ConsoleProgress(BuildProgress):
         line = progress_line(self.layout, list(build_pass.steps), key)
         self.say(f"  {build_pass.name} {key} ({self.index[key]}/{len(self.index)}): {line} ({seconds:.0f}s)")
 
-    def warned(self, build_pass: Pass, warnings) -> None:
+    def warned(self, build_pass: Pass, warnings: Sequence[str]) -> None:
         for warning in warnings:
             self.say(f"  warning: {warning}")
 

@@ -104,24 +104,26 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
     # a shard removed, put back and removed again: the second removal's manifests run gets a key of its own
     # (the manifests were rewritten in between), so the daemon launches it and they stop listing the shard
     (raw / "synth_07.parquet").unlink()  # never built: its ids are synth_03's
-    cursor, keys = edited.cursor, set()
-    for _ in range(3):
+
+    def put_back(cursor: str) -> str:
         (raw / "synth_01.parquet").write_bytes(synth_01)
         back = tick(instance, layout, cursor)
         assert requested(back) == [("synth_shard_job", "synth_01")]
         run(instance, layout, SHARD_STEPS, "synth_01")
         run(instance, layout, MANIFEST_STEPS)
-        if len(keys) == 2:
-            break
+        return back.cursor
+
+    cursor, keys = put_back(edited.cursor), set()
+    for _ in range(2):
         (raw / "synth_01.parquet").unlink()
-        removal = tick(instance, layout, back.cursor)
+        removal = tick(instance, layout, cursor)
         [request] = removal.run_requests
         assert request.job_name == "synth_manifests_job" and request.run_key.startswith("removed:")
         keys.add(request.run_key)
         materialize_steps(instance, layout, MANIFEST_STEPS, tags={"dagster/run_key": request.run_key})
         listed = [shard["partition"] for shard in json.loads(paths.megatron_manifest().read_text())["shards"]]
         assert "synth_01" not in listed and "synth_00" in listed
-        cursor = removal.cursor
+        cursor = put_back(removal.cursor)
     assert len(keys) == 2
 
 
