@@ -29,7 +29,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,10 +48,9 @@ from synthkd_training.models import (
     NoCudaError,
     build_gpt,
     load_model,
-    megatron_world,
-    pick_device,
     save_checkpoint,
     to_device,
+    training_session,
 )
 from synthkd_training.online_kd import KDStep, OnlineKDConfig, train_online_kd
 from synthkd_training.progress import Candidate, LPCadence, LPConfig, learning_progress_labels
@@ -247,17 +245,10 @@ def _describe(step: int, steps: int, result: KDStep, started: float) -> str:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     try:
-        device = pick_device(args.device)
+        with training_session(args.device, args.seed, args.work_dir, "train_online_kd-") as (device, work_dir):
+            return _run(args, device, work_dir)
     except NoCudaError as error:
         raise SystemExit(str(error)) from None
-    temporary = tempfile.TemporaryDirectory(prefix="train_online_kd-") if args.work_dir is None else None
-    work_dir = Path(temporary.name) if temporary else args.work_dir
-    try:
-        with megatron_world(device, args.seed):
-            return _run(args, device, work_dir)
-    finally:
-        if temporary:
-            temporary.cleanup()
 
 
 def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict:

@@ -22,7 +22,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,10 +34,9 @@ from synthkd_training.models import (
     GPTSpec,
     NoCudaError,
     build_gpt,
-    megatron_world,
-    pick_device,
     save_checkpoint,
     to_device,
+    training_session,
 )
 from synthkd_training.synthetic import write_synthetic_dataset
 
@@ -111,17 +109,10 @@ def _describe(result) -> str:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     try:
-        device = pick_device(args.device)
+        with training_session(args.device, args.seed, args.work_dir, "train_tiny-") as (device, work_dir):
+            return _train(args, device, work_dir)
     except NoCudaError as error:
         raise SystemExit(str(error)) from None
-    temporary = tempfile.TemporaryDirectory(prefix="train_tiny-") if args.work_dir is None else None
-    work_dir = Path(temporary.name) if temporary else args.work_dir
-    try:
-        with megatron_world(device, args.seed):
-            return _train(args, device, work_dir)
-    finally:
-        if temporary:
-            temporary.cleanup()
 
 
 def _train(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict:

@@ -21,9 +21,11 @@ positions are learned (megatron's RoPE moves its frequencies to CUDA). On a GPU 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -101,6 +103,21 @@ def megatron_world(device: torch.device, seed: int) -> Iterator[None]:
             tp_random.initialize_rng_tracker(force_reset=True)
         if created_world:
             dist.destroy_process_group()
+
+
+@contextmanager
+def training_session(
+    device_name: str, seed: int, work_dir: Path | None, prefix: str
+) -> Iterator[tuple[torch.device, Path]]:
+    """What an example's run needs around it: the device (`pick_device`, so NoCudaError comes before anything is
+    written), its work directory (a temporary one named `prefix...`, removed afterwards, when none is given) and
+    `megatron_world`."""
+    device = pick_device(device_name)
+    with contextlib.ExitStack() as stack:
+        if work_dir is None:
+            work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        stack.enter_context(megatron_world(device, seed))
+        yield device, work_dir
 
 
 def reserve_cpu_attention_scratch(micro_batch_size: int, spec: GPTSpec) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,7 @@ from synthkd_training.models import (
     megatron_world,
     pick_device,
     save_checkpoint,
+    training_session,
 )
 from synthkd_training.valuation import checkpoint_window_features, window_features
 
@@ -103,3 +106,23 @@ def test_cuda_without_cuda_is_refused_naming_why(monkeypatch):
     assert pick_device("auto") == CPU and pick_device("cpu") == CPU
     with pytest.raises(NoCudaError, match=r"device 'cuda' asked for, but torch .* has no CUDA here"):
         pick_device("cuda")
+
+
+EXAMPLE_ARGUMENTS = {"train_tiny": [], "train_online_kd": ["--teacher-checkpoint", "teacher"]}
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLE_ARGUMENTS))
+def test_an_example_asked_for_cuda_without_it_exits_naming_why_before_writing(monkeypatch, tmp_path, example):
+    module = importlib.import_module(f"examples.{example}")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    work_dir = tmp_path / "work"
+    with pytest.raises(SystemExit, match=r"device 'cuda' asked for, but torch .* has no CUDA here"):
+        module.main(["--device", "cuda", "--synthetic", "--work-dir", str(work_dir), *EXAMPLE_ARGUMENTS[example]])
+    assert not work_dir.exists()
+
+
+def test_a_training_session_without_a_work_dir_removes_its_temporary_one():
+    with training_session("cpu", 0, None, "session-test-") as (device, work_dir):
+        assert device == CPU and work_dir.is_dir() and work_dir.name.startswith("session-test-")
+        (work_dir / "checkpoint").write_text("written during the run")
+    assert not work_dir.exists()
