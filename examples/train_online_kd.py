@@ -40,6 +40,7 @@ import torch
 from synthkd_assets.core.atomic import atomic_output
 from synthkd_assets.core.layout import POOL_PARTS_SUBDIR, DataLayout, documents_path
 from synthkd_contract.indexed_dataset import read_index
+from synthkd_contract.manifest_seal import ManifestError, verify_manifest
 from synthkd_training.dataset import SpanDatasetError, tokens_prefixes, train_valid_datasets
 from synthkd_training.documents import batches_of, document_ids, document_sample, trio_documents
 from synthkd_training.losses import SpanLossConfig
@@ -151,6 +152,10 @@ def _rendered_heldout(path: Path, tokenizer_dir: Path, limit: int) -> list:
     from synthkd_assets.core.render import HarmonyRenderer
     from synthkd_assets.core.tokenizer import load_harmony_encoding
 
+    try:  # the slice the build sealed, as it recorded it: not a torn, edited or other build's file
+        verify_manifest(path.parent, files=[path.name])
+    except ManifestError as error:
+        raise SystemExit(f"the held-out slice {path} does not verify: {error}") from None
     renderer = HarmonyRenderer(load_harmony_encoding(tokenizer_dir))
     rows = pq.read_table(path, columns=["prompt_messages", "reference_messages"]).to_pylist()[:limit]
     documents = []

@@ -4,7 +4,8 @@ Standard library only, so the asset checks and the training loader (`synthkd_tra
 dataset with the same code:
 
 - `manifest.json` lists every file under the dataset root in `files` (path relative to the root,
-  bytes, sha256): data files, per-shard records and documents tables alike;
+  bytes, sha256): data files, per-shard records and documents tables alike (the validation sets' manifest
+  records its files in `sets`, one per set: `manifest_files`);
 - `manifest.json.sha256` (the `sha256sum` format) holds the sha256 of the manifest's bytes, so an
   edit anywhere in the manifest (totals included) is detected;
 - a file under the root that the manifest does not list (other than the manifest and its sidecar) is
@@ -97,12 +98,22 @@ def read_sealed_manifest(manifest_path: Path) -> tuple[dict[str, Any] | None, li
         return None, problems + [f"{manifest_path} is not valid JSON: {error}"]
 
 
+def manifest_files(manifest: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The manifest's file records ({path, bytes, sha256}): its `files`, or for the validation sets'
+    (synth_validation_v1) the file of each of its `sets`; None when it has neither."""
+    if "files" in manifest:
+        return manifest["files"]
+    if isinstance(manifest.get("sets"), dict):
+        return [{key: record[key] for key in ("path", "bytes", "sha256")} for record in manifest["sets"].values()]
+    return None
+
+
 def listed_file_problems(
     root: Path, manifest: dict[str, Any], only: Iterable[str] | None = None, hash_files: bool = True
 ) -> list[str]:
     """Each listed file (or the `only` paths, which must be listed) exists with the recorded bytes and,
     with `hash_files`, the recorded sha256."""
-    listed = {record["path"]: record for record in manifest.get("files", [])}
+    listed = {record["path"]: record for record in manifest_files(manifest) or []}
     wanted = sorted(listed) if only is None else list(only)
     problems, to_hash = [], []
     for name in wanted:
@@ -134,7 +145,7 @@ def sha256_files(paths: list[Path]) -> list[str]:
 def unlisted_files(root: Path, manifest: dict[str, Any]) -> list[str]:
     """Everything under `root` that is not a listed file (nor the manifest, its sidecar or its checks'
     markers): stray files, leftovers of removed shards, partial files, symlinks."""
-    listed = {record["path"] for record in manifest.get("files", [])}
+    listed = {record["path"] for record in manifest_files(manifest) or []}
     own = {MANIFEST_FILENAME, MANIFEST_FILENAME + SIDECAR_SUFFIX}
     markers = Path(MANIFEST_FILENAME + CHECKS_SUFFIX)
     found = []
@@ -152,7 +163,7 @@ def dataset_problems(root: Path, hash_files: bool = True) -> list[str]:
     manifest, problems = read_sealed_manifest(root / MANIFEST_FILENAME)
     if manifest is None:
         return problems
-    if "files" not in manifest:
+    if manifest_files(manifest) is None:
         return problems + [f"{root / MANIFEST_FILENAME} has no `files` list"]
     problems += listed_file_problems(root, manifest, hash_files=hash_files)
     problems += [f"{root / name} is not listed in the manifest" for name in unlisted_files(root, manifest)]

@@ -16,7 +16,7 @@ from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encodi
 from synthkd_assets.defs.checks import gating_checks
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
-from synthkd_contract.manifest_seal import ManifestError, verify_manifest
+from synthkd_contract.manifest_seal import ManifestError, sha256_file, verify_manifest
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_evaluations, check_outcomes, run
 
 MANIFEST_CHECKS = {
@@ -272,6 +272,35 @@ def test_every_dataset_file_is_listed_and_the_manifests_are_sealed(copy_of_build
     kd = json.loads(paths.megatron_manifest().read_text())
     listed = {f["path"] for f in kd["files"]}
     assert {"shards/shard_00.json", "shards/shard_00_documents.parquet", "train/shard_00_tokens.bin"} <= listed
+
+
+def test_the_validation_sets_are_sealed_like_the_datasets(copy_of_build):
+    """Each set's file is the one its manifest records, the manifest is the one its seal names, nothing else is
+    there: a torn, edited or other build's held-out slice is refused by the readers (train_online_kd)."""
+    _, _, paths = copy_of_build
+    root = paths.validation_root()
+    manifest = verify_manifest(root)
+    on_disk = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert on_disk == ["format_suite.parquet", "heldout_kl.parquet", "manifest.json", "manifest.json.sha256"]
+    assert {record["path"] for record in manifest["sets"].values()} == {"format_suite.parquet", "heldout_kl.parquet"}
+
+    (root / "stray.parquet").write_bytes(b"")
+    with pytest.raises(ManifestError, match=r"stray.parquet is not listed in the manifest"):
+        verify_manifest(root)
+    (root / "stray.parquet").unlink()
+    kl = bytearray((root / "heldout_kl.parquet").read_bytes())
+    kl[len(kl) // 2] ^= 0xFF
+    (root / "heldout_kl.parquet").write_bytes(bytes(kl))
+    with pytest.raises(ManifestError, match=r"heldout_kl.parquet differs from the manifest \(sha256"):
+        verify_manifest(root, files=["heldout_kl.parquet"])
+    verify_manifest(root, files=["format_suite.parquet"])  # the other set is intact
+
+    def edit(value):
+        value["sets"]["kl"]["sha256"] = sha256_file(root / "heldout_kl.parquet")  # an edit to match the file
+
+    rewrite_json(root / constants.MANIFEST_FILENAME, edit)
+    with pytest.raises(ManifestError, match="does not match its seal"):
+        verify_manifest(root, files=["heldout_kl.parquet"])
 
 
 @pytest.mark.parametrize("dataset", ["synth_kd_v1", "synth_distill"])

@@ -9,7 +9,7 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.cleanup import remove_stale_cluster_files
-from synthkd_assets.core.dataset_manifest import file_record
+from synthkd_assets.core.dataset_manifest import file_record, write_sealed_manifest
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.near_dup import (
     FORMAT_SET,
@@ -209,7 +209,7 @@ def synth_validation_sets(
             for name, rows in sets.items()
         },
     }
-    digest = mf.write_manifest(paths.validation_manifest(), manifest)
+    digest = write_sealed_manifest(paths.validation_manifest(), manifest)  # verified as the datasets are
     return dg.MaterializeResult(
         metadata={
             "manifest_sha256": digest,

@@ -8,6 +8,7 @@ sample's real synth_kd_v1 and held-out KL slice.
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import polars as pl
@@ -287,6 +288,18 @@ def test_online_kd_lowers_the_heldout_kl_on_the_sample_and_its_labels_train_the_
     assert scored["utility_score"].is_between(0, 1).all()
     assert (scored["sampling_weight"] - scored["utility_score"].exp()).abs().max() < 1e-12  # tau 1
     assert load_scorer(tmp_path / "scorer").buckets == tuple(sorted(labelled_buckets))
+
+
+def test_a_heldout_slice_that_does_not_verify_is_refused(built_sample, tmp_path):
+    """The KL the run is judged by is measured on the slice the build sealed, not a torn or edited file."""
+    paths = built_sample[1].data_layout(False)
+    root, tokenizer_dir = tmp_path / "validation", paths.tokenizer_dir()
+    shutil.copytree(paths.validation_root(), root)
+    assert len(online_kd_example._rendered_heldout(root / "heldout_kl.parquet", tokenizer_dir, 3)) == 3
+    with open(root / "heldout_kl.parquet", "ab") as handle:
+        handle.write(b"appended")
+    with pytest.raises(SystemExit, match=r"the held-out slice .*heldout_kl.parquet does not verify: .* bytes, the"):
+        online_kd_example._rendered_heldout(root / "heldout_kl.parquet", tokenizer_dir, 3)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
