@@ -109,6 +109,11 @@ def test_clusters_report_metadata_and_warn_checks_in_the_ui(built_sample):
         assert isinstance(metadata[key].value, (int, float)), key  # plotted over materializations
     assert "cluster size" in metadata["cluster_size_histogram"].value
     assert "example_pair" in metadata
+    # cluster ids are 64-bit: shown as text, exactly as synth_clusters stores them (a JSON number would be rounded)
+    summary = json.loads(built_sample[1].data_layout().clusters_summary().read_text())
+    largest = metadata["largest_clusters"].value
+    assert all(f"| `{c['cluster_id']}` | {c['cluster_size']} |" in largest for c in summary["largest"])
+    assert max(c["cluster_id"] for c in summary["largest"]) > 2**53  # the sample has such ids to show
     for name in ("large_cluster", "clusters_cross_split"):
         key = dg.AssetCheckKey(dg.AssetKey("synth_clusters"), name)
         record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]

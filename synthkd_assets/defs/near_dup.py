@@ -117,7 +117,7 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
             "verified_pairs": summary["verified_pairs"],
             **{f"dropped_{r}": summary["dropped"].get(r, 0) for r in (drops.DROP_CLUSTER_CAP, drops.DROP_HELDOUT)},
             "cluster_size_histogram": dg.MetadataValue.md(_histogram_markdown(summary["size_histogram"])),
-            "largest_clusters": dg.MetadataValue.json(summary["largest"]),
+            "largest_clusters": dg.MetadataValue.md(largest_markdown(summary["largest"])),
             "example_pair": dg.MetadataValue.md(_pair_markdown(example)),
             "clusters_crossing_split": summary["clusters_crossing_split"],
             "stale_cluster_files_removed": dg.MetadataValue.json([str(p) for p in stale]),
@@ -149,6 +149,20 @@ def example_pair(paths: DataLayout, summary: dict) -> dict:
 def _histogram_markdown(histogram: dict[str, int]) -> str:
     rows = "\n".join(f"| {size} | {count} |" for size, count in histogram.items())
     return "| cluster size | clusters |\n|---:|---:|\n" + rows
+
+
+def largest_markdown(largest: list[dict]) -> str:
+    """The largest clusters as a table: ids as text (a JSON number past 2**53 is rounded by the UI, naming a
+    cluster that does not exist), and the first members (rank order) said to be the first ones."""
+    if not largest:
+        return "no cluster of more than one row"
+    rows = "\n".join(
+        f"| `{c['cluster_id']}` | {c['cluster_size']} | "
+        + ", ".join(f"`{sid}` ({shard})" for sid, shard in zip(c["synth_id"], c["shard"]))
+        + " |"
+        for c in largest
+    )
+    return "| cluster_id | rows | first members (synth_id, shard) |\n|---|---:|---|\n" + rows
 
 
 def _pair_markdown(example: dict) -> str:
