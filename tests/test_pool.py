@@ -238,6 +238,16 @@ def test_bucket_tokens_are_plotted_and_the_balance_check_warns(pool):
         plotted = {key.removeprefix(prefix): m.value for key, m in pool_metadata.items() if key.startswith(prefix)}
         summed = rows.group_by(column).agg(pl.col("sequence_tokens").sum())
         assert plotted == dict(summed.iter_rows()) and plotted
+    # the pool's own skill mix on tokens, target vs achieved, recomputed from its rows; the 001 sampling's mix is
+    # labelled as the rows the quota drew from ("sampled"), never as the pool's achieved mix
+    tokens = dict(rows.group_by("skill_bucket").agg(pl.col("sequence_tokens").sum()).iter_rows())
+    for bucket in ("B1", "B2", "B3", "B4"):
+        share = tokens.get(bucket, 0) / sum(tokens.values())
+        assert pool_metadata[f"skill_share_achieved_{bucket}"].value == pytest.approx(share)
+        assert f"| {bucket} |" in pool_metadata["skill_mix_target_achieved"].value
+    assert pool_metadata["skill_share_target_B3"].value == 0.0 and not pool_metadata["skill_mix_feasible"].value
+    assert "memorization_share_sampled" in pool_metadata and "memorization_share_achieved" not in pool_metadata
+    assert "| | before | expected after | sampled |" in pool_metadata["mix_before_after"].value
     check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
         [dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "bucket_balance")]
     )[dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "bucket_balance")]

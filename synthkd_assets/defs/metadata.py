@@ -131,17 +131,39 @@ def mix_metadata(columns: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def dataset_manifest_metadata(manifest: dict[str, Any], digest: str) -> dict[str, Any]:
-    """What both dataset manifests show: their sha256 and config hash, row accounting over all shards, and the
-    mix before sampling, expected by the plan and achieved."""
+def dataset_manifest_metadata(manifest: dict[str, Any], digest: str, achieved: str = "achieved") -> dict[str, Any]:
+    """What the dataset manifests show: their sha256 and config hash, row accounting over all shards, and the
+    001 mix (by rows) before sampling, expected by the plan and achieved by it. `achieved` names that last
+    column: the pool's is "sampled", the rows its quota then draws from, not the pool's own mix
+    (`skill_share_metadata`)."""
     totals, sampling = manifest["totals"], manifest["sampling"]
     mixes = {"before": sampling["before"], "expected after": sampling["expected_after"]}
-    mixes["achieved"] = sampling["achieved_after"]
+    mixes[achieved] = sampling["achieved_after"]
     return {
         "manifest_sha256": digest,
         "config_hash": manifest["config_hash"],
         **manifest_rows_metadata(totals["rows_in"], totals["rows_out"], totals["dropped"]),
         **mix_metadata(mixes),
+    }
+
+
+def skill_share_metadata(quota: dict[str, Any]) -> dict[str, Any]:
+    """The pool's skill mix on tokens: per bucket the configured `skill_mix`, the target share it becomes once
+    infeasible buckets are renormalized away, and the share achieved (`skill_share_target_B1`,
+    `skill_share_achieved_B1`, to plot), and as a table."""
+    targets, achieved = quota["targets"], quota["achieved_skill_share"]
+    lines = ["| skill bucket | skill_mix | target share (tokens) | achieved share (tokens) |", "|---|---:|---:|---:|"]
+    lines += [
+        f"| {b} | {targets['skill_mix'].get(b, 0.0):.1%} | {targets['shares'].get(b, 0.0):.1%} "
+        f"| {achieved.get(b, 0.0):.1%} |"
+        for b in SKILL_BUCKETS
+    ]
+    return {
+        **{f"skill_share_target_{b}": targets["shares"].get(b, 0.0) for b in SKILL_BUCKETS},
+        **{f"skill_share_achieved_{b}": achieved.get(b, 0.0) for b in SKILL_BUCKETS},
+        "skill_mix_target_achieved": dg.MetadataValue.md("\n".join(lines)),
+        "skill_mix_feasible": quota["feasible"],
+        "skill_mix_infeasible": dg.MetadataValue.json(quota["infeasible"]),
     }
 
 

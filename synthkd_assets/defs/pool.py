@@ -42,6 +42,7 @@ from synthkd_assets.defs.metadata import (
     files_metadata,
     language_exercise_metadata,
     report_metadata,
+    skill_share_metadata,
     source_mix_metadata,
     table_definition_metadata,
 )
@@ -220,8 +221,9 @@ def synth_pool_manifest(
     mix = source_mix_metadata(manifest["source_mix"], "achieved") if "source_mix" in manifest else {}
     return dg.MaterializeResult(
         metadata={
-            **dataset_manifest_metadata(manifest, digest),
+            **dataset_manifest_metadata(manifest, digest, achieved="sampled"),
             **mix,
+            **skill_share_metadata(manifest["quota"]),
             **bucket_grid_metadata(achieved, "achieved"),
             **language_exercise_metadata(record["report"] for record in records),
             "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
