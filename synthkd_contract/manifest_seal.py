@@ -75,6 +75,22 @@ def seal_text(manifest_path: Path, digest: str) -> str:
     return f"{digest}  {manifest_path.name}\n"
 
 
+def file_record(root: Path, path: Path) -> dict[str, Any]:
+    """{path (relative to root), bytes, sha256} of a file as it is now: a manifest's record of it."""
+    return {"path": str(path.relative_to(root)), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def write_sealed(manifest_path: Path, manifest: dict[str, Any]) -> str:
+    """Write a manifest (sorted keys) and its sidecar, for what synthkd_training writes itself (a scorer, a
+    synthetic dataset); return its sha256. Not atomic: callers write into a directory nothing reads yet. The
+    build's datasets use synthkd_assets' atomic writer, which also holds them for their checks."""
+    payload = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    digest = hashlib.sha256(payload).hexdigest()
+    manifest_path.write_bytes(payload)
+    sidecar_path(manifest_path).write_text(seal_text(manifest_path, digest), encoding="utf-8")
+    return digest
+
+
 def read_sealed_manifest(manifest_path: Path) -> tuple[dict[str, Any] | None, list[str]]:
     """(manifest, problems with its seal): the manifest's bytes are hashed as read, then parsed."""
     if not manifest_path.is_file():

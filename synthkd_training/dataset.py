@@ -29,7 +29,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.utils import Split
 
 from synthkd_contract import constants
-from synthkd_contract.manifest_seal import ManifestError, verify_manifest
+from synthkd_contract.manifest_seal import ManifestError, manifest_files, read_sealed_manifest, verify_manifest
 from synthkd_contract.trio import (
     LOSSMASK_KIND,
     SPAN_KIND,
@@ -80,9 +80,30 @@ class O200kHarmonyIds:
 
 
 def tokens_prefixes(split_dir: str | Path) -> list[str]:
-    """Every `shard_XX_tokens` prefix present in a split directory, sorted (a Megatron blend list)."""
+    """Every `shard_XX_tokens` prefix present in a split directory, sorted (a Megatron blend list). In a built
+    dataset (a `manifest.json` above the split directory) the shards present must be exactly those the manifest
+    lists: a listed file missing (a build stopped after it removed a shard and before it rewrote the manifest, a
+    deleted file) or a trio it does not list is a SpanDatasetError naming them, never a dataset quietly short
+    of shards. The files' sizes and sha256 are `check_trio_against_manifest`'s."""
     split_dir = Path(split_dir)
-    return sorted(str(path)[: -len(".idx")] for path in split_dir.glob(f"shard_*{TOKENS_SUFFIX}.idx"))
+    present = sorted(str(path)[: -len(".idx")] for path in split_dir.glob(f"shard_*{TOKENS_SUFFIX}.idx"))
+    root = split_dir.parent
+    if not (root / constants.MANIFEST_FILENAME).is_file():
+        return present  # a trio outside a built dataset (tests, hand-made data): nothing to check against
+    manifest, problems = read_sealed_manifest(root / constants.MANIFEST_FILENAME)
+    records = (manifest_files(manifest) if manifest is not None else None) or []
+    listed = [r["path"] for r in records if Path(r["path"]).parent == Path(split_dir.name) and "shard_" in r["path"]]
+    problems += [
+        f"{root / path} is listed in the manifest but missing" for path in listed if not (root / path).is_file()
+    ]
+    listed_prefixes = {str(root / path)[: -len(".idx")] for path in listed if path.endswith(f"{TOKENS_SUFFIX}.idx")}
+    problems += [f"{prefix}.idx is not listed in the manifest" for prefix in present if prefix not in listed_prefixes]
+    if problems:
+        raise SpanDatasetError(
+            f"{split_dir}: the shards present are not the ones {root / constants.MANIFEST_FILENAME} lists "
+            f"(rebuild the dataset; verify_manifest names every problem): {'; '.join(problems)}"
+        )
+    return present
 
 
 @dataclass
@@ -391,8 +412,15 @@ def train_valid_datasets(
     """The train and valid datasets of a synth_kd_v1 root, as Megatron's --train-data-path / --valid-data-path give
     them: every `train/` prefix blended with equal weights (Megatron normalizes them; at least `train_samples`
     samples, drawing more epochs if needed) and the `valid/` prefixes by size (`valid_samples`, None: one epoch;
-    None when there is no valid trio)."""
+    None when there is no valid trio). The root must hold its sealed manifest: a build stopped before its manifest
+    pass leaves trios without one, which are not trained on as a dataset (`tokens_prefixes` then checks the
+    shards present are the ones it lists)."""
     data_root = Path(data_root)
+    if not (data_root / constants.MANIFEST_FILENAME).is_file():
+        raise SpanDatasetError(
+            f"no {constants.MANIFEST_FILENAME} in {data_root}: not a finished synth_kd_v1 build (a build stopped "
+            "before its manifest pass leaves its trios without one); run the build again"
+        )
     train_prefixes = tokens_prefixes(data_root / "train")
     if not train_prefixes:
         raise SpanDatasetError(f"no shard_XX_tokens trio under {data_root / 'train'}: build the dataset first")

@@ -34,7 +34,7 @@ import torch
 
 from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
 from synthkd_contract.constants import MANIFEST_FILENAME
-from synthkd_contract.manifest_seal import ManifestError, seal_text, sha256_file, sidecar_path, verify_manifest
+from synthkd_contract.manifest_seal import ManifestError, file_record, verify_manifest, write_sealed
 
 SCORER_FORMAT = "synthkd-scorer/1"
 """The layout of a scorer directory; a loader refuses any other."""
@@ -566,21 +566,14 @@ def save_scorer(scorer: Scorer, directory: str | Path) -> Path:
             "training_rows": scorer.training_rows,
         }
         (partial / FEATURE_CONFIG_FILE).write_text(json.dumps(feature_config, indent=2, sort_keys=True) + "\n")
-        files = [
-            {"path": name, "bytes": (partial / name).stat().st_size, "sha256": sha256_file(partial / name)}
-            for name in (FEATURE_CONFIG_FILE, WEIGHTS_FILE)
-        ]
         manifest = {
             "format": SCORER_FORMAT,
             "version": scorer.config.version,
             "buckets": list(scorer.buckets),
             "tau": scorer.config.tau,
-            "files": files,
+            "files": [file_record(partial, partial / name) for name in (FEATURE_CONFIG_FILE, WEIGHTS_FILE)],
         }
-        payload = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-        (partial / MANIFEST_FILENAME).write_bytes(payload)
-        seal = seal_text(partial / MANIFEST_FILENAME, hashlib.sha256(payload).hexdigest())
-        sidecar_path(partial / MANIFEST_FILENAME).write_text(seal)
+        write_sealed(partial / MANIFEST_FILENAME, manifest)
     return directory
 
 

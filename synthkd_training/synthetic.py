@@ -18,6 +18,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 from synthkd_contract import constants
 from synthkd_contract.labels import supervision_arrays
+from synthkd_contract.manifest_seal import file_record, write_sealed
 from synthkd_contract.trio import shard_tokens_prefix, trio_prefixes
 
 
@@ -105,7 +106,10 @@ def write_synthetic_split(
 
 
 def write_synthetic_dataset(root: Path, seed: int) -> Path:
-    """A small synth_kd_v1-shaped root (train: 2 shards x 60 documents, valid: 1 x 20) for the CPU examples."""
+    """A small synth_kd_v1-shaped root (train: 2 shards x 60 documents, valid: 1 x 20) for the CPU examples,
+    with a sealed manifest listing its files, as a build's (what `train_valid_datasets` requires)."""
     write_synthetic_split(root / "train", shards=2, documents_per_shard=60, seed=seed)
     write_synthetic_split(root / "valid", shards=1, documents_per_shard=20, seed=seed + 1)
+    files = [file_record(root, path) for path in sorted(root.rglob("*")) if path.is_file()]
+    write_sealed(root / constants.MANIFEST_FILENAME, {"dataset": "synthetic", "seed": seed, "files": files})
     return root

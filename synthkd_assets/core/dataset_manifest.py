@@ -13,15 +13,15 @@ from typing import Any
 
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.manifest import manifest_text
-from synthkd_contract.manifest_seal import ManifestError, checks_path, seal_text, sha256_file, sidecar_path
+from synthkd_contract.manifest_seal import (
+    ManifestError,
+    checks_path,
+    seal_text,
+    sidecar_path,
+)
 
 PENDING = "pending"  # a marker's first word, then the sha256 of the manifest it holds
 PENDING_WHY = "the manifest was rewritten and this check has not passed on it since"
-
-
-def file_record(root: Path, path: Path) -> dict[str, Any]:
-    """{path (relative to root), bytes, sha256} of a file as it is now."""
-    return {"path": str(path.relative_to(root)), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
 def files_section(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -34,7 +34,6 @@ import pyarrow as pa
 from openai_harmony import Conversation, Message, Role
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
-from synthkd_assets.core.dataset_manifest import file_record
 from synthkd_assets.core.parquet_io import iter_frames, list_column, streaming_parquet_file
 from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.render import completion_start
@@ -44,6 +43,7 @@ from synthkd_assets.core.stages import DatasetStep, TokenizedRow
 from synthkd_assets.core.steps import Outputs, ParquetOutputs, Table, run_step
 from synthkd_contract import constants, drops, sources
 from synthkd_contract.labels import token_align
+from synthkd_contract.manifest_seal import file_record
 from synthkd_contract.schemas import DISTILL_SCHEMA, DISTILL_SOURCE_TYPE, DISTILL_SPANS_TYPE
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from synthkd_assets.core.buckets import grids_from_reports, nested_grid
-from synthkd_assets.core.dataset_manifest import file_record, files_section
+from synthkd_assets.core.dataset_manifest import files_section
 from synthkd_assets.core.distill_io import DISTILL_SCHEMA
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import CURRICULUM_SUBDIR, documents_path, shard_record_path
@@ -41,6 +41,7 @@ from synthkd_assets.core.sampling import (
 )
 from synthkd_assets.core.source_mix import achieved_vs_target, reports_by_source
 from synthkd_contract import constants, sources
+from synthkd_contract.manifest_seal import file_record
 from synthkd_contract.schemas import POOL_SCHEMA
 
 PERCENTILES = (50, 90, 99)  # of the DistillKit token lengths, per split

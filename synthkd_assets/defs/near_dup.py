@@ -9,7 +9,7 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.cleanup import remove_stale_cluster_files
-from synthkd_assets.core.dataset_manifest import file_record, write_sealed_manifest
+from synthkd_assets.core.dataset_manifest import write_sealed_manifest
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.near_dup import (
     FORMAT_SET,
@@ -31,7 +31,7 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import partition_records, require_upstream, shard_names, stage_files
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
-from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.manifest_seal import file_record, sha256_file
 from synthkd_contract.schemas import CLUSTERS_SCHEMA, SIGNATURES_SCHEMA, VALIDATION_SCHEMA
 
 LARGE_CLUSTER = "large_cluster"

@@ -13,7 +13,6 @@ from synthkd_assets.core.curriculum import (
     scan_pool_prefixes,
     write_stage_files,
 )
-from synthkd_assets.core.dataset_manifest import file_record
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest, require_one_quota_plan
@@ -49,6 +48,7 @@ from synthkd_assets.defs.metadata import (
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import partition_records, read_quota_plan, require_upstream, shard_names, stage_files
 from synthkd_contract import sources
+from synthkd_contract.manifest_seal import file_record
 from synthkd_contract.schemas import POOL_SCHEMA
 
 

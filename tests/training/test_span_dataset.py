@@ -21,9 +21,9 @@ from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegat
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-from synthkd_assets.core.dataset_manifest import file_record, files_section, write_sealed_manifest
+from synthkd_assets.core.dataset_manifest import files_section, write_sealed_manifest
 from synthkd_contract import constants
-from synthkd_contract.manifest_seal import ManifestError, verify_manifest
+from synthkd_contract.manifest_seal import ManifestError, file_record, verify_manifest
 from synthkd_contract.trio import validate_trio
 from synthkd_training.dataset import (
     O200kHarmonyIds,
@@ -32,8 +32,15 @@ from synthkd_training.dataset import (
     SpanGPTDatasetConfig,
     build_span_datasets,
     tokens_prefixes,
+    train_valid_datasets,
 )
-from synthkd_training.synthetic import Document, synthetic_document, write_documents, write_synthetic_split
+from synthkd_training.synthetic import (
+    Document,
+    synthetic_document,
+    write_documents,
+    write_synthetic_dataset,
+    write_synthetic_split,
+)
 
 PAD = O200kHarmonyIds.pad
 
@@ -449,3 +456,54 @@ def test_a_truncated_tokens_idx_names_the_file(tmp_path):
     path = Path(f"{prefix}.idx")
     path.write_bytes(path.read_bytes()[:40])
     _expect_error(prefix, tmp_path, re.escape(f"{path}: tokens index not readable by megatron-core"))
+
+
+def _sealed_shards(root: Path, count: int) -> list[str]:
+    """`count` trios under `root/train`, all listed in a sealed manifest."""
+    prefixes = [write_documents(root / "train", shard, _documents(shard + 3)) for shard in range(count)]
+    files = files_section(file_record(root, path) for path in sorted((root / "train").iterdir()))
+    write_sealed_manifest(root / "manifest.json", {"dataset": "test", "files": files})
+    return prefixes
+
+
+@pytest.mark.parametrize("removed", [".idx", ".bin", "_lossmask.bin"])
+def test_a_dataset_short_of_a_shard_its_manifest_lists_is_refused(tmp_path, removed):
+    """Globbing `.idx` files alone would train on the shards left (a build killed between removing a shard's
+    files and rewriting the manifest, a deleted file) as if the dataset were whole."""
+    root = tmp_path / "root"
+    prefixes = _sealed_shards(root, 3)
+    assert tokens_prefixes(root / "train") == prefixes
+    gone = Path(prefixes[1].removesuffix("_tokens") + ("_tokens" if removed.startswith(".") else "") + removed)
+    gone.unlink()
+    with pytest.raises(SpanDatasetError, match=re.escape(f"{gone} is listed in the manifest but missing")):
+        tokens_prefixes(root / "train")
+    with pytest.raises(SpanDatasetError, match="the shards present are not the ones"):
+        train_valid_datasets(
+            root, sequence_length=16, seed=1, train_samples=4, valid_samples=None, cache_dir=tmp_path / "cache"
+        )
+
+
+def test_a_trio_the_manifest_does_not_list_is_refused(tmp_path):
+    root = tmp_path / "root"
+    _sealed_shards(root, 2)
+    stray = write_documents(root / "train", 7, _documents(9))
+    with pytest.raises(SpanDatasetError, match=re.escape(f"{stray}.idx is not listed in the manifest")):
+        tokens_prefixes(root / "train")
+
+
+def test_a_root_without_its_manifest_is_not_trained_on(tmp_path, gloo_world):
+    """A build stopped before its manifest pass leaves trios and no manifest: not a dataset to train on."""
+    write_synthetic_split(tmp_path / "root" / "train", shards=2, documents_per_shard=6, seed=1)
+    with pytest.raises(SpanDatasetError, match=r"no manifest.json in .*root: not a finished synth_kd_v1 build"):
+        train_valid_datasets(
+            tmp_path / "root", sequence_length=16, seed=1, train_samples=4, valid_samples=None, cache_dir=tmp_path / "c"
+        )
+    synthetic = write_synthetic_dataset(tmp_path / "synthetic", seed=1)  # the examples' data: sealed like a build's
+    assert {f["path"] for f in verify_manifest(synthetic)["files"]} >= {
+        "train/shard_00_tokens.bin",
+        "valid/shard_00_span.idx",
+    }
+    train, valid = train_valid_datasets(
+        synthetic, sequence_length=16, seed=1, train_samples=4, valid_samples=None, cache_dir=tmp_path / "cache"
+    )
+    assert len(train) >= 4 and valid is not None
