@@ -41,15 +41,23 @@ from trl import SFTConfig, SFTTrainer
 
 from synthkd_assets.core.layout import DataLayout
 from synthkd_contract import constants
+from synthkd_contract.manifest_seal import ManifestError, verify_manifest
 
 # o200k_harmony's text of EOD_TOKEN_ID: the pad token of the stand-in tokenizer
 PAD_TOKEN = "<|endoftext|>"
 
 
-def load_distillkit(data_dir: Path, cache_dir: Path | None = None) -> datasets.DatasetDict:
-    """`{train, validation}` of the DistillKit dataset, read as any consumer reads it."""
+def load_distillkit(data_dir: Path, cache_dir: Path | None = None, hash_files: bool = True) -> datasets.DatasetDict:
+    """`{train, validation}` of the DistillKit dataset, read as any consumer reads it, once it verifies against its
+    sealed manifest (`verify_manifest`: every listed part with its bytes, and sha256 with `hash_files`; nothing
+    else under the root). `load_dataset(data_dir=...)` reads whatever files are there: a part lost or left over, a
+    stray copy or an edited row would otherwise be trained on without a word."""
     if not (data_dir / "train").is_dir():
         raise SystemExit(f"no DistillKit dataset at {data_dir} (no train/): build it first (./scripts/build.sh)")
+    try:
+        verify_manifest(data_dir, hash_files=hash_files)
+    except ManifestError as error:
+        raise SystemExit(f"the DistillKit dataset at {data_dir} does not verify: {error}") from None
     cache = None if cache_dir is None else str(cache_dir)
     return datasets.load_dataset("parquet", data_dir=str(data_dir), cache_dir=cache)
 
@@ -136,13 +144,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=torch.cuda.is_available())
     parser.add_argument("--output-dir", type=Path, default=Path("trl_sft_out"))
     parser.add_argument("--cache-dir", type=Path, default=None, help="datasets' cache (default: its own)")
+    parser.add_argument(
+        "--no-hash",
+        action="store_true",
+        help="verify the parts against the manifest by size only, not sha256 (a large dataset, checked before)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    splits = load_distillkit(args.data_dir, args.cache_dir)
+    splits = load_distillkit(args.data_dir, args.cache_dir, hash_files=not args.no_hash)
     train = splits["train"] if args.shortest is None else shortest_rows(splits["train"], args.shortest)
     if args.tiny:
         model, tokenizer = tiny_model(seed=args.seed), pad_tokenizer()

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import copy
 import math
+import re
+import shutil
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -109,3 +112,25 @@ def test_sft_trainer_supervises_assistant_tokens_only(distill_root, encoding, tm
 def test_a_missing_dataset_is_named(tmp_path):
     with pytest.raises(SystemExit, match=f"no DistillKit dataset at {tmp_path}"):
         train_trl_sft.load_distillkit(tmp_path)
+
+
+@pytest.mark.parametrize("fault", ["stray part", "part lost", "row edited"])
+def test_a_dataset_that_does_not_verify_is_not_loaded(distill_root, tmp_path, fault):
+    """datasets reads every Parquet file under data_dir: a stray or lost part, or an edited one, is refused first."""
+    root = tmp_path / "distill"
+    shutil.copytree(distill_root, root)
+    part = root / "train" / "part-00002.parquet"
+    if fault == "stray part":
+        shutil.copy(part, root / "train" / "part-00009.parquet")
+        named = f"{root / 'train' / 'part-00009.parquet'} is not listed in the manifest"
+    elif fault == "part lost":
+        part.unlink()
+        named = f"{part} is listed in the manifest but missing"
+    else:
+        table = pq.read_table(part)
+        pq.write_table(table.slice(1).append_column("extra", pa.array([0] * (table.num_rows - 1))), part)
+        named = f"{part} has"
+    with pytest.raises(
+        SystemExit, match=re.escape(f"the DistillKit dataset at {root} does not verify: ") + ".*" + re.escape(named)
+    ):
+        train_trl_sft.load_distillkit(root, tmp_path / "cache")
