@@ -226,6 +226,41 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
     assert runs and not [run for run in runs if not run.is_finished], "a run left in progress"
 
 
+def test_a_worker_killed_mid_run_fails_the_build_naming_its_shard(tmp_path):
+    """SIGKILL (the out-of-memory killer, say) to the worker running a shard of the build pass: the build exits 1
+    naming that shard and why its run failed, not only "BrokenProcessPool"; no run is left in progress. Every run
+    of the build carries its pass as the `synthkd/pass` tag (the UI lists them all as __ephemeral_asset_job__)."""
+    if available_cores() < 2:
+        pytest.skip("one core: the shard runs go one after another, in the driver")
+    for source, key in enumerate(["synth_00", "synth_01"]):  # 400 rows: a run the kill cannot miss
+        raw = tmp_path / "raw" / f"{key}.parquet"
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, 400), raw)
+    process = start(tmp_path)
+    started = dg.RunsFilter(tags={"synthkd/pass": "build"}, statuses=[dg.DagsterRunStatus.STARTED])
+    wait_for(lambda: (tmp_path / "home" / "dagster.yaml").is_file(), "build.sh to set up DAGSTER_HOME")
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+
+        def running() -> list:  # a build-pass run whose process is recorded (it has just started its steps)
+            runs = instance.get_runs(filters=started)
+            return [r for r in runs if instance.all_logs(r.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
+
+        # polled, not paused: a worker stopped while it holds the SQLite instance's lock would stall every reader
+        wait_for(lambda: process.poll() is not None or running(), "a shard run of the build pass", timeout=600)
+        assert process.poll() is None, (tmp_path / "stdout.txt").read_text()[-3000:]
+        victim = running()[0]
+        os.kill(run_pid(instance, victim.run_id), signal.SIGKILL)
+    assert process.wait(timeout=300) == 1
+    output = (tmp_path / "stdout.txt").read_text()
+    shard = victim.tags["dagster/partition"]
+    assert f"FAILED: build {shard} (after" in output, output[-3000:]
+    assert f"run {victim.run_id[:8]} (partition {shard}) failed:\n  its worker process died" in output
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        runs = instance.get_runs()
+    assert runs and all(run.is_finished for run in runs)
+    assert {run.tags.get("synthkd/pass") for run in runs} == {"inventory", "scan", "plan", "build"}
+
+
 def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):
     """On one core (this build.sh's CPU affinity), so the dagster.yaml it writes admits one queued run at once."""
     (tmp_path / "raw").mkdir()

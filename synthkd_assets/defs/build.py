@@ -17,15 +17,17 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 import dagster as dg
-from dagster._core.storage.tags import MAX_RETRIES_TAG  # Dagster's own name for it
+from dagster._core.storage.tags import MAX_RETRIES_TAG, PARTITION_NAME_TAG  # Dagster's own names for them
 
 from synthkd_assets.core.buildlock import build_lock
 from synthkd_assets.core.inventory import raw_shard_paths, source_shard_paths
 from synthkd_assets.core.parallel import die_with_parent, watch_stop_signals
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.code_versions import with_code_versions
+from synthkd_assets.defs.conventions import pass_tags
 from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
@@ -131,18 +133,30 @@ def build_all(
     kwargs = {**kwargs, "tags": tags}
     try:
         return _build_all(instance, layout, build, outputs, progress, workers, take_lock, kwargs)
+    except BrokenProcessPool as error:  # a worker died without a word (SIGKILL, out of memory): say which shard
+        lost = _fail_unfinished_runs(instance, build_id, WORKER_LOST)
+        shards = ", ".join(lost) or "(none had started a run)"
+        message = f"a worker process died while building {shards}: {error}"
+        raise BuildFailed(message, partition=lost[0] if len(lost) == 1 else None) from error
     except BaseException:
-        _fail_unfinished_runs(instance, build_id)
+        _fail_unfinished_runs(instance, build_id, "the build stopped while this run was in progress")
         raise
 
 
-def _fail_unfinished_runs(instance: dg.DagsterInstance, build_id: str) -> None:
+WORKER_LOST = "its worker process died before the run finished (killed: the kernel's out-of-memory killer? see dmesg)"
+
+
+def _fail_unfinished_runs(instance: dg.DagsterInstance, build_id: str, why: str) -> list[str]:
     """A build that stops (interrupted, a worker lost) leaves none of its runs in progress in the instance: Dagster
-    marks a run it interrupts failed, this marks the rest (a run interrupted while being set up)."""
+    marks a run it interrupts failed, this marks the rest (a run interrupted while being set up, or whose worker
+    was killed) with `why`; returns their partitions."""
+    failed: list[str] = []
     with contextlib.suppress(Exception):  # best effort: the error that stopped the build is the one to report
         for run in instance.get_runs(filters=dg.RunsFilter(tags={BUILD_TAG: build_id})):
             if not run.is_finished:
-                instance.report_run_failed(run, "the build stopped while this run was in progress")
+                instance.report_run_failed(run, why)
+                failed.append(run.tags.get(PARTITION_NAME_TAG, "(unpartitioned)"))
+    return sorted(failed)
 
 
 def fail_runs_of_dead_builds(instance: dg.DagsterInstance, data_root: str, build_id: str) -> list[str]:
@@ -177,7 +191,9 @@ def _build_all(instance, layout, build, outputs, progress, workers, take_lock, k
             start = time.monotonic()
             if not build_pass.per_shard:
                 progress.pass_started(build_pass, [])
-                result = materialize_steps(instance, layout, build_pass.steps, build=build, **kwargs)
+                result = materialize_steps(
+                    instance, layout, build_pass.steps, build=build, **with_pass_tag(kwargs, build_pass.name)
+                )
                 warnings = [
                     warning
                     for event in result.get_asset_materialization_events()
@@ -191,7 +207,7 @@ def _build_all(instance, layout, build, outputs, progress, workers, take_lock, k
                 if keys is None:  # registered by the inventory pass
                     keys = list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
                 progress.pass_started(build_pass, keys)
-                for key, seconds in shard_runs(build_pass.steps, keys):
+                for key, seconds in shard_runs(build_pass, keys):
                     progress.shard_done(build_pass, key, seconds)
             progress.pass_done(build_pass, time.monotonic() - start)
     return keys or []
@@ -206,11 +222,19 @@ def _raw_shard_count(layout: SynthKDLayout) -> int:
         return 0
 
 
+def with_pass_tag(kwargs: dict, pass_name: str) -> dict:
+    """`materialize` arguments whose run tags also name the build pass (`synthkd/pass`, the assets' tag of it):
+    a build's runs are all `__ephemeral_asset_job__` in the UI, and this tells them apart (filter by it)."""
+    return {**kwargs, "tags": {**kwargs.get("tags", {}), **pass_tags(pass_name)}}
+
+
 def _shards_in_process(instance, layout, build, kwargs):
-    def run(steps: Sequence[str], keys: Sequence[str]) -> Iterator[tuple[str, float]]:
+    def run(build_pass: Pass, keys: Sequence[str]) -> Iterator[tuple[str, float]]:
         for key in keys:
             start = time.monotonic()
-            materialize_steps(instance, layout, steps, key, build=build, **kwargs)
+            materialize_steps(
+                instance, layout, build_pass.steps, key, build=build, **with_pass_tag(kwargs, build_pass.name)
+            )
             yield key, time.monotonic() - start
 
     return run
@@ -239,9 +263,14 @@ def _worker_pool(workers: int, instance: dg.DagsterInstance, layout, build, kwar
 
     for _ in range(workers):  # each submit starts a worker process: all start now
         pool.submit(int)
+    # kept, to be joined at the end: once a worker dies, the pool reaps the others itself (they are no longer
+    # active children), and the runs they were told to stop must be marked failed by them before the build
+    # says which shard's worker died
+    started = [child for child in multiprocessing.active_children() if child not in before]
 
-    def run(steps: Sequence[str], keys: Sequence[str]) -> Iterator[tuple[str, float]]:
-        pending: set[Future] = {pool.submit(_worker_run, tuple(steps), key) for key in keys}
+    def run(build_pass: Pass, keys: Sequence[str]) -> Iterator[tuple[str, float]]:
+        steps = tuple(build_pass.steps)
+        pending: set[Future] = {pool.submit(_worker_run, steps, build_pass.name, key) for key in keys}
         failure: BuildFailed | None = None
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -264,7 +293,7 @@ def _worker_pool(workers: int, instance: dg.DagsterInstance, layout, build, kwar
         pool.shutdown(wait=True)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-        _stop([child for child in multiprocessing.active_children() if child not in before])
+        _stop([*started, *(c for c in multiprocessing.active_children() if c not in before and c not in started)])
 
 
 def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:
@@ -304,14 +333,13 @@ def _worker_stop(signum, _frame) -> None:
     raise KeyboardInterrupt  # outside Dagster's own interrupt handling (a run being set up): stop it here
 
 
-def _worker_run(steps: tuple[str, ...], key: str) -> tuple[str, float]:
+def _worker_run(steps: tuple[str, ...], pass_name: str, key: str) -> tuple[str, float]:
     start = time.monotonic()
     _worker["running"] = True
     interrupted = False
     try:
-        materialize_steps(
-            _worker["instance"], _worker["layout"], steps, key, build=_worker["build"], **_worker["kwargs"]
-        )
+        kwargs = with_pass_tag(_worker["kwargs"], pass_name)
+        materialize_steps(_worker["instance"], _worker["layout"], steps, key, build=_worker["build"], **kwargs)
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
         interrupted = True
     finally:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import dagster as dg
+from dagster._core.storage.tags import PARTITION_NAME_TAG  # Dagster's own name for it
 
 PROBLEM_LINES = 5  # problems printed per failing check; the rest are in its metadata (UI)
 
@@ -62,6 +63,8 @@ def run_failure_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
         error = entry.dagster_event.event_specific_data.error if entry.dagster_event else None
         if error is not None and "blocking asset check" not in error.message:  # those are listed above
             lines.append(f"step {entry.step_key} failed: {error_message(error)}")
+    if not lines:  # failed from outside its steps (its worker died, the build stopped): why the run was failed
+        lines += [entry.message for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)]
     return lines
 
 
@@ -73,7 +76,7 @@ def failed_runs_report(instance: dg.DagsterInstance, since: datetime) -> list[st
     lines: list[str] = []
     for record in records:
         run = record.dagster_run
-        partition = run.tags.get("dagster/partition")
+        partition = run.tags.get(PARTITION_NAME_TAG)
         lines.append(f"run {run.run_id[:8]}" + (f" (partition {partition})" if partition else "") + " failed:")
         lines += [f"  {line}" for line in run_failure_lines(instance, run.run_id)] or [
             "  (no check or step error recorded)"
