@@ -263,6 +263,22 @@ def provenance_outcomes(instance, layout: SynthKDLayout) -> tuple[bool, bool]:
     )
 
 
+def test_each_dataset_manifest_shows_where_it_is_and_which_commit_built_it(built_sample):
+    instance, layout, _ = built_sample
+    paths = layout.data_layout()
+    roots = {
+        "synth_kd_v1_manifest": paths.megatron_root(),
+        "synth_distill_manifest": paths.distill_root(),
+        "synth_pool_manifest": paths.pool_root(),
+    }
+    for asset, root in roots.items():
+        metadata = instance.get_latest_materialization_event(dg.AssetKey(asset)).asset_materialization.metadata
+        manifest = json.loads((root / constants.MANIFEST_FILENAME).read_text())
+        assert metadata["dataset_root"].value == str(root), asset
+        dirty = " (dirty)" if manifest["git_dirty"] else ""
+        assert metadata["git_sha"].value == manifest["git_sha"] + dirty, asset
+
+
 def test_every_dataset_file_is_listed_and_the_manifests_are_sealed(copy_of_build):
     _, _, paths = copy_of_build
     for root in (paths.megatron_root(), paths.distill_root()):

@@ -100,7 +100,7 @@ def synth_kd_v1_manifest(
     lengths = length_stats([stage_files(paths, "synth_tokenized", n)[0] for n in names])
     return dg.MaterializeResult(
         metadata={
-            **dataset_manifest_metadata(manifest, digest),
+            **dataset_manifest_metadata(manifest, digest, root),
             **{f"sequences_{k}": v for k, v in totals["sequences"].items()},
             **{f"tokens_{k}": v for k, v in totals["span_tokens"].items()},
             "span_lengths": dg.MetadataValue.md(markdown_table(lengths)),
@@ -140,11 +140,10 @@ def synth_distill_manifest(
     lengths = manifest["token_lengths"]
     return dg.MaterializeResult(
         metadata={
-            **dataset_manifest_metadata(manifest, digest),
+            **dataset_manifest_metadata(manifest, digest, root),
             **{f"rows_{k}": v for k, v in manifest["totals"]["rows_per_split"].items()},
             **{f"{split}_len_{k}": v for split, stats in lengths.items() for k, v in stats.items() if v is not None},
             "encoding_errors_logged": logged,
-            "dataset_root": dg.MetadataValue.path(str(root)),
         },
         data_version=dg.DataVersion(digest),
     )

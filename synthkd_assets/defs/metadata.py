@@ -131,8 +131,11 @@ def mix_metadata(columns: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def dataset_manifest_metadata(manifest: dict[str, Any], digest: str, achieved: str = "achieved") -> dict[str, Any]:
-    """What the dataset manifests show: their sha256 and config hash, row accounting over all shards, and the
+def dataset_manifest_metadata(
+    manifest: dict[str, Any], digest: str, root: Path, achieved: str = "achieved"
+) -> dict[str, Any]:
+    """What the dataset manifests show: where the dataset is (`root`), their sha256, config hash and the commit
+    that built them (`git_sha`, "(dirty)" with uncommitted changes), row accounting over all shards, and the
     001 mix (by rows) before sampling, expected by the plan and achieved by it. `achieved` names that last
     column: the pool's is "sampled", the rows its quota then draws from, not the pool's own mix
     (`skill_share_metadata`)."""
@@ -140,8 +143,10 @@ def dataset_manifest_metadata(manifest: dict[str, Any], digest: str, achieved: s
     mixes = {"before": sampling["before"], "expected after": sampling["expected_after"]}
     mixes[achieved] = sampling["achieved_after"]
     return {
+        "dataset_root": dg.MetadataValue.path(str(root)),
         "manifest_sha256": digest,
         "config_hash": manifest["config_hash"],
+        "git_sha": manifest["git_sha"] + (" (dirty)" if manifest.get("git_dirty") else ""),
         **manifest_rows_metadata(totals["rows_in"], totals["rows_out"], totals["dropped"]),
         **mix_metadata(mixes),
     }

@@ -221,12 +221,11 @@ def synth_pool_manifest(
     mix = source_mix_metadata(manifest["source_mix"], "achieved") if "source_mix" in manifest else {}
     return dg.MaterializeResult(
         metadata={
-            **dataset_manifest_metadata(manifest, digest, achieved="sampled"),
+            **dataset_manifest_metadata(manifest, digest, paths.pool_root(), achieved="sampled"),
             **mix,
             **skill_share_metadata(manifest["quota"]),
             **bucket_grid_metadata(achieved, "achieved"),
             **language_exercise_metadata(record["report"] for record in records),
-            "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
         },
         data_version=dg.DataVersion(digest),
         check_results=[bucket_balance_result(achieved), pool_published_result(digest)],
