@@ -4,6 +4,7 @@ dataset manifest verifies only once each of its blocking checks has passed on it
 
 import contextlib
 import dataclasses
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from synthkd_assets.core.round_trip import RoundTrip
 from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.core.validation import cross_shard_duplicates
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.buckets import BUCKET_IMBALANCE_RATIO
@@ -65,8 +67,18 @@ MISMATCHES_IN_METADATA = 10  # round-trip mismatches shown field by field in a r
 
 
 def shard_check_spec(name: str, asset: str) -> dg.AssetCheckSpec:
-    """The spec of a per-shard check evaluated inside `asset`'s step (blocking, with its description)."""
-    return dg.AssetCheckSpec(name, asset=asset, blocking=True, description=SHARD_CHECK_DESCRIPTIONS[name])
+    """The spec of a per-shard check evaluated inside `asset`'s step (blocking, with its description),
+    partitioned like the asset: the UI shows its result per shard."""
+    return per_shard_check(name, asset=asset, blocking=True, description=SHARD_CHECK_DESCRIPTIONS[name])
+
+
+def per_shard_check(name: str, **kwargs) -> dg.AssetCheckSpec:
+    """An AssetCheckSpec partitioned by shard (a preview feature in Dagster 1.13, said here once, not on every
+    load): its results are recorded per partition, so the UI shows each shard's verdict and the latest one of
+    every partition, rather than comparing the last execution with the last materialization of any shard."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return dg.AssetCheckSpec(name, partitions_def=SYNTH_SHARDS, **kwargs)
 
 
 def current_partition() -> str | None:
@@ -272,7 +284,7 @@ def pool_unpublished_events(paths: DataLayout, removed: list[Path], why: str) ->
 
 
 NEAR_DUP_CONTROLLED = "near_dup_controlled"
-NEAR_DUP_CONTROLLED_SPEC = dg.AssetCheckSpec(
+NEAR_DUP_CONTROLLED_SPEC = per_shard_check(
     NEAR_DUP_CONTROLLED,
     asset="synth_sampled",
     blocking=False,
