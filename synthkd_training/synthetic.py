@@ -110,6 +110,7 @@ def write_synthetic_dataset(root: Path, seed: int) -> Path:
     with a sealed manifest listing its files, as a build's (what `train_valid_datasets` requires)."""
     write_synthetic_split(root / "train", shards=2, documents_per_shard=60, seed=seed)
     write_synthetic_split(root / "valid", shards=1, documents_per_shard=20, seed=seed + 1)
-    files = [file_record(root, path) for path in sorted(root.rglob("*")) if path.is_file()]
+    # the splits' files only: a --work-dir used again already holds this root's manifest and its sidecar
+    files = [file_record(root, path) for split in ("train", "valid") for path in sorted((root / split).iterdir())]
     write_sealed(root / constants.MANIFEST_FILENAME, {"dataset": "synthetic", "seed": seed, "files": files})
     return root

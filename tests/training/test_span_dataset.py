@@ -498,7 +498,8 @@ def test_a_root_without_its_manifest_is_not_trained_on(tmp_path, gloo_world):
         train_valid_datasets(
             tmp_path / "root", sequence_length=16, seed=1, train_samples=4, valid_samples=None, cache_dir=tmp_path / "c"
         )
-    synthetic = write_synthetic_dataset(tmp_path / "synthetic", seed=1)  # the examples' data: sealed like a build's
+    write_synthetic_dataset(tmp_path / "synthetic", seed=1)  # the examples' data: sealed like a build's, and
+    synthetic = write_synthetic_dataset(tmp_path / "synthetic", seed=1)  # again in the same --work-dir
     assert {f["path"] for f in verify_manifest(synthetic)["files"]} >= {
         "train/shard_00_tokens.bin",
         "valid/shard_00_span.idx",
