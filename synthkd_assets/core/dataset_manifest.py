@@ -13,12 +13,7 @@ from typing import Any
 
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.manifest import manifest_text
-from synthkd_contract.manifest_seal import (
-    ManifestError,
-    checks_path,
-    seal_text,
-    sidecar_path,
-)
+from synthkd_contract.manifest_seal import ManifestError, checks_path, seal_text, sidecar_path
 
 PENDING = "pending"  # a marker's first word, then the sha256 of the manifest it holds
 PENDING_WHY = "the manifest was rewritten and this check has not passed on it since"

@@ -77,6 +77,13 @@ def shard_run_key(key: str, sha256: str, after: int | None) -> str:
     return f"{key}:{sha256}:{after_suffix(after)}"
 
 
+def shard_run_keys(instance: dg.DagsterInstance, keys: list[str], sha: dict[str, str]) -> dict[str, str]:
+    """`shard_run_key` of each shard in `keys` with its content `sha[key]`, after its latest synth_harmony
+    materialization: the one rule by which the sensor and the schedule key their shard runs."""
+    built = latest_materializations(instance, synth_harmony.key, set(keys)) if keys else {}
+    return {key: shard_run_key(key, sha[key], built.get(key)) for key in keys}
+
+
 def after_suffix(storage_id: int | None) -> str:
     """`after-<storage id>` (`after-none`: never materialized), the part of a run key that changes with every
     materialization of what the run rewrites."""
@@ -129,11 +136,8 @@ def synth_raw_sensor(
     # a global plan: a changed shard is rebuilt with the plan in force (its rates are global numbers, so
     # the other shards stay valid and untouched); without a plan only the scan pass can run
     job = synth_shard_job if paths.sampling_plan().is_file() else synth_scan_job
-    built = latest_materializations(context.instance, synth_harmony.key, set(rebuild)) if rebuild else {}
-    run_requests = [
-        dg.RunRequest(job_name=job.name, partition_key=key, run_key=shard_run_key(key, sha[key], built.get(key)))
-        for key in rebuild
-    ]
+    run_keys = shard_run_keys(context.instance, rebuild, sha)
+    run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=run_keys[key]) for key in rebuild]
     manifest_path = paths.harmony_manifest()
     manifest_sha = sha256_file(manifest_path) if manifest_path.is_file() else None
     changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
@@ -230,9 +234,7 @@ def evaluate_nightly_rebuild(
     if not rebuild:
         return dg.SkipReason(f"nothing changed: all {len(shards)} shards are built from {against}")
     sha = {s.name: s.sha256 for s in shards}
-    built = latest_materializations(context.instance, synth_harmony.key, set(rebuild))
-    # the sensor's keys: an in-flight run of either is found by it
-    run_keys = {key: shard_run_key(key, sha[key], built.get(key)) for key in rebuild}
+    run_keys = shard_run_keys(context.instance, rebuild, sha)  # the sensor's: an in-flight run of either is found
     in_flight = [key for key in rebuild if _has_active_run(context.instance, run_keys[key])]
     rebuild = [key for key in rebuild if key not in in_flight]
     if not rebuild:

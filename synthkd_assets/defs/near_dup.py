@@ -36,6 +36,7 @@ from synthkd_contract.schemas import CLUSTERS_SCHEMA, SIGNATURES_SCHEMA, VALIDAT
 
 LARGE_CLUSTER = "large_cluster"
 CLUSTERS_CROSS_SPLIT = "clusters_cross_split"
+NO_CLUSTER = "no cluster of more than one row"  # what the largest-cluster views say on a sample without one
 CLUSTER_CHECK_SPECS = [
     dg.AssetCheckSpec(
         LARGE_CLUSTER,
@@ -155,7 +156,7 @@ def largest_markdown(largest: list[dict]) -> str:
     """The largest clusters as a table: ids as text (a JSON number past 2**53 is rounded by the UI, naming a
     cluster that does not exist), and the first members (rank order) said to be the first ones."""
     if not largest:
-        return "no cluster of more than one row"
+        return NO_CLUSTER
     rows = "\n".join(
         f"| `{c['cluster_id']}` | {c['cluster_size']} | "
         + ", ".join(f"`{sid}` ({shard})" for sid, shard in zip(c["synth_id"], c["shard"]))
@@ -167,7 +168,7 @@ def largest_markdown(largest: list[dict]) -> str:
 
 def _pair_markdown(example: dict) -> str:
     if not example:
-        return "no cluster of more than one row"
+        return NO_CLUSTER
     quoted = "\n\n".join(f"**{sid}**\n\n> {text[:600]}" for sid, text in example["prompts"].items())
     return f"cluster {example['cluster_id']} ({example['cluster_size']} rows):\n\n{quoted}"
 
