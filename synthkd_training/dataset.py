@@ -29,7 +29,13 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.utils import Split
 
 from synthkd_contract import constants
-from synthkd_contract.manifest_seal import ManifestError, manifest_files, read_sealed_manifest, verify_manifest
+from synthkd_contract.manifest_seal import (
+    ManifestError,
+    listed_file_problems,
+    manifest_files,
+    read_sealed_manifest,
+    verify_manifest,
+)
 from synthkd_contract.trio import (
     LOSSMASK_KIND,
     SPAN_KIND,
@@ -84,7 +90,7 @@ def tokens_prefixes(split_dir: str | Path) -> list[str]:
     dataset (a `manifest.json` above the split directory) the shards present must be exactly those the manifest
     lists: a listed file missing (a build stopped after it removed a shard and before it rewrote the manifest, a
     deleted file) or a trio it does not list is a SpanDatasetError naming them, never a dataset quietly short
-    of shards. The files' sizes and sha256 are `check_trio_against_manifest`'s."""
+    of shards, and a listed file of another size too; their sha256 is `check_trio_against_manifest`'s."""
     split_dir = Path(split_dir)
     present = sorted(str(path)[: -len(".idx")] for path in split_dir.glob(f"shard_*{TOKENS_SUFFIX}.idx"))
     root = split_dir.parent
@@ -93,9 +99,8 @@ def tokens_prefixes(split_dir: str | Path) -> list[str]:
     manifest, problems = read_sealed_manifest(root / constants.MANIFEST_FILENAME)
     records = (manifest_files(manifest) if manifest is not None else None) or []
     listed = [r["path"] for r in records if Path(r["path"]).parent == Path(split_dir.name) and "shard_" in r["path"]]
-    problems += [
-        f"{root / path} is listed in the manifest but missing" for path in listed if not (root / path).is_file()
-    ]
+    if manifest is not None:  # each listed file there (its size too; sha256 is check_trio_against_manifest's)
+        problems += listed_file_problems(root, manifest, only=listed, hash_files=False)
     listed_prefixes = {str(root / path)[: -len(".idx")] for path in listed if path.endswith(f"{TOKENS_SUFFIX}.idx")}
     problems += [f"{prefix}.idx is not listed in the manifest" for prefix in present if prefix not in listed_prefixes]
     if problems:
