@@ -1,10 +1,12 @@
 """Each asset's code_version hashes its own rule version and contract slice: a changed rule constant moves the
 code version of exactly the asset whose bytes it shapes, and Dagster's staleness (asked as the UI asks it,
-over the webserver's GraphQL) then marks that asset stale, and its descendants once it is rebuilt, nothing else."""
+over the webserver's GraphQL) then marks that asset stale, and its descendants once it is rebuilt with other
+bytes (a step's data version is a hash of what it wrote), nothing else."""
 
 import os
 import textwrap
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -19,6 +21,7 @@ from tests.webserver import graphql, running_webserver
 
 CHANGED_MARKER = "result:Failed after every attempt"  # the filter rule's constant, changed
 SHARDS = ["synth_00", "synth_01"]
+FAILED_ROW = 225  # synth_00's first row whose constraints hold the released marker
 
 
 def asset_code_versions() -> dict[str, str]:
@@ -118,7 +121,11 @@ def test_a_changed_filter_rule_marks_only_synth_filtered_then_its_descendants_st
     raw = tmp_path / "raw"
     raw.mkdir()
     for key in SHARDS:  # two small shards of the sample: every asset built, in a minute
-        pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"{key}.parquet").slice(0, 40), raw / f"{key}.parquet")
+        table = pq.read_table(SAMPLE_RAW_DIR / f"{key}.parquet")
+        rows = [table.slice(0, 40)]
+        if key == "synth_00":  # + a row the filter drops under the released marker and keeps under the changed one
+            rows.append(table.slice(FAILED_ROW, 1))
+        pq.write_table(pa.concat_tables(rows), raw / f"{key}.parquet")
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     home = dagster_home(tmp_path / "home")
     with open_instance(home) as instance:
@@ -137,7 +144,8 @@ def test_a_changed_filter_rule_marks_only_synth_filtered_then_its_descendants_st
         causes = graphql(port, query)["assetNodes"][0]["staleCauses"]
         assert causes == [{"category": "CODE", "reason": "has a new code version"}]
 
-        # synth_00 rebuilt under the changed rule: a new data version, so its own descendants go stale in turn
+        # synth_00 rebuilt under the changed rule keeps one more row: a new data version (its bytes'), so its own
+        # descendants go stale in turn
         monkeypatch.setattr(constants, "FAILED_RESULT_MARKER", CHANGED_MARKER)
         with open_instance(home) as instance:
             run(instance, layout, ["synth_filtered"], "synth_00")
@@ -146,4 +154,12 @@ def test_a_changed_filter_rule_marks_only_synth_filtered_then_its_descendants_st
             ("synth_sampled", "synth_00"),
             ("synth_signatures", "synth_00"),
             ("synth_sampling_plan", None),  # computed from every shard's filtered counts
+        }
+        # synth_01 rebuilt under it writes the same bytes: the same data version, nothing below it goes stale
+        with open_instance(home) as instance:
+            run(instance, layout, ["synth_filtered"], "synth_01")
+        assert stale(stale_statuses(port)) == {
+            ("synth_sampled", "synth_00"),
+            ("synth_signatures", "synth_00"),
+            ("synth_sampling_plan", None),
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import dagster as dg
 
@@ -13,6 +14,7 @@ from synthkd_assets.definitions import defs
 from synthkd_assets.defs.checks import verdict_text
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
+from synthkd_contract.manifest_seal import sha256_file
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_evaluations
 
 TABLE_ASSETS = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill")
@@ -110,6 +112,36 @@ def test_table_materializations_report_row_count_schema_uri_and_every_drop_reaso
     assert all(f"tokens_{span}" in tokenized for span in constants.SPAN_NAMES.values())
     megatron_root = layout.data_layout().megatron_root()
     assert latest(instance, "synth_kd_v1", "synth_01")["dagster/uri"].value == megatron_root.resolve().as_uri()
+
+
+def test_every_file_a_step_wrote_has_its_own_sha256_in_its_metadata(built_sample):
+    """Splits and pool cells reuse file names (train/ and valid/shard_01_tokens.bin): keyed by name alone, the UI
+    listed one sha256 per name, another file's. Each key is the file's path under `dagster/uri`."""
+    instance, _, _ = built_sample
+    for asset, files_written in (("synth_kd_v1", 12), ("synth_distill", 2), ("synth_pool", None), ("synth_sampled", 1)):
+        metadata = latest(instance, asset, "synth_01")
+        where = Path(metadata["dagster/uri"].value.removeprefix("file://"))
+        base = where.parent if where.is_file() else where
+        listed = metadata["files_sha256"].value
+        assert files_written is None or len(listed) == files_written, (asset, sorted(listed))
+        assert {name: sha256_file(base / name) for name in listed} == listed, asset
+        assert sum((base / name).stat().st_size for name in listed) == metadata["bytes_written"].value, asset
+    pool = latest(instance, "synth_pool", "synth_01")["files_sha256"].value
+    assert len([name for name in pool if name.endswith("_tokens.bin")]) > 1  # one per pool cell the shard fills
+
+
+def test_every_materialization_carries_a_data_version_of_its_bytes(built_sample):
+    """Staleness follows content: each asset says its own data version (a hash of what it wrote), never
+    Dagster's default from code and input versions, which changed when an input did and the output did not."""
+    instance, _, _ = built_sample
+    for record in instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("synth_sampled")), 100
+    ).records:
+        assert record.asset_materialization.tags["dagster/data_version_is_user_provided"] == "true"
+    for key in instance.get_asset_keys():
+        event = instance.get_latest_materialization_event(key)
+        if event is not None and key.to_user_string() != "synth_raw":  # external: reported, with the file's sha256
+            assert event.asset_materialization.tags.get("dagster/data_version_is_user_provided") == "true", key
 
 
 def test_every_drop_reason_seen_is_registered(built_sample):

@@ -47,6 +47,7 @@ from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import latest_raw_versions, o200k_tokenizer, synth_raw
 from synthkd_assets.defs.metadata import (
     bucket_report_metadata,
+    content_version,
     files_metadata,
     mix_metadata,
     report_metadata,
@@ -113,7 +114,11 @@ def stage_result(
     out_path, report_path = stage_files(paths, stage, report.shard)
     report.write_json(report_path)
     metadata = {**report_metadata(report.to_dict(), step or stage), **files_metadata([out_path]), **extra}
-    return dg.MaterializeResult(metadata=metadata, check_results=[rows_accounted_result(report), *checks])
+    return dg.MaterializeResult(
+        metadata=metadata,
+        data_version=content_version(metadata, report_path),
+        check_results=[rows_accounted_result(report), *checks],
+    )
 
 
 @shard_step([synth_raw], {"parquet", "polars"}, "scan", "synth", table_definition_metadata(HARMONY_SCHEMA))
@@ -304,12 +309,14 @@ def synth_kd_v1(
     report, inventories = write_megatron_shard(tokenized, root, shard_index, key, build.caps(), errors_log=errors)
     mf.write_manifest(paths.shard_record(shard_index), kd_shard_record(key, report, inventories))
     written = [path for split in constants.SPLITS for path in trio_files(root / split, shard_index)]
+    metadata = {
+        **report_metadata(report.to_dict(), "synth_kd_v1"),
+        **files_metadata(written),
+        "dataset_root": dg.MetadataValue.path(str(root)),
+    }
     return dg.MaterializeResult(
-        metadata={
-            **report_metadata(report.to_dict(), "synth_kd_v1"),
-            **files_metadata(written),
-            "dataset_root": dg.MetadataValue.path(str(root)),
-        },
+        metadata=metadata,
+        data_version=content_version(metadata, paths.shard_record(shard_index)),
         check_results=[rows_accounted_result(report), trio_alignment_result(root, inventories)],
     )
 
@@ -347,15 +354,17 @@ def synth_distill(
         build.caps(),
         paths.error_log(paths.distill_name(), key),
     )
-    record = result.record(key, shard_index, paths.recorded(root))
-    mf.write_manifest(paths.distill_records_dir() / f"{key}.json", record)
+    record_path = paths.distill_records_dir() / f"{key}.json"
+    mf.write_manifest(record_path, result.record(key, shard_index, paths.recorded(root)))
+    metadata = {
+        **report_metadata(result.report.to_dict(), "synth_distill"),
+        **files_metadata([root / f["path"] for f in result.files]),
+        **{f"max_len_{split}": max(lengths, default=0) for split, lengths in result.lengths.items()},
+        "prefix_rendered_by_openai_harmony": result.prefixes_checked,
+        "dataset_root": dg.MetadataValue.path(str(root)),
+    }
     return dg.MaterializeResult(
-        metadata={
-            **report_metadata(result.report.to_dict(), "synth_distill"),
-            **files_metadata([root / f["path"] for f in result.files]),
-            **{f"max_len_{split}": max(lengths, default=0) for split, lengths in result.lengths.items()},
-            "prefix_rendered_by_openai_harmony": result.prefixes_checked,
-            "dataset_root": dg.MetadataValue.path(str(root)),
-        },
+        metadata=metadata,
+        data_version=content_version(metadata, record_path),
         check_results=[rows_accounted_result(result.report), distill_rows_result(root, result.files, build)],
     )

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from synthkd_assets.core.buckets import grid_from_nested, nested_grid
+from synthkd_assets.core.manifest import config_hash
 from synthkd_assets.core.sampling import mix_table_markdown
 from synthkd_contract import constants, drops
 from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
@@ -24,6 +25,7 @@ ROW_COUNT = "dagster/row_count"
 PARTITION_ROW_COUNT = "dagster/partition_row_count"
 COLUMN_SCHEMA = "dagster/column_schema"
 URI = "dagster/uri"
+FILES_SHA256 = "files_sha256"  # {path under dagster/uri: sha256} of the files a step wrote
 
 # keys a step reports even when nothing happened (0), beside its drop reasons
 STEP_SPLITS = {
@@ -100,21 +102,32 @@ def report_metadata(report: dict[str, Any], step: str | None = None) -> dict[str
 def files_metadata(paths: list[Path]) -> dict[str, Any]:
     """bytes written and the sha256 of every file, so a later edit is visible against the UI; where they are
     (`dagster/uri`: the file, or the directory holding all of them) and the column schema of what was written
-    (read back from the Parquet footer; the trio's for Megatron .bin/.idx files)."""
-    existing = [p for p in paths if p.is_file()]
-    metadata: dict[str, Any] = {
-        "bytes_written": sum(p.stat().st_size for p in existing),
-        "files_sha256": dg.MetadataValue.json({p.name: sha256_file(p) for p in existing}),
-    }
-    if existing:
-        where = existing[0] if len(existing) == 1 else Path(os.path.commonpath([p.resolve().parent for p in existing]))
-        metadata[URI] = where.resolve().as_uri()
-        parquet = [p for p in existing if p.suffix == ".parquet"]
-        if parquet:
-            metadata[COLUMN_SCHEMA] = column_schema(pq.read_schema(parquet[0]))
-        elif any(p.suffix in (".bin", ".idx") for p in existing):
-            metadata[COLUMN_SCHEMA] = column_schema(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS)
+    (read back from the Parquet footer; the trio's for Megatron .bin/.idx files). Each sha256 is keyed by the
+    file's path under that directory (`train/shard_00_tokens.bin`): splits and pool cells reuse file names."""
+    existing = [p.resolve() for p in paths if p.is_file()]
+    metadata: dict[str, Any] = {"bytes_written": sum(p.stat().st_size for p in existing)}
+    if not existing:
+        return {**metadata, FILES_SHA256: dg.MetadataValue.json({})}
+    where = existing[0] if len(existing) == 1 else Path(os.path.commonpath([p.parent for p in existing]))
+    base = where.parent if where == existing[0] else where
+    metadata[FILES_SHA256] = dg.MetadataValue.json({p.relative_to(base).as_posix(): sha256_file(p) for p in existing})
+    metadata[URI] = where.as_uri()
+    parquet = [p for p in existing if p.suffix == ".parquet"]
+    if parquet:
+        metadata[COLUMN_SCHEMA] = column_schema(pq.read_schema(parquet[0]))
+    elif any(p.suffix in (".bin", ".idx") for p in existing):
+        metadata[COLUMN_SCHEMA] = column_schema(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS)
     return metadata
+
+
+def content_version(metadata: Mapping[str, Any], *records: Path) -> dg.DataVersion:
+    """A step's data version from what it wrote: the sha256 of its files (`files_metadata`'s) and of the records
+    beside them that later steps and manifests read (its report, its shard record). A rebuild that writes the same
+    bytes keeps the version, so its descendants stay fresh in the UI; any changed byte marks them stale. (Dagster's
+    default, a hash of code version and input versions, changes whenever an input's does, even when this step's
+    output does not: one edited raw row marked the global clusters and plan stale.)"""
+    hashes = {**metadata[FILES_SHA256].value, **{f"record/{p.name}": sha256_file(p) for p in records}}
+    return dg.DataVersion(config_hash(hashes))
 
 
 def manifest_rows_metadata(rows_in: int, rows_out: int, dropped: dict[str, int]) -> dict[str, Any]:

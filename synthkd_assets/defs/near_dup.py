@@ -233,7 +233,8 @@ def synth_validation_sets(
             "format_suite_rows": len(sets[FORMAT_SET]),
             "heldout_kl_by_exercise": dg.MetadataValue.json(manifest["sets"][KL_SET]["by_exercise"]),
             "format_suite_by_form": dg.MetadataValue.json(manifest["sets"][FORMAT_SET]["by_answer_form"]),
-        }
+        },
+        data_version=dg.DataVersion(digest),
     )
 
 

@@ -37,6 +37,7 @@ from synthkd_assets.defs.manifests import dataset_inputs, synth_harmony_manifest
 from synthkd_assets.defs.metadata import (
     bucket_grid_metadata,
     bucket_report_metadata,
+    content_version,
     dataset_manifest_metadata,
     files_metadata,
     language_exercise_metadata,
@@ -138,15 +139,17 @@ def synth_pool(
     mf.write_manifest(paths.pool_record(shard_index), record)
     report = result.report.to_dict()
     written = [part, *(trio_root / f["path"] for t in record["trios"] for f in t["files"])]
+    metadata = {
+        **report_metadata(report, "synth_pool"),
+        **bucket_report_metadata(report),
+        **files_metadata(written),
+        "quota_plan_sha256": plan_sha,
+        "pool_unpublished_files": dg.MetadataValue.json(sorted(paths.recorded(path) for path in unpublished)),
+        "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
+    }
     return dg.MaterializeResult(
-        metadata={
-            **report_metadata(report, "synth_pool"),
-            **bucket_report_metadata(report),
-            **files_metadata(written),
-            "quota_plan_sha256": plan_sha,
-            "pool_unpublished_files": dg.MetadataValue.json(sorted(paths.recorded(path) for path in unpublished)),
-            "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
-        },
+        metadata=metadata,
+        data_version=content_version(metadata, paths.pool_record(shard_index)),
         check_results=[rows_accounted_result(result.report), pool_trio_alignment_result(trio_root, result.inventories)],
     )
 
@@ -190,7 +193,8 @@ def synth_curriculum(
                 metadata[f"{name}_{ctx}_epochs_needed"] = entry["epochs_needed"]
         if plan["reason"]:
             metadata[f"{name}_reason"] = plan["reason"]
-    return dg.MaterializeResult(metadata={**metadata, **files_metadata(written)})
+    metadata.update(files_metadata(written))
+    return dg.MaterializeResult(metadata=metadata, data_version=content_version(metadata, paths.curriculum_plan()))
 
 
 @synthkd_asset(

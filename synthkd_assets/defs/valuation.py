@@ -10,7 +10,7 @@ from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.valuation import ModelFeatures, checkpoint_problem, checkpoint_sha256, write_valuation_shard
 from synthkd_assets.defs.assets import shard_step, synth_tokenized
 from synthkd_assets.defs.checks import rows_accounted_result
-from synthkd_assets.defs.metadata import files_metadata, report_metadata, table_definition_metadata
+from synthkd_assets.defs.metadata import content_version, files_metadata, report_metadata, table_definition_metadata
 from synthkd_assets.defs.passes import launch_sequence
 from synthkd_assets.defs.pool import synth_pool
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, ValuationModelsResource
@@ -77,14 +77,16 @@ def synth_valuation_features(
         for role, path in (("teacher", valuation.teacher_checkpoint), ("student", valuation.student_checkpoint))
         if path is not None
     }
+    metadata = {
+        **report_metadata(result.report.to_dict(), "synth_valuation_features"),
+        **files_metadata([out]),
+        **result.summary,
+        "model_features": result.model_features,
+        "window": valuation.window,
+        **checkpoints,
+    }
     return dg.MaterializeResult(
-        metadata={
-            **report_metadata(result.report.to_dict(), "synth_valuation_features"),
-            **files_metadata([out]),
-            **result.summary,
-            "model_features": result.model_features,
-            "window": valuation.window,
-            **checkpoints,
-        },
+        metadata=metadata,
+        data_version=content_version(metadata),
         check_results=[rows_accounted_result(result.report)],
     )
