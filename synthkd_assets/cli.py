@@ -197,6 +197,14 @@ def pool_summary_lines(manifest: dict) -> list[str]:
                 for g, e in mix["groups"].items()
             )
         )
+        capped = [(s, e) for s, e in mix["sources"].items() if e["cap"] is not None and e["achieved_tokens"]]
+        if capped:
+            shares = (
+                f"{s}={e['achieved_tokens']:.0f} ({e['achieved_share']:.2%} "
+                f"{'<=' if e['achieved_share'] <= e['cap'] else '>'} cap {e['cap']:.2%})"
+                for s, e in capped
+            )
+            lines.append("capped sources (achieved share of the pool's tokens): " + ", ".join(shares))
         why = "; ".join(i["reason"] for i in mix["infeasible"])
         lines.append("source mix: " + ("every target met" if mix["feasible"] else why))
     for stage in manifest["curriculum"]:

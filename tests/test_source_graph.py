@@ -21,6 +21,7 @@ from synthkd_assets.core import inventory
 from synthkd_assets.core.cleanup import orphaned_outputs
 from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
 from synthkd_assets.core.parquet_io import InputFileError
+from synthkd_assets.core.source_mix import source_mix_keep
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.automation import synth_raw_sensor
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
@@ -228,10 +229,12 @@ def test_quota_plan_reports_the_source_mix_and_the_pool_meets_it_within_binomial
     expected, variance = Counter(), Counter()
     for key in [*SYNTH_KEYS, *anchor_keys(SAMPLE_SOURCES_DIR)]:
         source = sources.partition_source(key)
-        frame = pl.read_parquet(paths.stage_output("synth_tokenized", key), columns=["exercise", "tokens"])
-        for exercise, tokens in frame.iter_rows():
+        frame = pl.read_parquet(paths.stage_output("synth_tokenized", key), columns=["synth_id", "exercise", "tokens"])
+        for synth_id, exercise, tokens in frame.iter_rows():
             length = len(tokens)
             p = mix["rates"][source]
+            if source in mix["targets"]["source_caps"]:  # capped exactly: the rule's own rows, no noise
+                p = float(source_mix_keep(synth_id, source, mix["rates"]))
             if source == sources.SYNTH_SOURCE:
                 p *= plan["rates"][skill_bucket(exercise)][ctx_bucket(length)]
             expected[source] += p * length
@@ -247,6 +250,7 @@ def test_quota_plan_reports_the_source_mix_and_the_pool_meets_it_within_binomial
     assert any(i["group"] == "personality" for i in mix["infeasible"]) and not mix["feasible"]
     deepcoder = mix["sources"]["deepcoder"]
     assert deepcoder["expected_tokens"] <= mix["targets"]["source_caps"]["deepcoder"] * mix["kept_total"] + 1e-6
+    assert achieved["deepcoder"] == deepcoder["expected_tokens"] > 0  # exact, not in expectation
     # every row the mix drops is counted by reason in the pool's reports
     dropped = sum(r["report"]["dropped"].get("over_source_share", 0) for r in manifest["shards"])
     assert dropped > 0 and manifest["totals"]["dropped"]["over_source_share"] == dropped
@@ -281,6 +285,9 @@ def test_the_build_summary_names_every_source_and_the_mix(built_mixed):
     pool = "\n".join(summary_lines(json.loads(paths.pool_manifest().read_text())))
     assert re.search(r"tokens per source group \(target share -> achieved\): .*math=\d+ \(8\.2% -> \d+\.\d%\)", pool)
     assert "source mix: no tokens in category personality" in pool
+    assert re.search(
+        r"capped sources \(achieved share of the pool's tokens\): deepcoder=\d+ \(0\.\d\d% <= cap 0\.50%\)", pool
+    )
     assert "tokens per skill bucket (SYNTH's quota target -> achieved, all sources)" in pool
     # every row in that is not written is explained, by reason (the pool's quota and source-mix drops included)
     manifest = json.loads(paths.pool_manifest().read_text())

@@ -18,12 +18,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from synthkd_assets.core.sampling import stable_unit_interval
 from synthkd_assets.core.source_mix import (
     GROUP_SOURCES,
     GROUPS,
     SOURCES,
     SourceMixTargets,
     achieved_vs_target,
+    exact_cap,
     plan_source_mix,
     source_mix_config,
     source_mix_keep,
@@ -257,10 +259,7 @@ def test_every_group_present_meets_its_share_exactly():
     expected = {g: plan["groups"][g]["expected_tokens"] for g in GROUPS}
     assert expected == pytest.approx({"synth": 2000, "math": 250, "code": 150, "chat": 100, "personality": 0})
     assert plan["groups"]["math"]["expected_rows"] == pytest.approx(160 * 250 / 1600)
-    assert (
-        "chat kept whole, capped sources up to their caps (the scarcest relative to its share); the others "
-        in (plan["notes"][0])
-    )
+    assert "chat kept whole (the scarcest relative to its share); the others downsampled" == plan["notes"][0]
 
 
 def test_the_deepcoder_cap_binds_and_the_rest_of_code_fills_the_share():
@@ -295,6 +294,50 @@ def test_the_deepcoder_cap_binds_and_the_rest_of_code_fills_the_share():
     plan = plan_for({"deepcoder": 1000}, targets)
     assert plan["kept_total"] == 0.0 and plan["rates"]["deepcoder"] == 0.0 and not plan["feasible"]
     assert any("no mix respects them" in note for note in plan["notes"])
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(0, 3000), min_size=0, max_size=60), st.floats(0, 60_000, allow_nan=False))
+def test_an_exact_cap_keeps_the_longest_hash_ordered_prefix_within_the_planned_tokens(lengths, planned):
+    """Oracle: the rule itself (source_mix_keep at the returned rate) over every row, against a brute-force walk."""
+    rows = [(f"deepcoder:{i}", n) for i, n in enumerate(lengths)]
+    rate, kept_tokens, kept_rows = exact_cap(rows, planned)
+    kept = [(sid, n) for sid, n in rows if source_mix_keep(sid, "deepcoder", {"deepcoder": rate})]
+    assert (sum(n for _, n in kept), len(kept)) == (kept_tokens, kept_rows)
+    assert kept_tokens <= planned
+    order = sorted(rows, key=lambda row: stable_unit_interval(SOURCE_MIX_SALT, row[0]))
+    assert sorted(kept) == sorted(order[: len(kept)])  # a prefix in hash order
+    if len(kept) < len(rows):  # and the longest: the next row would go past the planned tokens
+        assert kept_tokens + order[len(kept)][1] > planned
+
+
+def test_a_capped_source_given_its_rows_is_capped_exactly_not_in_expectation():
+    """A small source of long rows: its rate alone holds it to its cap on average, and one draw of the hash went 4%
+    over it on the bundled sample. Given its rows, the plan keeps at most cap * K of them, and says how many."""
+    rng = random.Random(7)
+    deepcoder = [(f"deepcoder:{i}", rng.randint(20, 300)) for i in range(40)]
+    tokens = {"synth": 100_000, "opencodeinstruct": 100_000, "deepcoder": sum(n for _, n in deepcoder)}
+    targets = SourceMixTargets(0.8, {"code": 0.2})
+    expected_only = plan_for(tokens, targets)
+    plan = plan_source_mix(tokens, {s: 10 for s in tokens}, targets, {"deepcoder": deepcoder})
+    budget = plan["targets"]["source_caps"]["deepcoder"] * plan["kept_total"]
+    kept = sum(n for sid, n in deepcoder if source_mix_keep(sid, "deepcoder", plan["rates"]))
+    assert kept == plan["sources"]["deepcoder"]["expected_tokens"] <= budget
+    assert kept > budget - 300  # the longest prefix: within one row of the cap
+    assert plan["kept_total"] == expected_only["kept_total"]
+    # what the prefix leaves of code's share goes to opencodeinstruct: the group still meets its share
+    assert plan["rates"]["opencodeinstruct"] > expected_only["rates"]["opencodeinstruct"]
+    assert plan["groups"]["code"]["expected_tokens"] == pytest.approx(0.2 * plan["kept_total"], rel=REL)
+    assert f"deepcoder capped exactly: {kept} tokens, the first rows in hash order" in plan["notes"]
+    # over many salts of the same lengths, the rate alone goes over the cap; the exact cap never does
+    over = 0
+    for trial in range(200):
+        rows = [(f"deepcoder:{trial}:{i}", n) for i, (_, n) in enumerate(deepcoder)]
+        by_rate = sum(n for sid, n in rows if source_mix_keep(sid, "deepcoder", expected_only["rates"]))
+        over += by_rate > budget
+        exact = plan_source_mix(tokens, {s: 10 for s in tokens}, targets, {"deepcoder": rows})
+        assert sum(n for sid, n in rows if source_mix_keep(sid, "deepcoder", exact["rates"])) <= budget
+    assert over > 20
 
 
 def test_a_missing_category_renormalizes_the_others():

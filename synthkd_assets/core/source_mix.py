@@ -25,16 +25,25 @@ cap_s its cap (a fraction of the kept total K). The solver:
 4. within a group, the target share_g K is split by water-filling: one common rate for its sources, a capped source
    clamped at cap_s K / A_s, the excess going to the others by raising their common rate (never above 1). The
    group(s) with K_g = K keep everything the caps allow (rate exactly 1.0 for an uncapped source).
+5. a capped source is capped exactly, not in expectation: given its rows (synth_id, tokens), its rate becomes the
+   hash of the first row, in hash order, that would take its kept tokens past its planned tokens (rate_s A_s <=
+   cap_s K), so the rule keeps the longest hash-ordered prefix within them and the plan states those tokens exactly;
+   the tokens this leaves out of the group's share (less than one row) go to its other sources by the same
+   water-filling.
+   (A rate on its own keeps rate_s A_s only on average: a few long rows of a small source went 4% over the cap.)
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+import polars as pl
 
 from synthkd_assets.core.buckets import grids_from_reports
 from synthkd_assets.core.sampling import stable_unit_interval
@@ -52,7 +61,8 @@ from synthkd_contract.sources import (
 SOURCE_MIX_RULE = (
     "keep iff stable_unit_interval(salt, synth_id) < rates[source]; K is the largest kept total at which every "
     "feasible group (synth, each anchor category) can hold share[group] * K with no capped source above cap * K; "
-    "a group's sources share one rate, a capped one clamped at cap * K / tokens[source]"
+    "a group's sources share one rate, a capped one clamped at cap * K / tokens[source], then lowered to the hash "
+    "of its first row (in hash order) past its planned tokens, so it keeps at most those exactly"
 )
 
 # the groups of the mix and their sources, in a fixed order: the plan's bytes never follow a dict's order
@@ -191,13 +201,30 @@ def _water_fill(
     return rates  # the target is the group's whole capacity: every source at its ceiling
 
 
+def exact_cap(rows: Sequence[tuple[str, int]], planned_tokens: float) -> tuple[float, int, int]:
+    """(rate, tokens, rows) keeping the longest prefix of `rows` (synth_id, tokens) in source-mix hash order whose
+    tokens stay within `planned_tokens`: the rate is the hash of the first row left out (1.0 when all fit), so
+    `source_mix_keep` keeps exactly that prefix."""
+    kept_tokens = kept_rows = 0
+    for unit, length in sorted((stable_unit_interval(SOURCE_MIX_SALT, synth_id), length) for synth_id, length in rows):
+        if kept_tokens + length > planned_tokens:
+            return unit, kept_tokens, kept_rows
+        kept_tokens, kept_rows = kept_tokens + length, kept_rows + 1
+    return 1.0, kept_tokens, kept_rows
+
+
 def plan_source_mix(
-    tokens: Mapping[str, float], rows: Mapping[str, float], targets: SourceMixTargets
+    tokens: Mapping[str, float],
+    rows: Mapping[str, float],
+    targets: SourceMixTargets,
+    capped_rows: Mapping[str, Sequence[tuple[str, int]]] | None = None,
 ) -> dict[str, Any]:
     """The mix plan for the tokens and rows available per source: the keep rate of every source, whether every
     target is reachable (`feasible`, each unreachable one in `infeasible` with its reason), and the available /
-    expected tokens and rows per source and per group. JSON-able; every sum is math.fsum and every loop runs in
-    table order, so neither the numbers nor the bytes depend on the order of the mappings."""
+    expected tokens and rows per source and per group. `capped_rows`: each capped source's rows (synth_id,
+    tokens), which make its cap exact (step 5; without them its rate holds it to its cap on average only).
+    JSON-able; every sum is math.fsum and every loop runs in table order, so neither the numbers nor the bytes
+    depend on the order of the mappings."""
     available = _check_counts("tokens", tokens)
     row_counts = _check_counts("rows", rows)
     caps = targets.source_caps
@@ -249,22 +276,36 @@ def plan_source_mix(
             rate.update({s: ceilings[s] for s in held})
         else:
             rate.update(_water_fill(shares[g] * kept_total, held, available, ceilings))
+    expected_tokens = {s: available[s] * rate[s] for s in SOURCES}
+    expected_rows = {s: row_counts[s] * rate[s] for s in SOURCES}
+    at_cap = [s for s in caps if s in ceilings and ceilings[s] < 1.0 and rate[s] == ceilings[s]]
+    exact = sorted(s for s in caps if 0 < rate[s] < 1 and capped_rows is not None and s in capped_rows)
+    for s in exact:  # step 5: the longest hash-ordered prefix within its planned tokens, stated exactly
+        rate[s], kept_tokens, kept_rows = exact_cap(capped_rows[s], expected_tokens[s])  # type: ignore[index]
+        expected_tokens[s], expected_rows[s] = float(kept_tokens), float(kept_rows)
+    for g in sorted({SOURCE_GROUP[s] for s in exact}, key=GROUPS.index):  # the rows left out: to the group's others
+        others = [s for s in GROUP_SOURCES[g] if available[s] > 0 and s not in exact]
+        if others:
+            left = shares[g] * kept_total - math.fsum(expected_tokens[s] for s in GROUP_SOURCES[g] if s in exact)
+            rate.update(_water_fill(left, others, available, ceilings))
+            expected_tokens.update({s: available[s] * rate[s] for s in others})
+            expected_rows.update({s: row_counts[s] * rate[s] for s in others})
     if group_totals:
-        binding = ", ".join(g for g in GROUPS if group_totals.get(g) == kept_total)
+        binding = [g for g in GROUPS if group_totals.get(g) == kept_total]
+        capped = [s for g in binding for s in GROUP_SOURCES[g] if s in caps and available[s] > 0]
+        held = ", capped sources up to their caps" if capped else ""
         notes.append(
-            f"{binding} kept whole, capped sources up to their caps (the scarcest relative to its share); "
-            "the others downsampled"
+            f"{', '.join(binding)} kept whole{held} (the scarcest relative to its share); the others downsampled"
         )
     elif not feasible_groups:
         notes.append("no group with a target share holds tokens: nothing is kept")
-    for s in caps:
-        if s in ceilings and ceilings[s] < 1.0 and rate[s] == ceilings[s]:
-            notes.append(f"{s} held to its cap, {caps[s]:g} of the kept tokens (rate {rate[s]:.6g})")
+    for s in at_cap:
+        notes.append(f"{s} held to its cap, {caps[s]:g} of the kept tokens (rate {rate[s]:.6g})")
+    for s in exact:
+        notes.append(f"{s} capped exactly: {expected_tokens[s]:.0f} tokens, the first rows in hash order")
     if dropped := [g for g in GROUPS if weights[g] == 0 and group_tokens[g] > 0]:
         notes.append(f"target 0: {', '.join(dropped)} not kept (rate 0)")
 
-    expected_tokens = {s: available[s] * rate[s] for s in SOURCES}
-    expected_rows = {s: row_counts[s] * rate[s] for s in SOURCES}
     expected_total = math.fsum(expected_tokens.values())
 
     def share_of(value: float, total: float) -> float:
@@ -341,6 +382,7 @@ def achieved_vs_target(plan: Mapping[str, Any], achieved_tokens: Mapping[str, fl
 
     def row(planned: Mapping[str, Any], tokens: float) -> dict[str, Any]:
         return {
+            **({"group": planned["group"], "cap": planned["cap"]} if "group" in planned else {}),  # a source's
             "target_share": planned["target_share"],
             "expected_share": planned["expected_share"],
             "achieved_tokens": tokens,
@@ -362,13 +404,23 @@ def reports_by_source(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, dic
     return by_source
 
 
+def tokenized_row_lengths(paths: Sequence[Path]) -> list[tuple[str, int]]:
+    """(synth_id, tokens) of every row of these synth_tokenized files: the rows a capped source's exact cap is
+    chosen from (a capped source is small: its whole token column is read)."""
+    if not paths:
+        return []
+    return pl.scan_parquet(list(paths)).select("synth_id", pl.col("tokens").list.len()).collect().rows()
+
+
 def source_mix_plan(
     quota_plan: Mapping[str, Any],
     tokenized_by_source: Mapping[str, Mapping[str, Mapping[str, Any]]],
     targets: SourceMixTargets,
+    capped_rows: Mapping[str, Sequence[tuple[str, int]]] | None = None,
 ) -> dict[str, Any]:
     """The pool's source mix: SYNTH enters with the tokens and rows its skill quota grid keeps in expectation (the
-    quota plan), each anchor source with all its tokenized tokens and rows (synth_tokenized reports' grids)."""
+    quota plan), each anchor source with all its tokenized tokens and rows (synth_tokenized reports' grids);
+    `capped_rows` make the caps exact (`plan_source_mix`)."""
     tokens = dict.fromkeys(SOURCES, 0.0)
     rows = dict.fromkeys(SOURCES, 0.0)
     tokens[SYNTH_SOURCE] = math.fsum(quota_plan["skill_tokens"]["expected"].values())
@@ -377,4 +429,4 @@ def source_mix_plan(
         if source != SYNTH_SOURCE:
             source_tokens, source_rows = grids_from_reports(reports.values())
             tokens[source], rows[source] = float(sum(source_tokens.values())), float(sum(source_rows.values()))
-    return plan_source_mix(tokens, rows, targets)
+    return plan_source_mix(tokens, rows, targets, capped_rows)

@@ -240,12 +240,12 @@ def source_mix_metadata(mix: dict[str, Any], label: str = "expected") -> dict[st
     for group, entry in mix["groups"].items():
         metadata[f"source_share_target_{group}"] = entry["target_share"]
         metadata[f"source_share_{label}_{group}"] = entry[share]
-    lines = [f"| source | group | target share | {label} share |", "|---|---|---:|---:|"]
+    lines = [f"| source | group | cap | target share | {label} share |", "|---|---|---:|---:|---:|"]
     for source, entry in mix["sources"].items():
-        group = entry.get("group", "")
-        lines.append(f"| {source} | {group} | {entry['target_share']:.2%} | {entry[share]:.2%} |")
+        cap = "" if entry["cap"] is None else f"{entry['cap']:.2%}"
+        lines.append(f"| {source} | {entry['group']} | {cap} | {entry['target_share']:.2%} | {entry[share]:.2%} |")
     for group, entry in mix["groups"].items():
-        lines.append(f"| **{group}** | | {entry['target_share']:.2%} | {entry[share]:.2%} |")
+        lines.append(f"| **{group}** | | | {entry['target_share']:.2%} | {entry[share]:.2%} |")
     metadata[f"source_mix_{label}"] = dg.MetadataValue.md("\n".join(lines))
     metadata["source_mix_feasible"] = mix["feasible"]
     metadata["source_mix_infeasible"] = dg.MetadataValue.json(mix["infeasible"])

@@ -18,7 +18,7 @@ from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest, require_one_quota_plan
 from synthkd_assets.core.pool import PoolShard, write_pool_shard
 from synthkd_assets.core.quota import keeps_nothing_reason, plan_quota_grid
-from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan
+from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan, tokenized_row_lengths
 from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
 from synthkd_assets.defs.checks import (
     BUCKET_BALANCE_SPEC,
@@ -73,7 +73,13 @@ def synth_quota_plan(
         raise ValueError(f"invalid quota targets: {reason}")
     mix_metadata = {}
     if set(by_source) - {sources.SYNTH_SOURCE}:  # anchor sources: the source mix on top (a SYNTH-only plan has none)
-        plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets())
+        targets = build.source_mix_targets()
+        capped = {  # every row of each capped source: its cap is exact, not in expectation
+            source: tokenized_row_lengths([stage_files(paths, "synth_tokenized", n)[0] for n in by_source[source]])
+            for source in targets.source_caps
+            if source in by_source
+        }
+        plan["source_mix"] = source_mix_plan(plan, by_source, targets, capped)
         mix_metadata = source_mix_metadata(plan["source_mix"])
     return publish_plan(
         context,

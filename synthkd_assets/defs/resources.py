@@ -178,8 +178,9 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
     # the sequence pool (002 §4, §10; 004): the skill mix on tokens, balancing, the curriculum
     skill_mix: dict[str, float] = Field(
         default_factory=lambda: dict(SKILL_MIX),
-        description="Target share of the pool's tokens per skill bucket (B1..B4), renormalized over the buckets "
-        "that hold tokens; the quota grid only downsamples.",
+        description="Target share of SYNTH's tokens in the pool per skill bucket (B1..B4), renormalized over the "
+        "buckets that hold tokens; the quota grid only downsamples. With anchor sources, their tokens (math B2, code "
+        "B3, chat B4) come on top: the pool's overall skill shares are reported, not enforced (docs/sources.md).",
     )
     balance_tokens: bool = Field(
         default=False,
