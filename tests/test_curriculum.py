@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
@@ -51,11 +52,12 @@ def read_per_split_data_args(path: Path) -> list:
 
 
 def megatron_lm_args(line: str) -> argparse.Namespace:
-    """The three Megatron-LM options a .args line sets, declared as megatron/training/arguments.py does."""
+    """The Megatron-LM options a .args line sets, declared as megatron/training/arguments.py does."""
     parser = argparse.ArgumentParser(exit_on_error=False)
     parser.add_argument("--per-split-data-args-path", type=str, default=None)
     parser.add_argument("--seq-length", type=int, default=None)
     parser.add_argument("--train-samples", type=int, default=None)
+    parser.add_argument("--data-cache-path", type=str, default=None)
     parser.add_argument("--data-path", nargs="*", default=None)
     parser.add_argument("--split", type=str, default=None)
     return parser.parse_args(shlex.split(line))
@@ -284,7 +286,7 @@ def test_stage_files_load_in_megatron_and_name_only_existing_prefixes(pool, tmp_
     plan = plan_stage(small, scan_pool_prefixes(root))
     assert plan["feasible"] and plan["expected_sequences"] == 2000
     out = tmp_path / "curriculum"
-    paths = write_stage_files(plan, out, root)
+    paths = write_stage_files(plan, out, root, tmp_path / "cache")
     assert paths == list(stage_file_paths("P2", out)) and all(p.is_file() for p in paths)
 
     train, valid, test = read_per_split_data_args(paths[0])
@@ -306,21 +308,34 @@ def test_stage_files_load_in_megatron_and_name_only_existing_prefixes(pool, tmp_
     assert args.per_split_data_args_path == str(paths[0].absolute())
     assert (args.seq_length, args.train_samples) == (32, 2000)
     assert args.data_path is None and args.split is None  # megatron-core refuses split with blend_per_split
+    assert Path(args.data_cache_path) == (tmp_path / "cache").absolute() and not (tmp_path / "cache").is_relative_to(
+        root
+    )
 
     # megatron-core draws the stage: per-prefix sample shares follow the weights (each sample is seq_length tokens)
+    # with the .args' cache path, as pretrain_gpt.py passes it: the sealed pool gets no file of megatron-core's
+    pool_files = sorted(root.rglob("*"))
     config = GPTDatasetConfig(
         random_seed=1,
         sequence_length=args.seq_length,
         blend_per_split=[train, valid, test],
-        path_to_cache=None,
+        path_to_cache=args.data_cache_path,
         tokenizer=O200kHarmonyIds(),
         reset_position_ids=False,
         reset_attention_mask=False,
         eod_mask_loss=False,
     )
-    train_ds, valid_ds, _ = BlendedMegatronDatasetBuilder(
-        GPTDataset, [args.train_samples, 16, None], lambda: True, config
-    ).build()
+    created = not dist.is_initialized()  # megatron-core asks for the rank when it caches
+    if created:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        train_ds, valid_ds, _ = BlendedMegatronDatasetBuilder(
+            GPTDataset, [args.train_samples, 16, None], lambda: True, config
+        ).build()
+    finally:
+        if created:
+            dist.destroy_process_group()
+    assert sorted(root.rglob("*")) == pool_files and any((tmp_path / "cache").rglob("*.npy"))
     assert len(train_ds) >= args.train_samples
     drawn = Counter(int(i) for i in train_ds.dataset_index[: args.train_samples])
     for i, weight in enumerate(train[1]):
@@ -332,11 +347,11 @@ def test_infeasible_stage_writes_nothing_and_removes_old_files(pool, tmp_path):
     root, _ = pool
     out = tmp_path / "curriculum"
     feasible = plan_stage(stage({"C1": 1.0}, name="P3"), scan_pool_prefixes(root))
-    assert len(write_stage_files(feasible, out, root)) == 2
+    assert len(write_stage_files(feasible, out, root, tmp_path / "cache")) == 2
     p3 = {s.stage: s for s in curriculum_stages()}["P3"]  # needs C3: the pool has none
     plan = plan_stage(p3, scan_pool_prefixes(root))
     assert not plan["feasible"] and plan["ctx"]["C3"]["epochs_needed"] is None
-    assert write_stage_files(plan, out, root) == []
+    assert write_stage_files(plan, out, root, tmp_path / "cache") == []
     assert list(out.iterdir()) == []
 
 
@@ -346,7 +361,9 @@ def test_the_files_of_a_stage_taken_out_of_the_curriculum_are_removed(pool, tmp_
     root, _ = pool
     out = tmp_path / "curriculum"
     for name in ("P1", "S1"):
-        write_stage_files(plan_stage(stage({"C1": 1.0}, name=name), scan_pool_prefixes(root)), out, root)
+        write_stage_files(
+            plan_stage(stage({"C1": 1.0}, name=name), scan_pool_prefixes(root)), out, root, tmp_path / "cache"
+        )
     (out / "plan.json").write_text("{}")
     (out / "notes.txt").write_text("mine")
     removed = remove_other_stages_files(out, ["P1", "P2"])
@@ -362,15 +379,15 @@ def test_missing_prefix_is_named_and_nothing_is_written(pool, tmp_path):
     plan = plan_stage(stage({"C1": 1.0}), prefixes)
     out = tmp_path / "curriculum"
     with pytest.raises(FileNotFoundError, match="B3_C1/shard_07_tokens"):
-        write_stage_files(plan, out, root)
+        write_stage_files(plan, out, root, tmp_path / "cache")
     assert not out.exists() or list(out.iterdir()) == []
 
 
 def test_files_are_deterministic(pool, tmp_path):
     root, _ = pool
     plan = plan_stage(curriculum_stages()[1], scan_pool_prefixes(root))
-    first = [p.read_bytes() for p in write_stage_files(plan, tmp_path / "a", root)]
+    first = [p.read_bytes() for p in write_stage_files(plan, tmp_path / "a", root, tmp_path / "cache")]
     again = plan_stage(curriculum_stages()[1], scan_pool_prefixes(root))
     assert json.dumps(again, sort_keys=True) == json.dumps(plan, sort_keys=True)
-    second = [p.read_bytes() for p in write_stage_files(again, tmp_path / "a", root)]
+    second = [p.read_bytes() for p in write_stage_files(again, tmp_path / "a", root, tmp_path / "cache")]
     assert first == second

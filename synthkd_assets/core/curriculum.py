@@ -30,8 +30,10 @@ configured are removed, `remove_other_stages_files`):
 - `<stage>.json`: the `--per-split-data-args-path` file, exactly the keys Megatron-LM's
   `get_blend_and_blend_per_split` reads: {"train": [w, prefix, ...], "valid": [...] or null, "test": null},
   prefixes absolute;
-- `<stage>.args`: one line, `--per-split-data-args-path <abs>/<stage>.json --seq-length N --train-samples S`
-  (shell-quoted), to append to a `pretrain_gpt.py` command line (`$(cat P1.args)`).
+- `<stage>.args`: one line, `--per-split-data-args-path <abs>/<stage>.json --seq-length N --train-samples S
+  --data-cache-path <abs cache dir>` (shell-quoted), to append to a `pretrain_gpt.py` command line
+  (`$(cat P1.args)`). The cache directory is outside the pool: Megatron-LM's default, next to the `.bin` files,
+  writes index caches into the sealed pool, which then no longer verifies.
 
 Why per-split and not `--data-path`: Megatron-LM given `--data-path` without `--split` falls back to
 `--split 969,30,1` and carves validation and test out of the *train* blend, leaving the pool's own valid
@@ -39,8 +41,8 @@ split (the 000 hash split) unused. With `--per-split-data-args-path` the train a
 explicit; do not also pass `--split` (megatron-core asserts "split and blend_per_split are incompatible")
 or `--train-iters` (Megatron-LM takes one of `--train-iters` / `--train-samples`; with samples, give the
 LR schedule in samples too: `--lr-decay-samples`, `--lr-warmup-samples`). Model and run arguments
-(`--max-position-embeddings` >= the stage's `--seq-length`, batch sizes, tokenizer, `--data-cache-path`
-outside the dataset root) are the run's, not the data's. The plan still carries `data_path`, the train blend
+(`--max-position-embeddings` >= the stage's `--seq-length`, batch sizes, tokenizer) are the run's, not the
+data's. The plan still carries `data_path`, the train blend
 as the string `--data-path` takes, for a run that prefers it together with `--split 100,0,0`.
 """
 
@@ -309,7 +311,7 @@ def remove_other_stages_files(out_dir: Path, stages: Sequence[str]) -> list[Path
     return stale
 
 
-def write_stage_files(plan: Mapping[str, Any], out_dir: Path, dataset_root: Path) -> list[Path]:
+def write_stage_files(plan: Mapping[str, Any], out_dir: Path, dataset_root: Path, cache_dir: Path) -> list[Path]:
     """Write the stage's `<stage>.json` and `<stage>.args` into `out_dir` (each atomically); return their paths.
 
     A plan without data arguments (infeasible, or a 0-token budget) writes nothing and removes the stage's
@@ -340,6 +342,8 @@ def write_stage_files(plan: Mapping[str, Any], out_dir: Path, dataset_root: Path
         str(plan["seq_length"]),
         "--train-samples",
         str(plan["expected_sequences"]),
+        "--data-cache-path",
+        str(cache_dir.absolute()),
     ]
     atomic_write_text(args_path, shlex.join(args) + "\n")
     return [json_path, args_path]

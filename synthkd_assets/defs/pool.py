@@ -184,7 +184,7 @@ def synth_curriculum(
     removed = remove_other_stages_files(paths.curriculum_dir(), [plan["stage"] for plan in plans])
     written = []
     for plan in plans:
-        written += write_stage_files(plan, paths.curriculum_dir(), paths.pool_trio_root())
+        written += write_stage_files(plan, paths.curriculum_dir(), paths.pool_trio_root(), paths.pool_cache_dir())
     mf.write_manifest(paths.curriculum_plan(), {"stages": plans})
     metadata = {
         "stages_written": [plan["stage"] for plan in plans if plan["per_split_data_args"]],
