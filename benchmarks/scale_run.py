@@ -598,7 +598,7 @@ def cluster_figures(layout) -> dict:
 
 
 # --- 4. projection ---------------------------------------------------------------------------------------------
-GLOBAL_STEPS = ("inventory", "plan", "manifests", "quota", "pool_manifests")  # one run each, not per shard
+GLOBAL_STEPS = ("inventory", "plan", "manifest", "quota", "pool_manifest")  # one run each, not per shard
 
 
 def projection(build: dict, figures: dict, cores: int) -> dict:

@@ -150,12 +150,12 @@ else
   # 4. the build pass, every shard partition: sampled -> tokens/masks -> Megatron trio + DistillKit parts
   each_shard build synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
   # 5. provenance over all shards
-  step manifests synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
+  step manifest synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
   # 6. the sequence pool: the B x C quota plan over every shard's tokens, the pool and its valuation features per
   #    shard, curriculum + manifest
   step quota synth_quota_plan
   each_shard pool synth_pool,synth_valuation_features
-  step pool_manifests synth_curriculum,synth_pool_manifest
+  step pool_manifest synth_curriculum,synth_pool_manifest
   echo
   .venv/bin/python -m synthkd_assets.cli summary --manifest "$megatron_manifest" --manifest "$distill_manifest" \
     --manifest "$pool_manifest"

@@ -121,7 +121,7 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
         "  build synth_04 (5/6): 53 rows in -> synth_sampled 49 (4 dropped), synth_tokenized 49, synth_kd_v1 49, "
         "synth_distill 49 (" in stdout
     )
-    assert any(line.startswith("manifests: synth_harmony_manifest,") for line in lines)
+    assert any(line.startswith("manifest: synth_harmony_manifest,") for line in lines)
     # the smoke build's few hundred rows leave its DistillKit validation split empty (1% by hash): said plainly
     assert "validation tokens: no rows" in lines and not any("=None" in line for line in lines)
     assert any(line.startswith("train tokens: min=") for line in lines)

@@ -144,6 +144,21 @@ def test_every_materialization_carries_a_data_version_of_its_bytes(built_sample)
             assert event.asset_materialization.tags.get("dagster/data_version_is_user_provided") == "true", key
 
 
+def test_a_build_runs_pass_tag_is_the_tag_of_the_assets_it_materializes(built_sample):
+    """Filtering runs by `synthkd/pass=manifest` finds the manifests' runs: a run's tag and its assets' agree (the
+    build's runs were tagged `manifests` / `pool_manifests`, which no asset carries)."""
+    instance, _, _ = built_sample
+    asset_pass = {spec.key: spec.tags["synthkd/pass"] for spec in defs().resolve_all_asset_specs()}
+    seen = set()
+    for run in instance.get_runs():
+        tag = run.tags.get("synthkd/pass")
+        events = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        planned = {asset_pass[event.dagster_event.asset_key] for event in events}
+        assert tag is not None and planned == {tag}, (tag, planned)
+        seen.add(tag)
+    assert {"manifest", "pool_manifest", "scan", "build"} <= seen
+
+
 def test_every_drop_reason_seen_is_registered(built_sample):
     """The registry is complete: no step reports a reason it does not list (else plots would have gaps)."""
     instance, _, _ = built_sample

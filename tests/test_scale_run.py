@@ -66,7 +66,7 @@ def kept_run(tmp_path_factory):
 def test_the_proof_runs_end_to_end_and_reports_every_figure(kept_run):
     _, figures, stdout = kept_run
     assert figures["build"]["returncode"] == 0
-    assert {"inventory", "plan", "manifests"} <= set(figures["build"]["steps"])
+    assert {"inventory", "plan", "manifest"} <= set(figures["build"]["steps"])
     assert {"scan", "build", "pool"} <= set(figures["build"]["passes"])
     assert {"synth_harmony", "synth_tokenized", "synth_kd_v1", "synth_pool"} <= set(figures["step_times"])
     counts = figures["figures"]

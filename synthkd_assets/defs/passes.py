@@ -52,13 +52,13 @@ def build_passes(outputs: Iterable[str] = tuple(OUTPUTS)) -> list[Pass]:
         Pass("scan", tuple(SCAN_STEPS), per_shard=True),
         Pass("plan", tuple(PLAN_STEPS)),
         Pass("build", tuple(build_steps), per_shard=True),
-        Pass("manifests", tuple(manifests)),
+        Pass("manifest", tuple(manifests)),
     ]
     if "synth_pool" in wanted:
         passes += [
             Pass("quota", tuple(QUOTA_STEPS)),
             Pass("pool", tuple(POOL_STEPS), per_shard=True),
-            Pass("pool_manifests", tuple(POOL_MANIFEST_STEPS)),
+            Pass("pool_manifest", tuple(POOL_MANIFEST_STEPS)),
         ]
     return passes
 
