@@ -163,7 +163,19 @@ def test_bytes_built_before_are_rebuilt_when_they_come_back(workspace):
     path.write_bytes(original)
     returned = tick(instance, layout, seen.cursor)
     assert requested(returned) == [] and latest_raw_versions(instance, [shard]) == {shard: sha256_file(path)}
-    cursor = returned.cursor
+    # B seen and its rebuild launched, but A put back before it read the shard: the run fails
+    # (RawShardChangedError) and the UI shows the shard's partitions failed. The next tick rebuilds A once (the
+    # same bytes), and then asks for nothing
+    pq.write_table(edited, path)
+    seen = tick(instance, layout, returned.cursor)
+    [request] = [r for r in seen.run_requests if r.partition_key == shard]
+    path.write_bytes(original)
+    failed = materialize_steps(
+        instance, layout, SCAN_STEPS, shard, raise_on_error=False, tags={"dagster/run_key": request.run_key}
+    )
+    assert not failed.success
+    cursor = tick_and_run(seen.cursor)
+    assert instance.get_runs(limit=1)[0].status == dg.DagsterRunStatus.SUCCESS
     for _ in range(2):
         path.unlink()
         gone = tick(instance, layout, cursor)  # its partition and outputs go

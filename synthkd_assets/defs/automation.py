@@ -103,6 +103,15 @@ def latest_materializations(
     )
 
 
+PARTITION_TAG = "dagster/partition"  # the run tag Dagster gives a partitioned run
+
+
+def last_shard_run_failed(instance: dg.DagsterInstance, partition: str) -> bool:
+    """Whether the newest run of `partition` (any job: the sensor's, a build's, a launch) failed."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: partition}), limit=1)
+    return bool(runs) and runs[0].status == dg.DagsterRunStatus.FAILURE
+
+
 def _wait_for_build(paths: DataLayout) -> dg.SkipReason | None:
     """A skip while a build (scripts/build.sh, build_all) holds the data root's lock: requested runs would race
     its writes, and what it builds is what the next tick compares against."""
@@ -133,6 +142,12 @@ def synth_raw_sensor(
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
     rebuild = shards_to_rebuild(cursor["shards"], shards, built_from_sha256(paths, [s.name for s in shards]))
     sha = {s.name: s.sha256 for s in shards}
+    # bytes changed since the last tick back to what the outputs were built from (after a failed rebuild, say):
+    # nothing to rebuild, but synth_raw's version must be the bytes on disk again, or the UI shows the shard stale
+    # for ever and synth_harmony refuses to read it; and when the shard's last run failed (it read the bytes in
+    # between), it is rebuilt once from the same bytes, or the UI shows its partitions failed for ever
+    returned = {s.name for s in shards if cursor["shards"].get(s.name, s.sha256) != s.sha256} - set(rebuild)
+    rebuild += [name for name in sorted(returned) if last_shard_run_failed(context.instance, name)]
     # a global plan: a changed shard is rebuilt with the plan in force (its rates are global numbers, so
     # the other shards stay valid and untouched); without a plan only the scan pass can run
     job = synth_shard_job if paths.sampling_plan().is_file() else synth_scan_job
@@ -157,10 +172,6 @@ def synth_raw_sensor(
     # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too)
     removed = remove_orphaned_outputs(paths, list(sha))
     why = f"synth_raw_sensor removed the pool files of raw shards gone ({remove or 'not registered here'})"
-    # bytes changed since the last tick back to what the outputs were built from (after a failed rebuild, say):
-    # nothing to rebuild, but synth_raw's version must be the bytes on disk again, or the UI shows the shard stale
-    # for ever and synth_harmony refuses to read it
-    returned = {s.name for s in shards if cursor["shards"].get(s.name, s.sha256) != s.sha256} - set(rebuild)
     events = [*raw_reports(shards, set(rebuild) | returned), *pool_unpublished_events(paths, removed, why)]
     if removed:
         context.log.warning(
