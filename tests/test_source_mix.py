@@ -461,9 +461,15 @@ def test_achieved_vs_target_reports_every_source_and_group():
         ({"synth_share": -0.1}, "synth_share = -0.1 is not a finite number >= 0"),
         ({"synth_share": math.nan}, "synth_share = nan is not a finite number >= 0"),
         ({"synth_share": True}, "synth_share = True is not a finite number >= 0"),
-        ({"category_shares": {"poetry": 0.1}}, "category_shares names ['poetry'], not categories of "),
-        ({"category_shares": {"math": math.inf}}, "category_shares['math'] = inf is not a finite number >= 0"),
-        ({"category_shares": {"code": "0.1"}}, "category_shares['code'] = '0.1' is not a finite number >= 0"),
+        ({"category_shares": {"poetry": 0.1}}, "anchor_shares (category_shares) names ['poetry'], not categories of "),
+        (
+            {"category_shares": {"math": math.inf}},
+            "anchor_shares (category_shares)['math'] = inf is not a finite number >= 0",
+        ),
+        (
+            {"category_shares": {"code": "0.1"}},
+            "anchor_shares (category_shares)['code'] = '0.1' is not a finite number >= 0",
+        ),
         ({"source_caps": {"gsm8k": 0.1}}, "source_caps names ['gsm8k'], not 'synth' or a source of "),
         ({"source_caps": {"deepcoder": 0.0}}, "source_caps['deepcoder'] = 0.0 is not a number in (0, 1]"),
         ({"source_caps": {"oasst1": 1.5}}, "source_caps['oasst1'] = 1.5 is not a number in (0, 1]"),

@@ -157,7 +157,7 @@ def keeps_nothing_reason(plan: Mapping[str, Any]) -> str | None:
     targeted = ", ".join(b for b, share in mix.items() if share > 0)
     return (
         f"skill_mix {mix} keeps nothing: the buckets it gives a share ({targeted}) hold no tokens, while "
-        f"{', '.join(holding)} do"
+        f"{', '.join(holding)} do (skill_mix is SYNTH's: anchor sources' tokens come on top, by their category)"
     )
 
 

@@ -96,12 +96,14 @@ class SourceMixTargets:
             problems.append(f"synth_share = {self.synth_share!r} is not a finite number >= 0")
         if unknown := sorted(set(self.category_shares) - set(ANCHOR_CATEGORIES)):
             problems.append(
-                f"category_shares names {unknown}, not categories of synthkd_contract/sources.py "
+                f"anchor_shares (category_shares) names {unknown}, not categories of synthkd_contract/sources.py "
                 f"ANCHOR_CATEGORY_SHARES {list(ANCHOR_CATEGORIES)}"
             )
         for category, share in sorted(self.category_shares.items()):
             if not _is_number(share) or not 0 <= share < math.inf:
-                problems.append(f"category_shares[{category!r}] = {share!r} is not a finite number >= 0")
+                problems.append(
+                    f"anchor_shares (category_shares)[{category!r}] = {share!r} is not a finite number >= 0"
+                )
         if unknown := sorted(set(self.source_caps) - set(SOURCES)):
             problems.append(
                 f"source_caps names {unknown}, not {SYNTH_SOURCE!r} or a source of synthkd_contract/sources.py "
