@@ -152,7 +152,7 @@ def test_a_mix_that_keeps_nothing_of_data_with_tokens_is_named():
     plan = plan_quota_grid(tokens, rows_for(tokens), QuotaTargets({"B3": 1.0, "B2": 0.5, "B1": 0.0}))
     assert keeps_nothing_reason(plan) == (
         "skill_mix {'B1': 0.0, 'B2': 0.5, 'B3': 1.0} keeps nothing: the buckets it gives a share (B2, B3) hold no "
-        "tokens, while B1, B4 do"
+        "tokens, while B1, B4 do (skill_mix is SYNTH's: anchor sources' tokens come on top, by their category)"
     )
     assert keeps_nothing_reason(plan_quota_grid(tokens, rows_for(tokens), QuotaTargets({"B3": 1.0, "B4": 0.1}))) is None
     assert keeps_nothing_reason(plan_quota_grid({}, {}, QuotaTargets({"B3": 1.0}))) is None
