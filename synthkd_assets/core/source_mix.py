@@ -384,7 +384,8 @@ def achieved_vs_target(plan: Mapping[str, Any], achieved_tokens: Mapping[str, fl
 
     def row(planned: Mapping[str, Any], tokens: float) -> dict[str, Any]:
         return {
-            **({"group": planned["group"], "cap": planned["cap"]} if "group" in planned else {}),  # a source's
+            # a source's row names its group and cap (the UI's source table shows both)
+            **({"group": planned["group"], "cap": planned["cap"]} if "group" in planned else {}),
             "target_share": planned["target_share"],
             "expected_share": planned["expected_share"],
             "achieved_tokens": tokens,
