@@ -15,7 +15,7 @@ import pytest
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding
 from synthkd_assets.defs.checks import gating_checks
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
-from synthkd_contract import constants
+from synthkd_contract import constants, drops
 from synthkd_contract.manifest_seal import ManifestError, sha256_file, verify_manifest
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_evaluations, check_outcomes, run
 
@@ -381,6 +381,13 @@ def test_a_file_the_manifest_does_not_list_fails_provenance(copy_of_build, datas
     assert provenance_outcomes(instance, layout) == ((dataset != "synth_kd_v1"), (dataset != "synth_distill"))
 
 
+def prompts(path, with_ids: bool = False) -> list:
+    """The user prompt of every row of a synth_harmony_v1 file (with its synth_id)."""
+    frame = pl.read_parquet(path, columns=["synth_id", "messages_json"])
+    texts = [json.loads(m)["messages"][1]["content"][0]["text"] for m in frame["messages_json"]]
+    return list(zip(frame["synth_id"], texts)) if with_ids else texts
+
+
 def test_a_shard_added_after_the_clusters_warns_that_it_is_sampled_whole(copy_of_build, tmp_path):
     """A new raw shard is sampled without the clusters' decisions until a re-plan: near_dup_controlled WARNs on
     its synth_sampled (the run still succeeds) and passes on a shard the clusters saw."""
@@ -401,10 +408,20 @@ def test_a_shard_added_after_the_clusters_warns_that_it_is_sampled_whole(copy_of
     added = near_dup_controlled("synth_06")
     kept = pl.read_parquet(paths.stage_output("synth_sampled", "synth_06")).height
     filtered = pl.read_parquet(paths.stage_output("synth_filtered", "synth_06")).height
-    assert kept == filtered  # no cap, none held out
+    # no cap; but the copies of synth_03's held-out rows (compared by prompt text, not by MinHash) are held out, so
+    # no validation prompt reaches training under a new synth_id
+    decisions = pl.read_parquet(paths.stage_output("synth_clusters", "synth_03"), columns=["synth_id", "decision"])
+    held = set(decisions.filter(pl.col("decision") == drops.DROP_HELDOUT)["synth_id"])
+    report = json.loads(paths.stage_report("synth_sampled", "synth_06").read_text())
+    assert held and report["dropped"] == {drops.DROP_HELDOUT: len(held)} and kept == filtered - len(held)
+    sampled_prompts = set(prompts(paths.stage_output("synth_sampled", "synth_06")))
+    heldout_prompts = {p for i, p in prompts(paths.stage_output("synth_filtered", "synth_03"), True) if i in held}
+    assert not sampled_prompts & heldout_prompts
     assert not added.passed and added.severity == dg.AssetCheckSeverity.WARN
     assert added.description.startswith(f"partition synth_06: WARN: {filtered} of {filtered} rows are not in the")
+    assert f"{len(held)} exact copies of held-out prompts were held out" in added.description
     assert added.metadata["rows_unseen_by_clusters"].value == filtered
+    assert added.metadata["heldout_copies"].value == len(held)
     assert near_dup_controlled("synth_03").passed
 
     # a shard changed in place under new synth_ids: only the rows the clusters never saw are counted

@@ -557,6 +557,50 @@ def rows_unseen_by_clusters(rows_path: Path, clusters_path: Path) -> tuple[int, 
     return ids.join(seen, on="synth_id", how="anti").select(pl.len()).collect().item(), rows
 
 
+def _signature_bytes_of(signatures_path: Path, synth_ids: pl.Series) -> tuple[list[str], list[bytes]]:
+    """(synth_id, the bytes of its MinHash signature) of the rows of a synth_signatures file among `synth_ids`."""
+    table = pl.read_parquet(signatures_path, columns=["synth_id", "signature"]).join(
+        pl.DataFrame({"synth_id": synth_ids.unique()}), on="synth_id", how="semi"
+    )
+    values = np.asarray(table["signature"].to_numpy(), dtype=np.uint32)  # an Arrow fixed-size list: 2-D
+    return table["synth_id"].to_list(), [row.tobytes() for row in values.reshape(-1, nd.NUM_PERM)]
+
+
+def heldout_copies(
+    rows_path: Path, signatures_path: Path, clusters_path: Path, shards: Sequence[tuple[Path, Path]]
+) -> set[str]:
+    """The synth_ids of `rows_path` the clusters in force never saw (`clusters_path`: this shard's file, maybe
+    absent) whose prompt is a copy of a held-out one: the same MinHash signature as a row some shard's clusters
+    file holds out (`shards`: every shard's (clusters file, signatures file)), i.e. the same normalized word
+    3-grams. They are held out too, so a shard added after the clusters cannot train on the validation sets'
+    prompts under new synth_ids; a near (not exact) copy still waits for a re-plan (near_dup_controlled)."""
+    ids = pl.read_parquet(rows_path, columns=["synth_id"])["synth_id"]
+    if clusters_path.is_file():
+        ids = ids.filter(~ids.is_in(pl.read_parquet(clusters_path, columns=["synth_id"])["synth_id"]))
+    if ids.is_empty():
+        return set()
+    heldout: set[bytes] = set()
+    for clusters, signatures in shards:
+        if clusters.is_file() and signatures.is_file():
+            decisions = pl.read_parquet(clusters, columns=["synth_id", "decision"])
+            held = decisions.filter(pl.col("decision") == drops.DROP_HELDOUT)["synth_id"]
+            if not held.is_empty():
+                heldout.update(_signature_bytes_of(signatures, held)[1])
+    unseen, signatures = _signature_bytes_of(signatures_path, ids)
+    return {synth_id for synth_id, signature in zip(unseen, signatures) if signature in heldout}
+
+
+def synth_ids_rule(synth_ids: Collection[str], reason: str) -> Callable[[pl.DataFrame], pl.Series]:
+    """A RowRule dropping exactly `synth_ids` with `reason`."""
+    wanted = pl.Series("synth_id", sorted(synth_ids), dtype=pl.String)
+
+    def reasons(frame: pl.DataFrame) -> pl.Series:
+        hit = frame["synth_id"].is_in(wanted)
+        return pl.select(pl.when(hit).then(pl.lit(reason))).to_series().alias("reason")
+
+    return reasons
+
+
 def clusters_rule(path: Path) -> Callable[[pl.DataFrame], pl.Series]:
     """One shard's cap / held-out decisions (its synth_clusters file) as a RowRule over synth_harmony_v1 frames:
     the drop reason by synth_id. A row the clusters never saw (its shard changed after they were computed: the

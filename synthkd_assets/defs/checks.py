@@ -290,26 +290,28 @@ NEAR_DUP_CONTROLLED_SPEC = per_shard_check(
     blocking=False,
     description="WARN when rows of this shard were sampled without the near-duplicate clusters' decisions: rows the "
     "clusters in force never saw (a shard added, or changed under new synth_ids, after them) are kept whole (no "
-    "cluster cap, no held-out clusters), so their prompts may near-duplicate the validation sets' until "
-    "synth_plan_job (or build.sh) re-plans.",
+    "cluster cap; only exact copies of held-out prompts, the same MinHash signature, are held out), so their "
+    "prompts may near-duplicate the validation sets' until synth_plan_job (or build.sh) re-plans.",
 )
 
 
-def near_dup_controlled_result(partition: str, unseen: int, rows: int) -> dg.AssetCheckResult:
-    """WARN (non-blocking) when `unseen` of the shard's `rows` had no decision from the clusters in force."""
+def near_dup_controlled_result(partition: str, unseen: int, rows: int, copies: int = 0) -> dg.AssetCheckResult:
+    """WARN (non-blocking) when `unseen` of the shard's `rows` had no decision from the clusters in force;
+    `copies` of them, exact copies of held-out prompts, were held out all the same."""
     verdict = (
         f"passed: all {rows} rows sampled under the clusters' decisions (cap, held-out clusters)"
         if unseen == 0
         else f"WARN: {unseen} of {rows} rows are not in the clusters in force (the shard was added or changed after "
-        "them) and were kept whole: no cluster cap, and prompts near-duplicating the held-out validation clusters "
-        "may be in training; re-plan (synth_plan_job, or build.sh) to fix it"
+        f"them): {copies} exact copies of held-out prompts were held out, the rest kept whole: no cluster cap, and "
+        "prompts near-duplicating the held-out validation clusters may be in training; re-plan (synth_plan_job, "
+        "or build.sh) to fix it"
     )
     return dg.AssetCheckResult(
         check_name=NEAR_DUP_CONTROLLED,
         passed=unseen == 0,
         severity=dg.AssetCheckSeverity.WARN,
         description=f"partition {partition}: {verdict}",
-        metadata={"partition": partition, "rows_unseen_by_clusters": unseen},
+        metadata={"partition": partition, "rows_unseen_by_clusters": unseen, "heldout_copies": copies},
     )
 
 
