@@ -112,11 +112,6 @@ def sampling_rule(rates: Mapping[str, float]) -> Callable[[pl.DataFrame], pl.Ser
     return drop_reasons
 
 
-def keep_every_row(frame: pl.DataFrame) -> pl.Series:
-    """The RowRule that drops nothing: an anchor source's shard, which the 001 mixture does not sample."""
-    return pl.Series("reason", [None] * frame.height, dtype=pl.String)
-
-
 def mix_summary(cells: Mapping[Cell, float]) -> dict[str, Any]:
     """Rows, memorization and non-English shares, and rows per exercise / language of a cell table."""
     # math.fsum is exactly rounded, so neither the plan's bytes nor its numbers depend on count order

@@ -180,6 +180,7 @@ def first_reason(*rules: RowRule) -> RowRule:
 
 
 def keep_everything(frame: pl.DataFrame) -> pl.Series:
+    """The RowRule that drops nothing (e.g. an anchor source's shard, which the 001 mixture does not sample)."""
     return pl.Series("reason", [None] * frame.height, dtype=pl.String)
 
 

@@ -17,13 +17,14 @@ from synthkd_assets.core.near_dup import clusters_rule, heldout_copies, rows_uns
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.round_trip import round_trip_shard
-from synthkd_assets.core.sampling import keep_every_row, sampling_rule
+from synthkd_assets.core.sampling import sampling_rule
 from synthkd_assets.core.sources import source_adapter
 from synthkd_assets.core.sources.base import harmonize_source_shard
 from synthkd_assets.core.stages import (
     RowRule,
     first_reason,
     harmonize_shard,
+    keep_everything,
     select_rows_shard,
     tokenize_shard,
     write_megatron_shard,
@@ -251,7 +252,7 @@ def synth_sampled(
     require_current_clusters(paths, plan)
     key = context.partition_key
     # the 001 mixture is SYNTH's: an anchor shard's rows are only capped by the clusters (its mix is the pool's)
-    rule = sampling_rule(plan["rates"]) if sources.partition_source(key) == sources.SYNTH_SOURCE else keep_every_row
+    rule = sampling_rule(plan["rates"]) if sources.partition_source(key) == sources.SYNTH_SOURCE else keep_everything
     clusters = stage_files(paths, "synth_clusters", key)[0]
     if clusters.is_file():  # a shard added after the clusters in force is sampled whole, like under the plan
         rule = first_reason(clusters_rule(clusters), rule)
