@@ -557,13 +557,13 @@ def rows_unseen_by_clusters(rows_path: Path, clusters_path: Path) -> tuple[int, 
     return ids.join(seen, on="synth_id", how="anti").select(pl.len()).collect().item(), rows
 
 
-def _signature_bytes_of(signatures_path: Path, synth_ids: pl.Series) -> tuple[list[str], list[bytes]]:
-    """(synth_id, the bytes of its MinHash signature) of the rows of a synth_signatures file among `synth_ids`."""
+def _signature_bytes_of(signatures_path: Path, synth_ids: pl.Series) -> dict[str, bytes]:
+    """{synth_id: the bytes of its MinHash signature} of the rows of a synth_signatures file among `synth_ids`."""
     table = pl.read_parquet(signatures_path, columns=["synth_id", "signature"]).join(
         pl.DataFrame({"synth_id": synth_ids.unique()}), on="synth_id", how="semi"
     )
-    values = np.asarray(table["signature"].to_numpy(), dtype=np.uint32)  # an Arrow fixed-size list: 2-D
-    return table["synth_id"].to_list(), [row.tobytes() for row in values.reshape(-1, nd.NUM_PERM)]
+    values = np.asarray(table["signature"].to_numpy(), dtype=np.uint32).reshape(-1, nd.NUM_PERM)  # fixed-size lists
+    return {synth_id: row.tobytes() for synth_id, row in zip(table["synth_id"].to_list(), values)}
 
 
 def heldout_copies(
@@ -573,21 +573,29 @@ def heldout_copies(
     absent) whose prompt is a copy of a held-out one: the same MinHash signature as a row some shard's clusters
     file holds out (`shards`: every shard's (clusters file, signatures file)), i.e. the same normalized word
     3-grams. They are held out too, so a shard added after the clusters cannot train on the validation sets'
-    prompts under new synth_ids; a near (not exact) copy still waits for a re-plan (near_dup_controlled)."""
+    prompts under new synth_ids; a near (not exact) copy still waits for a re-plan (near_dup_controlled).
+    The clusters files' near_dup_hash (a band key) picks the candidates, so only the signatures of held-out rows
+    that share one are read."""
     ids = pl.read_parquet(rows_path, columns=["synth_id"])["synth_id"]
     if clusters_path.is_file():
         ids = ids.filter(~ids.is_in(pl.read_parquet(clusters_path, columns=["synth_id"])["synth_id"]))
     if ids.is_empty():
         return set()
-    heldout: set[bytes] = set()
+    unseen = pl.read_parquet(signatures_path, columns=["synth_id", "near_dup_hash"]).filter(
+        pl.col("synth_id").is_in(ids)
+    )
+    candidates: dict[Path, pl.Series] = {}  # held-out rows sharing a band key with an unseen row, by signatures file
     for clusters, signatures in shards:
         if clusters.is_file() and signatures.is_file():
-            decisions = pl.read_parquet(clusters, columns=["synth_id", "decision"])
-            held = decisions.filter(pl.col("decision") == drops.DROP_HELDOUT)["synth_id"]
+            held = pl.read_parquet(clusters, columns=["synth_id", "near_dup_hash", "decision"]).filter(
+                (pl.col("decision") == drops.DROP_HELDOUT) & pl.col("near_dup_hash").is_in(unseen["near_dup_hash"])
+            )
             if not held.is_empty():
-                heldout.update(_signature_bytes_of(signatures, held)[1])
-    unseen, signatures = _signature_bytes_of(signatures_path, ids)
-    return {synth_id for synth_id, signature in zip(unseen, signatures) if signature in heldout}
+                candidates[signatures] = held["synth_id"]
+    if not candidates:
+        return set()
+    heldout = {value for path, held in candidates.items() for value in _signature_bytes_of(path, held).values()}
+    return {synth_id for synth_id, value in _signature_bytes_of(signatures_path, ids).items() if value in heldout}
 
 
 def synth_ids_rule(synth_ids: Collection[str], reason: str) -> Callable[[pl.DataFrame], pl.Series]:
