@@ -546,56 +546,46 @@ def shard_cluster_columns(path: Path) -> BySynthId:
     return BySynthId(pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"]))
 
 
-def rows_unseen_by_clusters(rows_path: Path, clusters_path: Path) -> tuple[int, int]:
-    """(rows of `rows_path` whose synth_id the clusters file never saw, rows in all): what `clusters_rule` keeps
+def ids_unseen_by_clusters(rows_path: Path, clusters_path: Path) -> tuple[pl.Series, int]:
+    """(the synth_ids of `rows_path` the clusters file never saw, rows in all): the rows `clusters_rule` keeps
     without a decision. No clusters file: every row. Reads the synth_id columns only."""
-    ids = pl.scan_parquet(rows_path).select("synth_id")
-    rows = ids.select(pl.len()).collect().item()
+    ids = pl.read_parquet(rows_path, columns=["synth_id"])["synth_id"]
     if not clusters_path.is_file():
-        return rows, rows
-    seen = pl.scan_parquet(clusters_path).select("synth_id")
-    return ids.join(seen, on="synth_id", how="anti").select(pl.len()).collect().item(), rows
+        return ids, len(ids)
+    seen = pl.read_parquet(clusters_path, columns=["synth_id"])["synth_id"]
+    return ids.filter(~ids.is_in(seen)), len(ids)
 
 
-def _signature_bytes_of(signatures_path: Path, synth_ids: pl.Series) -> dict[str, bytes]:
-    """{synth_id: the bytes of its MinHash signature} of the rows of a synth_signatures file among `synth_ids`."""
-    table = pl.read_parquet(signatures_path, columns=["synth_id", "signature"]).join(
-        pl.DataFrame({"synth_id": synth_ids.unique()}), on="synth_id", how="semi"
-    )
+def _signature_bytes(table: pl.DataFrame) -> dict[str, bytes]:
+    """{synth_id: the bytes of its MinHash signature} of synth_signatures rows."""
     values = np.asarray(table["signature"].to_numpy(), dtype=np.uint32).reshape(-1, nd.NUM_PERM)  # fixed-size lists
     return {synth_id: row.tobytes() for synth_id, row in zip(table["synth_id"].to_list(), values)}
 
 
-def heldout_copies(
-    rows_path: Path, signatures_path: Path, clusters_path: Path, shards: Sequence[tuple[Path, Path]]
-) -> set[str]:
-    """The synth_ids of `rows_path` the clusters in force never saw (`clusters_path`: this shard's file, maybe
-    absent) whose prompt is a copy of a held-out one: the same MinHash signature as a row some shard's clusters
-    file holds out (`shards`: every shard's (clusters file, signatures file)), i.e. the same normalized word
-    3-grams. They are held out too, so a shard added after the clusters cannot train on the validation sets'
-    prompts under new synth_ids; a near (not exact) copy still waits for a re-plan (near_dup_controlled).
-    The clusters files' near_dup_hash (a band key) picks the candidates, so only the signatures of held-out rows
-    that share one are read."""
-    ids = pl.read_parquet(rows_path, columns=["synth_id"])["synth_id"]
-    if clusters_path.is_file():
-        ids = ids.filter(~ids.is_in(pl.read_parquet(clusters_path, columns=["synth_id"])["synth_id"]))
-    if ids.is_empty():
+def heldout_copies(unseen: pl.Series, signatures_path: Path, shards: Sequence[tuple[Path, Path]]) -> set[str]:
+    """Of `unseen` (synth_ids of a shard the clusters in force never saw, `ids_unseen_by_clusters`), those whose
+    prompt is a copy of a held-out one: the same MinHash signature (`signatures_path`: the shard's) as a row some
+    shard's clusters file holds out (`shards`: every shard's (clusters file, signatures file)), i.e. the same
+    normalized word 3-grams. They are held out too, so a shard added after the clusters cannot train on the
+    validation sets' prompts under new synth_ids; a near (not exact) copy still waits for a re-plan
+    (near_dup_controlled). The clusters files' near_dup_hash (a band key) picks the candidates, so only the
+    signatures of held-out rows that share one are read."""
+    if unseen.is_empty():
         return set()
-    unseen = pl.read_parquet(signatures_path, columns=["synth_id", "near_dup_hash"]).filter(
-        pl.col("synth_id").is_in(ids)
-    )
-    candidates: dict[Path, pl.Series] = {}  # held-out rows sharing a band key with an unseen row, by signatures file
+    columns = ["synth_id", "near_dup_hash", "signature"]
+    rows = pl.read_parquet(signatures_path, columns=columns).filter(pl.col("synth_id").is_in(unseen))
+    heldout: set[bytes] = set()
     for clusters, signatures in shards:
         if clusters.is_file() and signatures.is_file():
             held = pl.read_parquet(clusters, columns=["synth_id", "near_dup_hash", "decision"]).filter(
-                (pl.col("decision") == drops.DROP_HELDOUT) & pl.col("near_dup_hash").is_in(unseen["near_dup_hash"])
+                (pl.col("decision") == drops.DROP_HELDOUT) & pl.col("near_dup_hash").is_in(rows["near_dup_hash"])
             )
-            if not held.is_empty():
-                candidates[signatures] = held["synth_id"]
-    if not candidates:
-        return set()
-    heldout = {value for path, held in candidates.items() for value in _signature_bytes_of(path, held).values()}
-    return {synth_id for synth_id, value in _signature_bytes_of(signatures_path, ids).items() if value in heldout}
+            if not held.is_empty():  # held-out rows sharing a band key with an unseen one: their signatures
+                held_rows = pl.read_parquet(signatures, columns=columns).filter(
+                    pl.col("synth_id").is_in(held["synth_id"])
+                )
+                heldout.update(_signature_bytes(held_rows).values())
+    return {synth_id for synth_id, value in _signature_bytes(rows).items() if value in heldout}
 
 
 def synth_ids_rule(synth_ids: Collection[str], reason: str) -> Callable[[pl.DataFrame], pl.Series]:

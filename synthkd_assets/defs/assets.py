@@ -13,7 +13,7 @@ from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.memory import return_freed_heap
-from synthkd_assets.core.near_dup import clusters_rule, heldout_copies, rows_unseen_by_clusters, synth_ids_rule
+from synthkd_assets.core.near_dup import clusters_rule, heldout_copies, ids_unseen_by_clusters, synth_ids_rule
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.round_trip import round_trip_shard
@@ -258,17 +258,17 @@ def synth_sampled(
         rule = first_reason(clusters_rule(clusters), rule)
     require_upstream(paths, "synth_sampled", key, "synth_filtered")
     filtered = stage_files(paths, "synth_filtered", key)[0]
-    unseen = rows_unseen_by_clusters(filtered, clusters)
+    unseen, rows = ids_unseen_by_clusters(filtered, clusters)
     copies: set[str] = set()
-    if unseen[0]:  # rows the clusters never saw: exact copies of held-out prompts are held out all the same
+    if len(unseen):  # rows the clusters never saw: exact copies of held-out prompts are held out all the same
         require_upstream(paths, "synth_sampled", key, "synth_signatures")
         every_shard = [
             (stage_files(paths, "synth_clusters", n)[0], stage_files(paths, "synth_signatures", n)[0])
             for n in shard_names(paths)
         ]
-        copies = heldout_copies(filtered, stage_files(paths, "synth_signatures", key)[0], clusters, every_shard)
+        copies = heldout_copies(unseen, stage_files(paths, "synth_signatures", key)[0], every_shard)
         rule = first_reason(synth_ids_rule(copies, drops.DROP_HELDOUT), rule)
-    warning = near_dup_controlled_result(key, *unseen, len(copies))
+    warning = near_dup_controlled_result(key, len(unseen), rows, len(copies))
     return select_rows(paths, key, "synth_filtered", "synth_sampled", rule, plan_sha, (warning,))
 
 
