@@ -549,11 +549,11 @@ def shard_cluster_columns(path: Path) -> BySynthId:
 def ids_unseen_by_clusters(rows_path: Path, clusters_path: Path) -> tuple[pl.Series, int]:
     """(the synth_ids of `rows_path` the clusters file never saw, rows in all): the rows `clusters_rule` keeps
     without a decision. No clusters file: every row. Reads the synth_id columns only."""
-    ids = pl.read_parquet(rows_path, columns=["synth_id"])["synth_id"]
+    ids = pl.read_parquet(rows_path, columns=["synth_id"])
     if not clusters_path.is_file():
-        return ids, len(ids)
-    seen = pl.read_parquet(clusters_path, columns=["synth_id"])["synth_id"]
-    return ids.filter(~ids.is_in(seen)), len(ids)
+        return ids["synth_id"], ids.height
+    seen = pl.read_parquet(clusters_path, columns=["synth_id"])
+    return ids.join(seen, on="synth_id", how="anti")["synth_id"], ids.height
 
 
 def _signature_bytes(table: pl.DataFrame) -> dict[str, bytes]:
@@ -573,28 +573,28 @@ def heldout_copies(unseen: pl.Series, signatures_path: Path, shards: Sequence[tu
     if unseen.is_empty():
         return set()
     columns = ["synth_id", "near_dup_hash", "signature"]
-    rows = pl.read_parquet(signatures_path, columns=columns).filter(pl.col("synth_id").is_in(unseen))
+    rows = pl.read_parquet(signatures_path, columns=columns).join(unseen.to_frame(), on="synth_id", how="semi")
     heldout: set[bytes] = set()
     for clusters, signatures in shards:
         if clusters.is_file() and signatures.is_file():
-            held = pl.read_parquet(clusters, columns=["synth_id", "near_dup_hash", "decision"]).filter(
-                (pl.col("decision") == drops.DROP_HELDOUT) & pl.col("near_dup_hash").is_in(rows["near_dup_hash"])
+            held = (
+                pl.read_parquet(clusters, columns=["synth_id", "near_dup_hash", "decision"])
+                .filter(pl.col("decision") == drops.DROP_HELDOUT)
+                .join(rows.select("near_dup_hash"), on="near_dup_hash", how="semi")
             )
             if not held.is_empty():  # held-out rows sharing a band key with an unseen one: their signatures
-                held_rows = pl.read_parquet(signatures, columns=columns).filter(
-                    pl.col("synth_id").is_in(held["synth_id"])
-                )
+                held_rows = pl.read_parquet(signatures, columns=columns).join(held, on="synth_id", how="semi")
                 heldout.update(_signature_bytes(held_rows).values())
     return {synth_id for synth_id, value in _signature_bytes(rows).items() if value in heldout}
 
 
 def synth_ids_rule(synth_ids: Collection[str], reason: str) -> Callable[[pl.DataFrame], pl.Series]:
     """A RowRule dropping exactly `synth_ids` with `reason`."""
-    wanted = pl.Series("synth_id", sorted(synth_ids), dtype=pl.String)
+    wanted = sorted(synth_ids)
 
     def reasons(frame: pl.DataFrame) -> pl.Series:
-        hit = frame["synth_id"].is_in(wanted)
-        return pl.select(pl.when(hit).then(pl.lit(reason))).to_series().alias("reason")
+        hit = pl.col("synth_id").is_in(wanted)
+        return frame.select(pl.when(hit).then(pl.lit(reason, dtype=pl.String)).alias("reason"))["reason"]
 
     return reasons
 
