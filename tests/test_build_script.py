@@ -21,7 +21,7 @@ from synthkd_assets.cli import low_disk_lines
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parallel import available_cores, thread_map
-from synthkd_assets.defs.build import BUILD_TAG, DATA_ROOT_TAG, fail_runs_of_dead_builds
+from synthkd_assets.defs.build import BUILD_TAG, DATA_ROOT_TAG, fail_runs_of_dead_builds, run_process_id
 from synthkd_assets.defs.passes import build_passes
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
@@ -85,15 +85,6 @@ def materialized(instance: dg.DagsterInstance, run_id: str) -> set[str]:
     }
 
 
-def run_pid(instance: dg.DagsterInstance, run_id: str) -> int:
-    """The process that executed the run (Dagster's "Executing steps in process (pid: N)" event)."""
-    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
-        metadata = entry.dagster_event.engine_event_data.metadata
-        if "pid" in metadata:
-            return int(metadata["pid"].value)
-    raise AssertionError(f"run {run_id}: no process recorded")
-
-
 def wait_for(condition, what: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -153,7 +144,7 @@ def test_shard_runs_use_every_core_and_every_run_is_in_the_instance(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         runs = instance.get_runs()
-        pid = {run.run_id: run_pid(instance, run.run_id) for run in runs}
+        pid = {run.run_id: run_process_id(instance, run.run_id) for run in runs}
         assets = {run.run_id: materialized(instance, run.run_id) for run in runs}
     assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
     shard_runs = [run for run in runs if "dagster/partition" in run.tags]
@@ -249,7 +240,7 @@ def test_a_worker_killed_mid_run_fails_the_build_naming_its_shard(tmp_path):
         wait_for(lambda: process.poll() is not None or running(), "a shard run of the build pass", timeout=600)
         assert process.poll() is None, (tmp_path / "stdout.txt").read_text()[-3000:]
         victim = running()[0]
-        os.kill(run_pid(instance, victim.run_id), signal.SIGKILL)
+        os.kill(run_process_id(instance, victim.run_id), signal.SIGKILL)
     assert process.wait(timeout=300) == 1
     output = (tmp_path / "stdout.txt").read_text()
     shard = victim.tags["dagster/partition"]

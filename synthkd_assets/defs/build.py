@@ -36,6 +36,8 @@ from synthkd_assets.defs.passes import OUTPUTS, Pass, build_passes
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 
 WORKER_STOP_SECONDS = 30  # a worker still running this long after the build told it to stop is killed
+# how a worker ends when told to stop: 128 + SIGTERM from its own handler (_worker_stop), -SIGTERM before it is set
+OWN_EXITS = frozenset({0, 128 + signal.SIGTERM, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGHUP})
 BUILD_TAG = "synthkd/build"  # on every run of one build_all call, the same value
 DATA_ROOT_TAG = "synthkd/data_root"  # on every run of a build_all call: the data root it builds (resolved)
 # and no automatic retry by the daemon (deploy/*/dagster.yaml `run_retries`) for a run of a build: its runs are
@@ -133,10 +135,11 @@ def build_all(
     kwargs = {**kwargs, "tags": tags}
     try:
         return _build_all(instance, layout, build, outputs, progress, workers, take_lock, kwargs)
-    except BrokenProcessPool as error:  # a worker died without a word (SIGKILL, out of memory): say which shard
-        lost = _fail_unfinished_runs(instance, build_id, WORKER_LOST)
+    except WorkerDied as error:  # a worker died without a word (SIGKILL, out of memory): say which shard
+        # the runs of the processes that died are the build's failure; the others' runs only stopped with them
+        lost = _fail_unfinished_runs(instance, build_id, WORKER_STOPPED if error.pids else WORKER_LOST, error.pids)
         shards = ", ".join(lost) or "(none had started a run)"
-        message = f"a worker process died while building {shards}: {error}"
+        message = f"a worker process died while building {shards}: {error.__cause__}"
         raise BuildFailed(message, partition=lost[0] if len(lost) == 1 else None) from error
     except BaseException:
         _fail_unfinished_runs(instance, build_id, "the build stopped while this run was in progress")
@@ -144,17 +147,43 @@ def build_all(
 
 
 WORKER_LOST = "its worker process died before the run finished (killed: the kernel's out-of-memory killer? see dmesg)"
+WORKER_STOPPED = "stopped by the build when another shard's worker process died"
 
 
-def _fail_unfinished_runs(instance: dg.DagsterInstance, build_id: str, why: str) -> list[str]:
+class WorkerDied(RuntimeError):
+    """A worker process of a shard pass died on its own (not told to stop by the build); `pids`: those
+    processes. Python's pool then stops every other worker, so their runs fail too, but not for their own
+    reason; `pids` is empty when no worker's exit says it died on its own."""
+
+    def __init__(self, pids: set[int]):
+        super().__init__(f"worker processes {sorted(pids)} died")
+        self.pids = pids
+
+
+def run_process_id(instance: dg.DagsterInstance, run_id: str) -> int | None:
+    """The process that executed the run (Dagster's "Executing steps in process (pid: N)" engine event)."""
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        metadata = entry.dagster_event.engine_event_data.metadata
+        if "pid" in metadata:
+            return int(metadata["pid"].value)
+    return None
+
+
+def _fail_unfinished_runs(
+    instance: dg.DagsterInstance, build_id: str, why: str, died: set[int] = frozenset()
+) -> list[str]:
     """A build that stops (interrupted, a worker lost) leaves none of its runs in progress in the instance: Dagster
     marks a run it interrupts failed, this marks the rest (a run interrupted while being set up, or whose worker
-    was killed) with `why`; returns their partitions."""
+    was killed) with `why`, or with WORKER_LOST when its process is one of `died`; returns the partitions of
+    the runs whose process died (of every run marked, when `died` is empty)."""
     failed: list[str] = []
     with contextlib.suppress(Exception):  # best effort: the error that stopped the build is the one to report
         for run in instance.get_runs(filters=dg.RunsFilter(tags={BUILD_TAG: build_id})):
-            if not run.is_finished:
-                instance.report_run_failed(run, why)
+            if run.is_finished:
+                continue
+            lost = bool(died) and run_process_id(instance, run.run_id) in died
+            instance.report_run_failed(run, WORKER_LOST if lost else why)
+            if lost or not died:
                 failed.append(run.tags.get(PARTITION_NAME_TAG, "(unpartitioned)"))
     return sorted(failed)
 
@@ -288,24 +317,37 @@ def _worker_pool(workers: int, instance: dg.DagsterInstance, layout, build, kwar
         if failure is not None:
             raise failure
 
+    broken: BrokenProcessPool | None = None
     try:
         yield run
         pool.shutdown(wait=True)
+    except BrokenProcessPool as error:
+        broken = error
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-        _stop([*started, *(c for c in multiprocessing.active_children() if c not in before and c not in started)])
+        killed = _stop(
+            [*started, *(c for c in multiprocessing.active_children() if c not in before and c not in started)]
+        )
+    if broken is not None:
+        # the pool's SIGTERM (and the build's) ends a worker with one of OWN_EXITS; the one that broke the pool
+        # ended otherwise (SIGKILL: -9), unless it is one the build had to kill itself
+        died = {p.pid for p in started if p.exitcode not in OWN_EXITS and p not in killed}
+        raise WorkerDied(died) from broken
 
 
-def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:
-    """SIGTERM to each of `processes`, SIGKILL to any still alive WORKER_STOP_SECONDS later."""
+def _stop(processes: list[multiprocessing.process.BaseProcess]) -> list[multiprocessing.process.BaseProcess]:
+    """SIGTERM to each of `processes`, SIGKILL to any still alive WORKER_STOP_SECONDS later; returns those."""
     for process in processes:
         process.terminate()
     deadline = time.monotonic() + WORKER_STOP_SECONDS
+    killed = []
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
         if process.is_alive():
             process.kill()
             process.join()
+            killed.append(process)
+    return killed
 
 
 # --- in a worker process ---------------------------------------------------------------------------------
