@@ -41,8 +41,9 @@ from trl import SFTConfig, SFTTrainer
 
 from synthkd_assets.core.layout import DataLayout
 from synthkd_contract import constants
-from synthkd_contract.manifest_seal import ManifestError, verify_manifest
+from synthkd_contract.manifest_seal import ManifestError, require_dataset, verify_manifest
 
+DISTILL_DATASETS = (constants.DISTILL_DATASET_NAME, constants.DISTILL_SMOKE_DATASET_NAME)
 # o200k_harmony's text of EOD_TOKEN_ID: the pad token of the stand-in tokenizer
 PAD_TOKEN = "<|endoftext|>"
 
@@ -52,8 +53,10 @@ def load_distillkit(data_dir: Path, cache_dir: Path | None = None, hash_files: b
     sealed manifest (`verify_manifest`: every listed part with its bytes, and sha256 with `hash_files`; nothing
     else under the root). `load_dataset(data_dir=...)` reads whatever files are there: a part lost or left over, a
     stray copy or an edited row would otherwise be trained on without a word."""
-    if not (data_dir / "train").is_dir():
-        raise SystemExit(f"no DistillKit dataset at {data_dir} (no train/): build it first (./scripts/build.sh)")
+    try:
+        require_dataset(data_dir, DISTILL_DATASETS, constants.DISTILL_DATASET_NAME)
+    except ManifestError as error:
+        raise SystemExit(f"no DistillKit dataset at {data_dir}: {error}") from None
     try:
         verify_manifest(data_dir, hash_files=hash_files)
     except ManifestError as error:

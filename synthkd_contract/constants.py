@@ -38,6 +38,7 @@ SPAN_DTYPE: Final = np.uint8
 # --- Megatron layout (000 "Output dataset layout") ------------------------------------------
 DATASET_NAME: Final = "synth_kd_v1"
 SMOKE_DATASET_NAME: Final = "synth_kd_v1_smoke"
+SYNTHETIC_DATASET_NAME: Final = "synthetic"  # the CPU examples' generated stand-in (synthkd_training/synthetic.py)
 SPLITS: Final = ("train", "valid")
 # suffix of each IndexedDataset prefix -> dtype; "tokens" first: it is the prefix Megatron is given
 ARRAY_KINDS: Final = ("tokens", "lossmask", "span")

@@ -186,6 +186,31 @@ def dataset_problems(root: Path, hash_files: bool = True) -> list[str]:
     return problems
 
 
+def require_dataset(root: Path | str, names: Iterable[str], what: str) -> None:
+    """ManifestError unless `root` is a dataset root whose manifest names one of `names` (`what`: the dataset's
+    name, as said to the user): said plainly for a path that does not exist, a directory inside a dataset given
+    instead of its root, and a finished dataset of another kind (synth_kd_v1, synth_distill, the pool), which
+    would otherwise fail later on files it does not have. Only the manifest's `dataset` is read here:
+    `verify_manifest` checks the rest."""
+    root = Path(root)
+    manifest_path = root / MANIFEST_FILENAME
+    if not root.is_dir():
+        raise ManifestError(f"{root} does not exist or is not a directory: pass the {what} dataset's root")
+    if not manifest_path.is_file():
+        if (root.parent / MANIFEST_FILENAME).is_file():
+            raise ManifestError(f"{root} is a directory inside a dataset: pass the dataset's root, {root.parent}")
+        raise ManifestError(
+            f"no {MANIFEST_FILENAME} in {root}: not a finished {what} build (a build stopped before its manifest "
+            "pass leaves its files without one); run the build again"
+        )
+    try:
+        name = json.loads(manifest_path.read_bytes()).get("dataset")
+    except (json.JSONDecodeError, AttributeError):
+        return  # verify_manifest says what is wrong with it
+    if name not in set(names):
+        raise ManifestError(f"{root} holds the dataset {name!r}, not {what}")
+
+
 def verify_manifest(root: Path | str, files: Iterable[str] | None = None, hash_files: bool = True) -> dict[str, Any]:
     """The dataset's manifest, after checking its seal, that every blocking check of the build passed on it, and
     the listed files (all of them, or only `files`, paths relative to `root`): sizes always, sha256 with

@@ -34,6 +34,7 @@ from synthkd_contract.manifest_seal import (
     listed_file_problems,
     manifest_files,
     read_sealed_manifest,
+    require_dataset,
     verify_manifest,
 )
 from synthkd_contract.trio import (
@@ -189,7 +190,8 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
                 f"(sequence_length {self.sequence_length} + {int(self.add_extra_token_to_sequence)}): "
                 f"{listed}. Megatron "
                 "weights an unweighted blend by each prefix's samples and cannot use a weight of 0: drop those "
-                "prefixes, give the blend weights, or use a shorter sequence_length"
+                "prefixes, give the blend weights (token_weights(prefixes): each by its tokens), or use a shorter "
+                "sequence_length"
             )
 
 
@@ -405,6 +407,21 @@ def build_span_datasets(
     return builder.build()
 
 
+KD_DATASETS = (constants.DATASET_NAME, constants.SMOKE_DATASET_NAME, constants.SYNTHETIC_DATASET_NAME)
+
+
+def token_weights(prefixes: Sequence[str]) -> list[float]:
+    """Each prefix's tokens, as blend weights: samples are drawn from each shard in proportion to its tokens,
+    as an unweighted Megatron blend does for one epoch, but for any number of samples (an unweighted blend
+    stops at one epoch), and a prefix shorter than one sample still contributes (an unweighted blend of
+    several refuses it: 0 samples)."""
+    counts = [_token_count(prefix) for prefix in prefixes]
+    unreadable = [prefix for prefix, count in zip(prefixes, counts) if count is None]
+    if unreadable:
+        raise SpanDatasetError(f"cannot read the index of {', '.join(f'{p}.idx' for p in unreadable)}")
+    return [float(count) for count in counts]
+
+
 def train_valid_datasets(
     data_root: str | Path,
     *,
@@ -414,28 +431,31 @@ def train_valid_datasets(
     valid_samples: int | None,
     cache_dir: str | Path,
 ) -> tuple[object, object | None]:
-    """The train and valid datasets of a synth_kd_v1 root, as Megatron's --train-data-path / --valid-data-path give
-    them: every `train/` prefix blended with equal weights (Megatron normalizes them; at least `train_samples`
-    samples, drawing more epochs if needed) and the `valid/` prefixes by size (`valid_samples`, None: one epoch;
-    None when there is no valid trio). The root must hold its sealed manifest: a build stopped before its manifest
+    """The train and valid datasets of a synth_kd_v1 root: each split's prefixes blended by their tokens
+    (`token_weights`: the build's token mix, whatever the shards' sizes), `train_samples` train samples and
+    `valid_samples` valid ones (None: one epoch's worth, the valid tokens over `sequence_length`); valid is None
+    when there is no valid trio. The root must hold its sealed manifest: a build stopped before its manifest
     pass leaves trios without one, which are not trained on as a dataset (`tokens_prefixes` then checks the
-    shards present are the ones it lists)."""
+    shards present are the ones it lists); a path that does not exist, a split directory or another dataset
+    (synth_distill, the pool) is refused, saying which."""
     data_root = Path(data_root)
-    if not (data_root / constants.MANIFEST_FILENAME).is_file():
-        raise SpanDatasetError(
-            f"no {constants.MANIFEST_FILENAME} in {data_root}: not a finished synth_kd_v1 build (a build stopped "
-            "before its manifest pass leaves its trios without one); run the build again"
-        )
+    try:
+        require_dataset(data_root, KD_DATASETS, constants.DATASET_NAME)
+    except ManifestError as error:
+        raise SpanDatasetError(str(error)) from None
     train_prefixes = tokens_prefixes(data_root / "train")
     if not train_prefixes:
         raise SpanDatasetError(f"no shard_XX_tokens trio under {data_root / 'train'}: build the dataset first")
     valid_prefixes = tokens_prefixes(data_root / "valid")
+    valid_weights = token_weights(valid_prefixes) if valid_prefixes else []
+    if valid_prefixes and valid_samples is None:
+        valid_samples = max(1, int(sum(valid_weights)) // sequence_length)
     config = SpanGPTDatasetConfig(
         random_seed=seed,
         sequence_length=sequence_length,
         blend_per_split=[
-            (train_prefixes, [1.0] * len(train_prefixes)),
-            (valid_prefixes, None) if valid_prefixes else None,
+            (train_prefixes, token_weights(train_prefixes)),
+            (valid_prefixes, valid_weights) if valid_prefixes else None,
             None,
         ],
         path_to_cache=str(cache_dir),

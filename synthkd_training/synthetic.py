@@ -112,5 +112,7 @@ def write_synthetic_dataset(root: Path, seed: int) -> Path:
     write_synthetic_split(root / "valid", shards=1, documents_per_shard=20, seed=seed + 1)
     # the splits' files only: a --work-dir used again already holds this root's manifest and its sidecar
     files = [file_record(root, path) for split in constants.SPLITS for path in sorted((root / split).iterdir())]
-    write_sealed(root / constants.MANIFEST_FILENAME, {"dataset": "synthetic", "seed": seed, "files": files})
+    write_sealed(
+        root / constants.MANIFEST_FILENAME, {"dataset": constants.SYNTHETIC_DATASET_NAME, "seed": seed, "files": files}
+    )
     return root

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 
-from synthkd_training.dataset import SpanDatasetError, SpanGPTDataset, SpanGPTDatasetConfig, tokens_prefixes
+from synthkd_training.dataset import (
+    SpanDatasetError,
+    SpanGPTDataset,
+    SpanGPTDatasetConfig,
+    token_weights,
+    tokens_prefixes,
+)
 from synthkd_training.synthetic import write_synthetic_split
 
 
@@ -34,11 +40,12 @@ def test_an_unweighted_blend_of_too_short_prefixes_is_refused_by_name(short_vali
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_the_same_split_with_weights_builds(short_valid):
+    """As docs/contract.md's fragment gives them: each prefix by its tokens."""
     train, valid = short_valid
     config = SpanGPTDatasetConfig(
         random_seed=1,
         sequence_length=512,
-        blend_per_split=[(train, None), (valid, [1.0] * len(valid)), None],
+        blend_per_split=[(train, token_weights(train)), (valid, token_weights(valid)), None],
         path_to_cache=None,
     )
     _, valid_ds, _ = BlendedMegatronDatasetBuilder(SpanGPTDataset, [8, 4, None], lambda: True, config).build()

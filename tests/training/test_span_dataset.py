@@ -19,7 +19,7 @@ import torch
 from megatron.core.datasets.blended_dataset import BlendedDataset
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
 
 from synthkd_assets.core.dataset_manifest import files_section, write_sealed_manifest
 from synthkd_contract import constants
@@ -398,13 +398,13 @@ def _sealed_dataset(root: Path) -> str:
     synth_kd_v1_manifest writes, through the same dagster-free functions)."""
     prefix = write_documents(root / "train", 0, _documents(3))
     files = files_section(file_record(root, path) for path in sorted((root / "train").iterdir()))
-    write_sealed_manifest(root / "manifest.json", {"dataset": "test", "files": files})
+    write_sealed_manifest(root / "manifest.json", {"dataset": constants.DATASET_NAME, "files": files})
     return prefix
 
 
 def test_a_sealed_dataset_builds_with_and_without_verify(tmp_path):
     prefix = _sealed_dataset(tmp_path / "root")
-    assert verify_manifest(tmp_path / "root")["dataset"] == "test"
+    assert verify_manifest(tmp_path / "root")["dataset"] == constants.DATASET_NAME
     assert _build(prefix, tmp_path)[0] is not None
     config = _config(
         tmp_path / "cache2", sequence_length=16, blend_per_split=[([prefix], None), None, None], verify=True
@@ -429,7 +429,7 @@ def test_a_flipped_byte_in_a_tokens_bin_is_found_with_verify(tmp_path):
 def test_an_edited_manifest_is_refused_even_without_verify(tmp_path):
     prefix = _sealed_dataset(tmp_path / "root")
     manifest = tmp_path / "root" / "manifest.json"
-    manifest.write_text(manifest.read_text().replace('"test"', '"edited"'))
+    manifest.write_text(manifest.read_text().replace(f'"{constants.DATASET_NAME}"', '"edited"'))
     _expect_error(prefix, tmp_path, r"manifest\.json does not match its seal manifest\.json\.sha256")
     with pytest.raises(ManifestError, match="does not match its seal"):
         verify_manifest(tmp_path / "root")
@@ -462,7 +462,7 @@ def _sealed_shards(root: Path, count: int) -> list[str]:
     """`count` trios under `root/train`, all listed in a sealed manifest."""
     prefixes = [write_documents(root / "train", shard, _documents(shard + 3)) for shard in range(count)]
     files = files_section(file_record(root, path) for path in sorted((root / "train").iterdir()))
-    write_sealed_manifest(root / "manifest.json", {"dataset": "test", "files": files})
+    write_sealed_manifest(root / "manifest.json", {"dataset": constants.DATASET_NAME, "files": files})
     return prefixes
 
 
@@ -508,3 +508,63 @@ def test_a_root_without_its_manifest_is_not_trained_on(tmp_path, gloo_world):
         synthetic, sequence_length=16, seed=1, train_samples=4, valid_samples=None, cache_dir=tmp_path / "cache"
     )
     assert len(train) >= 4 and valid is not None
+
+
+def _sealed_root(root: Path, shard_documents: dict[str, list[int]], dataset: str = constants.DATASET_NAME) -> None:
+    """A sealed root whose `split` holds one trio per entry, of documents of the given token counts."""
+    rng = np.random.default_rng(0)
+    for split, sizes in shard_documents.items():
+        for shard, count in enumerate(sizes):
+            documents = [synthetic_document(rng, min_tokens=20, max_tokens=40) for _ in range(count)]
+            write_documents(root / split, shard, documents)
+    paths = sorted(p for split in shard_documents for p in (root / split).iterdir())
+    write_sealed_manifest(
+        root / "manifest.json", {"dataset": dataset, "files": files_section(file_record(root, p) for p in paths)}
+    )
+
+
+def _shard_tokens(split_dir: Path) -> np.ndarray:
+    """Tokens per shard, read back by megatron-core's reader (the oracle: not the code under test)."""
+    readers = [IndexedDataset(p) for p in tokens_prefixes(split_dir)]  # alive while their mapped index is read
+    return np.array([reader.sequence_lengths.sum() for reader in readers], dtype=float)
+
+
+def test_each_split_draws_its_shards_by_their_tokens_past_one_epoch(tmp_path, gloo_world):
+    """Shards of very different sizes (an anchor source beside SYNTH's shards, a partial last shard) are drawn in
+    proportion to their tokens, as the build mixed them, not equally: equal weights drew a 40x smaller shard as
+    often as a large one. Train asks for many epochs; valid, one epoch's worth, includes a shard shorter than one
+    sample (an unweighted blend refuses it)."""
+    root = tmp_path / "root"
+    _sealed_root(root, {"train": [200, 5, 60], "valid": [30, 1, 12]})
+    sequence_length = 64
+    train, valid = train_valid_datasets(
+        root, sequence_length=sequence_length, seed=3, train_samples=4000, valid_samples=None, cache_dir=tmp_path / "c"
+    )
+    for dataset, split, samples in ((train, "train", 4000), (valid, "valid", None)):
+        tokens = _shard_tokens(root / split)
+        expected_samples = samples or int(tokens.sum()) // sequence_length
+        assert len(dataset) >= expected_samples
+        drawn = np.bincount(np.asarray(dataset.dataset_index)[:expected_samples], minlength=len(tokens))
+        wanted = expected_samples * tokens / tokens.sum()  # BlendedDataset's greedy draw: within a sample of it
+        assert (np.abs(drawn - wanted) <= 1 + 0.01 * expected_samples).all(), (split, drawn, wanted)
+    assert _shard_tokens(root / "valid")[1] < sequence_length + 1  # the short shard was drawn all the same
+    assert np.bincount(np.asarray(valid.dataset_index), minlength=3)[1] > 0
+
+
+def test_a_root_of_another_kind_is_named(tmp_path):
+    """A path that does not exist, a split directory, or a finished dataset of another kind: said as such, not as
+    a build stopped early, nor as a missing trio."""
+    root = tmp_path / "root"
+    _sealed_root(root, {"train": [3]})
+    other = tmp_path / "distill"
+    _sealed_root(other, {"train": [3]}, dataset=constants.DISTILL_DATASET_NAME)
+    cases = {
+        tmp_path / "absent": "does not exist or is not a directory: pass the synth_kd_v1 dataset's root",
+        root / "train": f"is a directory inside a dataset: pass the dataset's root, {root}",
+        other: "holds the dataset 'synth_distill', not synth_kd_v1",
+    }
+    for path, said in cases.items():
+        with pytest.raises(SpanDatasetError, match=re.escape(f"{path} {said}")):
+            train_valid_datasets(
+                path, sequence_length=16, seed=1, train_samples=4, valid_samples=None, cache_dir=tmp_path / "c"
+            )

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from examples import train_trl_sft
 from synthkd_contract import constants
+from synthkd_training.synthetic import write_synthetic_dataset
 
 ROWS, BATCH, STEPS = 4, 2, 2  # every row seen once; two rows of different lengths per batch, so padding shows
 
@@ -112,6 +113,19 @@ def test_sft_trainer_supervises_assistant_tokens_only(distill_root, encoding, tm
 def test_a_missing_dataset_is_named(tmp_path):
     with pytest.raises(SystemExit, match=f"no DistillKit dataset at {tmp_path}"):
         train_trl_sft.load_distillkit(tmp_path)
+
+
+def test_a_root_of_another_kind_is_named_before_datasets_reads_it(distill_root, tmp_path):
+    """A sealed synth_kd_v1 root verifies, and `datasets` then reads its .bin files as Parquet (a 30-line
+    traceback ending in "Parquet magic bytes not found"); a split directory has no manifest of its own."""
+    kd_root = write_synthetic_dataset(tmp_path / "kd", seed=1)
+    with pytest.raises(SystemExit, match=re.escape(f"{kd_root} holds the dataset 'synthetic', not synth_distill")):
+        train_trl_sft.load_distillkit(kd_root)
+    split = distill_root / "train"
+    with pytest.raises(
+        SystemExit, match=re.escape(f"{split} is a directory inside a dataset: pass the dataset's root")
+    ):
+        train_trl_sft.load_distillkit(split)
 
 
 @pytest.mark.parametrize("fault", ["stray part", "part lost", "row edited"])
