@@ -98,7 +98,7 @@ def _datasets(args: argparse.Namespace, work_dir: Path):
             cache_dir=work_dir / "index-cache",
         )
     except SpanDatasetError as error:
-        raise SystemExit(f"{error}, or pass --synthetic") from None
+        raise SystemExit(f"{error}\n(--synthetic trains on generated data instead)") from None
     return data_root, train, valid
 
 
