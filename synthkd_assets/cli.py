@@ -26,7 +26,7 @@ import dagster as dg
 from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
-from synthkd_assets.core.parallel import available_cores, parallel_runs, watch_stop_signals
+from synthkd_assets.core.parallel import available_cores, die_with_parent, parallel_runs, watch_stop_signals
 from synthkd_assets.core.valuation import checkpoint_problem
 from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
 from synthkd_assets.defs.executors import local_instance_yaml
@@ -303,7 +303,8 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
     and shard lines, then each dataset's summary; when a step or a blocking check fails, what failed and why
     (exit 1); with `log`, every other line (Dagster's, warnings) is appended there instead. `locked_fd`: the
     caller holds the data root's build lock on this inherited descriptor (scripts/build.sh, fd 9); else the build
-    takes it (75 when held). SIGINT, SIGTERM and SIGHUP stop it and its workers quietly (128 + the signal)."""
+    takes it (75 when held). SIGINT, SIGTERM and SIGHUP stop it and its workers quietly (128 + the signal); with
+    `locked_fd`, so does build.sh's death (SIGKILL included)."""
     since = time.time()
     out, err = os.fdopen(os.dup(1), "w"), os.fdopen(os.dup(2), "w")
     if log is not None:
@@ -312,6 +313,11 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
         os.dup2(appended, 2)
         os.close(appended)
     stopped = watch_stop_signals(signal.default_int_handler)
+    if locked_fd is not None:
+        # started by build.sh, in a process group of its own (its job control): a SIGKILL of build.sh, or of
+        # its group (a scheduler's or CI's timeout), reaches this process as SIGTERM, which stops it as `kill`
+        # does, instead of leaving it to finish the build unseen
+        die_with_parent(signal.SIGTERM, os.getppid())
     layout = SynthKDLayout.from_environment_now(os.environ)
     progress = ConsoleProgress(out, DataLayout.from_environ(os.environ, smoke))
     tail = [f"full log: {log}"] if log is not None else []

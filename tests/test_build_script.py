@@ -252,6 +252,41 @@ def test_a_worker_killed_mid_run_fails_the_build_naming_its_shard(tmp_path):
     assert {run.tags.get("synthkd/pass") for run in runs} == {"inventory", "scan", "plan", "build"}
 
 
+def test_sigkill_of_build_sh_and_its_group_stops_the_build(tmp_path):
+    """What a scheduler's or CI's timeout sends: SIGKILL to build.sh's process group. The driver runs in a group
+    of its own (build.sh's job control), so the kill does not reach it; it must not go on building unseen after
+    the caller saw 137. It stops as on SIGTERM: every process of the build exits, no run is left in progress,
+    the lock is free, and no summary is printed."""
+    if available_cores() < 2:
+        pytest.skip("one core: the shard runs go one after another, in the driver")
+    for source, key in enumerate(["synth_00", "synth_01"]):
+        raw = tmp_path / "raw" / f"{key}.parquet"
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, 400), raw)
+    process = start(tmp_path)
+    started = dg.RunsFilter(tags={"synthkd/pass": "scan"}, statuses=[dg.DagsterRunStatus.STARTED])
+    wait_for(lambda: (tmp_path / "home" / "dagster.yaml").is_file(), "build.sh to set up DAGSTER_HOME")
+    seen: dict[int, tuple[int, bytes]] = {}
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+
+        def running() -> bool:
+            seen.update(descendants(process.pid))
+            return process.poll() is not None or bool(instance.get_runs(filters=started))
+
+        wait_for(running, "a shard run of the scan pass", timeout=600)
+    assert process.poll() is None, (tmp_path / "stdout.txt").read_text()[-3000:]
+    os.killpg(process.pid, signal.SIGKILL)  # build.sh's own group: not the driver's
+    process.wait(timeout=60)
+    wait_for(lambda: not any(alive(pid) for pid in seen), "the build's processes to exit", timeout=120)
+    paths = DataLayout.from_environ(environment(tmp_path))
+    with build_lock(paths.build_lock()):  # nothing holds the lock any more
+        pass
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        runs = instance.get_runs()
+    assert runs and all(run.is_finished for run in runs), "a run left in progress"
+    assert not paths.megatron_manifest().exists()  # the build did not go on to its end
+
+
 def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):
     """On one core (this build.sh's CPU affinity), so the dagster.yaml it writes admits one queued run at once."""
     (tmp_path / "raw").mkdir()
