@@ -76,6 +76,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", type=Path, default=layout.megatron_root(), help="synth_kd_v1 dataset root")
     parser.add_argument("--synthetic", action="store_true", help="train on a small synthetic trio (no build needed)")
+    parser.add_argument(
+        "--no-hash",
+        action="store_true",
+        help="check the trios against the manifest by size only, not sha256 (a large dataset, checked before)",
+    )
     parser.add_argument("--heldout", type=Path, default=layout.heldout_kl(), help="heldout_kl.parquet")
     parser.add_argument("--tokenizer-dir", type=Path, default=layout.tokenizer_dir(), help="renders --heldout")
     parser.add_argument("--heldout-size", type=int, default=16, help="held-out conversations measured")
@@ -141,6 +146,7 @@ def _train_data(args: argparse.Namespace, work_dir: Path, seq_length: int) -> tu
             train_samples=args.steps * args.micro_batch_size,
             valid_samples=None,
             cache_dir=work_dir / "index-cache",
+            verify=not args.no_hash,
         )
     except SpanDatasetError as error:
         raise SystemExit(f"{error}\n(--synthetic trains on generated data instead)") from None

@@ -56,6 +56,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="write a small synthetic trio (megatron-core's builder) into --work-dir and train on it",
     )
     parser.add_argument(
+        "--no-hash",
+        action="store_true",
+        help="check the trios against the manifest by size only, not sha256 (a large dataset, checked before)",
+    )
+    parser.add_argument(
         "--work-dir",
         type=Path,
         default=None,
@@ -96,6 +101,7 @@ def _datasets(args: argparse.Namespace, work_dir: Path):
             train_samples=args.steps * args.micro_batch_size,
             valid_samples=args.micro_batch_size,
             cache_dir=work_dir / "index-cache",
+            verify=not args.no_hash,
         )
     except SpanDatasetError as error:
         raise SystemExit(f"{error}\n(--synthetic trains on generated data instead)") from None

@@ -430,6 +430,7 @@ def train_valid_datasets(
     train_samples: int,
     valid_samples: int | None,
     cache_dir: str | Path,
+    verify: bool = True,
 ) -> tuple[object, object | None]:
     """The train and valid datasets of a synth_kd_v1 root: each split's prefixes blended by their tokens
     (`token_weights`: the build's token mix, whatever the shards' sizes), `train_samples` train samples and
@@ -437,7 +438,8 @@ def train_valid_datasets(
     when there is no valid trio. The root must hold its sealed manifest: a build stopped before its manifest
     pass leaves trios without one, which are not trained on as a dataset (`tokens_prefixes` then checks the
     shards present are the ones it lists); a path that does not exist, a split directory or another dataset
-    (synth_distill, the pool) is refused, saying which."""
+    (synth_distill, the pool) is refused, saying which. `verify`: every file's sha256 against the manifest
+    (`SpanGPTDatasetConfig.verify`; False: sizes only, for a large dataset checked before)."""
     data_root = Path(data_root)
     try:
         require_dataset(data_root, KD_DATASETS, constants.DATASET_NAME)
@@ -459,6 +461,7 @@ def train_valid_datasets(
             None,
         ],
         path_to_cache=str(cache_dir),
+        verify=verify,
     )
     train, valid, _ = build_span_datasets(config, [train_samples, valid_samples if valid_prefixes else None, None])
     return train, valid

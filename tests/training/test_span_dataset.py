@@ -568,3 +568,19 @@ def test_a_root_of_another_kind_is_named(tmp_path):
             train_valid_datasets(
                 path, sequence_length=16, seed=1, train_samples=4, valid_samples=None, cache_dir=tmp_path / "c"
             )
+
+
+def test_a_flipped_byte_is_refused_by_the_trainers_entry_point(tmp_path, gloo_world):
+    """The examples' `train_valid_datasets` hashes every file against the manifest unless told not to
+    (`verify=False`, the examples' --no-hash): a same-size corruption of a .bin passed the size check alone."""
+    root = tmp_path / "root"
+    _sealed_root(root, {"train": [20, 20], "valid": [5]})
+    path = Path(f"{tokens_prefixes(root / 'train')[1]}.bin")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    kwargs = dict(sequence_length=16, seed=1, train_samples=4, valid_samples=None)
+    with pytest.raises(SpanDatasetError, match=re.escape(f"{path} differs from the manifest")):
+        train_valid_datasets(root, cache_dir=tmp_path / "c1", **kwargs)
+    train, _ = train_valid_datasets(root, cache_dir=tmp_path / "c2", verify=False, **kwargs)
+    assert len(train) >= 4
