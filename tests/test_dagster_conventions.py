@@ -116,9 +116,10 @@ def test_table_materializations_report_row_count_schema_uri_and_every_drop_reaso
 
 def test_every_file_a_step_wrote_has_its_own_sha256_in_its_metadata(built_sample):
     """Splits and pool cells reuse file names (train/ and valid/shard_01_tokens.bin): keyed by name alone, the UI
-    listed one sha256 per name, another file's. Each key is the file's path under `dagster/uri`."""
-    instance, _, _ = built_sample
-    for asset, files_written in (("synth_kd_v1", 12), ("synth_distill", 2), ("synth_pool", None), ("synth_sampled", 1)):
+    listed one sha256 per name, another file's. Each key is the file's path under `dagster/uri`; a dataset's
+    shard lists its record and documents table too, under the dataset's root whatever splits it wrote."""
+    instance, layout, _ = built_sample
+    for asset, files_written in (("synth_kd_v1", 14), ("synth_distill", 2), ("synth_pool", None), ("synth_sampled", 1)):
         metadata = latest(instance, asset, "synth_01")
         where = Path(metadata["dagster/uri"].value.removeprefix("file://"))
         base = where.parent if where.is_file() else where
@@ -128,6 +129,18 @@ def test_every_file_a_step_wrote_has_its_own_sha256_in_its_metadata(built_sample
         assert sum((base / name).stat().st_size for name in listed) == metadata["bytes_written"].value, asset
     pool = latest(instance, "synth_pool", "synth_01")["files_sha256"].value
     assert len([name for name in pool if name.endswith("_tokens.bin")]) > 1  # one per pool cell the shard fills
+    assert "shards/shard_01.json" in pool
+    kd = latest(instance, "synth_kd_v1", "synth_01")["files_sha256"].value
+    assert {"shards/shard_01.json", "shards/shard_01_documents.parquet"} <= set(kd)
+    paths = layout.data_layout()
+    roots = {
+        "synth_kd_v1": paths.megatron_root(),
+        "synth_distill": paths.distill_root(),
+        "synth_pool": paths.pool_root(),
+    }
+    for asset, root in roots.items():  # every shard's, one with no valid rows included
+        for key in instance.get_dynamic_partitions("synth_shards"):
+            assert latest(instance, asset, key)["dagster/uri"].value == root.resolve().as_uri(), (asset, key)
 
 
 def test_every_materialization_carries_a_data_version_of_its_bytes(built_sample):

@@ -246,6 +246,12 @@ def test_bucket_tokens_are_plotted_and_the_balance_check_warns(pool):
         assert pool_metadata[f"skill_share_achieved_{bucket}"].value == pytest.approx(share)
         assert f"| {bucket} |" in pool_metadata["skill_mix_target_achieved"].value
     assert pool_metadata["skill_share_target_B3"].value == 0.0 and not pool_metadata["skill_mix_feasible"].value
+    # the target is SYNTH's and achieved all sources': said so, as with anchor sources B3 holds code tokens
+    assert "target share (SYNTH's tokens) | achieved share (the pool's tokens, all sources)" in (
+        pool_metadata["skill_mix_target_achieved"].value
+    )
+    infeasible = pool_metadata["skill_mix_infeasible"].value
+    assert infeasible and all(entry["reason"].startswith("SYNTH's rows: no tokens in") for entry in infeasible)
     assert "memorization_share_sampled" in pool_metadata and "memorization_share_achieved" not in pool_metadata
     assert "| | before | expected after | sampled |" in pool_metadata["mix_before_after"].value
     check = instance.event_log_storage.get_latest_asset_check_execution_by_key(

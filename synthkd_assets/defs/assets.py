@@ -322,7 +322,7 @@ def synth_kd_v1(
     written = [path for split in constants.SPLITS for path in trio_files(root / split, shard_index)]
     metadata = {
         **report_metadata(report.to_dict(), "synth_kd_v1"),
-        **files_metadata(written),
+        **files_metadata(written, root, [paths.shard_record(shard_index), paths.documents_table(shard_index)]),
         "dataset_root": dg.MetadataValue.path(str(root)),
     }
     return dg.MaterializeResult(
@@ -369,7 +369,7 @@ def synth_distill(
     mf.write_manifest(record_path, result.record(key, shard_index, paths.recorded(root)))
     metadata = {
         **report_metadata(result.report.to_dict(), "synth_distill"),
-        **files_metadata([root / f["path"] for f in result.files]),
+        **files_metadata([root / f["path"] for f in result.files], root),
         **{f"max_len_{split}": max(lengths, default=0) for split, lengths in result.lengths.items()},
         "prefix_rendered_by_openai_harmony": result.prefixes_checked,
         "dataset_root": dg.MetadataValue.path(str(root)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,23 +99,29 @@ def report_metadata(report: dict[str, Any], step: str | None = None) -> dict[str
     return metadata
 
 
-def files_metadata(paths: list[Path]) -> dict[str, Any]:
+def files_metadata(paths: list[Path], root: Path | None = None, records: Sequence[Path] = ()) -> dict[str, Any]:
     """bytes written and the sha256 of every file, so a later edit is visible against the UI; where they are
-    (`dagster/uri`: the file, or the directory holding all of them) and the column schema of what was written
-    (read back from the Parquet footer; the trio's for Megatron .bin/.idx files). Each sha256 is keyed by the
-    file's path under that directory (`train/shard_00_tokens.bin`): splits and pool cells reuse file names."""
-    existing = [p.resolve() for p in paths if p.is_file()]
+    (`dagster/uri`: `root`, a dataset's root, whatever splits a shard wrote; else the file, or the directory
+    holding all of them) and the column schema of what was written (read back from the Parquet footer; the trio's
+    for Megatron .bin/.idx files; not from `records`, the shard's record and documents table beside its data,
+    listed and counted too). Each sha256 is keyed by the file's path under that directory
+    (`train/shard_00_tokens.bin`): splits and pool cells reuse file names."""
+    data = [p.resolve() for p in paths if p.is_file()]
+    existing = [*data, *(p.resolve() for p in records if p.is_file())]
     metadata: dict[str, Any] = {"bytes_written": sum(p.stat().st_size for p in existing)}
-    if not existing:
+    if root is not None:
+        where = base = root.resolve()
+    elif not existing:
         return {**metadata, FILES_SHA256: dg.MetadataValue.json({})}
-    where = existing[0] if len(existing) == 1 else Path(os.path.commonpath([p.parent for p in existing]))
-    base = where.parent if where == existing[0] else where
+    else:
+        where = existing[0] if len(existing) == 1 else Path(os.path.commonpath([p.parent for p in existing]))
+        base = where.parent if where == existing[0] else where
     metadata[FILES_SHA256] = dg.MetadataValue.json({p.relative_to(base).as_posix(): sha256_file(p) for p in existing})
     metadata[URI] = where.as_uri()
-    parquet = [p for p in existing if p.suffix == ".parquet"]
+    parquet = [p for p in data if p.suffix == ".parquet"]
     if parquet:
         metadata[COLUMN_SCHEMA] = column_schema(pq.read_schema(parquet[0]))
-    elif any(p.suffix in (".bin", ".idx") for p in existing):
+    elif any(p.suffix in (".bin", ".idx") for p in data):
         metadata[COLUMN_SCHEMA] = column_schema(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS)
     return metadata
 
@@ -170,7 +176,13 @@ def skill_share_metadata(quota: dict[str, Any]) -> dict[str, Any]:
     infeasible buckets are renormalized away, and the share achieved (`skill_share_target_B1`,
     `skill_share_achieved_B1`, to plot), and as a table."""
     targets, achieved = quota["targets"], quota["achieved_skill_share"]
-    lines = ["| skill bucket | skill_mix | target share (tokens) | achieved share (tokens) |", "|---|---:|---:|---:|"]
+    # the quota plan's skill_mix and target are SYNTH's buckets; achieved counts every source's tokens, so with
+    # anchor sources a bucket SYNTH lacks (B3, code) is infeasible for SYNTH's target yet holds tokens
+    lines = [
+        "| skill bucket | skill_mix (SYNTH's) | target share (SYNTH's tokens) | achieved share (the pool's tokens, "
+        "all sources) |",
+        "|---|---:|---:|---:|",
+    ]
     lines += [
         f"| {b} | {targets['skill_mix'].get(b, 0.0):.1%} | {targets['shares'].get(b, 0.0):.1%} "
         f"| {achieved.get(b, 0.0):.1%} |"
@@ -181,7 +193,9 @@ def skill_share_metadata(quota: dict[str, Any]) -> dict[str, Any]:
         **{f"skill_share_achieved_{b}": achieved.get(b, 0.0) for b in SKILL_BUCKETS},
         "skill_mix_target_achieved": dg.MetadataValue.md("\n".join(lines)),
         "skill_mix_feasible": quota["feasible"],
-        "skill_mix_infeasible": dg.MetadataValue.json(quota["infeasible"]),
+        "skill_mix_infeasible": dg.MetadataValue.json(
+            [{**entry, "reason": f"SYNTH's rows: {entry['reason']}"} for entry in quota["infeasible"]]
+        ),
     }
 
 

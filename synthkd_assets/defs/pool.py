@@ -148,7 +148,7 @@ def synth_pool(
     metadata = {
         **report_metadata(report, "synth_pool"),
         **bucket_report_metadata(report),
-        **files_metadata(written),
+        **files_metadata(written, paths.pool_root(), [paths.pool_record(shard_index)]),
         "quota_plan_sha256": plan_sha,
         "pool_unpublished_files": dg.MetadataValue.json(sorted(paths.recorded(path) for path in unpublished)),
         "dataset_root": dg.MetadataValue.path(str(paths.pool_root())),
