@@ -40,7 +40,7 @@ import torch
 from synthkd_assets.core.atomic import atomic_output
 from synthkd_assets.core.layout import POOL_PARTS_SUBDIR, DataLayout, documents_path
 from synthkd_contract.indexed_dataset import read_index
-from synthkd_contract.manifest_seal import ManifestError, verify_manifest
+from synthkd_contract.manifest_seal import ManifestError, heldout_mismatch, verify_manifest
 from synthkd_training.dataset import SpanDatasetError, tokens_prefixes, train_valid_datasets
 from synthkd_training.documents import batches_of, document_ids, document_sample, trio_documents
 from synthkd_training.losses import SpanLossConfig
@@ -153,8 +153,9 @@ def _train_data(args: argparse.Namespace, work_dir: Path, seq_length: int) -> tu
     return data_root, train, valid
 
 
-def _rendered_heldout(path: Path, tokenizer_dir: Path, limit: int) -> list:
-    """The held-out KL slice's conversations (prompt + SYNTH's reference answer), rendered by openai-harmony."""
+def _rendered_heldout(path: Path, tokenizer_dir: Path, limit: int, data_root: Path) -> list:
+    """The held-out KL slice's conversations (prompt + SYNTH's reference answer), rendered by openai-harmony;
+    refused unless it was held out of `data_root`, the dataset trained on."""
     from synthkd_assets.core.render import HarmonyRenderer
     from synthkd_assets.core.tokenizer import load_harmony_encoding
 
@@ -162,6 +163,8 @@ def _rendered_heldout(path: Path, tokenizer_dir: Path, limit: int) -> list:
         verify_manifest(path.parent, files=[path.name])
     except ManifestError as error:
         raise SystemExit(f"the held-out slice {path} does not verify: {error}") from None
+    if mismatch := heldout_mismatch(data_root, path.parent):  # held out of the data trained on, not another plan's
+        raise SystemExit(mismatch)
     renderer = HarmonyRenderer(load_harmony_encoding(tokenizer_dir))
     rows = pq.read_table(path, columns=["prompt_messages", "reference_messages"]).to_pylist()[:limit]
     documents = []
@@ -173,7 +176,7 @@ def _rendered_heldout(path: Path, tokenizer_dir: Path, limit: int) -> list:
 
 def _heldout_batches(args, valid, seq_length: int, device: torch.device) -> tuple[str, list[dict]]:
     if not args.synthetic and args.heldout.is_file():
-        documents = _rendered_heldout(args.heldout, args.tokenizer_dir, args.heldout_size)
+        documents = _rendered_heldout(args.heldout, args.tokenizer_dir, args.heldout_size, args.data_root)
         samples = [document_sample(*d, seq_length) for d in documents]
         source = f"{args.heldout} ({len(samples)} conversations)"
     elif valid is not None:

@@ -211,6 +211,26 @@ def require_dataset(root: Path | str, names: Iterable[str], what: str) -> None:
         raise ManifestError(f"{root} holds the dataset {name!r}, not {what}")
 
 
+def heldout_mismatch(dataset_root: Path | str, validation_root: Path | str) -> str | None:
+    """Why the validation sets at `validation_root` are not the ones held out of the dataset at `dataset_root`
+    (synth_kd_v1, synth_distill or the pool), or None. Both record the near-duplicate clusters they were made
+    from (`clusters_sha256`; the dataset's under `sampling.near_dup`): a build stopped between its plan pass
+    (which rewrites the validation sets) and its manifest pass leaves new sets beside the last build's datasets,
+    each verifying alone, and the new sets may hold rows those datasets trained on."""
+    dataset_manifest = read_sealed_manifest(Path(dataset_root) / MANIFEST_FILENAME)[0] or {}
+    validation_manifest = read_sealed_manifest(Path(validation_root) / MANIFEST_FILENAME)[0] or {}
+    trained = dataset_manifest.get("sampling", {}).get("near_dup", {}).get("clusters_sha256")
+    held_out = validation_manifest.get("clusters_sha256")
+    if trained is None or held_out is None:
+        return None  # not recorded (no near-duplicate control, a synthetic dataset): nothing to compare
+    if trained != held_out:
+        return (
+            f"{validation_root} was held out of other clusters ({held_out[:12]}) than {dataset_root} was built "
+            f"from ({trained[:12]}): not its held-out set (a build stopped after its plan pass?); build again"
+        )
+    return None
+
+
 def verify_manifest(root: Path | str, files: Iterable[str] | None = None, hash_files: bool = True) -> dict[str, Any]:
     """The dataset's manifest, after checking its seal, that every blocking check of the build passed on it, and
     the listed files (all of them, or only `files`, paths relative to `root`): sizes always, sha256 with

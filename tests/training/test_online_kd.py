@@ -8,6 +8,7 @@ sample's real synth_kd_v1 and held-out KL slice.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -22,6 +23,7 @@ from examples import train_online_kd as online_kd_example
 from examples import train_scorer as scorer_example
 from examples import train_tiny
 from synthkd_contract import constants
+from synthkd_contract.manifest_seal import heldout_mismatch, verify_manifest, write_sealed
 from synthkd_training.documents import batches_of, document_sample, stack_samples, window_start
 from synthkd_training.losses import SpanLossConfig
 from synthkd_training.online_kd import OnlineKDConfig, heldout_kl, kd_step, make_optimizer, train_online_kd
@@ -295,11 +297,30 @@ def test_a_heldout_slice_that_does_not_verify_is_refused(built_sample, tmp_path)
     paths = built_sample[1].data_layout(False)
     root, tokenizer_dir = tmp_path / "validation", paths.tokenizer_dir()
     shutil.copytree(paths.validation_root(), root)
-    assert len(online_kd_example._rendered_heldout(root / "heldout_kl.parquet", tokenizer_dir, 3)) == 3
+    kd_root = paths.megatron_root()
+    assert len(online_kd_example._rendered_heldout(root / "heldout_kl.parquet", tokenizer_dir, 3, kd_root)) == 3
     with open(root / "heldout_kl.parquet", "ab") as handle:
         handle.write(b"appended")
     with pytest.raises(SystemExit, match=r"the held-out slice .*heldout_kl.parquet does not verify: .* bytes, the"):
-        online_kd_example._rendered_heldout(root / "heldout_kl.parquet", tokenizer_dir, 3)
+        online_kd_example._rendered_heldout(root / "heldout_kl.parquet", tokenizer_dir, 3, kd_root)
+
+
+def test_a_heldout_slice_of_another_plan_is_refused(built_sample, tmp_path):
+    """A build stopped after its plan pass rewrote the validation sets (from new clusters) and before its
+    manifests leaves them beside the last build's datasets, each verifying alone: measuring KL on them could
+    measure rows the student trained on. The sets and the dataset record the clusters they came from."""
+    paths = built_sample[1].data_layout(False)
+    root = tmp_path / "validation"
+    shutil.copytree(paths.validation_root(), root)
+    for dataset in (paths.megatron_root(), paths.distill_root(), paths.pool_root()):
+        assert heldout_mismatch(dataset, root) is None
+    manifest = json.loads((root / "manifest.json").read_text())
+    write_sealed(root / "manifest.json", {**manifest, "clusters_sha256": "0" * 64})  # as a re-plan writes it
+    verify_manifest(root)  # it verifies alone
+    with pytest.raises(SystemExit, match=re.escape(f"{root} was held out of other clusters (000000000000) than")):
+        online_kd_example._rendered_heldout(
+            root / "heldout_kl.parquet", paths.tokenizer_dir(), 3, paths.megatron_root()
+        )
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
