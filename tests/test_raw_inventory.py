@@ -166,8 +166,18 @@ def test_files_the_rule_skips_are_reported(tmp_path):
     small_shard(raw / "SYNTH_01.PARQUET")
     small_shard(raw / "more" / "synth_02.parquet")
     (raw / "README.txt").write_text("not data")
+    (raw / "synth_07.parquet.gz").write_bytes(b"\x1f\x8b")  # a shard in another format: lost without a word
+    (raw / "synth_08.csv").write_text("synth_id,query\n")
+    (raw / "input_manifest.json").write_text("{}")  # the input manifest and a download's cache are not data
+    (raw / ".cache").mkdir()
+    (raw / ".cache" / "synth_09.parquet").write_bytes(b"")
     assert [s.name for s in scan_raw_dir(raw)] == ["synth_00"]
-    assert ignored_raw_files(raw) == [str(raw / "SYNTH_01.PARQUET"), str(raw / "more" / "synth_02.parquet")]
+    assert ignored_raw_files(raw) == [
+        str(raw / "SYNTH_01.PARQUET"),
+        str(raw / "more" / "synth_02.parquet"),
+        str(raw / "synth_07.parquet.gz"),
+        str(raw / "synth_08.csv"),
+    ]
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
         result = run(instance, layout, ["synth_raw_inventory"])

@@ -4,8 +4,9 @@ The raw shards are the regular files directly in the raw directory whose names e
 (lower case); each name's trailing number is its shard number (`synth_07.parquet` -> shard 07). A
 directory that holds none, two names with the same shard number, a name without one, or an entry that
 is not a readable regular file (a directory named `x.parquet`, a dangling symlink) is refused as a
-whole with an `InputFileError` naming the files. Parquet-looking files the rule skips (in a
-subdirectory, `.PARQUET`) are listed by `ignored_raw_files` so the inventory can warn about them.
+whole with an `InputFileError` naming the files. Data-looking files the rule skips (in a subdirectory,
+`.PARQUET`, `synth_07.parquet.gz`, `synth_08.csv`) are listed by `ignored_raw_files` so the inventory can warn
+about them.
 
 Hashing 500 shards of ~1 GB is minutes of I/O, so hashes are cached by (size, mtime_ns): an
 unchanged file is never re-read, a touched or rewritten one is.
@@ -23,7 +24,7 @@ from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.layout import HARMONY_STAGE, DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.sources import ADAPTERS
-from synthkd_contract import sources
+from synthkd_contract import constants, sources
 from synthkd_contract.manifest_seal import sha256_file
 
 RAW_GLOB = "*.parquet"
@@ -105,16 +106,31 @@ def raw_shard_paths(raw_dir: Path) -> list[Path]:
     return paths
 
 
+# suffixes of files that look like a shard in another format (compressed, CSV, JSON Lines, Arrow)
+RAW_LOOKING_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".arrow", ".gz", ".zst", ".bz2", ".xz", ".zip", ".tar")
+
+
 def ignored_raw_files(raw_dir: Path) -> list[str]:
-    """Parquet-looking files under `raw_dir` that are not raw shards (in a subdirectory, or a suffix
-    in another case such as `.PARQUET`): the inventory warns about them."""
+    """Data-looking files under `raw_dir` that are not raw shards: Parquet in a subdirectory or with a suffix in
+    another case (`.PARQUET`), a name holding `.parquet` followed by more (`synth_07.parquet.gz`), or a shard in
+    another format (`RAW_LOOKING_SUFFIXES`: `synth_08.csv`); the inventory warns about them. Not the input
+    manifest, nor hidden files and directories (`.cache/` of a download)."""
     if not raw_dir.is_dir():
         return []
     shards = set(raw_dir.glob(RAW_GLOB))
+
+    def looks_like_data(path: Path) -> bool:
+        name = path.name.lower()
+        return ".parquet" in name or path.suffix.lower() in RAW_LOOKING_SUFFIXES
+
     return sorted(
         str(path)
         for path in raw_dir.rglob("*")
-        if path.suffix.lower() == ".parquet" and path not in shards and not any(p in shards for p in path.parents)
+        if looks_like_data(path)
+        and path not in shards
+        and path.name != constants.INPUT_MANIFEST_FILENAME
+        and not any(part.startswith(".") for part in path.relative_to(raw_dir).parts)
+        and not any(p in shards for p in path.parents)
     )
 
 
