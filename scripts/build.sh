@@ -54,11 +54,12 @@ stop() {
     wait "$reaper" 2>/dev/null || true  # reaped here, quietly (job control would report it "Terminated")
   fi
   wait || true
+  echo "build stopped by $2: its runs are marked failed; ./scripts/build.sh builds again" >&2
   exit "$1"
 }
-trap 'stop 130' INT
-trap 'stop 143' TERM
-trap 'stop 129' HUP
+trap 'stop 130 SIGINT' INT
+trap 'stop 143 SIGTERM' TERM
+trap 'stop 129 SIGHUP' HUP
 job() { "$@" & running=$!; if wait "$running"; then running=; else local rc=$?; running=; return "$rc"; fi; }
 # a failed step: print each failing check's problems and each failed step's error, then stop
 failed() { local rc=$?; .venv/bin/python -m synthkd_assets.cli failures --since "$build_started" || true; exit "$rc"; }

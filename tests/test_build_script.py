@@ -197,6 +197,7 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
         time.sleep(1)  # build.sh passes it on to the driver's process group, then the workers go on and stop
         resume(paused)
         assert first.wait(timeout=120) == 143
+        assert "build stopped by SIGTERM: its runs are marked failed" in (tmp_path / "stdout.txt").read_text()
     finally:
         resume(paused)
         if first.poll() is None:
