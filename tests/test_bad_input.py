@@ -176,6 +176,13 @@ def test_bad_rows_are_dropped_by_reason_and_the_rest_rendered(tmp_path, fast):
     assert (by_row[1]["reason"], by_row[1]["synth_id"]) == ("invalid_utf8_synth_id", "b\ufffd")
     assert (by_row[2]["reason"], by_row[2]["synth_id"]) == ("invalid_utf8_query", "c")
     assert (by_row[11]["reason"], by_row[11]["synth_id"]) == ("duplicate_synth_id", "a")
+    details = {e["detail"] for e in report.errors if e["reason"].startswith("missing_")}  # what the rule found
+    assert details == {
+        "synth_id is null, empty or only whitespace",
+        "query is null",
+        "query_seed_text is null",
+        "synthetic_answer is null",
+    }
     last = len(rows) - 1
     assert (by_row[last - 1]["synth_id"], by_row[last]["synth_id"]) == ("k", "n16")
     report.write_errors(tmp_path / "errors.jsonl")

@@ -114,6 +114,9 @@ def harmonize_shard(
         return run_step(HarmonizeStep(raw, out_path, system, shard, max_rows), shard, errors_log)
 
 
+MISSING_SAYS = {"synth_id": "null, empty or only whitespace"}  # what each column's missing rule finds
+
+
 def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
     for column in constants.REQUIRED_TEXT_COLUMNS:
         missing = pl.col(column).is_null() | (
@@ -121,7 +124,7 @@ def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataF
         )
         bad = frame.filter(missing)
         for row in bad.select("source_row", "synth_id").iter_rows():
-            report.drop(drops.DROP_MISSING[column], row[0], row[1], f"{column} is null or empty")
+            report.drop(drops.DROP_MISSING[column], row[0], row[1], f"{column} is {MISSING_SAYS.get(column, 'null')}")
         frame = frame.filter(~missing)
     return frame
 
