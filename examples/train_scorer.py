@@ -61,10 +61,37 @@ def read_labels(path: Path) -> pl.DataFrame:
     return labels.drop_nulls("id").group_by("id").agg(pl.col("lp_value").mean()).sort("id")
 
 
+FEW_LABELS = 8  # a bucket's head fitted on fewer labelled rows fits noise: said, not refused
+
+
+def thin_data_warnings(features: pl.DataFrame, labels: pl.DataFrame) -> list[str]:
+    """What makes the scorer weak though it trains: model features null on every row (the features were computed
+    without teacher / student checkpoints), and buckets with fewer than FEW_LABELS labelled rows."""
+    warnings = []
+    if empty := [
+        c for c in MODEL_FEATURE_COLUMNS if c in features.columns and features[c].null_count() == features.height
+    ]:
+        warnings.append(
+            f"{', '.join(empty)} null on every row (no teacher/student checkpoint when synth_valuation_features ran: "
+            "SYNTHKD_TEACHER_CHECKPOINT, SYNTHKD_STUDENT_CHECKPOINT): the scorer learns from the prompt features only"
+        )
+    labelled = features.join(labels, on="id").group_by("skill_bucket").len().sort("skill_bucket")
+    for bucket, count in labelled.iter_rows():
+        if count < FEW_LABELS:
+            warnings.append(
+                f"{bucket}: {count} labelled rows (fewer than {FEW_LABELS}): its head fits noise; label more "
+                "(train_online_kd.py --lp-every, --lp-candidates)"
+            )
+    return warnings
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     features = read_features(args.features)
     labels = read_labels(args.labels)
+    warnings = thin_data_warnings(features, labels)
+    for warning in warnings:
+        print(f"warning: {warning}")
     scorer = train_scorer(
         features,
         labels,
@@ -99,7 +126,12 @@ def main(argv: list[str] | None = None) -> dict:
         with atomic_output(args.scored) as partial:
             scored.write_parquet(partial)
         print(f"{scored.height} scored rows written to {args.scored}")
-    return {"buckets": scorer.buckets, "summary": summary.to_dicts(), "scored_rows": scored.height}
+    return {
+        "buckets": scorer.buckets,
+        "summary": summary.to_dicts(),
+        "scored_rows": scored.height,
+        "warnings": warnings,
+    }
 
 
 if __name__ == "__main__":

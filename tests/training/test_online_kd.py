@@ -290,6 +290,9 @@ def test_online_kd_lowers_the_heldout_kl_on_the_sample_and_its_labels_train_the_
     assert scored["utility_score"].is_between(0, 1).all()
     assert (scored["sampling_weight"] - scored["utility_score"].exp()).abs().max() < 1e-12  # tau 1
     assert load_scorer(tmp_path / "scorer").buckets == tuple(sorted(labelled_buckets))
+    # a handful of labels and no checkpoints when the features ran: it trains, and says how thin that is
+    assert any(w.startswith("teacher_entropy, ") and "null on every row" in w for w in trained["warnings"])
+    assert any("labelled rows (fewer than 8): its head fits noise" in w for w in trained["warnings"])
 
 
 def test_a_heldout_slice_that_does_not_verify_is_refused(built_sample, tmp_path):
