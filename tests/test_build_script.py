@@ -85,6 +85,21 @@ def materialized(instance: dg.DagsterInstance, run_id: str) -> set[str]:
     }
 
 
+def start_two_shard_build(root: Path, rows: int = 400) -> subprocess.Popen:
+    """build.sh (`start`) of synth_00 and synth_01 of the sample, `rows` rows each (runs long enough that a kill
+    cannot miss them), once it has set up DAGSTER_HOME; skipped on one core (the shard runs go one after another,
+    in the driver)."""
+    if available_cores() < 2:
+        pytest.skip("one core: the shard runs go one after another, in the driver")
+    (root / "raw").mkdir(parents=True, exist_ok=True)
+    for source, key in enumerate(["synth_00", "synth_01"]):
+        table = pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, rows)
+        pq.write_table(table, root / "raw" / f"{key}.parquet")
+    process = start(root)
+    wait_for(lambda: (root / "home" / "dagster.yaml").is_file(), "build.sh to set up DAGSTER_HOME")
+    return process
+
+
 def wait_for(condition, what: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -222,15 +237,8 @@ def test_a_worker_killed_mid_run_fails_the_build_naming_its_shard(tmp_path):
     """SIGKILL (the out-of-memory killer, say) to the worker running a shard of the build pass: the build exits 1
     naming that shard and why its run failed, not only "BrokenProcessPool"; no run is left in progress. Every run
     of the build carries its pass as the `synthkd/pass` tag (the UI lists them all as __ephemeral_asset_job__)."""
-    if available_cores() < 2:
-        pytest.skip("one core: the shard runs go one after another, in the driver")
-    for source, key in enumerate(["synth_00", "synth_01"]):  # 400 rows: a run the kill cannot miss
-        raw = tmp_path / "raw" / f"{key}.parquet"
-        raw.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, 400), raw)
-    process = start(tmp_path)
+    process = start_two_shard_build(tmp_path)
     started = dg.RunsFilter(tags={"synthkd/pass": "build"}, statuses=[dg.DagsterRunStatus.STARTED])
-    wait_for(lambda: (tmp_path / "home" / "dagster.yaml").is_file(), "build.sh to set up DAGSTER_HOME")
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
 
         def running() -> list:  # a build-pass run whose process is recorded (it has just started its steps)
@@ -258,15 +266,8 @@ def test_sigkill_of_build_sh_and_its_group_stops_the_build(tmp_path):
     of its own (build.sh's job control), so the kill does not reach it; it must not go on building unseen after
     the caller saw 137. It stops as on SIGTERM: every process of the build exits, no run is left in progress,
     the lock is free, and no summary is printed."""
-    if available_cores() < 2:
-        pytest.skip("one core: the shard runs go one after another, in the driver")
-    for source, key in enumerate(["synth_00", "synth_01"]):
-        raw = tmp_path / "raw" / f"{key}.parquet"
-        raw.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, 400), raw)
-    process = start(tmp_path)
+    process = start_two_shard_build(tmp_path)
     started = dg.RunsFilter(tags={"synthkd/pass": "scan"}, statuses=[dg.DagsterRunStatus.STARTED])
-    wait_for(lambda: (tmp_path / "home" / "dagster.yaml").is_file(), "build.sh to set up DAGSTER_HOME")
     seen: dict[int, tuple[int, bytes]] = {}
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
 
