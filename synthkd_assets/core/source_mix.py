@@ -302,14 +302,9 @@ def plan_source_mix(
     elif not feasible_groups:
         notes.append("no group with a target share holds tokens: nothing is kept")
     for s in at_cap:
-        if s not in exact:
-            notes.append(f"{s} held to its cap, {caps[s]:g} of the kept tokens (rate {rate[s]:.6g})")
-    for s in exact:  # said whether the cap binds: a capped source under it is kept exactly all the same
-        where = "held to its cap" if s in at_cap else "under its cap"
-        notes.append(
-            f"{s} kept exactly: {expected_tokens[s]:.0f} tokens, the first rows in hash order ({where}, "
-            f"{caps[s]:g} of the kept tokens)"
-        )
+        notes.append(f"{s} held to its cap, {caps[s]:g} of the kept tokens (rate {rate[s]:.6g})")
+    for s in exact:
+        notes.append(f"{s} capped exactly: {expected_tokens[s]:.0f} tokens, the first rows in hash order")
     if dropped := [g for g in GROUPS if weights[g] == 0 and group_tokens[g] > 0]:
         notes.append(f"target 0: {', '.join(dropped)} not kept (rate 0)")
 
