@@ -311,6 +311,11 @@ class SpanGPTDataset(GPTDataset):
 
     def __getitem__(self, idx: int | None) -> dict[str, torch.Tensor]:
         item = super().__getitem__(idx)  # calls _query_document_sample_shuffle_indices exactly once
+        if self.masks_and_position_ids_are_cached:
+            # megatron-core 0.16.1 caches the loss mask it then zeroes in place at a padded sample's padding
+            # (`loss_mask[labels == pad] = 0` on the cached tensor itself): every later sample of this dataset
+            # lost its loss at those positions. What it may cache (no resets, no EOD masking) is all ones.
+            self.cached_loss_mask = torch.ones_like(self.cached_loss_mask)
         siblings = getattr(self._window, "siblings", None)
         if siblings is None:  # only if a future megatron-core stops reading through the hook
             raise RuntimeError("GPTDataset.__getitem__ did not call _query_document_sample_shuffle_indices")
@@ -432,14 +437,15 @@ def train_valid_datasets(
     cache_dir: str | Path,
     verify: bool = True,
 ) -> tuple[object, object | None]:
-    """The train and valid datasets of a synth_kd_v1 root: each split's prefixes blended by their tokens
-    (`token_weights`: the build's token mix, whatever the shards' sizes), `train_samples` train samples and
-    `valid_samples` valid ones (None: one epoch's worth, the valid tokens over `sequence_length`); valid is None
-    when there is no valid trio. The root must hold its sealed manifest: a build stopped before its manifest
-    pass leaves trios without one, which are not trained on as a dataset (`tokens_prefixes` then checks the
-    shards present are the ones it lists); a path that does not exist, a split directory or another dataset
-    (synth_distill, the pool) is refused, saying which. `verify`: every file's sha256 against the manifest
-    (`SpanGPTDatasetConfig.verify`; False: sizes only, for a large dataset checked before)."""
+    """The train and valid datasets of a synth_kd_v1 root: train's prefixes blended by their tokens
+    (`token_weights`: the build's token mix, whatever the shards' sizes), `train_samples` samples; valid's
+    `valid_samples` samples the same way, or (None) one epoch: every valid document once, the last partial
+    sample of each shard padded (loss mask 0); valid is None when there is no valid trio. The root must hold
+    its sealed manifest: a build stopped before its manifest pass leaves trios without one, which are not
+    trained on as a dataset (`tokens_prefixes` then checks the shards present are the ones it lists); a path
+    that does not exist, a split directory or another dataset (synth_distill, the pool) is refused, saying
+    which. `verify`: every file's sha256 against the manifest (`SpanGPTDatasetConfig.verify`; False: sizes
+    only, for a large dataset checked before)."""
     data_root = Path(data_root)
     try:
         require_dataset(data_root, KD_DATASETS, constants.DATASET_NAME)
@@ -449,19 +455,22 @@ def train_valid_datasets(
     if not train_prefixes:
         raise SpanDatasetError(f"no shard_XX_tokens trio under {data_root / 'train'}: build the dataset first")
     valid_prefixes = tokens_prefixes(data_root / "valid")
-    valid_weights = token_weights(valid_prefixes) if valid_prefixes else []
-    if valid_prefixes and valid_samples is None:
-        valid_samples = max(1, int(sum(valid_weights)) // sequence_length)
+    one_epoch = valid_samples is None
+    # one epoch of valid: Megatron's own unweighted path, every document once, a shard shorter than one sample
+    # giving one padded sample (weights would fill a sample count by repeating short shards' documents)
+    valid_blend = (valid_prefixes, None if one_epoch else token_weights(valid_prefixes)) if valid_prefixes else None
+    # Megatron draws ceil(weight x samples) from each prefix, up to one sample more per prefix than a prefix's
+    # own share x (1 + surplus): with few samples over many prefixes its default surplus (0.5%) falls short
+    asked = [(train_prefixes, train_samples)] + ([] if one_epoch else [(valid_prefixes, valid_samples)])
+    surplus = max([0.005] + [len(prefixes) / max(1, samples) for prefixes, samples in asked])
     config = SpanGPTDatasetConfig(
         random_seed=seed,
         sequence_length=sequence_length,
-        blend_per_split=[
-            (train_prefixes, token_weights(train_prefixes)),
-            (valid_prefixes, valid_weights) if valid_prefixes else None,
-            None,
-        ],
+        blend_per_split=[(train_prefixes, token_weights(train_prefixes)), valid_blend, None],
         path_to_cache=str(cache_dir),
         verify=verify,
+        drop_last_partial_validation_sequence=not one_epoch,
+        mid_level_dataset_surplus=surplus,
     )
     train, valid, _ = build_span_datasets(config, [train_samples, valid_samples if valid_prefixes else None, None])
     return train, valid

@@ -529,26 +529,40 @@ def _shard_tokens(split_dir: Path) -> np.ndarray:
     return np.array([reader.sequence_lengths.sum() for reader in readers], dtype=float)
 
 
-def test_each_split_draws_its_shards_by_their_tokens_past_one_epoch(tmp_path, gloo_world):
+def test_train_draws_its_shards_by_their_tokens_past_one_epoch_and_valid_takes_one_epoch(tmp_path, gloo_world):
     """Shards of very different sizes (an anchor source beside SYNTH's shards, a partial last shard) are drawn in
     proportion to their tokens, as the build mixed them, not equally: equal weights drew a 40x smaller shard as
-    often as a large one. Train asks for many epochs; valid, one epoch's worth, includes a shard shorter than one
-    sample (an unweighted blend refuses it)."""
+    often as a large one. Valid (no sample count) is one epoch: every shard's documents once, a shard shorter
+    than one sample as one padded sample (an unweighted blend refused it; a weighted one repeated it to fill)."""
     root = tmp_path / "root"
     _sealed_root(root, {"train": [200, 5, 60], "valid": [30, 1, 12]})
     sequence_length = 64
     train, valid = train_valid_datasets(
         root, sequence_length=sequence_length, seed=3, train_samples=4000, valid_samples=None, cache_dir=tmp_path / "c"
     )
-    for dataset, split, samples in ((train, "train", 4000), (valid, "valid", None)):
-        tokens = _shard_tokens(root / split)
-        expected_samples = samples or int(tokens.sum()) // sequence_length
-        assert len(dataset) >= expected_samples
-        drawn = np.bincount(np.asarray(dataset.dataset_index)[:expected_samples], minlength=len(tokens))
-        wanted = expected_samples * tokens / tokens.sum()  # BlendedDataset's greedy draw: within a sample of it
-        assert (np.abs(drawn - wanted) <= 1 + 0.01 * expected_samples).all(), (split, drawn, wanted)
-    assert _shard_tokens(root / "valid")[1] < sequence_length + 1  # the short shard was drawn all the same
-    assert np.bincount(np.asarray(valid.dataset_index), minlength=3)[1] > 0
+    tokens = _shard_tokens(root / "train")
+    drawn = np.bincount(np.asarray(train.dataset_index)[:4000], minlength=len(tokens))
+    wanted = 4000 * tokens / tokens.sum()  # BlendedDataset's greedy draw: within a sample of it
+    assert (np.abs(drawn - wanted) <= 1 + 0.01 * 4000).all(), (drawn, wanted)
+    valid_tokens = _shard_tokens(root / "valid")
+    assert valid_tokens[1] < sequence_length + 1  # shorter than one sample
+    one_epoch = np.ceil((valid_tokens - 1) / sequence_length).astype(int)  # each shard cut once, last part padded
+    assert np.bincount(np.asarray(valid.dataset_index), minlength=3).tolist() == one_epoch.tolist()
+    # every supervised position once, none twice, the padding none (each shard's last token, an EOD, carries 0)
+    masks = [IndexedDataset(p.removesuffix("_tokens") + "_lossmask") for p in tokens_prefixes(root / "valid")]
+    stored = sum(int(mask[i].sum()) for mask in masks for i in range(len(mask)))
+    assert sum(int(valid[i]["loss_mask"].sum()) for i in range(len(valid))) == stored
+
+
+def test_a_few_samples_over_many_uneven_shards_build(tmp_path, gloo_world):
+    """Megatron draws ceil(weight x samples) from each prefix: with a count of valid samples smaller than the
+    prefixes, its default surplus failed with "The valid blend oversamples the contributing datasets"."""
+    root = tmp_path / "root"
+    _sealed_root(root, {"train": [10, 1, 1, 1, 1, 1], "valid": [10, 1, 1, 1, 1, 1]})
+    train, valid = train_valid_datasets(
+        root, sequence_length=256, seed=1, train_samples=2, valid_samples=2, cache_dir=tmp_path / "c"
+    )
+    assert len(train) >= 2 and len(valid) >= 2
 
 
 def test_a_root_of_another_kind_is_named(tmp_path):
@@ -584,3 +598,24 @@ def test_a_flipped_byte_is_refused_by_the_trainers_entry_point(tmp_path, gloo_wo
         train_valid_datasets(root, cache_dir=tmp_path / "c1", **kwargs)
     train, _ = train_valid_datasets(root, cache_dir=tmp_path / "c2", verify=False, **kwargs)
     assert len(train) >= 4
+
+
+def test_a_padded_sample_read_first_leaves_the_next_samples_loss_mask_whole(tmp_path, gloo_world):
+    """megatron-core 0.16.1 caches the loss mask of the first sample it builds and then zeroes it in place at
+    that sample's padding: read a padded (last, partial) valid sample first and every later sample lost its loss
+    at those positions. Each sample's mask must be what a dataset that read nothing else gives for it."""
+    root = tmp_path / "root"
+    _sealed_root(root, {"train": [3], "valid": [12]})
+
+    def fresh_valid():
+        kwargs = dict(sequence_length=64, seed=1, train_samples=2, valid_samples=None, cache_dir=tmp_path / "c")
+        return train_valid_datasets(root, **kwargs)[1]
+
+    count = len(fresh_valid())
+    alone = [fresh_valid()[i]["loss_mask"] for i in range(count)]  # each the first sample its dataset reads
+    padded = [i for i in range(count) if (fresh_valid()[i]["tokens"][-8:] == 0).all()]
+    assert padded and any(mask.sum() > 0 for mask in alone)
+    valid = fresh_valid()
+    valid[padded[0]]  # the padded sample first
+    for i in range(count):
+        assert torch.equal(valid[i]["loss_mask"], alone[i]), i
