@@ -54,7 +54,7 @@ stop() {
     wait "$reaper" 2>/dev/null || true  # reaped here, quietly (job control would report it "Terminated")
   fi
   wait || true
-  echo "build stopped by $2: its runs are marked failed; ./scripts/build.sh builds again" >&2
+  echo "build stopped by $2: a run it had in progress is marked failed; run build.sh again to build" >&2
   exit "$1"
 }
 trap 'stop 130 SIGINT' INT
@@ -133,7 +133,7 @@ if [ -z "$cluster" ]; then
   # pass in SYNTHKD_PARALLEL_RUNS worker processes (default: every core), every run recorded in $DAGSTER_HOME's
   # instance; Dagster's lines go to the log, a failure prints the failing step, its errors and the log path; then
   # the summaries
-  job .venv/bin/python -m synthkd_assets.cli build --log "$BUILD_LOG" --lock-fd 9 "${smoke[@]}" || exit $?
+  job .venv/bin/python -m synthkd_assets.cli build --log "$BUILD_LOG" --lock-fd 9 --parent-pid $$ "${smoke[@]}" || exit $?
 else
   # 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
   step inventory o200k_tokenizer,synth_raw_inventory

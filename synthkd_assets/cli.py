@@ -297,14 +297,14 @@ def low_disk_lines(places: dict[str, Path], minimum: int = LOW_DISK_BYTES) -> li
     return lines
 
 
-def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None) -> int:
+def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None, parent: int | None = None) -> int:
     """Every pass of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR into $DAGSTER_HOME's instance (an
     ephemeral one, shards one at a time, when unset), `workers` shard runs at once. The console gets the pass
     and shard lines, then each dataset's summary; when a step or a blocking check fails, what failed and why
     (exit 1); with `log`, every other line (Dagster's, warnings) is appended there instead. `locked_fd`: the
     caller holds the data root's build lock on this inherited descriptor (scripts/build.sh, fd 9); else the build
-    takes it (75 when held). SIGINT, SIGTERM and SIGHUP stop it and its workers quietly (128 + the signal); with
-    `locked_fd`, so does build.sh's death (SIGKILL included)."""
+    takes it (75 when held). SIGINT, SIGTERM and SIGHUP stop it and its workers quietly (128 + the signal); so
+    does the death of process `parent` (build.sh's pid; SIGKILL included)."""
     since = time.time()
     out, err = os.fdopen(os.dup(1), "w"), os.fdopen(os.dup(2), "w")
     if log is not None:
@@ -313,11 +313,6 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
         os.dup2(appended, 2)
         os.close(appended)
     stopped = watch_stop_signals(signal.default_int_handler)
-    if locked_fd is not None:
-        # started by build.sh, in a process group of its own (its job control): a SIGKILL of build.sh, or of
-        # its group (a scheduler's or CI's timeout), reaches this process as SIGTERM, which stops it as `kill`
-        # does, instead of leaving it to finish the build unseen
-        die_with_parent(signal.SIGTERM, os.getppid())
     layout = SynthKDLayout.from_environment_now(os.environ)
     progress = ConsoleProgress(out, DataLayout.from_environ(os.environ, smoke))
     tail = [f"full log: {log}"] if log is not None else []
@@ -333,6 +328,12 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
         return 1
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     try:
+        if parent is not None:
+            # build.sh, which started this process in a process group of its own (its job control): a SIGKILL
+            # of build.sh or of its group (a scheduler's or CI's timeout) reaches this process as SIGTERM, which
+            # stops it as `kill` does, instead of leaving it to finish the build unseen; at once if build.sh
+            # died while this process was importing
+            die_with_parent(signal.SIGTERM, parent)
         with instance:
             if locked_fd is not None:
                 lock_fd(locked_fd, layout.data_layout().build_lock())
@@ -411,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--workers", type=int, help="shard runs at once (default $SYNTHKD_PARALLEL_RUNS, else every core)")
     run.add_argument("--log", type=Path, help="append Dagster's log lines and every other output line here")
     run.add_argument("--lock-fd", type=int, help="the build lock is held on this inherited file descriptor")
+    run.add_argument("--parent-pid", type=int, help="stop (as on SIGTERM) when this process, build.sh, dies")
     sub.add_parser("instance-yaml", help="deploy/local/dagster.yaml, its run queue sized to this machine's cores")
     args = parser.parse_args(argv)
     if args.command == "partitions":
@@ -440,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             print(error, file=sys.stderr)
             return 2
-        return run_build(args.smoke, workers, args.log, args.lock_fd)
+        return run_build(args.smoke, workers, args.log, args.lock_fd, args.parent_pid)
     else:
         print_summaries(args.manifest or [DataLayout.from_environ(os.environ).megatron_manifest()])
     return 0

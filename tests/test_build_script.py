@@ -21,7 +21,7 @@ from synthkd_assets.cli import low_disk_lines
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parallel import available_cores, thread_map
-from synthkd_assets.defs.build import BUILD_TAG, DATA_ROOT_TAG, fail_runs_of_dead_builds, run_process_id
+from synthkd_assets.defs.build import BUILD_TAG, DATA_ROOT_TAG, WORKER_PID_TAG, fail_runs_of_dead_builds
 from synthkd_assets.defs.passes import build_passes
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
@@ -83,6 +83,15 @@ def materialized(instance: dg.DagsterInstance, run_id: str) -> set[str]:
         entry.dagster_event.asset_key.to_user_string()
         for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
     }
+
+
+def run_process_id(instance: dg.DagsterInstance, run_id: str) -> int:
+    """The process that executed the run (Dagster's "Executing steps in process (pid: N)" event)."""
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        metadata = entry.dagster_event.engine_event_data.metadata
+        if "pid" in metadata:
+            return int(metadata["pid"].value)
+    raise AssertionError(f"run {run_id}: no process recorded")
 
 
 def start_two_shard_build(root: Path, rows: int = 400) -> subprocess.Popen:
@@ -174,6 +183,8 @@ def test_shard_runs_use_every_core_and_every_run_is_in_the_instance(tmp_path):
     driver = {pid[run.run_id] for run in whole}
     workers = {pid[run.run_id] for run in shard_runs}
     assert len(driver) == 1 and not driver & workers and len(workers) == min(cores, len(keys))
+    # a shard run names its worker from its creation on (a worker killed before logging is still identified)
+    assert all(run.tags[WORKER_PID_TAG] == str(pid[run.run_id]) for run in shard_runs)
 
 
 def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
@@ -212,7 +223,10 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
         time.sleep(1)  # build.sh passes it on to the driver's process group, then the workers go on and stop
         resume(paused)
         assert first.wait(timeout=120) == 143
-        assert "build stopped by SIGTERM: its runs are marked failed" in (tmp_path / "stdout.txt").read_text()
+        assert (
+            "build stopped by SIGTERM: a run it had in progress is marked failed"
+            in (tmp_path / "stdout.txt").read_text()
+        )
     finally:
         resume(paused)
         if first.poll() is None:
@@ -287,6 +301,7 @@ def test_sigkill_of_build_sh_and_its_group_stops_the_build(tmp_path):
         runs = instance.get_runs()
     assert runs and all(run.is_finished for run in runs), "a run left in progress"
     assert not paths.megatron_manifest().exists()  # the build did not go on to its end
+    assert "synth_kd_v1: " not in (tmp_path / "stdout.txt").read_text()  # nor printed its summary
 
 
 def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):

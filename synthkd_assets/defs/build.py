@@ -39,6 +39,9 @@ WORKER_STOP_SECONDS = 30  # a worker still running this long after the build tol
 # how a worker ends when told to stop: 128 + SIGTERM from its own handler (_worker_stop), -SIGTERM before it is set
 OWN_EXITS = frozenset({0, 128 + signal.SIGTERM, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGHUP})
 BUILD_TAG = "synthkd/build"  # on every run of one build_all call, the same value
+# on a shard run of a worker process, that process's pid: set when the run is created, so a worker killed
+# before its run has logged anything is still told from the workers the pool stopped with it
+WORKER_PID_TAG = "synthkd/worker_pid"
 DATA_ROOT_TAG = "synthkd/data_root"  # on every run of a build_all call: the data root it builds (resolved)
 # and no automatic retry by the daemon (deploy/*/dagster.yaml `run_retries`) for a run of a build: its runs are
 # in-process runs of the build's own processes, which the build runs again itself (and fails when killed)
@@ -160,15 +163,6 @@ class WorkerDied(RuntimeError):
         self.pids = pids
 
 
-def run_process_id(instance: dg.DagsterInstance, run_id: str) -> int | None:
-    """The process that executed the run (Dagster's "Executing steps in process (pid: N)" engine event)."""
-    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
-        metadata = entry.dagster_event.engine_event_data.metadata
-        if "pid" in metadata:
-            return int(metadata["pid"].value)
-    return None
-
-
 def _fail_unfinished_runs(
     instance: dg.DagsterInstance, build_id: str, why: str, died: set[int] = frozenset()
 ) -> list[str]:
@@ -181,7 +175,7 @@ def _fail_unfinished_runs(
         for run in instance.get_runs(filters=dg.RunsFilter(tags={BUILD_TAG: build_id})):
             if run.is_finished:
                 continue
-            lost = bool(died) and run_process_id(instance, run.run_id) in died
+            lost = bool(died) and run.tags.get(WORKER_PID_TAG) in {str(pid) for pid in died}
             instance.report_run_failed(run, WORKER_LOST if lost else why)
             if lost or not died:
                 failed.append(run.tags.get(PARTITION_NAME_TAG, "(unpartitioned)"))
@@ -381,6 +375,7 @@ def _worker_run(steps: tuple[str, ...], pass_name: str, key: str) -> tuple[str, 
     interrupted = False
     try:
         kwargs = with_pass_tag(_worker["kwargs"], pass_name)
+        kwargs["tags"] = {**kwargs["tags"], WORKER_PID_TAG: str(os.getpid())}
         materialize_steps(_worker["instance"], _worker["layout"], steps, key, build=_worker["build"], **kwargs)
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
         interrupted = True
