@@ -5,6 +5,7 @@ import json
 import warnings
 
 import dagster as dg
+from dagster._core.storage.tags import PARTITION_NAME_TAG  # Dagster's own name for it
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.buildlock import build_in_progress
@@ -103,12 +104,9 @@ def latest_materializations(
     )
 
 
-PARTITION_TAG = "dagster/partition"  # the run tag Dagster gives a partitioned run
-
-
 def last_shard_run_failed(instance: dg.DagsterInstance, partition: str) -> bool:
     """Whether the newest run of `partition` (any job: the sensor's, a build's, a launch) failed."""
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: partition}), limit=1)
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_NAME_TAG: partition}), limit=1)
     return bool(runs) and runs[0].status == dg.DagsterRunStatus.FAILURE
 
 
