@@ -106,6 +106,22 @@ def test_a_changed_input_manifest_rebuilds_exactly_its_changed_shard(setup):
     )
 
 
+def test_a_shard_whose_newest_run_failed_is_requested_again_until_one_succeeds(setup):
+    instance, layout, raw = setup
+    sha = current_shas(raw)
+    job = defs().resolve_job_def("synth_shard_job")
+
+    def finished(status: dg.DagsterRunStatus) -> None:
+        instance.create_run_for_job(job, status=status, tags={"dagster/partition": "synth_03"})
+
+    finished(dg.DagsterRunStatus.FAILURE)  # its bytes are those its outputs were built from
+    key = shard_run_key("synth_03", sha["synth_03"], built_id(instance, "synth_03"))
+    assert requested(tick(instance, layout)) == [("synth_03", key)]
+    finished(dg.DagsterRunStatus.SUCCESS)
+    data = tick(instance, layout)
+    assert data.run_requests == [] and data.skip_message.endswith("and no shard's newest run failed")
+
+
 def test_a_new_shard_is_registered_and_requested(setup):
     instance, layout, raw = setup
     shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")

@@ -224,7 +224,7 @@ def evaluate_nightly_rebuild(
 ) -> dg.SkipReason | list[dg.RunRequest]:
     """Compares each raw shard's sha256 (checked against the input manifest when it exists) with the source
     sha256 its current synth_harmony output was built from; requests exactly the shards that differ or are new,
-    reporting their new synth_raw versions first."""
+    reporting their new synth_raw versions first, and the shards whose newest run failed."""
     paths = layout.data_layout(build.smoke)
     if waiting := _wait_for_build(paths):
         return waiting
@@ -239,9 +239,14 @@ def evaluate_nightly_rebuild(
             )
     # the sensor's rule; no cursor: what each shard's outputs on disk were built from is the reference
     rebuild = shards_to_rebuild({}, shards, built_from_sha256(paths, [s.name for s in shards]))
+    # built from the bytes on disk, but its newest run failed (a rebuild of the same bytes, or of bytes put back
+    # since): asked for again, or the UI shows its partitions failed for ever
+    rebuild += [s.name for s in shards if s.name not in rebuild and last_shard_run_failed(context.instance, s.name)]
     against = f"the input manifest {manifest_path}" if listed is not None else "the raw files"
     if not rebuild:
-        return dg.SkipReason(f"nothing changed: all {len(shards)} shards are built from {against}")
+        return dg.SkipReason(
+            f"nothing changed: all {len(shards)} shards are built from {against}, and no shard's newest run failed"
+        )
     sha = {s.name: s.sha256 for s in shards}
     run_keys = shard_run_keys(context.instance, rebuild, sha)  # the sensor's: an in-flight run of either is found
     in_flight = [key for key in rebuild if _has_active_run(context.instance, run_keys[key])]
@@ -275,7 +280,8 @@ def nightly_rebuild_schedule(cron: str) -> dg.ScheduleDefinition:
         description="Nightly (03:00, or $SYNTHKD_REBUILD_CRON): compares each raw shard's sha256 (checked against "
         f"<raw dir>/{constants.INPUT_MANIFEST_FILENAME} when that file exists) with the source sha256 its current "
         "synth_harmony output was built from, and requests synth_shard_job for exactly the shards that differ or "
-        "are new (only their scan pass while no sampling plan exists). Skips when nothing changed; fails, naming "
+        "are new, or whose newest run failed (only their scan pass while no sampling plan exists). Skips when "
+        "nothing changed; fails, naming "
         "each file, when the input manifest and the raw files disagree.",
     )(evaluate_nightly_rebuild)
 
