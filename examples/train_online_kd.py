@@ -41,6 +41,7 @@ from synthkd_assets.core.atomic import atomic_output
 from synthkd_assets.core.layout import POOL_PARTS_SUBDIR, DataLayout, documents_path
 from synthkd_contract.indexed_dataset import read_index
 from synthkd_contract.manifest_seal import ManifestError, heldout_mismatch, verify_manifest
+from synthkd_training.cli import add_no_hash_argument
 from synthkd_training.dataset import SpanDatasetError, tokens_prefixes, train_valid_datasets
 from synthkd_training.documents import batches_of, document_ids, document_sample, trio_documents
 from synthkd_training.losses import SpanLossConfig
@@ -76,11 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", type=Path, default=layout.megatron_root(), help="synth_kd_v1 dataset root")
     parser.add_argument("--synthetic", action="store_true", help="train on a small synthetic trio (no build needed)")
-    parser.add_argument(
-        "--no-hash",
-        action="store_true",
-        help="check the trios against the manifest by size only, not sha256 (a large dataset, checked before)",
-    )
+    add_no_hash_argument(parser, "the trios")
     parser.add_argument("--heldout", type=Path, default=layout.heldout_kl(), help="heldout_kl.parquet")
     parser.add_argument("--tokenizer-dir", type=Path, default=layout.tokenizer_dir(), help="renders --heldout")
     parser.add_argument("--heldout-size", type=int, default=16, help="held-out conversations measured")
@@ -249,7 +246,10 @@ def _millions(model: torch.nn.Module) -> float:
 
 def _describe(step: int, steps: int, result: KDStep, started: float) -> str:
     kd = result.kd
-    parts = [f"step {step:3d}/{steps} | loss {result.loss:.4f}", kd.describe_spans("kd")]
+    parts = [
+        f"step {step:3d}/{steps} | loss {result.loss:.4f} (kd per span {kd.per_span_mean():.4f})",
+        kd.describe_spans("kd"),
+    ]
     if result.ce is not None:
         parts.append(f"ce {result.ce.loss.item():.3f}")
     parts.append(f"prompt n={int(kd.token_counts['prompt'])} | {time.perf_counter() - started:.2f}s")

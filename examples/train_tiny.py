@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from synthkd_assets.core.layout import DataLayout
+from synthkd_training.cli import add_no_hash_argument
 from synthkd_training.dataset import SpanDatasetError, train_valid_datasets
 from synthkd_training.losses import SpanLossConfig, span_ce_loss
 from synthkd_training.models import (
@@ -55,11 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="write a small synthetic trio (megatron-core's builder) into --work-dir and train on it",
     )
-    parser.add_argument(
-        "--no-hash",
-        action="store_true",
-        help="check the trios against the manifest by size only, not sha256 (a large dataset, checked before)",
-    )
+    add_no_hash_argument(parser, "the trios")
     parser.add_argument(
         "--work-dir",
         type=Path,
@@ -109,7 +106,10 @@ def _datasets(args: argparse.Namespace, work_dir: Path):
 
 
 def _describe(result) -> str:
-    return f"loss {result.loss.item():.4f} | {result.describe_spans()} | prompt n={int(result.token_counts['prompt'])}"
+    return (
+        f"loss {result.loss.item():.4f} (per span {result.per_span_mean():.4f}) | {result.describe_spans()} | "
+        f"prompt n={int(result.token_counts['prompt'])}"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -152,8 +152,7 @@ def _train(args: argparse.Namespace, device: torch.device, work_dir: Path) -> di
         result.loss.backward()
         optimizer.step()
         losses.append(result.loss.item())
-        weight = sum(w.item() for w in result.effective_weights.values())
-        normalized.append(result.loss.item() / weight if weight > 0 else math.nan)
+        normalized.append(result.per_span_mean())
         print(f"step {step:3d}/{args.steps} | {_describe(result)} | {time.perf_counter() - started:.2f}s", flush=True)
 
     if valid is not None:

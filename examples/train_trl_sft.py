@@ -42,6 +42,7 @@ from trl import SFTConfig, SFTTrainer
 from synthkd_assets.core.layout import DataLayout
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import ManifestError, require_dataset, verify_manifest
+from synthkd_training.cli import add_no_hash_argument
 
 DISTILL_DATASETS = (constants.DISTILL_DATASET_NAME, constants.DISTILL_SMOKE_DATASET_NAME)
 # o200k_harmony's text of EOD_TOKEN_ID: the pad token of the stand-in tokenizer
@@ -147,11 +148,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=torch.cuda.is_available())
     parser.add_argument("--output-dir", type=Path, default=Path("trl_sft_out"))
     parser.add_argument("--cache-dir", type=Path, default=None, help="datasets' cache (default: its own)")
-    parser.add_argument(
-        "--no-hash",
-        action="store_true",
-        help="verify the parts against the manifest by size only, not sha256 (a large dataset, checked before)",
-    )
+    add_no_hash_argument(parser, "the parts")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 

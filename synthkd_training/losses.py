@@ -119,6 +119,13 @@ class SpanLossResult:
             out[f"{prefix}{name}/weight"] = float(self.effective_weights[name])
         return out
 
+    def per_span_mean(self) -> float:
+        """L divided by the sum of the effective weights: the weighted mean of the per-span losses (NaN when no
+        span had a token). L itself roughly doubles when a batch holds both spans instead of one, so compare
+        steps by this figure (synchronizes with the device)."""
+        weight = sum(float(w) for w in self.effective_weights.values())
+        return float(self.loss.detach()) / weight if weight > 0 else math.nan
+
     def describe_spans(self, kind: str = "") -> str:
         """One console line's span part: `analysis[ kind] loss (n=count, w=weight) | final ...`."""
         label = f" {kind}" if kind else ""

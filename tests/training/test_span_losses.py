@@ -82,6 +82,13 @@ def _assert_matches(result, expected, atol=1e-10):
     for name in ("analysis", "final"):
         assert result.span_losses[name].item() == pytest.approx(expected["means"][name], abs=atol, rel=1e-9)
         assert result.effective_weights[name].item() == expected["weights"][name]
+    # the figure steps are compared by: the weighted mean of the spans present, NaN when none is
+    weights = sum(expected["weights"].values())
+    if weights > 0:
+        mean = sum(expected["weights"][n] * expected["means"][n] for n in ("analysis", "final")) / weights
+        assert result.per_span_mean() == pytest.approx(mean, abs=atol, rel=1e-9)
+    else:
+        assert math.isnan(result.per_span_mean())
     log = result.log_dict("train/")
     assert set(log) == {
         "train/loss",
@@ -192,6 +199,11 @@ def test_empty_spans_contribute_zero_and_are_reported(spans, present, kind):
             assert result.effective_weights[name].item() == 0.0
     if not present:
         assert result.loss.item() == 0.0 and torch.all(student.grad == 0)
+        assert math.isnan(result.per_span_mean())
+    else:  # the weighted mean of the spans present (one alone: its own mean, whatever its weight)
+        only = {"analysis": 0.5, "final": 3.0}
+        mean = sum(only[n] * result.span_losses[n].item() for n in present) / sum(only[n] for n in present)
+        assert result.per_span_mean() == pytest.approx(mean)
     expected = sum(result.effective_weights[n] * result.span_losses[n] for n in ("analysis", "final"))
     assert result.loss.item() == pytest.approx(float(expected))
 
