@@ -17,15 +17,12 @@ from synthkd_assets.defs.automation import (
     REBUILD_CRON_ENV,
     nightly_rebuild_schedule,
     synth_manifests_automation,
-    synth_manifests_job,
-    synth_plan_job,
     synth_raw_sensor,
-    synth_scan_job,
-    synth_shard_job,
 )
 from synthkd_assets.defs.code_versions import with_code_versions
 from synthkd_assets.defs.executors import executor_from_env
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
+from synthkd_assets.defs.jobs import JOBS
 from synthkd_assets.defs.resources import (
     SynthKDBuildConfig,
     SynthKDLayout,
@@ -39,7 +36,7 @@ def build_definitions(environ: Mapping[str, str]) -> dg.Definitions:
     return dg.Definitions(
         assets=with_code_versions(ASSETS),
         asset_checks=ASSET_CHECKS,
-        jobs=[synth_scan_job, synth_plan_job, synth_shard_job, synth_manifests_job],
+        jobs=JOBS,
         sensors=[synth_raw_sensor, synth_manifests_automation],
         schedules=[nightly_rebuild_schedule(environ.get(REBUILD_CRON_ENV) or DEFAULT_REBUILD_CRON)],
         resources=synthkd_resources(

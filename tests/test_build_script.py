@@ -250,7 +250,7 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
 def test_a_worker_killed_mid_run_fails_the_build_naming_its_shard(tmp_path):
     """SIGKILL (the out-of-memory killer, say) to the worker running a shard of the build pass: the build exits 1
     naming that shard and why its run failed, not only "BrokenProcessPool"; no run is left in progress. Every run
-    of the build carries its pass as the `synthkd/pass` tag (the UI lists them all as __ephemeral_asset_job__)."""
+    of the build carries its pass as the `synthkd/pass` tag (its pass job's run tag)."""
     process = start_two_shard_build(tmp_path)
     started = dg.RunsFilter(tags={"synthkd/pass": "build"}, statuses=[dg.DagsterRunStatus.STARTED])
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
@@ -370,7 +370,8 @@ def test_thread_map_keeps_the_order_runs_at_once_and_raises_the_first_error():
 
 def test_the_next_build_fails_the_runs_a_killed_build_left_in_progress():
     """Runs of a SIGKILLed build of this data root stay STARTED (nothing is left to say otherwise); the next build,
-    holding the root's lock, marks them failed. Runs of another root, or of this build, are left alone."""
+    holding the root's lock, marks them failed. Runs of another root, or of this build, are left alone, and so is
+    a re-execution of a build's run from the UI (it carries the build's tags, but the daemon launched it)."""
 
     @dg.op
     def noop() -> None:
@@ -382,18 +383,24 @@ def test_the_next_build_fails_the_runs_a_killed_build_left_in_progress():
 
     with dg.DagsterInstance.ephemeral() as instance:
 
-        def started(build: str, root: str) -> str:
+        def started(build: str, root: str, parent: str | None = None) -> str:
             tags = {BUILD_TAG: build, DATA_ROOT_TAG: root}
-            run = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, tags=tags)
+            run = instance.create_run_for_job(
+                job, status=dg.DagsterRunStatus.STARTED, tags=tags, parent_run_id=parent, root_run_id=parent
+            )
             return run.run_id
 
         dead, other_root, this_build = started("old", "/data/a"), started("old", "/data/b"), started("now", "/data/a")
+        reexecuted = started("old", "/data/a", parent=other_root)
         assert fail_runs_of_dead_builds(instance, "/data/a", "now") == [dead]
-        status = {run_id: instance.get_run_by_id(run_id).status for run_id in (dead, other_root, this_build)}
+        status = {
+            run_id: instance.get_run_by_id(run_id).status for run_id in (dead, other_root, this_build, reexecuted)
+        }
         assert status == {
             dead: dg.DagsterRunStatus.FAILURE,
             other_root: dg.DagsterRunStatus.STARTED,
             this_build: dg.DagsterRunStatus.STARTED,
+            reexecuted: dg.DagsterRunStatus.STARTED,
         }
 
 

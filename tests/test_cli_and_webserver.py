@@ -7,14 +7,18 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import dagster as dg
 import pyarrow.parquet as pq
 import pytest
+from dagster._core.storage.tags import PARTITION_NAME_TAG  # Dagster's own name for it
 
 from synthkd_assets.core.layout import DataLayout
-from synthkd_assets.defs.build import build_all
+from synthkd_assets.definitions import defs
+from synthkd_assets.defs.build import BUILD_TAG, build_all
+from synthkd_assets.defs.jobs import PASS_JOBS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 from tests.test_crash_safety import final_files
@@ -279,3 +283,56 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
         )
     finally:
         raw.write_bytes(original)  # the module's build stays consistent with its input for later tests
+
+
+REEXECUTE = """mutation { launchPipelineReexecution(reexecutionParams: {parentRunId: "%s", strategy: ALL_STEPS}) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on InvalidSubsetError {
+  message } ... on RunConfigValidationInvalid { errors { message } } ... on PipelineNotFoundError { message } } }"""
+
+
+def test_a_build_run_is_its_pass_jobs_run_and_the_ui_reexecutes_it_as_built(cli_build, tmp_path):
+    """Every run of build.sh is a run of its pass's job in the code location (so the UI names it and can open
+    and re-execute it) and carries its resources' config. The UI's "Re-execute" of the smoke build's shard run,
+    from a webserver whose environment names another data root, rebuilds that shard as the build did: smoke,
+    the build's roots, the same bytes."""
+    env, root, _ = cli_build
+    home = Path(env["DAGSTER_HOME"])
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        runs = [run for run in instance.get_runs() if BUILD_TAG in run.tags]  # the module's other tests run too
+    assert {(run.tags["synthkd/pass"], run.job_name) for run in runs} == {
+        (name, job.name) for name, job in PASS_JOBS.items()
+    }
+    code_location_jobs = {job.name for job in defs().resolve_all_job_defs()}
+    assert {run.job_name for run in runs} <= code_location_jobs
+    assert all(run.run_config["resources"]["build"]["config"]["smoke"] for run in runs)
+    (parent,) = [
+        run for run in runs if run.job_name == "synth_build_job" and run.tags[PARTITION_NAME_TAG] == "synth_02"
+    ]
+    before = final_files(root / "data")
+
+    # runs launched by the webserver at once (no queue, so no daemon); its code location reads another data root
+    config = home / "dagster.yaml"
+    queued = config.read_text()
+    at_once = "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+    config.write_text(
+        queued.split("run_coordinator:")[0] + at_once + "run_launcher:" + queued.split("run_launcher:")[1]
+    )
+    elsewhere = tmp_path / "elsewhere"
+    try:
+        with running_webserver({**env, "SYNTHKD_DATA_DIR": str(elsewhere)}, "-w", "workspace.yaml") as port:
+            launched = graphql(port, REEXECUTE % parent.run_id)["launchPipelineReexecution"]
+            assert launched["__typename"] == "LaunchRunSuccess", launched
+            run_id = launched["run"]["runId"]
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                deadline = time.monotonic() + 300
+                while not (run := instance.get_run_by_id(run_id)).is_finished:
+                    assert time.monotonic() < deadline, f"re-executed run {run_id} still {run.status}"
+                    time.sleep(1)
+                failures = [e.message for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)]
+    finally:
+        config.write_text(queued)
+    assert run.status == dg.DagsterRunStatus.SUCCESS, failures
+    assert run.job_name == "synth_build_job" and run.tags[PARTITION_NAME_TAG] == "synth_02"
+    assert run.tags["synthkd/pass"] == "build" and run.parent_run_id == parent.run_id
+    assert not elsewhere.exists()
+    assert final_files(root / "data") == before

@@ -1,4 +1,4 @@
-"""Jobs, the raw-directory sensor, the manifests' automation sensor and the nightly schedule: what rebuilds
+"""The raw-directory sensor, the manifests' automation sensor and the nightly schedule: what rebuilds
 what, and when."""
 
 import json
@@ -21,52 +21,18 @@ from synthkd_assets.core.inventory import (
 )
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs.assets import (
-    synth_distill,
     synth_filtered,
     synth_harmony,
-    synth_kd_v1,
-    synth_sampled,
-    synth_sampling_plan,
-    synth_tokenized,
 )
 from synthkd_assets.defs.checks import pool_unpublished_events
 from synthkd_assets.defs.ingest import raw_reports
+from synthkd_assets.defs.jobs import synth_manifests_job, synth_scan_job, synth_shard_job
 from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_manifest, synth_kd_v1_manifest
-from synthkd_assets.defs.near_dup import synth_clusters, synth_signatures, synth_validation_sets
+from synthkd_assets.defs.near_dup import synth_signatures
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
-
-synth_scan_job = dg.define_asset_job(
-    "synth_scan_job",
-    selection=dg.AssetSelection.assets(synth_harmony, synth_filtered, synth_signatures),
-    description="The scan pass of one shard: Harmony, the 001 quality filters (whose exercise x language counts "
-    "the sampling plan is computed from) and the prompts' MinHash signatures. Backfill it over all partitions, "
-    "then run synth_plan_job.",
-)
-synth_plan_job = dg.define_asset_job(
-    "synth_plan_job",
-    selection=dg.AssetSelection.assets(synth_clusters, synth_sampling_plan, synth_validation_sets),
-    description="Recompute the near-duplicate clusters, then the sampling plan from every shard's counts after "
-    "them, then the validation sets. A new plan changes which rows every shard keeps: backfill synth_shard_job "
-    "over all partitions afterwards (the manifests refuse a mix of plans).",
-)
-synth_shard_job = dg.define_asset_job(
-    "synth_shard_job",
-    selection=dg.AssetSelection.assets(
-        synth_harmony, synth_filtered, synth_signatures, synth_sampled, synth_tokenized, synth_kd_v1, synth_distill
-    ),
-    description="One raw shard through Harmony, the filters, the current sampling plan, tokens/masks, the Megatron "
-    "trio and the DistillKit parts. Backfill it over all partitions to build every shard; the manifests follow "
-    "(eager automation, or synth_manifests_job). Needs a sampling plan (synth_plan_job).",
-)
-synth_manifests_job = dg.define_asset_job(
-    "synth_manifests_job",
-    selection=dg.AssetSelection.assets(synth_harmony_manifest, synth_kd_v1_manifest, synth_distill_manifest),
-    description="Rewrite data/synth_harmony/manifest.json and the synth_kd_v1 and DistillKit manifests from all "
-    "shards, then run their checks.",
-)
 
 
 def shard_run_key(key: str, sha256: str, after: int | None) -> str:

@@ -27,13 +27,13 @@ from synthkd_assets.core.inventory import raw_shard_paths, source_shard_paths
 from synthkd_assets.core.parallel import die_with_parent, watch_stop_signals
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.code_versions import with_code_versions
-from synthkd_assets.defs.conventions import pass_tags
 from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
+from synthkd_assets.defs.jobs import code_location_run_tags, job_for_steps, record_code_location_origin
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import OUTPUTS, Pass, build_passes
-from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, resources_run_config, synthkd_resources
 
 WORKER_STOP_SECONDS = 30  # a worker still running this long after the build told it to stop is killed
 # how a worker ends when told to stop: 128 + SIGTERM from its own handler (_worker_stop), -SIGTERM before it is set
@@ -91,16 +91,18 @@ def materialize_steps(
     **kwargs,
 ) -> dg.ExecuteInProcessResult:
     """Materialize `selection` and run the checks of those assets, in process (`build`: the default config
-    when None)."""
-    result = dg.materialize(
-        all_definitions(),
-        selection=dg.AssetSelection.assets(*selection) | dg.AssetSelection.checks_for_assets(*selection),
-        partition_key=partition_key,
-        instance=instance,
-        resources=synthkd_resources(layout, build),
-        raise_on_error=False,
-        **kwargs,
+    when None), as a run of the code location's job of those steps (`job_for_steps`: a pass's job, so the UI
+    names the run and can open and re-execute it)."""
+    job = job_for_steps(selection)
+    definitions = dg.Definitions(assets=all_definitions(), jobs=[job], resources=synthkd_resources(layout, build))
+    # the resources' config goes with the run (a caller's own resource config wins): its re-execution reproduces it
+    run_config = dict(kwargs.pop("run_config", None) or {})
+    run_config["resources"] = {**resources_run_config(layout, build), **run_config.get("resources", {})}
+    kwargs["tags"] = {**kwargs.get("tags", {}), **code_location_run_tags(job.name)}
+    result = definitions.resolve_job_def(job.name).execute_in_process(
+        run_config=run_config, instance=instance, partition_key=partition_key, raise_on_error=False, **kwargs
     )
+    record_code_location_origin(instance, result.run_id)
     failed_checks = failed_check_lines(result.get_asset_check_evaluations())
     if raise_on_error and (not result.success or failed_checks):
         where = f" (partition {partition_key})" if partition_key else ""
@@ -127,7 +129,7 @@ def build_all(
 
     `outputs` picks the datasets (synth_kd_v1, synth_distill, synth_pool); `progress` hears of each pass and shard;
     `workers`: shard runs at once, in as many worker processes (never more than there are shards; 1, or an
-    ephemeral instance: one after another in this process); `kwargs` go to `dg.materialize` (`run_config`, `tags`);
+    ephemeral instance: one after another in this process); `kwargs` go to each run (`run_config`, `tags`);
     every run is tagged `synthkd/build` with an id of this build, and is never retried by the daemon.
     Holds the data root's build lock throughout: raises BuildLockHeld at once if another build (this function or
     scripts/build.sh) is running on the same root; `take_lock=False` when the caller already holds it (build.sh
@@ -190,7 +192,8 @@ def fail_runs_of_dead_builds(instance: dg.DagsterInstance, data_root: str, build
     dead = [
         run
         for run in instance.get_runs(filters=dg.RunsFilter(tags={DATA_ROOT_TAG: data_root}))
-        if not run.is_finished and run.tags.get(BUILD_TAG) != build_id
+        # a run with a parent is a re-execution the daemon launched from the UI, with the build's tags copied
+        if not run.is_finished and run.tags.get(BUILD_TAG) != build_id and run.parent_run_id is None
     ]
     for run in dead:
         instance.report_run_failed(run, "its build was killed before the run finished (found by the next build)")
@@ -214,9 +217,7 @@ def _build_all(instance, layout, build, outputs, progress, workers, take_lock, k
             start = time.monotonic()
             if not build_pass.per_shard:
                 progress.pass_started(build_pass, [])
-                result = materialize_steps(
-                    instance, layout, build_pass.steps, build=build, **with_pass_tag(kwargs, build_pass.name)
-                )
+                result = materialize_steps(instance, layout, build_pass.steps, build=build, **kwargs)
                 warnings = [
                     warning
                     for event in result.get_asset_materialization_events()
@@ -245,19 +246,11 @@ def _raw_shard_count(layout: SynthKDLayout) -> int:
         return 0
 
 
-def with_pass_tag(kwargs: dict, pass_name: str) -> dict:
-    """`materialize` arguments whose run tags also name the build pass (`synthkd/pass`, the assets' tag of it):
-    a build's runs are all `__ephemeral_asset_job__` in the UI, and this tells them apart (filter by it)."""
-    return {**kwargs, "tags": {**kwargs.get("tags", {}), **pass_tags(pass_name)}}
-
-
 def _shards_in_process(instance, layout, build, kwargs):
     def run(build_pass: Pass, keys: Sequence[str]) -> Iterator[tuple[str, float]]:
         for key in keys:
             start = time.monotonic()
-            materialize_steps(
-                instance, layout, build_pass.steps, key, build=build, **with_pass_tag(kwargs, build_pass.name)
-            )
+            materialize_steps(instance, layout, build_pass.steps, key, build=build, **kwargs)
             yield key, time.monotonic() - start
 
     return run
@@ -293,7 +286,7 @@ def _worker_pool(workers: int, instance: dg.DagsterInstance, layout, build, kwar
 
     def run(build_pass: Pass, keys: Sequence[str]) -> Iterator[tuple[str, float]]:
         steps = tuple(build_pass.steps)
-        pending: set[Future] = {pool.submit(_worker_run, steps, build_pass.name, key) for key in keys}
+        pending: set[Future] = {pool.submit(_worker_run, steps, key) for key in keys}
         failure: BuildFailed | None = None
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -369,12 +362,12 @@ def _worker_stop(signum, _frame) -> None:
     raise KeyboardInterrupt  # outside Dagster's own interrupt handling (a run being set up): stop it here
 
 
-def _worker_run(steps: tuple[str, ...], pass_name: str, key: str) -> tuple[str, float]:
+def _worker_run(steps: tuple[str, ...], key: str) -> tuple[str, float]:
     start = time.monotonic()
     _worker["running"] = True
     interrupted = False
     try:
-        kwargs = with_pass_tag(_worker["kwargs"], pass_name)
+        kwargs = {**_worker["kwargs"]}
         kwargs["tags"] = {**kwargs["tags"], WORKER_PID_TAG: str(os.getpid())}
         materialize_steps(_worker["instance"], _worker["layout"], steps, key, build=_worker["build"], **kwargs)
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):

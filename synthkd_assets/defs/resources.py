@@ -318,3 +318,20 @@ def synthkd_resources(
         BUILD_KEY: build or SynthKDBuildConfig(),
         VALUATION_KEY: ValuationModelsResource.from_environment_now(os.environ) if valuation is None else valuation,
     }
+
+
+def resources_run_config(
+    layout: SynthKDLayout, build: SynthKDBuildConfig | None = None, valuation: ValuationModelsResource | None = None
+) -> dict[str, dict]:
+    """Run config setting every field of `synthkd_resources(layout, build, valuation)`, the layout's roots as
+    this process resolves them now: a build stores it with each run, so that the run re-executed from the UI (in
+    the code location, whose resources come from the environment it loaded in) reads and writes what it did."""
+    resources = synthkd_resources(layout, build, valuation)
+    roots = layout.data_layout()
+    config = {key: {"config": resource.model_dump()} for key, resource in resources.items()}
+    config[LAYOUT_KEY]["config"].update(
+        raw_dir=str(roots.raw_root),
+        data_dir=str(roots.data_root),
+        sources_dir="" if roots.sources_root is None else str(roots.sources_root),  # "": SYNTH alone
+    )
+    return config

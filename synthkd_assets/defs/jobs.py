@@ -1,0 +1,176 @@
+"""The code location's jobs: one per build pass (defs/passes.py), which the build's runs are runs of, and the
+shard job the sensor and the schedule request.
+
+A build runs each pass as a run of that pass's job, so the UI names its runs (`synth_build_job`, not
+`__ephemeral_asset_job__`), opens their job, and can re-execute them: the job is in the code location.
+"""
+
+import functools
+from pathlib import Path
+
+import dagster as dg
+from dagster._core.definitions.materialize import EPHEMERAL_JOB_NAME  # dg.materialize's job name
+from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
+from dagster._core.workspace.load import location_origins_from_yaml_paths
+
+from synthkd_assets.defs.conventions import pass_tags
+from synthkd_assets.defs.passes import (
+    BUILD_STEPS,
+    INVENTORY_STEPS,
+    MANIFEST_STEPS,
+    PLAN_STEPS,
+    POOL_MANIFEST_STEPS,
+    POOL_STEPS,
+    QUOTA_STEPS,
+    SCAN_STEPS,
+    SHARD_STEPS,
+)
+
+
+def steps_job(
+    name: str, steps: list[str], description: str, build_pass: str | None = None
+) -> UnresolvedAssetJobDefinition:
+    """A job of the assets `steps` and their checks (the selection a build's run of those steps has too); the
+    job of `build_pass` tags its runs with it, however they are launched (a build, the UI, `dg launch --job`)."""
+    return dg.define_asset_job(
+        name,
+        selection=steps_selection(steps),
+        description=description,
+        run_tags=pass_tags(build_pass) if build_pass else None,
+    )
+
+
+def steps_selection(steps: list[str] | tuple[str, ...]) -> dg.AssetSelection:
+    return dg.AssetSelection.assets(*steps) | dg.AssetSelection.checks_for_assets(*steps)
+
+
+synth_inventory_job = steps_job(
+    "synth_inventory_job",
+    INVENTORY_STEPS,
+    "The inventory pass: the pinned o200k tokenizer, and one synth_shards partition per raw shard file (and per "
+    "anchor-source shard), each reported with its sha256 as synth_raw's data version.",
+    "inventory",
+)
+synth_scan_job = steps_job(
+    "synth_scan_job",
+    SCAN_STEPS,
+    "The scan pass of one shard: Harmony, the 001 quality filters (whose exercise x language counts "
+    "the sampling plan is computed from) and the prompts' MinHash signatures. Backfill it over all partitions, "
+    "then run synth_plan_job.",
+    "scan",
+)
+synth_plan_job = steps_job(
+    "synth_plan_job",
+    PLAN_STEPS,
+    "Recompute the near-duplicate clusters, then the sampling plan from every shard's counts after "
+    "them, then the validation sets. A new plan changes which rows every shard keeps: backfill synth_shard_job "
+    "over all partitions afterwards (the manifests refuse a mix of plans).",
+    "plan",
+)
+synth_build_job = steps_job(
+    "synth_build_job",
+    BUILD_STEPS,
+    "The build pass of one scanned shard under the plan in force: sampled, tokens/masks, the Megatron trio and "
+    "the DistillKit parts (synth_shard_job also scans it again first).",
+    "build",
+)
+synth_shard_job = steps_job(
+    "synth_shard_job",
+    SHARD_STEPS,
+    "One raw shard through Harmony, the filters, the current sampling plan, tokens/masks, the Megatron "
+    "trio and the DistillKit parts. Backfill it over all partitions to build every shard; the manifests follow "
+    "(eager automation, or synth_manifests_job). Needs a sampling plan (synth_plan_job).",
+)
+synth_manifests_job = steps_job(
+    "synth_manifests_job",
+    MANIFEST_STEPS,
+    "Rewrite data/synth_harmony/manifest.json and the synth_kd_v1 and DistillKit manifests from all "
+    "shards, then run their checks.",
+    "manifest",
+)
+synth_quota_job = steps_job(
+    "synth_quota_job",
+    QUOTA_STEPS,
+    "The pool's quota plan over every shard's tokens (a new one means rebuilding every shard's pool: "
+    "synth_pool_job over all partitions, then synth_pool_manifest_job).",
+    "quota",
+)
+synth_pool_job = steps_job(
+    "synth_pool_job",
+    POOL_STEPS,
+    "One shard's part of the sequence pool under the quota plan, and its valuation features.",
+    "pool",
+)
+synth_pool_manifest_job = steps_job(
+    "synth_pool_manifest_job",
+    POOL_MANIFEST_STEPS,
+    "The pool's curriculum stages and its sealed sampling manifest, once every shard's pool part is built.",
+    "pool_manifest",
+)
+
+# the job of each build pass (defs/passes.py `build_passes`), by pass name
+PASS_JOBS = {
+    "inventory": synth_inventory_job,
+    "scan": synth_scan_job,
+    "plan": synth_plan_job,
+    "build": synth_build_job,
+    "manifest": synth_manifests_job,
+    "quota": synth_quota_job,
+    "pool": synth_pool_job,
+    "pool_manifest": synth_pool_manifest_job,
+}
+_JOB_STEPS = {
+    synth_inventory_job.name: INVENTORY_STEPS,
+    synth_scan_job.name: SCAN_STEPS,
+    synth_plan_job.name: PLAN_STEPS,
+    synth_build_job.name: BUILD_STEPS,
+    synth_shard_job.name: SHARD_STEPS,
+    synth_manifests_job.name: MANIFEST_STEPS,
+    synth_quota_job.name: QUOTA_STEPS,
+    synth_pool_job.name: POOL_STEPS,
+    synth_pool_manifest_job.name: POOL_MANIFEST_STEPS,
+}
+JOBS = [*PASS_JOBS.values(), synth_shard_job]  # the passes' order, then the sensor's
+
+
+def job_for_steps(steps: list[str] | tuple[str, ...]) -> UnresolvedAssetJobDefinition:
+    """A job of exactly `steps` and their checks, named and tagged as the smallest job of the code location whose
+    assets include them all (a pass's job; part of one, as a build without synth_distill runs), so the UI finds
+    its runs' job; Dagster's `__ephemeral_asset_job__` (dg.materialize's) for steps no job has."""
+    covering = [job for job in JOBS if set(steps) <= set(_JOB_STEPS[job.name])]
+    if not covering:
+        return dg.define_asset_job(EPHEMERAL_JOB_NAME, selection=steps_selection(steps))
+    job = min(covering, key=lambda job: len(_JOB_STEPS[job.name]))
+    return dg.define_asset_job(
+        job.name, selection=steps_selection(steps), description=job.description, run_tags=job.run_tags
+    )
+
+
+WORKSPACE_YAML = Path(__file__).resolve().parents[2] / "workspace.yaml"  # `dg dev`'s and the daemon's location
+
+
+@functools.cache
+def code_location_repository() -> RemoteRepositoryOrigin:
+    """The code location's repository as `dg dev`, `dagster dev -w workspace.yaml` and the daemon load it (the
+    location synthkd)."""
+    (location,) = location_origins_from_yaml_paths([str(WORKSPACE_YAML)])
+    return RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME)
+
+
+def code_location_run_tags(job_name: str) -> dict[str, str]:
+    """The tag by which the UI lists a run of `job_name` under the code location (Dagster's repository label;
+    none for a job the code location does not have)."""
+    return {REPOSITORY_LABEL_TAG: code_location_repository().get_label()} if job_name in _JOB_STEPS else {}
+
+
+def record_code_location_origin(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Give the finished in-process run `run_id` of one of the code location's jobs the origin a run launched
+    from that code location has (Dagster's own `replace_job_origin`), so that the UI re-executes it there: its
+    "Re-execute" looks the job up by the parent run's origin, which an in-process run lacks."""
+    run = instance.get_run_by_id(run_id)
+    if run is not None and run.job_name in _JOB_STEPS:
+        origin = RemoteJobOrigin(code_location_repository(), run.job_name)
+        instance.run_storage.replace_job_origin(run, origin)
