@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster
 import pytest
 
 from synthkd_assets.core.layout import DataLayout
@@ -69,7 +70,7 @@ def cli_partitions(env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 def test_dg_launch_on_a_fresh_instance(fresh):
-    """Unknown partitions get a hint; the one-line inventory registers them; a tag selects a pass; a shard
+    """Unknown partitions get a hint; the one-line inventory registers them; a pass's job runs it; a shard
     step whose upstream was never built fails naming it and the order to run."""
     listed = cli_partitions(fresh)
     assert listed.returncode == 1 and "dg launch --assets synth_raw_inventory" in listed.stderr
@@ -84,8 +85,12 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     listed = cli_partitions(fresh)
     assert listed.stdout.split() == ["synth_00", "synth_01"]
 
-    scan = dg(fresh, "launch", "--assets", "tag:synthkd/pass=scan", "--partition", "synth_01")
+    scan = dg(fresh, "launch", "--job", "synth_scan_job", "--partition", "synth_01")  # the README's pass by pass
     assert scan.returncode == 0, scan.stderr[-3000:]
+    # a run of the pass's job, tagged with its pass as a build's run is
+    with dagster.DagsterInstance.from_config(fresh["DAGSTER_HOME"]) as instance:
+        (run,) = instance.get_runs(filters=dagster.RunsFilter(job_name="synth_scan_job"))
+        assert run.tags["synthkd/pass"] == "scan" and run.tags["dagster/partition"] == "synth_01"
     paths = DataLayout.from_environ(fresh)
     assert paths.stage_output("synth_filtered", "synth_01").is_file()
     assert not paths.stage_output("synth_filtered", "synth_00").exists()
