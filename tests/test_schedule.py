@@ -111,15 +111,22 @@ def test_a_shard_whose_newest_run_failed_is_requested_again_until_one_succeeds(s
     sha = current_shas(raw)
     job = defs().resolve_job_def("synth_shard_job")
 
-    def finished(status: dg.DagsterRunStatus) -> None:
-        instance.create_run_for_job(job, status=status, tags={"dagster/partition": "synth_03"})
+    def finished(status: dg.DagsterRunStatus, job=job, **tags: str) -> None:
+        instance.create_run_for_job(job, status=status, tags={"dagster/partition": "synth_03", **tags})
 
     finished(dg.DagsterRunStatus.FAILURE)  # its bytes are those its outputs were built from
     key = shard_run_key("synth_03", sha["synth_03"], built_id(instance, "synth_03"))
     assert requested(tick(instance, layout)) == [("synth_03", key)]
+    # newer runs that a shard rebuild would not redo, or that Dagster retries itself, change nothing
+    finished(dg.DagsterRunStatus.SUCCESS, job=defs().resolve_job_def("synth_pool_job"))
+    assert requested(tick(instance, layout)) == [("synth_03", key)]
     finished(dg.DagsterRunStatus.SUCCESS)
+    finished(dg.DagsterRunStatus.FAILURE, job=defs().resolve_job_def("synth_pool_job"))
+    finished(dg.DagsterRunStatus.FAILURE, **{"dagster/will_retry": "true"})
     data = tick(instance, layout)
     assert data.run_requests == [] and data.skip_message.endswith("and no shard's newest run failed")
+    finished(dg.DagsterRunStatus.FAILURE, job=defs().resolve_job_def("synth_build_job"))  # a build's, failed
+    assert requested(tick(instance, layout)) == [("synth_03", key)]
 
 
 def test_a_new_shard_is_registered_and_requested(setup):

@@ -5,7 +5,7 @@ import json
 import warnings
 
 import dagster as dg
-from dagster._core.storage.tags import PARTITION_NAME_TAG  # Dagster's own name for it
+from dagster._core.storage.tags import PARTITION_NAME_TAG, WILL_RETRY_TAG  # Dagster's own names for them
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.buildlock import build_in_progress
@@ -26,7 +26,7 @@ from synthkd_assets.defs.assets import (
 )
 from synthkd_assets.defs.checks import pool_unpublished_events
 from synthkd_assets.defs.ingest import raw_reports
-from synthkd_assets.defs.jobs import synth_manifests_job, synth_scan_job, synth_shard_job
+from synthkd_assets.defs.jobs import synth_build_job, synth_manifests_job, synth_scan_job, synth_shard_job
 from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_manifest, synth_kd_v1_manifest
 from synthkd_assets.defs.near_dup import synth_signatures
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
@@ -70,10 +70,25 @@ def latest_materializations(
     )
 
 
+# the jobs whose runs build a shard's scan and build steps, which a synth_shard_job run builds again
+SHARD_BUILDING_JOBS = (synth_scan_job.name, synth_build_job.name, synth_shard_job.name)
+
+
 def last_shard_run_failed(instance: dg.DagsterInstance, partition: str) -> bool:
-    """Whether the newest run of `partition` (any job: the sensor's, a build's, a launch) failed."""
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_NAME_TAG: partition}), limit=1)
-    return bool(runs) and runs[0].status == dg.DagsterRunStatus.FAILURE
+    """Whether the newest run building `partition`'s shard steps (a run of SHARD_BUILDING_JOBS: the sensor's,
+    the schedule's, a build's, a launch) failed for good: not one of another pass (a rebuild of the shard would
+    not redo it), nor one that Dagster's run retries are about to launch again."""
+    records = [
+        record
+        for job_name in SHARD_BUILDING_JOBS
+        for record in instance.get_run_records(
+            dg.RunsFilter(job_name=job_name, tags={PARTITION_NAME_TAG: partition}), limit=1
+        )
+    ]
+    if not records:
+        return False
+    newest = max(records, key=lambda record: record.create_timestamp).dagster_run
+    return newest.status == dg.DagsterRunStatus.FAILURE and newest.tags.get(WILL_RETRY_TAG) != "true"
 
 
 def _wait_for_build(paths: DataLayout) -> dg.SkipReason | None:

@@ -20,7 +20,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 
 import dagster as dg
+from dagster._core.definitions.materialize import EPHEMERAL_JOB_NAME  # dg.materialize's job name
 from dagster._core.storage.tags import MAX_RETRIES_TAG, PARTITION_NAME_TAG  # Dagster's own names for them
+from dagster._core.utils import make_new_run_id
 
 from synthkd_assets.core.buildlock import build_lock
 from synthkd_assets.core.inventory import raw_shard_paths, source_shard_paths
@@ -30,10 +32,22 @@ from synthkd_assets.defs.code_versions import with_code_versions
 from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
-from synthkd_assets.defs.jobs import code_location_run_tags, job_for_steps, record_code_location_origin
+from synthkd_assets.defs.jobs import (
+    code_location_run_tags,
+    is_whole_job,
+    job_for_steps,
+    record_code_location_origin,
+    steps_selection,
+)
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import OUTPUTS, Pass, build_passes
-from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, resources_run_config, synthkd_resources
+from synthkd_assets.defs.resources import (
+    SynthKDBuildConfig,
+    SynthKDLayout,
+    merged_resource_config,
+    resources_run_config,
+    synthkd_resources,
+)
 
 WORKER_STOP_SECONDS = 30  # a worker still running this long after the build told it to stop is killed
 # how a worker ends when told to stop: 128 + SIGTERM from its own handler (_worker_stop), -SIGTERM before it is set
@@ -92,17 +106,33 @@ def materialize_steps(
 ) -> dg.ExecuteInProcessResult:
     """Materialize `selection` and run the checks of those assets, in process (`build`: the default config
     when None), as a run of the code location's job of those steps (`job_for_steps`: a pass's job, so the UI
-    names the run and can open and re-execute it)."""
+    names the run and can open and re-execute it; a subset of its assets when `selection` is part of it), or of
+    Dagster's `__ephemeral_asset_job__` for steps no job has."""
     job = job_for_steps(selection)
+    subset = None if job is None or is_whole_job(job, selection) else [dg.AssetKey(s) for s in selection]
+    if job is None:
+        job = dg.define_asset_job(EPHEMERAL_JOB_NAME, selection=steps_selection(selection))
     definitions = dg.Definitions(assets=all_definitions(), jobs=[job], resources=synthkd_resources(layout, build))
-    # the resources' config goes with the run (a caller's own resource config wins): its re-execution reproduces it
+    # the resources' config goes with the run (a caller's own fields win): its re-execution reproduces it
     run_config = dict(kwargs.pop("run_config", None) or {})
-    run_config["resources"] = {**resources_run_config(layout, build), **run_config.get("resources", {})}
+    run_config["resources"] = merged_resource_config(resources_run_config(layout, build), run_config.get("resources"))
     kwargs["tags"] = {**kwargs.get("tags", {}), **code_location_run_tags(job.name)}
-    result = definitions.resolve_job_def(job.name).execute_in_process(
-        run_config=run_config, instance=instance, partition_key=partition_key, raise_on_error=False, **kwargs
-    )
-    record_code_location_origin(instance, result.run_id)
+    run_id = make_new_run_id()
+    try:
+        result = definitions.resolve_job_def(job.name).execute_in_process(
+            run_config=run_config,
+            instance=instance,
+            partition_key=partition_key,
+            raise_on_error=False,
+            asset_selection=subset,
+            run_id=run_id,
+            **kwargs,
+        )
+    except BaseException:  # interrupted: a failed run is the one to re-execute from the UI
+        with contextlib.suppress(Exception):  # the interruption is what to report
+            record_code_location_origin(instance, run_id)
+        raise
+    record_code_location_origin(instance, run_id)
     failed_checks = failed_check_lines(result.get_asset_check_evaluations())
     if raise_on_error and (not result.success or failed_checks):
         where = f" (partition {partition_key})" if partition_key else ""
@@ -175,10 +205,11 @@ def _fail_unfinished_runs(
     failed: list[str] = []
     with contextlib.suppress(Exception):  # best effort: the error that stopped the build is the one to report
         for run in instance.get_runs(filters=dg.RunsFilter(tags={BUILD_TAG: build_id})):
-            if run.is_finished:
+            if run.is_finished or run.parent_run_id is not None:  # a UI re-execution copies the build's tags
                 continue
             lost = bool(died) and run.tags.get(WORKER_PID_TAG) in {str(pid) for pid in died}
             instance.report_run_failed(run, WORKER_LOST if lost else why)
+            record_code_location_origin(instance, run.run_id)  # its process died before it could
             if lost or not died:
                 failed.append(run.tags.get(PARTITION_NAME_TAG, "(unpartitioned)"))
     return sorted(failed)
@@ -197,6 +228,7 @@ def fail_runs_of_dead_builds(instance: dg.DagsterInstance, data_root: str, build
     ]
     for run in dead:
         instance.report_run_failed(run, "its build was killed before the run finished (found by the next build)")
+        record_code_location_origin(instance, run.run_id)
     return [run.run_id for run in dead]
 
 

@@ -9,7 +9,6 @@ import functools
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.definitions.materialize import EPHEMERAL_JOB_NAME  # dg.materialize's job name
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
@@ -136,17 +135,16 @@ _JOB_STEPS = {
 JOBS = [*PASS_JOBS.values(), synth_shard_job]  # the passes' order, then the sensor's
 
 
-def job_for_steps(steps: list[str] | tuple[str, ...]) -> UnresolvedAssetJobDefinition:
-    """A job of exactly `steps` and their checks, named and tagged as the smallest job of the code location whose
-    assets include them all (a pass's job; part of one, as a build without synth_distill runs), so the UI finds
-    its runs' job; Dagster's `__ephemeral_asset_job__` (dg.materialize's) for steps no job has."""
+def job_for_steps(steps: list[str] | tuple[str, ...]) -> UnresolvedAssetJobDefinition | None:
+    """The smallest job of the code location whose assets include every one of `steps` (a pass's job, of which
+    a build without synth_distill runs a subset), or None when no job has them all."""
     covering = [job for job in JOBS if set(steps) <= set(_JOB_STEPS[job.name])]
-    if not covering:
-        return dg.define_asset_job(EPHEMERAL_JOB_NAME, selection=steps_selection(steps))
-    job = min(covering, key=lambda job: len(_JOB_STEPS[job.name]))
-    return dg.define_asset_job(
-        job.name, selection=steps_selection(steps), description=job.description, run_tags=job.run_tags
-    )
+    return min(covering, key=lambda job: len(_JOB_STEPS[job.name])) if covering else None
+
+
+def is_whole_job(job: UnresolvedAssetJobDefinition, steps: list[str] | tuple[str, ...]) -> bool:
+    """Whether `steps` are all of `job`'s assets (else a run of it selects them: the UI re-executes that subset)."""
+    return set(steps) == set(_JOB_STEPS[job.name])
 
 
 WORKSPACE_YAML = Path(__file__).resolve().parents[2] / "workspace.yaml"  # `dg dev`'s and the daemon's location

@@ -324,8 +324,10 @@ def resources_run_config(
     layout: SynthKDLayout, build: SynthKDBuildConfig | None = None, valuation: ValuationModelsResource | None = None
 ) -> dict[str, dict]:
     """Run config setting every field of `synthkd_resources(layout, build, valuation)`, the layout's roots as
-    this process resolves them now: a build stores it with each run, so that the run re-executed from the UI (in
-    the code location, whose resources come from the environment it loaded in) reads and writes what it did."""
+    this process resolves them now (a relative root, which the manifests record as given, is relative to the
+    repository root, where build.sh and the code server both run). A build stores it with each run, so that
+    the run re-executed from the UI (in the code location, whose resources come from the environment it loaded
+    in) reads and writes what it did."""
     resources = synthkd_resources(layout, build, valuation)
     roots = layout.data_layout()
     config = {key: {"config": resource.model_dump()} for key, resource in resources.items()}
@@ -335,3 +337,12 @@ def resources_run_config(
         sources_dir="" if roots.sources_root is None else str(roots.sources_root),  # "": SYNTH alone
     )
     return config
+
+
+def merged_resource_config(ours: dict[str, dict], theirs: dict[str, dict] | None) -> dict[str, dict]:
+    """`ours` (resources_run_config) with `theirs` (a caller's run config for resources) on top, field by field:
+    Dagster's config for a resource replaces all of its fields, so a caller's one field must not drop the rest."""
+    merged = {key: {"config": dict(value["config"])} for key, value in ours.items()}
+    for key, value in (theirs or {}).items():
+        merged.setdefault(key, {"config": {}})["config"].update(value.get("config") or {})
+    return merged

@@ -1,0 +1,68 @@
+"""A build's runs are runs of the code location's jobs, as the UI re-executes them: the job a set of steps runs
+as, the subset a run records, its origin and the resources' config it stores (the UI's Re-execute itself, from
+a webserver: tests/test_cli_and_webserver.py)."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
+
+from synthkd_assets.definitions import defs
+from synthkd_assets.defs.build import materialize_steps
+from synthkd_assets.defs.jobs import JOBS, PASS_JOBS, code_location_repository, job_for_steps
+from synthkd_assets.defs.passes import BUILD_STEPS, SCAN_STEPS, build_passes
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from tests.helpers import SAMPLE_RAW_DIR
+
+
+def test_every_pass_runs_as_its_own_job_and_the_code_location_has_every_job():
+    passes = build_passes()
+    assert [p.name for p in passes] == list(PASS_JOBS)
+    assert all(job_for_steps(p.steps) is PASS_JOBS[p.name] for p in passes)
+    assert {job.name for job in JOBS} <= {job.name for job in defs().resolve_all_job_defs()}
+    assert {name: job.run_tags for name, job in PASS_JOBS.items()} == {
+        name: {"synthkd/pass": name} for name in PASS_JOBS
+    }
+
+
+@pytest.mark.parametrize(
+    ("steps", "job"),
+    [
+        (["synth_sampled", "synth_tokenized", "synth_distill"], "synth_build_job"),  # a build without synth_kd_v1
+        ([*SCAN_STEPS, *BUILD_STEPS], "synth_shard_job"),
+        (["synth_valuation_features"], "synth_pool_job"),
+        (["synth_harmony", "synth_quota_plan"], None),  # no job has both: Dagster's own asset job
+    ],
+)
+def test_steps_run_as_the_smallest_job_that_has_them_all(steps, job):
+    found = job_for_steps(steps)
+    assert (found.name if found else None) == job
+
+
+def test_a_run_records_its_subset_origin_and_resources_config(tmp_path):
+    """A run of part of a job selects those assets (so Re-execute runs them, not the whole job), carries the code
+    location's origin and repository label, and stores every resource field, the roots resolved; a caller's
+    resource config overrides field by field."""
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
+    own = {"resources": {"build": {"config": {"smoke_max_rows": 7}}}}
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = materialize_steps(
+            instance, layout, ["synth_raw_inventory"], build=SynthKDBuildConfig(smoke=True), run_config=own
+        )
+        run = instance.get_run_by_id(result.run_id)
+        whole = instance.get_run_by_id(
+            materialize_steps(instance, layout, ["o200k_tokenizer", "synth_raw_inventory"]).run_id
+        )
+    assert run.job_name == whole.job_name == "synth_inventory_job"
+    assert run.asset_selection == {dg.AssetKey("synth_raw_inventory")} and not whole.asset_selection
+    assert run.remote_job_origin.location_name == "synthkd"  # workspace.yaml's, as `dg dev` names it
+    assert run.remote_job_origin.repository_origin == code_location_repository()
+    assert run.tags[REPOSITORY_LABEL_TAG] == code_location_repository().get_label()
+    assert run.tags["synthkd/pass"] == "inventory"
+    resources = run.run_config["resources"]
+    assert resources["build"]["config"]["smoke"] is True and resources["build"]["config"]["smoke_max_rows"] == 7
+    assert resources["layout"]["config"]["raw_dir"] == str(SAMPLE_RAW_DIR)
+    assert resources["layout"]["config"]["data_dir"] == str(tmp_path / "data")
+    assert resources["layout"]["config"]["sources_dir"] == ""  # SYNTH alone, whatever the re-executor's environment
+    assert set(resources["valuation"]["config"]) >= {"teacher_checkpoint", "student_checkpoint"}
