@@ -21,7 +21,14 @@ from synthkd_assets.cli import low_disk_lines
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parallel import available_cores, thread_map
-from synthkd_assets.defs.build import BUILD_TAG, DATA_ROOT_TAG, WORKER_PID_TAG, fail_runs_of_dead_builds
+from synthkd_assets.definitions import defs
+from synthkd_assets.defs.build import (
+    BUILD_TAG,
+    DATA_ROOT_TAG,
+    WORKER_PID_TAG,
+    _fail_unfinished_runs,
+    fail_runs_of_dead_builds,
+)
 from synthkd_assets.defs.passes import build_passes
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
@@ -402,6 +409,27 @@ def test_the_next_build_fails_the_runs_a_killed_build_left_in_progress():
             this_build: dg.DagsterRunStatus.STARTED,
             reexecuted: dg.DagsterRunStatus.STARTED,
         }
+
+
+def test_a_stopped_build_fails_its_unfinished_runs_with_their_origin_not_a_ui_reexecution():
+    """A build that stops marks its runs still in progress failed, each with the code location's origin (so the UI
+    can re-execute it), and leaves alone a re-execution of one of its runs launched from the UI meanwhile."""
+    job = defs().resolve_job_def("synth_build_job")
+    with dg.DagsterInstance.ephemeral() as instance:
+
+        def started(parent: str | None = None) -> str:
+            tags = {BUILD_TAG: "this", "dagster/partition": "synth_00"}
+            run = instance.create_run_for_job(
+                job, status=dg.DagsterRunStatus.STARTED, tags=tags, parent_run_id=parent, root_run_id=parent
+            )
+            return run.run_id
+
+        interrupted = started()
+        reexecuted = started(parent=interrupted)
+        assert _fail_unfinished_runs(instance, "this", "the build stopped") == ["synth_00"]
+        failed, running = instance.get_run_by_id(interrupted), instance.get_run_by_id(reexecuted)
+    assert failed.status == dg.DagsterRunStatus.FAILURE and failed.remote_job_origin.location_name == "synthkd"
+    assert running.status == dg.DagsterRunStatus.STARTED
 
 
 def test_a_failed_builds_report_names_a_nearly_full_disk(tmp_path, monkeypatch):
