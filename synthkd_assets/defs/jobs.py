@@ -28,12 +28,15 @@ from synthkd_assets.defs.passes import (
     SHARD_STEPS,
 )
 
+_JOB_STEPS: dict[str, tuple[str, ...]] = {}  # each job's assets, by job name (steps_job fills it)
+
 
 def steps_job(
     name: str, steps: list[str], description: str, build_pass: str | None = None
 ) -> UnresolvedAssetJobDefinition:
     """A job of the assets `steps` and their checks (the selection a build's run of those steps has too); the
     job of `build_pass` tags its runs with it, however they are launched (a build, the UI, `dg launch --job`)."""
+    _JOB_STEPS[name] = tuple(steps)
     return dg.define_asset_job(
         name,
         selection=steps_selection(steps),
@@ -121,17 +124,6 @@ PASS_JOBS = {
     "pool": synth_pool_job,
     "pool_manifest": synth_pool_manifest_job,
 }
-_JOB_STEPS = {
-    synth_inventory_job.name: INVENTORY_STEPS,
-    synth_scan_job.name: SCAN_STEPS,
-    synth_plan_job.name: PLAN_STEPS,
-    synth_build_job.name: BUILD_STEPS,
-    synth_shard_job.name: SHARD_STEPS,
-    synth_manifests_job.name: MANIFEST_STEPS,
-    synth_quota_job.name: QUOTA_STEPS,
-    synth_pool_job.name: POOL_STEPS,
-    synth_pool_manifest_job.name: POOL_MANIFEST_STEPS,
-}
 JOBS = [*PASS_JOBS.values(), synth_shard_job]  # the passes' order, then the sensor's
 
 
@@ -165,9 +157,11 @@ def code_location_run_tags(job_name: str) -> dict[str, str]:
 
 
 def record_code_location_origin(instance: dg.DagsterInstance, run_id: str) -> None:
-    """Give the finished in-process run `run_id` of one of the code location's jobs the origin a run launched
-    from that code location has (Dagster's own `replace_job_origin`), so that the UI re-executes it there: its
-    "Re-execute" looks the job up by the parent run's origin, which an in-process run lacks."""
+    """Give the in-process run `run_id` of one of the code location's jobs (finished, or failed by the build
+    after its process died) the origin a run launched from that code location has (Dagster's own
+    `replace_job_origin`), so that the UI re-executes it there: its "Re-execute" looks the job up by the parent
+    run's origin, which an in-process run lacks. The run's record is rewritten from this read of it: called
+    only when nothing else writes to the run."""
     run = instance.get_run_by_id(run_id)
     if run is not None and run.job_name in _JOB_STEPS:
         origin = RemoteJobOrigin(code_location_repository(), run.job_name)
