@@ -112,10 +112,11 @@ def materialize_steps(
     subset = None if job is None or is_whole_job(job, selection) else [dg.AssetKey(s) for s in selection]
     if job is None:
         job = dg.define_asset_job(EPHEMERAL_JOB_NAME, selection=steps_selection(selection))
-    definitions = dg.Definitions(assets=all_definitions(), jobs=[job], resources=synthkd_resources(layout, build))
+    resources = synthkd_resources(layout, build)
+    definitions = dg.Definitions(assets=all_definitions(), jobs=[job], resources=resources)
     # the resources' config goes with the run (a caller's own fields win): its re-execution reproduces it
     run_config = dict(kwargs.pop("run_config", None) or {})
-    run_config["resources"] = merged_resource_config(resources_run_config(layout, build), run_config.get("resources"))
+    run_config["resources"] = merged_resource_config(resources_run_config(resources), run_config.get("resources"))
     kwargs["tags"] = {**kwargs.get("tags", {}), **code_location_run_tags(job.name)}
     run_id = make_new_run_id()
     try:

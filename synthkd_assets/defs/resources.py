@@ -320,16 +320,13 @@ def synthkd_resources(
     }
 
 
-def resources_run_config(
-    layout: SynthKDLayout, build: SynthKDBuildConfig | None = None, valuation: ValuationModelsResource | None = None
-) -> dict[str, dict]:
-    """Run config setting every field of `synthkd_resources(layout, build, valuation)`, the layout's roots as
-    this process resolves them now (a relative root, which the manifests record as given, is relative to the
-    repository root, where build.sh and the code server both run). A build stores it with each run, so that
-    the run re-executed from the UI (in the code location, whose resources come from the environment it loaded
-    in) reads and writes what it did."""
-    resources = synthkd_resources(layout, build, valuation)
-    roots = layout.data_layout()
+def resources_run_config(resources: Mapping[str, dg.ConfigurableResource]) -> dict[str, dict]:
+    """Run config setting every field of `resources` (`synthkd_resources`), the layout's roots as this process
+    resolves them now (a relative root, which the manifests record as given, is relative to the repository
+    root, where build.sh and the code server both run). A build stores it with each run, so that the run
+    re-executed from the UI (in the code location, whose resources come from the environment it loaded in)
+    reads and writes what it did."""
+    roots = resources[LAYOUT_KEY].data_layout()
     config = {key: {"config": resource.model_dump()} for key, resource in resources.items()}
     config[LAYOUT_KEY]["config"].update(
         raw_dir=str(roots.raw_root),
