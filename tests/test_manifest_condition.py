@@ -1,9 +1,12 @@
 """The Python parts of the manifests' automation condition (synthkd_assets/defs/conditions.py), on a real
-instance: which failed runs Dagster's run retries are about to launch again. The daemon honouring the whole
-condition: tests/test_automation_daemon.py."""
+instance: which failed runs Dagster's run retries are about to launch again, and which manifests have every
+shard built in the code location's layout (Dagster's own evaluation of the condition). The daemon honouring
+the whole condition: tests/test_automation_daemon.py."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,12 +15,18 @@ import dagster as dg
 import pytest
 from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 
+from synthkd_assets.core.layout import DATA_DIR_ENV, RAW_DIR_ENV
+from synthkd_assets.definitions import build_definitions
+from synthkd_assets.defs.build import build_all, materialize_steps
 from synthkd_assets.defs.conditions import (
     AUTO_RETRY_RUN_ID_TAG,
     RETRY_GRACE_S,
     WILL_RETRY_TAG,
     runs_awaiting_retry,
 )
+from synthkd_assets.defs.passes import MANIFEST_STEPS, SHARD_STEPS
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.upstream import missing_shard_records
 
 # where a daemon-launched run came from (a run of `dg launch` or `dg.materialize` has none)
 ORIGIN = RemoteJobOrigin(
@@ -68,3 +77,47 @@ def test_runs_no_retry_will_follow_are_not_awaited(instance, tags, launched):
 def test_a_retry_that_never_came_is_not_awaited_for_ever(instance):
     failed_run(instance, {WILL_RETRY_TAG: "true"})
     assert runs_awaiting_retry(instance, now=time.time() + RETRY_GRACE_S + 1) == []
+
+
+MANIFESTS = [dg.AssetKey(name) for name in MANIFEST_STEPS]
+
+
+def requested_manifests(result) -> set[str]:
+    return {key.to_user_string() for key in MANIFESTS if result.get_num_requested(key)}
+
+
+def test_the_manifests_wait_for_every_shard_of_their_layout(built_sample, tmp_path, monkeypatch):
+    """The manifests' automation follows the code location's (full) layout. After a smoke build alone (the same
+    assets, in the same instance) it requests nothing: every full-layout record is missing, and a run would
+    fail. With the full build there too it requests each manifest whose records are all present; one missing
+    record holds back exactly the manifest that reads it, which would fail naming it."""
+    data = tmp_path / "data"
+    layout = SynthKDLayout(raw_dir=built_sample[1].raw_dir, data_dir=str(data))
+    monkeypatch.setenv(RAW_DIR_ENV, layout.raw_dir)
+    monkeypatch.setenv(DATA_DIR_ENV, str(data))
+    defs = build_definitions(os.environ)
+    full = layout.data_layout()
+    with dg.DagsterInstance.ephemeral() as instance:
+        smoke = SynthKDBuildConfig(smoke=True)
+        build_all(instance, layout, smoke, outputs=["synth_kd_v1", "synth_distill"])  # its manifests last
+        built = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        assert requested_manifests(built) == set()
+        # a shard run of the smoke build (as a re-execution of one from the UI): the manifests are due
+        materialize_steps(instance, layout, SHARD_STEPS, "synth_02", build=smoke)
+        smoke_only = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=built.cursor)
+        assert requested_manifests(smoke_only) == set()
+        for manifest in MANIFEST_STEPS:
+            assert missing_shard_records(full, manifest)  # nothing of the full layout yet
+
+        # the full build's files beside the smoke build's (as a full build leaves them), one DistillKit record gone
+        shutil.copytree(built_sample[2], data, dirs_exist_ok=True)
+        gone = full.distill_record("synth_03")
+        gone.unlink()
+        assert missing_shard_records(full, "synth_distill_manifest") == [gone]
+        later = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=smoke_only.cursor)
+        assert requested_manifests(later) == {"synth_harmony_manifest", "synth_kd_v1_manifest"}
+        # what the condition spared: the manifest run would have failed, naming the record
+        failed = materialize_steps(instance, layout, ["synth_distill_manifest"], raise_on_error=False)
+        assert not failed.success
+        errors = [event.event_specific_data.error.message for event in failed.get_step_failure_events()]
+        assert any(f"synth_distill partition 'synth_03' has not been materialized ({gone}" in e for e in errors)

@@ -163,9 +163,15 @@ def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard
 def scan_inputs(layout: DataLayout) -> list[RawShard]:
     """Every input shard of a build: SYNTH's raw shards, then the anchor sources' shards of
     `layout.sources_root` when one is set (`source_shard_paths`), each hashed (one cache for both)."""
+    return _hashed(input_shard_paths(layout), layout.raw_hash_cache())
+
+
+def input_shard_paths(layout: DataLayout) -> list[tuple[str, Path]]:
+    """(partition key, path) of every input shard of a build, in partition order, unhashed: SYNTH's raw shards,
+    then the anchor sources' (refusing what `scan_inputs` refuses)."""
     synth = [(partition_key_for(path), path) for path in raw_shard_paths(layout.raw_root)]
     anchors = source_shard_paths(layout.sources_root) if layout.sources_root is not None else []
-    return _hashed(synth + anchors, layout.raw_hash_cache())
+    return synth + anchors
 
 
 def source_shard_paths(sources_root: Path) -> list[tuple[str, Path]]:

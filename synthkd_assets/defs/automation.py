@@ -192,8 +192,8 @@ with warnings.catch_warnings():  # `use_user_code_server` is beta in Dagster 1.1
         minimum_interval_seconds=30,
         use_user_code_server=True,  # the manifests' condition reads the data root's build lock (conditions.py)
         description="Evaluates the eager automation conditions of the three manifests: after the shards they list are "
-        "rebuilt (and no shard run is still in progress, and no build holds the data root) it requests one run "
-        "rewriting them, with their checks.",
+        "rebuilt (and no shard run is still in progress, no build holds the data root and every shard is built in "
+        "the code location's layout, not only by a smoke build) it requests one run rewriting them, with their checks.",
     )
 
 REBUILD_CRON_ENV = "SYNTHKD_REBUILD_CRON"

@@ -11,7 +11,10 @@ and writes the manifests itself at its end: while it holds the data root's lock 
 raw sensor skips then. So is the moment between a run's failure and the retry Dagster's run retries launch for
 it (seconds): manifests requested then would run beside the retry, and Dagster's eager condition swallows the
 retry's updates that land while the manifests themselves are updated, so they would not be rewritten after it.
-These parts are Python (a lock file, run tags), so synth_manifests_automation evaluates in the code server.
+And a smoke build materializes the same assets in the same instance, so a shard's steps can be up to date in
+Dagster's eyes while the layout this code location builds (the full one) has none of its records: the condition
+is false for a manifest until every shard's records it reads are there. These parts are Python (a lock file, run
+tags, records on disk), so synth_manifests_automation evaluates in the code server.
 """
 
 import os
@@ -25,20 +28,25 @@ from dagster._core.storage.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
 
 from synthkd_assets.core.buildlock import build_in_progress
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.passes import SHARD_STEPS
+from synthkd_assets.defs.upstream import missing_shard_records
 
 
 class _TrueUnless(dg.AutomationCondition):
-    """A condition in Python: true for every candidate, unless `blocked` (then for none)."""
+    """A condition in Python: true for every candidate, unless `blocked` (then for none). Not asked when there
+    is no candidate (an earlier part of the condition was false)."""
 
     name = "true_unless"
     description = "true unless blocked"
 
-    def blocked(self, instance: dg.DagsterInstance) -> bool:
+    def blocked(self, instance: dg.DagsterInstance, asset: str) -> bool:
         raise NotImplementedError
 
     def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
-        blocked = self.blocked(context.asset_graph_view.instance)
+        if context.candidate_subset.is_empty:
+            return dg.AutomationResult(context, context.candidate_subset)
+        blocked = self.blocked(context.asset_graph_view.instance, context.key.to_user_string())
         return dg.AutomationResult(context, context.get_empty_subset() if blocked else context.candidate_subset)
 
 
@@ -49,8 +57,24 @@ class NoBuildHoldsTheDataRoot(_TrueUnless):
     name = "no_build_holds_the_data_root"
     description = "no build (scripts/build.sh) holds the data root's lock"
 
-    def blocked(self, instance: dg.DagsterInstance) -> bool:
+    def blocked(self, instance: dg.DagsterInstance, asset: str) -> bool:
         return build_in_progress(DataLayout.from_environ(os.environ).build_lock())
+
+
+class EveryShardBuiltHere(_TrueUnless):
+    """True unless a shard of the raw directory lacks a record the manifest reads (`missing_shard_records`) in
+    the layout this code location builds (the full one, on $SYNTHKD_DATA_DIR): its shard steps were materialized
+    by a smoke build (the same assets, in the same instance), or not yet at all, so a run rewriting the manifest
+    now would fail for want of them. A raw directory that cannot be listed blocks too: the raw sensor says why."""
+
+    name = "every_shard_built_here"
+    description = "every shard's records are in this code location's layout (not only a smoke build's)"
+
+    def blocked(self, instance: dg.DagsterInstance, asset: str) -> bool:
+        try:
+            return bool(missing_shard_records(DataLayout.from_environ(os.environ), asset))
+        except InputFileError:
+            return True
 
 
 # the run-retry daemon launches a retry within seconds; a failed run still without one after this is not waited for
@@ -82,7 +106,7 @@ class NoRunAwaitsItsRetry(_TrueUnless):
     name = "no_run_awaits_its_retry"
     description = "no failed run awaits its automatic retry"
 
-    def blocked(self, instance: dg.DagsterInstance) -> bool:
+    def blocked(self, instance: dg.DagsterInstance, asset: str) -> bool:
         return bool(runs_awaiting_retry(instance))
 
 
@@ -97,5 +121,12 @@ def _any_shard_step_in_progress() -> dg.AutomationCondition:
 
 
 MANIFEST_CONDITION = (
-    dg.AutomationCondition.eager() & ~_any_shard_step_in_progress() & NoRunAwaitsItsRetry() & NoBuildHoldsTheDataRoot()
-).with_label("eager, once no shard run is queued, in progress or awaiting its retry, and no build holds the data root")
+    dg.AutomationCondition.eager()
+    & ~_any_shard_step_in_progress()
+    & NoRunAwaitsItsRetry()
+    & NoBuildHoldsTheDataRoot()
+    & EveryShardBuiltHere()
+).with_label(
+    "eager, once no shard run is queued, in progress or awaiting its retry, no build holds the data root and every "
+    "shard is built in this layout"
+)

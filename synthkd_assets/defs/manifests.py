@@ -6,8 +6,8 @@ from collections.abc import Callable
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
-from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.inventory import scan_inputs
+from synthkd_assets.core.layout import HARMONY_STAGE, DataLayout
 from synthkd_assets.core.manifest_builders import (
     distill_manifest,
     harmony_manifest,
@@ -26,8 +26,10 @@ from synthkd_assets.defs.conditions import MANIFEST_CONDITION
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.metadata import dataset_manifest_metadata, manifest_rows_metadata
+from synthkd_assets.defs.passes import HARMONY_MANIFEST, OUTPUTS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import (
+    manifest_shard_records,
     partition_records,
     read_plan,
     recorded_file,
@@ -50,11 +52,11 @@ def synth_harmony_manifest(
     """data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts."""
     paths = layout.data_layout(build.smoke)
     shards = scan_inputs(paths)
-    files = {shard.name: stage_files(paths, "synth_harmony", shard.name) for shard in shards}
-    reports = partition_records("synth_harmony", {name: report for name, (_, report) in files.items()})
+    names = [shard.name for shard in shards]
+    reports = partition_records(HARMONY_STAGE, manifest_shard_records(paths, HARMONY_MANIFEST, names)[HARMONY_STAGE])
     entries = []
     for shard in shards:
-        out = files[shard.name][0]
+        out = stage_files(paths, "synth_harmony", shard.name)[0]
         output = {"path": paths.recorded(out), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
         entries.append(harmony_shard_entry(shard.name, shard.path, reports[shard.name], output))
     manifest = harmony_manifest(system_message_dict(), entries)
@@ -78,6 +80,12 @@ def dataset_inputs(
     return provenance(mf.git_state(), config, tokenizer, harmony), sampling, reports
 
 
+def dataset_records(paths: DataLayout, dataset: dg.AssetsDefinition, names: list[str]) -> list[dict]:
+    """The shard records of `dataset` (synth_kd_v1, synth_distill) its manifest lists, in shard order."""
+    name = dataset.key.to_user_string()
+    return list(partition_records(name, manifest_shard_records(paths, OUTPUTS[name], names)[name]).values())
+
+
 DATASET_DEPS = [synth_harmony_manifest, o200k_tokenizer, synth_sampling_plan]
 
 
@@ -91,9 +99,8 @@ def synth_kd_v1_manifest(
     exercise, with the overall figures plotted (002 §12 distribution checks)."""
     paths = layout.data_layout(build.smoke)
     root, names = paths.megatron_root(), shard_names(paths)
-    records = partition_records("synth_kd_v1", {n: paths.shard_record(shard_index_from_name(n)) for n in names})
+    records = dataset_records(paths, synth_kd_v1, names)
     origin, sampling, reports = dataset_inputs(paths, build, build.kd_config(), names)
-    records = list(records.values())
     manifest = kd_manifest(root.name, origin, sampling, reports, records, kd_dataset_files(root, records))
     digest = write_gated_manifest(context, paths, manifest)
     totals = manifest["totals"]
@@ -119,7 +126,7 @@ def synth_distill_manifest(
     drops by reason, every part's bytes and sha256; plus the Harmony render-failure log."""
     paths = layout.data_layout(build.smoke)
     root, names = paths.distill_root(), shard_names(paths)
-    records = partition_records("synth_distill", {n: paths.distill_records_dir() / f"{n}.json" for n in names})
+    records = dataset_records(paths, synth_distill, names)
     origin, sampling, reports = dataset_inputs(paths, build, build.distill_config(), names)
     # the Harmony render failures synth_tokenized dropped (its first 1000 per shard), gathered into one log
     render_failures = [paths.error_log("synth_tokenized", n) for n in names]
@@ -131,7 +138,7 @@ def synth_distill_manifest(
         origin,
         sampling,
         reports,
-        list(records.values()),
+        records,
         build.max_seq_len,
         build.distill_valid_fraction,
         errors,

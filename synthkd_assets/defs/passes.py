@@ -16,7 +16,8 @@ SCAN_STEPS = ["synth_harmony", "synth_filtered", "synth_signatures"]  # per shar
 PLAN_STEPS = ["synth_clusters", "synth_sampling_plan", "synth_validation_sets"]
 BUILD_STEPS = ["synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill"]  # per shard, under the plan
 SHARD_STEPS = SCAN_STEPS + BUILD_STEPS  # rebuilding one shard under the plan in force
-MANIFEST_STEPS = ["synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest"]
+HARMONY_MANIFEST = "synth_harmony_manifest"  # raw provenance over every shard; the other two are OUTPUTS'
+MANIFEST_STEPS = [HARMONY_MANIFEST, "synth_kd_v1_manifest", "synth_distill_manifest"]
 # the sequence pool (002), after the datasets: its quota plan over every shard's tokens, the pool per shard
 # under it, then its curriculum and sampling manifest. Run by the build, never by the automation: like the
 # sampling plan, a new quota plan means rebuilding every shard's pool

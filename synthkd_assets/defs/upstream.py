@@ -6,11 +6,11 @@ from pathlib import Path
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.inventory import scan_inputs
-from synthkd_assets.core.layout import STAGE_NAMES, DataLayout
+from synthkd_assets.core.inventory import input_shard_paths, shard_index_from_name
+from synthkd_assets.core.layout import HARMONY_STAGE, STAGE_NAMES, DataLayout
 from synthkd_assets.core.quota import QuotaTargets
 from synthkd_assets.core.sampling import MixTargets
-from synthkd_assets.defs.passes import launch_sequence
+from synthkd_assets.defs.passes import HARMONY_MANIFEST, MANIFEST_STEPS, OUTPUTS, launch_sequence
 from synthkd_contract.manifest_seal import sha256_file
 
 
@@ -20,8 +20,30 @@ def stage_files(paths: DataLayout, stage: str, key: str) -> tuple[Path, Path]:
 
 
 def shard_names(paths: DataLayout) -> list[str]:
-    """The shards of the raw directory, in partition order: what the manifests list."""
-    return [shard.name for shard in scan_inputs(paths)]
+    """The shards of the raw directory (and the anchor sources), in partition order: what the manifests list."""
+    return [key for key, _ in input_shard_paths(paths)]
+
+
+def manifest_shard_records(paths: DataLayout, manifest: str, names: list[str]) -> dict[str, dict[str, Path]]:
+    """{step: {shard: record}}: the per-shard records `manifest` (an asset name) is written from, each read
+    through `partition_records`: synth_harmony's reports for its manifest; every stage's reports and the
+    dataset's own shard records for the two dataset manifests. Their automation waits for all of them in the
+    layout it builds (defs/conditions.py), so a shard built only in the other layout (smoke or full) never
+    makes it request a run that fails for want of them."""
+    reports = stage_report_paths(paths, names)
+    if manifest == HARMONY_MANIFEST:
+        return {HARMONY_STAGE: reports[HARMONY_STAGE]}
+    if manifest == OUTPUTS["synth_kd_v1"]:
+        return {**reports, "synth_kd_v1": {n: paths.shard_record(shard_index_from_name(n)) for n in names}}
+    if manifest == OUTPUTS["synth_distill"]:
+        return {**reports, "synth_distill": {n: paths.distill_record(n) for n in names}}
+    raise ValueError(f"{manifest!r} is not one of {MANIFEST_STEPS}")
+
+
+def missing_shard_records(paths: DataLayout, manifest: str) -> list[Path]:
+    """The records of `manifest_shard_records` not on disk, for every shard of the raw directory."""
+    records = manifest_shard_records(paths, manifest, shard_names(paths))
+    return [path for by_shard in records.values() for path in by_shard.values() if not path.is_file()]
 
 
 def require_upstream(paths: DataLayout, asset: str, key: str, *upstream: str) -> None:
@@ -48,9 +70,14 @@ def partition_records(asset_name: str, record_paths: dict[str, Path]) -> dict[st
     return {name: mf.read_json(record_path) for name, record_path in record_paths.items()}
 
 
-def stage_reports(paths: DataLayout, names: list[str], stages: tuple[str, ...] = STAGE_NAMES) -> dict[str, dict]:
+def stage_report_paths(paths: DataLayout, names: list[str]) -> dict[str, dict[str, Path]]:
+    """{stage: {shard: report path}} of the stage steps."""
+    return {stage: {n: stage_files(paths, stage, n)[1] for n in names} for stage in STAGE_NAMES}
+
+
+def stage_reports(paths: DataLayout, names: list[str]) -> dict[str, dict]:
     """{stage: {shard: report}} of the stage steps, for the manifests' totals and sampling section."""
-    return {stage: partition_records(stage, {n: stage_files(paths, stage, n)[1] for n in names}) for stage in stages}
+    return {stage: partition_records(stage, reports) for stage, reports in stage_report_paths(paths, names).items()}
 
 
 def read_clusters(paths: DataLayout) -> tuple[dict, str]:
