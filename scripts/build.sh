@@ -7,8 +7,8 @@
 # - unset, multiprocess or in_process (this machine): one driver process (`python -m synthkd_assets.cli build`)
 #   runs the passes, each shard pass's runs in SYNTHKD_PARALLEL_RUNS worker processes at once (default: every
 #   core; never more than there are shards);
-# - celery or k8s (a cluster, docs/cluster.md): one stock `dg launch` call per pass and shard, SYNTHKD_PARALLEL_RUNS
-#   (default 1) shard runs submitted at once, each run's steps on the cluster's workers.
+# - celery or k8s (a cluster, docs/cluster.md): one stock `dg launch --job <the pass's job>` call per pass and shard,
+#   SYNTHKD_PARALLEL_RUNS (default 1) shard runs submitted at once, each run's steps on the cluster's workers.
 # Prints one line per pass and shard; every Dagster log line goes to $DAGSTER_HOME/logs/build-<time>-<pid>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -87,7 +87,7 @@ export ERROR_LINES='
 /^[A-Za-z_][A-Za-z0-9_.]*: / { if (!seen[$0]++) { print; grab = 1 }; next }
 /^$|^  File |^Stack Trace|^The above exception/ { grab = 0; next }
 grab { print }'
-# one stock CLI call (`dg launch --assets <selection> [--partition <key>]`), its output appended to the log;
+# one stock CLI call (`dg launch --job <job> [--partition <key>]`), its output appended to the log;
 # on failure: the failing step, Dagster's error lines and the log path, and exit status 1
 launch() {  # label, then dg launch arguments
   local label=$1 out rc=0 start=$SECONDS
@@ -108,24 +108,24 @@ launch() {  # label, then dg launch arguments
 }
 # a shard pass: one run per shard partition, a line per shard; keys arrive NUL-separated, so any file
 # name is one argument
-shard_run() {  # pass, selection, key
-  local pass=$1 select=$2 key=$3 start=$SECONDS index
+shard_run() {  # pass, its job, its steps, key
+  local pass=$1 job=$2 select=$3 key=$4 start=$SECONDS index
   index=$(grep -zxnF -- "$key" "$BUILD_KEYS" | tr '\0' '\n' | head -n 1 | cut -d: -f1)
-  launch "$pass $key" --assets "$select" --partition "$key" || exit 255  # 255: xargs starts no further shard
+  launch "$pass $key" --job "$job" --partition "$key" || exit 255  # 255: xargs starts no further shard
   # shellcheck disable=SC2086
   echo "  $pass $key ($index/$BUILD_SHARDS): $(.venv/bin/python -m synthkd_assets.cli progress --partition "$key" --steps "$select" $BUILD_SMOKE) ($((SECONDS - start))s)"
 }
 export -f launch shard_run
-each_shard() {  # pass name, selection: SYNTHKD_PARALLEL_RUNS shard runs at a time; stops at the first failure
+each_shard() {  # pass name, its job, its steps: SYNTHKD_PARALLEL_RUNS shard runs at a time; stops at the first failure
   local start=$SECONDS
-  echo "$1 pass over $BUILD_SHARDS shards: $2"
-  job xargs -0 -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I{} bash -c 'shard_run "$@"' _ "$1" "$2" {} < "$BUILD_KEYS" || (exit 1) || failed
+  echo "$1 pass over $BUILD_SHARDS shards: $3"
+  job xargs -0 -r -P "${SYNTHKD_PARALLEL_RUNS:-1}" -I{} bash -c 'shard_run "$@"' _ "$1" "$2" "$3" {} < "$BUILD_KEYS" || (exit 1) || failed
   echo "$1 pass done ($((SECONDS - start))s)"
 }
-step() {  # label, selection: one unpartitioned run
+step() {  # label, its job, its steps: one unpartitioned run
   local start=$SECONDS
-  job launch "$1" --assets "$2" || failed
-  echo "$1: $2 ($((SECONDS - start))s)"
+  job launch "$1" --job "$2" || failed
+  echo "$1: $3 ($((SECONDS - start))s)"
 }
 
 if [ -z "$cluster" ]; then
@@ -136,7 +136,7 @@ if [ -z "$cluster" ]; then
   job .venv/bin/python -m synthkd_assets.cli build --log "$BUILD_LOG" --lock-fd 9 --parent-pid $$ "${smoke[@]}" || exit $?
 else
   # 1. the pinned tokenizer and the raw inventory (registers one partition per raw shard)
-  step inventory o200k_tokenizer,synth_raw_inventory
+  step inventory synth_inventory_job o200k_tokenizer,synth_raw_inventory
   export BUILD_KEYS BUILD_SHARDS
   BUILD_KEYS=$(mktemp)
   trap 'rm -f "$BUILD_KEYS"' EXIT
@@ -144,19 +144,19 @@ else
   BUILD_SHARDS=$(tr -cd '\0' < "$BUILD_KEYS" | wc -c)
   # 2. the scan pass, every shard partition: Harmony -> 001 quality filters (exercise x language counts) ->
   #    MinHash signatures of the user prompts
-  each_shard scan synth_harmony,synth_filtered,synth_signatures
+  each_shard scan synth_scan_job synth_harmony,synth_filtered,synth_signatures
   # 3. the near-duplicate clusters (cap, held-out clusters), the sampling plan from every shard's counts after them,
   #    the validation sets
-  step plan synth_clusters,synth_sampling_plan,synth_validation_sets
+  step plan synth_plan_job synth_clusters,synth_sampling_plan,synth_validation_sets
   # 4. the build pass, every shard partition: sampled -> tokens/masks -> Megatron trio + DistillKit parts
-  each_shard build synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
+  each_shard build synth_build_job synth_sampled,synth_tokenized,synth_kd_v1,synth_distill
   # 5. provenance over all shards
-  step manifest synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
+  step manifest synth_manifests_job synth_harmony_manifest,synth_kd_v1_manifest,synth_distill_manifest
   # 6. the sequence pool: the B x C quota plan over every shard's tokens, the pool and its valuation features per
   #    shard, curriculum + manifest
-  step quota synth_quota_plan
-  each_shard pool synth_pool,synth_valuation_features
-  step pool_manifest synth_curriculum,synth_pool_manifest
+  step quota synth_quota_job synth_quota_plan
+  each_shard pool synth_pool_job synth_pool,synth_valuation_features
+  step pool_manifest synth_pool_manifest_job synth_curriculum,synth_pool_manifest
   echo
   .venv/bin/python -m synthkd_assets.cli summary --manifest "$megatron_manifest" --manifest "$distill_manifest" \
     --manifest "$pool_manifest"

@@ -44,7 +44,7 @@ from synthkd_contract import constants
 
 NO_PARTITIONS_HINT = (
     "no synth_shards partitions are registered in this Dagster instance (DAGSTER_HOME={home}): register one per "
-    "raw file with `dg launch --assets synth_raw_inventory` (or start `dg dev`: its sensor registers them)"
+    "raw file with `dg launch --job synth_inventory_job` (or start `dg dev`: its sensor registers them)"
 )
 NO_DAGSTER_HOME_HINT = (
     "DAGSTER_HOME is not an instance directory ({home}): partitions live in a Dagster instance; export "

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from synthkd_assets.defs.executors import DEFAULT_CELERY_CONFIG
+from synthkd_assets.defs.jobs import PASS_JOBS
 from synthkd_assets.defs.passes import BUILD_STEPS
 from synthkd_dev.local_cluster import LocalCluster, services_available
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
@@ -98,8 +99,12 @@ def test_every_partition_through_two_celery_workers_equals_the_embedded_build(
         assert isinstance(instance.run_storage, PostgresRunStorage)
         runs = instance.get_runs()
         assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-        built = {r.tags.get("dagster/partition") for r in runs if "synth_tokenized" in str(r.asset_selection)}
+        built = {r.tags.get("dagster/partition") for r in runs if r.job_name == "synth_build_job"}
         assert built == {p.stem for p in SAMPLE_RAW_DIR.glob("*.parquet")}
+        # each pass a run of its job (as the UI lists a local build's), tagged with its pass
+        assert {(r.job_name, r.tags.get("synthkd/pass")) for r in runs} == {
+            (job.name, name) for name, job in PASS_JOBS.items()
+        }
         workers = {worker for r in runs for _, worker in step_workers(instance, r.run_id)}
         assert workers == {"worker1", "worker2"}  # both machines did work
 

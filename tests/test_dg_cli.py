@@ -73,14 +73,14 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     """Unknown partitions get a hint; the one-line inventory registers them; a pass's job runs it; a shard
     step whose upstream was never built fails naming it and the order to run."""
     listed = cli_partitions(fresh)
-    assert listed.returncode == 1 and "dg launch --assets synth_raw_inventory" in listed.stderr
+    assert listed.returncode == 1 and "dg launch --job synth_inventory_job" in listed.stderr
     homeless = {name: value for name, value in fresh.items() if name != "DAGSTER_HOME"}
     listed = cli_partitions(homeless)
     assert listed.returncode == 2 and listed.stderr.startswith("DAGSTER_HOME is not an instance directory (None)")
     listed = cli_partitions({**fresh, "DAGSTER_HOME": str(Path(fresh["DAGSTER_HOME"]) / "missing")})
     assert listed.returncode == 2 and "missing): partitions live in a Dagster instance" in listed.stderr
 
-    inventory = dg(fresh, "launch", "--assets", "synth_raw_inventory")
+    inventory = dg(fresh, "launch", "--job", "synth_inventory_job")
     assert inventory.returncode == 0, inventory.stderr[-3000:]
     listed = cli_partitions(fresh)
     assert listed.stdout.split() == ["synth_00", "synth_01"]
@@ -99,7 +99,7 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     output = kd.stdout + kd.stderr
     assert kd.returncode != 0
     assert "synth_kd_v1 partition 'synth_01' needs synth_tokenized first" in output, output[-3000:]
-    assert "dg launch --assets synth_sampled,synth_tokenized,synth_kd_v1,synth_distill --partition synth_01" in output
+    assert "dg launch --job synth_build_job --partition synth_01" in output  # the order to run, as the README's
 
 
 def test_workspace_yaml_names_the_location_as_dg_does():

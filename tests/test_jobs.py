@@ -4,16 +4,18 @@ a webserver: tests/test_cli_and_webserver.py)."""
 
 from __future__ import annotations
 
+import re
+
 import dagster as dg
 import pytest
 from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.build import materialize_steps
-from synthkd_assets.defs.jobs import JOBS, PASS_JOBS, code_location_repository, job_for_steps
+from synthkd_assets.defs.jobs import JOBS, PASS_JOBS, code_location_repository, job_for_steps, launch_sequence
 from synthkd_assets.defs.passes import BUILD_STEPS, SCAN_STEPS, build_passes
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
-from tests.helpers import SAMPLE_RAW_DIR
+from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 
 def test_every_pass_runs_as_its_own_job_and_the_code_location_has_every_job():
@@ -66,3 +68,20 @@ def test_a_run_records_its_subset_origin_and_resources_config(tmp_path):
     assert resources["layout"]["config"]["data_dir"] == str(tmp_path / "data")
     assert resources["layout"]["config"]["sources_dir"] == ""  # SYNTH alone, whatever the re-executor's environment
     assert set(resources["valuation"]["config"]) >= {"teacher_checkpoint", "student_checkpoint"}
+
+
+def test_build_sh_cluster_route_and_the_upstream_hint_launch_each_pass_job_in_the_build_order():
+    """build.sh's `dg launch` route (SYNTHKD_EXECUTOR=celery|k8s) names each pass, its job and its steps: they
+    are the build's passes, in order, one run per shard where the pass is per shard; the hint a step gives
+    when its upstream is missing is the same order."""
+    script = (REPO_ROOT / "scripts" / "build.sh").read_text()
+    launched = re.findall(r"^\s*(step|each_shard) (\w+) (\w+) ([\w,]+)$", script, re.MULTILINE)
+    assert launched == [
+        ("each_shard" if p.per_shard else "step", p.name, PASS_JOBS[p.name].name, ",".join(p.steps))
+        for p in build_passes()
+    ]
+    hint = [line.split("   #")[0] for line in launch_sequence("synth_03")]
+    assert hint == [
+        f"dg launch --job {PASS_JOBS[p.name].name}" + (" --partition synth_03" if p.per_shard else "")
+        for p in build_passes()
+    ]

@@ -26,6 +26,7 @@ from synthkd_assets.defs.passes import (
     QUOTA_STEPS,
     SCAN_STEPS,
     SHARD_STEPS,
+    build_passes,
 )
 
 _JOB_STEPS: dict[str, tuple[str, ...]] = {}  # each job's assets, by job name (steps_job fills it)
@@ -125,6 +126,26 @@ PASS_JOBS = {
     "pool_manifest": synth_pool_manifest_job,
 }
 JOBS = [*PASS_JOBS.values(), synth_shard_job]  # the passes' order, then the sensor's
+
+# what each pass must wait for, said beside its command
+_PASS_NOTES = {
+    "scan": "every shard, before the plan",
+    "manifest": "once every shard is built",
+    "pool_manifest": "once every shard's pool is built",
+}
+
+
+def launch_sequence(partition: str = "<shard>") -> list[str]:
+    """A whole build as `dg launch --job` commands, one per pass, for one shard partition (the working form of
+    the card's `dagster asset materialize --select synth_kd_v1`): what the README shows and upstream failures
+    suggest."""
+    commands = []
+    for build_pass in build_passes():
+        command = f"dg launch --job {PASS_JOBS[build_pass.name].name}"
+        command += f" --partition {partition}" if build_pass.per_shard else ""
+        note = _PASS_NOTES.get(build_pass.name)
+        commands.append(f"{command}   # {note}" if note else command)
+    return commands
 
 
 def job_for_steps(steps: list[str] | tuple[str, ...]) -> UnresolvedAssetJobDefinition | None:

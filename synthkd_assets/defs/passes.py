@@ -1,9 +1,9 @@
 """The build order of the graph, defined once: which assets each pass materializes, in what order.
 
 The build (defs/build.py: `build_passes`, which scripts/build.sh runs through `python -m synthkd_assets.cli
-build`), build.sh's `dg launch` route for a cluster executor (its order is tested against a build through
-defs/build.py in tests/test_cluster.py), the manifests' automation condition and the hint an asset gives when
-its upstream is missing all follow these lists.
+build`), each pass's job (defs/jobs.py), build.sh's `dg launch --job` route for a cluster executor
+(tests/test_jobs.py holds its order to `build_passes`), the manifests' automation condition and the hint an
+asset gives when its upstream is missing all follow these lists.
 """
 
 from collections.abc import Iterable
@@ -62,19 +62,3 @@ def build_passes(outputs: Iterable[str] = tuple(OUTPUTS)) -> list[Pass]:
             Pass("pool_manifest", tuple(POOL_MANIFEST_STEPS)),
         ]
     return passes
-
-
-def launch_sequence(partition: str = "<shard>") -> list[str]:
-    """The same order as `dg launch` commands, for one shard partition (the working form of the card's
-    `dagster asset materialize --select synth_kd_v1`): what the README shows and upstream failures suggest."""
-    launch = "dg launch --assets"
-    return [
-        f"{launch} {','.join(INVENTORY_STEPS)}",
-        f"{launch} {','.join(SCAN_STEPS)} --partition {partition}   # every shard, before the plan",
-        f"{launch} {','.join(PLAN_STEPS)}",
-        f"{launch} {','.join(BUILD_STEPS)} --partition {partition}",
-        f"{launch} {','.join(MANIFEST_STEPS)}   # once every shard is built",
-        f"{launch} {','.join(QUOTA_STEPS)}",
-        f"{launch} {','.join(POOL_STEPS)} --partition {partition}",
-        f"{launch} {','.join(POOL_MANIFEST_STEPS)}   # once every shard's pool is built",
-    ]

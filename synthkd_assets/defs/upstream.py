@@ -10,7 +10,8 @@ from synthkd_assets.core.inventory import input_shard_paths, shard_index_from_na
 from synthkd_assets.core.layout import HARMONY_STAGE, STAGE_NAMES, DataLayout
 from synthkd_assets.core.quota import QuotaTargets
 from synthkd_assets.core.sampling import MixTargets
-from synthkd_assets.defs.passes import HARMONY_MANIFEST, MANIFEST_STEPS, OUTPUTS, launch_sequence
+from synthkd_assets.defs.jobs import launch_sequence
+from synthkd_assets.defs.passes import HARMONY_MANIFEST, MANIFEST_STEPS, OUTPUTS
 from synthkd_contract.manifest_seal import sha256_file
 
 
@@ -48,7 +49,7 @@ def missing_shard_records(paths: DataLayout, manifest: str) -> list[Path]:
 
 def require_upstream(paths: DataLayout, asset: str, key: str, *upstream: str) -> None:
     """Fail with the steps to run when an upstream output this partition reads is not there (e.g. a
-    `dg launch --assets synth_kd_v1 --partition synth_00` on a fresh data directory)."""
+    `dg launch --job synth_build_job --partition synth_00` on a fresh data directory)."""
     tokenizer = paths.tokenizer_file()
     files = {name: tokenizer if name == "o200k_tokenizer" else stage_files(paths, name, key)[0] for name in upstream}
     missing = {name: path for name, path in files.items() if not path.is_file()}

@@ -10,8 +10,8 @@ from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.valuation import ModelFeatures, checkpoint_problem, checkpoint_sha256, write_valuation_shard
 from synthkd_assets.defs.assets import shard_step, synth_tokenized
 from synthkd_assets.defs.checks import rows_accounted_result
+from synthkd_assets.defs.jobs import launch_sequence
 from synthkd_assets.defs.metadata import content_version, files_metadata, report_metadata, table_definition_metadata
-from synthkd_assets.defs.passes import launch_sequence
 from synthkd_assets.defs.pool import synth_pool
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, ValuationModelsResource
 from synthkd_assets.defs.upstream import require_upstream, stage_files
