@@ -31,6 +31,7 @@ from synthkd_assets.core.valuation import checkpoint_problem
 from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
 from synthkd_assets.defs.executors import local_instance_yaml
 from synthkd_assets.defs.failures import failed_runs_report
+from synthkd_assets.defs.jobs import adopt_launched_run
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass
 from synthkd_assets.defs.resources import (
@@ -55,6 +56,15 @@ NO_DAGSTER_HOME_HINT = (
 def list_partitions() -> list[str]:
     with dg.DagsterInstance.get() as instance:
         return list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
+
+
+def adopt_run(run_id: str) -> int:
+    """build.sh's cluster route, after each `dg launch --job`: the run gets the code location's origin."""
+    with dg.DagsterInstance.get() as instance:
+        if adopt_launched_run(instance, run_id):
+            return 0
+    print(f"run {run_id}: not a run of a job of the code location in {os.environ.get('DAGSTER_HOME')}", file=sys.stderr)
+    return 1
 
 
 def step_report(layout: DataLayout, step: str, partition: str) -> dict | None:
@@ -414,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--lock-fd", type=int, help="the build lock is held on this inherited file descriptor")
     run.add_argument("--parent-pid", type=int, help="stop (as on SIGTERM) when this process, build.sh, dies")
     sub.add_parser("instance-yaml", help="deploy/local/dagster.yaml, its run queue sized to this machine's cores")
+    adopt = sub.add_parser(
+        "adopt-run", help="give a finished `dg launch --job` run the code location's origin (the UI re-executes it)"
+    )
+    adopt.add_argument("run_id")
     args = parser.parse_args(argv)
     if args.command == "partitions":
         home = os.environ.get("DAGSTER_HOME")
@@ -436,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         return take_lock(args.fd, args.path)
     elif args.command == "instance-yaml":
         sys.stdout.write(local_instance_yaml(available_cores()))
+    elif args.command == "adopt-run":
+        return adopt_run(args.run_id)
     elif args.command == "build":
         try:
             workers = args.workers or parallel_runs(os.environ)

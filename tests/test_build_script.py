@@ -112,7 +112,9 @@ def start_two_shard_build(root: Path, rows: int = 400) -> subprocess.Popen:
         table = pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, rows)
         pq.write_table(table, root / "raw" / f"{key}.parquet")
     process = start(root)
-    wait_for(lambda: (root / "home" / "dagster.yaml").is_file(), "build.sh to set up DAGSTER_HOME")
+    # its first pass line: the build has created the instance's storage, which a second process creating it at
+    # the same moment on a fresh DAGSTER_HOME would race ("table alembic_version already exists")
+    wait_for(lambda: "inventory:" in (root / "stdout.txt").read_text() or process.poll() is not None, "the inventory")
     return process
 
 

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import dagster
 import pytest
+from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.defs.jobs import code_location_repository
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 VENV_BIN = Path(sys.executable).parent
@@ -63,10 +65,14 @@ def test_dg_check_and_list_defs_see_the_code_location(fresh):
     assert "synth_raw_sensor" in {s["name"] for s in defs["sensors"]}
 
 
-def cli_partitions(env: dict[str, str]) -> subprocess.CompletedProcess:
-    """`python -m synthkd_assets.cli partitions`, as README types it."""
-    command = [sys.executable, "-m", "synthkd_assets.cli", "partitions"]
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """`python -m synthkd_assets.cli ...`, as README and build.sh type it."""
+    command = [sys.executable, "-m", "synthkd_assets.cli", *args]
     return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+
+
+def cli_partitions(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return cli(env, "partitions")
 
 
 def test_dg_launch_on_a_fresh_instance(fresh):
@@ -91,6 +97,16 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     with dagster.DagsterInstance.from_config(fresh["DAGSTER_HOME"]) as instance:
         (run,) = instance.get_runs(filters=dagster.RunsFilter(job_name="synth_scan_job"))
         assert run.tags["synthkd/pass"] == "scan" and run.tags["dagster/partition"] == "synth_01"
+        assert run.remote_job_origin is None  # executed in dg's own process: the UI cannot re-execute it yet
+    # what build.sh's cluster route does after each launch: the run gets the code location's origin
+    assert cli(fresh, "adopt-run", run.run_id).returncode == 0
+    with dagster.DagsterInstance.from_config(fresh["DAGSTER_HOME"]) as instance:
+        adopted = instance.get_run_by_id(run.run_id)
+        assert adopted.remote_job_origin.repository_origin == code_location_repository()
+        assert adopted.tags[REPOSITORY_LABEL_TAG] == code_location_repository().get_label()
+        assert adopted.tags["synthkd/pass"] == "scan" and adopted.status == dagster.DagsterRunStatus.SUCCESS
+    unknown = cli(fresh, "adopt-run", "00000000-0000-0000-0000-000000000000")
+    assert unknown.returncode == 1 and "not a run of a job of the code location" in unknown.stderr
     paths = DataLayout.from_environ(fresh)
     assert paths.stage_output("synth_filtered", "synth_01").is_file()
     assert not paths.stage_output("synth_filtered", "synth_00").exists()

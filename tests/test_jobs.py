@@ -8,11 +8,19 @@ import re
 
 import dagster as dg
 import pytest
-from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
+from dagster._core.storage.tags import MAX_RETRIES_TAG, REPOSITORY_LABEL_TAG, WILL_RETRY_TAG
+from dagster._core.utils import make_new_run_id
 
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.build import materialize_steps
-from synthkd_assets.defs.jobs import JOBS, PASS_JOBS, code_location_repository, job_for_steps, launch_sequence
+from synthkd_assets.defs.jobs import (
+    JOBS,
+    PASS_JOBS,
+    adopt_launched_run,
+    code_location_repository,
+    job_for_steps,
+    launch_sequence,
+)
 from synthkd_assets.defs.passes import BUILD_STEPS, SCAN_STEPS, build_passes
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
@@ -85,3 +93,25 @@ def test_build_sh_cluster_route_and_the_upstream_hint_launch_each_pass_job_in_th
         f"dg launch --job {PASS_JOBS[p.name].name}" + (" --partition synth_03" if p.per_shard else "")
         for p in build_passes()
     ]
+
+
+def test_an_adopted_launch_run_gets_the_origin_and_is_never_retried_by_the_daemon():
+    """A failed `dg launch --job` run of build.sh's cluster route, which Dagster's run-retry setting marked to be
+    retried: once adopted (its origin recorded, so the daemon could relaunch it) it is marked not to be, as
+    every build run is; a run of a job the code location lacks is left alone."""
+    with dg.DagsterInstance.ephemeral() as instance:
+        failed = instance.add_run(
+            dg.DagsterRun(
+                job_name="synth_build_job",
+                run_id=make_new_run_id(),
+                status=dg.DagsterRunStatus.FAILURE,
+                tags={WILL_RETRY_TAG: "true", "dagster/partition": "synth_02"},
+            )
+        )
+        other = instance.add_run(dg.DagsterRun(job_name="__ephemeral_asset_job__", run_id=make_new_run_id()))
+        assert adopt_launched_run(instance, failed.run_id) and not adopt_launched_run(instance, other.run_id)
+        adopted = instance.get_run_by_id(failed.run_id)
+        assert adopted.remote_job_origin.repository_origin == code_location_repository()
+        assert adopted.tags[WILL_RETRY_TAG] == "false" and adopted.tags[MAX_RETRIES_TAG] == "0"
+        assert adopted.tags["dagster/partition"] == "synth_02" and adopted.status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(other.run_id).remote_job_origin is None

@@ -21,7 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import dagster as dg
 from dagster._core.definitions.materialize import EPHEMERAL_JOB_NAME  # dg.materialize's job name
-from dagster._core.storage.tags import MAX_RETRIES_TAG, PARTITION_NAME_TAG  # Dagster's own names for them
+from dagster._core.storage.tags import PARTITION_NAME_TAG  # Dagster's own name for it
 from dagster._core.utils import make_new_run_id
 
 from synthkd_assets.core.buildlock import build_lock
@@ -33,6 +33,7 @@ from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
 from synthkd_assets.defs.jobs import (
+    NO_RUN_RETRIES_TAGS,
     code_location_run_tags,
     is_whole_job,
     job_for_steps,
@@ -57,9 +58,6 @@ BUILD_TAG = "synthkd/build"  # on every run of one build_all call, the same valu
 # before its run has logged anything is still told from the workers the pool stopped with it
 WORKER_PID_TAG = "synthkd/worker_pid"
 DATA_ROOT_TAG = "synthkd/data_root"  # on every run of a build_all call: the data root it builds (resolved)
-# and no automatic retry by the daemon (deploy/*/dagster.yaml `run_retries`) for a run of a build: its runs are
-# in-process runs of the build's own processes, which the build runs again itself (and fails when killed)
-NO_RUN_RETRIES_TAGS = {MAX_RETRIES_TAG: "0"}
 
 
 class BuildFailed(RuntimeError):

@@ -12,7 +12,7 @@ import dagster as dg
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
-from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
+from dagster._core.storage.tags import MAX_RETRIES_TAG, REPOSITORY_LABEL_TAG, WILL_RETRY_TAG
 from dagster._core.workspace.load import location_origins_from_yaml_paths
 
 from synthkd_assets.defs.conventions import pass_tags
@@ -160,6 +160,11 @@ def is_whole_job(job: UnresolvedAssetJobDefinition, steps: list[str] | tuple[str
     return set(steps) == set(_JOB_STEPS[job.name])
 
 
+# no automatic retry by the daemon (deploy/*/dagster.yaml `run_retries`) for a run of a build: its runs are
+# in-process runs of the build's own processes (or of build.sh's `dg launch` calls), which the build runs again
+# itself (and fails when killed)
+NO_RUN_RETRIES_TAGS = {MAX_RETRIES_TAG: "0"}
+
 WORKSPACE_YAML = Path(__file__).resolve().parents[2] / "workspace.yaml"  # `dg dev`'s and the daemon's location
 
 
@@ -187,3 +192,21 @@ def record_code_location_origin(instance: dg.DagsterInstance, run_id: str) -> No
     if run is not None and run.job_name in _JOB_STEPS:
         origin = RemoteJobOrigin(code_location_repository(), run.job_name)
         instance.run_storage.replace_job_origin(run, origin)
+
+
+def adopt_launched_run(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Give a finished run of one of the code location's jobs that `dg launch --job` executed in its own process
+    (build.sh's cluster route) what a run launched from the code location has: its repository tag and origin, so
+    that the UI lists it there and re-executes it; and a build run's "no automatic retry". False (nothing
+    changed) for a run of another job or an unknown run id."""
+    run = instance.get_run_by_id(run_id)
+    if run is None or run.job_name not in _JOB_STEPS:
+        return False
+    # a build's run is never retried by the daemon, which could now relaunch it: a failed one is marked so first
+    # (until its origin is recorded the daemon cannot relaunch it, and says so)
+    tags = {**code_location_run_tags(run.job_name), **NO_RUN_RETRIES_TAGS}
+    if run.status == dg.DagsterRunStatus.FAILURE:
+        tags[WILL_RETRY_TAG] = "false"
+    instance.add_run_tags(run_id, tags)
+    record_code_location_origin(instance, run_id)
+    return True
