@@ -255,7 +255,7 @@ def process_kind(command: str, parent: str = "") -> str:
     named by its parent's kind (the run it executes a step of)."""
     for pattern, kind in (
         (r"build\.sh", "build.sh"),
-        (r"\bdg launch\b.*--assets (\S+)", "dg launch {}"),
+        (r"\bdg launch\b.*--(?:job|assets) (\S+)", "dg launch {}"),
         (r"synthkd_assets\.cli (\w[\w-]*)", "cli {}"),
         (r"multiprocessing|execute_step|api execute", "step process"),
         (r"\bxargs\b", "xargs"),

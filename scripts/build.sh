@@ -95,11 +95,9 @@ launch() {  # label, then dg launch arguments
   out=$(mktemp)
   .venv/bin/dg launch --config-json "$BUILD_CONFIG" "$@" >"$out" 2>&1 || rc=$?
   { echo "=== $label: dg launch $*"; cat "$out"; } >>"$BUILD_LOG"
-  # the run's id, from its first log line ("... - dagster - DEBUG - <job> - <run id> - ..."): the run gets the
-  # code location's origin, so the UI re-executes it (a failed shard run above all)
-  local run_id
-  run_id=$(grep -m 1 -oE " - dagster - [A-Z]+ - [A-Za-z0-9_]+ - $UUID_RE - " "$out" | grep -oE "$UUID_RE" || true)
-  if [ -n "$run_id" ]; then .venv/bin/python -m synthkd_assets.cli adopt-run "$run_id" >>"$BUILD_LOG" 2>&1 || true; fi
+  # the run it ran (found in its output) gets the code location's origin, so the UI re-executes it (a failed
+  # shard run above all); a launch that ran no run says so in the log
+  .venv/bin/python -m synthkd_assets.cli adopt-run --launch-output "$out" >>"$BUILD_LOG" 2>&1 || true
   if [ "$rc" != 0 ]; then
     local why
     why=$(awk "$ERROR_LINES" "$out")  # Dagster's ERROR lines and each error message, without tracebacks
@@ -120,7 +118,6 @@ shard_run() {  # pass, its job, its steps, key
   # shellcheck disable=SC2086
   echo "  $pass $key ($index/$BUILD_SHARDS): $(.venv/bin/python -m synthkd_assets.cli progress --partition "$key" --steps "$select" $BUILD_SMOKE) ($((SECONDS - start))s)"
 }
-export UUID_RE='[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}'
 export -f launch shard_run
 each_shard() {  # pass name, its job, its steps: SYNTHKD_PARALLEL_RUNS shard runs at a time; stops at the first failure
   local start=$SECONDS

@@ -31,7 +31,7 @@ from synthkd_assets.core.valuation import checkpoint_problem
 from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
 from synthkd_assets.defs.executors import local_instance_yaml
 from synthkd_assets.defs.failures import failed_runs_report
-from synthkd_assets.defs.jobs import adopt_launched_run
+from synthkd_assets.defs.jobs import adopt_launched_run, launched_run_id
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass
 from synthkd_assets.defs.resources import (
@@ -58,13 +58,21 @@ def list_partitions() -> list[str]:
         return list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
 
 
-def adopt_run(run_id: str) -> int:
-    """build.sh's cluster route, after each `dg launch --job`: the run gets the code location's origin."""
+def adopt_run(run_id: str | None, launch_output: Path | None) -> int:
+    """build.sh's cluster route, after each `dg launch --job` (its output in `launch_output`): the run gets the
+    code location's origin, so the UI re-executes it."""
+    if launch_output is not None:
+        run_id = launched_run_id(launch_output.read_text(errors="replace"))
+        if run_id is None:
+            print(f"{launch_output}: no run's log line in it (did dg launch start a run?)", file=sys.stderr)
+            return 1
     with dg.DagsterInstance.get() as instance:
-        if adopt_launched_run(instance, run_id):
-            return 0
-    print(f"run {run_id}: not a run of a job of the code location in {os.environ.get('DAGSTER_HOME')}", file=sys.stderr)
-    return 1
+        why = adopt_launched_run(instance, run_id)
+    if why is not None:
+        print(f"run {run_id} left as it is: {why}", file=sys.stderr)
+        return 1
+    print(f"run {run_id}: the code location's origin recorded")
+    return 0
 
 
 def step_report(layout: DataLayout, step: str, partition: str) -> dict | None:
@@ -427,7 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     adopt = sub.add_parser(
         "adopt-run", help="give a finished `dg launch --job` run the code location's origin (the UI re-executes it)"
     )
-    adopt.add_argument("run_id")
+    adopted = adopt.add_mutually_exclusive_group(required=True)
+    adopted.add_argument("run_id", nargs="?")
+    adopted.add_argument("--launch-output", type=Path, help="what `dg launch` printed: the run is the one it ran")
     args = parser.parse_args(argv)
     if args.command == "partitions":
         home = os.environ.get("DAGSTER_HOME")
@@ -451,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "instance-yaml":
         sys.stdout.write(local_instance_yaml(available_cores()))
     elif args.command == "adopt-run":
-        return adopt_run(args.run_id)
+        return adopt_run(args.run_id, args.launch_output)
     elif args.command == "build":
         try:
             workers = args.workers or parallel_runs(os.environ)

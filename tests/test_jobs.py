@@ -8,8 +8,10 @@ import re
 
 import dagster as dg
 import pytest
+from dagster._core.remote_origin import RemoteJobOrigin
 from dagster._core.storage.tags import MAX_RETRIES_TAG, REPOSITORY_LABEL_TAG, WILL_RETRY_TAG
 from dagster._core.utils import make_new_run_id
+from dagster._daemon.auto_run_reexecution.auto_run_reexecution import should_retry
 
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.build import materialize_steps
@@ -20,6 +22,7 @@ from synthkd_assets.defs.jobs import (
     code_location_repository,
     job_for_steps,
     launch_sequence,
+    launched_run_id,
 )
 from synthkd_assets.defs.passes import BUILD_STEPS, SCAN_STEPS, build_passes
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
@@ -97,21 +100,42 @@ def test_build_sh_cluster_route_and_the_upstream_hint_launch_each_pass_job_in_th
 
 def test_an_adopted_launch_run_gets_the_origin_and_is_never_retried_by_the_daemon():
     """A failed `dg launch --job` run of build.sh's cluster route, which Dagster's run-retry setting marked to be
-    retried: once adopted (its origin recorded, so the daemon could relaunch it) it is marked not to be, as
-    every build run is; a run of a job the code location lacks is left alone."""
+    retried: once adopted (its origin recorded, so the daemon could relaunch it) Dagster's own retry rule says
+    no, as for every build run. A run of a job the code location lacks, one in progress and one launched from a
+    code location (whose retries are not the build's) are left alone, each saying why."""
     with dg.DagsterInstance.ephemeral() as instance:
-        failed = instance.add_run(
-            dg.DagsterRun(
-                job_name="synth_build_job",
-                run_id=make_new_run_id(),
-                status=dg.DagsterRunStatus.FAILURE,
-                tags={WILL_RETRY_TAG: "true", "dagster/partition": "synth_02"},
-            )
-        )
-        other = instance.add_run(dg.DagsterRun(job_name="__ephemeral_asset_job__", run_id=make_new_run_id()))
-        assert adopt_launched_run(instance, failed.run_id) and not adopt_launched_run(instance, other.run_id)
-        adopted = instance.get_run_by_id(failed.run_id)
+
+        def add(job_name: str, status: dg.DagsterRunStatus, **fields) -> str:
+            tags = {WILL_RETRY_TAG: "true", "dagster/partition": "synth_02"}
+            run = dg.DagsterRun(job_name=job_name, run_id=make_new_run_id(), status=status, tags=tags, **fields)
+            return instance.add_run(run).run_id
+
+        failed = add("synth_build_job", dg.DagsterRunStatus.FAILURE)
+        assert should_retry(instance.get_run_by_id(failed), instance)  # what the daemon would do unadopted
+        assert adopt_launched_run(instance, failed) is None
+        adopted = instance.get_run_by_id(failed)
         assert adopted.remote_job_origin.repository_origin == code_location_repository()
+        assert adopted.tags[REPOSITORY_LABEL_TAG] == code_location_repository().get_label()
         assert adopted.tags[WILL_RETRY_TAG] == "false" and adopted.tags[MAX_RETRIES_TAG] == "0"
         assert adopted.tags["dagster/partition"] == "synth_02" and adopted.status == dg.DagsterRunStatus.FAILURE
-        assert instance.get_run_by_id(other.run_id).remote_job_origin is None
+        assert not should_retry(adopted, instance)
+
+        origin = RemoteJobOrigin(code_location_repository(), "synth_build_job")
+        left = {
+            add("__ephemeral_asset_job__", dg.DagsterRunStatus.FAILURE): "not of a job of the code location",
+            add("synth_build_job", dg.DagsterRunStatus.STARTED): "still STARTED",
+            add("synth_build_job", dg.DagsterRunStatus.FAILURE, remote_job_origin=origin): "has an origin already",
+            make_new_run_id(): "no such run",
+        }
+        for run_id, why in left.items():
+            assert why in adopt_launched_run(instance, run_id)
+            run = instance.get_run_by_id(run_id)
+            assert run is None or run.tags[WILL_RETRY_TAG] == "true"
+
+
+def test_the_run_id_of_a_launch_is_read_from_its_log_lines():
+    line = "2026-11-28 08:44:01 +0000 - dagster - DEBUG - synth_scan_job - {} - 30162 - RUN_START - Started"
+    run_id = "22f79211-f619-4d08-b424-e2bed39cee9d"
+    output = "\n".join(["UserWarning: something", line.format(run_id), line.format(make_new_run_id())])
+    assert launched_run_id(output) == run_id
+    assert launched_run_id("Error: no such job") is None

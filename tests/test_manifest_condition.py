@@ -26,7 +26,7 @@ from synthkd_assets.defs.conditions import (
 )
 from synthkd_assets.defs.passes import MANIFEST_STEPS, SHARD_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
-from synthkd_assets.defs.upstream import missing_shard_records
+from synthkd_assets.defs.upstream import first_missing_shard_record
 
 # where a daemon-launched run came from (a run of `dg launch` or `dg.materialize` has none)
 ORIGIN = RemoteJobOrigin(
@@ -100,20 +100,19 @@ def test_the_manifests_wait_for_every_shard_of_their_layout(built_sample, tmp_pa
     with dg.DagsterInstance.ephemeral() as instance:
         smoke = SynthKDBuildConfig(smoke=True)
         build_all(instance, layout, smoke, outputs=["synth_kd_v1", "synth_distill"])  # its manifests last
-        built = dg.evaluate_automation_conditions(defs=defs, instance=instance)
-        assert requested_manifests(built) == set()
+        built = dg.evaluate_automation_conditions(defs=defs, instance=instance)  # the cursor the next ones start from
         # a shard run of the smoke build (as a re-execution of one from the UI): the manifests are due
         materialize_steps(instance, layout, SHARD_STEPS, "synth_02", build=smoke)
         smoke_only = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=built.cursor)
         assert requested_manifests(smoke_only) == set()
         for manifest in MANIFEST_STEPS:
-            assert missing_shard_records(full, manifest)  # nothing of the full layout yet
+            assert first_missing_shard_record(full, manifest) is not None  # nothing of the full layout yet
 
         # the full build's files beside the smoke build's (as a full build leaves them), one DistillKit record gone
         shutil.copytree(built_sample[2], data, dirs_exist_ok=True)
         gone = full.distill_record("synth_03")
         gone.unlink()
-        assert missing_shard_records(full, "synth_distill_manifest") == [gone]
+        assert first_missing_shard_record(full, "synth_distill_manifest") == gone
         later = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=smoke_only.cursor)
         assert requested_manifests(later) == {"synth_harmony_manifest", "synth_kd_v1_manifest"}
         # what the condition spared: the manifest run would have failed, naming the record

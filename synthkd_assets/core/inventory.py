@@ -168,7 +168,8 @@ def scan_inputs(layout: DataLayout) -> list[RawShard]:
 
 def input_shard_paths(layout: DataLayout) -> list[tuple[str, Path]]:
     """(partition key, path) of every input shard of a build, in partition order, unhashed: SYNTH's raw shards,
-    then the anchor sources' (refusing what `scan_inputs` refuses)."""
+    then the anchor sources'. Refuses what listing them refuses (`raw_shard_paths`, `source_shard_paths`); an
+    unreadable file only `scan_inputs` refuses, when it hashes it."""
     synth = [(partition_key_for(path), path) for path in raw_shard_paths(layout.raw_root)]
     anchors = source_shard_paths(layout.sources_root) if layout.sources_root is not None else []
     return synth + anchors

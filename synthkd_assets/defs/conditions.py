@@ -1,10 +1,11 @@
 """When the manifests are rewritten: eagerly after their shards, but only once no shard step is queued or running,
-no failed run awaits its automatic retry and no build holds the data root.
+no failed run awaits its automatic retry, no build holds the data root and every shard is built in the full layout.
 
 Dagster's `eager()` alone waits for in-progress *direct* dependencies only: synth_harmony_manifest would be
 rewritten as soon as a shard's synth_harmony step finished, while the rest of that shard's run (and other
 shards' queued runs) still changed what the other two manifests list. With this condition the three are
-requested together, in one run, after the last shard step of the last queued or running shard run.
+requested together, in one run, after the last shard step of the last queued or running shard run (those of
+them whose every shard is built in the full layout: synth_harmony_manifest alone after scan passes only).
 
 A build (scripts/build.sh, build_all) has moments with no shard step in progress (its plan pass, between passes),
 and writes the manifests itself at its end: while it holds the data root's lock the condition is false, as the
@@ -30,7 +31,7 @@ from synthkd_assets.core.buildlock import build_in_progress
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.passes import SHARD_STEPS
-from synthkd_assets.defs.upstream import missing_shard_records
+from synthkd_assets.defs.upstream import first_missing_shard_record
 
 
 class _TrueUnless(dg.AutomationCondition):
@@ -62,17 +63,19 @@ class NoBuildHoldsTheDataRoot(_TrueUnless):
 
 
 class EveryShardBuiltHere(_TrueUnless):
-    """True unless a shard of the raw directory lacks a record the manifest reads (`missing_shard_records`) in
-    the layout this code location builds (the full one, on $SYNTHKD_DATA_DIR): its shard steps were materialized
-    by a smoke build (the same assets, in the same instance), or not yet at all, so a run rewriting the manifest
-    now would fail for want of them. A raw directory that cannot be listed blocks too: the raw sensor says why."""
+    """True unless a shard of the raw directory lacks a record the manifest reads (`first_missing_shard_record`)
+    in the layout this code location builds (the full one, on $SYNTHKD_DATA_DIR): its shard steps were
+    materialized by a smoke build (the same assets, in the same instance), or not yet at all, so a run rewriting
+    the manifest now would fail for want of them. A raw directory that cannot be listed blocks too: the raw
+    sensor says why. Records present are not checked for being current: the eager part of the condition waits
+    for the shard runs that rewrite them."""
 
     name = "every_shard_built_here"
     description = "every shard's records are in this code location's layout (not only a smoke build's)"
 
     def blocked(self, instance: dg.DagsterInstance, asset: str) -> bool:
         try:
-            return bool(missing_shard_records(DataLayout.from_environ(os.environ), asset))
+            return first_missing_shard_record(DataLayout.from_environ(os.environ), asset) is not None
         except InputFileError:
             return True
 
@@ -84,7 +87,8 @@ RETRY_GRACE_S = 120.0
 def runs_awaiting_retry(instance: dg.DagsterInstance, now: float | None = None) -> list[str]:
     """Ids of the runs that failed in the last RETRY_GRACE_S seconds and that Dagster's run retries will launch
     again but have not yet: tagged to be retried, no retry named, and launched from a code location (a run of
-    `dg launch` or `dg.materialize` has no origin to relaunch, and the retry daemon gives up on it)."""
+    `dg launch` or `dg.materialize` has no origin to relaunch, and the retry daemon gives up on it; build.sh's
+    cluster route gives its runs one, marked not to be retried first)."""
     now = time.time() if now is None else now
     failed = instance.get_run_records(
         dg.RunsFilter(

@@ -6,6 +6,7 @@ A build runs each pass as a run of that pass's job, so the UI names its runs (`s
 """
 
 import functools
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -194,14 +195,22 @@ def record_code_location_origin(instance: dg.DagsterInstance, run_id: str) -> No
         instance.run_storage.replace_job_origin(run, origin)
 
 
-def adopt_launched_run(instance: dg.DagsterInstance, run_id: str) -> bool:
+def adopt_launched_run(instance: dg.DagsterInstance, run_id: str) -> str | None:
     """Give a finished run of one of the code location's jobs that `dg launch --job` executed in its own process
     (build.sh's cluster route) what a run launched from the code location has: its repository tag and origin, so
-    that the UI lists it there and re-executes it; and a build run's "no automatic retry". False (nothing
-    changed) for a run of another job or an unknown run id."""
+    that the UI lists it there and re-executes it; and a build run's "no automatic retry". Returns why nothing
+    was changed (None: adopted): an unknown run, a run of another job, one still in progress (its record is
+    rewritten from one read of it) or one that has an origin already (launched by the daemon or the UI, whose
+    retries are not the build's to cancel)."""
     run = instance.get_run_by_id(run_id)
-    if run is None or run.job_name not in _JOB_STEPS:
-        return False
+    if run is None:
+        return "no such run"
+    if run.job_name not in _JOB_STEPS:
+        return f"a run of {run.job_name}, not of a job of the code location"
+    if not run.is_finished:
+        return f"still {run.status.value}"
+    if run.remote_job_origin is not None:
+        return "it has an origin already (launched from a code location)"
     # a build's run is never retried by the daemon, which could now relaunch it: a failed one is marked so first
     # (until its origin is recorded the daemon cannot relaunch it, and says so)
     tags = {**code_location_run_tags(run.job_name), **NO_RUN_RETRIES_TAGS}
@@ -209,4 +218,16 @@ def adopt_launched_run(instance: dg.DagsterInstance, run_id: str) -> bool:
         tags[WILL_RETRY_TAG] = "false"
     instance.add_run_tags(run_id, tags)
     record_code_location_origin(instance, run_id)
-    return True
+    return None
+
+
+# a run's log line as `dg launch` prints it: "<time> - dagster - <LEVEL> - <job> - <run id> - <pid> - ..."
+_LAUNCH_LOG_RUN_ID = re.compile(
+    r" - dagster - [A-Z]+ - [A-Za-z0-9_]+ - ([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}) - "
+)
+
+
+def launched_run_id(output: str) -> str | None:
+    """The id of the run whose log `output` (what one `dg launch` printed) holds: its first run log line's."""
+    found = _LAUNCH_LOG_RUN_ID.search(output)
+    return found.group(1) if found else None

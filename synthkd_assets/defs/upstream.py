@@ -27,24 +27,25 @@ def shard_names(paths: DataLayout) -> list[str]:
 
 def manifest_shard_records(paths: DataLayout, manifest: str, names: list[str]) -> dict[str, dict[str, Path]]:
     """{step: {shard: record}}: the per-shard records `manifest` (an asset name) is written from, each read
-    through `partition_records`: synth_harmony's reports for its manifest; every stage's reports and the
-    dataset's own shard records for the two dataset manifests. Their automation waits for all of them in the
-    layout it builds (defs/conditions.py), so a shard built only in the other layout (smoke or full) never
-    makes it request a run that fails for want of them."""
+    through `partition_records`: synth_harmony's reports for its manifest; the dataset's own shard records,
+    then every stage's reports, for the two dataset manifests. Their automation waits for all of them in the
+    full layout (defs/conditions.py), so a shard materialized only by a smoke build, or not yet, never makes
+    it request a run that fails for want of them."""
     reports = stage_report_paths(paths, names)
     if manifest == HARMONY_MANIFEST:
         return {HARMONY_STAGE: reports[HARMONY_STAGE]}
     if manifest == OUTPUTS["synth_kd_v1"]:
-        return {**reports, "synth_kd_v1": {n: paths.shard_record(shard_index_from_name(n)) for n in names}}
+        return {"synth_kd_v1": {n: paths.shard_record(shard_index_from_name(n)) for n in names}, **reports}
     if manifest == OUTPUTS["synth_distill"]:
-        return {**reports, "synth_distill": {n: paths.distill_record(n) for n in names}}
+        return {"synth_distill": {n: paths.distill_record(n) for n in names}, **reports}
     raise ValueError(f"{manifest!r} is not one of {MANIFEST_STEPS}")
 
 
-def missing_shard_records(paths: DataLayout, manifest: str) -> list[Path]:
-    """The records of `manifest_shard_records` not on disk, for every shard of the raw directory."""
+def first_missing_shard_record(paths: DataLayout, manifest: str) -> Path | None:
+    """The first record of `manifest_shard_records` not on disk, over every shard of the raw directory (the
+    dataset's own records first: what a shard built elsewhere lacks), or None when all are there."""
     records = manifest_shard_records(paths, manifest, shard_names(paths))
-    return [path for by_shard in records.values() for path in by_shard.values() if not path.is_file()]
+    return next((path for by_shard in records.values() for path in by_shard.values() if not path.is_file()), None)
 
 
 def require_upstream(paths: DataLayout, asset: str, key: str, *upstream: str) -> None:
