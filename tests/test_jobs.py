@@ -120,6 +120,11 @@ def test_an_adopted_launch_run_gets_the_origin_and_is_never_retried_by_the_daemo
         assert adopted.tags["dagster/partition"] == "synth_02" and adopted.status == dg.DagsterRunStatus.FAILURE
         assert not should_retry(adopted, instance)
 
+        smoke_config = {"resources": {"build": {"config": {"smoke": True}}}}
+        smoke = add("synth_build_job", dg.DagsterRunStatus.SUCCESS, run_config=smoke_config)  # `build.sh --smoke`
+        assert adopt_launched_run(instance, smoke) is None
+        assert instance.get_run_by_id(smoke).tags["synthkd/smoke"] == "true" and "synthkd/smoke" not in adopted.tags
+
         origin = RemoteJobOrigin(code_location_repository(), "synth_build_job")
         left = {
             add("__ephemeral_asset_job__", dg.DagsterRunStatus.FAILURE): "not of a job of the code location",

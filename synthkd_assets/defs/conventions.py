@@ -13,6 +13,11 @@ def pass_tags(build_pass: str) -> dict[str, str]:
     return {"synthkd/pass": build_pass}
 
 
+# on every run of a smoke build (`smoke: true`): its runs materialize the same assets as a full build's, and the
+# Runs list (filter by tag) tells them apart by it
+SMOKE_RUN_TAGS = {"synthkd/smoke": "true"}
+
+
 def synthkd_asset(build_pass: str, kinds: set[str], **kwargs) -> Callable[[Callable], dg.AssetsDefinition]:
     """`dg.asset` with the conventions, described by the function's docstring (as one paragraph)."""
 

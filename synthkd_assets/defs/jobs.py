@@ -16,7 +16,7 @@ from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.tags import MAX_RETRIES_TAG, REPOSITORY_LABEL_TAG, WILL_RETRY_TAG
 from dagster._core.workspace.load import location_origins_from_yaml_paths
 
-from synthkd_assets.defs.conventions import pass_tags
+from synthkd_assets.defs.conventions import SMOKE_RUN_TAGS, pass_tags
 from synthkd_assets.defs.passes import (
     BUILD_STEPS,
     INVENTORY_STEPS,
@@ -214,6 +214,8 @@ def adopt_launched_run(instance: dg.DagsterInstance, run_id: str) -> str | None:
     # a build's run is never retried by the daemon, which could now relaunch it: a failed one is marked so first
     # (until its origin is recorded the daemon cannot relaunch it, and says so)
     tags = {**code_location_run_tags(run.job_name), **NO_RUN_RETRIES_TAGS}
+    if run.run_config.get("resources", {}).get("build", {}).get("config", {}).get("smoke"):
+        tags.update(SMOKE_RUN_TAGS)  # build.sh --smoke's route: as the build's own smoke runs are tagged
     if run.status == dg.DagsterRunStatus.FAILURE:
         tags[WILL_RETRY_TAG] = "false"
     instance.add_run_tags(run_id, tags)
