@@ -21,7 +21,7 @@ from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest import read_json
 from synthkd_assets.defs.build import build_all, materialize_steps
 from synthkd_assets.defs.passes import MANIFEST_STEPS, SHARD_STEPS
-from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract.manifest_seal import sha256_file, verify_manifest
 from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
 from tests.helpers import SAMPLE_RAW_DIR
@@ -304,50 +304,3 @@ def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(work
         assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [run]  # no other shard, no second ask
     assert read_json(ws.paths.stage_report("synth_harmony", "synth_01"))["source_sha256"] == new_sha
     assert {k: outputs_state(ws.paths, f"synth_0{k}", k) for k in (0, 2, 3)} == untouched
-
-
-def test_after_a_smoke_build_alone_every_run_the_daemon_launches_succeeds(tmp_path):
-    """`build.sh --smoke`, then `dg dev`: the code location follows the full layout, where no shard is built.
-    The raw sensor scans every shard there (no plan: scan passes only); the manifests' automation then rewrites
-    the one manifest those scans give all its records to (synth_harmony's) and holds back the two dataset
-    manifests, whose shards only the smoke build materialized: a run of theirs would fail ("has not been
-    materialized"). Nothing the daemon launches fails."""
-    ws = Workspace(tmp_path)
-    shutil.copytree(SAMPLE_RAW_DIR, ws.raw)
-    shards = sorted(path.stem for path in ws.raw.glob("*.parquet"))
-    automation = {"dagster/sensor_name": "synth_manifests_automation"}
-    with open_instance(dagster_home(ws.home)) as instance:
-        smoke = SynthKDBuildConfig(smoke=True)
-        layout = SynthKDLayout(raw_dir=str(ws.raw), data_dir=str(ws.data))
-        build_all(instance, layout, smoke, outputs=["synth_kd_v1", "synth_distill"])
-        with running_daemon(ws.home, ws.env(), ws.root / "daemon.log") as daemon:
-            scans = daemon.wait_for(
-                "the raw sensor's scan run of every shard",
-                lambda: (
-                    len(runs := instance.get_runs(dg.RunsFilter(job_name="synth_scan_job"))) == len(shards)
-                    and all(finished_run(instance, run_ids=[run.run_id]) for run in runs)
-                    and runs
-                ),
-                timeout_s=300,
-            )
-            manifests_run = daemon.wait_for(
-                "the manifests run requested by synth_manifests_automation",
-                lambda: finished_run(instance, tags=automation),
-                timeout_s=180,
-            )
-            ended = instance.get_run_record_by_id(manifests_run.run_id).end_time
-            daemon.wait_for(
-                "two evaluations of synth_manifests_automation after its run",
-                lambda: len(finished_ticks(instance, "synth_manifests_automation", ended)) >= 2,
-                timeout_s=150,
-            )
-        assert sorted(run.tags["dagster/partition"] for run in scans) == shards
-        assert instance.get_runs(dg.RunsFilter(tags=automation)) == [manifests_run]
-        materialized = {
-            e.asset_key.to_user_string()
-            for e in events(instance, manifests_run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
-        }
-        assert materialized == {"synth_harmony_manifest"}
-        failed = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
-        assert failed == [], [(run.job_name, run.tags) for run in failed]
-    assert ws.paths.harmony_manifest().is_file() and not ws.paths.megatron_manifest().exists()
