@@ -29,7 +29,6 @@ from synthkd_assets.core.inventory import raw_shard_paths, source_shard_paths
 from synthkd_assets.core.parallel import die_with_parent, watch_stop_signals
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.code_versions import with_code_versions
-from synthkd_assets.defs.conventions import SMOKE_RUN_TAGS
 from synthkd_assets.defs.failures import error_message, failed_check_lines
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
@@ -39,6 +38,7 @@ from synthkd_assets.defs.jobs import (
     is_whole_job,
     job_for_steps,
     record_code_location_origin,
+    smoke_run_tags,
     steps_selection,
 )
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
@@ -113,12 +113,10 @@ def materialize_steps(
         job = dg.define_asset_job(EPHEMERAL_JOB_NAME, selection=steps_selection(selection))
     resources = synthkd_resources(layout, build)
     definitions = dg.Definitions(assets=all_definitions(), jobs=[job], resources=resources)
-    if build is not None and build.smoke:
-        kwargs["tags"] = {**kwargs.get("tags", {}), **SMOKE_RUN_TAGS}
     # the resources' config goes with the run (a caller's own fields win): its re-execution reproduces it
     run_config = dict(kwargs.pop("run_config", None) or {})
     run_config["resources"] = merged_resource_config(resources_run_config(resources), run_config.get("resources"))
-    kwargs["tags"] = {**kwargs.get("tags", {}), **code_location_run_tags(job.name)}
+    kwargs["tags"] = {**kwargs.get("tags", {}), **smoke_run_tags(run_config), **code_location_run_tags(job.name)}
     run_id = make_new_run_id()
     try:
         result = definitions.resolve_job_def(job.name).execute_in_process(

@@ -29,6 +29,7 @@ from synthkd_assets.defs.passes import (
     SHARD_STEPS,
     build_passes,
 )
+from synthkd_assets.defs.resources import BUILD_KEY
 
 _JOB_STEPS: dict[str, tuple[str, ...]] = {}  # each job's assets, by job name (steps_job fills it)
 
@@ -195,6 +196,13 @@ def record_code_location_origin(instance: dg.DagsterInstance, run_id: str) -> No
         instance.run_storage.replace_job_origin(run, origin)
 
 
+def smoke_run_tags(run_config: dict) -> dict[str, str]:
+    """SMOKE_RUN_TAGS for a run whose config sets the `build` resource's `smoke` (a build's own run, or one of
+    `build.sh --smoke`'s `dg launch` calls), else none."""
+    smoke = run_config.get("resources", {}).get(BUILD_KEY, {}).get("config", {}).get("smoke")
+    return dict(SMOKE_RUN_TAGS) if smoke else {}
+
+
 def adopt_launched_run(instance: dg.DagsterInstance, run_id: str) -> str | None:
     """Give a finished run of one of the code location's jobs that `dg launch --job` executed in its own process
     (build.sh's cluster route) what a run launched from the code location has: its repository tag and origin, so
@@ -213,9 +221,7 @@ def adopt_launched_run(instance: dg.DagsterInstance, run_id: str) -> str | None:
         return "it has an origin already (launched from a code location)"
     # a build's run is never retried by the daemon, which could now relaunch it: a failed one is marked so first
     # (until its origin is recorded the daemon cannot relaunch it, and says so)
-    tags = {**code_location_run_tags(run.job_name), **NO_RUN_RETRIES_TAGS}
-    if run.run_config.get("resources", {}).get("build", {}).get("config", {}).get("smoke"):
-        tags.update(SMOKE_RUN_TAGS)  # build.sh --smoke's route: as the build's own smoke runs are tagged
+    tags = {**code_location_run_tags(run.job_name), **NO_RUN_RETRIES_TAGS, **smoke_run_tags(run.run_config)}
     if run.status == dg.DagsterRunStatus.FAILURE:
         tags[WILL_RETRY_TAG] = "false"
     instance.add_run_tags(run_id, tags)
