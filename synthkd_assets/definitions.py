@@ -41,7 +41,7 @@ def build_definitions(environ: Mapping[str, str]) -> dg.Definitions:
         schedules=[nightly_rebuild_schedule(environ.get(REBUILD_CRON_ENV) or DEFAULT_REBUILD_CRON)],
         resources=synthkd_resources(
             SynthKDLayout.from_environment(environ),
-            SynthKDBuildConfig(),
+            SynthKDBuildConfig.from_environment(environ),
             ValuationModelsResource.from_environment(environ),
         ),
         # embedded multiprocess steps by default; SYNTHKD_EXECUTOR=celery|k8s on a cluster (defs/executors.py)

@@ -9,6 +9,7 @@ assets are stale. The quota solver is synthkd_assets/core/quota.py, the per-row 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Final
 
 # --- skill buckets (002 §2) -------------------------------------------------------------------
@@ -19,16 +20,23 @@ SKILL_BUCKET_NAMES: Final = {
     "B3": "Code / algorithmic reasoning",
     "B4": "Personality / assistant policy",
 }
-# every SYNTH exercise -> exactly one skill bucket; "unknown" is what a null exercise becomes (NULL_DEFAULTS).
-# An exercise missing here stops the harmonize step (never a silent default): add it here, to one bucket.
+# every PleIAs/SYNTH exercise label, spelled as the corpus spells it (with spaces), -> exactly one skill bucket
+# (docs/pool.md "Skill buckets"); "unknown" is what a null exercise becomes (NULL_DEFAULTS). The corpus's math
+# (`math exercise`: worked solutions; `math mcq`: computed options) trains formal reasoning; recall, MCQ, RAG and
+# cooking (memorization with rewritten seeds) train general reasoning; the writing exercises train assistant
+# behaviour (following constraints, tone, form). A label missing here stops the build in its inventory pass,
+# naming the label, the files and the setting: a build maps it with the `build` resource's
+# `exercise_skill_buckets` (exercise_skill_table), never with a silent default.
 EXERCISE_SKILL_BUCKET: Final = {
     "memorization": "B1",
-    "rag": "B1",
     "mcq": "B1",
-    "arithmetic": "B2",
+    "rag": "B1",
+    "cooking": "B1",
+    "math exercise": "B2",
+    "math mcq": "B2",
+    "constrained writing": "B4",
     "editing": "B4",
-    "constrained_writing": "B4",
-    "creative_writing": "B4",
+    "creative writing": "B4",
     "unknown": "B1",
 }
 # the anchor stream's exercises (synthkd_contract/sources.py CATEGORY_EXERCISE) -> skill bucket: math anchors train
@@ -72,15 +80,64 @@ class UnknownExercise(ValueError):
     """An exercise EXERCISE_SKILL_BUCKET does not map: the pool cannot say which skill it trains."""
 
 
-def skill_bucket(exercise: str) -> str:
-    """The skill bucket of an exercise; UnknownExercise (naming it and the table) rather than a guess, since a
-    wrong bucket would silently skew the token mix the quota grid enforces."""
-    bucket = EXERCISE_SKILL_BUCKET.get(exercise) or ANCHOR_EXERCISE_SKILL_BUCKET.get(exercise)
+def exercise_skill_table(added: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The exercise -> skill bucket table a build uses: the contract's, with a build's own labels on top.
+
+    Args:
+        added: labels the build maps itself (the `build` resource's `exercise_skill_buckets`), each to one of
+            SKILL_BUCKETS; a contract label given here is mapped as given.
+
+    Returns:
+        A new dict: EXERCISE_SKILL_BUCKET updated with `added`, sorted by label.
+
+    Raises:
+        ValueError: a label is blank, or a bucket is not one of SKILL_BUCKETS.
+    """
+    table = dict(EXERCISE_SKILL_BUCKET)
+    for label, bucket in (added or {}).items():
+        if not label.strip():
+            raise ValueError(f"exercise_skill_buckets: a blank exercise label {label!r}")
+        if bucket not in SKILL_BUCKETS:
+            raise ValueError(
+                f"exercise_skill_buckets: exercise {label!r} -> {bucket!r}, "
+                f"not a skill bucket ({', '.join(SKILL_BUCKETS)})"
+            )
+        table[label] = bucket
+    return dict(sorted(table.items()))
+
+
+def skill_bucket(exercise: str, table: Mapping[str, str] | None = None) -> str:
+    """The skill bucket of an exercise.
+
+    Args:
+        exercise: a SYNTH exercise label as spelled in the corpus, or an anchor source's exercise.
+        table: the build's exercise table (exercise_skill_table); the contract's EXERCISE_SKILL_BUCKET if None.
+
+    Returns:
+        One of SKILL_BUCKETS.
+
+    Raises:
+        UnknownExercise: naming the exercise and the setting that maps it, rather than a guess, since a wrong
+            bucket would silently skew the token mix the quota grid enforces.
+    """
+    bucket = (EXERCISE_SKILL_BUCKET if table is None else table).get(exercise) or ANCHOR_EXERCISE_SKILL_BUCKET.get(
+        exercise
+    )
     if bucket is None:
-        raise UnknownExercise(
-            f"exercise {exercise!r} has no skill bucket in synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET"
-        )
+        raise UnknownExercise(unknown_exercise_message(exercise))
     return bucket
+
+
+UNKNOWN_EXERCISE_SETTING: Final = "exercise_skill_buckets"  # the build resource's field that maps a new label
+
+
+def unknown_exercise_message(exercise: str) -> str:
+    """What an exercise no table maps is told: the label, the table and the setting to add (docs/pool.md)."""
+    return (
+        f"exercise {exercise!r} has no skill bucket in synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET; map it "
+        f"with the build resource's {UNKNOWN_EXERCISE_SETTING} (e.g. SYNTHKD_BUILD_CONFIG="
+        f'\'{{"{UNKNOWN_EXERCISE_SETTING}": {{"{exercise}": "B1"}}}}\')'
+    )
 
 
 def ctx_bucket(sequence_length: int) -> str:

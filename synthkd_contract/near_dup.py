@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
-# --- what is compared: the user prompt, normalized (docs/near-dup.md "Normalization") ---------------------
+# --- what is compared: the question and the final answer, without the shared reference text, normalized
+# (docs/near-dup.md "What is compared"): SYNTH asks many different questions about one article section ---------
 UNICODE_FORM: Final = "NFKC"  # full-width / compatibility characters fold to their plain forms
 # word 3-grams of the normalized text (a text of fewer words is one shingle). Character 5-grams were measured
 # too: on the templated sample text they put random pairs up to Jaccard 0.79 (word 3-grams: 0.48), while a

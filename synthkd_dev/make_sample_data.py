@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import random
 import re
 from collections.abc import Callable
@@ -73,7 +74,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from synthkd_assets.core.filters import result_is_inconsistent
-from synthkd_assets.core.near_dup import normalize_prompt, shingles
+from synthkd_assets.core.near_dup import normalize_prompt, shingles, signature_text
 from synthkd_contract import constants
 from synthkd_contract.constants import RAW_COLUMNS
 from synthkd_contract.schemas import RAW_SCHEMA
@@ -86,47 +87,18 @@ DEFAULT_SEED = 1234
 DEFAULT_BUCKET_ROWS = 56  # 8 rows for each of the 7 exercises
 DEFAULT_NEAR_DUP_SOURCES = 25  # source rows of planted near-copies (the near-duplicate shard)
 DEFAULT_HARD_NEGATIVES = 10  # same query as a source, another seed text: not near-duplicates
-ROW_GROUP_SIZE = 256
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 3
 
 
-def shard_filename(shard_index: int) -> str:
-    return f"synth_{shard_index:02d}.parquet"
+def shard_filename(position: int) -> str:
+    """The name of the file at `position` (0, 1, ...): SYNTH's own `synth_001.parquet`, `synth_002.parquet`, ..."""
+    return f"synth_{position + 1:03d}.parquet"
 
 
 # ---------------------------------------------------------------------------------------------
 # how often each kind of row occurs (the text itself is word_banks.json)
 # ---------------------------------------------------------------------------------------------
-
-NON_ENGLISH = ("fr", "de", "es", "it", "pl", "nl", "la")
-NON_ENGLISH_FRACTION = 0.20
-
-EXERCISES = (
-    ("memorization", 0.62),
-    ("rag", 0.10),
-    ("mcq", 0.08),
-    ("arithmetic", 0.08),
-    ("creative_writing", 0.04),
-    ("editing", 0.04),
-    ("constrained_writing", 0.04),
-)
-
-MODELS = (
-    ("Qwen3-8B", 0.30),
-    ("Qwen3-32B", 0.25),
-    ("Qwen3-235B-A22B", 0.20),
-    ("Mistral-Small-3", 0.15),
-    ("Mistral-Small-3.1", 0.05),
-    ("Qwen2.5-72B-Instruct", 0.05),
-)
-
-LICENSES = (
-    ("CC-BY-SA 4.0", 0.80),
-    ("CC-BY-SA 3.0", 0.12),
-    ("CC0 1.0", 0.04),
-    ("Public Domain", 0.04),
-)
 
 WORD_BANKS_FILE = Path(__file__).with_name("word_banks.json")
 _BANKS = json.loads(WORD_BANKS_FILE.read_text(encoding="utf-8"))
@@ -146,27 +118,129 @@ CJK_SNIPPETS = _BANKS["cjk_snippets"]
 EMOJI = _BANKS["emoji"]
 HARMONY_SNIPPETS = _BANKS["harmony_snippets"]
 WHITESPACE_ONLY = _BANKS["whitespace_only"]
-FAILED_RESULT = _BANKS["failed_results"]
-OTHER_CONSTRAINTS = _BANKS["other_constraints"]  # key -> values
+
+# Figures from ../shared/SYNTH-facts.md (PleIAs/SYNTH as published): the generator imitates them, it does not
+# tune anything to them. tests/test_sample_data.py states the proportions the bundled sample keeps.
+# languages (200k-row sample: en ~80.7%, fr/de/es/it/pl ~3.2% each, nl/la ~1.6% each, ~0.15% null)
+LANGUAGES = (
+    ("en", 0.807),
+    ("fr", 0.032),
+    ("de", 0.032),
+    ("es", 0.032),
+    ("it", 0.031),
+    ("pl", 0.031),
+    ("nl", 0.016),
+    ("la", 0.016),
+    (None, 0.0015),
+)
+NON_ENGLISH = ("fr", "de", "es", "it", "pl", "nl", "la")
+LANGUAGE_NAMES = {
+    "fr": "french",
+    "de": "german",
+    "es": "spanish",
+    "it": "italian",
+    "pl": "polish",
+    "nl": "dutch",
+    "la": "latin",
+}
+
+# exercise labels as spelled, rows in a 20k-row sample of 5 files
+EXERCISES = (
+    ("memorization", 18152),
+    ("mcq", 414),
+    ("math exercise", 333),
+    ("constrained writing", 316),
+    ("rag", 206),
+    ("math mcq", 177),
+    ("editing", 159),
+    ("creative writing", 148),
+    ("cooking", 95),
+)
+# the generator `model` of each exercise
+MODELS = {
+    "memorization": "qwen-3-8b-memorization",
+    "mcq": "qwen-3-8b-mcq",
+    "math exercise": "deepseek-prover-drafter+deepseek-prover-solving",
+    "constrained writing": "qwen-3-8b-constrained-writing",
+    "rag": "qwen-3-8b-rag",
+    "math mcq": "qwen-3-8b-mcq-math+deepseek-prover-8b-solving",
+    "editing": "qwen-3-8b-editing",
+    "creative writing": "qwen-3-8b-creative-writing",
+    "cooking": "qwen-3-8b-memorization+seed rewriting with Qwen3",
+}
+# synth_id prefix of each exercise (memorization rows in another language: memorization_<language>_...)
+SYNTH_ID_PREFIX = {
+    "memorization": "memorization",
+    "mcq": "synth_memory_mcq",
+    "math exercise": "synth_math",
+    "constrained writing": "synth_dataset_writing",
+    "rag": "rag",
+    "math mcq": "mcq_math",
+    "editing": "synth_dataset_editing",
+    "creative writing": "creative_writing",
+    "cooking": "cooking",
+}
+# share of rows with an empty synthetic_reasoning, per exercise (the others: 0)
+EMPTY_REASONING = {
+    "constrained writing": 1.0,
+    "editing": 1.0,
+    "math mcq": 0.096,
+    "creative writing": 0.068,
+    "memorization": 0.0001,
+}
+# the word bank whose queries an exercise's rows draw (word_banks.json has no bank of its own for the others)
+QUERY_BANK = {
+    "memorization": "memorization",
+    "cooking": "memorization",
+    "rag": "rag",
+    "constrained writing": "constrained_writing",
+    "editing": "editing",
+    "creative writing": "creative_writing",
+}
+MCQ_CONSTRAINT_VALUES = {
+    "domain": ("history", "geography", "science", "arts", "politics"),
+    "exercise": ("fact recall", "inference", "comparison", "chronology"),
+    "answer_shape": ("standard", "negative", "all_of_the_above"),
+    "exercise_pattern": ("sentence_following", "question_stem", "fill_in_the_blank"),
+}
+CONSTRAINED_WRITING = ("combination:repeat_prompt", "combination:word_count", "combination:no_commas, format:bullets")
+EDITING = (
+    "quality:corruption, stylistic:tone, structural:expansion",
+    "quality:grammar, stylistic:register, structural:condensation",
+)
+CREATIVE_WRITING = (
+    "form:Narrative, temporal:diegetic_time, stylistic:genre, character:protagonist",
+    "form:Poem, temporal:present, stylistic:imagery, character:narrator",
+)
+UNITS = ("systems", "km", "people", "years", "metres", "documents", "hours", "books")
+# section headings of the seed texts: each is an article section opening with its heading
+SECTION_HEADINGS = ("History", "Geography", "Climate", "Economy", "Culture", "Etymology", "Legacy", "Overview")
+SELF_KNOWLEDGE_URL = "Pleias self-knowledge"
+LICENSE = "CC-By-SA (4.0)"
 
 # probabilities of the special cases (per row)
-P_EMPTY_REASONING = 0.08
-P_WS_REASONING = 0.03
-P_EMPTY_ANSWER = 0.01
-P_FAILED = 0.02
-P_INCONSISTENT = 0.05  # among mcq / arithmetic rows with a result
-P_HARMONY = 0.01
-P_NUL = 0.005
-P_CJK = 0.04
-P_EMOJI = 0.05
+P_EMPTY_ANSWER = 0.003
+P_FAILED = 0.04  # among math exercise / math mcq rows: the generator's failure marker in constraints
+P_INCONSISTENT = 0.04  # among math exercise / math mcq / mcq rows: the answer states another result
+P_SHORT_SEED = 0.3  # the row's seed text is only the first paragraphs of its section ("most of it")
+P_SELF_KNOWLEDGE = 0.005
+P_HARMONY = 0.004  # robustness plants (the corpus's text can hold any of these): Harmony marker text,
+P_NUL = 0.002  # NULs,
+P_CJK = 0.01  # CJK and
+P_EMOJI = 0.01  # emoji (ZWJ sequences included)
 
-# row sizes: an index into the word-length ranges below
+# characters, (median, sigma of the log) of a log-normal, clipped to (min, max): the corpus's p50 and p90
+# (query 159 / 433, seed text 702 / 2,470, reasoning 2,252 / 3,256, answer 1,417 / 1,902) give the sigmas
+QUERY_CHARS = (159, 0.78, 25, 8279)
+SEED_CHARS = (702, 0.98, 160, 14211)
+REASONING_CHARS = (2252, 0.29, 300, 10058)
+ANSWER_CHARS = (1417, 0.23, 120, 15320)
+# row sizes: NORMAL draws the corpus's lengths; LONG (benchmarks) 1.3x; XL (bucket shard only) puts the whole
+# rendered sequence in C2 (2048, 8192] tokens
 NORMAL, LONG, XL = 0, 1, 2
-# word-length ranges per size; XL (bucket shard only) puts the whole rendered sequence in C2 (2048, 8192]
-SEED_WORDS = ((180, 420), (280, 560), (900, 1300))
-REASONING_WORDS = ((100, 400), (220, 480), (500, 800))
-ANSWER_WORDS = ((50, 300), (120, 360), (300, 550))
-# rows per exercise drawn at the XL size in the bucket shard (2 x 7 exercises: a few drops leave >= 6 in C2)
+SIZE_SCALE = (1.0, 1.3, 1.0)
+XL_CHARS = {"seed": 6500, "reasoning": 6500, "answer": 5000}
+# rows per exercise drawn at the XL size in the bucket shard (2 x 9 exercises: a few drops leave >= 6 in C2)
 BUCKET_LONG_PER_EXERCISE = 2
 
 
@@ -314,134 +388,195 @@ def _insert_at_word(rng: random.Random, text: str, snippet: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def _chars(rng: random.Random, spec: tuple[float, float, int, int], scale: float = 1.0) -> int:
+    """A text length in characters: log-normal around the corpus's median, clipped to its range."""
+    median, sigma, low, high = spec
+    return int(min(high, max(low, rng.lognormvariate(math.log(median * scale), sigma))))
+
+
+def _grow(rng: random.Random, sentences, slots: dict, target_chars: int, per_par=(2, 5)) -> str:
+    """Paragraphs of `sentences` (filled with `slots`) until the text holds `target_chars` characters."""
+    deck = _Deck(rng, sentences)
+    pars: list[str] = []
+    total = 0
+    while total < target_chars:
+        par = " ".join(_fill(rng, deck.draw(), slots) for _ in range(rng.randint(*per_par)))
+        pars.append(par)
+        total += len(par) + 2
+    return "\n\n".join(pars)
+
+
+@functools.lru_cache(maxsize=256)
+def _section(seed: int, title_index: int, scale: float) -> tuple[str, tuple[tuple[str, object], ...], str]:
+    """(heading, slots, body) of one article section: every row about it shares its slots and seed text."""
+    rng = random.Random(f"synthkd_dev/section/{seed}/{title_index}/{scale}")
+    title = TITLES[title_index]
+    slots = _slots(rng, title)
+    heading = rng.choice(SECTION_HEADINGS)
+    body = _grow(rng, SEED_SENTENCES, slots, _chars(rng, SEED_CHARS, scale), per_par=(3, 6))
+    return heading, tuple(slots.items()), body
+
+
+def _reasoning(rng: random.Random, bank: dict, slots: dict, target_chars: int) -> str:
+    """A reasoning trace in SYNTH's own notation: Markdown headings, arrows, confidence marks, ∴ and ✓."""
+    deck = _Deck(rng, bank["reasoning"])
+    parts = [f"### 1. {rng.choice(('Query analysis', 'Parsing the question', 'Initial assessment'))}"]
+    step = 1
+    while sum(len(p) + 2 for p in parts) < target_chars:
+        sentence = _fill(rng, deck.draw(), slots)
+        kind = rng.random()
+        if kind < 0.15:
+            step += 1
+            parts.append(f"### {step}. {rng.choice(('Key facts', 'Verification', 'Synthesis', 'Constraints'))}")
+        elif kind < 0.35:
+            parts.append(f"{rng.choice(('●', '◐'))} {sentence}")
+        elif kind < 0.5:
+            parts.append(f"{sentence} → {_fill(rng, deck.draw(), slots)}")
+        else:
+            parts.append(sentence)
+    parts.append(f"∴ {_fill(rng, deck.draw(), slots)} ✓")
+    return "\n\n".join(parts)
+
+
+def _answer_body(rng: random.Random, bank: dict, slots: dict, target_chars: int) -> str:
+    return _markdown_answer(rng, bank, slots, max(20, target_chars // 7))
+
+
+def _long_query(rng: random.Random, query: str, bank: dict, slots: dict, target_chars: int) -> str:
+    """A query grown towards `target_chars` with context sentences (SYNTH's long queries give context first)."""
+    deck = _Deck(rng, bank["reasoning"])
+    context: list[str] = []
+    while True:
+        sentence = _fill(rng, deck.draw(), slots)
+        if len(query) + sum(len(c) + 1 for c in context) + len(sentence) > target_chars:
+            break
+        context.append(sentence)
+    return " ".join([*context, query]) if context else query
+
+
+def _math_value(rng: random.Random) -> tuple[str, str]:
+    """(result value as the constraints write it, the number as the answer states it): an integer, a decimal
+    or a fraction (`result:0.25` answered `1/4`)."""
+    kind = rng.random()
+    if kind < 0.6:
+        value = rng.randint(2, 40000)
+        return str(value), f"{value:,}" if value >= 1000 and rng.random() < 0.5 else str(value)
+    if kind < 0.85:
+        value = rng.randint(11, 9999) / 10
+        return f"{value:g}", f"{value:g}"
+    numerator, denominator = rng.choice(((1, 4), (3, 4), (1, 2), (2, 5), (1, 8)))
+    return f"{numerator / denominator:g}", f"{numerator}/{denominator}"
+
+
 def _make_row(seed: int, index: int, size: int, exercise: str | None = None) -> dict:
     """Row ``index``; ``exercise`` given (bucket shard) replaces the drawn one after the draw, so the
     random stream, and with it every regular row, is the same whichever way the exercise is chosen."""
     rng = random.Random((seed << 40) | index)
-    li = size
+    scale = SIZE_SCALE[size]
 
-    language = rng.choice(NON_ENGLISH) if rng.random() < NON_ENGLISH_FRACTION else "en"
+    language = _weighted(rng, LANGUAGES)
     drawn = _weighted(rng, EXERCISES)
     exercise = drawn if exercise is None else exercise
-    model = _weighted(rng, MODELS)
-    title = rng.choice(TITLES)
-    slots = _slots(rng, title)
-    bank = EN if language == "en" else LANG[language]
-    en_bank = EN
+    title_index = rng.randrange(len(TITLES))
+    heading, section_slots, section_body = _section(seed, title_index, scale)
+    slots = dict(section_slots)
+    title = slots["title"]
+    bank = LANG[language] if language in LANG else EN
 
-    # --- seed ---------------------------------------------------------------------------
-    wiki_lang = language if (language != "en" and language != "la" and rng.random() < 0.3) else "en"
-    query_seed_url = f"https://{wiki_lang}.wikipedia.org/wiki/{_slug(title)}"
-    query_seed_text = _paragraphs(rng, SEED_SENTENCES, slots, rng.randint(*SEED_WORDS[li]), per_par=(3, 6))
-    if rng.random() < 0.55:
-        additional_seed_url = ""
+    # --- seed: the article section (or its first paragraphs), opening with its heading -----------------------
+    body = section_body
+    if size == XL:
+        body = _grow(rng, SEED_SENTENCES, slots, XL_CHARS["seed"], per_par=(3, 6))
+    elif rng.random() < P_SHORT_SEED and "\n\n" in body:
+        paragraphs = body.split("\n\n")
+        body = "\n\n".join(paragraphs[: rng.randint(1, len(paragraphs) - 1)])
+    query_seed_text = f"{heading}\n\n{body}"
+    if rng.random() < P_SELF_KNOWLEDGE:
+        query_seed_url = SELF_KNOWLEDGE_URL
     else:
-        other = rng.choice(TITLES)
-        links = [rng.choice(ADDITIONAL_LINKS).format(slug=_slug(other))]
-        if rng.random() < 0.3:
-            links.append(rng.choice(ADDITIONAL_LINKS).format(slug=_slug(rng.choice(TITLES))))
-        additional_seed_url = " ; ".join(links) if rng.random() < 0.5 else ",".join(links)
-    seed_license = _weighted(rng, LICENSES)
-    script = rng.choice(SCRIPTS[exercise])
+        wiki = language if language in NON_ENGLISH and language != "la" and rng.random() < 0.3 else "en"
+        query_seed_url = f"https://{wiki}.wikipedia.org/wiki/{_slug(title)}"
+    additional_seed_url = (
+        "" if rng.random() < 0.7 else rng.choice(ADDITIONAL_LINKS).format(slug=_slug(rng.choice(TITLES)))
+    )
 
-    # --- constraints (non-result part) -----------------------------------------------------
-    extra: list[str] = []
-    if rng.random() < 0.7:
-        for key, values in OTHER_CONSTRAINTS.items():
-            if rng.random() < 0.5:
-                extra.append(f"{key}:{rng.choice(values)}")
-
-    # --- query + answer head -------------------------------------------------------------
-    answer_head = ""
-    result = None
-    code_bias = 0.0
+    # --- query, constraints, answer head by exercise ------------------------------------------------------------
+    query_chars = _chars(rng, QUERY_CHARS, scale)
+    answer_head, constraints = "", ""
     if exercise == "mcq":
-        opts = rng.sample(MCQ_OPTIONS, 4)
-        opts = [_fill(rng, o, slots) for o in opts]
+        options = [_fill(rng, o, slots) for o in rng.sample(MCQ_OPTIONS, 4)]
         correct = rng.randrange(4)
-        letters = "ABCD"
-        stem = bank["mcq_stem"].format(title=title)
-        query = stem + "\n" + "\n".join(f"{letters[i]}) {o}" for i, o in enumerate(opts))
-        letter = letters[correct]
-        style = rng.random()
-        if style < 0.45:
-            answer_head = letter
-        elif style < 0.8:
-            answer_head = f"{letter.lower()}) {opts[correct]}"
-        else:
-            answer_head = f"{letter}) {opts[correct]}"
-        result = letter.lower() if rng.random() < 0.5 else letter
+        query = (
+            EN["mcq_stem"].format(title=title) + "\n\n" + "\n".join(f"{'ABCD'[i]}. {o}" for i, o in enumerate(options))
+        )
+        given = correct if rng.random() >= P_INCONSISTENT else (correct + 1) % 4  # no result: never checked
+        answer_head = f"{'ABCD'[given]}. {options[given]}"
+        constraints = ", ".join(f"{key}:{rng.choice(values)}" for key, values in MCQ_CONSTRAINT_VALUES.items())
+    elif exercise == "math exercise":
+        result, stated = _math_value(rng)
+        n, b = rng.randint(2, 12), rng.randint(5, 900)
+        query = EN["arith_int"].format(title=title, a=rng.randint(50, 20000), b=b, n=n)
         if rng.random() < P_INCONSISTENT:
-            wrong = rng.choice([c for c in letters if c != letter])
-            result = wrong.lower() if rng.random() < 0.5 else wrong
-    elif exercise == "arithmetic":
-        code_bias = 0.25
-        n = rng.randint(2, 12)
-        if rng.random() < 0.6:
-            a = rng.randint(50, 20000)
-            b = rng.randint(5, 900)
-            value = a + b * n
-            query = bank["arith_int"].format(title=title, a=f"{a:,}" if rng.random() < 0.5 else a, b=b, n=n)
-            answer_head = _fmt_int(value, commas=value >= 1000 and rng.random() < 0.6)
-            result = _fmt_int(value, commas=rng.random() < 0.15)
-            if rng.random() < P_INCONSISTENT:
-                result = str(value + rng.choice((-1, 1)) * rng.randint(1, 50))
-        else:
-            tenths = rng.randint(11, 5000)
-            if tenths % 10 == 0:
-                tenths += rng.randint(1, 9)
-            total = tenths * n
-            query = bank["arith_dec"].format(title=title, total=_fmt_tenths(total), n=n)
-            answer_head = _fmt_tenths(tenths)
-            result = _fmt_tenths(tenths, trailing_zero=rng.random() < 0.2)
-            if rng.random() < P_INCONSISTENT:
-                result = _fmt_tenths(tenths + rng.randint(1, 30))
+            stated = str(int(float(result)) + rng.randint(1, 50))
+        answer_head = f"**Answer: {stated} {rng.choice(UNITS)}**"
+        constraints = f"result:{result}"
+    elif exercise == "math mcq":
+        change = rng.randint(-995, 995) / 10 or 12.5
+        options = sorted(
+            {
+                abs(change),
+                round(abs(change) + rng.randint(3, 40) / 2, 1),
+                round(abs(change) / 2, 1),
+                round(abs(change) * 1.5 + 1, 1),
+            }
+        )
+        letters = "ABCD"[: len(options)]
+        start = rng.randint(100, 9000)
+        query = (
+            f"A fund linked to {title} held {start:,} units and ended the period at "
+            f"{start * (1 + change / 100):,.1f}. What is the net percentage change?\n\n"
+            + "\n".join(f"{letters[i]}. {o:g}%" for i, o in enumerate(options))
+        )
+        given = options.index(abs(change))
+        if rng.random() < P_INCONSISTENT:
+            given = (given + 1) % len(options)
+        answer_head = f"{letters[given]}. {options[given]:g}%"
+        constraints = f"result:{change:g}"
     else:
-        if language == "en":
-            query = rng.choice(en_bank["queries"][exercise]).format(**slots)
-        else:
-            query = rng.choice(bank["queries"]).format(**slots)
-            if exercise in ("creative_writing", "constrained_writing", "editing") and rng.random() < 0.5:
-                # instruction-style rows sometimes mix an English task with a local question
-                query += " " + rng.choice(en_bank["queries"][exercise]).format(**slots)
-    if rng.random() < 0.1:
-        query = query.lower() if rng.random() < 0.5 else query + " " + query.split()[0]
+        templates = bank["queries"][QUERY_BANK[exercise]] if bank is EN else bank["queries"]
+        query = rng.choice(templates).format(**slots)
+        if exercise == "rag":
+            constraints = f"<source_1>\n{query_seed_text}\n</source_1>"
+        elif exercise == "constrained writing":
+            constraints = rng.choice(CONSTRAINED_WRITING)
+        elif exercise == "editing":
+            constraints = rng.choice(EDITING)
+        elif exercise == "creative writing":
+            constraints = rng.choice(CREATIVE_WRITING)
+    query = _long_query(rng, query, bank, slots, query_chars)
+    if exercise in ("math exercise", "math mcq") and rng.random() < P_FAILED:
+        constraints = constants.FAILED_RESULT_MARKER
 
-    # --- reasoning / answer ----------------------------------------------------------------
-    reasoning = _paragraphs(rng, bank["reasoning"], slots, rng.randint(*REASONING_WORDS[li]), per_par=(2, 5))
-    if exercise == "arithmetic":
-        reasoning += f"\n\nLet me compute step by step and verify: the result should be {answer_head}."
-    body = _markdown_answer(rng, bank, slots, rng.randint(*ANSWER_WORDS[li]), code_bias)
-    answer = f"{answer_head}\n\n{body}" if answer_head else body
-
-    # --- constraints -----------------------------------------------------------------------
-    if rng.random() < P_FAILED:
-        result = "FAILED"
-    parts = list(extra)
-    if result is not None:
-        item = rng.choice(FAILED_RESULT) if result == "FAILED" else f"result:{result}"
-        parts.insert(rng.randint(0, len(parts)), item)
-    constraints = "; ".join(parts)
-
-    # --- blanks ---------------------------------------------------------------------------
-    r = rng.random()
-    if r < P_EMPTY_REASONING:
+    # --- reasoning / answer ------------------------------------------------------------------------------------
+    reasoning_chars = XL_CHARS["reasoning"] if size == XL else _chars(rng, REASONING_CHARS, scale)
+    answer_chars = XL_CHARS["answer"] if size == XL else _chars(rng, ANSWER_CHARS, scale)
+    reasoning = _reasoning(rng, bank, slots, reasoning_chars)
+    if rng.random() < EMPTY_REASONING.get(exercise, 0.0):
         reasoning = ""
-    elif r < P_EMPTY_REASONING + P_WS_REASONING:
-        reasoning = rng.choice(WHITESPACE_ONLY)
+    body = _answer_body(rng, bank, slots, answer_chars)
+    answer = f"{answer_head}\n\n{body}" if answer_head else body
     if rng.random() < P_EMPTY_ANSWER:
         answer = "" if rng.random() < 0.5 else rng.choice(WHITESPACE_ONLY)
 
-    # --- special characters ---------------------------------------------------------------
+    # --- robustness plants ---------------------------------------------------------------------------------------
     fields = {"query": query, "synthetic_reasoning": reasoning, "synthetic_answer": answer}
     nonblank = [k for k, v in fields.items() if v.strip()]
     if rng.random() < P_CJK:
         k = rng.choice(nonblank)
         fields[k] = _insert_at_word(rng, fields[k], rng.choice(CJK_SNIPPETS))
     if rng.random() < P_EMOJI:
-        for _ in range(rng.randint(1, 3)):
-            k = rng.choice(nonblank)
-            fields[k] = _insert_at_word(rng, fields[k], rng.choice(EMOJI))
+        k = rng.choice(nonblank)
+        fields[k] = _insert_at_word(rng, fields[k], rng.choice(EMOJI))
     if rng.random() < P_HARMONY:
         k = rng.choice(nonblank)
         fields[k] = _insert_at_word(rng, fields[k], rng.choice(HARMONY_SNIPPETS))
@@ -451,22 +586,25 @@ def _make_row(seed: int, index: int, size: int, exercise: str | None = None) -> 
         pos = rng.randint(0, len(text))
         fields[k] = text[:pos] + "\x00" + text[pos:]
 
-    answer = fields["synthetic_answer"]
+    prefix = SYNTH_ID_PREFIX[exercise]
+    if exercise == "memorization" and language in LANGUAGE_NAMES:
+        prefix = f"{prefix}_{LANGUAGE_NAMES[language]}"
+    reasoning, answer = fields["synthetic_reasoning"], fields["synthetic_answer"]
     return {
-        "synth_id": f"synth_{index:07d}",
+        "synth_id": f"{prefix}_{rng.randint(1, 120)}_{index}",
         "language": language,
         "exercise": exercise,
-        "model": model,
+        "model": MODELS[exercise],
         "query": fields["query"],
         "query_seed_url": query_seed_url,
         "query_seed_text": query_seed_text,
         "additional_seed_url": additional_seed_url,
-        "seed_license": seed_license,
+        "seed_license": LICENSE,
         "constraints": constraints,
-        "script": script,
-        "synthetic_reasoning": fields["synthetic_reasoning"],
+        "script": rng.choice(SCRIPTS.get(QUERY_BANK.get(exercise, "mcq"), SCRIPTS["mcq"])),
+        "synthetic_reasoning": reasoning,
         "synthetic_answer": answer,
-        "words": len(answer.split()),
+        "words": len(f"{reasoning} {answer}".split()),
     }
 
 
@@ -533,12 +671,13 @@ class PlantedNegative:
     jaccard: float
 
 
-# each edit: (query, seed text, copy number) -> (query, seed text, description); one per copy
+# each edit: (query, answer, copy number) -> (query, answer, description); one per copy. The signatures compare the
+# question and the answer (synthkd_assets/core/near_dup.py signature_text), so the edits change those
 Edited = tuple[str, str, str]
 
 
 def _edit_case(query: str, text: str, k: int) -> Edited:
-    return query.upper(), text.lower(), "case: query upper-cased, seed text lower-cased"
+    return query.upper(), text.lower(), "case: query upper-cased, answer lower-cased"
 
 
 def _edit_whitespace(query: str, text: str, k: int) -> Edited:
@@ -560,11 +699,11 @@ def _edit_word(query: str, text: str, k: int) -> Edited:
 
 def _edit_append(query: str, text: str, k: int) -> Edited:
     phrase = APPENDED_PHRASES[k % len(APPENDED_PHRASES)]
-    return query, f"{text} {phrase}", f"seed text + {phrase!r}"
+    return query, f"{text} {phrase}", f"answer + {phrase!r}"
 
 
 def _edit_remove(query: str, text: str, k: int) -> Edited:
-    return query, text.rsplit(" ", 3)[0], "seed text's last 3 words removed"
+    return query, text.rsplit(" ", 3)[0], "answer's last 3 words removed"
 
 
 def _edit_punctuation(query: str, text: str, k: int) -> Edited:
@@ -587,11 +726,10 @@ NEAR_DUP_EDITS: tuple[Callable[[str, str, int], Edited], ...] = (
 )
 
 
-def prompt_shingles(query: str, query_seed_text: str) -> set[str]:
-    """The shingle set the pipeline compares (synthkd_assets/core/near_dup.py: the rendered user prompt,
+def signature_shingles(query: str, answer: str) -> set[str]:
+    """The shingle set the pipeline compares (synthkd_assets/core/near_dup.py: the question and the answer,
     normalized, as word 3-grams), used here only to pick the hard negatives' donors."""
-    prompt = constants.USER_TEMPLATE.format(query=query, query_seed_text=query_seed_text)
-    return set(shingles(normalize_prompt(prompt)))
+    return set(shingles(normalize_prompt(signature_text(query, answer))))
 
 
 def _jaccard(a: set[str], b: set[str]) -> float:
@@ -630,18 +768,22 @@ def _choose_sources(regular: list[list[dict]], n_sources: int, seed: int) -> lis
 
 
 def _hard_negative(source: dict, donors_from: int, seed: int) -> tuple[dict, PlantedNegative]:
-    """The source's query over the least similar of NEGATIVE_DONOR_CANDIDATES unwritten rows' seed texts."""
-    own = prompt_shingles(source["query"], source["query_seed_text"])
-    best: tuple[float, int, str] | None = None
+    """The source's query asked of the least similar of NEGATIVE_DONOR_CANDIDATES unwritten rows: its seed text,
+    reasoning and answer (the same question about another article section is another example)."""
+    own = signature_shingles(source["query"], source["synthetic_answer"])
+    best: tuple[float, int, dict] | None = None
     for index in range(donors_from, donors_from + NEGATIVE_DONOR_CANDIDATES):
-        text = _make_row(seed, index, NORMAL)["query_seed_text"]
-        jaccard = _jaccard(own, prompt_shingles(source["query"], text))
+        donor = _make_row(seed, index, NORMAL)
+        if not donor["synthetic_answer"].strip():
+            continue
+        jaccard = _jaccard(own, signature_shingles(source["query"], donor["synthetic_answer"]))
         if best is None or jaccard < best[0]:
-            best = (jaccard, index, text)
+            best = (jaccard, index, donor)
     assert best is not None
-    jaccard, index, text = best
+    jaccard, index, donor = best
     negative_id = f"{source['synth_id']}-neg"
-    row = {**source, "synth_id": negative_id, "query_seed_text": text}
+    taken = ("query_seed_text", "synthetic_reasoning", "synthetic_answer", "words")
+    row = {**source, "synth_id": negative_id, **{column: donor[column] for column in taken}}
     return row, PlantedNegative(source["synth_id"], negative_id, index, round(jaccard, 4))
 
 
@@ -663,12 +805,14 @@ def near_dup_plan(regular: list[list[dict]], seed: int, n_sources: int, n_negati
     for s, source in enumerate(sources):
         for k in range(1, 1 + s % MAX_COPIES + 1):
             edit = NEAR_DUP_EDITS[(s + k - 1) % len(NEAR_DUP_EDITS)]
-            query, text, description = edit(source["query"], source["query_seed_text"], k)
+            query, answer, description = edit(source["query"], source["synthetic_answer"], k)
             copy_id = f"{source['synth_id']}-nd{k}"
-            rows.append({**source, "synth_id": copy_id, "query": query, "query_seed_text": text})
+            rows.append({**source, "synth_id": copy_id, "query": query, "synthetic_answer": answer})
             copies.append(PlantedCopy(source["synth_id"], copy_id, description))
     eligible = [row for shard in regular for row in shard if _can_be_source(row)]
-    by_size = sorted(eligible, key=lambda r: (len(prompt_shingles(r["query"], r["query_seed_text"])), r["synth_id"]))
+    by_size = sorted(
+        eligible, key=lambda r: (len(signature_shingles(r["query"], r["synthetic_answer"])), r["synth_id"])
+    )
     negatives: list[PlantedNegative] = []
     for j, source in enumerate(by_size):
         if len(negatives) == n_negatives:
@@ -718,7 +862,7 @@ def _write_table(table: pa.Table, path: Path) -> Path:
     pq.write_table(
         table,
         tmp,
-        row_group_size=ROW_GROUP_SIZE,
+        row_group_size=max(1, table.num_rows),  # one row group per file, as SYNTH's files are
         compression=COMPRESSION,
         compression_level=COMPRESSION_LEVEL,
         use_dictionary=True,

@@ -18,10 +18,10 @@ Cell = tuple[str, str]  # (skill bucket, ctx bucket)
 BREAKDOWNS = ("skill", "ctx", "language", "exercise", "cell")
 
 
-def bucket_cell(exercise: str, sequence_length: int) -> Cell:
+def bucket_cell(exercise: str, sequence_length: int, exercise_table: Mapping[str, str] | None = None) -> Cell:
     """(skill bucket, ctx bucket) of one conversation: its exercise and the length of its full rendered
-    sequence; UnknownExercise for an exercise the contract does not map."""
-    return skill_bucket(exercise), ctx_bucket(sequence_length)
+    sequence; UnknownExercise for an exercise `exercise_table` (the contract's when None) does not map."""
+    return skill_bucket(exercise, exercise_table), ctx_bucket(sequence_length)
 
 
 def bucket_counts(rows: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, Any]]:

@@ -1,8 +1,11 @@
 """Near-duplicate control (002 §7): MinHash signatures per shard, global clusters, the per-cluster cap and the
 held-out clusters of the validation sets.
 
-- signatures (per shard, the scan pass): the user prompt, normalized (`normalize_prompt`), as character
-  word shingles, hashed by rensa's RMinHash into NUM_PERM values; LSH_BANDS band keys per row.
+- signatures (per shard, the scan pass): what makes two examples redundant, the question and the answer
+  (`signature_text`: the user message without its reference text, then the final answer), normalized
+  (`normalize_prompt`), as word shingles, hashed by rensa's RMinHash into NUM_PERM values; LSH_BANDS band keys
+  per row. SYNTH asks hundreds of different questions about one article section, so the shared reference is
+  left out (docs/near-dup.md "What is compared").
 - clusters (global): rows sharing a band key are candidates; a candidate pair is a near-duplicate when the
   share of equal signature values (rensa's Jaccard estimate) is >= the threshold; near-duplicates are joined
   into clusters (scipy's connected components). Identical prompts have identical signatures: exact
@@ -36,16 +39,18 @@ from rensa import RMinHash
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from synthkd_assets.core.filters import constraints_expr, expected_answer
+from synthkd_assets.core.filters import answer_expr, constraints_expr, expected_answer
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
-from synthkd_contract import drops
+from synthkd_contract import constants, drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHEMA, SIGNATURES_SCHEMA
 
 USER_PROMPT_PATH = "$.messages[1].content[0].text"  # synth_harmony_v1: [system, user, (analysis), final]
+# what separates the query from its reference text in a SYNTH user message (constants.USER_TEMPLATE)
+REFERENCE_SEPARATOR = constants.USER_TEMPLATE.split("{query}")[1].split("{query_seed_text}")[0]
 # candidate pairs verified per numpy batch: their gathered values (2 x uint32 + a bool per value, 9 x 128 B a pair)
 # are the verification's transient, ~75 MiB at 2^16 (no slower than 2^20, which held up to 1.2 GiB)
 EDGE_CHUNK = 1 << 16
@@ -113,10 +118,27 @@ def salted_key(salt: str, synth_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{salt}:{synth_id}".encode()).digest()[:8], "big")
 
 
+def question_expr() -> pl.Expr:
+    """The question of a synth_harmony_v1 row: its user message up to the first REFERENCE_SEPARATOR (a SYNTH
+    row's `query`), or the whole user message when it has none (an anchor source's prompt)."""
+    user = pl.col("messages_json").str.json_path_match(USER_PROMPT_PATH)
+    return user.str.splitn(REFERENCE_SEPARATOR, 2).struct.field("field_0")
+
+
+def signature_text_expr() -> pl.Expr:
+    """`f"{question}\\n\\n{final answer}"` of each row: what the signatures compare (nulls as empty text)."""
+    return pl.concat_str([question_expr().fill_null(""), pl.lit("\n\n"), answer_expr().fill_null("")])
+
+
+def signature_text(query: str, answer: str) -> str:
+    """The text compared for a SYNTH row's `query` and `synthetic_answer`, as `signature_text_expr` makes it."""
+    return f"{query}\n\n{answer}"
+
+
 def signature_table(frame: pl.DataFrame) -> pa.Table:
     """synth_harmony_v1 rows -> SIGNATURES_SCHEMA rows (same order)."""
-    prompts = frame.select(pl.col("messages_json").str.json_path_match(USER_PROMPT_PATH))["messages_json"]
-    signatures = minhash_signatures(prompts.fill_null("").to_list())
+    texts = frame.select(signature_text_expr().alias("text"))["text"]
+    signatures = minhash_signatures(texts.to_list())
     keys = band_keys(signatures)
     ids = frame["synth_id"].to_list()
     forms = [expected_answer(c) for c in frame.select(constraints_expr().alias("c"))["c"].to_list()]
@@ -498,11 +520,11 @@ def removed_by_clusters(
 
 
 def prompt_of(filtered_path: Path, synth_id: str) -> str:
-    """One row's user prompt, as the signatures saw it before normalization (for the UI's example pair).
-    Streamed: the shard's whole messages column is never held for one row of it."""
+    """One row's question and answer, as the signatures saw them before normalization (for the UI's example
+    pair). Streamed: the shard's whole messages column is never held for one row of it."""
     columns = ("synth_id", "messages_json")
     frame = pl.concat([f.filter(pl.col("synth_id") == synth_id) for f in iter_frames(filtered_path, columns)])
-    return frame.select(pl.col("messages_json").str.json_path_match(USER_PROMPT_PATH)).item()
+    return frame.select(signature_text_expr()).item()
 
 
 class BySynthId:

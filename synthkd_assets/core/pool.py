@@ -17,8 +17,8 @@ A conversation the quota grid does not keep is dropped and counted (`over_quota`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,14 @@ from synthkd_assets.core.source_mix import source_mix_keep
 from synthkd_assets.core.stages import DatasetStep, TokenizedRow
 from synthkd_assets.core.steps import Outputs, Table, run_step
 from synthkd_contract import constants, drops, sources
-from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS, ctx_bucket, pool_row_id, skill_bucket
+from synthkd_contract.buckets import (
+    CTX_BUCKETS,
+    EXERCISE_SKILL_BUCKET,
+    SKILL_BUCKETS,
+    ctx_bucket,
+    pool_row_id,
+    skill_bucket,
+)
 from synthkd_contract.labels import token_align
 from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
 
@@ -73,7 +80,7 @@ class PoolRow:
     final: list[dict[str, int]]
 
 
-def pool_row(row: TokenizedRow, messages: str) -> PoolRow:
+def pool_row(row: TokenizedRow, messages: str, exercise_table: Mapping[str, str] | None = None) -> PoolRow:
     """The pool's view of one tokenized conversation. The prompt is every token before the first supervised
     one (the assistant's `<|start|>`); the spans are token ranges into the rendered sequence (EOD included)."""
     spans = token_align(np.asarray(row.span_id, dtype=constants.SPAN_DTYPE))
@@ -84,7 +91,7 @@ def pool_row(row: TokenizedRow, messages: str) -> PoolRow:
         row.synth_id,
         row.exercise,
         row.language,
-        skill_bucket(row.exercise),
+        skill_bucket(row.exercise, exercise_table),
         ctx_bucket(len(row.tokens)),
         messages,
         prompt,
@@ -122,7 +129,7 @@ def pool_table(
     }
     columns.update({name: [None] * n for name in POOL_NULL_COLUMNS})
     columns.update(cluster_id=cluster_ids, near_dup_hash=hashes)
-    return pa.table({field.name: pa.array(columns[field.name], field.type) for field in POOL_SCHEMA})
+    return pa.table({column.name: pa.array(columns[column.name], column.type) for column in POOL_SCHEMA})
 
 
 class PoolOutputs(Outputs):
@@ -178,6 +185,7 @@ class PoolShard:
     caps: BuildCaps = NO_CAPS
     clusters_path: Path | None = None  # synth_clusters of the shard: fills cluster_id and near_dup_hash
     source_rates: dict[str, float] | None = None  # the quota plan's source mix {source: keep rate}; None: SYNTH only
+    exercise_table: Mapping[str, str] = field(default_factory=lambda: dict(EXERCISE_SKILL_BUCKET))  # the build's
 
 
 class PoolStep(DatasetStep):
@@ -200,7 +208,7 @@ class PoolStep(DatasetStep):
 
     def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, PoolRow] | None:
         payload = messages_payload(self.messages, row.source_row, self.shard)
-        kept = pool_row(row, payload)
+        kept = pool_row(row, payload, self.where.exercise_table)
         # the skill quota grid is SYNTH's; every source's share of the whole then comes from the source mix
         if self.source == sources.SYNTH_SOURCE and not quota_keep(row.synth_id, kept.skill, kept.ctx, self.rates):
             rate = self.rates[kept.skill][kept.ctx]
@@ -212,7 +220,7 @@ class PoolStep(DatasetStep):
             rate = self.source_rates[self.source]
             report.drop(drops.DROP_OVER_SOURCE_SHARE, row.source_row, row.synth_id, f"{self.source} rate {rate}")
             return None
-        report.count_sequence(row.exercise, row.language, kept.sequence_tokens)
+        report.count_sequence(row.exercise, row.language, kept.sequence_tokens, self.where.exercise_table)
         report.exercise_language[(row.exercise, row.language)] += 1
         return assign_split(row.synth_id), kept
 

@@ -171,13 +171,13 @@ def quota_keep(synth_id: str, skill: str, ctx: str, rates: Mapping[str, Mapping[
     return stable_unit_interval(QUOTA_SALT, synth_id) < rates[skill][ctx]
 
 
-def quota_config(targets: QuotaTargets) -> dict[str, Any]:
-    """The quota settings and bucket rules for the manifests' config hash (the rates depend on the data
-    too: the manifests record the plan itself)."""
+def quota_config(targets: QuotaTargets, exercise_table: Mapping[str, str] = EXERCISE_SKILL_BUCKET) -> dict[str, Any]:
+    """The quota settings and bucket rules (`exercise_table`: the build's exercise_skill_table) for the manifests'
+    config hash (the rates depend on the data too: the manifests record the plan itself)."""
     return {
         "targets": targets.to_dict(),
         "salt": QUOTA_SALT,
         "rule": QUOTA_RULE,
-        "exercise_skill_bucket": dict(EXERCISE_SKILL_BUCKET),
+        "exercise_skill_bucket": dict(exercise_table),
         "ctx_bucket_max_tokens": dict(CTX_BUCKET_MAX_TOKENS),
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ class ShardReport:
     rows_in: int = 0
     rows_out: int = 0
     dropped: Counter = field(default_factory=Counter)
+    # (exercise, reason) -> rows dropped, row-selection steps (filters, sampling): `dropped` per exercise
+    dropped_by_exercise: Counter = field(default_factory=Counter, metadata=OMIT_EMPTY)
     sanitized: Counter = field(default_factory=Counter)
     language: Counter = field(default_factory=Counter)
     exercise: Counter = field(default_factory=Counter)
@@ -45,17 +47,25 @@ class ShardReport:
     exercise_tokens: Counter = field(default_factory=Counter, metadata=OMIT_EMPTY)  # same steps, by exercise
     errors: list[dict[str, Any]] = field(default_factory=list)
 
-    def drop(self, reason: str, source_row: int, synth_id: str | None, detail: str = "") -> None:
-        """Count a dropped row under `reason`, and name it in the error log (the first ERROR_SAMPLE_LIMIT)."""
+    def drop(
+        self, reason: str, source_row: int, synth_id: str | None, detail: str = "", exercise: str | None = None
+    ) -> None:
+        """Count a dropped row under `reason` (and under its `exercise`, when given), and name it in the error log
+        (the first ERROR_SAMPLE_LIMIT)."""
         self.dropped[reason] += 1
+        if exercise is not None:
+            self.dropped_by_exercise[(exercise, reason)] += 1
         if len(self.errors) < ERROR_SAMPLE_LIMIT:
             row = {"shard": self.shard, "source_row": source_row, "synth_id": synth_id}
             self.errors.append({**row, "reason": reason, "detail": detail})
 
-    def count_sequence(self, exercise: str, language: str, length: int) -> Cell:
+    def count_sequence(
+        self, exercise: str, language: str, length: int, exercise_table: Mapping[str, str] | None = None
+    ) -> Cell:
         """Count one kept conversation of `length` tokens in the bucket grid and the per-language / per-exercise
-        tokens; returns its (skill, ctx) cell (UnknownExercise for an exercise the contract does not map)."""
-        cell = bucket_cell(exercise, length)  # the full sequence decides the ctx bucket
+        tokens; returns its (skill, ctx) cell (UnknownExercise for an exercise `exercise_table`, the build's
+        exercise_skill_table (the contract's when None), does not map)."""
+        cell = bucket_cell(exercise, length, exercise_table)  # the full sequence decides the ctx bucket
         self.bucket_tokens[cell] += length
         self.bucket_rows[cell] += 1
         self.language_tokens[language] += length

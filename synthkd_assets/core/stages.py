@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep,
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
 from synthkd_assets.core.validation import DuplicateIds, check_exercises, check_raw_schema, conform_raw_frame
 from synthkd_contract import constants, drops
+from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET
 from synthkd_contract.schemas import DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_SCHEMA
 
 Renderer = FastRenderer | HarmonyRenderer
@@ -48,8 +49,17 @@ Renderer = FastRenderer | HarmonyRenderer
 class HarmonizeStep(ShardStep):
     """Raw rows -> synth_harmony_v1 rows: bad rows dropped and counted (core/validation.py), text sanitized."""
 
-    def __init__(self, raw: RawRead, out_path: Path, system: dict[str, Any], shard: str, max_rows: int | None) -> None:
+    def __init__(
+        self,
+        raw: RawRead,
+        out_path: Path,
+        system: dict[str, Any],
+        shard: str,
+        max_rows: int | None,
+        exercise_table: Mapping[str, str] = EXERCISE_SKILL_BUCKET,
+    ) -> None:
         self.raw, self.out_path, self.system, self.shard, self.max_rows = raw, out_path, system, shard, max_rows
+        self.exercise_table = exercise_table
         self.duplicates = DuplicateIds()
         self.rows_read = 0
 
@@ -67,7 +77,8 @@ class HarmonizeStep(ShardStep):
         frame = _drop_nul_synth_id(frame, report)
         frame = self.duplicates.drop_duplicates(frame, report)
         frame = _sanitize(frame, report)
-        check_exercises(frame, self.raw.path, self.shard)  # every kept row needs a skill bucket (002 §2)
+        # every kept row needs a skill bucket (002 §2); the inventory checked the file's labels already
+        check_exercises(frame, self.raw.path, self.shard, self.exercise_table)
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())
         messages = messages_json_expr(self.system).alias("messages_json")
@@ -92,6 +103,7 @@ def harmonize_shard(
     source_sha256: str | None = None,
     max_rows: int | None = None,
     errors_log: Path | None = None,
+    exercise_table: Mapping[str, str] = EXERCISE_SKILL_BUCKET,
 ) -> ShardReport:
     """Raw SYNTH Parquet -> synth_harmony_v1 Parquet (messages_json + metadata_json + id columns).
 
@@ -103,7 +115,7 @@ def harmonize_shard(
     A file that is not a usable SYNTH shard raises InputFileError before any output is opened; an
     output that cannot be written raises OutputFileError; either way nothing remains under the final
     name or as a partial file. Bad rows are dropped and counted (see core/validation.py for the rules);
-    an exercise without a skill bucket refuses the shard (UnknownExerciseError, an InputFileError).
+    an exercise `exercise_table` does not map refuses the shard (UnknownExerciseError, an InputFileError).
 
     `max_rows` (a smoke build) reads only the first rows of the file and stops, so every later step
     sees only those; the rows never read still count in `rows_in` (the file's row count, from its
@@ -111,7 +123,7 @@ def harmonize_shard(
     """
     with read_raw_shard(raw_path, source_sha256) as raw:
         check_raw_schema(raw_path, raw.file)
-        return run_step(HarmonizeStep(raw, out_path, system, shard, max_rows), shard, errors_log)
+        return run_step(HarmonizeStep(raw, out_path, system, shard, max_rows, exercise_table), shard, errors_log)
 
 
 MISSING_SAYS = {"synth_id": "null, empty or only whitespace"}  # what each column's missing rule finds
@@ -202,8 +214,9 @@ class SelectRowsStep(ShardStep):
     def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
         reasons = self.drop_reason(frame)
         dropped = frame.with_columns(reasons.alias("_reason")).filter(pl.col("_reason").is_not_null())
-        for source_row, synth_id, reason in dropped.select("source_row", "synth_id", "_reason").iter_rows():
-            report.drop(reason, source_row, synth_id)
+        columns = ("source_row", "synth_id", "_reason", "exercise")
+        for source_row, synth_id, reason, exercise in dropped.select(columns).iter_rows():
+            report.drop(reason, source_row, synth_id, exercise=exercise)
         kept = frame.filter(reasons.is_null())
         report.language.update(kept["language"].to_list())
         report.exercise.update(kept["exercise"].to_list())
@@ -214,15 +227,23 @@ class SelectRowsStep(ShardStep):
 def select_rows_shard(
     in_path: Path, out_path: Path, shard: str, drop_reason: RowRule = keep_everything, errors_log: Path | None = None
 ) -> ShardReport:
-    """synth_harmony_v1 in, the rows `drop_reason` keeps out (same schema); every drop counted by reason."""
+    """synth_harmony_v1 in, the rows `drop_reason` keeps out (same schema); every drop counted by reason, and by
+    exercise and reason (`dropped_by_exercise`)."""
     return run_step(SelectRowsStep(in_path, out_path, drop_reason), shard, errors_log)
 
 
 class TokenizeStep(ShardStep):
     """synth_harmony_v1 rows -> tokens / loss_mask / span_id; a conversation the renderer refuses is dropped."""
 
-    def __init__(self, harmony_path: Path, out_path: Path, renderer: Renderer) -> None:
+    def __init__(
+        self,
+        harmony_path: Path,
+        out_path: Path,
+        renderer: Renderer,
+        exercise_table: Mapping[str, str] = EXERCISE_SKILL_BUCKET,
+    ) -> None:
         self.harmony_path, self.out_path, self.renderer = harmony_path, out_path, renderer
+        self.exercise_table = exercise_table
         self.routed_before = renderer.routed_to_reference
 
     def open_outputs(self) -> Outputs:
@@ -246,7 +267,7 @@ class TokenizeStep(ShardStep):
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())
         for exercise, language, conversation in zip(frame["exercise"], frame["language"], rendered):
-            report.count_sequence(exercise, language, len(conversation.tokens))
+            report.count_sequence(exercise, language, len(conversation.tokens), self.exercise_table)
         table = frame.select("synth_id", "language", "exercise", "source_row").to_arrow()
         table = table.append_column("tokens", list_column([c.tokens for c in rendered], np.int32))
         table = table.append_column("loss_mask", list_column([c.loss_mask for c in rendered], np.uint8))
@@ -258,13 +279,18 @@ class TokenizeStep(ShardStep):
 
 
 def tokenize_shard(
-    harmony_path: Path, out_path: Path, renderer: Renderer, shard: str, errors_log: Path | None = None
+    harmony_path: Path,
+    out_path: Path,
+    renderer: Renderer,
+    shard: str,
+    errors_log: Path | None = None,
+    exercise_table: Mapping[str, str] = EXERCISE_SKILL_BUCKET,
 ) -> ShardReport:
     """synth_harmony_v1 Parquet -> tokens / loss_mask / span_id per conversation (label-aligned).
 
     Streams batch by batch; `render_path` counts rows the fast renderer had to hand to openai-harmony.
     """
-    return run_step(TokenizeStep(harmony_path, out_path, renderer), shard, errors_log)
+    return run_step(TokenizeStep(harmony_path, out_path, renderer, exercise_table), shard, errors_log)
 
 
 @dataclass(frozen=True)

@@ -22,27 +22,29 @@ counted by reason with shard, source row and synth_id in the errors log.
   (the first row that passed every other rule is kept). Duplicates across shards are found at the
   dataset level, by `cross_shard_duplicates` over the per-shard documents tables.
 
-Table level (`check_exercises`, on the rows the harmonize step keeps, after a null exercise became
-"unknown"): an exercise synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET does not map refuses the whole
-shard with an `UnknownExerciseError` naming the file, the first row and the exercise. Dropping such rows
-would silently shrink a skill bucket and defaulting them would mislabel them, so the table is extended
-instead.
+Table level: an exercise the build's table (synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET plus the
+`build` resource's `exercise_skill_buckets`) does not map is found before any shard is scanned, by the
+inventory reading each file's `exercise` column (`exercise_labels`, `unknown_exercise_files`): it names every
+such label, its files and the setting that maps it. The harmonize step checks again (`check_exercises`, on the
+rows it keeps, after a null exercise became "unknown"), for a file changed since. Dropping such rows would
+silently shrink a skill bucket and defaulting them would mislabel them, so the table is extended instead.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
 from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.report import ShardReport
 from synthkd_contract import constants, drops
-from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET, UnknownExercise
+from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET, UnknownExercise, unknown_exercise_message
 
 TEXT_TYPES_DESCRIPTION = (
     "string, large_string, string_view, binary, large_binary, binary_view, dictionary<string> or null"
@@ -222,14 +224,59 @@ class UnknownExerciseError(InputFileError, UnknownExercise):
     step fails and publishes nothing, like any InputFileError), and an UnknownExercise (the contract's error)."""
 
 
-def check_exercises(frame: pl.DataFrame, path: Path, shard: str) -> None:
-    """UnknownExerciseError naming the file, the first source_row and its exercise when a row of `frame` (with
-    `exercise` and `source_row`) has an exercise EXERCISE_SKILL_BUCKET does not map; None otherwise."""
-    unknown = frame.filter(~pl.col("exercise").is_in(list(EXERCISE_SKILL_BUCKET)))
+def check_exercises(
+    frame: pl.DataFrame, path: Path, shard: str, table: Mapping[str, str] = EXERCISE_SKILL_BUCKET
+) -> None:
+    """UnknownExerciseError naming the file, the first source_row, its exercise and the setting to add when a row
+    of `frame` (with `exercise` and `source_row`) has an exercise `table` (the build's exercise_skill_table) does
+    not map; None otherwise."""
+    unknown = frame.filter(~pl.col("exercise").is_in(list(table)))
     if unknown.is_empty():
         return
     source_row, exercise = unknown.sort("source_row").select("source_row", "exercise").row(0)
     raise UnknownExerciseError(
-        f"{path}: row {source_row}: exercise {exercise!r} has no skill bucket in synthkd_contract/buckets.py "
-        f"EXERCISE_SKILL_BUCKET (shard {shard}; it maps {', '.join(sorted(EXERCISE_SKILL_BUCKET))})"
+        f"{path}: row {source_row}: {unknown_exercise_message(exercise)} (shard {shard}; it maps "
+        f"{', '.join(repr(label) for label in sorted(table))})"
     )
+
+
+def exercise_labels(path: Path) -> dict[str, int]:
+    """Rows per `exercise` label of one raw SYNTH file (a null label counted as NULL_DEFAULTS' "unknown"), from
+    that one column: what the inventory checks against the build's table before any shard is scanned.
+
+    Args:
+        path: a raw SYNTH Parquet file.
+
+    Returns:
+        {label: rows}.
+
+    Raises:
+        InputFileError: the file is not Parquet or has no `exercise` column (check_raw_schema's message).
+    """
+    check_raw_schema(path)
+    column = pq.read_table(path, columns=["exercise"])["exercise"]
+    labels = pl.from_arrow(pa.table({"exercise": column})).get_column("exercise")
+    counts = labels.cast(pl.String).fill_null(constants.NULL_DEFAULTS["exercise"]).value_counts()
+    return dict(zip(counts["exercise"].to_list(), counts["count"].to_list(), strict=True))
+
+
+def unknown_exercise_files(
+    labels_by_file: Mapping[str, Mapping[str, int]], table: Mapping[str, str]
+) -> dict[str, dict[str, int]]:
+    """{label: {file: rows}} of every label `table` does not map, over `labels_by_file` ({file: exercise_labels})."""
+    unknown: dict[str, dict[str, int]] = {}
+    for file, labels in sorted(labels_by_file.items()):
+        for label, rows in labels.items():
+            if label not in table:
+                unknown.setdefault(label, {})[file] = rows
+    return dict(sorted(unknown.items()))
+
+
+def unknown_exercises_message(unknown: Mapping[str, Mapping[str, int]], limit: int = 3) -> str:
+    """One line per unknown label: its rows, the first files holding it and the setting that maps it."""
+    lines = []
+    for label, files in unknown.items():
+        shown = ", ".join(f"{file} ({rows} rows)" for file, rows in list(files.items())[:limit])
+        more = f" and {len(files) - limit} more files" if len(files) > limit else ""
+        lines.append(f"{sum(files.values())} rows in {shown}{more}: {unknown_exercise_message(label)}")
+    return "\n".join(lines)

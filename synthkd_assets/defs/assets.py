@@ -6,6 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.build_summary import plan_keeps
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
@@ -145,7 +146,8 @@ def synth_harmony(
         report = harmonize_source_shard(Path(source.path), out_path, adapter, key, scanned, max_rows, errors)
         step, extra = "source_harmony", {"source": origin, "source_dataset": adapter.spec.dataset}
     else:
-        report = harmonize_shard(Path(source.path), out_path, system, key, scanned, max_rows, errors)
+        table = build.exercise_table()
+        report = harmonize_shard(Path(source.path), out_path, system, key, scanned, max_rows, errors, table)
         step, extra = "synth_harmony", {}
     return stage_result(paths, report, "synth_harmony", step=step, source_sha256=report.source_sha256, **extra)
 
@@ -201,6 +203,7 @@ def synth_sampling_plan(
         **{f"rate_{rule}": rate for rule, rate in plan["rates"].items()},
         rows_before=plan["before"]["rows"],
         rows_expected_after=plan["expected_after"]["rows"],
+        rows_kept_share=plan_keeps(plan).kept_share,
         **mix_metadata({"before": plan["before"], "expected after": plan["expected_after"]}),
     )
 
@@ -292,7 +295,8 @@ def synth_tokenized(
     encoding, vocabulary = load_harmony_encoding(paths.tokenizer_dir()), load_tiktoken_o200k(paths.tokenizer_dir())
     renderer = FastRenderer(encoding, vocabulary, build.encode_threads)
     in_path, out_path = stage_files(paths, "synth_sampled", key)[0], stage_files(paths, "synth_tokenized", key)[0]
-    report = tokenize_shard(in_path, out_path, renderer, key, paths.error_log("synth_tokenized", key))
+    errors = paths.error_log("synth_tokenized", key)
+    report = tokenize_shard(in_path, out_path, renderer, key, errors, build.exercise_table())
     round_trip = harmony_round_trip_result(round_trip_shard(out_path, in_path, encoding, vocabulary))
     return_freed_heap()  # the round trip's numpy temporaries, a batch at a time (core/memory.py)
     return stage_result(paths, report, "synth_tokenized", (round_trip,), **bucket_report_metadata(report.to_dict()))

@@ -1,20 +1,25 @@
 """The inputs of the graph: the pinned tokenizer and the raw SYNTH shards (one partition per file), whose
 content hashes are their data versions."""
 
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
-from synthkd_assets.core.inventory import ignored_input_files, partition_changes, scan_inputs
+from synthkd_assets.core.inventory import RawShard, ignored_input_files, partition_changes, scan_inputs
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.tokenizer import materialize_tokenizer, vocabulary_source
+from synthkd_assets.core.validation import exercise_labels, unknown_exercise_files, unknown_exercises_message
 from synthkd_assets.defs.checks import pool_unpublished_events
 from synthkd_assets.defs.conventions import OWNERS, pass_tags, synthkd_asset
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
+from synthkd_contract.sources import SYNTH_SOURCE, partition_source
 
 # the event tag under which Dagster records a data version reported from outside a materialization
 DATA_VERSION_TAG = "dagster/data_version"
@@ -116,6 +121,23 @@ def tidy_outputs(context, paths: DataLayout, present: list[str]) -> Tidied:
     return Tidied(removed, ignored, warnings)
 
 
+def check_exercise_labels(shards: list[RawShard], table: Mapping[str, str]) -> dict[str, int]:
+    """Rows per exercise label over the raw SYNTH shards, read from each file's `exercise` column; a dg.Failure
+    naming every label `table` does not map, its files and the setting that maps it, before any shard is scanned
+    (a 500-shard build must not stop on a label hours in)."""
+    by_file = {s.path: exercise_labels(Path(s.path)) for s in shards if partition_source(s.name) == SYNTH_SOURCE}
+    unknown = unknown_exercise_files(by_file, table)
+    if unknown:
+        raise dg.Failure(
+            f"{len(unknown)} exercise labels of the raw SYNTH shards have no skill bucket; nothing was scanned:\n"
+            + unknown_exercises_message(unknown)
+        )
+    totals: Counter = Counter()
+    for labels in by_file.values():
+        totals.update(labels)
+    return dict(sorted(totals.items()))
+
+
 @synthkd_asset("inventory", {"parquet", "json"}, group_name="ingest")
 def synth_raw_inventory(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
@@ -125,6 +147,7 @@ def synth_raw_inventory(
     builds without a daemon)."""
     paths = layout.data_layout(build.smoke)
     shards = scan_inputs(paths)
+    labels = check_exercise_labels(shards, build.exercise_table())
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
     if add:
         context.instance.add_dynamic_partitions(SYNTH_SHARDS.name, add)
@@ -144,6 +167,7 @@ def synth_raw_inventory(
             "ignored_files": dg.MetadataValue.json(tidied.ignored),
             INVENTORY_WARNINGS: dg.MetadataValue.json(tidied.warnings),
             "changed_shards": dg.MetadataValue.json(sorted(changed)),
+            "exercise_rows": dg.MetadataValue.json(labels),
             "raw_bytes": sum(s.bytes for s in shards),
             "raw_dir": dg.MetadataValue.path(str(paths.raw_root)),
         },

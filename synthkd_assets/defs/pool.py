@@ -130,6 +130,7 @@ def synth_pool(
         build.caps(),
         clusters if clusters.is_file() else None,
         plan["source_mix"]["rates"] if "source_mix" in plan else None,
+        build.exercise_table(),
     )
     if "source_mix" not in plan and sources.partition_source(key) != sources.SYNTH_SOURCE:
         raise dg.Failure(

@@ -10,12 +10,14 @@ leaves unset is read the same way when the step runs (`SynthKDLayout.data_layout
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.curriculum import CurriculumStage, curriculum_stages
@@ -35,7 +37,7 @@ from synthkd_assets.core.source_mix import SourceMixTargets, source_mix_config
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_contract import constants, sources
 from synthkd_contract import near_dup as nd
-from synthkd_contract.buckets import CURRICULUM_STAGES, SKILL_MIX
+from synthkd_contract.buckets import CURRICULUM_STAGES, SKILL_MIX, exercise_skill_table
 from synthkd_contract.valuation import VALUATION_WINDOW
 
 LAYOUT_KEY = "layout"
@@ -43,6 +45,7 @@ BUILD_KEY = "build"
 VALUATION_KEY = "valuation"
 TEACHER_CHECKPOINT_ENV = "SYNTHKD_TEACHER_CHECKPOINT"
 STUDENT_CHECKPOINT_ENV = "SYNTHKD_STUDENT_CHECKPOINT"
+BUILD_CONFIG_ENV = "SYNTHKD_BUILD_CONFIG"  # a JSON object of SynthKDBuildConfig's fields (docs/design.md)
 SMOKE_READ_AHEAD = 4  # default raw rows read per shard in a smoke build, per conversation it may write
 
 
@@ -157,6 +160,13 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         constants.DISTILL_VALID_FRACTION, description="DistillKit validation fraction (hash of synth_id)."
     )
 
+    exercise_skill_buckets: dict[str, str] = Field(
+        default_factory=dict,
+        description="Exercise labels this build maps to a skill bucket (B1..B4) on top of the contract's table "
+        '(synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET), e.g. {"code review": "B3"}: a label neither '
+        "maps stops the build in its inventory pass. Hashed into every manifest's config.",
+    )
+
     # near-duplicate control (002 §7, §13.4): before the sampling plan counts rows, so it shapes every dataset
     near_dup: bool = Field(
         default=True,
@@ -205,6 +215,33 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         description="Context-length stages: ctx bucket shares, token budget and sequence length of each.",
     )
 
+    @field_validator("exercise_skill_buckets")
+    @classmethod
+    def _known_buckets(cls, value: dict[str, str]) -> dict[str, str]:
+        exercise_skill_table(value)  # ValueError naming the label and bucket
+        return value
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str], **fields: Any) -> SynthKDBuildConfig:
+        """The build settings of `environ`'s BUILD_CONFIG_ENV (a JSON object of this resource's fields; none when
+        unset), `fields` on top: what build.sh's runs, `dg launch` and the code location's sensors all use.
+
+        Raises:
+            ValueError: the variable is not a JSON object (naming it), or a field's value is invalid.
+        """
+        text = environ.get(BUILD_CONFIG_ENV) or "{}"
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"${BUILD_CONFIG_ENV} is not JSON ({error}): {text[:200]!r}") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"${BUILD_CONFIG_ENV} must be a JSON object of build settings, not {text[:200]!r}")
+        return cls(**{**config, **fields})
+
+    def exercise_table(self) -> dict[str, str]:
+        """The exercise -> skill bucket table of this build: the contract's with `exercise_skill_buckets`."""
+        return exercise_skill_table(self.exercise_skill_buckets)
+
     def targets(self) -> MixTargets:
         return MixTargets(self.memorization_cap, self.non_english_min, self.non_english_max, self.global_keep)
 
@@ -220,7 +257,11 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
     def selection(self) -> dict:
         """The row selection every dataset goes through: the 001 filters and sampling, the near-duplicate
         cap and held-out clusters (hashed into each manifest's config)."""
-        return {**selection_config(self.targets()), "near_dup": self.cluster_settings().to_dict()}
+        return {
+            **selection_config(self.targets()),
+            "near_dup": self.cluster_settings().to_dict(),
+            "exercise_skill_bucket": self.exercise_table(),
+        }
 
     def quota_targets(self) -> QuotaTargets:
         return QuotaTargets(dict(self.skill_mix), self.balance_tokens)
@@ -239,7 +280,7 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         mix = {"source_mix": source_mix_config(self.source_mix_targets())} if with_sources else {}
         return {
             "selection": self.selection(),
-            "quota": quota_config(self.quota_targets()),
+            "quota": quota_config(self.quota_targets(), self.exercise_table()),
             **mix,
             "curriculum": [stage.to_dict() for stage in self.curriculum_stages()],
             "split": {"salt": constants.SPLIT_SALT, "valid_fraction": constants.VALID_FRACTION},
