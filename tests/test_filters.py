@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from synthkd_assets.core.filters import (
+    filter_config,
     first_line,
     parse_letter,
     parse_number,
@@ -27,13 +31,17 @@ EMPTY, FAILED, INCONSISTENT = drops.DROP_EMPTY_ANSWER, drops.DROP_RESULT_FAILED,
 
 
 def raw_row(
-    synth_id: str, answer: str = "Some answer.\n\nBody.", constraints: str | None = "", reasoning: str = "Thinking."
+    synth_id: str,
+    answer: str = "Some answer.\n\nBody.",
+    constraints: str | None = "",
+    reasoning: str = "Thinking.",
+    exercise: str = "mcq",
 ) -> dict:
     row = {column: "" for column in constants.RAW_STRING_COLUMNS}
     row.update(
         synth_id=synth_id,
         language="en",
-        exercise="mcq",
+        exercise=exercise,
         query="Which option?",
         query_seed_text="Seed text.",
         synthetic_reasoning=reasoning,
@@ -142,6 +150,136 @@ def test_result_consistency_cases(tmp_path, constraints, answer, inconsistent):
     assert result_is_inconsistent(constraints, answer) is inconsistent
     reasons, _ = filter_rows(tmp_path, [raw_row("a", answer=answer, constraints=constraints)])
     assert reasons["a"] == (INCONSISTENT if inconsistent else None)
+
+
+# Real SYNTH answer shapes (docs/bad-input.md, ../shared/SYNTH-facts.md) the rule must keep: each was dropped as
+# inconsistent by the rule before issue 42.
+SOLUTION = "\n\n## Solution\n\nLet the initial value be $V$. Then..."
+
+
+@pytest.mark.parametrize(
+    ("exercise", "constraints", "answer"),
+    [
+        # math mcq: the question asks a net percentage change; the option states its size, the sign is said in words
+        ("math mcq", "result:-74.5", "A. 74.5%" + SOLUTION),
+        ("math mcq", "result:-12", "B. 12% decrease"),
+        ("math mcq", "result:-74.5", "**C. 74.5 %**"),
+        ("math mcq", "result:0.25", "D. 25%"),  # a share written as a percentage
+        ("math mcq", "result:-0.745", "A. 74.5\\%"),
+        # fractions for a decimal result
+        ("math exercise", "result:0.25", "1/4"),
+        ("math exercise", "result:0.25", "\\frac{1}{4}"),
+        ("math exercise", "result:0.25", "$\\frac{1}{4}$" + SOLUTION),
+        ("math exercise", "result:0.25", "**Answer: $\\dfrac{1}{4}$ of the tank**" + SOLUTION),
+        ("math exercise", "result:2.5", "**Answer: 2 1/2 hours**"),
+        ("math exercise", "result:1.75", "**Answer: 1¾ cups**"),
+        ("math exercise", "result:0.3333333", "**Answer: $\\frac{1}{3}$**"),  # the result is the fraction rounded
+        ("math exercise", "result:0.25", "25%"),
+        ("math exercise", "result:0.25", "**Answer: 25 percent of the students**"),
+        # grouping, LaTeX grouping and scale words around the number
+        ("math exercise", "result:15000", "**Answer: $15{,}000$**"),
+        ("math exercise", "result:15000", "**Answer: $15\\,000$ km²**"),
+        ("math exercise", "result:1500000", "**Answer: $1.5 million**"),
+        # the first line states the result rounded to the digits it shows
+        ("math exercise", "result:3.3333333", "≈ 3.33"),
+        ("math exercise", "result:3.3333333", "**Answer: 3.33 hours**" + SOLUTION),
+        ("math exercise", "result:3.33", "**Answer: ≈ 3.333 hours**"),  # or the result is the stated one rounded
+        ("math exercise", "result:2.5", "≈ 3"),  # a tie rounds either way: 3 (half up) and 2 (half even) state 2.5
+        ("math exercise", "result:2.5", "≈ 2"),
+        # a net change's sign said in words
+        ("math exercise", "result:-20", "**Answer: the temperature falls by 20 °C**"),
+    ],
+)
+def test_real_answer_shapes_are_consistent(tmp_path, exercise, constraints, answer):
+    assert result_is_inconsistent(constraints, answer) is False
+    reasons, _ = filter_rows(tmp_path, [raw_row("a", answer=answer, constraints=constraints, exercise=exercise)])
+    assert reasons["a"] is None
+
+
+# What stays dropped: the first line clearly states another number / another option letter.
+@pytest.mark.parametrize(
+    ("exercise", "constraints", "answer"),
+    [
+        ("math exercise", "result:15", "**Answer: 17 systems**" + SOLUTION),
+        ("math exercise", "result:15", "**Answer: 14 systems**"),
+        ("math exercise", "result:15000", "**Answer: $15{,}500$**"),
+        ("math exercise", "result:0.25", "**Answer: $\\frac{1}{3}$**"),
+        ("math exercise", "result:0.25", "**Answer: 20%**"),
+        ("math exercise", "result:3.3333333", "≈ 3.34"),  # not the result rounded to 2 places
+        ("math exercise", "result:3.35", "≈ 3.2"),
+        ("math mcq", "result:-74.5", "B. 25.5%"),  # another option's number
+        ("math mcq", "result:-12", "C. 21% increase"),
+        ("mcq", "result:B", "C. the 1960s"),
+        ("mcq", "result:b", "**A. the 1950s**"),
+    ],
+)
+def test_clear_contradictions_are_still_dropped(tmp_path, exercise, constraints, answer):
+    assert result_is_inconsistent(constraints, answer) is True
+    reasons, _ = filter_rows(tmp_path, [raw_row("a", answer=answer, constraints=constraints, exercise=exercise)])
+    assert reasons["a"] == INCONSISTENT
+
+
+@pytest.mark.parametrize(
+    "constraints",
+    [
+        "domain:history, exercise:fact recall, answer_shape:standard, exercise_pattern:sentence_following",
+        "domain:sports, exercise:result recall, answer_shape:standard, exercise_pattern:result_first",
+        "quality:corruption, stylistic:tone, structural:expansion",
+        "combination:repeat_prompt",
+        "",
+    ],
+)
+def test_comma_separated_constraints_carry_no_result(tmp_path, constraints):
+    """mcq / editing / writing constraints are `key:value` items separated by `, `: none of them is a result item,
+    so an answer whose first line names a year or another letter is never compared with anything."""
+    assert result_values(constraints) == []
+    for answer in ("C. the 1960s", "B. 1815\n\nBecause..."):
+        assert result_is_inconsistent(constraints, answer) is False
+    reasons, _ = filter_rows(tmp_path, [raw_row("a", answer="C. the 1960s", constraints=constraints)])
+    assert reasons["a"] is None
+
+
+@given(st.integers(min_value=-(10**12), max_value=10**12))
+def test_any_integer_result_is_consistent_with_its_grouped_answer(n):
+    for line in (f"**Answer: {n:,} units**", f"**Answer: {abs(n):,} units**", f"A. {abs(n)}%"):
+        assert not result_is_inconsistent(f"result:{n}", line + SOLUTION)
+
+
+@given(st.integers(min_value=-(10**12), max_value=10**12), st.integers(min_value=-(10**6), max_value=10**6))
+def test_any_other_integer_is_inconsistent(n, k):
+    assume(k != 0 and abs(n + k) != abs(n))  # the sign of a result is not compared
+    assert result_is_inconsistent(f"result:{n}", f"**Answer: {n + k} units**" + SOLUTION)
+
+
+@given(st.decimals(min_value=0, max_value=10**6, places=7, allow_nan=False, allow_infinity=False), st.integers(0, 3))
+def test_a_result_rounded_to_the_places_shown_is_consistent_two_units_off_is_not(result, places):
+    unit = Decimal(1).scaleb(-places)
+    shown = result.quantize(unit, rounding=ROUND_HALF_UP)
+    value = format(result, "f")
+    assert not result_is_inconsistent(f"result:{value}", f"≈ {shown}")
+    assert not result_is_inconsistent(f"result:-{value}", f"**Answer: ≈ {shown} m**")
+    if places <= -result.normalize().as_tuple().exponent:  # else the result is the coarser one (`result:0.5`)
+        assert result_is_inconsistent(f"result:{value}", f"≈ {shown + 2 * unit}")
+
+
+@given(st.integers(1, 1000), st.integers(1, 1000), st.integers(2, 10))
+def test_a_fraction_states_its_decimal_result(numerator, denominator, places):
+    result = (Decimal(numerator) / Decimal(denominator)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    for line in (f"{numerator}/{denominator}", f"$\\frac{{{numerator}}}{{{denominator}}}$"):
+        assert not result_is_inconsistent(f"result:{format(result, 'f')}", f"**Answer: {line}**")
+
+
+@given(st.decimals(min_value=0, max_value=1000, places=3, allow_nan=False, allow_infinity=False))
+def test_a_percentage_states_its_share(percent):
+    share, shown = format(percent / 100, "f"), format(percent, "f")
+    assert not result_is_inconsistent(f"result:{share}", f"{shown}%")
+    assert not result_is_inconsistent(f"result:-{shown}", f"A. {shown}%")
+
+
+def test_filter_config_names_every_pattern_the_rule_reads():
+    config = filter_config()
+    for key in ("line_numeric_run", "line_latex_grouping", "line_scale", "line_fraction", "number_match"):
+        assert config[key]
 
 
 def test_number_and_letter_parsing():

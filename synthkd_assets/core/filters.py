@@ -10,13 +10,20 @@ A row is dropped, and counted under the first reason that applies, when
 Rules 1 and 2 are polars expressions; rule 3 is the small pure function `result_is_inconsistent`,
 applied only to the rows whose constraints carry a `result:` item. The principle of rule 3 is "drop
 only what is obviously broken": a `result:` that is neither a number nor an MCQ letter, or a first
-line from which no number / option letter can be read, leaves the row in.
+line from which no number / option letter can be read, leaves the row in. A number result is
+consistent when the first line states it in any of SYNTH's answer shapes (`line_numbers`): with
+Markdown, units or currency around it (`**Answer: 15 systems**`, `$15`, `15 km²`), grouped
+(`1,000`, `1 000`, `15{,}000`), as a percentage (`25%` for 0.25), a fraction (`1/4`,
+`\\frac{1}{4}`, `¼`), a scale word (`1.5 million`), rounded (`≈ 3.33` for 3.3333333), or without its
+sign (math mcq `A. 74.5%` for `result:-74.5`: a net change's sign is said in words).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
 import polars as pl
 
@@ -129,13 +136,26 @@ def first_line(answer: str) -> str:
 
 
 # a run of digits possibly grouped by , . ' or (narrow, no-break) spaces: `12,532`, `12 532`, `3,5`
-_NUMERIC_RUN = re.compile(r"[-+\u2212]?\d(?:[\d,.'\u00a0\u202f\u2009 ]*\d)?")
+# (no sign: results are compared sign-insensitively)
+_NUMERIC_RUN = re.compile(r"\d(?:[\d,.'\u00a0\u202f\u2009 ]*\d)?")
+# LaTeX spacing inside numbers: `15{,}000` -> `15,000`, `15\,000` -> `15 000`
+_LATEX_GROUPING = re.compile(r"\{,\}|\\,")
+# what a number right after it is multiplied by: `25%`, `25 \%`, `25 percent`, `1.5 million`
+_SCALE = re.compile(r"\s*\\?(%|per\s?cent\b|(?:thousand|million|billion)s?\b)", re.IGNORECASE)
+# a fraction, optionally after a whole part: `1/4`, `\frac{1}{4}`, `\dfrac{3}{4}`, `2 1/2`, `2½`, `¼`
+_VULGAR_FRACTIONS = "\u00bc-\u00be\u2150-\u215e"  # ¼ ½ ¾, ⅐ ... ⅞
+_FRACTION = re.compile(
+    rf"(?<!\d)(?:(\d+)(?:\s+|(?=\\|[{_VULGAR_FRACTIONS}])))?"  # the whole part of a mixed number
+    r"(?:\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}"
+    r"|(\d+)\s*[/\u2044\u2215]\s*(\d+)"
+    rf"|([{_VULGAR_FRACTIONS}]))"
+)
 
 
 def _readings(run: str) -> list[str]:
     """Decimal literals a grouped digit run can mean: `,` as thousands or decimal separator, `.` as
     decimal or (`1.000`, `1.234.567`) thousands separator; spaces and apostrophes as thousands."""
-    compact = re.sub(r"[\s'\u00a0\u202f\u2009+\-\u2212]", "", run)
+    compact = re.sub(r"[\s'\u00a0\u202f\u2009]", "", run)
     readings = []
     if compact.count(".") <= 1:
         readings.append(compact.replace(",", ""))
@@ -146,25 +166,71 @@ def _readings(run: str) -> list[str]:
     return readings
 
 
-def line_numbers(line: str) -> set[Decimal]:
-    """Every number the line can be read as stating, generously (so that only clear mismatches drop):
-    each plain number in it, and each grouped run (and each of its space-separated pieces) read
-    with every separator convention of `_readings`."""
-    values: set[Decimal] = set()
-    for run in _NUMERIC_RUN.findall(line):
-        negative = run[0] in "-\u2212"
-        candidates = re.findall(r"\d+(?:\.\d+)?", run)
-        for piece in {run, *re.split(r"[,;]?[\s\u00a0\u202f\u2009]+", run)}:
+def _scale(word: str) -> tuple[Fraction, int]:
+    """The factor a scale word applies and the decimal places it shifts (`%` -> 1/100, 2)."""
+    shift = {"%": -2, "p": -2, "t": 3, "m": 6, "b": 9}[word[0].lower()]
+    return Fraction(10) ** shift, -shift
+
+
+def line_numbers(line: str) -> set[tuple[Fraction, int | None]]:
+    """Every non-negative number the line can be read as stating, generously (so that only clear
+    mismatches drop), each with the decimal places it shows (None: exact, as a fraction is).
+
+    Args:
+        line: the answer's first line (`first_line`).
+
+    Returns:
+        (value, places) pairs: each grouped run (and each of its space-separated pieces) read with
+        every separator convention of `_readings`, each also scaled by a `%` / scale word after it
+        (`25%` -> 25 and 0.25 with 2 more places, `1.5 million` -> 1500000 shown to -5 places), and
+        each fraction and mixed number (`1/4`, `\\frac{1}{4}`, `2 1/2`, `¼`) as an exact value.
+    """
+    line = _LATEX_GROUPING.sub(lambda m: "," if m.group() == "{,}" else " ", line)
+    values: set[tuple[Fraction, int | None]] = set()
+    for run in _NUMERIC_RUN.finditer(line):
+        scale = _SCALE.match(line, run.end())
+        factor, shift = _scale(scale.group(1)) if scale else (Fraction(1), 0)
+        candidates = re.findall(r"\d+(?:\.\d+)?", run.group())
+        for piece in {run.group(), *re.split(r"[,;]?[\s\u00a0\u202f\u2009]+", run.group())}:
             candidates.extend(_readings(piece))
         for candidate in candidates:
             try:
-                value = Decimal(candidate).normalize()
+                number = Decimal(candidate)
             except InvalidOperation:
                 continue
-            values.add(value)
-            if negative:
-                values.add(-value)
+            places = -int(number.as_tuple().exponent)
+            values.add((Fraction(number), places))
+            values.add((Fraction(number) * factor, places + shift))
+    for whole, tex_numerator, tex_denominator, numerator, denominator, vulgar in _FRACTION.findall(line):
+        if vulgar:
+            fraction = Fraction(unicodedata.numeric(vulgar)).limit_denominator(10)
+        elif int(tex_denominator or denominator):
+            fraction = Fraction(int(tex_numerator or numerator), int(tex_denominator or denominator))
+        else:
+            continue
+        values.update({(fraction, None), (int(whole or 0) + fraction, None)})
     return values
+
+
+def states_number(result: Decimal, stated: tuple[Fraction, int | None]) -> bool:
+    """Whether a stated number is the result, up to its sign and to rounding.
+
+    The less precise of the two must be the other rounded to the decimal places it shows, a tie
+    rounding either way (`3.33` / `≈ 3.33` state 3.3333333; `3` states 2.5 and 3.4; `14` does not
+    state 15); an integer result counts as shown to 0 places; a fraction is exact.
+
+    Args:
+        result: the `result:` number (`parse_number`).
+        stated: a (value, places) reading of the first line (`line_numbers`).
+
+    Returns:
+        True when `|result|` and the stated value differ by at most half a unit of the coarser one's
+        last place.
+    """
+    value, places = stated
+    result_places = max(0, -int(result.as_tuple().exponent))
+    places = result_places if places is None else min(places, result_places)
+    return abs(abs(Fraction(result)) - value) <= Fraction(1, 2) / Fraction(10) ** places
 
 
 # `B`, `b) text`, `(C) text`, `D. text`, `A: text`, optionally after `Answer:` / `The answer is`
@@ -180,14 +246,27 @@ def line_letter(line: str) -> str | None:
 
 
 def result_is_inconsistent(constraints: str | None, answer: str | None) -> bool:
-    """True when some `result:` value is a number the answer's first line does not state, or an option
-    letter other than the one the first line gives. Anything undecidable is consistent."""
+    """Whether a row's `result:` label is obviously contradicted by its answer's first line.
+
+    A number result is contradicted when the first line states numbers and none of them is the result
+    (`states_number`: up to sign and rounding, in any shape `line_numbers` reads, so a math mcq
+    `A. 74.5%` states `result:-74.5`); an option-letter result when the first line gives another
+    option letter. Anything undecidable (no number / letter on the first line, a result that is
+    neither) is consistent.
+
+    Args:
+        constraints: the raw SYNTH `constraints` string (every `result:` item is checked).
+        answer: the raw `synthetic_answer`.
+
+    Returns:
+        True to drop the row as `result_inconsistent_with_answer`.
+    """
     line = first_line(answer or "")
     for value in result_values(constraints):
         number = parse_number(value)
         if number is not None:
             stated = line_numbers(line)
-            if stated and number not in stated:
+            if stated and not any(states_number(number, reading) for reading in stated):
                 return True
             continue
         letter = parse_letter(value)
@@ -232,5 +311,9 @@ def filter_config() -> dict:
         "result_number": _RESULT_NUMBER.pattern,
         "result_letter": _RESULT_LETTER.pattern,
         "line_numeric_run": _NUMERIC_RUN.pattern,
+        "line_latex_grouping": _LATEX_GROUPING.pattern,
+        "line_scale": _SCALE.pattern,
+        "line_fraction": _FRACTION.pattern,
+        "number_match": "sign-insensitive; the less precise number rounded to its places, ties either way",
         "line_letter": _LINE_LETTER.pattern,
     }
