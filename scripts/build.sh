@@ -21,12 +21,12 @@ case "${SYNTHKD_EXECUTOR:-}" in
   celery | k8s) cluster=$SYNTHKD_EXECUTOR ;;
   *) echo "SYNTHKD_EXECUTOR=$SYNTHKD_EXECUTOR: expected multiprocess, in_process, celery or k8s" >&2; exit 2 ;;
 esac
-config='{}'
 smoke=()
 if [ "${1:-}" = "--smoke" ]; then
-  config='{"resources": {"build": {"config": {"smoke": true}}}}'
   smoke=(--smoke)
 fi
+# the build resource's settings: $SYNTHKD_BUILD_CONFIG (a JSON object of its fields, docs/design.md) and --smoke
+config=$(.venv/bin/python -m synthkd_assets.cli run-config "${smoke[@]}") || exit 2
 paths=$(where build-lock megatron-manifest distill-manifest pool-manifest raw-root "${smoke[@]}")
 { read -r lock; read -r megatron_manifest; read -r distill_manifest; read -r pool_manifest; read -r raw_root; } <<<"$paths"
 # One build per data root: a second one stops here ("another build holds <lock>"). The lock is on fd 9,
@@ -161,6 +161,6 @@ else
   each_shard pool synth_pool_job synth_pool,synth_valuation_features
   step pool_manifest synth_pool_manifest_job synth_curriculum,synth_pool_manifest
   echo
-  .venv/bin/python -m synthkd_assets.cli summary --manifest "$megatron_manifest" --manifest "$distill_manifest" \
-    --manifest "$pool_manifest"
+  .venv/bin/python -m synthkd_assets.cli summary --build "${smoke[@]}" --manifest "$megatron_manifest" \
+    --manifest "$distill_manifest" --manifest "$pool_manifest"
 fi

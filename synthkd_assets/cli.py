@@ -16,13 +16,14 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 import dagster as dg
 
+from synthkd_assets.core.build_summary import PlanKeeps, StepDrops, read_plan_keeps, read_step_drops
 from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
@@ -35,6 +36,8 @@ from synthkd_assets.defs.jobs import adopt_launched_run, launched_run_id
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass
 from synthkd_assets.defs.resources import (
+    BUILD_CONFIG_ENV,
+    BUILD_KEY,
     STUDENT_CHECKPOINT_ENV,
     TEACHER_CHECKPOINT_ENV,
     SynthKDBuildConfig,
@@ -234,9 +237,68 @@ def pool_summary_lines(manifest: dict) -> list[str]:
     return [*lines, f"bytes: {totals['bytes']}"]
 
 
-def print_summaries(manifests: list[Path], out: TextIO = sys.stdout) -> None:
-    for manifest in manifests:
-        print("\n".join(summary_lines(json.loads(manifest.read_text()))), file=out, flush=True)
+def share(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def filter_lines(step: StepDrops) -> list[str]:
+    """The 001 quality filters over every shard: rows in and dropped, then per exercise (most rows first) its rows
+    in and drops by each filter reason."""
+    lines = [
+        f"quality filters (synth_filtered): {step.rows_in} rows in, {step.rows_dropped} dropped "
+        f"({share(step.rows_dropped, step.rows_in)}); per exercise:"
+    ]
+    if step.unattributed:  # an exercise's rows in would miss its drops
+        lines[0] = lines[0].removesuffix("; per exercise:")
+        lines.append(
+            f"  per exercise: not recorded for {step.unattributed} dropped rows (reports written before drops were "
+            "counted per exercise: rebuild to see them)"
+        )
+    for entry in [] if step.unattributed else step.exercises:
+        lines.append(
+            f"  {entry.exercise}: {entry.rows_in} in, {entry.rows_dropped} dropped "
+            f"({share(entry.rows_dropped, entry.rows_in)}): " + ", ".join(f"{k}={v}" for k, v in entry.dropped.items())
+        )
+    if step.missing:
+        lines.append("  no synth_filtered report for: " + ", ".join(step.missing))
+    return lines
+
+
+def plan_lines(plan: PlanKeeps | None) -> list[str]:
+    """What the sampling plan keeps, as written in its plan.json: the memorization keep rate (and any other rate
+    under 1), the rows it keeps of those it saw (expected: after the filters and the near-duplicate clusters), the
+    memorization and non-English shares before -> after sampling, and why the targets are not met when not."""
+    if plan is None:
+        return ["sampling plan (synth_sampling_plan): none written"]
+    others = [f"{rule}={rate:.4g}" for rule, rate in plan.rates.items() if rule != "memorization" and rate < 1]
+    lines = [
+        f"sampling plan (synth_sampling_plan): memorization keep rate {plan.memorization_keep_rate:.4g}"
+        + (f" ({', '.join(others)})" if others else "")
+        + f", rows kept {plan.rows_kept:.0f} / {plan.rows_seen:.0f} ({share(plan.rows_kept, plan.rows_seen)}, "
+        "expected)",
+        f"  mix before -> after sampling: memorization {100 * plan.memorization_share[0]:.1f}% -> "
+        f"{100 * plan.memorization_share[1]:.1f}%, non-English {100 * plan.non_english_share[0]:.1f}% -> "
+        f"{100 * plan.non_english_share[1]:.1f}%",
+    ]
+    if not plan.feasible:
+        lines.append("  targets NOT met in expectation: " + "; ".join(plan.notes))
+    return lines
+
+
+def manifest_partitions(manifests: list[dict]) -> list[str]:
+    """The shard partitions the manifests list, in their order."""
+    return list(dict.fromkeys(record["partition"] for manifest in manifests for record in manifest["shards"]))
+
+
+def print_summaries(manifests: list[Path], out: TextIO = sys.stdout, build: DataLayout | None = None) -> None:
+    """Each manifest's summary; with `build` (the layout the build wrote under), first the quality filters' drops
+    per exercise over the manifests' shards and what the sampling plan keeps."""
+    loaded = [json.loads(manifest.read_text()) for manifest in manifests]
+    if build is not None:
+        lines = filter_lines(read_step_drops(build, manifest_partitions(loaded))) + plan_lines(read_plan_keeps(build))
+        print("\n".join(lines), file=out, flush=True)
+    for manifest in loaded:
+        print("\n".join(summary_lines(manifest)), file=out, flush=True)
 
 
 def print_failures(since: float) -> int:
@@ -359,7 +421,7 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
                 build_all(
                     instance,
                     layout,
-                    SynthKDBuildConfig(smoke=smoke),
+                    SynthKDBuildConfig.from_environment(os.environ, smoke=smoke),
                     progress=progress,
                     workers=workers,
                     take_lock=locked_fd is None,
@@ -373,7 +435,7 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
                 return 1
             built = progress.layout
             print(file=out)
-            print_summaries([built.megatron_manifest(), built.distill_manifest(), built.pool_manifest()], out)
+            print_summaries([built.megatron_manifest(), built.distill_manifest(), built.pool_manifest()], out, built)
     except BuildLockHeld as error:
         print(error, file=err)
         return 75
@@ -392,6 +454,16 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
 
 
 # what `path <name>` prints: the files scripts/build.sh needs, from the layout of this environment's roots
+def build_run_config(environ: Mapping[str, str], smoke: bool) -> dict:
+    """`dg launch --config-json` of a build: the build resource's fields set by $SYNTHKD_BUILD_CONFIG (validated)
+    and `smoke`, as one resource config (Dagster replaces a resource's whole config); {} when none is set."""
+    fields = json.loads(environ.get(BUILD_CONFIG_ENV) or "{}") if environ.get(BUILD_CONFIG_ENV) else {}
+    SynthKDBuildConfig.from_environment(environ, smoke=smoke)  # refuses a bad variable, naming it
+    if smoke:
+        fields["smoke"] = True
+    return {"resources": {BUILD_KEY: {"config": fields}}} if fields else {}
+
+
 PATHS = {
     "raw-root": lambda layout: layout.raw_root,
     "build-lock": DataLayout.build_lock,
@@ -417,6 +489,13 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="repeatable; default: the synth_kd_v1 manifest of $SYNTHKD_DATA_DIR",
     )
+    summary.add_argument(
+        "--build",
+        action="store_true",
+        help="first the quality filters' drops per exercise and the sampling plan of the build under "
+        "$SYNTHKD_DATA_DIR (as the build prints them)",
+    )
+    summary.add_argument("--smoke", action="store_true", help="with --build: the smoke build's")
     path = sub.add_parser("path", help="where files of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR live")
     path.add_argument("names", nargs="+", choices=sorted(PATHS), metavar="name", help=", ".join(sorted(PATHS)))
     path.add_argument("--smoke", action="store_true")
@@ -431,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--log", type=Path, help="append Dagster's log lines and every other output line here")
     run.add_argument("--lock-fd", type=int, help="the build lock is held on this inherited file descriptor")
     run.add_argument("--parent-pid", type=int, help="stop (as on SIGTERM) when this process, build.sh, dies")
+    run_config = sub.add_parser("run-config", help="the build resource's run config of $SYNTHKD_BUILD_CONFIG, as JSON")
+    run_config.add_argument("--smoke", action="store_true")
     sub.add_parser("instance-yaml", help="deploy/local/dagster.yaml, its run queue sized to this machine's cores")
     adopt = sub.add_parser(
         "adopt-run", help="give a finished `dg launch --job` run the code location's origin (the UI re-executes it)"
@@ -458,6 +539,12 @@ def main(argv: list[str] | None = None) -> int:
         print_failures(args.since)
     elif args.command == "lock":
         return take_lock(args.fd, args.path)
+    elif args.command == "run-config":
+        try:
+            print(json.dumps(build_run_config(os.environ, args.smoke)))
+        except ValueError as error:  # pydantic's ValidationError too: the field, the value and why
+            print(f"${BUILD_CONFIG_ENV}: {error}", file=sys.stderr)
+            return 2
     elif args.command == "instance-yaml":
         sys.stdout.write(local_instance_yaml(available_cores()))
     elif args.command == "adopt-run":
@@ -470,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return run_build(args.smoke, workers, args.log, args.lock_fd, args.parent_pid)
     else:
-        print_summaries(args.manifest or [DataLayout.from_environ(os.environ).megatron_manifest()])
+        layout = DataLayout.from_environ(os.environ, args.smoke)
+        print_summaries(args.manifest or [layout.megatron_manifest()], build=layout if args.build else None)
     return 0
 
 

@@ -69,10 +69,11 @@ def test_a_changed_pool_rule_moves_only_the_pool_assets_it_shapes(monkeypatch):
 
 def test_a_bumped_rule_version_moves_only_its_asset(monkeypatch):
     before = asset_code_versions()
-    monkeypatch.setitem(code_versions.RULE_VERSIONS, "synth_sampled", "2")
+    bumped = str(int(code_versions.RULE_VERSIONS["synth_sampled"]) + 1)
+    monkeypatch.setitem(code_versions.RULE_VERSIONS, "synth_sampled", bumped)
     after = asset_code_versions()
     assert {name for name in before if before[name] != after[name]} == {"synth_sampled"}
-    assert after["synth_sampled"].startswith("2-")
+    assert after["synth_sampled"].startswith(f"{bumped}-")
 
 
 # the code location as it loads after the filter rule's constant changed (a new release of the rule)

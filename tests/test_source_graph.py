@@ -3,6 +3,8 @@ source of every document in every dataset, and the pool's source mix on tokens a
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import math
 import re
@@ -16,7 +18,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.cli import summary_lines
+from synthkd_assets.cli import print_summaries, summary_lines
 from synthkd_assets.core import inventory
 from synthkd_assets.core.cleanup import orphaned_outputs
 from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
@@ -26,7 +28,7 @@ from synthkd_assets.definitions import defs
 from synthkd_assets.defs.automation import synth_raw_sensor
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
-from synthkd_contract import constants, sources
+from synthkd_contract import constants, drops, sources
 from synthkd_contract.buckets import ctx_bucket, skill_bucket
 from synthkd_dev import SAMPLE_RAW_DIR, SAMPLE_SOURCES_DIR
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
@@ -295,6 +297,55 @@ def test_the_build_summary_names_every_source_and_the_mix(built_mixed):
     counted = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", drops_line)}
     assert counted == manifest["totals"]["dropped"] and {"over_quota", "over_source_share"} <= set(counted)
     assert manifest["totals"]["rows_in"] == manifest["totals"]["rows_out"] + sum(counted.values())
+
+
+def test_the_build_summary_opens_with_the_filters_per_exercise_and_the_sampling_plan(built_mixed):
+    """What build.sh prints before the datasets' summaries: the quality filters' rows in and drops per exercise
+    over every shard (SYNTH's and the anchor sources'), each reason summing to the manifests' totals, then what
+    the sampling plan the build wrote keeps."""
+    instance, _, paths = built_mixed
+    manifests = [paths.megatron_manifest(), paths.distill_manifest(), paths.pool_manifest()]
+    out = io.StringIO()
+    print_summaries(manifests, out, paths)
+    lines = out.getvalue().splitlines()
+    kd = json.loads(paths.megatron_manifest().read_text())
+    filtered = [json.loads(paths.stage_report("synth_filtered", r["partition"]).read_text()) for r in kd["shards"]]
+    rows_in = sum(report["rows_in"] for report in filtered)
+    assert lines[0].startswith(f"quality filters (synth_filtered): {rows_in} rows in, ")
+    assert lines[0].endswith("; per exercise:")
+    exercises = list(itertools.takewhile(lambda line: line.startswith("  "), lines[1:]))
+    per_exercise = [re.fullmatch(r"  (.+): (\d+) in, (\d+) dropped \([\d.]+%\): (.*)", line) for line in exercises]
+    assert all(per_exercise), exercises
+    assert {m[1] for m in per_exercise} >= {"memorization", "mcq"} and len(per_exercise) > 2  # the anchors' too
+    assert sum(int(m[2]) for m in per_exercise) == rows_in
+    by_reason = Counter()
+    for m in per_exercise:
+        reasons = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[4])}
+        assert list(reasons) == list(drops.DROP_REASONS_BY_STEP["synth_filtered"])
+        assert sum(reasons.values()) == int(m[3])
+        by_reason.update(reasons)
+    assert dict(by_reason) == {r: kd["totals"]["dropped"].get(r, 0) for r in by_reason}
+    plan = json.loads(paths.sampling_plan().read_text())
+    rate, kept, seen = plan["rates"]["memorization"], plan["expected_after"]["rows"], plan["before"]["rows"]
+    after = len(exercises) + 1
+    assert lines[after].startswith(
+        f"sampling plan (synth_sampling_plan): memorization keep rate {rate:.4g}, rows kept {kept:.0f} / {seen:.0f} ("
+    )
+    assert lines[after + 1].startswith("  mix before -> after sampling: memorization ")
+    assert lines[after + 2].startswith(f"{kd['dataset']}: ")  # then each dataset's summary
+
+    # and in the UI: a table per shard on synth_filtered, one over every shard on the manifest, the plan's share kept
+    def metadata(asset: str, partition: str | None = None) -> dict:
+        records = dg.AssetRecordsFilter(dg.AssetKey(asset), asset_partitions=[partition] if partition else None)
+        [record] = instance.fetch_materializations(records, limit=1).records
+        return record.asset_materialization.metadata
+
+    table = metadata("synth_filtered", kd["shards"][0]["partition"])["drops_by_exercise"].value
+    assert table.startswith("| exercise | rows in | dropped | `empty_synthetic_answer` |")
+    assert "| `memorization` |" in table
+    manifest_table = metadata("synth_kd_v1_manifest")["filter_drops_by_exercise"].value
+    assert manifest_table.splitlines()[-1].startswith(f"| all | {rows_in} | ")
+    assert metadata("synth_sampling_plan")["rows_kept_share"].value == pytest.approx(kept / seen)
 
 
 def test_a_removed_source_shard_leaves_no_output_behind(built_mixed):

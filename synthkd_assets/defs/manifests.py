@@ -25,7 +25,7 @@ from synthkd_assets.defs.checks import write_gated_manifest
 from synthkd_assets.defs.conditions import MANIFEST_CONDITION
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
-from synthkd_assets.defs.metadata import dataset_manifest_metadata, manifest_rows_metadata
+from synthkd_assets.defs.metadata import dataset_manifest_metadata, drops_by_exercise_table, manifest_rows_metadata
 from synthkd_assets.defs.passes import HARMONY_MANIFEST, OUTPUTS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import (
@@ -111,6 +111,7 @@ def synth_kd_v1_manifest(
             **{f"sequences_{k}": v for k, v in totals["sequences"].items()},
             **{f"tokens_{k}": v for k, v in totals["span_tokens"].items()},
             "span_lengths": dg.MetadataValue.md(markdown_table(lengths)),
+            "filter_drops_by_exercise": drops_by_exercise_table(reports["synth_filtered"].values(), "synth_filtered"),
             **{k: lengths.overall[k] for k in STAT_COLUMNS if lengths.overall[k] is not None},
         },
         data_version=dg.DataVersion(digest),

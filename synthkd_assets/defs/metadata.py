@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from synthkd_assets.core.buckets import grid_from_nested, nested_grid
+from synthkd_assets.core.build_summary import drops_by_exercise, drops_by_exercise_markdown
 from synthkd_assets.core.manifest import config_hash
 from synthkd_assets.core.sampling import mix_table_markdown
 from synthkd_contract import constants, drops
@@ -34,6 +35,7 @@ STEP_SPLITS = {
     "synth_pool": constants.SPLITS,
 }
 STEP_SPANS = ("synth_tokenized", "synth_kd_v1", "synth_distill")
+SELECTION_STEPS = ("synth_filtered", "synth_sampled")  # they count their drops per exercise too
 
 
 def column_schema(schema: pa.Schema, descriptions: dict[str, str] | None = None) -> dg.TableSchema:
@@ -96,7 +98,15 @@ def report_metadata(report: dict[str, Any], step: str | None = None) -> dict[str
         metadata["language_mix"] = mix_table(report["language"], "language")
     if report["exercise"]:
         metadata["exercise_mix"] = mix_table(report["exercise"], "exercise")
+    if step in SELECTION_STEPS:
+        metadata["drops_by_exercise"] = drops_by_exercise_table([report], step)
     return metadata
+
+
+def drops_by_exercise_table(reports: Iterable[dict[str, Any]], step: str) -> dg.MetadataValue:
+    """Rows in and drops by each of `step`'s reasons per exercise, summed over `reports` (core/build_summary.py)."""
+    summed = drops_by_exercise(reports, drops.DROP_REASONS_BY_STEP[step])
+    return dg.MetadataValue.md(drops_by_exercise_markdown(summed))
 
 
 def files_metadata(paths: list[Path], root: Path | None = None, records: Sequence[Path] = ()) -> dict[str, Any]:
