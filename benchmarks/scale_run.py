@@ -8,12 +8,12 @@
 1. generates `--rows` long SYNTH-like rows into `--shards` raw Parquet files: `rows / copies` distinct rows from
    synthkd_dev.make_sample_data (`generate_rows(long=True)`, ~0.9 ms a row, so 1M distinct rows would cost
    ~15 core-minutes), each written `--copies` times with distinct synth_ids. Copy 0 is the generated row; every
-   other copy has every `PERTURB_PERIOD`-th word of its seed text replaced by a word of the sample's word banks,
-   at an offset of its own, so its prompt's Jaccard to any other copy is ~0.1-0.5 (below the generator's own
-   ~0.6 between unrelated rows, far below `near_dup_threshold` 0.8): the near-duplicate step sees `--rows`
-   distinct prompts, not 10 copies capped to 4. A `--near-dup-share` of the distinct rows are planted clusters
-   instead: 1..copies-1 of their copies are the generated prompt lower-cased (Jaccard 1.0 after NFKC and
-   casefold), so clustering, the cap and the held-out clusters run at the full row count with real clusters.
+   other copy has every `PERTURB_PERIOD`-th word of its answer replaced by a word of the sample's word banks,
+   at an offset of its own, so its signature text's (question and answer) Jaccard to any other copy is ~0.1-0.5
+   (below the generator's own ~0.6 between unrelated rows, far below `near_dup_threshold` 0.8): the near-duplicate
+   step sees `--rows` distinct examples, not 10 copies capped to 4. A `--near-dup-share` of the distinct rows are
+   planted clusters instead: 1..copies-1 of their copies have the generated answer lower-cased (Jaccard 1.0 after
+   NFKC and casefold), so clustering, the cap and the held-out clusters run at the full row count with real clusters.
 2. runs `./scripts/build.sh` (every pass, every blocking check) on fresh SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR /
    DAGSTER_HOME under the work directory, SYNTHKD_PARALLEL_RUNS = the cores, and every ~0.5 s samples every
    process of its tree (its session) from /proc: VmHWM (the kernel's own peak of the process, so a peak between
@@ -55,7 +55,8 @@ FULL_CORPUS_ROWS = 79_600_000
 FULL_CORPUS_TOKENS = (80e9, 100e9)  # SYNTH's own token count, as the issue states it
 CELERY_POOL_CORES = 64
 GIB = 1 << 30
-PERTURB_PERIOD = 6  # every 6th word of a copy's seed text is replaced
+PERTURB_PERIOD = 4  # every 4th word of a copy's answer is replaced
+_LETTERS = re.compile(r"[^\W\d_]+")  # a word's letters: what perturb replaces
 GENERATE_CHUNK = 1000  # distinct rows per generator task
 WRITE_BATCH = 5000  # rows per batch when writing a shard
 RAW_ROW_GROUP = 1024
@@ -97,16 +98,21 @@ def perturb_vocabulary() -> list[str]:
     return sorted({w for w in re.findall(r"[^\W\d_]{3,}", text)})
 
 
+# what a copy edits: the answer, part of what the near-duplicate signatures compare (the question and the answer,
+# synthkd_assets/core/near_dup.py), so that a perturbed copy is a distinct example and a lower-cased one a near copy
+PERTURBED_COLUMN = "synthetic_answer"
+
+
 def perturb(text: str, base: int, copy: int, vocabulary: list[str]) -> str:
-    """Every PERTURB_PERIOD-th alphabetic word (from an offset of the copy's own) replaced by a vocabulary
-    word picked by (base, copy, position); whitespace other than single spaces stays where it was."""
+    """Every PERTURB_PERIOD-th word with letters (from an offset of the copy's own) has its letters replaced by a
+    vocabulary word picked by (base, copy, position), its Markdown and punctuation kept; whitespace other than
+    single spaces stays where it was."""
     words = text.split(" ")
     offset = copy % PERTURB_PERIOD
     salt = base * 1_000_003 + copy * 7919
     size = len(vocabulary)
     for j in range(offset, len(words), PERTURB_PERIOD):
-        if words[j].isalpha():
-            words[j] = vocabulary[(salt + j * 104_729) % size]
+        words[j] = _LETTERS.sub(vocabulary[(salt + j * 104_729) % size], words[j], count=1)  # letters only
     return " ".join(words)
 
 
@@ -144,10 +150,10 @@ def _write_shard(task: tuple[RawPlan, int, str, str]) -> tuple[int, int]:
                 if copy == 0:
                     continue
                 if copy <= plan.planted_copies(b):
-                    columns["query_seed_text"][k] = columns["query_seed_text"][k].lower()
+                    columns[PERTURBED_COLUMN][k] = columns[PERTURBED_COLUMN][k].lower()
                     planted += 1
                 else:
-                    columns["query_seed_text"][k] = perturb(columns["query_seed_text"][k], b, copy, vocabulary)
+                    columns[PERTURBED_COLUMN][k] = perturb(columns[PERTURBED_COLUMN][k], b, copy, vocabulary)
             writer.write_table(pa.Table.from_pydict(columns, schema=RAW_SCHEMA), row_group_size=RAW_ROW_GROUP)
     tmp.replace(out)
     return end - begin, planted
@@ -168,11 +174,13 @@ def _take(base_path: str, indices: list[int]):
 
 
 def make_raw(plan: RawPlan, raw_dir: Path, scratch: Path, workers: int) -> dict:
-    """The raw shards of `plan` in raw_dir (synth_00.parquet ...); reused when raw_dir holds the same plan."""
+    """The raw shards of `plan` in raw_dir (synth_001.parquet ...); reused when raw_dir holds the same plan."""
     import multiprocessing
 
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from synthkd_dev.make_sample_data import shard_filename
 
     stamp = raw_dir.parent / f"{raw_dir.name}.plan.json"
     wanted = plan.__dict__
@@ -197,8 +205,7 @@ def make_raw(plan: RawPlan, raw_dir: Path, scratch: Path, workers: int) -> dict:
         pq.write_table(pa.concat_tables(pq.read_table(p) for p in parts), base_path)
         for p in parts:
             Path(p).unlink()
-        width = max(2, len(str(plan.shards - 1)))
-        outs = [str(raw_dir / f"synth_{s:0{width}d}.parquet") for s in range(plan.shards)]
+        outs = [str(raw_dir / shard_filename(s)) for s in range(plan.shards)]  # SYNTH's names: synth_001, ...
         written = pool.map(_write_shard, [(plan, s, str(base_path), outs[s]) for s in range(plan.shards)], 1)
         # workers leave on the pool's sentinel: the SIGTERM of Pool.terminate() never reaches a worker whose
         # parent ignores it (spawned children keep an ignored signal ignored, and Dagster's in-process runs can

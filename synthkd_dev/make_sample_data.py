@@ -1,54 +1,56 @@
-"""Deterministic generator of bundled sample input in the raw PleIAs/SYNTH schema.
+"""Deterministic generator of bundled sample input shaped like PleIAs/SYNTH as published.
 
     python -m synthkd_dev.make_sample_data            # rewrites data/sample/synth_raw byte for byte
 
-Writes ``--shards`` Parquet files ``synth_00.parquet`` ... into ``--output-dir`` (default
-``data/sample/synth_raw``), ``--rows-per-shard`` rows each, with exactly the upstream columns
-(``synthkd_contract.schemas.RAW_SCHEMA``): every column ``string`` except ``words`` (``int64``).
+Writes ``--shards`` Parquet files ``synth_001.parquet`` ... (SYNTH's own names) into ``--output-dir`` (default
+``data/sample/synth_raw``), ``--rows-per-shard`` rows each, one row group per file as SYNTH's files are, with
+exactly the upstream columns (``synthkd_contract.schemas.RAW_SCHEMA``): every column ``string`` except ``words``
+(``int64``).
 
-The rows imitate SYNTH, including the messy parts the pipeline must cope with: ~20 % non-English
-rows (fr, de, es, it, pl, nl, la), a memorization majority, mcq / arithmetic rows whose
-``constraints`` carry a ``result:<value>`` (usually consistent with the answer's first line,
-sometimes formatted differently, ~5 % deliberately inconsistent), ``result:Failed after maximum
-attempts`` rows, empty / whitespace-only reasoning and answers, CJK, emoji (ZWJ sequences
-included), literal Harmony marker text and NUL characters. The text it draws from (titles, sentence
-templates, per-language banks, snippets) is ``word_banks.json`` beside this module; how often each case
-occurs is set here.
+The rows follow the published figures of the corpus (its dataset card and exploratory statistics; the constants
+below name each): the nine exercise labels as spelled (``math exercise``, ``constrained writing``, ...) in the
+corpus's proportions (memorization ~90%), one generator ``model`` per exercise, SYNTH's ``synth_id`` shapes, its
+language mix, its per-exercise empty-reasoning rates, its ``constraints`` and answer shapes (``result:15`` with
+``**Answer: 15 systems**``, ``result:-74.5`` with ``A. 74.5%``, the MCQ key:value items, rag's ``<source_1>``
+sources, ...), log-normal lengths fitted to the corpus's percentiles, reasoning in SYNTH's own notation, and its
+structure: each seed text is an article section opening with its heading, shared (whole or its first paragraphs)
+by many rows asking different questions. A few deliberately planted cases keep the bad-input rules exercised:
+failed and inconsistent ``result:`` rows, blank answers and reasoning, CJK, emoji (ZWJ sequences included),
+literal Harmony marker text and NUL characters. The text it draws from (titles, sentence templates, per-language
+banks, snippets) is ``word_banks.json`` beside this module; how often each case occurs is set here.
 
-Determinism: every row ``i`` (global index) is drawn from its own ``random.Random((seed << 40) |
-i)``, so a row does not depend on how rows are split into shards, nothing reads the clock or
-``hash()``, and the Parquet files are written with fixed options (zstd, fixed row-group size, no
-pandas metadata): two runs give byte-identical files for a given pyarrow version.
+Determinism: every row ``i`` (global index) is drawn from its own ``random.Random((seed << 40) | i)`` (an article
+section from a ``Random`` of its own, shared by every row about it), so a row does not depend on how rows are
+split into shards, nothing reads the clock or ``hash()``, and the Parquet files are written with fixed options
+(zstd, one row group, no pandas metadata): two runs give byte-identical files for a given pyarrow version.
 
-``--long`` makes seed text, reasoning and answer longer (about 1.3k o200k tokens per row on
-average) for benchmarks; it is off for the committed sample.
+``--long`` makes every text 1.3x longer for benchmarks; it is off for the committed sample.
 
-The bucket shard: after the ``--shards`` regular files, ``--bucket-rows`` rows (default 56; 0 writes no
-such file) go into one more file, ``synth_04.parquet`` for the defaults. The regular shards draw their exercise
-from the SYNTH-like mix, so the small ones are rare and every conversation fits in 2048 tokens; the bucket
+The bucket shard: after the ``--shards`` regular files, ``--bucket-rows`` rows (default 54; 0 writes no
+such file) go into one more file, ``synth_005.parquet`` for the defaults. The regular shards draw their exercise
+from the corpus's mix, so the small ones are rare and almost every conversation fits in 2048 tokens; the bucket
 shard exists so the sample reaches every skill bucket and context bucket the pool maps
 (``synthkd_contract/buckets.py``): its rows cycle through the exercises in ``EXERCISES`` order, and the
 first ``BUCKET_LONG_PER_EXERCISE`` rows of each exercise are drawn at the ``XL`` size, whose rendered Harmony
 sequence (user + seed text, analysis, final) is ~2.5k-6k o200k tokens: over the 2048 of C1, under the
-8192 of C2 and of the DistillKit ``max_seq_len``. Everything else (language, blanks, failed / inconsistent
-results, special characters) is drawn as for any row, so the bucket rows pass the 001 filters as often as
-ordinary ones. Appending this shard leaves the rows and bytes of the regular shards unchanged.
+8192 of C2 and of the DistillKit ``max_seq_len``. Everything else is drawn as for any row.
 
-The near-duplicate shard (issue #18): after the bucket shard, one more file (``synth_05.parquet`` for the
+The near-duplicate shard: after the bucket shard, one more file (``synth_006.parquet`` for the
 defaults; ``--near-dup-sources 0`` writes none) holds planted near-copies of regular rows, so the tests of the
 near-duplicate clusters know the true pairs. ``--near-dup-sources`` (default 25) source rows are chosen
-deterministically: slot ``s`` takes a row of regular shard ``s % shards`` with exercise ``EXERCISES[s % 7]``
+deterministically: slot ``s`` takes a row of regular shard ``s % shards`` with exercise ``EXERCISES[s % 9]``
 that passes the 001 quality filters (non-blank answer, no failed or inconsistent ``result:``) and holds no
 NUL or Harmony marker. Source ``s`` gets ``1 + s % 6`` copies (clusters of 2..7 rows counting the source:
 with the defaults 85 copies, 12 clusters over the cap of 4, 8 of them over 5), copy ``k`` with synth_id
 ``<source>-nd<k>`` and one edit of ``NEAR_DUP_EDITS`` (in turn): case, whitespace, full-width characters
 (NFKC folds all three back: Jaccard 1.0), a query word substituted, a phrase appended to or the last words
-removed from the seed text, a punctuation change (Jaccard >= 0.85 to the source and to the sibling copies).
+removed from the answer, a punctuation change (Jaccard >= 0.85 to the source and to the sibling copies).
 Every other column is the source's. Then ``--hard-negatives`` (default 10) rows ``<source>-neg``: the query
-of one of the shortest-prompt regular rows that pass the same test, over the seed text of a row that is never
-written (indices from ``NEGATIVE_DONOR_BASE``), the least similar of a few, its Jaccard to the source under
-``NEGATIVE_MAX_JACCARD``: same query, not a near-duplicate. The text compared is the rendered user prompt,
-normalized as synthkd_contract/near_dup.py says. ``planted_near_duplicates()`` and ``planted_negatives()``
+of one of the shortest regular rows that pass the same test, asked of a row that is never written (indices from
+``NEGATIVE_DONOR_BASE``; its seed text, reasoning and answer), the least similar of a few, its Jaccard to the
+source under ``NEGATIVE_MAX_JACCARD``: same question about another section, not a near-duplicate. The text
+compared is the question and the answer (synthkd_assets/core/near_dup.py ``signature_text``), normalized as
+synthkd_contract/near_dup.py says. ``planted_near_duplicates()`` and ``planted_negatives()``
 return the ground truth. Appending this shard leaves the rows and bytes of the earlier files unchanged.
 
 Public API: ``generate_rows(n_rows, seed, start_index=0, long=False)``,
@@ -84,7 +86,7 @@ DEFAULT_OUTPUT_DIR = SAMPLE_RAW_DIR
 DEFAULT_SHARDS = 4
 DEFAULT_ROWS_PER_SHARD = 750
 DEFAULT_SEED = 1234
-DEFAULT_BUCKET_ROWS = 56  # 8 rows for each of the 7 exercises
+DEFAULT_BUCKET_ROWS = 54  # 6 rows for each of the 9 exercises
 DEFAULT_NEAR_DUP_SOURCES = 25  # source rows of planted near-copies (the near-duplicate shard)
 DEFAULT_HARD_NEGATIVES = 10  # same query as a source, another seed text: not near-duplicates
 COMPRESSION = "zstd"
@@ -228,6 +230,7 @@ P_HARMONY = 0.004  # robustness plants (the corpus's text can hold any of these)
 P_NUL = 0.002  # NULs,
 P_CJK = 0.01  # CJK and
 P_EMOJI = 0.01  # emoji (ZWJ sequences included)
+P_BLANK_REASONING = 0.1  # and, among the rows without a reasoning, one of whitespace only
 
 # characters, (median, sigma of the log) of a log-normal, clipped to (min, max): the corpus's p50 and p90
 # (query 159 / 433, seed text 702 / 2,470, reasoning 2,252 / 3,256, answer 1,417 / 1,902) give the sigmas
@@ -561,8 +564,8 @@ def _make_row(seed: int, index: int, size: int, exercise: str | None = None) -> 
     reasoning_chars = XL_CHARS["reasoning"] if size == XL else _chars(rng, REASONING_CHARS, scale)
     answer_chars = XL_CHARS["answer"] if size == XL else _chars(rng, ANSWER_CHARS, scale)
     reasoning = _reasoning(rng, bank, slots, reasoning_chars)
-    if rng.random() < EMPTY_REASONING.get(exercise, 0.0):
-        reasoning = ""
+    if rng.random() < EMPTY_REASONING.get(exercise, 0.0):  # a robustness plant: some blank, not empty
+        reasoning = "" if rng.random() >= P_BLANK_REASONING else rng.choice(WHITESPACE_ONLY)
     body = _answer_body(rng, bank, slots, answer_chars)
     answer = f"{answer_head}\n\n{body}" if answer_head else body
     if rng.random() < P_EMPTY_ANSWER:

@@ -22,14 +22,14 @@ from synthkd_assets.core.tokenizer import load_harmony_encoding
 def run_step(step: str, root: Path, spec: dict) -> None:
     if step == "harmony":
         harmonize_shard(
-            Path(spec["raw"]), root / "synth_harmony" / "synth_01.parquet", system_message_dict(), "synth_01"
+            Path(spec["raw"]), root / "synth_harmony" / "synth_002.parquet", system_message_dict(), "synth_002"
         )
     elif step == "megatron":
-        write_megatron_shard(Path(spec["tokenized"]), root / "synth_kd_v1", 1, "synth_01")
+        write_megatron_shard(Path(spec["tokenized"]), root / "synth_kd_v1", 1, "synth_002")
     elif step == "distill":
         encoding = load_harmony_encoding(Path(spec["tokenizer_dir"]))
         write_distill_shard(
-            Path(spec["tokenized"]), Path(spec["sampled"]), root / "synth_distill", 1, "synth_01", encoding
+            Path(spec["tokenized"]), Path(spec["sampled"]), root / "synth_distill", 1, "synth_002", encoding
         )
     else:
         raise ValueError(step)

@@ -129,9 +129,9 @@ def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace)
     it again from its failed step, the retry rebuilds the shard, and then the manifests are rewritten. Without
     both, the run stays STARTED for ever and the sensor never requests the shard again."""
     ws = workspace
-    edit_shard(ws.raw / "synth_02.parquet")
-    new_sha = sha256_file(ws.raw / "synth_02.parquet")
-    shard_runs = dg.RunsFilter(job_name="synth_shard_job", tags={"dagster/partition": "synth_02"})
+    edit_shard(ws.raw / "synth_003.parquet")
+    new_sha = sha256_file(ws.raw / "synth_003.parquet")
+    shard_runs = dg.RunsFilter(job_name="synth_shard_job", tags={"dagster/partition": "synth_003"})
 
     def started_worker() -> tuple[str, int] | None:
         for run in instance.get_runs(shard_runs):
@@ -142,7 +142,7 @@ def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace)
 
     with open_instance(ws.home) as instance:
         with running_daemon(ws.home, ws.env(), ws.root / "daemon.log") as daemon:
-            run_id, pid = daemon.wait_for("the sensor's synth_02 run to start", started_worker, 240, every_s=0.1)
+            run_id, pid = daemon.wait_for("the sensor's synth_003 run to start", started_worker, 240, every_s=0.1)
             os.killpg(daemon.process.pid, signal.SIGKILL)
             daemon.process.wait(timeout=30)
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED  # what nothing could correct
@@ -167,12 +167,12 @@ def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace)
         retry_end = instance.get_run_record_by_id(retry.run_id).end_time
         assert instance.get_run_record_by_id(manifests.run_id).create_timestamp.timestamp() >= retry_end
         harmony = read_json(ws.paths.harmony_manifest())
-        assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_02"] == new_sha
+        assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_003"] == new_sha
         said = [e.message for e in events(instance, run_id, dg.DagsterEventType.RUN_FAILURE)]
         assert len(said) == 1 and f"run worker process {pid} on " in said[0] and "is gone" in said[0], said
-        assert (retry.tags["dagster/retry_number"], retry.tags["dagster/partition"]) == ("1", "synth_02")
+        assert (retry.tags["dagster/retry_number"], retry.tags["dagster/partition"]) == ("1", "synth_003")
         assert {run.run_id for run in instance.get_runs(shard_runs)} == {run_id, retry.run_id}
-    assert read_json(ws.paths.stage_report("synth_harmony", "synth_02"))["source_sha256"] == new_sha
+    assert read_json(ws.paths.stage_report("synth_harmony", "synth_003"))["source_sha256"] == new_sha
 
 
 def finished_ticks(instance: dg.DagsterInstance, sensor: str, since: float) -> list:
@@ -200,7 +200,7 @@ def test_the_manifests_wait_while_a_build_holds_the_data_root(workspace):
             )
             # a shard rebuilt (in process, not a build): the manifests are now due
             materialize_steps(
-                instance, SynthKDLayout(raw_dir=str(ws.raw), data_dir=str(ws.data)), SHARD_STEPS, "synth_02"
+                instance, SynthKDLayout(raw_dir=str(ws.raw), data_dir=str(ws.data)), SHARD_STEPS, "synth_003"
             )
             updated = time.time()
             daemon.wait_for(
@@ -220,14 +220,14 @@ def test_the_manifests_wait_while_a_build_holds_the_data_root(workspace):
 
 def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
     ws = workspace
-    edit_shard(ws.raw / "synth_02.parquet")
-    new_sha = sha256_file(ws.raw / "synth_02.parquet")
+    edit_shard(ws.raw / "synth_003.parquet")
+    new_sha = sha256_file(ws.raw / "synth_003.parquet")
     with open_instance(ws.home) as instance:
         with running_daemon(ws.home, ws.env(), ws.root / "daemon.log") as daemon:
             # synth_raw_sensor (running by default) asks for exactly the changed shard ...
             shard_run = daemon.wait_for(
-                "successful synth_shard_job run of synth_02",
-                lambda: finished_run(instance, job_name="synth_shard_job", tags={"dagster/partition": "synth_02"}),
+                "successful synth_shard_job run of synth_003",
+                lambda: finished_run(instance, job_name="synth_shard_job", tags={"dagster/partition": "synth_003"}),
                 timeout_s=240,
             )
             # ... and synth_manifests_automation (running by default) then rewrites the three manifests
@@ -237,7 +237,7 @@ def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
                 timeout_s=180,
             )
         assert shard_run.tags["dagster/sensor_name"] == "synth_raw_sensor"
-        assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [shard_run]  # only synth_02 rebuilt
+        assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [shard_run]  # only synth_003 rebuilt
         # one run for the three, after the whole shard run (not one per manifest as its direct dependency finished)
         assert instance.get_runs(dg.RunsFilter(tags={"dagster/sensor_name": "synth_manifests_automation"})) == [
             manifests_run
@@ -260,7 +260,7 @@ def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
         assert set(checks) == {(asset, check) for asset, names in MANIFEST_CHECKS.items() for check in names}
         assert all(checks.values()), checks
     harmony = read_json(ws.paths.harmony_manifest())
-    assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_02"] == new_sha
+    assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_003"] == new_sha
     # the automation's run ran every blocking check on the datasets it rewrote: they verify, no marker is left
     for root in (ws.paths.megatron_root(), ws.paths.distill_root()):
         verify_manifest(root)
@@ -287,9 +287,9 @@ def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(work
         timeout=120,
     )
     assert stop.returncode == 0, stop.stdout + stop.stderr
-    edit_shard(ws.raw / "synth_01.parquet")
+    edit_shard(ws.raw / "synth_002.parquet")
     write_input_manifest(ws.raw, current_shas(ws.raw))  # the user's new input manifest
-    new_sha = sha256_file(ws.raw / "synth_01.parquet")
+    new_sha = sha256_file(ws.raw / "synth_002.parquet")
     untouched = {k: outputs_state(ws.paths, f"synth_0{k}", k) for k in (0, 2, 3)}
 
     with open_instance(ws.home) as instance:
@@ -299,8 +299,8 @@ def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(work
                 lambda: finished_run(instance, tags={"dagster/schedule_name": "synth_nightly_rebuild"}),
                 timeout_s=240,
             )
-        assert (run.job_name, run.tags["dagster/partition"]) == ("synth_shard_job", "synth_01")
-        assert run.tags["dagster/run_key"].startswith(f"synth_01:{new_sha}:after-")
+        assert (run.job_name, run.tags["dagster/partition"]) == ("synth_shard_job", "synth_002")
+        assert run.tags["dagster/run_key"].startswith(f"synth_002:{new_sha}:after-")
         assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [run]  # no other shard, no second ask
-    assert read_json(ws.paths.stage_report("synth_harmony", "synth_01"))["source_sha256"] == new_sha
+    assert read_json(ws.paths.stage_report("synth_harmony", "synth_002"))["source_sha256"] == new_sha
     assert {k: outputs_state(ws.paths, f"synth_0{k}", k) for k in (0, 2, 3)} == untouched

@@ -57,7 +57,7 @@ from synthkd_dev.source_fixtures import nemotron_math_v2, ultrachat_200k
 from tests.helpers import REPO_ROOT, SCAN_STEPS, run
 
 SYSTEM = system_message_dict()
-SHARD = "synth_00"
+SHARD = "synth_001"
 
 
 def row(synth_id, **overrides) -> dict:
@@ -147,8 +147,8 @@ def test_bad_rows_are_dropped_by_reason_and_the_rest_rendered(tmp_path, fast):
     }
     for r in rows:
         r["words"] = r["words"] if isinstance(r["words"], str) else str(r["words"])
-    raw = write_raw(tmp_path / "synth_00.parquet", rows, types)
-    out = tmp_path / "harmony" / "synth_00.parquet"
+    raw = write_raw(tmp_path / "synth_001.parquet", rows, types)
+    out = tmp_path / "harmony" / "synth_001.parquet"
 
     report = harmonize_shard(raw, out, SYSTEM, SHARD)
 
@@ -297,17 +297,17 @@ def test_a_million_character_answer_renders_like_openai_harmony(tmp_path, fast, 
 @pytest.mark.parametrize("content", ["no rows", "only bad rows"])
 def test_empty_shard_gives_valid_empty_output_at_every_stage(tmp_path, fast, encoding, content):
     rows = [] if content == "no rows" else [row("x", query=None), row(None), row("y", synthetic_answer=None)]
-    raw = write_raw(tmp_path / "raw" / "synth_03.parquet", rows)
+    raw = write_raw(tmp_path / "raw" / "synth_004.parquet", rows)
     harmony, filtered, sampled, tokenized = (tmp_path / f"{name}.parquet" for name in ("h", "f", "s", "t"))
     reports = [
-        harmonize_shard(raw, harmony, SYSTEM, "synth_03"),
-        select_rows_shard(harmony, filtered, "synth_03", quality_drop_reasons),
-        select_rows_shard(filtered, sampled, "synth_03"),
-        tokenize_shard(sampled, tokenized, fast, "synth_03"),
+        harmonize_shard(raw, harmony, SYSTEM, "synth_004"),
+        select_rows_shard(harmony, filtered, "synth_004", quality_drop_reasons),
+        select_rows_shard(filtered, sampled, "synth_004"),
+        tokenize_shard(sampled, tokenized, fast, "synth_004"),
     ]
     root = tmp_path / "megatron"
-    kd_report, inventories = write_megatron_shard(tokenized, root, 3, "synth_03")
-    distill = write_distill_shard(tokenized, sampled, tmp_path / "distill", 3, "synth_03", encoding)
+    kd_report, inventories = write_megatron_shard(tokenized, root, 3, "synth_004")
+    distill = write_distill_shard(tokenized, sampled, tmp_path / "distill", 3, "synth_004", encoding)
     reports += [kd_report, distill.report]
     assert [(r.rows_in, r.rows_out) for r in reports] == [(len(rows), 0)] + [(0, 0)] * 5
     assert all(accounted(r) for r in reports)
@@ -320,7 +320,7 @@ def test_empty_shard_gives_valid_empty_output_at_every_stage(tmp_path, fast, enc
         table = pq.read_table(path)
         assert table.num_rows == 0 and table.schema.equals(schema), path
     assert [i.sequences for i in inventories] == [0, 0] and not [
-        p for split in constants.SPLITS for p in (root / split).glob("shard_03_*")
+        p for split in constants.SPLITS for p in (root / split).glob("shard_04_*")
     ]
     assert pq.read_table(documents_path(root, 3)).num_rows == 0
     assert [f["rows"] for f in distill.files] == [0, 0]
@@ -344,7 +344,7 @@ def test_cross_shard_duplicates_found_in_the_documents_tables(tmp_path, fast):
         write_megatron_shard(tokenized, root, index, name)
     tables = [documents_path(root, index) for index in shards]
     assert cross_shard_duplicates(tables) == [
-        "synth_id 'b' occurs 2 times: shard_00_documents.parquet, shard_01_documents.parquet"
+        "synth_id 'b' occurs 2 times: shard_01_documents.parquet, shard_02_documents.parquet"
     ]
     assert cross_shard_duplicates([tables[0], tables[2]]) == []
     assert cross_shard_duplicates([]) == []
@@ -352,7 +352,7 @@ def test_cross_shard_duplicates_found_in_the_documents_tables(tmp_path, fast):
 
 def test_cross_shard_duplicates_counts_repeats_and_truncates(tmp_path):
     def table(name: str, ids: list[str]) -> Path:
-        path = tmp_path / name / "shard_00_documents.parquet"  # same file name in two folders
+        path = tmp_path / name / "shard_01_documents.parquet"  # same file name in two folders
         path.parent.mkdir()
         pq.write_table(
             pa.table({"split": ["train"] * len(ids), "document_index": range(len(ids)), "synth_id": ids}), path
@@ -375,7 +375,7 @@ def test_cross_shard_duplicates_counts_repeats_and_truncates(tmp_path):
 
 
 def assert_refused_cleanly(tmp_path: Path, raw: Path, *fragments: str) -> str:
-    out = tmp_path / "out" / "synth_00.parquet"
+    out = tmp_path / "out" / "synth_001.parquet"
     with pytest.raises(InputFileError) as caught:
         harmonize_shard(raw, out, SYSTEM, SHARD)
     message = str(caught.value)
@@ -400,22 +400,22 @@ def test_a_column_of_the_wrong_type_refuses_the_file(tmp_path, column, arrow_typ
     values = {pa.int64(): 7, pa.float64(): 1.5, pa.bool_(): True, pa.timestamp("s"): 0}
     for r in rows:
         r[column] = values.get(arrow_type, ["x"] if column != "words" else [1])
-    raw = write_raw(tmp_path / "synth_00.parquet", rows, {column: arrow_type})
+    raw = write_raw(tmp_path / "synth_001.parquet", rows, {column: arrow_type})
     expected = "string, large_string" if column != "words" else "an integer or floating type"
     stored = pq.read_schema(raw).field(column).type  # as the file holds it (e.g. timestamp[s] -> [ms])
     assert_refused_cleanly(tmp_path, raw, f"column {column!r} has type {stored}, expected {expected}")
 
 
 def test_another_datasets_parquet_is_refused(tmp_path):
-    raw = tmp_path / "synth_00.parquet"
+    raw = tmp_path / "synth_001.parquet"
     pq.write_table(pa.table({"text": ["hello"], "label": [1]}), raw)
     assert_refused_cleanly(
         tmp_path, raw, "not a PleIAs/SYNTH shard: missing columns ['synth_id'", "has ['text', 'label']"
     )
-    partial = tmp_path / "synth_01.parquet"
+    partial = tmp_path / "synth_002.parquet"
     pq.write_table(raw_table([row("a")]).drop_columns(["query_seed_text", "words"]), partial)
     assert_refused_cleanly(tmp_path, partial, "missing columns ['query_seed_text', 'words']")
-    twice = tmp_path / "synth_02.parquet"
+    twice = tmp_path / "synth_003.parquet"
     table = raw_table([row("a")])
     pq.write_table(table.append_column("query", pa.array(["again"])), twice)
     assert_refused_cleanly(tmp_path, twice, "column 'query' appears 2 times")
@@ -423,7 +423,7 @@ def test_another_datasets_parquet_is_refused(tmp_path):
 
 @pytest.mark.parametrize("kind", ["text file", "empty file", "truncated", "missing", "directory"])
 def test_an_unreadable_file_is_refused(tmp_path, sample_shards, kind):
-    raw = tmp_path / "synth_00.parquet"
+    raw = tmp_path / "synth_001.parquet"
     if kind == "text file":
         raw.write_text("synth_id,query\na,b\n")
     elif kind == "empty file":
@@ -446,15 +446,15 @@ def test_invalid_utf8_in_a_string_column_refuses_the_file(tmp_path):
     table = raw_table([row(f"id{i}") for i in range(rows)])
     queries = [b"lone \xed\xa0\x80 surrogate" if i in (bad_row, bad_row + 2) else b"fine" for i in range(rows)]
     bad = pa.array(queries, pa.binary()).view(pa.string())  # unvalidated
-    raw = tmp_path / "synth_00.parquet"
+    raw = tmp_path / "synth_001.parquet"
     pq.write_table(table.set_column(table.schema.get_field_index("query"), "query", bad), raw)
     assert_refused_cleanly(tmp_path, raw, f"column 'query' is invalid at row {bad_row} ", "UTF8")
 
 
 def test_corruption_found_mid_file_leaves_the_previous_output_untouched(tmp_path):
     rows = [row(f"id{i}", synthetic_answer=f"answer {i} " * 20) for i in range(2 * READ_BATCH_ROWS)]
-    raw = write_raw(tmp_path / "synth_00.parquet", rows, row_group_size=READ_BATCH_ROWS, compression="zstd")
-    out = tmp_path / "out" / "synth_00.parquet"
+    raw = write_raw(tmp_path / "synth_001.parquet", rows, row_group_size=READ_BATCH_ROWS, compression="zstd")
+    out = tmp_path / "out" / "synth_001.parquet"
     harmonize_shard(raw, out, SYSTEM, SHARD)  # an earlier, good build
     before = out.read_bytes()
     metadata = pq.ParquetFile(raw).metadata
@@ -475,7 +475,7 @@ def test_a_corrupt_row_group_inside_one_batch_names_the_rows_read_before_it(tmp_
     """Row groups of 20 rows, all in the first batch: the error names the first row of the corrupt group (every
     row before it reads), not the batch's first row."""
     rows = [row(f"id{i}", synthetic_answer=f"answer {i} " * 20) for i in range(200)]
-    raw = write_raw(tmp_path / "synth_00.parquet", rows, row_group_size=20, compression="zstd")
+    raw = write_raw(tmp_path / "synth_001.parquet", rows, row_group_size=20, compression="zstd")
     metadata = pq.ParquetFile(raw).metadata
     chunk = metadata.row_group(bad_group).column(metadata.schema.to_arrow_schema().get_field_index("synthetic_answer"))
     payload = bytearray(raw.read_bytes())
@@ -483,7 +483,7 @@ def test_a_corrupt_row_group_inside_one_batch_names_the_rows_read_before_it(tmp_
     payload[start : start + chunk.total_compressed_size] = bytes(chunk.total_compressed_size)
     raw.write_bytes(bytes(payload))
     with pytest.raises(InputFileError) as caught:
-        harmonize_shard(raw, tmp_path / "out" / "synth_00.parquet", SYSTEM, SHARD)
+        harmonize_shard(raw, tmp_path / "out" / "synth_001.parquet", SYSTEM, SHARD)
     assert str(caught.value).startswith(f"{raw}: unreadable after row {20 * bad_group} ("), caught.value
     assert pq.read_table(raw, columns=["synth_id"]).num_rows == 200 and not leftovers(tmp_path)
     for group in range(bad_group):  # the rows named as read do read
@@ -491,10 +491,10 @@ def test_a_corrupt_row_group_inside_one_batch_names_the_rows_read_before_it(tmp_
 
 
 def test_an_output_directory_that_cannot_be_created_fails_clearly(tmp_path):
-    raw = write_raw(tmp_path / "synth_00.parquet", [row("a")])
+    raw = write_raw(tmp_path / "synth_001.parquet", [row("a")])
     blocker = tmp_path / "data"
     blocker.write_text("a regular file where the output directory should be")  # fails for root too
-    out = blocker / "synth_harmony" / "synth_00.parquet"
+    out = blocker / "synth_harmony" / "synth_001.parquet"
     with pytest.raises(OutputFileError) as caught:
         harmonize_shard(raw, out, SYSTEM, SHARD)
     assert str(caught.value).startswith(f"{out}: cannot write output: {blocker} is not a directory"), caught.value
@@ -528,14 +528,14 @@ def scenario_sizes(needed: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def one_shard_stages(tmp_path_factory, fast, tokenizer_dir) -> dict:
-    """synth_01 of the sample through harmony, filters, sampling (keep all) and tokens, on ordinary disk."""
+    """synth_002 of the sample through harmony, filters, sampling (keep all) and tokens, on ordinary disk."""
     work = tmp_path_factory.mktemp("stages")
-    raw = SAMPLE_RAW_DIR / "synth_01.parquet"
+    raw = SAMPLE_RAW_DIR / "synth_002.parquet"
     harmony, filtered, sampled, tokenized = (work / f"{name}.parquet" for name in ("h", "f", "s", "t"))
-    harmonize_shard(raw, harmony, SYSTEM, "synth_01")
-    select_rows_shard(harmony, filtered, "synth_01", quality_drop_reasons)
-    select_rows_shard(filtered, sampled, "synth_01")
-    tokenize_shard(sampled, tokenized, fast, "synth_01")
+    harmonize_shard(raw, harmony, SYSTEM, "synth_002")
+    select_rows_shard(harmony, filtered, "synth_002", quality_drop_reasons)
+    select_rows_shard(filtered, sampled, "synth_002")
+    tokenize_shard(sampled, tokenized, fast, "synth_002")
     return {
         "raw": str(raw),
         "tokenized": str(tokenized),
@@ -556,12 +556,12 @@ def test_a_full_disk_fails_each_step_clearly_and_publishes_nothing(tmp_path, one
     for step, root_name in (("harmony", "synth_harmony"), ("megatron", "synth_kd_v1"), ("distill", "synth_distill")):
         reference = tmp_path / "reference" / step
         if step == "harmony":
-            harmonize_shard(Path(stages["raw"]), reference / root_name / "synth_01.parquet", SYSTEM, "synth_01")
+            harmonize_shard(Path(stages["raw"]), reference / root_name / "synth_002.parquet", SYSTEM, "synth_002")
         elif step == "megatron":
-            write_megatron_shard(Path(stages["tokenized"]), reference / root_name, 1, "synth_01")
+            write_megatron_shard(Path(stages["tokenized"]), reference / root_name, 1, "synth_002")
         else:
             write_distill_shard(
-                Path(stages["tokenized"]), Path(stages["sampled"]), reference / root_name, 1, "synth_01", encoding
+                Path(stages["tokenized"]), Path(stages["sampled"]), reference / root_name, 1, "synth_002", encoding
             )
         files = [p for p in reference.rglob("*") if p.is_file()]
         needed[step] = sum(p.stat().st_size for p in files)
@@ -625,7 +625,7 @@ class FillingDiskWriter(ParquetShardWriter):
     ids=["full when closing", "full in the middle"],
 )
 def test_a_writer_that_runs_out_of_space_removes_its_partial_file(tmp_path, n_rows, capacity):
-    out = tmp_path / "out" / "synth_00.parquet"
+    out = tmp_path / "out" / "synth_001.parquet"
     table = pa.table({"synth_id": [hashlib.sha256(str(i).encode()).hexdigest() for i in range(n_rows)]})
     batches = [table.slice(start, 1000) for start in range(0, n_rows, 1000)]
     written = 0
@@ -655,14 +655,14 @@ def step_failures(result) -> list[str]:
 def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
     raw_dir = tmp_path / "raw"
     good_rows = pq.read_table(sample_shards[0]).slice(0, 20).to_pylist()
-    write_raw(raw_dir / "synth_00.parquet", good_rows + [good_rows[3]])  # one duplicate row
+    write_raw(raw_dir / "synth_001.parquet", good_rows + [good_rows[3]])  # one duplicate row
     bad_rows = [row("a", query=7), row("b", query=8)]
-    bad = write_raw(raw_dir / "synth_01.parquet", bad_rows, {"query": pa.int64()})
+    bad = write_raw(raw_dir / "synth_002.parquet", bad_rows, {"query": pa.int64()})
     layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
         run(instance, layout, ["synth_raw_inventory"])
 
-        failed = run(instance, layout, SCAN_STEPS, "synth_01", raise_on_error=False)
+        failed = run(instance, layout, SCAN_STEPS, "synth_002", raise_on_error=False)
         assert not failed.success
         [message] = step_failures(failed)
         assert message == (
@@ -672,7 +672,7 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
         )
         assert not failed.get_asset_materialization_events()  # synth_filtered did not run on it either
 
-        built = run(instance, layout, SCAN_STEPS, "synth_00")
+        built = run(instance, layout, SCAN_STEPS, "synth_001")
         materialized = {e.asset_key.to_user_string(): e for e in built.get_asset_materialization_events()}
         assert set(materialized) == {"synth_harmony", "synth_filtered", "synth_signatures"}
         metadata = materialized["synth_harmony"].materialization.metadata
@@ -680,11 +680,11 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
         assert all(e.passed for e in built.get_asset_check_evaluations())
 
     paths = layout.data_layout()
-    assert pq.read_table(paths.stage_output("synth_harmony", "synth_00")).num_rows == 20
-    assert not paths.stage_output("synth_harmony", "synth_01").exists() and not leftovers(paths.data_root)
-    [logged] = [json.loads(line) for line in paths.error_log("synth_harmony", "synth_00").read_text().splitlines()]
+    assert pq.read_table(paths.stage_output("synth_harmony", "synth_001")).num_rows == 20
+    assert not paths.stage_output("synth_harmony", "synth_002").exists() and not leftovers(paths.data_root)
+    [logged] = [json.loads(line) for line in paths.error_log("synth_harmony", "synth_001").read_text().splitlines()]
     assert logged | {"detail": ""} == {
-        "shard": "synth_00",
+        "shard": "synth_001",
         "source_row": 20,
         "synth_id": good_rows[3]["synth_id"],
         "reason": "duplicate_synth_id",
@@ -701,7 +701,7 @@ def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_pa
 
     raw_dir = tmp_path / "raw"
     rows = pq.read_table(sample_shards[0]).slice(0, 20).to_pylist()
-    raw = write_raw(raw_dir / "synth_00.parquet", rows)
+    raw = write_raw(raw_dir / "synth_001.parquet", rows)
     layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
     real_scan = assets.scan_inputs
 
@@ -713,13 +713,13 @@ def test_a_raw_shard_changed_between_the_scan_and_the_read_fails_the_step(tmp_pa
     with dg.DagsterInstance.ephemeral() as instance:
         run(instance, layout, ["synth_raw_inventory"])
         monkeypatch.setattr(assets, "scan_inputs", scan_then_rewrite)
-        failed = run(instance, layout, ["synth_harmony"], "synth_00", raise_on_error=False)
+        failed = run(instance, layout, ["synth_harmony"], "synth_001", raise_on_error=False)
     assert not failed.success
     [message] = step_failures(failed)
     assert f"{raw}: raw shard changed since the inventory scan" in message, message
     paths = layout.data_layout()
-    assert not paths.stage_output("synth_harmony", "synth_00").exists()
-    assert not paths.stage_report("synth_harmony", "synth_00").exists()
+    assert not paths.stage_output("synth_harmony", "synth_001").exists()
+    assert not paths.stage_report("synth_harmony", "synth_001").exists()
     assert not leftovers(tmp_path)
 
 
@@ -729,20 +729,20 @@ def test_a_raw_shard_changed_after_the_inventory_fails_until_it_is_rescanned(tmp
     nothing, and builds it once the inventory has reported the new bytes."""
     raw_dir = tmp_path / "raw"
     rows = pq.read_table(sample_shards[0]).slice(0, 20).to_pylist()
-    raw = write_raw(raw_dir / "synth_00.parquet", rows)
+    raw = write_raw(raw_dir / "synth_001.parquet", rows)
     layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
     paths = layout.data_layout()
     with dg.DagsterInstance.ephemeral() as instance:
         run(instance, layout, ["synth_raw_inventory"])
         write_raw(raw, rows[:-1])  # a new version of the shard lands after the inventory
-        failed = run(instance, layout, ["synth_harmony"], "synth_00", raise_on_error=False)
+        failed = run(instance, layout, ["synth_harmony"], "synth_001", raise_on_error=False)
         assert not failed.success
         [message] = step_failures(failed)
         assert f"{raw}: raw shard changed since the inventory scan" in message, message
-        assert not paths.stage_output("synth_harmony", "synth_00").exists() and not leftovers(tmp_path)
+        assert not paths.stage_output("synth_harmony", "synth_001").exists() and not leftovers(tmp_path)
         run(instance, layout, ["synth_raw_inventory"])
-        run(instance, layout, ["synth_harmony"], "synth_00")
-    report = json.loads(paths.stage_report("synth_harmony", "synth_00").read_text())
+        run(instance, layout, ["synth_harmony"], "synth_001")
+    report = json.loads(paths.stage_report("synth_harmony", "synth_001").read_text())
     assert report["rows_in"] == 19 and report["source_sha256"] == hashlib.sha256(raw.read_bytes()).hexdigest()
 
 
@@ -750,8 +750,8 @@ def test_a_raw_shard_rewritten_in_place_while_read_publishes_nothing(tmp_path, m
     """Bytes appended to the open raw file after its first batch was parsed: the step fails naming the
     file, and the output it was writing is discarded (an earlier good output stays as it was)."""
 
-    raw = write_raw(tmp_path / "synth_00.parquet", [row(f"id{i}") for i in range(10)])
-    out = tmp_path / "out" / "synth_00.parquet"
+    raw = write_raw(tmp_path / "synth_001.parquet", [row(f"id{i}") for i in range(10)])
+    out = tmp_path / "out" / "synth_001.parquet"
     good = harmonize_shard(raw, out, SYSTEM, SHARD)
     assert (
         good.source_sha256 == hashlib.sha256(raw.read_bytes()).hexdigest() and good.source_bytes == raw.stat().st_size

@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 
 import dagster as dg
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
@@ -26,7 +27,7 @@ from synthkd_assets.core.stages import harmonize_shard, select_rows_shard, token
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
 from synthkd_assets.core.validation import UnknownExerciseError
-from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.buckets import (
     CTX_BUCKET_MAX_TOKENS,
@@ -39,14 +40,16 @@ from synthkd_contract.buckets import (
     SKILL_MIX,
     UnknownExercise,
     ctx_bucket,
+    exercise_skill_table,
     pool_row_id,
     skill_bucket,
+    unknown_exercise_message,
 )
-from tests.helpers import SCAN_STEPS, run
+from tests.helpers import SCAN_STEPS, build_all, run
 from tests.test_bad_input import leftovers, row, step_failures, write_raw
 
 SYSTEM = system_message_dict()
-SHARD = "synth_03"
+SHARD = "synth_004"
 EXERCISES = sorted(EXERCISE_SKILL_BUCKET)
 
 
@@ -88,8 +91,11 @@ def test_skill_bucket_follows_the_table_and_refuses_an_unknown_exercise_by_name(
     with pytest.raises(UnknownExercise) as caught:
         skill_bucket("code_review")
     assert str(caught.value) == (
-        "exercise 'code_review' has no skill bucket in synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET"
+        "exercise 'code_review' has no skill bucket in synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET; map it with "
+        "the build resource's exercise_skill_buckets (e.g. SYNTHKD_BUILD_CONFIG="
+        """'{"exercise_skill_buckets": {"code_review": "B1"}}')"""
     )
+    assert skill_bucket("code_review", exercise_skill_table({"code_review": "B3"})) == "B3"
 
 
 @pytest.mark.parametrize(
@@ -153,7 +159,7 @@ def test_bucket_counts_refuse_an_unknown_exercise():
 
 
 def test_report_counters_nest_like_exercise_language_and_are_absent_while_empty():
-    report = ShardReport("synth_00")
+    report = ShardReport("synth_001")
     assert "bucket_tokens" not in report.to_dict() and "bucket_rows" not in report.to_dict()
     assert report.to_dict()["exercise_language"] == {}  # the older counters keep their empty entries
     report.bucket_tokens.update({("B1", "C1"): 100, ("B1", "C2"): 3000, ("B4", "C1"): 7})
@@ -161,7 +167,7 @@ def test_report_counters_nest_like_exercise_language_and_are_absent_while_empty(
     as_dict = report.to_dict()
     assert as_dict["bucket_tokens"] == {"B1": {"C1": 100, "C2": 3000}, "B4": {"C1": 7}}
     assert grid_from_nested(as_dict["bucket_tokens"]) == dict(report.bucket_tokens)
-    tokens, rows = grids_from_reports([as_dict, as_dict, ShardReport("synth_01").to_dict()])
+    tokens, rows = grids_from_reports([as_dict, as_dict, ShardReport("synth_002").to_dict()])
     assert tokens == {cell: 2 * n for cell, n in report.bucket_tokens.items()}
     assert rows == {cell: 2 for cell in report.bucket_rows}
     assert nested_grid(tokens)["B2"] == {c: 0 for c in CTX_BUCKETS}
@@ -183,11 +189,11 @@ def test_tokenize_reports_tokens_and_rows_per_skill_and_ctx_cell(tmp_path, fast)
     ]
     rows += [row("null_exercise", exercise=None)]
     rows += [row(f"long_{i}", exercise=e, synthetic_answer="lorem ipsum " * 1500) for i, e in enumerate(("rag", "mcq"))]
-    raw = write_raw(tmp_path / "synth_00.parquet", rows)
-    harmony, filtered, tokenized = (tmp_path / name / "synth_00.parquet" for name in ("h", "f", "t"))
-    harmonize_report = harmonize_shard(raw, harmony, SYSTEM, "synth_00")
-    select_report = select_rows_shard(harmony, filtered, "synth_00")
-    report = tokenize_shard(filtered, tokenized, fast, "synth_00")
+    raw = write_raw(tmp_path / "synth_001.parquet", rows)
+    harmony, filtered, tokenized = (tmp_path / name / "synth_001.parquet" for name in ("h", "f", "t"))
+    harmonize_report = harmonize_shard(raw, harmony, SYSTEM, "synth_001")
+    select_report = select_rows_shard(harmony, filtered, "synth_001")
+    report = tokenize_shard(filtered, tokenized, fast, "synth_001")
 
     written = pq.read_table(tokenized, columns=["exercise", "language", "tokens"]).to_pylist()
     assert len(written) == len(rows) and {r["exercise"] for r in written} == set(EXERCISES)
@@ -233,32 +239,64 @@ def test_an_unknown_exercise_refuses_the_shard_by_name_and_publishes_nothing(tmp
         harmonize_shard(raw, out, SYSTEM, SHARD)
     assert isinstance(caught.value, InputFileError) and isinstance(caught.value, UnknownExercise)
     assert str(caught.value) == (
-        f"{raw}: row {bad_row}: exercise 'code_review' has no skill bucket in synthkd_contract/buckets.py "
-        f"EXERCISE_SKILL_BUCKET (shard {SHARD}; it maps {', '.join(EXERCISES)})"
+        f"{raw}: row {bad_row}: {unknown_exercise_message('code_review')} (shard {SHARD}; it maps "
+        f"{', '.join(map(repr, EXERCISES))})"
     )
     assert out.read_bytes() == before and not leftovers(tmp_path)
 
 
 def test_a_null_exercise_is_unknown_and_accepted(tmp_path):
-    raw = write_raw(tmp_path / "synth_00.parquet", [row("a", exercise=None), row("b")])
-    report = harmonize_shard(raw, tmp_path / "out.parquet", SYSTEM, "synth_00")
+    raw = write_raw(tmp_path / "synth_001.parquet", [row("a", exercise=None), row("b")])
+    report = harmonize_shard(raw, tmp_path / "out.parquet", SYSTEM, "synth_001")
     assert report.exercise == Counter({"unknown": 1, "rag": 1}) and report.sanitized["null_exercise"] == 1
 
 
 def test_the_scan_pass_fails_on_an_unknown_exercise_and_materializes_nothing(tmp_path):
+    """A shard registered without the inventory's label check (as the raw sensor registers a new file): the
+    harmonize step refuses it, naming file, row, label and setting."""
     raw_dir = tmp_path / "raw"
     raw = write_raw(raw_dir / f"{SHARD}.parquet", [row("a"), row("b", exercise="code_review")])
     layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
-        run(instance, layout, ["synth_raw_inventory"])
+        instance.add_dynamic_partitions("synth_shards", [SHARD])
         failed = run(instance, layout, SCAN_STEPS, SHARD, raise_on_error=False)
     assert not failed.success and not failed.get_asset_materialization_events()
     [message] = step_failures(failed)
     assert message.startswith(
         f"synthkd_assets.core.validation.UnknownExerciseError: {raw}: row 1: exercise 'code_review' has no skill "
-        "bucket in synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET"
+        "bucket in synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET; map it with the build resource's "
+        "exercise_skill_buckets"
     ), message
     paths = layout.data_layout()
     assert not paths.stage_output("synth_harmony", SHARD).exists()
     assert not paths.stage_report("synth_harmony", SHARD).exists()
     assert not leftovers(tmp_path)
+
+
+# --- a label the contract does not know: found before any shard is scanned, mapped by config --------------------
+def test_an_unknown_label_stops_the_inventory_naming_it_its_files_and_the_setting(tmp_path):
+    """Two labels SYNTH's table does not hold, in two files: the inventory (the first pass of a build) fails
+    naming each label, its rows and files and the setting that maps it, and registers no partition, so a
+    500-shard build never stops hours in. Mapped through the build resource's config, the same files build to the
+    end and the rows land in the buckets given; the mapping is in the manifests' config hash."""
+    raw_dir = tmp_path / "raw"
+    first = write_raw(raw_dir / "synth_001.parquet", [row("a"), row("b", exercise="code review"), row("c")])
+    second = write_raw(raw_dir / "synth_002.parquet", [row("d", exercise="code review"), row("e", exercise="poetry")])
+    layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
+    with dg.DagsterInstance.ephemeral() as instance:
+        failed = run(instance, layout, ["synth_raw_inventory"], raise_on_error=False)
+        assert not failed.success and instance.get_dynamic_partitions("synth_shards") == []
+        [message] = step_failures(failed)
+        assert message == (
+            "dagster._core.definitions.events.Failure: 2 exercise labels of the raw SYNTH shards have no skill bucket; "
+            "nothing was scanned:\n"
+            f"2 rows in {first} (1 rows), {second} (1 rows): {unknown_exercise_message('code review')}\n"
+            f"1 rows in {second} (1 rows): {unknown_exercise_message('poetry')}"
+        )
+        mapped = SynthKDBuildConfig(exercise_skill_buckets={"code review": "B3", "poetry": "B4"})
+        build_all(instance, layout, mapped, outputs=["synth_kd_v1"])
+    report = pl.read_parquet(layout.data_layout().stage_dir("synth_tokenized") / "synth_002.parquet")
+    assert set(report["exercise"]) <= {"code review", "poetry"}
+    assert mapped.kd_config() != SynthKDBuildConfig().kd_config()
+    with pytest.raises(ValueError, match="exercise 'poetry' -> 'B9', not a skill bucket"):
+        SynthKDBuildConfig(exercise_skill_buckets={"poetry": "B9"})

@@ -102,13 +102,13 @@ def run_process_id(instance: dg.DagsterInstance, run_id: str) -> int:
 
 
 def start_two_shard_build(root: Path, rows: int = 400) -> subprocess.Popen:
-    """build.sh (`start`) of synth_00 and synth_01 of the sample, `rows` rows each (runs long enough that a kill
+    """build.sh (`start`) of synth_001 and synth_002 of the sample, `rows` rows each (runs long enough that a kill
     cannot miss them), once it has set up DAGSTER_HOME; skipped on one core (the shard runs go one after another,
     in the driver)."""
     if available_cores() < 2:
         pytest.skip("one core: the shard runs go one after another, in the driver")
     (root / "raw").mkdir(parents=True, exist_ok=True)
-    for source, key in enumerate(["synth_00", "synth_01"]):
+    for source, key in enumerate(["synth_001", "synth_002"]):
         table = pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, rows)
         pq.write_table(table, root / "raw" / f"{key}.parquet")
     process = start(root)
@@ -170,7 +170,7 @@ def test_shard_runs_use_every_core_and_every_run_is_in_the_instance(tmp_path):
     cores = available_cores()
     if cores < 2:
         pytest.skip("one core: the shard runs go one after another")
-    keys = ["synth_00", "synth_01", "synth_02"]
+    keys = ["synth_001", "synth_002", "synth_003"]
     for source, key in enumerate(keys):
         small_shard(tmp_path / "raw" / f"{key}.parquet", source)
     done = build(tmp_path)
@@ -202,14 +202,14 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
     second build.sh and an in-process build on the same data root stop at once; then SIGTERM to build.sh stops
     it and every process under it, leaves no run of the instance in progress, and frees the lock."""
     small_shard(tmp_path / "raw" / f"{QUOTED}.parquet", 1)
-    small_shard(tmp_path / "raw" / "synth_03.parquet", 3)
+    small_shard(tmp_path / "raw" / "synth_004.parquet", 3)
     paths = DataLayout.from_environ(environment(tmp_path))
     first = start(tmp_path, SYNTHKD_PARALLEL_RUNS="4")
     seen: dict[int, tuple[int, bytes]] = {}
 
     def scanned() -> bool:
         seen.update(descendants(first.pid))
-        reports = [paths.stage_report("synth_filtered", key) for key in (QUOTED, "synth_03")]
+        reports = [paths.stage_report("synth_filtered", key) for key in (QUOTED, "synth_004")]
         return first.poll() is not None or all(report.is_file() for report in reports)
 
     paused: list[int] = []
@@ -420,7 +420,7 @@ def test_a_stopped_build_fails_its_unfinished_runs_with_their_origin_not_a_ui_re
     with dg.DagsterInstance.ephemeral() as instance:
 
         def started(parent: str | None = None) -> str:
-            tags = {BUILD_TAG: "this", "dagster/partition": "synth_00"}
+            tags = {BUILD_TAG: "this", "dagster/partition": "synth_001"}
             run = instance.create_run_for_job(
                 job, status=dg.DagsterRunStatus.STARTED, tags=tags, parent_run_id=parent, root_run_id=parent
             )
@@ -428,7 +428,7 @@ def test_a_stopped_build_fails_its_unfinished_runs_with_their_origin_not_a_ui_re
 
         interrupted = started()
         reexecuted = started(parent=interrupted)
-        assert _fail_unfinished_runs(instance, "this", "the build stopped") == ["synth_00"]
+        assert _fail_unfinished_runs(instance, "this", "the build stopped") == ["synth_001"]
         failed, running = instance.get_run_by_id(interrupted), instance.get_run_by_id(reexecuted)
     assert failed.status == dg.DagsterRunStatus.FAILURE and failed.remote_job_origin.location_name == "synthkd"
     assert running.status == dg.DagsterRunStatus.STARTED

@@ -70,7 +70,7 @@ def test_a_table_off_its_contract_schema_fails_the_schema_checks_naming_file_and
         "output_table_schemas": True,
         "pool_table_schemas": True,
     }
-    clusters = paths.stage_output("synth_clusters", "synth_02")
+    clusters = paths.stage_output("synth_clusters", "synth_003")
     table = pq.read_table(clusters)
     pq.write_table(table.set_column(2, "cluster_size", table.column("cluster_size").cast(pa.int64())), clusters)
     part = sorted(paths.pool_root().glob("parts/*.parquet"))[0]
@@ -83,7 +83,7 @@ def test_a_table_off_its_contract_schema_fails_the_schema_checks_naming_file_and
 
 def test_truncated_bin_fails_provenance_and_readability(copy_of_build):
     instance, layout, paths = copy_of_build
-    path = paths.megatron_root() / "train" / "shard_00_tokens.bin"
+    path = paths.megatron_root() / "train" / "shard_01_tokens.bin"
     path.write_bytes(path.read_bytes()[:-4])
     outcome = run_checks(instance, layout, "synth_kd_v1_manifest")
     assert outcome["manifest_provenance"] is False and outcome["shards_readable_by_megatron"] is False
@@ -93,7 +93,7 @@ def test_truncated_bin_fails_provenance_and_readability(copy_of_build):
 def test_swapped_idx_fails_provenance_and_readability(copy_of_build):
     instance, layout, paths = copy_of_build
     train = paths.megatron_root() / "train"
-    a, b = train / "shard_00_span.idx", train / "shard_01_span.idx"
+    a, b = train / "shard_01_span.idx", train / "shard_02_span.idx"
     a_bytes, b_bytes = a.read_bytes(), b.read_bytes()
     a.write_bytes(b_bytes)
     b.write_bytes(a_bytes)
@@ -136,7 +136,7 @@ def test_a_validation_row_in_the_dataset_fails_the_validation_check_naming_it(co
     pq.write_table(pa.concat_tables([copy, kl]), paths.heldout_kl())  # the contract schema kept
     [failed] = [e for e in check_evaluations(instance, layout, "synth_kd_v1_manifest").values() if not e.passed]
     assert failed.check_name == "validation_sets_not_trained"
-    assert f"synth_id {trained!r} of heldout_kl.parquet is in shard_01_documents.parquet" in failed.description
+    assert f"synth_id {trained!r} of heldout_kl.parquet is in shard_02_documents.parquet" in failed.description
 
 
 def test_edited_input_manifest_fails_provenance(copy_of_build):
@@ -159,8 +159,8 @@ def test_raw_shard_changed_after_the_manifest_fails_the_input_check(copy_of_buil
     shutil.copytree(SAMPLE_RAW_DIR, raw)
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(paths.data_root))
     assert run_checks(instance, layout, "synth_harmony_manifest") == {"raw_inputs_unchanged": True}
-    table = pq.read_table(raw / "synth_03.parquet")
-    pq.write_table(table.slice(0, table.num_rows - 1), raw / "synth_03.parquet")
+    table = pq.read_table(raw / "synth_004.parquet")
+    pq.write_table(table.slice(0, table.num_rows - 1), raw / "synth_004.parquet")
     assert run_checks(instance, layout, "synth_harmony_manifest") == {"raw_inputs_unchanged": False}
 
 
@@ -179,7 +179,7 @@ def test_synth_id_in_two_shards_fails_the_duplicate_check(copy_of_build):
     with pytest.raises(
         ManifestError, match=r"blocking check no_duplicate_synth_ids has not passed \(failed [0-9a-f]{64}: FAILED"
     ):
-        verify_manifest(root, files=["train/shard_00_tokens.bin"])  # the files a trainer reads are intact
+        verify_manifest(root, files=["train/shard_01_tokens.bin"])  # the files a trainer reads are intact
     documents.write_bytes(original)
     assert run_checks(instance, layout, "synth_kd_v1_manifest") == dict.fromkeys(MANIFEST_CHECKS, True)
     verify_manifest(root)
@@ -231,14 +231,14 @@ def test_raw_inputs_unchanged_compares_with_the_hashes_read_at_build_time(tmp_pa
 
     raw_dir = tmp_path / "raw"
     raw_dir.mkdir()
-    raw = raw_dir / "synth_00.parquet"
+    raw = raw_dir / "synth_001.parquet"
     table = pq.read_table(sample_shards[0]).slice(0, 20)
     pq.write_table(table, raw)
     read_sha = hashlib.sha256(raw.read_bytes()).hexdigest()
     layout = SynthKDLayout(raw_dir=str(raw_dir), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
         run(instance, layout, ["synth_raw_inventory"])
-        run(instance, layout, ["synth_harmony"], "synth_00")
+        run(instance, layout, ["synth_harmony"], "synth_001")
         pq.write_table(table.slice(0, 19), raw)  # the shard changes once it has been read
         result = run(instance, layout, ["synth_harmony_manifest"], raise_on_error=False)
     assert check_outcomes(result) == {"raw_inputs_unchanged": False}
@@ -287,7 +287,7 @@ def test_every_dataset_file_is_listed_and_the_manifests_are_sealed(copy_of_build
         assert sorted([f["path"] for f in manifest["files"]] + ["manifest.json", "manifest.json.sha256"]) == on_disk
     kd = json.loads(paths.megatron_manifest().read_text())
     listed = {f["path"] for f in kd["files"]}
-    assert {"shards/shard_00.json", "shards/shard_00_documents.parquet", "train/shard_00_tokens.bin"} <= listed
+    assert {"shards/shard_01.json", "shards/shard_01_documents.parquet", "train/shard_01_tokens.bin"} <= listed
 
 
 def test_the_validation_sets_are_sealed_like_the_datasets(copy_of_build):
@@ -351,7 +351,7 @@ def test_every_file_with_a_flipped_byte_is_named_in_order(copy_of_build):
     the manifest's path order, with both digests."""
     _, _, paths = copy_of_build
     root = paths.megatron_root()
-    flipped = ["train/shard_02_tokens.bin", "train/shard_00_span.bin", "valid/shard_01_tokens.bin"]
+    flipped = ["train/shard_03_tokens.bin", "train/shard_01_span.bin", "valid/shard_02_tokens.bin"]
     for name in flipped:
         data = bytearray((root / name).read_bytes())
         data[len(data) // 2] ^= 0xFF
@@ -374,10 +374,10 @@ def test_a_file_the_manifest_does_not_list_fails_provenance(copy_of_build, datas
     instance, layout, paths = copy_of_build
     if dataset == "synth_kd_v1":
         train = paths.megatron_root() / "train"
-        shutil.copy(train / "shard_00_span.bin", train / "shard_09_span.bin")
+        shutil.copy(train / "shard_01_span.bin", train / "shard_09_span.bin")
     else:
         train = paths.distill_root() / "train"
-        shutil.copy(train / "part-00000.parquet", train / "part-00009.parquet")
+        shutil.copy(train / "part-00001.parquet", train / "part-00009.parquet")
     assert provenance_outcomes(instance, layout) == ((dataset != "synth_kd_v1"), (dataset != "synth_distill"))
 
 
@@ -394,7 +394,7 @@ def test_a_shard_added_after_the_clusters_warns_that_it_is_sampled_whole(copy_of
     instance, _, paths = copy_of_build
     raw = tmp_path / "raw"
     shutil.copytree(SAMPLE_RAW_DIR, raw)
-    table = pl.read_parquet(raw / "synth_03.parquet")
+    table = pl.read_parquet(raw / "synth_004.parquet")
     table.with_columns(pl.col("synth_id") + "_new").write_parquet(raw / "synth_06.parquet")
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(paths.data_root))
     run(instance, layout, ["synth_raw_inventory"])
@@ -408,27 +408,27 @@ def test_a_shard_added_after_the_clusters_warns_that_it_is_sampled_whole(copy_of
     added = near_dup_controlled("synth_06")
     kept = pl.read_parquet(paths.stage_output("synth_sampled", "synth_06")).height
     filtered = pl.read_parquet(paths.stage_output("synth_filtered", "synth_06")).height
-    # no cap; but the copies of synth_03's held-out rows (compared by prompt text, not by MinHash) are held out, so
+    # no cap; but the copies of synth_004's held-out rows (compared by prompt text, not by MinHash) are held out, so
     # no validation prompt reaches training under a new synth_id
-    decisions = pl.read_parquet(paths.stage_output("synth_clusters", "synth_03"), columns=["synth_id", "decision"])
+    decisions = pl.read_parquet(paths.stage_output("synth_clusters", "synth_004"), columns=["synth_id", "decision"])
     held = set(decisions.filter(pl.col("decision") == drops.DROP_HELDOUT)["synth_id"])
     report = json.loads(paths.stage_report("synth_sampled", "synth_06").read_text())
     assert held and report["dropped"] == {drops.DROP_HELDOUT: len(held)} and kept == filtered - len(held)
     sampled_prompts = set(prompts(paths.stage_output("synth_sampled", "synth_06")))
-    heldout_prompts = {p for i, p in prompts(paths.stage_output("synth_filtered", "synth_03"), True) if i in held}
+    heldout_prompts = {p for i, p in prompts(paths.stage_output("synth_filtered", "synth_004"), True) if i in held}
     assert not sampled_prompts & heldout_prompts
     assert not added.passed and added.severity == dg.AssetCheckSeverity.WARN
     assert added.description.startswith(f"partition synth_06: WARN: {filtered} of {filtered} rows are not in the")
     assert f"{len(held)} exact copies of held-out prompts were held out" in added.description
     assert added.metadata["rows_unseen_by_clusters"].value == filtered
     assert added.metadata["heldout_copies"].value == len(held)
-    assert near_dup_controlled("synth_03").passed
+    assert near_dup_controlled("synth_004").passed
 
     # a shard changed in place under new synth_ids: only the rows the clusters never saw are counted
-    changed = pl.read_parquet(raw / "synth_01.parquet").with_row_index()
+    changed = pl.read_parquet(raw / "synth_002.parquet").with_row_index()
     renamed = pl.when(pl.col("index") < 10).then(pl.col("synth_id") + "_v2").otherwise(pl.col("synth_id"))
-    changed.with_columns(synth_id=renamed).drop("index").write_parquet(raw / "synth_01.parquet")
+    changed.with_columns(synth_id=renamed).drop("index").write_parquet(raw / "synth_002.parquet")
     run(instance, layout, ["synth_raw_inventory"])  # the new bytes reported as synth_raw's version
-    run(instance, layout, ["synth_harmony", "synth_filtered", "synth_signatures"], "synth_01")
-    evaluation = near_dup_controlled("synth_01")
+    run(instance, layout, ["synth_harmony", "synth_filtered", "synth_signatures"], "synth_002")
+    evaluation = near_dup_controlled("synth_002")
     assert not evaluation.passed and 0 < evaluation.metadata["rows_unseen_by_clusters"].value <= 10

@@ -76,8 +76,8 @@ def test_build_script_materializes_through_the_cli(cli_build):
     assert "synth_kd_v1_smoke: 6 shards" in stdout and "rows in: 3151" in stdout
     smoke = DataLayout.from_environ(env, smoke=True)
     manifest = json.loads(smoke.megatron_manifest().read_text())
-    # 64 per regular shard (the cap), the 49 of the bucket shard synth_04 that the filters keep and no held-out
-    # cluster takes, 64 of the near-duplicate shard synth_05
+    # 64 per regular shard (the cap), the 49 of the bucket shard synth_005 that the filters keep and no held-out
+    # cluster takes, 64 of the near-duplicate shard synth_006
     assert manifest["totals"]["rows_out"] == 4 * 64 + 49 + 64
     assert "synth_distill_smoke: 6 shards" in stdout
     distill = json.loads(smoke.distill_manifest().read_text())
@@ -108,21 +108,21 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     assert any(line.startswith("curriculum P1 (seq 2048, 300,000,000 tokens): written (C1 ") for line in lines)
     # smoke: synth_harmony reads the first 256 of the 750 raw rows (the other 494 are counted as smoke_cap)
     assert (
-        "  scan synth_00 (1/6): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 252 (4 dropped), "
+        "  scan synth_001 (1/6): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 252 (4 dropped), "
         "synth_signatures 252 (" in stdout
     )
-    # 7 rows of synth_00 belong to held-out clusters (the validation sets)
-    assert "  build synth_00 (1/6): 252 rows in -> synth_sampled 245 (7 dropped), synth_tokenized 245, " in stdout
-    for i, key in enumerate(["synth_00", "synth_01", "synth_02", "synth_03"], 1):
+    # 7 rows of synth_001 belong to held-out clusters (the validation sets)
+    assert "  build synth_001 (1/6): 252 rows in -> synth_sampled 245 (7 dropped), synth_tokenized 245, " in stdout
+    for i, key in enumerate(["synth_001", "synth_002", "synth_003", "synth_004"], 1):
         line = next(line for line in lines if line.startswith(f"  build {key} ({i}/6): "))
         assert "synth_kd_v1 64 (" in line and "synth_distill 64 (" in line, line  # the smoke cap
     # the bucket shard's 56 rows are all read (under the 256 cap) and the 49 it keeps all written
     assert (
-        "  scan synth_04 (5/6): 56 rows in -> synth_harmony 56, synth_filtered 53 (3 dropped), synth_signatures 53 ("
+        "  scan synth_005 (5/6): 56 rows in -> synth_harmony 56, synth_filtered 53 (3 dropped), synth_signatures 53 ("
         in stdout
     )
     assert (
-        "  build synth_04 (5/6): 53 rows in -> synth_sampled 49 (4 dropped), synth_tokenized 49, synth_kd_v1 49, "
+        "  build synth_005 (5/6): 53 rows in -> synth_sampled 49 (4 dropped), synth_tokenized 49, synth_kd_v1 49, "
         "synth_distill 49 (" in stdout
     )
     assert any(line.startswith("manifest: synth_harmony_manifest,") for line in lines)
@@ -137,7 +137,7 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
 def test_build_failure_names_the_step_and_the_log(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "synth_00.parquet").write_bytes(b"not a parquet file")
+    (raw / "synth_001.parquet").write_bytes(b"not a parquet file")
     env = {
         **os.environ,
         "DAGSTER_HOME": str(tmp_path / "home"),
@@ -148,10 +148,10 @@ def test_build_failure_names_the_step_and_the_log(tmp_path):
         ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 1
-    assert "FAILED: scan synth_00 (after " in done.stderr
+    assert "FAILED: scan synth_001 (after " in done.stderr
     # the failed run and its step's error, naming the file
-    assert "(partition synth_00) failed:\n  step synth_harmony failed: " in done.stderr
-    assert "synth_00.parquet: not a readable Parquet file" in done.stderr
+    assert "(partition synth_001) failed:\n  step synth_harmony failed: " in done.stderr
+    assert "synth_001.parquet: not a readable Parquet file" in done.stderr
     log = next((tmp_path / "home" / "logs").glob("build-*.log"))
     assert f"full log: {log}" in done.stderr and "scan pass done" not in done.stdout
 
@@ -203,12 +203,12 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
         "synth_distill",
     ):
         assert nodes[asset]["isPartitioned"] and nodes[asset]["partitionKeys"] == [
-            "synth_00",
-            "synth_01",
-            "synth_02",
-            "synth_03",
-            "synth_04",
-            "synth_05",
+            "synth_001",
+            "synth_002",
+            "synth_003",
+            "synth_004",
+            "synth_005",
+            "synth_006",
         ]
     checks = {c["name"]: {**c, "asset": a} for a, n in nodes.items() for c in n["assetChecksOrError"].get("checks", [])}
     assert {
@@ -251,10 +251,10 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
             assert statuses["failedPartitions"] == [], (name, statuses)
         else:
             assert c["executionForLatestMaterialization"]["status"] == "SUCCEEDED", (name, c)
-    assert stale(webserver, "synth_harmony", "synth_02") == "FRESH"
+    assert stale(webserver, "synth_harmony", "synth_003") == "FRESH"
 
     # an upstream edit of one shard, seen by the inventory, marks exactly that partition stale
-    raw = Path(env["SYNTHKD_RAW_DIR"]) / "synth_02.parquet"
+    raw = Path(env["SYNTHKD_RAW_DIR"]) / "synth_003.parquet"
     original = raw.read_bytes()
     try:
         pq.write_table(pq.read_table(raw).slice(1), raw)
@@ -276,10 +276,10 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
         )
         assert done.returncode == 0, done.stderr[-2000:]
         # Dagster's stale status is one hop: the direct child of the changed source partition
-        assert stale(webserver, "synth_harmony", "synth_02") == "STALE"
+        assert stale(webserver, "synth_harmony", "synth_003") == "STALE"
         assert all(
             stale(webserver, "synth_harmony", key) == "FRESH"
-            for key in ("synth_00", "synth_01", "synth_03", "synth_04", "synth_05")
+            for key in ("synth_001", "synth_002", "synth_004", "synth_005", "synth_006")
         )
     finally:
         raw.write_bytes(original)  # the module's build stays consistent with its input for later tests
@@ -306,7 +306,7 @@ def test_a_build_run_is_its_pass_jobs_run_and_the_ui_reexecutes_it_as_built(cli_
     assert {run.job_name for run in runs} <= code_location_jobs
     assert all(run.run_config["resources"]["build"]["config"]["smoke"] for run in runs)
     (parent,) = [
-        run for run in runs if run.job_name == "synth_build_job" and run.tags[PARTITION_NAME_TAG] == "synth_02"
+        run for run in runs if run.job_name == "synth_build_job" and run.tags[PARTITION_NAME_TAG] == "synth_003"
     ]
     before = final_files(root / "data")
 
@@ -332,7 +332,7 @@ def test_a_build_run_is_its_pass_jobs_run_and_the_ui_reexecutes_it_as_built(cli_
     finally:
         config.write_text(queued)
     assert run.status == dg.DagsterRunStatus.SUCCESS, failures
-    assert run.job_name == "synth_build_job" and run.tags[PARTITION_NAME_TAG] == "synth_02"
+    assert run.job_name == "synth_build_job" and run.tags[PARTITION_NAME_TAG] == "synth_003"
     assert run.tags["synthkd/pass"] == "build" and run.parent_run_id == parent.run_id
     assert not elsewhere.exists()
     assert final_files(root / "data") == before

@@ -31,7 +31,7 @@ pytestmark = [
 ]
 
 REDELIVERY_SECONDS = 30  # the test's visibility timeout: longer than any sample step, short enough to wait for
-KILLED_PARTITION = "synth_01"
+KILLED_PARTITION = "synth_002"
 
 
 @pytest.fixture(scope="module")

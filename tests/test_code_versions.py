@@ -20,8 +20,8 @@ from tests.helpers import SAMPLE_RAW_DIR, run
 from tests.webserver import graphql, running_webserver
 
 CHANGED_MARKER = "result:Failed after every attempt"  # the filter rule's constant, changed
-SHARDS = ["synth_00", "synth_01"]
-FAILED_ROW = 225  # synth_00's first row whose constraints hold the released marker
+SHARDS = ["synth_001", "synth_002"]
+FAILED_ROW = 225  # synth_001's first row whose constraints hold the released marker
 
 
 def asset_code_versions() -> dict[str, str]:
@@ -124,7 +124,7 @@ def test_a_changed_filter_rule_marks_only_synth_filtered_then_its_descendants_st
     for key in SHARDS:  # two small shards of the sample: every asset built, in a minute
         table = pq.read_table(SAMPLE_RAW_DIR / f"{key}.parquet")
         rows = [table.slice(0, 40)]
-        if key == "synth_00":  # + a row the filter drops under the released marker and keeps under the changed one
+        if key == "synth_001":  # + a row the filter drops under the released marker and keeps under the changed one
             rows.append(table.slice(FAILED_ROW, 1))
         pq.write_table(pa.concat_tables(rows), raw / f"{key}.parquet")
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
@@ -140,27 +140,27 @@ def test_a_changed_filter_rule_marks_only_synth_filtered_then_its_descendants_st
         assert stale(stale_statuses(port)) == {("synth_filtered", key) for key in SHARDS}
         query = (
             '{ assetNodes(assetKeys: [{path: ["synth_filtered"]}]) '
-            '{ staleCauses(partition: "synth_00") { category reason } } }'
+            '{ staleCauses(partition: "synth_001") { category reason } } }'
         )
         causes = graphql(port, query)["assetNodes"][0]["staleCauses"]
         assert causes == [{"category": "CODE", "reason": "has a new code version"}]
 
-        # synth_00 rebuilt under the changed rule keeps one more row: a new data version (its bytes'), so its own
+        # synth_001 rebuilt under the changed rule keeps one more row: a new data version (its bytes'), so its own
         # descendants go stale in turn
         monkeypatch.setattr(constants, "FAILED_RESULT_MARKER", CHANGED_MARKER)
         with open_instance(home) as instance:
-            run(instance, layout, ["synth_filtered"], "synth_00")
+            run(instance, layout, ["synth_filtered"], "synth_001")
         assert stale(stale_statuses(port)) == {
-            ("synth_filtered", "synth_01"),  # not rebuilt yet
-            ("synth_sampled", "synth_00"),
-            ("synth_signatures", "synth_00"),
+            ("synth_filtered", "synth_002"),  # not rebuilt yet
+            ("synth_sampled", "synth_001"),
+            ("synth_signatures", "synth_001"),
             ("synth_sampling_plan", None),  # computed from every shard's filtered counts
         }
-        # synth_01 rebuilt under it writes the same bytes: the same data version, nothing below it goes stale
+        # synth_002 rebuilt under it writes the same bytes: the same data version, nothing below it goes stale
         with open_instance(home) as instance:
-            run(instance, layout, ["synth_filtered"], "synth_01")
+            run(instance, layout, ["synth_filtered"], "synth_002")
         assert stale(stale_statuses(port)) == {
-            ("synth_sampled", "synth_00"),
-            ("synth_signatures", "synth_00"),
+            ("synth_sampled", "synth_001"),
+            ("synth_signatures", "synth_001"),
             ("synth_sampling_plan", None),
         }

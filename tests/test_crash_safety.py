@@ -56,7 +56,7 @@ def start_build(raw: Path, data: Path) -> subprocess.Popen:
 def test_sigkill_never_leaves_complete_looking_output(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
-    shutil.copy(SAMPLE_RAW_DIR / "synth_01.parquet", raw / "synth_01.parquet")
+    shutil.copy(SAMPLE_RAW_DIR / "synth_002.parquet", raw / "synth_002.parquet")
 
     clean_dir = tmp_path / "clean"
     started = time.monotonic()
@@ -121,7 +121,7 @@ def test_writes_do_not_follow_a_symlink_planted_at_a_partial_name(tmp_path):
     outside.mkdir()
     root = tmp_path / "root"
 
-    parquet = root / "stage" / "synth_00.parquet"
+    parquet = root / "stage" / "synth_001.parquet"
     links = plant_links(parquet.parent, [parquet.name], outside)
     with ParquetShardWriter(parquet, pa.schema([("x", pa.int64())])) as writer:
         writer.write(pa.table({"x": list(range(100))}))

@@ -97,7 +97,7 @@ def test_table_assets_declare_their_column_schema():
 def test_table_materializations_report_row_count_schema_uri_and_every_drop_reason(built_sample):
     instance, layout, data_dir = built_sample
     for asset in TABLE_ASSETS:
-        metadata = latest(instance, asset, "synth_01")
+        metadata = latest(instance, asset, "synth_002")
         assert metadata["dagster/row_count"].value == metadata["rows_out"].value, asset
         assert metadata["dagster/column_schema"].schema.columns, asset
         uri = metadata["dagster/uri"].value
@@ -105,33 +105,33 @@ def test_table_materializations_report_row_count_schema_uri_and_every_drop_reaso
         for reason in drops.DROP_REASONS_BY_STEP[asset]:
             assert f"dropped_{reason}" in metadata, (asset, reason)  # 0 when nothing was dropped for it
         assert metadata["rows_dropped"].value == sum(v.value for k, v in metadata.items() if k.startswith("dropped_"))
-    harmony = latest(instance, "synth_harmony", "synth_01")
+    harmony = latest(instance, "synth_harmony", "synth_002")
     assert harmony["dropped_duplicate_synth_id"].value == 0
     assert all(f"sanitized_{key}" in harmony for key in drops.SANITIZED_KEYS)
-    tokenized = latest(instance, "synth_tokenized", "synth_01")
+    tokenized = latest(instance, "synth_tokenized", "synth_002")
     assert all(f"tokens_{span}" in tokenized for span in constants.SPAN_NAMES.values())
     megatron_root = layout.data_layout().megatron_root()
-    assert latest(instance, "synth_kd_v1", "synth_01")["dagster/uri"].value == megatron_root.resolve().as_uri()
+    assert latest(instance, "synth_kd_v1", "synth_002")["dagster/uri"].value == megatron_root.resolve().as_uri()
 
 
 def test_every_file_a_step_wrote_has_its_own_sha256_in_its_metadata(built_sample):
-    """Splits and pool cells reuse file names (train/ and valid/shard_01_tokens.bin): keyed by name alone, the UI
+    """Splits and pool cells reuse file names (train/ and valid/shard_02_tokens.bin): keyed by name alone, the UI
     listed one sha256 per name, another file's. Each key is the file's path under `dagster/uri`; a dataset's
     shard lists its record and documents table too, under the dataset's root whatever splits it wrote."""
     instance, layout, _ = built_sample
     for asset, files_written in (("synth_kd_v1", 14), ("synth_distill", 2), ("synth_pool", None), ("synth_sampled", 1)):
-        metadata = latest(instance, asset, "synth_01")
+        metadata = latest(instance, asset, "synth_002")
         where = Path(metadata["dagster/uri"].value.removeprefix("file://"))
         base = where.parent if where.is_file() else where
         listed = metadata["files_sha256"].value
         assert files_written is None or len(listed) == files_written, (asset, sorted(listed))
         assert {name: sha256_file(base / name) for name in listed} == listed, asset
         assert sum((base / name).stat().st_size for name in listed) == metadata["bytes_written"].value, asset
-    pool = latest(instance, "synth_pool", "synth_01")["files_sha256"].value
+    pool = latest(instance, "synth_pool", "synth_002")["files_sha256"].value
     assert len([name for name in pool if name.endswith("_tokens.bin")]) > 1  # one per pool cell the shard fills
-    assert "shards/shard_01.json" in pool
-    kd = latest(instance, "synth_kd_v1", "synth_01")["files_sha256"].value
-    assert {"shards/shard_01.json", "shards/shard_01_documents.parquet"} <= set(kd)
+    assert "shards/shard_02.json" in pool
+    kd = latest(instance, "synth_kd_v1", "synth_002")["files_sha256"].value
+    assert {"shards/shard_02.json", "shards/shard_02_documents.parquet"} <= set(kd)
     paths = layout.data_layout()
     roots = {
         "synth_kd_v1": paths.megatron_root(),
@@ -176,7 +176,7 @@ def test_every_drop_reason_seen_is_registered(built_sample):
     """The registry is complete: no step reports a reason it does not list (else plots would have gaps)."""
     instance, _, _ = built_sample
     for asset in TABLE_ASSETS:
-        for key in ("synth_00", "synth_01", "synth_02", "synth_03", "synth_04"):
+        for key in ("synth_001", "synth_002", "synth_003", "synth_004", "synth_005"):
             reported = {k.removeprefix("dropped_") for k in latest(instance, asset, key) if k.startswith("dropped_")}
             assert reported == set(drops.DROP_REASONS_BY_STEP[asset]), asset
 
@@ -200,7 +200,7 @@ def test_per_shard_check_results_name_their_partition(built_sample, own_instance
     result = dg.materialize(
         ALL_ASSETS,
         selection=dg.AssetSelection.assets("synth_kd_v1") | dg.AssetSelection.checks_for_assets("synth_kd_v1"),
-        partition_key="synth_02",
+        partition_key="synth_003",
         instance=instance,
         resources=synthkd_resources(layout),
     )
@@ -208,9 +208,9 @@ def test_per_shard_check_results_name_their_partition(built_sample, own_instance
     assert set(evaluations) == {"rows_accounted", "trio_alignment"}
     for evaluation in evaluations.values():
         assert evaluation.passed
-        assert evaluation.metadata["partition"].value == "synth_02"
-        assert evaluation.description.startswith("partition synth_02: passed")
-    assert "train/shard_02 (" in evaluations["trio_alignment"].description
+        assert evaluation.metadata["partition"].value == "synth_003"
+        assert evaluation.description.startswith("partition synth_003: passed")
+    assert "train/shard_03 (" in evaluations["trio_alignment"].description
 
 
 def test_a_failed_check_says_what_failed_and_which_file(built_sample, own_instance, tmp_path):
@@ -218,14 +218,14 @@ def test_a_failed_check_says_what_failed_and_which_file(built_sample, own_instan
     copy = tmp_path / "data"
     shutil.copytree(data_dir, copy)
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
-    tokens = layout.data_layout().megatron_root() / "train" / "shard_01_tokens.bin"
+    tokens = layout.data_layout().megatron_root() / "train" / "shard_02_tokens.bin"
     tokens.write_bytes(tokens.read_bytes()[:-8])
     evaluations = check_evaluations(instance, layout, "synth_kd_v1_manifest")
     for name in ("manifest_provenance", "shards_readable_by_megatron"):
         assert not evaluations[name].passed
         text = evaluations[name].description
-        assert text.startswith("FAILED, 1 problem: ") and "shard_01" in text and "train" in text, text
-    assert "train/shard_01_tokens.bin has" in evaluations["manifest_provenance"].description  # names the file and why
+        assert text.startswith("FAILED, 1 problem: ") and "shard_02" in text and "train" in text, text
+    assert "train/shard_02_tokens.bin has" in evaluations["manifest_provenance"].description  # names the file and why
     assert evaluations["no_split_leakage"].description.startswith("passed: no synth_id in both splits")
 
 
@@ -233,11 +233,11 @@ def test_verdict_text_quotes_the_first_problems_and_counts_the_rest():
 
     problems = [f"part-0000{i}.parquet (train): row {i} bad" for i in range(8)]
     text = verdict_text(problems, partition="synth_07")
-    assert text.startswith("partition synth_07: FAILED, 8 problems: part-00000.parquet (train): row 0 bad;")
+    assert text.startswith("partition synth_07: FAILED, 8 problems: part-00001.parquet (train): row 0 bad;")
     assert "row 4 bad" in text and "row 5 bad" not in text and "(and 3 more" in text
     assert (
-        verdict_text([], "3 rows in = 3 out + 0 dropped", "synth_00")
-        == "partition synth_00: passed: 3 rows in = 3 out + 0 dropped"
+        verdict_text([], "3 rows in = 3 out + 0 dropped", "synth_001")
+        == "partition synth_001: passed: 3 rows in = 3 out + 0 dropped"
     )
     # a finder that lists a bounded number of lines counts them all: the verdict and problem_count say the total
     listed = Problems(problems[:2] + ["... and 700 more duplicated synth_ids"], total=702)

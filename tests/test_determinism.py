@@ -17,12 +17,12 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig
 
 def test_encode_threads_do_not_change_the_tokenized_bytes(tmp_path, sample_shards, encoding, tokenizer_dir):
     harmony = tmp_path / "harmony.parquet"
-    harmonize_shard(sample_shards[2], harmony, system_message_dict(), "synth_02")
+    harmonize_shard(sample_shards[2], harmony, system_message_dict(), "synth_003")
     digests = set()
     for threads in (1, 2):
         out = tmp_path / f"tokenized_{threads}.parquet"
         tokenize_shard(
-            harmony, out, FastRenderer(encoding, load_tiktoken_o200k(tokenizer_dir), num_threads=threads), "synth_02"
+            harmony, out, FastRenderer(encoding, load_tiktoken_o200k(tokenizer_dir), num_threads=threads), "synth_003"
         )
         digests.add(hashlib.sha256(out.read_bytes()).hexdigest())
     assert len(digests) == 1

@@ -35,7 +35,7 @@ def fresh(tmp_path):
     home.mkdir()
     shutil.copyfile(REPO_ROOT / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
     raw.mkdir()
-    for name in ("synth_00.parquet", "synth_01.parquet"):
+    for name in ("synth_001.parquet", "synth_002.parquet"):
         shutil.copyfile(SAMPLE_RAW_DIR / name, raw / name)
     return {
         **os.environ,
@@ -89,14 +89,14 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     inventory = dg(fresh, "launch", "--job", "synth_inventory_job")
     assert inventory.returncode == 0, inventory.stderr[-3000:]
     listed = cli_partitions(fresh)
-    assert listed.stdout.split() == ["synth_00", "synth_01"]
+    assert listed.stdout.split() == ["synth_001", "synth_002"]
 
-    scan = dg(fresh, "launch", "--job", "synth_scan_job", "--partition", "synth_01")  # the README's pass by pass
+    scan = dg(fresh, "launch", "--job", "synth_scan_job", "--partition", "synth_002")  # the README's pass by pass
     assert scan.returncode == 0, scan.stderr[-3000:]
     # a run of the pass's job, tagged with its pass as a build's run is
     with dagster.DagsterInstance.from_config(fresh["DAGSTER_HOME"]) as instance:
         (run,) = instance.get_runs(filters=dagster.RunsFilter(job_name="synth_scan_job"))
-        assert run.tags["synthkd/pass"] == "scan" and run.tags["dagster/partition"] == "synth_01"
+        assert run.tags["synthkd/pass"] == "scan" and run.tags["dagster/partition"] == "synth_002"
         assert run.remote_job_origin is None  # executed in dg's own process: the UI cannot re-execute it yet
     # what build.sh's cluster route does after each launch: the run dg launch printed gets the code location's origin
     printed = Path(fresh["DAGSTER_HOME"]) / "scan_launch.txt"
@@ -111,14 +111,14 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     again = cli(fresh, "adopt-run", run.run_id)
     assert again.returncode == 1 and "has an origin already" in again.stderr
     paths = DataLayout.from_environ(fresh)
-    assert paths.stage_output("synth_filtered", "synth_01").is_file()
-    assert not paths.stage_output("synth_filtered", "synth_00").exists()
+    assert paths.stage_output("synth_filtered", "synth_002").is_file()
+    assert not paths.stage_output("synth_filtered", "synth_001").exists()
 
-    kd = dg(fresh, "launch", "--assets", "synth_kd_v1", "--partition", "synth_01")
+    kd = dg(fresh, "launch", "--assets", "synth_kd_v1", "--partition", "synth_002")
     output = kd.stdout + kd.stderr
     assert kd.returncode != 0
-    assert "synth_kd_v1 partition 'synth_01' needs synth_tokenized first" in output, output[-3000:]
-    assert "dg launch --job synth_build_job --partition synth_01" in output  # the order to run, as the README's
+    assert "synth_kd_v1 partition 'synth_002' needs synth_tokenized first" in output, output[-3000:]
+    assert "dg launch --job synth_build_job --partition synth_002" in output  # the order to run, as the README's
 
 
 def test_workspace_yaml_names_the_location_as_dg_does():
@@ -150,8 +150,8 @@ README_TABLE_ERRORS = [
         "Asset has partitions, but no '--partition' option was provided",
     ),
     (
-        ["dg", "launch", "--assets", "synth_kd_v1", "--partition", "synth_00"],
-        "All selected assets must have a PartitionsDefinition containing the passed partition key `synth_00`",
+        ["dg", "launch", "--assets", "synth_kd_v1", "--partition", "synth_001"],
+        "All selected assets must have a PartitionsDefinition containing the passed partition key `synth_001`",
     ),
 ]
 

@@ -86,7 +86,9 @@ def by_hand(raw: dict, encoding) -> dict:
 @pytest.mark.parametrize("synth_id", ["synth_0000000", "synth_0000015"])  # with / without reasoning
 def test_one_row_by_hand(distill, encoding, synth_id):
     _, rows, _ = distill
-    raw = pl.read_parquet(SAMPLE_RAW_DIR / "synth_00.parquet").filter(pl.col("synth_id") == synth_id).row(0, named=True)
+    raw = (
+        pl.read_parquet(SAMPLE_RAW_DIR / "synth_001.parquet").filter(pl.col("synth_id") == synth_id).row(0, named=True)
+    )
     row = rows.filter(pl.col("id") == f"pleias_synth:{synth_id}").drop("split").row(0, named=True)
     assert row == by_hand(raw, encoding)
     assert header_tokens(encoding) == ["<|start|>", "assistant"]
@@ -100,7 +102,7 @@ def header_tokens(encoding) -> list[str]:
 def test_every_row_keeps_the_contract(distill, built_sample):
     root, rows, manifest = distill
     paths = built_sample[1].data_layout()
-    assert pq.read_schema(root / "train" / "part-00000.parquet").equals(DISTILL_SCHEMA)
+    assert pq.read_schema(root / "train" / "part-00001.parquet").equals(DISTILL_SCHEMA)
     assert rows["id"].n_unique() == rows.height == manifest["totals"]["rows_out"]
     tokenized = pl.concat([pl.read_parquet(p) for p in sorted(paths.stage_dir("synth_tokenized").glob("*.parquet"))])
     tokens = dict(zip(tokenized["synth_id"].to_list(), list_column_rows(tokenized.to_arrow().column("tokens"))))
@@ -214,7 +216,7 @@ def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(b
     dataset_dirs = {root.relative_to(paths.data_root).parts[0] for root in datasets}
     shutil.copytree(data_dir, copy, ignore=shutil.ignore_patterns(*dataset_dirs))
     # one conversation the renderer must refuse: an assistant channel v1 has no span for
-    sampled = paths.stage_output("synth_sampled", "synth_03")
+    sampled = paths.stage_output("synth_sampled", "synth_004")
     table = pq.read_table(sampled)
     messages = table.column("messages_json").to_pylist()
     bad_id = table.column("synth_id")[0].as_py()
@@ -223,8 +225,8 @@ def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(b
         table.set_column(table.schema.get_field_index("messages_json"), "messages_json", [messages]), sampled
     )
     build = SynthKDBuildConfig(max_seq_len=1000)
-    run(instance, layout, ["synth_tokenized"], "synth_03", build=build)
-    for key in ("synth_00", "synth_01", "synth_02", "synth_03", "synth_04", "synth_05"):
+    run(instance, layout, ["synth_tokenized"], "synth_004", build=build)
+    for key in ("synth_001", "synth_002", "synth_003", "synth_004", "synth_005", "synth_006"):
         run(instance, layout, ["synth_distill"], key, build=build)
     result = run(instance, layout, ["synth_distill_manifest"], build=build)
     assert set(check_outcomes(result).values()) == {True}
@@ -238,7 +240,7 @@ def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(b
     logged = [json.loads(line) for line in (tmp_path / "enc.jsonl").read_text().splitlines()]
     assert [(e["synth_id"], e["reason"]) for e in logged] == [(bad_id, "unsupported_assistant_channel")]
     assert manifest["encoding_errors_log"] == {"path": str(tmp_path / "enc.jsonl"), "records": 1}
-    over = [json.loads(line) for line in paths.error_log(paths.distill_name(), "synth_00").read_text().splitlines()]
+    over = [json.loads(line) for line in paths.error_log(paths.distill_name(), "synth_001").read_text().splitlines()]
     assert over and {e["reason"] for e in over} == {"over_max_seq_len"}
 
 
@@ -286,7 +288,7 @@ def test_a_wrong_label_fails_the_labels_check(corruptible):
         start = rows[3]["spans"]["assistant_token_start"]
         rows[3]["labels"][start + 5] += 1
 
-    rewrite(root / "train" / "part-00001.parquet", edit)
+    rewrite(root / "train" / "part-00002.parquet", edit)
     outcome = run_checks(instance, layout)
     assert outcome["distill_labels_match_input_ids"] is False and outcome["distill_manifest_provenance"] is False
     assert outcome["distill_spans_consistent"] is True and outcome["distill_no_split_leakage"] is True
@@ -299,8 +301,8 @@ def test_inconsistent_spans_fail_the_spans_check(corruptible):
         rows[0]["spans"]["final_token_count"] -= 1  # counts no longer add up
         rows[1]["labels"][rows[1]["spans"]["assistant_token_start"]] = -100  # -100 past the start
 
-    rewrite(root / "train" / "part-00002.parquet", edit)
-    found = distill_part_problems(root / "train" / "part-00002.parquet", "train", 8192, 0.01)
+    rewrite(root / "train" / "part-00003.parquet", edit)
+    found = distill_part_problems(root / "train" / "part-00003.parquet", "train", 8192, 0.01)
     assert len(found["spans"]) == 2 and found["labels"] == [] and found["split"] == []
     outcome = run_checks(instance, layout)
     assert outcome["distill_spans_consistent"] is False and outcome["distill_labels_match_input_ids"] is True
@@ -308,8 +310,8 @@ def test_inconsistent_spans_fail_the_spans_check(corruptible):
 
 def test_a_leaked_row_fails_the_leakage_check(corruptible):
     instance, layout, root = corruptible
-    leaked = pq.read_table(root / "train" / "part-00000.parquet").slice(0, 1).to_pylist()
-    rewrite(root / "validation" / "part-00000.parquet", lambda rows: rows.extend(leaked))
+    leaked = pq.read_table(root / "train" / "part-00001.parquet").slice(0, 1).to_pylist()
+    rewrite(root / "validation" / "part-00001.parquet", lambda rows: rows.extend(leaked))
     outcome = run_checks(instance, layout)
     assert outcome["distill_no_split_leakage"] is False and outcome["distill_labels_match_input_ids"] is True
 
@@ -317,7 +319,7 @@ def test_a_leaked_row_fails_the_leakage_check(corruptible):
 def test_a_too_long_row_fails_the_max_length_check(corruptible):
     instance, layout, root = corruptible
     longest = max(
-        len(ids) for ids in pq.read_table(root / "train" / "part-00003.parquet").column("input_ids").to_pylist()
+        len(ids) for ids in pq.read_table(root / "train" / "part-00004.parquet").column("input_ids").to_pylist()
     )
     outcome = run_checks(instance, layout, SynthKDBuildConfig(max_seq_len=longest - 1))
     assert outcome["distill_max_length_respected"] is False
@@ -329,9 +331,9 @@ def test_split_leakage_names_the_parts_an_id_is_in(tmp_path):
     """A repeated or leaked id is named with every part file it is in, to be found without a search."""
     parts = {}
     for split, name, ids in [
-        ("train", "part-00000.parquet", ["a", "b"]),
-        ("train", "part-00005.parquet", ["b"]),
-        ("validation", "part-00003.parquet", ["a"]),
+        ("train", "part-00001.parquet", ["a", "b"]),
+        ("train", "part-00006.parquet", ["b"]),
+        ("validation", "part-00004.parquet", ["a"]),
     ]:
         path = tmp_path / split / name
         path.parent.mkdir(exist_ok=True)
@@ -339,7 +341,7 @@ def test_split_leakage_names_the_parts_an_id_is_in(tmp_path):
         parts.setdefault(split, []).append(path)
     problems = split_leakage(parts)
     assert list(problems) == [
-        "a is in 2 splits (train/part-00000.parquet, validation/part-00003.parquet)",
-        "a appears 2 times (train/part-00000.parquet, validation/part-00003.parquet)",
-        "b appears 2 times (train/part-00000.parquet, train/part-00005.parquet)",
+        "a is in 2 splits (train/part-00001.parquet, validation/part-00004.parquet)",
+        "a appears 2 times (train/part-00001.parquet, validation/part-00004.parquet)",
+        "b appears 2 times (train/part-00001.parquet, train/part-00006.parquet)",
     ]

@@ -39,10 +39,10 @@ def test_corrupted_parquet_is_read_or_refused_with_the_file_named(tmp_path_facto
                 st.integers(0, 255), label="byte"
             )
     directory = tmp_path_factory.mktemp("fuzz")
-    path = directory / "synth_00.parquet"
+    path = directory / "synth_001.parquet"
     path.write_bytes(bytes(payload))
     try:
-        report = harmonize_shard(path, directory / "out.parquet", SYSTEM, "synth_00")
+        report = harmonize_shard(path, directory / "out.parquet", SYSTEM, "synth_001")
     except InputFileError as error:
         assert str(path) in str(error)
         assert not (directory / "out.parquet").exists() and not list(directory.glob("*.partial"))

@@ -73,7 +73,7 @@ def test_documents_follow_tokenized_rows_and_the_split_rule(built):
     _, layout, _ = built
     paths = layout.data_layout()
     root = paths.megatron_root()
-    tokenized = pl.read_parquet(paths.stage_output("synth_tokenized", "synth_01"))
+    tokenized = pl.read_parquet(paths.stage_output("synth_tokenized", "synth_002"))
     by_split = {
         split: tokenized.filter(pl.col("synth_id").map_elements(assign_split, return_dtype=pl.String) == split)
         for split in constants.SPLITS
@@ -89,7 +89,7 @@ def test_rematerializing_unchanged_input_is_byte_identical(built):
     instance, layout, _ = built
     root = layout.data_layout().megatron_root()
     before = {p: sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
-    run(instance, layout, SHARD_STEPS, "synth_02")
+    run(instance, layout, SHARD_STEPS, "synth_003")
     run(instance, layout, MANIFEST_STEPS)
     after = {p: sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
     assert after == before

@@ -136,14 +136,14 @@ def test_building_synth_kd_v1_and_the_pool_imports_no_torch(tmp_path):
     the pool's cell trios and the curriculum that reads their indices."""
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "synth_04.parquet").write_bytes((REPO_ROOT / "data/sample/synth_raw/synth_04.parquet").read_bytes())
+    (raw / "synth_005.parquet").write_bytes((REPO_ROOT / "data/sample/synth_raw/synth_005.parquet").read_bytes())
     code = BUILD_ONE_SHARD.format(loaded=LOADED_HEAVY)
     result = subprocess.run(
         [sys.executable, "-c", code, str(raw), str(tmp_path / "data")], cwd=REPO_ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
-    assert list((tmp_path / "data/megatron/synth_kd_v1/train").glob("shard_04_tokens.idx"))
+    assert list((tmp_path / "data/megatron/synth_kd_v1/train").glob("shard_05_tokens.idx"))
     assert list((tmp_path / "data/pool").rglob("*.args"))
 
 

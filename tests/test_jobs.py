@@ -91,9 +91,9 @@ def test_build_sh_cluster_route_and_the_upstream_hint_launch_each_pass_job_in_th
         ("each_shard" if p.per_shard else "step", p.name, PASS_JOBS[p.name].name, ",".join(p.steps))
         for p in build_passes()
     ]
-    hint = [line.split("   #")[0] for line in launch_sequence("synth_03")]
+    hint = [line.split("   #")[0] for line in launch_sequence("synth_004")]
     assert hint == [
-        f"dg launch --job {PASS_JOBS[p.name].name}" + (" --partition synth_03" if p.per_shard else "")
+        f"dg launch --job {PASS_JOBS[p.name].name}" + (" --partition synth_004" if p.per_shard else "")
         for p in build_passes()
     ]
 
@@ -106,7 +106,7 @@ def test_an_adopted_launch_run_gets_the_origin_and_is_never_retried_by_the_daemo
     with dg.DagsterInstance.ephemeral() as instance:
 
         def add(job_name: str, status: dg.DagsterRunStatus, **fields) -> str:
-            tags = {WILL_RETRY_TAG: "true", "dagster/partition": "synth_02"}
+            tags = {WILL_RETRY_TAG: "true", "dagster/partition": "synth_003"}
             run = dg.DagsterRun(job_name=job_name, run_id=make_new_run_id(), status=status, tags=tags, **fields)
             return instance.add_run(run).run_id
 
@@ -117,7 +117,7 @@ def test_an_adopted_launch_run_gets_the_origin_and_is_never_retried_by_the_daemo
         assert adopted.remote_job_origin.repository_origin == code_location_repository()
         assert adopted.tags[REPOSITORY_LABEL_TAG] == code_location_repository().get_label()
         assert adopted.tags[WILL_RETRY_TAG] == "false" and adopted.tags[MAX_RETRIES_TAG] == "0"
-        assert adopted.tags["dagster/partition"] == "synth_02" and adopted.status == dg.DagsterRunStatus.FAILURE
+        assert adopted.tags["dagster/partition"] == "synth_003" and adopted.status == dg.DagsterRunStatus.FAILURE
         assert not should_retry(adopted, instance)
 
         smoke_config = {"resources": {"build": {"config": {"smoke": True}}}}

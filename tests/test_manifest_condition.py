@@ -102,7 +102,7 @@ def test_the_manifests_wait_for_every_shard_of_their_layout(built_sample, tmp_pa
         build_all(instance, layout, smoke, outputs=["synth_kd_v1", "synth_distill"])  # its manifests last
         built = dg.evaluate_automation_conditions(defs=defs, instance=instance)  # the cursor the next ones start from
         # a shard run of the smoke build (as a re-execution of one from the UI): the manifests are due
-        materialize_steps(instance, layout, SHARD_STEPS, "synth_02", build=smoke)
+        materialize_steps(instance, layout, SHARD_STEPS, "synth_003", build=smoke)
         smoke_only = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=built.cursor)
         assert requested_manifests(smoke_only) == set()
         for manifest in MANIFEST_STEPS:
@@ -110,7 +110,7 @@ def test_the_manifests_wait_for_every_shard_of_their_layout(built_sample, tmp_pa
 
         # the full build's files beside the smoke build's (as a full build leaves them), one DistillKit record gone
         shutil.copytree(built_sample[2], data, dirs_exist_ok=True)
-        gone = full.distill_record("synth_03")
+        gone = full.distill_record("synth_004")
         gone.unlink()
         assert first_missing_shard_record(full, "synth_distill_manifest") == gone
         later = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=smoke_only.cursor)
@@ -119,4 +119,4 @@ def test_the_manifests_wait_for_every_shard_of_their_layout(built_sample, tmp_pa
         failed = materialize_steps(instance, layout, ["synth_distill_manifest"], raise_on_error=False)
         assert not failed.success
         errors = [event.event_specific_data.error.message for event in failed.get_step_failure_events()]
-        assert any(f"synth_distill partition 'synth_03' has not been materialized ({gone}" in e for e in errors)
+        assert any(f"synth_distill partition 'synth_004' has not been materialized ({gone}" in e for e in errors)

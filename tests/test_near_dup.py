@@ -47,7 +47,7 @@ from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import BAND_COLUMNS, SIGNATURES_SCHEMA
 from synthkd_dev.harmony_rows import harmony_frame
-from synthkd_dev.make_sample_data import planted_near_duplicates, planted_negatives
+from synthkd_dev.make_sample_data import generate_rows, planted_near_duplicates, planted_negatives, rows_to_table
 
 THRESHOLD = nd.JACCARD_THRESHOLD
 
@@ -262,14 +262,14 @@ def test_a_threshold_outside_0_1_is_refused(threshold):
 def test_held_out_clusters_are_whole_and_per_exercise(tmp_path):
     rows, _ = planted_corpus(seed=13)
     for i, row in enumerate(rows):
-        row["exercise"] = ["mcq", "rag", "arithmetic"][i % 3]
+        row["exercise"] = ["mcq", "rag", "math exercise"][i % 3]
         row["constraints"] = "result:B" if row["exercise"] == "mcq" else ("result:12" if i % 3 == 2 else "")
     settings = ClusterSettings(heldout_per_exercise=3, format_suite_per_form=2)
     found, clusters, paths = clusters_by_id(rows, [rows[:200], rows[200:]], tmp_path, settings)
     chosen = clusters.heldout
     kl = [h for h in chosen if h["set"] == "kl"]
     fmt = [h for h in chosen if h["set"] == "format"]
-    assert sorted(h["exercise"] for h in kl) == sorted(["mcq", "rag", "arithmetic"] * 3)
+    assert sorted(h["exercise"] for h in kl) == sorted(["mcq", "rag", "math exercise"] * 3)
     assert sorted(h["answer_form"] for h in fmt) == ["mcq_letter", "mcq_letter", "number", "number"]
     held = {h["cluster_id"] for h in chosen}
     assert len(held) == len(chosen)  # a cluster serves one set once
@@ -294,7 +294,7 @@ def test_warn_checks_fire_on_a_large_cluster_and_a_cluster_across_the_split(tmp_
     assert not result.passed and result.severity.value == "WARN" and "2 rows" in result.description
 
 
-# --- the bundled sample's planted near-duplicates (synth_05) -------------------------------------------------------
+# --- the bundled sample's planted near-duplicates (synth_006) -------------------------------------------------------
 @pytest.fixture(scope="module")
 def sample_clusters(tmp_path_factory, sample_shards):
     """The sample through harmonize -> 001 filters -> signatures -> clusters, with the default settings."""
@@ -353,7 +353,7 @@ def test_bounded_memory_paths_change_nothing(tmp_path):
     what one pass over whole signatures in one shard decides."""
     rows, _ = planted_corpus(seed=17)
     for i, row in enumerate(rows):
-        row["exercise"] = ["mcq", "rag", "arithmetic"][i % 3]
+        row["exercise"] = ["mcq", "rag", "math exercise"][i % 3]
         row["constraints"] = "result:B" if row["exercise"] == "mcq" else ("result:12" if i % 3 == 2 else "")
     settings = ClusterSettings(max_per_cluster=2, heldout_per_exercise=3, format_suite_per_form=2)
     one, whole, paths = clusters_by_id(rows, [rows], tmp_path / "one", settings)
@@ -401,3 +401,30 @@ def test_rows_by_synth_id_are_a_dict_lookup(index, table_ids, asked):
 def test_repeated_synth_ids_are_refused():
     with pytest.raises(ValueError, match="repeat"):
         BySynthId(pl.DataFrame({"synth_id": ["a", "b", "a"]}))
+
+
+# --- real SYNTH: many questions about one article section -------------------------------------------------------
+def test_rows_sharing_a_seed_text_but_asking_other_questions_are_not_near_duplicates(tmp_path):
+    """SYNTH amplifies each Wikipedia section into hundreds of rows whose seed text (usually ~4x the question)
+    is the same: those rows are different examples. Rows of the real-shaped generator that share a seed text and
+    ask different questions land in different clusters, while their planted copies (question and answer edited
+    slightly) still cluster with them."""
+    rows = generate_rows(900, seed=11)
+    raw = tmp_path / "synth_001.parquet"
+    pq.write_table(rows_to_table(rows), raw)
+    harmony, filtered, signatures = (tmp_path / f"{stage}.parquet" for stage in ("h", "f", "s"))
+    harmonize_shard(raw, harmony, system_message_dict(), "synth_001")
+    select_rows_shard(harmony, filtered, "synth_001", quality_drop_reasons)
+    signatures_shard(filtered, signatures, "synth_001")
+    clusters = cluster_shards(["synth_001"], [signatures], ClusterSettings())
+    ids = pl.read_parquet(signatures, columns=["synth_id"])["synth_id"].to_list()
+    cluster_of = dict(zip(ids, list(clusters.cluster_id), strict=True))
+    by_id = {r["synth_id"]: r for r in rows}
+    sharing = [
+        (a, b)
+        for a, b in combinations(ids, 2)
+        if by_id[a]["query_seed_text"] == by_id[b]["query_seed_text"] and by_id[a]["query"] != by_id[b]["query"]
+    ]
+    assert len(sharing) > 500  # the sample's structure: many rows per seed text
+    assert [(a, b) for a, b in sharing if cluster_of[a] == cluster_of[b]] == []
+    assert drops.DROP_CLUSTER_CAP not in clusters.decision

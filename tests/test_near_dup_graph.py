@@ -66,7 +66,7 @@ def test_every_cluster_decision_is_a_counted_drop_of_synth_sampled_and_the_plan_
     _, layout, _ = built_sample
     paths = layout.data_layout()
     clusters = clusters_table(paths)
-    assert pq.read_schema(stage_files(paths, "synth_clusters", "synth_00")[0]).equals(
+    assert pq.read_schema(stage_files(paths, "synth_clusters", "synth_001")[0]).equals(
         CLUSTERS_SCHEMA, check_metadata=False
     )
     decided = Counter(d for d in clusters["decision"] if d is not None)
@@ -128,11 +128,11 @@ def test_a_reclustering_without_a_new_plan_stops_synth_sampled(built_sample, own
     shutil.copytree(data_dir, copy)
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
     run(instance, layout, ["synth_clusters"], build=SynthKDBuildConfig(max_per_cluster=2))
-    result = run(instance, layout, ["synth_sampled"], "synth_05", raise_on_error=False)
+    result = run(instance, layout, ["synth_sampled"], "synth_006", raise_on_error=False)
     assert not result.success
     [failure] = result.get_step_failure_events()
     assert "re-materialize synth_clusters and synth_sampling_plan" in str(failure.step_failure_data.error)
     run(instance, layout, ["synth_sampling_plan"], build=SynthKDBuildConfig(max_per_cluster=2))
-    run(instance, layout, ["synth_sampled"], "synth_05", build=SynthKDBuildConfig(max_per_cluster=2))
-    report = mf.read_json(stage_files(layout.data_layout(), "synth_sampled", "synth_05")[1])
+    run(instance, layout, ["synth_sampled"], "synth_006", build=SynthKDBuildConfig(max_per_cluster=2))
+    report = mf.read_json(stage_files(layout.data_layout(), "synth_sampled", "synth_006")[1])
     assert report["dropped"][drops.DROP_CLUSTER_CAP] > 20  # clusters of 3..7 now keep 2 rows each

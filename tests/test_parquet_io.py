@@ -45,7 +45,7 @@ def test_stage_output_is_independent_of_input_row_groups(tmp_path, sample_shards
         raw = tmp_path / f"raw_{row_group_size}.parquet"
         pq.write_table(table, raw, row_group_size=row_group_size)
         out = tmp_path / f"harmony_{row_group_size}.parquet"
-        harmonize_shard(raw, out, system_message_dict(), "synth_00")
+        harmonize_shard(raw, out, system_message_dict(), "synth_001")
         digests.add(hashlib.sha256(out.read_bytes()).hexdigest())
     assert len(digests) == 1
 

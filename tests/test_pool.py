@@ -28,11 +28,13 @@ SKILL = {
     "memorization": "B1",
     "rag": "B1",
     "mcq": "B1",
+    "cooking": "B1",
     "unknown": "B1",
-    "arithmetic": "B2",
+    "math exercise": "B2",
+    "math mcq": "B2",
     "editing": "B4",
-    "constrained_writing": "B4",
-    "creative_writing": "B4",
+    "constrained writing": "B4",
+    "creative writing": "B4",
 }
 NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "synth_pool_v1.synthkd")
 
@@ -62,6 +64,8 @@ def test_pool_rows_agree_with_synth_tokenized_and_the_harmony_render(pool, encod
     for part in parts:
         assert pl.read_parquet_schema(part) == pl.from_arrow(POOL_SCHEMA.empty_table()).schema
     assert rows.height > 0
+    # every one of real SYNTH's nine exercise labels went through the whole build into its bucket
+    assert set(rows["source_subset"]) == set(SKILL) - {"unknown"}
     source = {r["synth_id"]: r for r in tokenized(paths).iter_rows(named=True)}
     sampled = pl.read_parquet(sorted(paths.stage_dir("synth_sampled").glob("*.parquet")))
     messages = dict(zip(sampled["synth_id"], sampled["messages_json"]))
@@ -203,17 +207,17 @@ def test_a_pool_relaunched_for_one_shard_under_a_new_plan_is_unpublished_until_e
     paths = layout.data_layout()
     mix = SynthKDBuildConfig(skill_mix={"B1": 0.4, "B2": 0.3, "B3": 0.1, "B4": 0.2})
     run(own_instance, layout, QUOTA_STEPS, build=mix)
-    run(own_instance, layout, POOL_STEPS, "synth_00", build=mix)
+    run(own_instance, layout, POOL_STEPS, "synth_001", build=mix)
     assert not paths.pool_manifest().exists() and [p.name for p in paths.curriculum_dir().iterdir()] == ["plan.json"]
     event = own_instance.get_latest_materialization_event(dg.AssetKey("synth_pool"))
     assert "synth_pool_v1/manifest.json" in str(event.asset_materialization.metadata["pool_unpublished_files"].value)
     published = pool_published(own_instance)  # what the UI shows on synth_pool_manifest: not the last green run
-    assert not published.passed and "unpublished: synth_pool rewrites shard synth_00's part" in published.description
+    assert not published.passed and "unpublished: synth_pool rewrites shard synth_001's part" in published.description
     for step in POOL_MANIFEST_STEPS:
         failed = run(own_instance, layout, [step], build=mix, raise_on_error=False)
         assert not failed.success
         [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
-        assert "synth_pool partition 'synth_01' was made with quota plan" in str(failure.step_failure_data.error)
+        assert "synth_pool partition 'synth_002' was made with quota plan" in str(failure.step_failure_data.error)
     assert not paths.pool_manifest().exists() and [p.name for p in paths.curriculum_dir().iterdir()] == ["plan.json"]
     for shard in [f"synth_0{i}" for i in range(6)]:
         run(own_instance, layout, POOL_STEPS, shard, build=mix)

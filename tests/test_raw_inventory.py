@@ -83,20 +83,20 @@ def test_an_empty_or_missing_raw_directory_is_an_error(tmp_path):
 
 def test_an_empty_raw_directory_fails_the_inventory_and_leaves_the_partitions(tmp_path):
     raw = tmp_path / "raw"
-    small_shard(raw / "synth_00.parquet")
+    small_shard(raw / "synth_001.parquet")
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
         run(instance, layout, ["synth_raw_inventory"])
-        (raw / "synth_00.parquet").unlink()  # e.g. an unmounted share
+        (raw / "synth_001.parquet").unlink()  # e.g. an unmounted share
         with pytest.raises(BuildFailed, match="no raw shards in"):
             run(instance, layout, ["synth_raw_inventory"])
-        assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00"]
+        assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_001"]
 
 
 @pytest.mark.parametrize(
     "names, number",
     [
-        (("synth_01.parquet", "synth_1.parquet"), 1),
+        (("synth_002.parquet", "synth_1.parquet"), 1),
         (("a_1.parquet", "b_1.parquet"), 1),
         (("x_1.5.parquet", "y_5.parquet"), 5),
     ],
@@ -113,9 +113,9 @@ def test_two_names_with_one_shard_number_are_refused_naming_both(tmp_path, names
 
 
 def test_a_zero_row_twin_cannot_overwrite_a_shard(tmp_path):
-    """The reported case: synth_01 with rows and an empty synth_1 are refused before any step runs."""
+    """The reported case: synth_002 with rows and an empty synth_1 are refused before any step runs."""
     raw = tmp_path / "raw"
-    small_shard(raw / "synth_01.parquet")
+    small_shard(raw / "synth_002.parquet")
     write_raw(raw / "synth_1.parquet", [])
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance, pytest.raises(BuildFailed, match="synth_1.parquet"):
@@ -124,7 +124,7 @@ def test_a_zero_row_twin_cannot_overwrite_a_shard(tmp_path):
 
 
 def test_a_name_without_a_shard_number_is_refused_at_inventory(tmp_path):
-    small_shard(tmp_path / "synth_00.parquet")
+    small_shard(tmp_path / "synth_001.parquet")
     small_shard(tmp_path / "extra.parquet")
     with pytest.raises(
         InputFileError, match=f"{tmp_path / 'extra.parquet'}: shard file 'extra.parquet' has no trailing shard number"
@@ -146,8 +146,8 @@ def test_a_shard_number_in_the_anchor_sources_range_is_refused_at_inventory(tmp_
 
 @pytest.mark.parametrize("kind", ["directory", "dangling symlink"])
 def test_a_directory_or_dangling_symlink_named_parquet_is_an_input_file_error(tmp_path, kind):
-    small_shard(tmp_path / "synth_00.parquet")
-    odd = tmp_path / "synth_01.parquet"
+    small_shard(tmp_path / "synth_001.parquet")
+    odd = tmp_path / "synth_002.parquet"
     if kind == "directory":
         odd.mkdir()
     else:
@@ -162,19 +162,19 @@ def test_a_directory_or_dangling_symlink_named_parquet_is_an_input_file_error(tm
 
 def test_files_the_rule_skips_are_reported(tmp_path):
     raw = tmp_path / "raw"
-    small_shard(raw / "synth_00.parquet")
+    small_shard(raw / "synth_001.parquet")
     small_shard(raw / "SYNTH_01.PARQUET")
-    small_shard(raw / "more" / "synth_02.parquet")
+    small_shard(raw / "more" / "synth_003.parquet")
     (raw / "README.txt").write_text("not data")
     (raw / "synth_07.parquet.gz").write_bytes(b"\x1f\x8b")  # a shard in another format: lost without a word
     (raw / "synth_08.csv").write_text("synth_id,query\n")
     (raw / "input_manifest.json").write_text("{}")  # the input manifest and a download's cache are not data
     (raw / ".cache").mkdir()
     (raw / ".cache" / "synth_09.parquet").write_bytes(b"")
-    assert [s.name for s in scan_raw_dir(raw)] == ["synth_00"]
+    assert [s.name for s in scan_raw_dir(raw)] == ["synth_001"]
     assert ignored_raw_files(raw) == [
         str(raw / "SYNTH_01.PARQUET"),
-        str(raw / "more" / "synth_02.parquet"),
+        str(raw / "more" / "synth_003.parquet"),
         str(raw / "synth_07.parquet.gz"),
         str(raw / "synth_08.csv"),
     ]
@@ -195,8 +195,8 @@ def test_files_the_rule_skips_are_reported(tmp_path):
 
 
 def test_nul_in_synth_id_drops_the_row_and_never_reaches_an_id(tmp_path):
-    raw = write_raw(tmp_path / "synth_00.parquet", [row("a\x00b"), row("ab"), row("c")])
-    report = harmonize_shard(raw, tmp_path / "out.parquet", system_message_dict(), "synth_00")
+    raw = write_raw(tmp_path / "synth_001.parquet", [row("a\x00b"), row("ab"), row("c")])
+    report = harmonize_shard(raw, tmp_path / "out.parquet", system_message_dict(), "synth_001")
     assert report.dropped == {drops.DROP_NUL_IN_SYNTH_ID: 1} and report.rows_out == 2
     assert pq.read_table(tmp_path / "out.parquet").column("synth_id").to_pylist() == ["ab", "c"]
     [logged] = report.errors
@@ -230,13 +230,13 @@ def three_shards(tmp_path):
         yield instance, layout, raw, tmp_path / "data"
 
 
-def shard_03_files(data: Path) -> list[str]:
-    return [f for f in every_file(data) if "shard_03" in f or "part-00003" in f or "synth_03" in f]
+def shard_04_files(data: Path) -> list[str]:
+    return [f for f in every_file(data) if "shard_04" in f or "part-00004" in f or "synth_004" in f]
 
 
-def shard_03_decisions(data: Path) -> list[str]:
+def shard_04_decisions(data: Path) -> list[str]:
     """What stays of a removed shard until the next clustering: the plan's near-duplicate decisions for it."""
-    return [str(data / "synth_clusters" / "synth_03.parquet")]
+    return [str(data / "synth_clusters" / "synth_004.parquet")]
 
 
 class WarningsHeard(BuildProgress):
@@ -249,8 +249,8 @@ class WarningsHeard(BuildProgress):
 
 def test_outputs_of_a_removed_shard_are_removed_and_the_checks_pass(three_shards):
     instance, layout, raw, data = three_shards
-    assert shard_03_files(data)
-    (raw / "synth_03.parquet").unlink()
+    assert shard_04_files(data)
+    (raw / "synth_004.parquet").unlink()
     progress = WarningsHeard()
     build_all(instance, layout, progress=progress)  # raises unless every step and check passed
     # what build.sh prints: the removal is said, not only done
@@ -258,54 +258,54 @@ def test_outputs_of_a_removed_shard_are_removed_and_the_checks_pass(three_shards
     assert pass_name == "inventory" and re.match(
         r"removed \d+ output files of shards no longer in the raw directory: \[", warning
     ), warning
-    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
-    assert shard_03_files(data) == []  # every stage, both datasets, records, error logs
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_001", "synth_002"]
+    assert shard_04_files(data) == []  # every stage, both datasets, records, error logs
     paths = layout.data_layout()
     prefixes = tokens_prefixes(paths.megatron_root() / "train")
-    assert [Path(p).name for p in prefixes] == ["shard_00_tokens", "shard_01_tokens"]
+    assert [Path(p).name for p in prefixes] == ["shard_01_tokens", "shard_02_tokens"]
     manifest = json.loads(paths.megatron_manifest().read_text())
-    assert [s["partition"] for s in manifest["shards"]] == ["synth_00", "synth_01"]
+    assert [s["partition"] for s in manifest["shards"]] == ["synth_001", "synth_002"]
     distill = paths.distill_root()
-    assert sorted(p.name for p in (distill / "train").iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+    assert sorted(p.name for p in (distill / "train").iterdir()) == ["part-00001.parquet", "part-00002.parquet"]
 
 
 def test_a_lost_instance_does_not_hide_outputs_of_removed_shards(three_shards, tmp_path):
     """The partition was never registered in this (fresh) instance: the files on disk still go."""
     _, layout, raw, data = three_shards
-    (raw / "synth_03.parquet").unlink()
+    (raw / "synth_004.parquet").unlink()
     with dg.DagsterInstance.ephemeral() as fresh:
         run(fresh, layout, ["synth_raw_inventory"])
         assert "unpublished: synth_raw_inventory removed the pool files" in pool_published(fresh).description
-    assert shard_03_files(data) == shard_03_decisions(data)
-    assert orphaned_outputs(layout.data_layout(), ["synth_00", "synth_01"]) == []
+    assert shard_04_files(data) == shard_04_decisions(data)
+    assert orphaned_outputs(layout.data_layout(), ["synth_001", "synth_002"]) == []
 
 
 def test_a_renamed_shard_keeps_its_number_files_until_rebuilt(three_shards):
-    """synth_03 renamed synth_3: the key-named files of synth_03 go, shard_03 files stay for synth_3."""
+    """synth_004 renamed synth_3: the key-named files of synth_004 go, shard_04 files stay for synth_3."""
     instance, layout, raw, data = three_shards
-    (raw / "synth_03.parquet").rename(raw / "synth_3.parquet")
-    orphans = [p.name for p in orphaned_outputs(layout.data_layout(), ["synth_00", "synth_01", "synth_3"])]
-    assert "synth_03.parquet" in orphans and not any("shard_03" in name or "part-00003" in name for name in orphans)
+    (raw / "synth_004.parquet").rename(raw / "synth_3.parquet")
+    orphans = [p.name for p in orphaned_outputs(layout.data_layout(), ["synth_001", "synth_002", "synth_3"])]
+    assert "synth_004.parquet" in orphans and not any("shard_04" in name or "part-00004" in name for name in orphans)
     build_all(instance, layout)
-    assert not [f for f in every_file(data) if "synth_03" in f]
+    assert not [f for f in every_file(data) if "synth_004" in f]
 
 
 def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
     instance, layout, raw, data = three_shards
     cursor = tick_synth_raw_sensor(instance, layout, None).cursor
-    (raw / "synth_03.parquet").unlink()
+    (raw / "synth_004.parquet").unlink()
     lock = layout.data_layout().build_lock()
     with build_lock(lock):  # a build in progress: the sensor waits, touching nothing
         context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=synthkd_resources(layout))
         skipped = synth_raw_sensor(context)
-    assert isinstance(skipped, dg.SkipReason) and str(lock) in skipped.skip_message and shard_03_files(data)
+    assert isinstance(skipped, dg.SkipReason) and str(lock) in skipped.skip_message and shard_04_files(data)
     assert pool_published(instance).passed
     result = tick_synth_raw_sensor(instance, layout, cursor)
-    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_00", "synth_01"]
-    assert shard_03_files(data) == shard_03_decisions(data)
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_001", "synth_002"]
+    assert shard_04_files(data) == shard_04_decisions(data)
     # the pool lost its manifest with shard 03's part: the UI shows it unpublished, not its last green run
     unpublished = pool_published(instance)
-    assert not unpublished.passed and "raw shards gone (['synth_03'])" in unpublished.description
+    assert not unpublished.passed and "raw shards gone (['synth_004'])" in unpublished.description
     # nothing else rebuilds, so the sensor asks for the manifests to list what is left; then they pass
     assert [r.job_name for r in result.run_requests] == ["synth_manifests_job"]
     outcome = check_outcomes(run(instance, layout, MANIFEST_STEPS))
@@ -319,24 +319,24 @@ def test_a_shard_removed_and_put_back_is_sampled_under_its_cluster_decisions(thr
     the decisions used to go with the shard). The next clustering drops the decisions of a shard that is gone."""
     instance, layout, raw, data = three_shards
     paths = layout.data_layout()
-    sampled_report = paths.stage_report("synth_sampled", "synth_03")
+    sampled_report = paths.stage_report("synth_sampled", "synth_004")
     before = json.loads(sampled_report.read_text())["dropped"]
     assert before.get(drops.DROP_HELDOUT), before
     cursor = tick_synth_raw_sensor(instance, layout, None).cursor
-    shutil.move(raw / "synth_03.parquet", tmp_path / "synth_03.parquet")
+    shutil.move(raw / "synth_004.parquet", tmp_path / "synth_004.parquet")
     cursor = tick_synth_raw_sensor(instance, layout, cursor).cursor
-    assert not sampled_report.exists() and shard_03_files(data) == shard_03_decisions(data)
-    shutil.move(tmp_path / "synth_03.parquet", raw / "synth_03.parquet")
+    assert not sampled_report.exists() and shard_04_files(data) == shard_04_decisions(data)
+    shutil.move(tmp_path / "synth_004.parquet", raw / "synth_004.parquet")
     result = tick_synth_raw_sensor(instance, layout, cursor)
-    assert result.run_requests and instance.get_dynamic_partitions(SYNTH_SHARDS.name)[-1] == "synth_03"
-    run(instance, layout, [*SCAN_STEPS, *SHARD_STEPS], "synth_03")  # what the sensor's runs build
+    assert result.run_requests and instance.get_dynamic_partitions(SYNTH_SHARDS.name)[-1] == "synth_004"
+    run(instance, layout, [*SCAN_STEPS, *SHARD_STEPS], "synth_004")  # what the sensor's runs build
     outcome = check_outcomes(run(instance, layout, MANIFEST_STEPS))  # raises unless every blocking check passed
     assert outcome["validation_sets_not_trained"] is True
     assert json.loads(sampled_report.read_text())["dropped"] == before
-    (raw / "synth_03.parquet").unlink()
+    (raw / "synth_004.parquet").unlink()
     tick_synth_raw_sensor(instance, layout, result.cursor)
     run(instance, layout, ["synth_clusters"])
-    assert shard_03_files(data) == []
+    assert shard_04_files(data) == []
 
 
 def test_rows_are_accounted_over_the_whole_dataset(three_shards):
@@ -344,16 +344,16 @@ def test_rows_are_accounted_over_the_whole_dataset(three_shards):
     the dataset-level rows checks fail on it (and the sealed manifest's provenance, which lists every file
     under the root, may too); the row-level checks cannot see it."""
     instance, layout, raw, data = three_shards
-    empty_raw = raw / "synth_05.parquet"
+    empty_raw = raw / "synth_006.parquet"
     write_raw(empty_raw, [])
     build_all(instance, layout)
     paths = layout.data_layout()
     kd = paths.megatron_root()
     shutil.copy(paths.shard_record(5), paths.shard_record(0))
-    for path in [*(kd / "train").glob("shard_00_*"), *(kd / "valid").glob("shard_00_*"), paths.documents_table(0)]:
+    for path in [*(kd / "train").glob("shard_01_*"), *(kd / "valid").glob("shard_01_*"), paths.documents_table(0)]:
         path.unlink()
-    shutil.copy(paths.distill_record("synth_05"), paths.distill_record("synth_00"))
-    for path in paths.distill_root().glob("*/part-00000.parquet"):
+    shutil.copy(paths.distill_record("synth_006"), paths.distill_record("synth_001"))
+    for path in paths.distill_root().glob("*/part-00001.parquet"):
         path.unlink()
     outcomes = check_outcomes(run(instance, layout, MANIFEST_STEPS, raise_on_error=False))
     failing = sorted(name for name, passed in outcomes.items() if not passed)
@@ -362,18 +362,18 @@ def test_rows_are_accounted_over_the_whole_dataset(three_shards):
 
 
 def test_a_failing_check_says_why(three_shards):
-    """synth_04 repeats synth_00's rows: the build fails, and both the in-process error and the report the
+    """synth_005 repeats synth_001's rows: the build fails, and both the in-process error and the report the
     build script prints (`cli failures`) list the duplicated ids and the files they are in."""
 
     instance, layout, raw, data = three_shards
     since = datetime.now(UTC)
-    shutil.copy(raw / "synth_00.parquet", raw / "synth_04.parquet")
+    shutil.copy(raw / "synth_001.parquet", raw / "synth_005.parquet")
     with pytest.raises(BuildFailed) as failed:
         build_all(instance, layout)
     report = failed_runs_report(instance, since)
     for text in (str(failed.value), "\n".join(report)):
         assert "check synth_kd_v1_manifest:no_duplicate_synth_ids failed: " in text, text
-        assert "occurs 2 times: shard_00_documents.parquet, shard_04_documents.parquet" in text
+        assert "occurs 2 times: shard_01_documents.parquet, shard_05_documents.parquet" in text
         assert "more in the check's `problems` metadata" in text
     assert report[0].startswith("run ") and report[0].endswith(" failed:")
 
@@ -400,7 +400,7 @@ def hold_lock(lock: Path) -> subprocess.Popen:
 
 def test_a_second_build_on_one_data_root_stops_at_once(tmp_path):
     raw = tmp_path / "raw"
-    small_shard(raw / "synth_00.parquet")
+    small_shard(raw / "synth_001.parquet")
     data = tmp_path / "data"
     holder = hold_lock(lock_of(data))
     try:
@@ -438,23 +438,23 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
     layout = SynthKDLayout(raw_dir=str(tmp_path / "raw"), data_dir=str(tmp_path / "data"))
     data = tmp_path / "data"
     gone = [
-        data / "synth_harmony" / "synth_03.parquet",
-        data / "smoke" / "synth_harmony" / "synth_03.report.json",
-        data / "smoke" / "errors" / "synth_harmony" / "synth_03.jsonl",
-        data / "smoke" / constants.DISTILL_SMOKE_DATASET_NAME / "synth_03.json",
-        data / "megatron" / constants.DATASET_NAME / "train" / "shard_03_tokens.bin.k2_x9abc.partial",
-        data / "distill" / constants.DISTILL_DATASET_NAME / "train" / "part-00003.parquet.q1w2e3.partial",
+        data / "synth_harmony" / "synth_004.parquet",
+        data / "smoke" / "synth_harmony" / "synth_004.report.json",
+        data / "smoke" / "errors" / "synth_harmony" / "synth_004.jsonl",
+        data / "smoke" / constants.DISTILL_SMOKE_DATASET_NAME / "synth_004.json",
+        data / "megatron" / constants.DATASET_NAME / "train" / "shard_04_tokens.bin.k2_x9abc.partial",
+        data / "distill" / constants.DISTILL_DATASET_NAME / "train" / "part-00004.parquet.q1w2e3.partial",
         layout.data_layout().valuation_part(3),
     ]
     kept = [
-        data / "smoke" / "synth_harmony" / "synth_00.parquet",
+        data / "smoke" / "synth_harmony" / "synth_001.parquet",
         layout.data_layout().both_builds()[1].valuation_part(0),
-        data / "megatron" / constants.DATASET_NAME / "train" / "shard_00_tokens.bin.a1b2c3.partial",
+        data / "megatron" / constants.DATASET_NAME / "train" / "shard_01_tokens.bin.a1b2c3.partial",
     ]
     for path in gone + kept:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    assert orphaned_outputs(layout.data_layout(), ["synth_00"]) == sorted(gone)
+    assert orphaned_outputs(layout.data_layout(), ["synth_001"]) == sorted(gone)
 
 
 def test_removing_shards_leaves_no_empty_source_or_error_log_directory(tmp_path):
@@ -468,17 +468,17 @@ def test_removing_shards_leaves_no_empty_source_or_error_log_directory(tmp_path)
         paths.error_log("synth_harmony", "oasst1/train-00000-of-00001"),
         paths.stage_output("synth_tokenized", "ultrachat_200k/train_sft-0"),
         paths.stage_output("synth_sampled", "deepcoder/derived/train-00000-of-00001"),  # a config directory
-        paths.error_log("synth_filtered", "synth_03"),
-        paths.error_log("synth_sampled", "synth_03"),
+        paths.error_log("synth_filtered", "synth_004"),
+        paths.error_log("synth_sampled", "synth_004"),
     ]
     kept = [
         paths.stage_output("synth_tokenized", "ultrachat_200k/train_sft-1"),
-        paths.error_log("synth_sampled", "synth_01"),
+        paths.error_log("synth_sampled", "synth_002"),
     ]
     for path in [*gone, *kept]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    assert remove_orphaned_outputs(paths, ["ultrachat_200k/train_sft-1", "synth_01"]) == sorted(gone)
+    assert remove_orphaned_outputs(paths, ["ultrachat_200k/train_sft-1", "synth_002"]) == sorted(gone)
     assert not (paths.data_root / "synth_tokenized" / "oasst1").exists()
     assert not (paths.data_root / "errors" / "synth_harmony").exists()
     assert not (paths.data_root / "errors" / "synth_filtered").exists()
@@ -499,7 +499,7 @@ def test_a_pool_that_loses_a_shard_loses_its_manifest_and_blends_until_rebuilt(t
     for path in [part, kept_part, manifest, sidecar_path(manifest), *blends, plan]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    assert remove_orphaned_outputs(paths, ["synth_00", "synth_03"]) == []
-    removed = remove_orphaned_outputs(paths, ["synth_00"])
+    assert remove_orphaned_outputs(paths, ["synth_001", "synth_004"]) == []
+    removed = remove_orphaned_outputs(paths, ["synth_001"])
     assert removed == sorted([part, manifest, sidecar_path(manifest), *blends])
     assert plan.is_file() and kept_part.is_file()

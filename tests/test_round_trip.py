@@ -26,7 +26,7 @@ from tests.test_fast_render import conversation, system_contents
 from tests.test_fast_render import text as hostile_text
 from tests.test_fuzz import messages as any_structure
 
-SMALL_SHARD = "synth_04"  # 56 rows, 53 pass the filters: every exercise, analysis and final
+SMALL_SHARD = "synth_005"  # 56 rows, 53 pass the filters: every exercise, analysis and final
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def sample_row(built_sample):
     _, layout, _ = built_sample
     paths = layout.data_layout()
     pairs = paired_conversations(
-        paths.stage_output("synth_tokenized", "synth_00"), paths.stage_output("synth_harmony", "synth_00")
+        paths.stage_output("synth_tokenized", "synth_001"), paths.stage_output("synth_harmony", "synth_001")
     )
     return next(
         (sid, tokens, m) for sid, tokens, m in pairs if [x.get("channel") for x in m][2:] == ["analysis", "final"]

@@ -25,7 +25,7 @@ from synthkd_assets.core.stages import select_rows_shard
 from synthkd_contract import constants
 from synthkd_contract.schemas import HARMONY_SCHEMA
 
-EXERCISES = ("memorization", "rag", "mcq", "arithmetic")
+EXERCISES = ("memorization", "rag", "mcq", "math exercise")
 LANGUAGES = ("en", "fr", "de", "unknown")
 RATES = {"memorization": 0.6, "non_english": 0.5, "english": 1.0, "global": 0.8}
 

@@ -26,7 +26,7 @@ from tests.daemon import dagster_home, open_instance
 from tests.helpers import SAMPLE_RAW_DIR
 from tests.raw_files import current_shas, edit_shard, write_input_manifest
 
-SHARDS = ["synth_00", "synth_01", "synth_02", "synth_03", "synth_04", "synth_05"]
+SHARDS = ["synth_001", "synth_002", "synth_003", "synth_004", "synth_005", "synth_006"]
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_a_changed_input_manifest_rebuilds_exactly_its_changed_shard(setup):
     instance, layout, raw = setup
     before = current_shas(raw)
     write_input_manifest(raw, before)
-    edit_shard(raw / "synth_02.parquet")
+    edit_shard(raw / "synth_003.parquet")
     after = current_shas(raw)
 
     # the file changed, the manifest still lists the old bytes: the tick fails naming the file, requests nothing
@@ -86,23 +86,25 @@ def test_a_changed_input_manifest_rebuilds_exactly_its_changed_shard(setup):
         tick(instance, layout)
     error = failed.value.user_exception
     assert isinstance(error, InputManifestError) and "disagrees with the raw files, nothing requested" in str(error)
-    assert f"synth_02.parquet: listed sha256 {before['synth_02']}, the file's is {after['synth_02']}" in str(error)
+    assert f"synth_003.parquet: listed sha256 {before['synth_003']}, the file's is {after['synth_003']}" in str(error)
 
     write_input_manifest(raw, after)
     data = tick(instance, layout)
-    key = shard_run_key("synth_02", after["synth_02"], built_id(instance, "synth_02"))  # the sensor's key
-    assert key.startswith(f"synth_02:{after['synth_02']}:after-") and requested(data) == [("synth_02", key)]
+    key = shard_run_key("synth_003", after["synth_003"], built_id(instance, "synth_003"))  # the sensor's key
+    assert key.startswith(f"synth_003:{after['synth_003']}:after-") and requested(data) == [("synth_003", key)]
     assert data.run_requests[0].asset_selection is None  # the whole synth_shard_job, under the plan in force
 
     # while a run of it is in flight (from this schedule or the sensor: same run key), it is not asked for again
     instance.create_run_for_job(
         defs().resolve_job_def("synth_shard_job"),
         status=dg.DagsterRunStatus.STARTED,
-        tags={"dagster/run_key": key, "dagster/partition": "synth_02"},
+        tags={"dagster/run_key": key, "dagster/partition": "synth_003"},
     )
     data = tick(instance, layout)
     assert (
-        data.run_requests == [] and "already queued or running" in data.skip_message and "synth_02" in data.skip_message
+        data.run_requests == []
+        and "already queued or running" in data.skip_message
+        and "synth_003" in data.skip_message
     )
 
 
@@ -112,26 +114,26 @@ def test_a_shard_whose_newest_run_failed_is_requested_again_until_one_succeeds(s
     job = defs().resolve_job_def("synth_shard_job")
 
     def finished(status: dg.DagsterRunStatus, job=job, **tags: str) -> None:
-        instance.create_run_for_job(job, status=status, tags={"dagster/partition": "synth_03", **tags})
+        instance.create_run_for_job(job, status=status, tags={"dagster/partition": "synth_004", **tags})
 
     finished(dg.DagsterRunStatus.FAILURE)  # its bytes are those its outputs were built from
-    key = shard_run_key("synth_03", sha["synth_03"], built_id(instance, "synth_03"))
-    assert requested(tick(instance, layout)) == [("synth_03", key)]
+    key = shard_run_key("synth_004", sha["synth_004"], built_id(instance, "synth_004"))
+    assert requested(tick(instance, layout)) == [("synth_004", key)]
     # newer runs that a shard rebuild would not redo, or that Dagster retries itself, change nothing
     finished(dg.DagsterRunStatus.SUCCESS, job=defs().resolve_job_def("synth_pool_job"))
-    assert requested(tick(instance, layout)) == [("synth_03", key)]
+    assert requested(tick(instance, layout)) == [("synth_004", key)]
     finished(dg.DagsterRunStatus.SUCCESS)
     finished(dg.DagsterRunStatus.FAILURE, job=defs().resolve_job_def("synth_pool_job"))
     finished(dg.DagsterRunStatus.FAILURE, **{"dagster/will_retry": "true"})
     data = tick(instance, layout)
     assert data.run_requests == [] and data.skip_message.endswith("and no shard's newest run failed")
     finished(dg.DagsterRunStatus.FAILURE, job=defs().resolve_job_def("synth_build_job"))  # a build's, failed
-    assert requested(tick(instance, layout)) == [("synth_03", key)]
+    assert requested(tick(instance, layout)) == [("synth_004", key)]
 
 
 def test_a_new_shard_is_registered_and_requested(setup):
     instance, layout, raw = setup
-    shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")
+    shutil.copy(raw / "synth_004.parquet", raw / "synth_07.parquet")
     data = tick(instance, layout)
     assert requested(data) == [("synth_07", f"synth_07:{sha256_file(raw / 'synth_07.parquet')}:after-none")]
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [*SHARDS, "synth_07"]
@@ -155,28 +157,30 @@ def shard(name: str, sha: str) -> RawShard:
 
 def test_input_manifest_disagreements_name_each_file():
     a, b, c = "a" * 64, "b" * 64, "c" * 64
-    listed = {"synth_00.parquet": a, "synth_01.parquet": b, "synth_05.parquet": c}
-    problems = input_manifest_disagreements(listed, [shard("synth_00", a), shard("synth_01", c), shard("synth_02", a)])
+    listed = {"synth_001.parquet": a, "synth_002.parquet": b, "synth_006.parquet": c}
+    problems = input_manifest_disagreements(
+        listed, [shard("synth_001", a), shard("synth_002", c), shard("synth_003", a)]
+    )
     assert problems == [
-        f"synth_01.parquet: listed sha256 {b}, the file's is {c}",
-        "synth_02.parquet: in the raw directory but not listed",
-        f"synth_05.parquet: listed (sha256 {c}) but not in the raw directory",
+        f"synth_002.parquet: listed sha256 {b}, the file's is {c}",
+        "synth_003.parquet: in the raw directory but not listed",
+        f"synth_006.parquet: listed (sha256 {c}) but not in the raw directory",
     ]
-    assert input_manifest_disagreements({"synth_00.parquet": a}, [shard("synth_00", a)]) == []
+    assert input_manifest_disagreements({"synth_001.parquet": a}, [shard("synth_001", a)]) == []
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("{not json", "not a JSON input manifest"),
-        ('["synth_00.parquet"]', 'expected {"shards"'),
+        ('["synth_001.parquet"]', 'expected {"shards"'),
         (
-            '{"shards": [{"file": "sub/synth_00.parquet", "sha256": "' + "a" * 64 + '"}]}',
+            '{"shards": [{"file": "sub/synth_001.parquet", "sha256": "' + "a" * 64 + '"}]}',
             r"shards\[0\]: 'file' must name",
         ),
         (
-            '{"shards": [{"file": "synth_00.parquet", "sha256": "ABC"}]}',
-            r"shards\[0\] \(synth_00.parquet\): 'sha256' must be",
+            '{"shards": [{"file": "synth_001.parquet", "sha256": "ABC"}]}',
+            r"shards\[0\] \(synth_001.parquet\): 'sha256' must be",
         ),
         (
             '{"shards": [{"file": "x.parquet", "sha256": "'

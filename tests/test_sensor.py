@@ -57,25 +57,25 @@ def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
     assert requested(tick(instance, layout, None)) == []  # a lost cursor does not rebuild up-to-date shards
 
     untouched = {k: outputs_state(paths, f"synth_0{k}", k) for k in (0, 1, 3)}
-    table = pq.read_table(raw / "synth_02.parquet")
+    table = pq.read_table(raw / "synth_003.parquet")
     answers = table.column("synthetic_answer").to_pylist()
     answers[0] = answers[0] + "\n\nEdited upstream."
     pq.write_table(
         table.set_column(table.schema.get_field_index("synthetic_answer"), "synthetic_answer", [answers]),
-        raw / "synth_02.parquet",
+        raw / "synth_003.parquet",
     )
 
     changed = tick(instance, layout, first.cursor)
-    assert requested(changed) == [("synth_shard_job", "synth_02")]
+    assert requested(changed) == [("synth_shard_job", "synth_003")]
     observed = {(e.partition, e.tags["dagster/data_version"]) for e in changed.asset_events}
-    assert observed == {("synth_02", json.loads(changed.cursor)["shards"]["synth_02"])}
+    assert observed == {("synth_003", json.loads(changed.cursor)["shards"]["synth_003"])}
     assert requested(tick(instance, layout, changed.cursor)) == []  # asked once per content
 
-    before = outputs_state(paths, "synth_02", 2)
+    before = outputs_state(paths, "synth_003", 2)
     plan = paths.sampling_plan().read_bytes()
-    run(instance, layout, SHARD_STEPS, "synth_02")  # rebuilt under the plan in force, which is not recomputed
+    run(instance, layout, SHARD_STEPS, "synth_003")  # rebuilt under the plan in force, which is not recomputed
     run(instance, layout, MANIFEST_STEPS)
-    assert outputs_state(paths, "synth_02", 2) != before
+    assert outputs_state(paths, "synth_003", 2) != before
     assert {k: outputs_state(paths, f"synth_0{k}", k) for k in (0, 1, 3)} == untouched
     assert paths.sampling_plan().read_bytes() == plan
     # the manifests rewritten by a run (synth_manifests_automation's, here by hand) are not asked for a second time
@@ -88,12 +88,12 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
     build_everything(instance, layout)
     settled = tick(instance, layout, first.cursor)
 
-    shutil.copy(raw / "synth_03.parquet", raw / "synth_07.parquet")
-    synth_01 = (raw / "synth_01.parquet").read_bytes()
-    (raw / "synth_01.parquet").unlink()
+    shutil.copy(raw / "synth_004.parquet", raw / "synth_07.parquet")
+    synth_002 = (raw / "synth_002.parquet").read_bytes()
+    (raw / "synth_002.parquet").unlink()
     result = tick(instance, layout, settled.cursor)
     registered = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
-    assert registered == ["synth_00", "synth_02", "synth_03", "synth_04", "synth_05", "synth_07"]
+    assert registered == ["synth_001", "synth_003", "synth_004", "synth_005", "synth_006", "synth_07"]
     assert requested(result) == [("synth_shard_job", "synth_07")]
 
     manifest = paths.harmony_manifest()
@@ -103,26 +103,26 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
 
     # a shard removed, put back and removed again: the second removal's manifests run gets a key of its own
     # (the manifests were rewritten in between), so the daemon launches it and they stop listing the shard
-    (raw / "synth_07.parquet").unlink()  # never built: its ids are synth_03's
+    (raw / "synth_07.parquet").unlink()  # never built: its ids are synth_004's
 
     def put_back(cursor: str) -> str:
-        (raw / "synth_01.parquet").write_bytes(synth_01)
+        (raw / "synth_002.parquet").write_bytes(synth_002)
         back = tick(instance, layout, cursor)
-        assert requested(back) == [("synth_shard_job", "synth_01")]
-        run(instance, layout, SHARD_STEPS, "synth_01")
+        assert requested(back) == [("synth_shard_job", "synth_002")]
+        run(instance, layout, SHARD_STEPS, "synth_002")
         run(instance, layout, MANIFEST_STEPS)
         return back.cursor
 
     cursor, keys = put_back(edited.cursor), set()
     for _ in range(2):
-        (raw / "synth_01.parquet").unlink()
+        (raw / "synth_002.parquet").unlink()
         removal = tick(instance, layout, cursor)
         [request] = removal.run_requests
         assert request.job_name == "synth_manifests_job" and request.run_key.startswith("removed:")
         keys.add(request.run_key)
         materialize_steps(instance, layout, MANIFEST_STEPS, tags={"dagster/run_key": request.run_key})
         listed = [shard["partition"] for shard in json.loads(paths.megatron_manifest().read_text())["shards"]]
-        assert "synth_01" not in listed and "synth_00" in listed
+        assert "synth_002" not in listed and "synth_001" in listed
         cursor = put_back(removal.cursor)
     assert len(keys) == 2
 
@@ -132,7 +132,7 @@ def test_bytes_built_before_are_rebuilt_when_they_come_back(workspace):
     the daemon launches it (Dagster never launches a sensor's run key twice: keyed by content alone, the second B
     was skipped and the shard stayed built from A). A tick with nothing new asks for nothing."""
     instance, layout, raw, paths = workspace
-    shard, path = "synth_02", raw / "synth_02.parquet"
+    shard, path = "synth_003", raw / "synth_003.parquet"
     original = path.read_bytes()
     edited = pq.read_table(path)
     answers = edited.column("synthetic_answer").to_pylist()

@@ -31,7 +31,7 @@ def half_corrupt_shard(tmp_path) -> Path:
     """A raw shard whose first row group is sound and whose second row group's pages are all zeros:
     any read that reaches row GOOD_ROWS fails."""
     rows = [row(f"id{i:03d}", synthetic_answer=f"answer {i} " * 20) for i in range(2 * GOOD_ROWS)]
-    raw = write_raw(tmp_path / "synth_00.parquet", rows, row_group_size=GOOD_ROWS, compression="zstd")
+    raw = write_raw(tmp_path / "synth_001.parquet", rows, row_group_size=GOOD_ROWS, compression="zstd")
     metadata = pq.ParquetFile(raw).metadata
     payload = bytearray(raw.read_bytes())
     for column in range(metadata.num_columns):
@@ -58,7 +58,7 @@ def test_a_capped_first_step_reads_only_the_prefix(tmp_path, half_corrupt_shard)
 
 
 def test_an_uncapped_read_of_a_short_shard_counts_no_smoke_cap(tmp_path):
-    raw = write_raw(tmp_path / "synth_00.parquet", [row(f"id{i}") for i in range(10)])
+    raw = write_raw(tmp_path / "synth_001.parquet", [row(f"id{i}") for i in range(10)])
     report = harmonize_shard(raw, tmp_path / "out.parquet", SYSTEM, SHARD, max_rows=64)
     assert report.rows_in == report.rows_out == 10 and not report.dropped
 
@@ -119,7 +119,7 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
     for key in keys:
         reports = {stage: json.loads(smoke.stage_report(stage, key).read_text()) for stage in STAGE_NAMES}
         harmony = reports["synth_harmony"]
-        read = min(raw_rows[key], 256)  # the bucket shard synth_04 has only 56 rows: all read, none capped
+        read = min(raw_rows[key], 256)  # the bucket shard synth_005 has only 56 rows: all read, none capped
         assert harmony["rows_in"] == raw_rows[key] and harmony["dropped"].get("smoke_cap", 0) == raw_rows[key] - read
         assert harmony["rows_out"] + sum(v for k, v in harmony["dropped"].items() if k != "smoke_cap") == read
         # every later step processes only the rows the first step read
@@ -148,13 +148,13 @@ def test_both_dataset_writers_apply_the_same_token_cap(built_sample, encoding, t
     included), kept in order until the next would pass the cap, so both keep the same first conversations."""
     _, layout, _ = built_sample
     paths = layout.data_layout()
-    tokenized = paths.stage_output("synth_tokenized", "synth_01")
-    sampled = paths.stage_output("synth_sampled", "synth_01")
+    tokenized = paths.stage_output("synth_tokenized", "synth_002")
+    sampled = paths.stage_output("synth_sampled", "synth_002")
     lengths = [len(tokens) for tokens in pq.read_table(tokenized, columns=["tokens"])["tokens"].to_pylist()]
     cap = sum(lengths[:5]) + lengths[5] - 1  # the sixth conversation is one token too many
     caps = BuildCaps(max_tokens=cap)
-    kd, _ = write_megatron_shard(tokenized, tmp_path / "kd", 1, "synth_01", caps)
-    distill = write_distill_shard(tokenized, sampled, tmp_path / "distill", 1, "synth_01", encoding, caps=caps)
+    kd, _ = write_megatron_shard(tokenized, tmp_path / "kd", 1, "synth_002", caps)
+    distill = write_distill_shard(tokenized, sampled, tmp_path / "distill", 1, "synth_002", encoding, caps=caps)
     for report in (kd, distill.report):
         assert report.rows_out == 5 and report.dropped == {drops.DROP_SMOKE_CAP: len(lengths) - 5}
     kd_ids = pq.read_table(documents_path(tmp_path / "kd", 1))["synth_id"].to_pylist()
@@ -164,7 +164,7 @@ def test_both_dataset_writers_apply_the_same_token_cap(built_sample, encoding, t
 
 
 def admitted(caps: BuildCaps, lengths: list[int]) -> tuple[list[int], ShardReport]:
-    report, budget, kept = ShardReport("synth_00"), SmokeBudget(caps), []
+    report, budget, kept = ShardReport("synth_001"), SmokeBudget(caps), []
     for tokens in lengths:
         if budget.admits(tokens, report):
             budget.spend(tokens)

@@ -26,7 +26,7 @@ def test_after_a_smoke_build_alone_every_run_the_daemon_launches_succeeds(tmp_pa
     materialized"). Nothing the daemon launches fails."""
     ws = Workspace(tmp_path)
     ws.raw.mkdir()
-    shards = ["synth_00", "synth_01"]  # two of the sample's: two scan runs for the daemon to launch
+    shards = ["synth_001", "synth_002"]  # two of the sample's: two scan runs for the daemon to launch
     for shard in shards:
         shutil.copyfile(SAMPLE_RAW_DIR / f"{shard}.parquet", ws.raw / f"{shard}.parquet")
     automation = {"dagster/sensor_name": "synth_manifests_automation"}

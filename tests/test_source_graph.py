@@ -88,7 +88,7 @@ def test_two_files_of_a_source_on_one_shard_number_are_refused(tmp_path, monkeyp
 def test_a_shard_in_another_schema_fails_its_step_naming_file_and_column(tmp_path):
     source_dir = tmp_path / "sources" / "ultrachat_200k"
     source_dir.mkdir(parents=True)
-    pq.write_table(pq.read_table(SAMPLE_RAW_DIR / "synth_00.parquet").slice(0, 5), source_dir / "train_sft.parquet")
+    pq.write_table(pq.read_table(SAMPLE_RAW_DIR / "synth_001.parquet").slice(0, 5), source_dir / "train_sft.parquet")
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path), sources_dir=str(tmp_path / "sources"))
     with dg.DagsterInstance.ephemeral() as instance:
         run(instance, layout, ["synth_raw_inventory"])

@@ -124,9 +124,9 @@ def test_the_real_steps_write_the_same_bytes_whatever_the_read_batch_size(tmp_pa
     for batch_rows in (OUTPUT_WINDOW_ROWS, READ_BATCH_ROWS, 256):
         monkeypatch.setattr(parquet_io, "READ_BATCH_ROWS", batch_rows)
         out = tmp_path / str(batch_rows)
-        harmonize_shard(raw, out / "harmony.parquet", system_message_dict(), "synth_00")
+        harmonize_shard(raw, out / "harmony.parquet", system_message_dict(), "synth_001")
         rule = first_reason(lambda f: pl.Series([None if i % 5 else "x" for i in f["source_row"]], dtype=pl.String))
-        select_rows_shard(out / "harmony.parquet", out / "selected.parquet", "synth_00", rule)
+        select_rows_shard(out / "harmony.parquet", out / "selected.parquet", "synth_001", rule)
         for name in ("harmony.parquet", "selected.parquet"):
             digests.setdefault(name, set()).add(hashlib.sha256((out / name).read_bytes()).hexdigest())
     assert {name: len(found) for name, found in digests.items()} == {"harmony.parquet": 1, "selected.parquet": 1}

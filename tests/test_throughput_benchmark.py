@@ -8,7 +8,7 @@ import sys
 import pyarrow.parquet as pq
 
 from synthkd_contract.near_dup import JACCARD_THRESHOLD
-from synthkd_dev.make_sample_data import prompt_shingles
+from synthkd_dev.make_sample_data import signature_shingles
 from tests.helpers import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import throughput  # noqa: E402
 
 
-def test_the_scaled_shard_is_distinct_prompts_with_the_same_answers(tmp_path):
+def test_the_scaled_shard_is_distinct_examples_with_the_same_seed_texts(tmp_path):
     throughput.make_shard(tmp_path / "one.parquet", 30)
     throughput.make_shard(tmp_path / "scaled.parquet", 30, scale=4)
     one, rows = (
@@ -27,6 +27,6 @@ def test_the_scaled_shard_is_distinct_prompts_with_the_same_answers(tmp_path):
     assert rows[: len(one)] == one  # copy 0: the 1x rows themselves
     for copy in range(1, 4):
         for original, row in zip(one, rows[copy * len(one) : (copy + 1) * len(one)]):
-            assert row["synthetic_answer"] == original["synthetic_answer"]
-            x, y = (prompt_shingles(r["query"], r["query_seed_text"]) for r in (original, row))
+            assert row["query_seed_text"] == original["query_seed_text"]
+            x, y = (signature_shingles(r["query"], r["synthetic_answer"]) for r in (original, row))
             assert len(x & y) / len(x | y) < JACCARD_THRESHOLD - 0.2

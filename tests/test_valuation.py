@@ -36,7 +36,7 @@ from synthkd_contract.valuation import LEXICAL_MARKERS, MARKER_COLUMNS, MODEL_FE
 from synthkd_training.models import GPTSpec, build_gpt, megatron_world, save_checkpoint
 from tests.helpers import SAMPLE_RAW_DIR, materialize_steps
 
-SHARD, SHARD_INDEX = "synth_04", 4  # the smallest pool part of the sample
+SHARD, SHARD_INDEX = "synth_005", 4  # the smallest pool part of the sample
 
 
 def user_prompt(messages: str) -> str:
@@ -132,7 +132,7 @@ def test_shard_tokens_gives_each_asked_synth_ids_tokens_in_the_order_asked(tmp_p
     table = pa.table(
         {"synth_id": [f"s{i}" for i in range(rows)], "tokens": pa.array(tokens, TOKENIZED_SCHEMA.field("tokens").type)}
     )
-    path = tmp_path_factory.mktemp("tokens") / "synth_00.parquet"
+    path = tmp_path_factory.mktemp("tokens") / "synth_001.parquet"
     pq.write_table(table, path, row_group_size=data.draw(st.integers(1, 64)))
     lookup = ShardTokens(path)
     for _ in range(data.draw(st.integers(1, 4))):  # frames, as the valuation step asks
