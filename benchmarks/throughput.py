@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/throughput.py            # 20k long SYNTH-like rows (~1.3k tokens each)
     .venv/bin/python benchmarks/throughput.py --quick    # 4k rows, scale 3: a smoke run of the benchmark
+    .venv/bin/python benchmarks/throughput.py --real-file   # only line 9: peak RSS on a SYNTH-sized file (~4 min)
 
 Prints, on one core unless said otherwise:
   1. fast renderer vs openai-harmony reference (tokens/s)                    target >= 3x
@@ -16,6 +17,9 @@ Prints, on one core unless said otherwise:
   6. projected core-hours for the full corpus (79.6M rows) at the end-to-end rate
   7. the sequence pool's passes on top of the end-to-end build
   8. ./scripts/build.sh on the bundled sample, nothing set (all cores)          target <= 60 s
+  9. (--real-file, on its own) peak RSS per pass of one file shaped as SYNTH publishes them: 155,800 rows in ONE
+     row group (`generate_rows(long=False)`, written as the sample is), zstd, then the same rows uncompressed
+     (more bytes on disk than a real ~450 MB file: a reader holding whole column chunks shows it)   target <= 768 MiB
 """
 
 from __future__ import annotations
@@ -38,17 +42,20 @@ if str(REPO_ROOT) not in sys.path:  # run as `python benchmarks/throughput.py`: 
 FULL_CORPUS_ROWS = 79_600_000
 GIB = 1 << 30  # benchmarks/near_dup.py uses it
 MIB = 1 << 20
+RSS_TARGET_MIB = 768  # issue #19: peak RSS per worker
+REAL_FILE_ROWS = 155_800  # a PleIAs/SYNTH file as published: ~155,800 rows in ONE row group of ~450 MB
+REAL_FILE_SEED = 2026
 
 
 def make_shard(path: Path, rows: int, scale: int = 1) -> None:
     """A SYNTH-like shard of `rows` long rows, repeated `scale` times with distinct synth_ids; every copy but the
-    first has its seed text perturbed as scale_run.py's copies are (Jaccard to any other copy well under
+    first has its answer perturbed as scale_run.py's copies are (Jaccard to any other copy well under
     `near_dup_threshold`), so the near-duplicate cap does not drop the copies: every step after it sees `scale`
     times the rows, as a shard that size would give it."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    from scale_run import perturb, perturb_vocabulary
+    from scale_run import PERTURBED_COLUMN, perturb, perturb_vocabulary
 
     from synthkd_dev.make_sample_data import generate_rows, rows_to_table
 
@@ -59,12 +66,43 @@ def make_shard(path: Path, rows: int, scale: int = 1) -> None:
         ids = pc.binary_join_element_wise(base.column("synth_id"), pa.scalar(f"_{i}"), "")
         copy = base.set_column(base.schema.get_field_index("synth_id"), "synth_id", ids.cast(pa.string()))
         if i:
-            texts = [perturb(t, row, i, vocabulary) for row, t in enumerate(base["query_seed_text"].to_pylist())]
-            column = base.schema.get_field_index("query_seed_text")
-            copy = copy.set_column(column, "query_seed_text", pa.array(texts, base.schema.field(column).type))
+            texts = [perturb(t, row, i, vocabulary) for row, t in enumerate(base[PERTURBED_COLUMN].to_pylist())]
+            column = base.schema.get_field_index(PERTURBED_COLUMN)
+            copy = copy.set_column(column, PERTURBED_COLUMN, pa.array(texts, base.schema.field(column).type))
         copies.append(copy)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.concat_tables(copies), path, compression="zstd", row_group_size=1024)
+
+
+def make_real_file(raw_dir: Path, rows: int = REAL_FILE_ROWS, uncompressed_from: Path | None = None) -> dict:
+    """One raw file shaped as SYNTH publishes them (`synth_001.parquet`: `rows` rows of the sample's generator at
+    its real lengths, `long=False`, in ONE row group, zstd, written by `write_shards` as the sample is); with
+    `uncompressed_from`, that file's rows again in one row group, uncompressed. Returns what decides a reader's
+    memory: bytes on disk, row groups, and the row group's column bytes compressed and uncompressed."""
+    import pyarrow.parquet as pq
+
+    from synthkd_dev.make_sample_data import shard_filename, write_shards
+
+    if uncompressed_from is None:
+        [path] = write_shards(raw_dir, 1, rows, REAL_FILE_SEED)
+    else:
+        raw_dir.mkdir(parents=True, exist_ok=True)
+        path = raw_dir / shard_filename(0)
+        table = pq.read_table(uncompressed_from)
+        pq.write_table(table, path, row_group_size=table.num_rows, compression="none")
+        del table
+    metadata = pq.ParquetFile(path).metadata
+    groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]
+    chunks = [group.column(c) for group in groups for c in range(metadata.num_columns)]
+    largest = max(chunks, key=lambda chunk: chunk.total_compressed_size)
+    return {
+        "rows": metadata.num_rows,
+        "row_groups": metadata.num_row_groups,
+        "file_bytes": path.stat().st_size,
+        "column_bytes_compressed": sum(chunk.total_compressed_size for chunk in chunks),
+        "column_bytes_uncompressed": sum(chunk.total_uncompressed_size for chunk in chunks),
+        "largest_column_chunk": [largest.path_in_schema, largest.total_compressed_size],
+    }
 
 
 def render_ratios(shard: Path, work: Path, reference_rows: int) -> dict:
@@ -131,40 +169,68 @@ def render_ratios(shard: Path, work: Path, reference_rows: int) -> dict:
     }
 
 
-def run_partition(raw_dir: str, data_dir: str) -> None:
-    """Child process: build synth_kd_v1 from one raw shard with Dagster (inventory, scan, plan, build,
-    manifest and every check), print timing JSON.
+def run_partition(raw_dir: str, data_dir: str, scope: str = "kd") -> None:
+    """Child process: build one raw shard with Dagster and print timing JSON. `scope` "kd": synth_kd_v1
+    (inventory, scan, plan, build, manifest and every check), then the sequence pool's passes on top, timed on
+    their own (lines 3 and 7); "all": every pass of every output, as build.sh runs them (line 9); "scan": the
+    inventory and the scan pass only (the passes that read the raw file).
 
     The imports (dagster, the definitions) are a fixed cost of every worker process, not of the partition: they
     are timed and reported on their own, before the partition clock starts. (The build imports neither torch
-    nor megatron-core.)"""
+    nor megatron-core.) Peak RSS is this process's VmHWM per pass (reset between passes, as
+    benchmarks/near_dup.py's phases are) and over the whole child."""
     start = time.perf_counter()
     import synthkd_assets.definitions  # noqa: F401
 
     startup = time.perf_counter() - start
     import dagster as dg
+    from near_dup import Peaks, _status_bytes
 
-    from synthkd_assets.defs.build import build_all, materialize_steps
-    from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, POOL_STEPS, QUOTA_STEPS
+    from synthkd_assets.defs.build import BuildProgress, build_all, materialize_steps
+    from synthkd_assets.defs.partitions import SYNTH_SHARDS
+    from synthkd_assets.defs.passes import OUTPUTS, POOL_MANIFEST_STEPS, POOL_STEPS, QUOTA_STEPS, build_passes
     from synthkd_assets.defs.resources import SynthKDLayout
+
+    imports_peak = _status_bytes("VmHWM:")
+    peaks = Peaks()
+
+    class PassPeaks(BuildProgress):
+        def pass_done(self, build_pass, seconds: float) -> None:
+            peaks.mark(build_pass.name)
 
     layout = SynthKDLayout(raw_dir=raw_dir, data_dir=data_dir)
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    pool_seconds = 0.0
     with dg.DagsterInstance.ephemeral() as instance:
         start = time.perf_counter()
-        [key] = build_all(instance, layout, outputs=["synth_kd_v1"], run_config=quiet)
+        if scope == "scan":  # the passes that read the raw file, as build_all runs them
+            inventory, scan = build_passes()[:2]
+            materialize_steps(instance, layout, inventory.steps, run_config=quiet)
+            peaks.mark(inventory.name)
+            [key] = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
+            materialize_steps(instance, layout, scan.steps, key, run_config=quiet)
+            peaks.mark(scan.name)
+        else:
+            outputs = list(OUTPUTS) if scope == "all" else ["synth_kd_v1"]
+            [key] = build_all(instance, layout, outputs=outputs, progress=PassPeaks(), run_config=quiet)
         seconds = time.perf_counter() - start
         steps = step_seconds(instance)
-        # the sequence pool on top (002): quota plan, the pool of the shard, curriculum and sampling manifest
-        start = time.perf_counter()
-        materialize_steps(instance, layout, QUOTA_STEPS, run_config=quiet)
-        materialize_steps(instance, layout, POOL_STEPS, key, run_config=quiet)
-        materialize_steps(instance, layout, POOL_MANIFEST_STEPS, run_config=quiet)
-        pool_seconds = time.perf_counter() - start
-    report = json.loads(layout.data_layout().stage_report("synth_tokenized", key).read_text())
+        if scope == "kd":
+            # the sequence pool on top (002): quota plan, the pool of the shard, curriculum and sampling manifest
+            start = time.perf_counter()
+            materialize_steps(instance, layout, QUOTA_STEPS, run_config=quiet)
+            peaks.mark("quota")
+            materialize_steps(instance, layout, POOL_STEPS, key, run_config=quiet)
+            peaks.mark("pool")
+            materialize_steps(instance, layout, POOL_MANIFEST_STEPS, run_config=quiet)
+            peaks.mark("pool_manifest")
+            pool_seconds = time.perf_counter() - start
+    data = layout.data_layout()
+    stage = "synth_harmony" if scope == "scan" else "synth_tokenized"
+    report = json.loads(data.stage_report(stage, key).read_text())
     # VmHWM: this process's own peak. ru_maxrss would not do: it survives exec, so a child forked from
     # the (large) benchmark process would report the parent's size.
-    peak_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    pass_peaks = {name: peaks.start + phase["peak_bytes"] for name, phase in peaks.phases.items()}
     print(
         json.dumps(
             {
@@ -172,9 +238,12 @@ def run_partition(raw_dir: str, data_dir: str) -> None:
                 "step_s": steps,
                 "pool_s": pool_seconds,
                 "startup_s": startup,
-                "tokens": sum(report["span_tokens"].values()),
+                "tokens": sum(report.get("span_tokens", {}).values()),
                 "rows": report["rows_in"],
-                "peak_rss_bytes": peak_kib * 1024,
+                "peak_rss_bytes": max(imports_peak, peaks.peak),
+                "startup_rss_bytes": imports_peak,
+                "pass_peak_rss_bytes": pass_peaks,
+                "pass_seconds": {name: phase["seconds"] for name, phase in peaks.phases.items()},
             }
         )
     )
@@ -197,10 +266,10 @@ def where_the_time_goes(seconds: float, steps: dict[str, float], shown: int = 6)
     return f"{listed}, {max(len(steps) - shown, 0)} other steps {others:.2f}, Dagster between steps {between:.2f} s"
 
 
-def child_partition(raw_dir: Path, data_dir: Path) -> tuple[subprocess.Popen, Path]:
+def child_partition(raw_dir: Path, data_dir: Path, scope: str = "kd") -> tuple[subprocess.Popen, Path]:
     out = data_dir.with_suffix(".json")
     process = subprocess.Popen(
-        [sys.executable, __file__, "--child", str(raw_dir), str(data_dir)],
+        [sys.executable, __file__, "--child", str(raw_dir), str(data_dir), scope],
         stdout=open(out, "w"),
         stderr=open(out.with_suffix(".log"), "w"),
     )
@@ -285,6 +354,61 @@ def sample_build(work: Path, repeats: int) -> dict:
     return {"sample_build_s": walls, "sample_build_cores_busy": cores}
 
 
+def real_file(work: Path, rows: int, repeats: int) -> dict:
+    """Line 9: the real-shaped file (zstd) through every pass of every output, as a build.sh worker and driver run
+    them, `repeats` times; then the same rows uncompressed through the passes that read the raw file (inventory,
+    scan): every later pass reads only the pipeline's own files, the same bytes either way."""
+    zstd_raw, plain_raw = work / "real_zstd" / "raw", work / "real_uncompressed" / "raw"
+    start = time.perf_counter()
+    files = {"zstd": make_real_file(zstd_raw, rows)}
+    generate_seconds = time.perf_counter() - start
+    files["uncompressed"] = make_real_file(plain_raw, uncompressed_from=zstd_raw / "synth_001.parquet")
+    runs: dict[str, list[dict]] = {"zstd": [], "uncompressed": []}
+    for repeat in range(repeats):
+        for name, raw, scope in (("zstd", zstd_raw, "all"), ("uncompressed", plain_raw, "scan")):
+            data = raw.parent / f"data_{repeat}"
+            runs[name].append(wait_child(*child_partition(raw, data, scope)))
+            shutil.rmtree(data, ignore_errors=True)
+    return {"generate_s": generate_seconds, "files": files, "runs": runs}
+
+
+# where each pass runs under build.sh: a shard pass in a worker process, the rest in the build's driver
+WORKER_PASSES = ("scan", "build", "pool")
+
+
+def real_file_lines(figures: dict) -> list[str]:
+    """Line 9's report: each file, then per pass the peak RSS (min / median over the repeats)."""
+
+    def mib(values: list[int]) -> str:
+        values = [v / MIB for v in values]
+        return f"{min(values):.0f}" if len(values) == 1 else f"{min(values):.0f} / {statistics.median(values):.0f}"
+
+    repeats = len(figures["runs"]["zstd"])
+    lines = [f"9. peak RSS on a SYNTH-sized file (MiB; min / median over {repeats} repeat(s))"]
+    for name, facts in figures["files"].items():
+        runs = figures["runs"][name]
+        column, largest = facts["largest_column_chunk"]
+        lines.append(
+            f"   {name}: {facts['rows']:,} rows, {facts['row_groups']} row group(s), {facts['file_bytes'] / MIB:.1f} "
+            f"MiB on disk, column bytes {facts['column_bytes_compressed'] / MIB:.1f} MiB compressed / "
+            f"{facts['column_bytes_uncompressed'] / MIB:.1f} MiB uncompressed (largest chunk {column} "
+            f"{largest / MIB:.1f} MiB)"
+        )
+        passes = runs[0]["pass_peak_rss_bytes"]
+        per_pass = ", ".join(f"{p} {mib([r['pass_peak_rss_bytes'][p] for r in runs])}" for p in passes)
+        worker = [max(r["pass_peak_rss_bytes"][p] for p in WORKER_PASSES if p in passes) for r in runs]
+        wall = statistics.median(r["seconds"] for r in runs)
+        lines.append(
+            f"     per pass: {per_pass}; after imports {mib([r['startup_rss_bytes'] for r in runs])}; {wall:.0f} s"
+        )
+        lines.append(
+            f"     worker (the shard passes: {', '.join(p for p in WORKER_PASSES if p in passes)}): {mib(worker)} "
+            f"MiB, whole process {mib([r['peak_rss_bytes'] for r in runs])} MiB (target <= {RSS_TARGET_MIB} MiB: "
+            f"{verdict(max(worker) / MIB, RSS_TARGET_MIB, False)})"
+        )
+    return lines
+
+
 def spread(values: list[float]) -> str:
     """min / median / max of repeated measurements."""
     return f"min {min(values):.1f} / median {statistics.median(values):.1f} / max {max(values):.1f}"
@@ -302,14 +426,38 @@ def main() -> int:
         "--scale", type=int, default=10, help="the large shard is this many times the rows (default 10)"
     )
     parser.add_argument("--reference-rows", type=int, default=4000, help="rows rendered by the slow reference")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats of the 2-workers comparison and sample build")
+    parser.add_argument(
+        "--repeats", type=int, help="repeats of the 2-workers comparison and sample build (3), of line 9 (1)"
+    )
     parser.add_argument("--quick", action="store_true", help="4000 rows, scale 3, 1000 reference rows, 1 repeat")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--real-file",
+        nargs="?",
+        type=int,
+        const=REAL_FILE_ROWS,
+        metavar="ROWS",
+        help=f"only line 9: peak RSS per pass on one file of ROWS rows (default {REAL_FILE_ROWS:,}) in one row "
+        "group, `--repeats` times (here default 1)",
+    )
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         run_partition(*args.child)
         return 0
+    if args.real_file:
+        work = Path(tempfile.mkdtemp(prefix="synthkd-bench-real-"))
+        try:
+            figures = real_file(work, args.real_file, args.repeats or 1)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        figures["machine"] = f"{os.cpu_count()} cores, {os.uname().machine}"
+        print(f"{figures['machine']}; generated {args.real_file:,} rows in {figures['generate_s']:.0f} s")
+        print("\n".join(real_file_lines(figures)))
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        return 0
+    args.repeats = args.repeats or 3
     if args.quick:
         args.rows, args.scale, args.reference_rows, args.repeats = 4000, 3, 1000, 1
 
@@ -383,6 +531,8 @@ def main() -> int:
         f"{large['peak_rss_bytes'] / MIB:.0f} MiB at {args.scale}x, growth {100 * rss_growth:+.1f}%"
         f"  (target <= 768 MiB at both: {verdict(peak_mib, 768, False)}, growth <= 10%: "
         f"{verdict(rss_growth, 0.10, False)})",
+        f"   peak per pass at {args.scale}x (MiB): "
+        + ", ".join(f"{p} {b / MIB:.0f}" for p, b in large["pass_peak_rss_bytes"].items()),
         f"6. projection: {core_hours:.1f} core-hours for {FULL_CORPUS_ROWS:,} rows at this shard's end-to-end rate"
         f" (~{core_hours / os.cpu_count():.1f} h on this {os.cpu_count()}-core machine)",
         f"7. sequence pool on top:      {one['pool_s']:.1f} s for the partition (quota plan, pool part and cell "

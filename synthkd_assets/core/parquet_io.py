@@ -19,6 +19,10 @@ from synthkd_assets.core.atomic import PartialFile, publish_partials
 # memory through the read at 512; 2048 held ~120 MiB); outputs do not depend on it (WRITE_ROW_GROUP_ROWS does that)
 READ_BATCH_ROWS = 512
 WRITE_ROW_GROUP_ROWS = 2048
+# bytes of a column chunk a read holds at once: pages are streamed through a buffer this size. Unbuffered, pyarrow
+# reads every column's whole chunk of a row group before the first batch: a SYNTH file is ONE row group of ~450 MB,
+# all of which a worker would hold (+570 MiB on a 618 MiB one: benchmarks/README.md, "A file as SYNTH publishes them")
+READ_BUFFER_BYTES = 1 << 20
 
 
 class InputFileError(ValueError):
@@ -51,10 +55,12 @@ def read_arrow_schema(path: Path, source=None) -> pa.Schema:
         raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
 
 
-def streaming_parquet_file(source, buffer_size: int = 0) -> pq.ParquetFile:
-    """A Parquet file to stream batches from in bounded memory. pyarrow pre-buffers by default, and the cache
-    of a batch iterator over a whole file grows with the row groups it went through (+75 MiB over a 77k-row
-    synth_sampled shard); without it memory stays at about one row group."""
+def streaming_parquet_file(source, buffer_size: int = READ_BUFFER_BYTES) -> pq.ParquetFile:
+    """A Parquet file to stream batches from in bounded memory, whatever its row groups' size. pyarrow pre-buffers
+    by default, and the cache of a batch iterator over a whole file grows with the row groups it went through
+    (+75 MiB over a 77k-row synth_sampled shard); without it, and with its pages read through a `buffer_size`
+    buffer per column (0 would read each column chunk whole), memory stays at about a page and a batch per
+    column."""
     return pq.ParquetFile(source, buffer_size=buffer_size, pre_buffer=False)
 
 
@@ -120,14 +126,16 @@ def iter_frames(
     STRING type forbids, and which would panic inside polars) refuses the whole file, naming the
     column; only `binary` columns may carry arbitrary bytes, for the caller to judge row by row.
 
-    `max_rows` reads only the first rows, in file order, and stops: batches no larger than needed,
-    pages streamed rather than whole column chunks, and nothing after the prefix read or validated.
+    Pages are streamed, never a whole column chunk: memory does not grow with a row group's size (SYNTH's
+    files are one row group each). `max_rows` reads only the first rows, in file order, and stops: batches no
+    larger than needed, and nothing after the prefix read or validated.
     `source`: an already open file of `path` to read instead of opening `path`.
     """
     try:
-        # a capped read streams pages (1 MiB buffer) instead of loading whole column chunks; no pre-buffering: its
-        # cache keeps what it read of the file until the reader is gone (~2 MiB a row group of long rows)
-        parquet = streaming_parquet_file(path if source is None else source, 0 if max_rows is None else 1 << 20)
+        # pages streamed (READ_BUFFER_BYTES), never whole column chunks: a SYNTH file is one ~450 MB row group, and
+        # a capped read stops after its prefix's pages; no pre-buffering: its cache keeps what it read of the file
+        # until the reader is gone (~2 MiB a row group of long rows)
+        parquet = streaming_parquet_file(path if source is None else source)
     except Exception as error:
         raise InputFileError(f"{path}: not a readable Parquet file ({type(error).__name__}: {error})") from error
     missing = [c for c in columns if c not in parquet.schema_arrow.names]
