@@ -14,6 +14,7 @@ from collections import Counter
 
 import dagster as dg
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
@@ -26,7 +27,7 @@ from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import harmonize_shard, select_rows_shard, tokenize_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
-from synthkd_assets.core.validation import UnknownExerciseError
+from synthkd_assets.core.validation import UnknownExerciseError, exercise_labels
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.buckets import (
@@ -300,3 +301,25 @@ def test_an_unknown_label_stops_the_inventory_naming_it_its_files_and_the_settin
     assert mapped.kd_config() != SynthKDBuildConfig().kd_config()
     with pytest.raises(ValueError, match="exercise 'poetry' -> 'B9', not a skill bucket"):
         SynthKDBuildConfig(exercise_skill_buckets={"poetry": "B9"})
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array(["rag", "code review", None, "rag"], pa.string()),
+        pa.array(["rag", "code review", None, "rag"], pa.large_string()),
+        pa.array(["rag", "code review", None, "rag"]).dictionary_encode(),
+        pa.array([b"rag", b"code review", None, b"rag"], pa.binary()),
+    ],
+)
+def test_the_inventory_reads_labels_of_every_text_type_the_scan_accepts(tmp_path, column):
+    """A file's labels from its `exercise` column alone, as the harmonize step will read them: null is `unknown`; a
+    binary label that is not UTF-8 (its row dropped as invalid_utf8_exercise there) is no label."""
+    rows = [row(f"id{i}") for i in range(4)]
+    table = pa.Table.from_pylist(rows).set_column(2, "exercise", column)
+    pq.write_table(table, tmp_path / "synth_001.parquet")
+    assert exercise_labels(tmp_path / "synth_001.parquet") == {"rag": 2, "code review": 1, "unknown": 1}
+    if pa.types.is_binary(column.type):
+        bad = pa.array([b"rag", b"\xff\xfe", None, b"rag"], pa.binary())
+        pq.write_table(table.set_column(2, "exercise", bad), tmp_path / "synth_002.parquet")
+        assert exercise_labels(tmp_path / "synth_002.parquet") == {"rag": 2, "unknown": 1}

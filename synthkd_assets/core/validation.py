@@ -254,9 +254,12 @@ def exercise_labels(path: Path) -> dict[str, int]:
         InputFileError: the file is not Parquet or has no `exercise` column (check_raw_schema's message).
     """
     check_raw_schema(path)
-    column = pq.read_table(path, columns=["exercise"])["exercise"]
-    labels = pl.from_arrow(pa.table({"exercise": column})).get_column("exercise")
-    counts = labels.cast(pl.String).fill_null(constants.NULL_DEFAULTS["exercise"]).value_counts()
+    column = pl.from_arrow(pa.table({"exercise": pq.read_table(path, columns=["exercise"])["exercise"]}))["exercise"]
+    if column.dtype == pl.Binary:  # decoded as the harmonize step decodes it (conform_raw_frame)
+        decoded, invalid = _decode_utf8(column.to_list())
+        # a label that is not UTF-8 drops its row there (invalid_utf8_exercise): it is no label
+        column = pl.Series("exercise", [v for i, v in enumerate(decoded) if i not in invalid], dtype=pl.String)
+    counts = column.cast(pl.String).fill_null(constants.NULL_DEFAULTS["exercise"]).value_counts()
     return dict(zip(counts["exercise"].to_list(), counts["count"].to_list(), strict=True))
 
 
