@@ -144,8 +144,8 @@ def source_lines(manifest: dict) -> list[str]:
 
 
 def split_lengths_line(split: str, lengths: dict) -> str:
-    """A split's token-length percentiles; a split with no rows (a smoke build's validation, at its 1% share of
-    a few hundred rows) says so instead of listing None five times."""
+    """A split's token-length percentiles; a split with no rows (a small build's validation split can get none of
+    its 1% share) says so instead of listing None five times."""
     if lengths.get("max") is None:
         return f"{split} tokens: no rows"
     return f"{split} tokens: " + " ".join(f"{k}={lengths[k]}" for k in ("min", "p50", "p90", "p99", "max"))

@@ -37,8 +37,9 @@ ROWS = 40
 
 
 def small_shard(path: Path, source: int) -> None:
+    """The first ROWS rows of the sample's shard `source` (synth_001.parquet is 1) written to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, ROWS), path)
+    pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_{source:03d}.parquet").slice(0, ROWS), path)
 
 
 def environment(root: Path) -> dict[str, str]:
@@ -108,8 +109,8 @@ def start_two_shard_build(root: Path, rows: int = 400) -> subprocess.Popen:
     if available_cores() < 2:
         pytest.skip("one core: the shard runs go one after another, in the driver")
     (root / "raw").mkdir(parents=True, exist_ok=True)
-    for source, key in enumerate(["synth_001", "synth_002"]):
-        table = pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, rows)
+    for key in ["synth_001", "synth_002"]:
+        table = pq.read_table(SAMPLE_RAW_DIR / f"{key}.parquet").slice(0, rows)
         pq.write_table(table, root / "raw" / f"{key}.parquet")
     process = start(root)
     # its first pass line: the build has created the instance's storage, which a second process creating it at
@@ -171,7 +172,7 @@ def test_shard_runs_use_every_core_and_every_run_is_in_the_instance(tmp_path):
     if cores < 2:
         pytest.skip("one core: the shard runs go one after another")
     keys = ["synth_001", "synth_002", "synth_003"]
-    for source, key in enumerate(keys):
+    for source, key in enumerate(keys, 1):
         small_shard(tmp_path / "raw" / f"{key}.parquet", source)
     done = build(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -201,8 +202,8 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
     processes: never more than shards): once its scan pass is through (both keys reached Dagster whole), a
     second build.sh and an in-process build on the same data root stop at once; then SIGTERM to build.sh stops
     it and every process under it, leaves no run of the instance in progress, and frees the lock."""
-    small_shard(tmp_path / "raw" / f"{QUOTED}.parquet", 1)
-    small_shard(tmp_path / "raw" / "synth_004.parquet", 3)
+    small_shard(tmp_path / "raw" / f"{QUOTED}.parquet", 2)
+    small_shard(tmp_path / "raw" / "synth_004.parquet", 4)
     paths = DataLayout.from_environ(environment(tmp_path))
     first = start(tmp_path, SYNTHKD_PARALLEL_RUNS="4")
     seen: dict[int, tuple[int, bytes]] = {}

@@ -15,11 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 from dagster._core.storage.tags import PARTITION_NAME_TAG  # Dagster's own name for it
 
+from synthkd_assets.cli import split_lengths_line
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.manifest_builders import length_stats
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.build import BUILD_TAG, build_all
 from synthkd_assets.defs.jobs import PASS_JOBS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 from tests.test_crash_safety import final_files
 from tests.webserver import graphql, running_webserver
@@ -73,15 +76,15 @@ def cli_build(tmp_path_factory):
 
 def test_build_script_materializes_through_the_cli(cli_build):
     env, root, stdout = cli_build
-    assert "synth_kd_v1_smoke: 6 shards" in stdout and "rows in: 3151" in stdout
+    assert "synth_kd_v1_smoke: 6 shards" in stdout and "rows in: 3149" in stdout
     smoke = DataLayout.from_environ(env, smoke=True)
     manifest = json.loads(smoke.megatron_manifest().read_text())
-    # 64 per regular shard (the cap), the 49 of the bucket shard synth_005 that the filters keep and no held-out
-    # cluster takes, 64 of the near-duplicate shard synth_006
-    assert manifest["totals"]["rows_out"] == 4 * 64 + 49 + 64
+    # 64 per regular shard (the cap), the 37 of the bucket shard synth_005 and the 50 of the near-duplicate shard
+    # synth_006 that the filters, the clusters (capped, held out) and the sampling plan keep
+    assert manifest["totals"]["rows_out"] == 4 * 64 + 37 + 50
     assert "synth_distill_smoke: 6 shards" in stdout
     distill = json.loads(smoke.distill_manifest().read_text())
-    assert distill["totals"]["rows_out"] == 4 * 64 + 49 + 64 and distill["config"]["caps"]["max_rows_per_shard"] == 64
+    assert distill["totals"]["rows_out"] == 4 * 64 + 37 + 50 and distill["config"]["caps"]["max_rows_per_shard"] == 64
     assert (root / "home" / "dagster.yaml").is_file()  # the instance lives where DAGSTER_HOME says
 
 
@@ -90,7 +93,9 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     no warning the user cannot act on (dagster.yaml in the working directory, superseded CLI, megatron's TE)."""
     env, root, stdout = cli_build
     stderr = (root / "build.stderr").read_text()
-    assert " - DEBUG - " not in stdout + stderr and len(stdout.splitlines()) < 60, stdout
+    # 71 lines on the sample: a line per pass and shard, then the filters' drops per exercise (a line for each of
+    # the nine), the sampling plan and each dataset's summary
+    assert " - DEBUG - " not in stdout + stderr and len(stdout.splitlines()) < 75, stdout
     logs = list((root / "home" / "logs").glob("build-*.log"))
     assert len(logs) == 1 and stdout.splitlines()[0].endswith(f"full log: {logs[0]}")
     log = logs[0].read_text()
@@ -108,26 +113,40 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     assert any(line.startswith("curriculum P1 (seq 2048, 300,000,000 tokens): written (C1 ") for line in lines)
     # smoke: synth_harmony reads the first 256 of the 750 raw rows (the other 494 are counted as smoke_cap)
     assert (
-        "  scan synth_001 (1/6): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 252 (4 dropped), "
-        "synth_signatures 252 (" in stdout
+        "  scan synth_001 (1/6): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 256, "
+        "synth_signatures 256 (" in stdout
     )
-    # 7 rows of synth_001 belong to held-out clusters (the validation sets)
-    assert "  build synth_001 (1/6): 252 rows in -> synth_sampled 245 (7 dropped), synth_tokenized 245, " in stdout
+    # the quality filters drop 2 rows of synth_004's prefix (blank answers)
+    assert (
+        "  scan synth_004 (4/6): 750 rows in -> synth_harmony 256 (494 dropped), synth_filtered 254 (2 dropped), "
+        "synth_signatures 254 (" in stdout
+    )
+    # of synth_001's 256, 3 rows belong to held-out clusters (the validation sets) and the sampling plan samples out
+    # 149 memorization rows
+    assert "  build synth_001 (1/6): 256 rows in -> synth_sampled 104 (152 dropped), synth_tokenized 104, " in stdout
     for i, key in enumerate(["synth_001", "synth_002", "synth_003", "synth_004"], 1):
         line = next(line for line in lines if line.startswith(f"  build {key} ({i}/6): "))
         assert "synth_kd_v1 64 (" in line and "synth_distill 64 (" in line, line  # the smoke cap
-    # the bucket shard's 56 rows are all read (under the 256 cap) and the 49 it keeps all written
+    # the bucket shard's 54 rows are all read (under the 256 cap) and the 37 it keeps all written
     assert (
-        "  scan synth_005 (5/6): 56 rows in -> synth_harmony 56, synth_filtered 53 (3 dropped), synth_signatures 53 ("
+        "  scan synth_005 (5/6): 54 rows in -> synth_harmony 54, synth_filtered 51 (3 dropped), synth_signatures 51 ("
         in stdout
     )
     assert (
-        "  build synth_005 (5/6): 53 rows in -> synth_sampled 49 (4 dropped), synth_tokenized 49, synth_kd_v1 49, "
-        "synth_distill 49 (" in stdout
+        "  build synth_005 (5/6): 51 rows in -> synth_sampled 37 (14 dropped), synth_tokenized 37, synth_kd_v1 37, "
+        "synth_distill 37 (" in stdout
     )
+    # before the datasets: the quality filters' drops, a line per exercise, and what the sampling plan keeps
+    assert "quality filters (synth_filtered): 1173 rows in, 6 dropped (0.5%); per exercise:" in lines
+    assert sum(line.startswith(f"  {label}: ") for line in lines for label in EXERCISE_SKILL_BUCKET) == 9
+    assert any(line.startswith("sampling plan (synth_sampling_plan): memorization keep rate ") for line in lines)
     assert any(line.startswith("manifest: synth_harmony_manifest,") for line in lines)
-    # the smoke build's few hundred rows leave its DistillKit validation split empty (1% by hash): said plainly
-    assert "validation tokens: no rows" in lines and not any("=None" in line for line in lines)
+    # the smoke build's DistillKit validation split (1% by hash) holds 7 of its 343 rows; an empty one is said
+    # plainly, never as None five times
+    assert "rows in: 3149   rows written: 343 (train=336, validation=7)" in lines
+    assert any(line.startswith("validation tokens: min=") for line in lines)
+    assert split_lengths_line("validation", length_stats({})) == "validation tokens: no rows"
+    assert not any("=None" in line for line in lines)
     assert any(line.startswith("train tokens: min=") for line in lines)
     for noise in ("dagster.yaml", "SupersessionWarning", "superseded", "Transformer Engine", "Warning"):
         assert noise not in stdout + stderr + log, noise
@@ -148,12 +167,13 @@ def test_build_failure_names_the_step_and_the_log(tmp_path):
         ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 1
-    assert "FAILED: scan synth_001 (after " in done.stderr
+    # the inventory, the first pass, reads every raw file's exercise column: it refuses the file before any scan
+    assert "FAILED: inventory (after " in done.stderr
     # the failed run and its step's error, naming the file
-    assert "(partition synth_001) failed:\n  step synth_harmony failed: " in done.stderr
+    assert " failed:\n  step synth_raw_inventory failed: " in done.stderr
     assert "synth_001.parquet: not a readable Parquet file" in done.stderr
     log = next((tmp_path / "home" / "logs").glob("build-*.log"))
-    assert f"full log: {log}" in done.stderr and "scan pass done" not in done.stdout
+    assert f"full log: {log}" in done.stderr and "scan pass" not in done.stdout
 
 
 def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path):

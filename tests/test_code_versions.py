@@ -21,7 +21,7 @@ from tests.webserver import graphql, running_webserver
 
 CHANGED_MARKER = "result:Failed after every attempt"  # the filter rule's constant, changed
 SHARDS = ["synth_001", "synth_002"]
-FAILED_ROW = 225  # synth_001's first row whose constraints hold the released marker
+FAILED_ROW = 596  # synth_001's first row whose constraints hold the released marker (its only one)
 
 
 def asset_code_versions() -> dict[str, str]:
@@ -126,6 +126,7 @@ def test_a_changed_filter_rule_marks_only_synth_filtered_then_its_descendants_st
         rows = [table.slice(0, 40)]
         if key == "synth_001":  # + a row the filter drops under the released marker and keeps under the changed one
             rows.append(table.slice(FAILED_ROW, 1))
+            assert constants.FAILED_RESULT_MARKER.lower() in rows[-1]["constraints"][0].as_py().lower()
         pq.write_table(pa.concat_tables(rows), raw / f"{key}.parquet")
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     home = dagster_home(tmp_path / "home")

@@ -219,7 +219,7 @@ def test_a_pool_relaunched_for_one_shard_under_a_new_plan_is_unpublished_until_e
         [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
         assert "synth_pool partition 'synth_002' was made with quota plan" in str(failure.step_failure_data.error)
     assert not paths.pool_manifest().exists() and [p.name for p in paths.curriculum_dir().iterdir()] == ["plan.json"]
-    for shard in [f"synth_0{i}" for i in range(6)]:
+    for shard in [f"synth_{i:03d}" for i in range(1, 7)]:  # every shard of the sample, synth_001 ... synth_006
         run(own_instance, layout, POOL_STEPS, shard, build=mix)
     run(own_instance, layout, POOL_MANIFEST_STEPS, build=mix)
     assert pool_published(own_instance).passed

@@ -48,15 +48,15 @@ def workspace(tmp_path):
 def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
     instance, layout, raw, paths = workspace
     first = tick(instance, layout, None)
-    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [f"synth_0{i}" for i in range(6)]
+    assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == [f"synth_{i:03d}" for i in range(1, 7)]
     # no sampling plan yet: only the scan pass (harmony, filters, signatures) can run per shard
-    assert requested(first) == [("synth_scan_job", f"synth_0{i}") for i in range(6)]
+    assert requested(first) == [("synth_scan_job", f"synth_{i:03d}") for i in range(1, 7)]
 
     build_everything(instance, layout)
     assert requested(tick(instance, layout, first.cursor)) == []
     assert requested(tick(instance, layout, None)) == []  # a lost cursor does not rebuild up-to-date shards
 
-    untouched = {k: outputs_state(paths, f"synth_0{k}", k) for k in (0, 1, 3)}
+    untouched = {k: outputs_state(paths, f"synth_{k:03d}", k) for k in (1, 2, 4)}
     table = pq.read_table(raw / "synth_003.parquet")
     answers = table.column("synthetic_answer").to_pylist()
     answers[0] = answers[0] + "\n\nEdited upstream."
@@ -71,12 +71,12 @@ def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
     assert observed == {("synth_003", json.loads(changed.cursor)["shards"]["synth_003"])}
     assert requested(tick(instance, layout, changed.cursor)) == []  # asked once per content
 
-    before = outputs_state(paths, "synth_003", 2)
+    before = outputs_state(paths, "synth_003", 3)
     plan = paths.sampling_plan().read_bytes()
     run(instance, layout, SHARD_STEPS, "synth_003")  # rebuilt under the plan in force, which is not recomputed
     run(instance, layout, MANIFEST_STEPS)
-    assert outputs_state(paths, "synth_003", 2) != before
-    assert {k: outputs_state(paths, f"synth_0{k}", k) for k in (0, 1, 3)} == untouched
+    assert outputs_state(paths, "synth_003", 3) != before
+    assert {k: outputs_state(paths, f"synth_{k:03d}", k) for k in (1, 2, 4)} == untouched
     assert paths.sampling_plan().read_bytes() == plan
     # the manifests rewritten by a run (synth_manifests_automation's, here by hand) are not asked for a second time
     assert requested(tick(instance, layout, changed.cursor)) == []

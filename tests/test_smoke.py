@@ -119,7 +119,7 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
     for key in keys:
         reports = {stage: json.loads(smoke.stage_report(stage, key).read_text()) for stage in STAGE_NAMES}
         harmony = reports["synth_harmony"]
-        read = min(raw_rows[key], 256)  # the bucket shard synth_005 has only 56 rows: all read, none capped
+        read = min(raw_rows[key], 256)  # the bucket shard synth_005 has only 54 rows: all read, none capped
         assert harmony["rows_in"] == raw_rows[key] and harmony["dropped"].get("smoke_cap", 0) == raw_rows[key] - read
         assert harmony["rows_out"] + sum(v for k, v in harmony["dropped"].items() if k != "smoke_cap") == read
         # every later step processes only the rows the first step read
@@ -138,9 +138,10 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
         assert manifest["input_manifest"]["path"] == smoke.recorded(smoke.harmony_manifest())
         totals = manifest["totals"]
         assert totals["rows_in"] == sum(raw_rows.values()) == totals["rows_out"] + sum(totals["dropped"].values())
-        # the sample keeps 64 conversations of every 256-row prefix and of the near-duplicate shard, and the 49 of
-        # the bucket shard that the filters keep and no held-out cluster takes
-        assert len(keys) == 6 and totals["rows_out"] == 64 * 4 + 49 + 64
+        # the sample keeps 64 conversations of every regular shard's 256-row prefix (93-117 of each survive the
+        # filters, the clusters and the sampling plan), all 37 of the bucket shard's 54 rows that do, and all 50 of
+        # the near-duplicate shard's 95 (its planted copies capped or held out, memorization sampled)
+        assert len(keys) == 6 and totals["rows_out"] == 64 * 4 + 37 + 50
 
 
 def test_both_dataset_writers_apply_the_same_token_cap(built_sample, encoding, tmp_path):

@@ -36,7 +36,7 @@ from synthkd_contract.valuation import LEXICAL_MARKERS, MARKER_COLUMNS, MODEL_FE
 from synthkd_training.models import GPTSpec, build_gpt, megatron_world, save_checkpoint
 from tests.helpers import SAMPLE_RAW_DIR, materialize_steps
 
-SHARD, SHARD_INDEX = "synth_005", 4  # the smallest pool part of the sample
+SHARD, SHARD_INDEX = "synth_005", 5  # the smallest pool part of the sample (the bucket shard: 21 rows)
 
 
 def user_prompt(messages: str) -> str:
