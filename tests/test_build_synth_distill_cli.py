@@ -35,12 +35,12 @@ def test_build_synth_distill_writes_the_distillkit_layout(built_sample, tmp_path
     assert done.returncode == 0, done.stderr[-3000:]
     parts = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert parts == ["manifest.json", "manifest.json.sha256"] + [
-        f"{s}/part-0000{i}.parquet" for s in ("train", "validation") for i in range(6)
+        f"{s}/part-0000{i}.parquet" for s in ("train", "validation") for i in range(1, 7)
     ]
     # one progress bar per pass, advancing shard by shard
     assert "scan: harmony + filters: 100%" in done.stderr and "build: sample + tokenize + distill: 100%" in done.stderr
     assert "6/6" in done.stderr
-    assert "synth_distill: 6 shards" in done.stdout and "rows in: 3151" in done.stdout
+    assert "synth_distill: 6 shards" in done.stdout and "rows in: 3149" in done.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["encoding_errors_log"] == {"path": str(tmp_path / "render_errors.jsonl"), "records": 0}
     assert (tmp_path / "render_errors.jsonl").read_text() == ""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -83,15 +84,36 @@ def by_hand(raw: dict, encoding) -> dict:
     }
 
 
-@pytest.mark.parametrize("synth_id", ["synth_0000000", "synth_0000015"])  # with / without reasoning
-def test_one_row_by_hand(distill, encoding, synth_id):
+@pytest.mark.parametrize(
+    ("synth_id", "with_reasoning"),
+    [("memorization_76_3", True), ("synth_dataset_writing_16_73", False)],  # SYNTH leaves constrained writing's empty
+)
+def test_one_row_by_hand(distill, encoding, synth_id, with_reasoning):
     _, rows, _ = distill
     raw = (
         pl.read_parquet(SAMPLE_RAW_DIR / "synth_001.parquet").filter(pl.col("synth_id") == synth_id).row(0, named=True)
     )
+    assert bool(raw["synthetic_reasoning"].strip()) == with_reasoning
     row = rows.filter(pl.col("id") == f"pleias_synth:{synth_id}").drop("split").row(0, named=True)
     assert row == by_hand(raw, encoding)
     assert header_tokens(encoding) == ["<|start|>", "assistant"]
+
+
+def unit_interval(salt: str, key: str) -> float:
+    """001's salted hash: the first 8 bytes of sha256(f"{salt}:{key}") as a big-endian fraction of 2**64."""
+    return int.from_bytes(hashlib.sha256(f"{salt}:{key}".encode()).digest()[:8], "big") / 2**64
+
+
+def rows_the_plan_sees(paths) -> pl.DataFrame:
+    """synth_id, exercise and language of the synth_filtered rows the near-duplicate clusters keep."""
+    frames = []
+    for filtered in sorted(paths.stage_dir("synth_filtered").glob("*.parquet")):
+        decisions = pl.read_parquet(
+            paths.stage_output("synth_clusters", filtered.stem), columns=["synth_id", "decision"]
+        )
+        rows = pl.read_parquet(filtered, columns=["synth_id", "exercise", "language"])
+        frames.append(rows.join(decisions, on="synth_id", how="left").filter(pl.col("decision").is_null()))
+    return pl.concat(frames).drop("decision")
 
 
 def header_tokens(encoding) -> list[str]:
@@ -171,38 +193,86 @@ def test_manifest_records_config_plan_mix_lengths_and_drops(distill, built_sampl
         assert [stats[f"p{p}"] for p in (50, 90, 99)] == [nearest_rank(lengths, p) for p in (50, 90, 99)]
     sampling = manifest["sampling"]
     assert sampling["plan_sha256"] == sha256_file(paths.sampling_plan())
-    assert sampling["feasible"] and sampling["plan_counts_current"] and sampling["achieved_meets_targets"]
-    # the filtered sample is under both caps (counted here from the synth_filtered rows the clusters keep): nothing
-    # is sampled out, English included (the non-English lower bound is opt-in)
-    filtered = rows_after_clusters(paths, ["language", "exercise"])
-    non_english = filtered.filter(pl.col("language") != "en").height / filtered.height
-    memorization = filtered.filter(pl.col("exercise") == "memorization").height / filtered.height
-    assert non_english < 0.25 and memorization < 0.70
-    assert sampling["rates"] == dict.fromkeys(("memorization", "non_english", "english", "global"), 1.0)
-    assert sampling["expected_after"]["non_english_share"] == pytest.approx(non_english)
-    assert sampling["achieved_after"]["rows"] == filtered.height
+    assert sampling["feasible"] and sampling["plan_counts_current"]  # achieved_meets_targets: below
+    # the rows the plan sees (the synth_filtered rows the clusters keep, counted here): memorization is over the 70%
+    # cap and non-English under 30%, so memorization alone is sampled, to the cap in expectation, and English is
+    # not sampled out (the non-English lower bound is opt-in)
+    filtered = rows_the_plan_sees(paths)
+    memorization = filtered.filter(pl.col("exercise") == "memorization")
+    other = filtered.height - memorization.height
+    non_english = filtered.filter(pl.col("language") != "en")
+    assert memorization.height / filtered.height > 0.70 and non_english.height / filtered.height < 0.30
+    rate = 0.70 / 0.30 * other / memorization.height  # rate * memorization / (rate * memorization + other) = 0.70
+    assert sampling["rates"] == {"memorization": pytest.approx(rate), "non_english": 1.0, "english": 1.0, "global": 1.0}
+    expected = sampling["expected_after"]
+    assert expected["rows"] == pytest.approx(rate * memorization.height + other)
+    assert expected["memorization_share"] == pytest.approx(0.70)
+    non_english_memorization = non_english.filter(pl.col("exercise") == "memorization").height
+    assert expected["non_english_share"] == pytest.approx(
+        (rate * non_english_memorization + non_english.height - non_english_memorization) / expected["rows"]
+    )
+    # achieved: the rows the salted hash keeps (001's rule, computed here from the synth_ids) are the dataset's rows
+    salt = constants.SAMPLING_SALTS["memorization"]
+    kept_memorization = {s for s in memorization["synth_id"].to_list() if unit_interval(salt, s) < rate}
+    kept = filtered.filter((pl.col("exercise") != "memorization") | pl.col("synth_id").is_in(list(kept_memorization)))
+    assert set(kept["synth_id"].to_list()) == set(rows["source"].struct.field("synth_id").to_list())
+    achieved = sampling["achieved_after"]
+    assert achieved["rows"] == kept.height == rows.height
+    assert achieved["memorization_share"] == pytest.approx(len(kept_memorization) / kept.height)
+    assert achieved["non_english_share"] == pytest.approx(kept.filter(pl.col("language") != "en").height / kept.height)
+    # hash decisions, not draws: achieved is expected up to binomial noise, and the flag says whether it is in bounds
+    noise = (memorization.height * rate * (1 - rate)) ** 0.5
+    assert abs(len(kept_memorization) - rate * memorization.height) < 4 * noise
+    in_bounds = achieved["memorization_share"] <= 0.70 and achieved["non_english_share"] <= 0.30
+    assert sampling["achieved_meets_targets"] is in_bounds
     dropped = manifest["totals"]["dropped"]
     for reason in ("empty_synthetic_answer", "result_failed_after_max_attempts", "result_inconsistent_with_answer"):
         assert dropped[reason] > 0
-    assert not [reason for reason in dropped if reason.startswith("sampled_out_")]
-    assert manifest["totals"]["rows_in"] == 3151 == manifest["totals"]["rows_out"] + sum(dropped.values())
+    assert dropped["sampled_out_memorization"] == memorization.height - len(kept_memorization)
+    assert [reason for reason in dropped if reason.startswith("sampled_out_")] == ["sampled_out_memorization"]
+    assert manifest["totals"]["rows_in"] == 3149 == manifest["totals"]["rows_out"] + sum(dropped.values())
     kd = json.loads(paths.megatron_manifest().read_text())
     assert kd["sampling"] == sampling and kd["config"]["selection"] == manifest["config"]["selection"]
 
 
 def test_a_non_english_minimum_is_opt_in(built_sample, own_instance, tmp_path):
-    """non_english_min > 0 samples English down to reach it: e with non / (e * en + non) = 0.25, e = 3 non / en."""
+    """non_english_min > 0 samples English down to reach it. On the sample memorization is capped too: with rates
+    m (memorization), e (English) and 1 (non-English), m(e em + nm) / (e eo + no) = 0.7 / 0.3 and
+    (m nm + no) / (e (m em + eo)) = 0.25 / 0.75, solved here by bisection on e."""
     instance, (_, built, _) = own_instance, built_sample
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
     paths = layout.data_layout()
     for stage in ("synth_filtered", "synth_clusters"):
         shutil.copytree(built.data_layout().stage_dir(stage), paths.stage_dir(stage))
-    filtered = rows_after_clusters(paths, ["language"])
-    english = filtered.filter(pl.col("language") == "en").height
+    filtered = rows_after_clusters(paths, ["language", "exercise"])
+
+    def count(memorization: bool, english: bool) -> int:
+        return filtered.filter(
+            ((pl.col("exercise") == "memorization") == memorization) & ((pl.col("language") == "en") == english)
+        ).height
+
+    em, nm, eo, no = count(True, True), count(True, False), count(False, True), count(False, False)
+
+    def memorization_rate(e: float) -> float:
+        return 0.7 / 0.3 * (e * eo + no) / (e * em + nm)
+
+    def excess_non_english(e: float) -> float:  # > 0 while the non-English share is over 0.25
+        m = memorization_rate(e)
+        return 3 * (m * nm + no) - e * (m * em + eo)
+
+    low, high = 1e-6, 1.0
+    assert excess_non_english(low) > 0 > excess_non_english(high)  # the cap alone leaves non-English under 0.25
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if excess_non_english(middle) > 0 else (low, middle)
+    english = (low + high) / 2
     run(instance, layout, ["synth_sampling_plan"], build=SynthKDBuildConfig(non_english_min=0.25))
     plan = json.loads(paths.sampling_plan().read_text())
-    assert plan["rates"]["english"] == pytest.approx(3 * (filtered.height - english) / english)
-    assert plan["rates"]["non_english"] == 1.0 and plan["expected_after"]["non_english_share"] == pytest.approx(0.25)
+    assert plan["rates"]["english"] == pytest.approx(english)
+    assert plan["rates"]["memorization"] == pytest.approx(memorization_rate(english))
+    assert plan["rates"]["non_english"] == 1.0 and plan["feasible"]
+    assert plan["expected_after"]["non_english_share"] == pytest.approx(0.25)
+    assert plan["expected_after"]["memorization_share"] == pytest.approx(0.70)
 
 
 def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(built_sample, own_instance, tmp_path):

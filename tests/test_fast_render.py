@@ -43,7 +43,7 @@ def test_every_sample_row_is_byte_identical(tmp_path, sample_shards, fast, rende
         conversations = [json.loads(m)["messages"] for m in pl.read_parquet(out)["messages_json"]]
         assert_identical(fast, renderer, conversations)
         total += len(conversations)
-    assert total == 3151 and fast.routed_to_reference == routed  # all of SYNTH's shapes take the fast path
+    assert total == 3149 and fast.routed_to_reference == routed  # all of SYNTH's shapes take the fast path
 
 
 MARKERS = [

@@ -98,7 +98,7 @@ def test_the_sample_against_the_oracle_and_the_manifest(built_sample):
         spans = [np.array(v, dtype=np.uint8) for v in table.column("span_id").to_pylist()]
         rows.extend(zip(table.column("language").to_pylist(), table.column("exercise").to_pylist(), spans))
     found = computed(files)
-    assert found == oracle(rows) and found[ALL]["rows"] == 2958
+    assert found == oracle(rows) and found[ALL]["rows"] == 1153
     # every analysis / final label position of the written dataset is one conversation's
     totals = json.loads(paths.megatron_manifest().read_text())["totals"]["span_tokens"]
     assert sum(int(np.count_nonzero(s == constants.SPAN_ANALYSIS)) for *_, s in rows) == totals["analysis"]
@@ -107,4 +107,4 @@ def test_the_sample_against_the_oracle_and_the_manifest(built_sample):
     ).asset_materialization.metadata
     assert {k: metadata[k].value for k in STAT_COLUMNS} == {k: found[ALL][k] for k in STAT_COLUMNS}
     table = metadata["span_lengths"].value
-    assert table.splitlines()[-1].startswith("| all | all | 2958 |") and "| en | memorization |" in table
+    assert table.splitlines()[-1].startswith("| all | all | 1153 |") and "| en | memorization |" in table
