@@ -306,8 +306,8 @@ def test_empty_shard_gives_valid_empty_output_at_every_stage(tmp_path, fast, enc
         tokenize_shard(sampled, tokenized, fast, "synth_004"),
     ]
     root = tmp_path / "megatron"
-    kd_report, inventories = write_megatron_shard(tokenized, root, 3, "synth_004")
-    distill = write_distill_shard(tokenized, sampled, tmp_path / "distill", 3, "synth_004", encoding)
+    kd_report, inventories = write_megatron_shard(tokenized, root, 4, "synth_004")
+    distill = write_distill_shard(tokenized, sampled, tmp_path / "distill", 4, "synth_004", encoding)
     reports += [kd_report, distill.report]
     assert [(r.rows_in, r.rows_out) for r in reports] == [(len(rows), 0)] + [(0, 0)] * 5
     assert all(accounted(r) for r in reports)
@@ -322,7 +322,7 @@ def test_empty_shard_gives_valid_empty_output_at_every_stage(tmp_path, fast, enc
     assert [i.sequences for i in inventories] == [0, 0] and not [
         p for split in constants.SPLITS for p in (root / split).glob("shard_04_*")
     ]
-    assert pq.read_table(documents_path(root, 3)).num_rows == 0
+    assert pq.read_table(documents_path(root, 4)).num_rows == 0
     assert [f["rows"] for f in distill.files] == [0, 0]
     assert all(pq.read_table(tmp_path / "distill" / f["path"]).num_rows == 0 for f in distill.files)
     assert not leftovers(tmp_path)
@@ -334,9 +334,9 @@ def test_empty_shard_gives_valid_empty_output_at_every_stage(tmp_path, fast, enc
 def test_cross_shard_duplicates_found_in_the_documents_tables(tmp_path, fast):
     """Each shard dedupes itself; a synth_id in two shards is found over the per-shard documents tables."""
     root = tmp_path / "megatron"
-    shards = {0: ["a", "b", "c"], 1: ["d", "b", "e"], 2: ["f"]}
+    shards = {1: ["a", "b", "c"], 2: ["d", "b", "e"], 3: ["f"]}
     for index, ids in shards.items():
-        name = f"synth_{index:02d}"
+        name = f"synth_{index:03d}"
         harmony, tokenized = tmp_path / f"{name}_h.parquet", tmp_path / f"{name}_t.parquet"
         report = harmonize_shard(write_raw(tmp_path / f"{name}.parquet", [row(i) for i in ids]), harmony, SYSTEM, name)
         assert not report.dropped  # no shard sees a duplicate on its own

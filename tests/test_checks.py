@@ -129,7 +129,7 @@ def test_a_validation_row_in_the_dataset_fails_the_validation_check_naming_it(co
     """A held-out row trained on (how: a shard sampled without its cluster decisions) fails the blocking check,
     naming the synth_id, the validation set and the documents table; the other checks still pass."""
     instance, layout, paths = copy_of_build
-    trained = pl.read_parquet(paths.documents_table(1))["synth_id"][0]
+    trained = pl.read_parquet(paths.documents_table(2))["synth_id"][0]
     kl = pq.read_table(paths.heldout_kl())
     assert kl.num_rows and trained not in kl["synth_id"].to_pylist()
     copy = kl.slice(0, 1).set_column(0, "synth_id", pa.array([trained], pa.string()))
@@ -168,9 +168,9 @@ def test_synth_id_in_two_shards_fails_the_duplicate_check(copy_of_build):
     """...and a dataset whose blocking check failed does not verify, though its seal still matches, until the
     check passes on it again."""
     instance, layout, paths = copy_of_build
-    root, documents = paths.megatron_root(), paths.documents_table(2)
+    root, documents = paths.megatron_root(), paths.documents_table(3)
     original = documents.read_bytes()
-    first = pl.read_parquet(paths.documents_table(0)).head(1)
+    first = pl.read_parquet(paths.documents_table(1)).head(1)
     second = pl.read_parquet(documents)
     duplicated = pl.concat([second, first.with_columns(document_index=pl.lit(10_000, pl.Int64))])
     duplicated.write_parquet(documents)
@@ -348,10 +348,11 @@ def test_an_edited_synth_id_in_a_documents_table_fails_provenance(copy_of_build)
 
 def test_every_file_with_a_flipped_byte_is_named_in_order(copy_of_build):
     """Bytes unchanged, contents not: the sha256 comparison (hashed on several threads) names each such file, in
-    the manifest's path order, with both digests."""
+    the manifest's path order, with both digests. (The sample's valid split may hold no sequence, so no valid/
+    file: a shard's documents table stands for a file of another directory.)"""
     _, _, paths = copy_of_build
     root = paths.megatron_root()
-    flipped = ["train/shard_03_tokens.bin", "train/shard_01_span.bin", "valid/shard_02_tokens.bin"]
+    flipped = ["train/shard_03_tokens.bin", "train/shard_01_span.bin", "shards/shard_02_documents.parquet"]
     for name in flipped:
         data = bytearray((root / name).read_bytes())
         data[len(data) // 2] ^= 0xFF
@@ -395,30 +396,36 @@ def test_a_shard_added_after_the_clusters_warns_that_it_is_sampled_whole(copy_of
     raw = tmp_path / "raw"
     shutil.copytree(SAMPLE_RAW_DIR, raw)
     table = pl.read_parquet(raw / "synth_004.parquet")
-    table.with_columns(pl.col("synth_id") + "_new").write_parquet(raw / "synth_06.parquet")
+    table.with_columns(pl.col("synth_id") + "_new").write_parquet(raw / "synth_007.parquet")
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(paths.data_root))
     run(instance, layout, ["synth_raw_inventory"])
-    run(instance, layout, ["synth_harmony", "synth_filtered", "synth_signatures"], "synth_06")
+    run(instance, layout, ["synth_harmony", "synth_filtered", "synth_signatures"], "synth_007")
 
     def near_dup_controlled(partition: str):
         result = run(instance, layout, ["synth_sampled"], partition)
         [evaluation] = [e for e in result.get_asset_check_evaluations() if e.check_name == "near_dup_controlled"]
         return evaluation
 
-    added = near_dup_controlled("synth_06")
-    kept = pl.read_parquet(paths.stage_output("synth_sampled", "synth_06")).height
-    filtered = pl.read_parquet(paths.stage_output("synth_filtered", "synth_06")).height
-    # no cap; but the copies of synth_004's held-out rows (compared by prompt text, not by MinHash) are held out, so
-    # no validation prompt reaches training under a new synth_id
+    added = near_dup_controlled("synth_007")
+    kept = pl.read_parquet(paths.stage_output("synth_sampled", "synth_007")).height
+    filtered = pl.read_parquet(paths.stage_output("synth_filtered", "synth_007")).height
+    # no cap; but the copies of synth_004's held-out rows (the same MinHash signature) are held out, so
+    # no validation prompt reaches training under a new synth_id. The plan's mixture sampling applies to the new
+    # synth_ids as to any row (the sample's memorization keep rate is below 1): its drops are the only others
     decisions = pl.read_parquet(paths.stage_output("synth_clusters", "synth_004"), columns=["synth_id", "decision"])
     held = set(decisions.filter(pl.col("decision") == drops.DROP_HELDOUT)["synth_id"])
-    report = json.loads(paths.stage_report("synth_sampled", "synth_06").read_text())
-    assert held and report["dropped"] == {drops.DROP_HELDOUT: len(held)} and kept == filtered - len(held)
-    sampled_prompts = set(prompts(paths.stage_output("synth_sampled", "synth_06")))
+    report = json.loads(paths.stage_report("synth_sampled", "synth_007").read_text())
+    dropped = report["dropped"]
+    sampled_out = {reason: rows for reason, rows in dropped.items() if reason in drops.DROP_SAMPLED_OUT.values()}
+    assert held and dropped == {drops.DROP_HELDOUT: len(held), **sampled_out}
+    assert kept == filtered - sum(dropped.values())
+    errors = [json.loads(line) for line in paths.error_log("synth_sampled", "synth_007").read_text().splitlines()]
+    assert {e["synth_id"] for e in errors if e["reason"] == drops.DROP_HELDOUT} == {f"{i}_new" for i in held}
+    sampled_prompts = set(prompts(paths.stage_output("synth_sampled", "synth_007")))
     heldout_prompts = {p for i, p in prompts(paths.stage_output("synth_filtered", "synth_004"), True) if i in held}
     assert not sampled_prompts & heldout_prompts
     assert not added.passed and added.severity == dg.AssetCheckSeverity.WARN
-    assert added.description.startswith(f"partition synth_06: WARN: {filtered} of {filtered} rows are not in the")
+    assert added.description.startswith(f"partition synth_007: WARN: {filtered} of {filtered} rows are not in the")
     assert f"{len(held)} exact copies of held-out prompts were held out" in added.description
     assert added.metadata["rows_unseen_by_clusters"].value == filtered
     assert added.metadata["heldout_copies"].value == len(held)

@@ -167,13 +167,13 @@ def test_build_failure_names_the_step_and_the_log(tmp_path):
         ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 1
-    # the inventory, the first pass, reads every raw file's exercise column: it refuses the file before any scan
-    assert "FAILED: inventory (after " in done.stderr
+    # the inventory leaves a file it cannot read to that shard's own scan step, which refuses it alone
+    assert "FAILED: scan synth_001 (after " in done.stderr
     # the failed run and its step's error, naming the file
-    assert " failed:\n  step synth_raw_inventory failed: " in done.stderr
+    assert "(partition synth_001) failed:\n  step synth_harmony failed: " in done.stderr
     assert "synth_001.parquet: not a readable Parquet file" in done.stderr
     log = next((tmp_path / "home" / "logs").glob("build-*.log"))
-    assert f"full log: {log}" in done.stderr and "scan pass" not in done.stdout
+    assert f"full log: {log}" in done.stderr and "scan pass done" not in done.stdout
 
 
 def test_cli_build_equals_an_in_process_build_byte_for_byte(cli_build, tmp_path):

@@ -55,9 +55,10 @@ from tests.test_bad_input import row, write_raw
 ROWS = 40  # rows per small shard cut from the sample
 
 
-def small_shard(path: Path, source: int = 0, rows: int = ROWS) -> Path:
+def small_shard(path: Path, source: int = 1, rows: int = ROWS) -> Path:
+    """The first `rows` rows of the sample's shard `source` (synth_001.parquet is 1) written to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_0{source}.parquet").slice(0, rows), path)
+    pq.write_table(pq.read_table(SAMPLE_RAW_DIR / f"synth_{source:03d}.parquet").slice(0, rows), path)
     return path
 
 
@@ -96,7 +97,7 @@ def test_an_empty_raw_directory_fails_the_inventory_and_leaves_the_partitions(tm
 @pytest.mark.parametrize(
     "names, number",
     [
-        (("synth_002.parquet", "synth_1.parquet"), 1),
+        (("synth_001.parquet", "synth_1.parquet"), 1),
         (("a_1.parquet", "b_1.parquet"), 1),
         (("x_1.5.parquet", "y_5.parquet"), 5),
     ],
@@ -113,9 +114,9 @@ def test_two_names_with_one_shard_number_are_refused_naming_both(tmp_path, names
 
 
 def test_a_zero_row_twin_cannot_overwrite_a_shard(tmp_path):
-    """The reported case: synth_002 with rows and an empty synth_1 are refused before any step runs."""
+    """The reported case (then synth_01): synth_001 with rows and an empty synth_1 are refused before any step runs."""
     raw = tmp_path / "raw"
-    small_shard(raw / "synth_002.parquet")
+    small_shard(raw / "synth_001.parquet")
     write_raw(raw / "synth_1.parquet", [])
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance, pytest.raises(BuildFailed, match="synth_1.parquet"):
@@ -220,10 +221,11 @@ def test_dataset_rows_problems_unit():
 
 @pytest.fixture
 def three_shards(tmp_path):
-    """Three small shards built in process: (instance, layout, raw, data)."""
+    """Three small shards built in process, synth_001, synth_002 and synth_004 (shards 01, 02 and 04): (instance,
+    layout, raw, data)."""
     raw = tmp_path / "raw"
-    for index in (0, 1, 3):
-        small_shard(raw / f"synth_0{index}.parquet", source=index)
+    for number in (1, 2, 4):
+        small_shard(raw / f"synth_{number:03d}.parquet", source=number)
     layout = SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"))
     with dg.DagsterInstance.ephemeral() as instance:
         build_all(instance, layout)
@@ -281,10 +283,10 @@ def test_a_lost_instance_does_not_hide_outputs_of_removed_shards(three_shards, t
 
 
 def test_a_renamed_shard_keeps_its_number_files_until_rebuilt(three_shards):
-    """synth_004 renamed synth_3: the key-named files of synth_004 go, shard_04 files stay for synth_3."""
+    """synth_004 renamed synth_4: the key-named files of synth_004 go, shard_04 files stay for synth_4."""
     instance, layout, raw, data = three_shards
-    (raw / "synth_004.parquet").rename(raw / "synth_3.parquet")
-    orphans = [p.name for p in orphaned_outputs(layout.data_layout(), ["synth_001", "synth_002", "synth_3"])]
+    (raw / "synth_004.parquet").rename(raw / "synth_4.parquet")
+    orphans = [p.name for p in orphaned_outputs(layout.data_layout(), ["synth_001", "synth_002", "synth_4"])]
     assert "synth_004.parquet" in orphans and not any("shard_04" in name or "part-00004" in name for name in orphans)
     build_all(instance, layout)
     assert not [f for f in every_file(data) if "synth_004" in f]
@@ -303,7 +305,7 @@ def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
     result = tick_synth_raw_sensor(instance, layout, cursor)
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_001", "synth_002"]
     assert shard_04_files(data) == shard_04_decisions(data)
-    # the pool lost its manifest with shard 03's part: the UI shows it unpublished, not its last green run
+    # the pool lost its manifest with shard 04's part: the UI shows it unpublished, not its last green run
     unpublished = pool_published(instance)
     assert not unpublished.passed and "raw shards gone (['synth_004'])" in unpublished.description
     # nothing else rebuilds, so the sensor asks for the manifests to list what is left; then they pass
@@ -340,7 +342,7 @@ def test_a_shard_removed_and_put_back_is_sampled_under_its_cluster_decisions(thr
 
 
 def test_rows_are_accounted_over_the_whole_dataset(three_shards):
-    """The end state of an overwritten shard (an empty twin's record under shard 00's name, its files gone):
+    """The end state of an overwritten shard (an empty twin's record under shard 01's name, its files gone):
     the dataset-level rows checks fail on it (and the sealed manifest's provenance, which lists every file
     under the root, may too); the row-level checks cannot see it."""
     instance, layout, raw, data = three_shards
@@ -349,8 +351,8 @@ def test_rows_are_accounted_over_the_whole_dataset(three_shards):
     build_all(instance, layout)
     paths = layout.data_layout()
     kd = paths.megatron_root()
-    shutil.copy(paths.shard_record(5), paths.shard_record(0))
-    for path in [*(kd / "train").glob("shard_01_*"), *(kd / "valid").glob("shard_01_*"), paths.documents_table(0)]:
+    shutil.copy(paths.shard_record(6), paths.shard_record(1))
+    for path in [*(kd / "train").glob("shard_01_*"), *(kd / "valid").glob("shard_01_*"), paths.documents_table(1)]:
         path.unlink()
     shutil.copy(paths.distill_record("synth_006"), paths.distill_record("synth_001"))
     for path in paths.distill_root().glob("*/part-00001.parquet"):
@@ -444,11 +446,11 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
         data / "smoke" / constants.DISTILL_SMOKE_DATASET_NAME / "synth_004.json",
         data / "megatron" / constants.DATASET_NAME / "train" / "shard_04_tokens.bin.k2_x9abc.partial",
         data / "distill" / constants.DISTILL_DATASET_NAME / "train" / "part-00004.parquet.q1w2e3.partial",
-        layout.data_layout().valuation_part(3),
+        layout.data_layout().valuation_part(4),
     ]
     kept = [
         data / "smoke" / "synth_harmony" / "synth_001.parquet",
-        layout.data_layout().both_builds()[1].valuation_part(0),
+        layout.data_layout().both_builds()[1].valuation_part(1),
         data / "megatron" / constants.DATASET_NAME / "train" / "shard_01_tokens.bin.a1b2c3.partial",
     ]
     for path in gone + kept:
@@ -491,11 +493,11 @@ def test_a_pool_that_loses_a_shard_loses_its_manifest_and_blends_until_rebuilt(t
     curriculum stage files (they list and blend those files); its plan stays, and a pool that loses nothing keeps
     everything."""
     paths = DataLayout(tmp_path / "raw", tmp_path / "data")
-    part = paths.pool_part(3)
+    part = paths.pool_part(4)
     manifest = paths.pool_manifest()
     blends = [paths.curriculum_dir() / name for name in ("P1.args", "P1.json")]
     plan = paths.curriculum_plan()
-    kept_part = paths.pool_part(0)
+    kept_part = paths.pool_part(1)
     for path in [part, kept_part, manifest, sidecar_path(manifest), *blends, plan]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")

@@ -3,6 +3,7 @@ the built sample and on hostile text; one corrupted token fails it, and the bloc
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import dagster as dg
@@ -26,7 +27,7 @@ from tests.test_fast_render import conversation, system_contents
 from tests.test_fast_render import text as hostile_text
 from tests.test_fuzz import messages as any_structure
 
-SMALL_SHARD = "synth_005"  # 56 rows, 53 pass the filters: every exercise, analysis and final
+SMALL_SHARD = "synth_005"  # 54 rows, 51 pass the filters: every exercise, final with or without analysis
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def test_every_conversation_of_the_built_sample_round_trips(built_sample, encodi
         result = round_trip_shard(tokenized, paths.stage_output("synth_harmony", shard), encoding)
         assert result.mismatches == [] and result.conversations == pl.read_parquet(tokenized).height
         checked += result.conversations
-    assert checked == 2958
+    assert checked == 1153  # every row the build wrote (rows_out of the sample's datasets)
     key = dg.AssetCheckKey(dg.AssetKey("synth_tokenized"), "harmony_round_trip")
     latest = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
     assert latest.event.dagster_event.event_specific_data.passed
@@ -326,8 +327,8 @@ def test_the_blocking_check_passes_in_the_tokenize_step(sampled_small_shard):
 
 
 def test_a_corrupted_token_fails_the_blocking_check_and_stops_downstream(sampled_small_shard, monkeypatch):
-    """The renderer writes one wrong content token into the 4th conversation: the check fails naming its synth_id,
-    and synth_kd_v1 of the same run never runs."""
+    """The renderer writes one wrong content token into the 4th conversation (the last token of its final answer):
+    the check fails naming its synth_id and its final message, and synth_kd_v1 of the same run never runs."""
     instance, layout = sampled_small_shard
     render_many = FastRenderer.render_many
 
@@ -341,8 +342,13 @@ def test_a_corrupted_token_fails_the_blocking_check_and_stops_downstream(sampled
     evaluation = round_trip_evaluation(result)
     sampled = pl.read_parquet(layout.data_layout().stage_output("synth_sampled", SMALL_SHARD))
     corrupted_id = sampled["synth_id"][3]
+    messages = json.loads(sampled["messages_json"][3])["messages"]
+    final = len(messages) - 1  # system, user, [analysis,] final: SYNTH leaves some reasoning empty
+    assert messages[final]["channel"] == "final"
     assert not evaluation.passed and evaluation.metadata["mismatches"].value == 1
-    assert evaluation.description.startswith(f"partition {SMALL_SHARD}: FAILED, 1 problem: {corrupted_id} message 3:")
+    assert evaluation.description.startswith(
+        f"partition {SMALL_SHARD}: FAILED, 1 problem: {corrupted_id} message {final}: text "
+    )
     assert evaluation.metadata["first_mismatches"].value[0]["synth_id"] == corrupted_id
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert "synth_kd_v1" not in materialized and not result.success

@@ -251,7 +251,7 @@ def exercise_labels(path: Path) -> dict[str, int]:
         {label: rows}.
 
     Raises:
-        InputFileError: the file is not Parquet or has no `exercise` column (check_raw_schema's message).
+        InputFileError: the file is no usable raw SYNTH shard (check_raw_schema's message, naming the reason).
     """
     check_raw_schema(path)
     column = pl.from_arrow(pa.table({"exercise": pq.read_table(path, columns=["exercise"])["exercise"]}))["exercise"]
