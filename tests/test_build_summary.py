@@ -29,24 +29,9 @@ from synthkd_assets.core.stages import harmonize_shard, select_rows_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_contract import constants, drops
 from synthkd_contract.schemas import RAW_SCHEMA
+from tests.test_filters import raw_row
 
 EMPTY, FAILED, INCONSISTENT = drops.DROP_EMPTY_ANSWER, drops.DROP_RESULT_FAILED, drops.DROP_RESULT_INCONSISTENT
-
-
-def raw_row(synth_id: str, exercise: str, answer: str = "Some answer.\n\nBody.", constraints: str = "") -> dict:
-    row = {column: "" for column in constants.RAW_STRING_COLUMNS}
-    row.update(
-        synth_id=synth_id,
-        language="en",
-        exercise=exercise,
-        query="What is it?",
-        query_seed_text="Climate\n\nThe sea climate has warm waters.",
-        synthetic_reasoning="Thinking.",
-        synthetic_answer=answer,
-        constraints=constraints,
-        words=3,
-    )
-    return row
 
 
 # per shard: (exercise, answer, constraints) of each row; the filters drop blank answers, the failure marker and a
@@ -73,7 +58,9 @@ def filter_shard(layout: DataLayout, key: str, rows: list[tuple[str, str, str]])
     returns (exercise, reason) -> rows, from the harmony rows and the filter rule applied to them."""
     raw = layout.raw_shard(key)
     raw.parent.mkdir(parents=True, exist_ok=True)
-    table = [raw_row(f"{key}_{i}", ex, answer, constraints) for i, (ex, answer, constraints) in enumerate(rows)]
+    table = [
+        raw_row(f"{key}_{i}", answer, constraints, exercise=ex) for i, (ex, answer, constraints) in enumerate(rows)
+    ]
     pq.write_table(pa.Table.from_pylist(table, schema=RAW_SCHEMA), raw)
     harmony = layout.stage_output("synth_harmony", key)
     harmony.parent.mkdir(parents=True, exist_ok=True)
