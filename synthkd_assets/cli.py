@@ -457,8 +457,8 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
 def build_run_config(environ: Mapping[str, str], smoke: bool) -> dict:
     """`dg launch --config-json` of a build: the build resource's fields set by $SYNTHKD_BUILD_CONFIG (validated)
     and `smoke`, as one resource config (Dagster replaces a resource's whole config); {} when none is set."""
-    fields = json.loads(environ.get(BUILD_CONFIG_ENV) or "{}") if environ.get(BUILD_CONFIG_ENV) else {}
     SynthKDBuildConfig.from_environment(environ, smoke=smoke)  # refuses a bad variable, naming it
+    fields = json.loads(environ.get(BUILD_CONFIG_ENV) or "{}")
     if smoke:
         fields["smoke"] = True
     return {"resources": {BUILD_KEY: {"config": fields}}} if fields else {}
@@ -542,8 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "run-config":
         try:
             print(json.dumps(build_run_config(os.environ, args.smoke)))
-        except ValueError as error:  # pydantic's ValidationError too: the field, the value and why
-            print(f"${BUILD_CONFIG_ENV}: {error}", file=sys.stderr)
+        except ValueError as error:  # it names the variable, the setting and why
+            print(error, file=sys.stderr)
             return 2
     elif args.command == "instance-yaml":
         sys.stdout.write(local_instance_yaml(available_cores()))

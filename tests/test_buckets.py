@@ -9,6 +9,7 @@ Parquet files, and once through Dagster on a real instance.
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections import Counter
 
@@ -20,6 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from synthkd_assets.cli import build_run_config
 from synthkd_assets.core.buckets import bucket_counts, grid_from_nested, grids_from_reports, nested_grid
 from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, InputFileError
 from synthkd_assets.core.render import FastRenderer
@@ -28,7 +30,8 @@ from synthkd_assets.core.stages import harmonize_shard, select_rows_shard, token
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
 from synthkd_assets.core.validation import UnknownExerciseError, exercise_labels
-from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.definitions import build_definitions
+from synthkd_assets.defs.resources import BUILD_CONFIG_ENV, SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.buckets import (
     CTX_BUCKET_MAX_TOKENS,
@@ -289,10 +292,11 @@ def test_an_unknown_label_stops_the_inventory_naming_it_its_files_and_the_settin
         assert not failed.success and instance.get_dynamic_partitions("synth_shards") == []
         [message] = step_failures(failed)
         assert message == (
-            "dagster._core.definitions.events.Failure: 2 exercise labels of the raw SYNTH shards have no skill bucket; "
-            "nothing was scanned:\n"
-            f"2 rows in {first} (1 rows), {second} (1 rows): {unknown_exercise_message('code review')}\n"
-            f"1 rows in {second} (1 rows): {unknown_exercise_message('poetry')}"
+            "dagster._core.definitions.events.Failure: 2 exercise labels of the raw SYNTH shards have no skill bucket "
+            "in synthkd_contract/buckets.py EXERCISE_SKILL_BUCKET, nothing was scanned: "
+            f"'code review': 2 rows in {first} (1 rows), {second} (1 rows); 'poetry': 1 rows in {second} (1 rows); "
+            "map each to B1..B4 with the build resource's exercise_skill_buckets, e.g. "
+            """SYNTHKD_BUILD_CONFIG='{"exercise_skill_buckets": {"code review": "B1", "poetry": "B1"}}'"""
         )
         mapped = SynthKDBuildConfig(exercise_skill_buckets={"code review": "B3", "poetry": "B4"})
         build_all(instance, layout, mapped, outputs=["synth_kd_v1"])
@@ -323,3 +327,26 @@ def test_the_inventory_reads_labels_of_every_text_type_the_scan_accepts(tmp_path
         bad = pa.array([b"rag", b"\xff\xfe", None, b"rag"], pa.binary())
         pq.write_table(table.set_column(2, "exercise", bad), tmp_path / "synth_002.parquet")
         assert exercise_labels(tmp_path / "synth_002.parquet") == {"rag": 2, "unknown": 1}
+
+
+def test_the_build_config_variable_maps_labels_for_build_sh_dg_and_the_code_location():
+    """SYNTHKD_BUILD_CONFIG (a JSON object of build settings) is read by the code location (sensors, `dg`), the
+    build driver and build.sh's run config alike; a bad value is refused naming the variable and the reason."""
+    environ = {BUILD_CONFIG_ENV: '{"exercise_skill_buckets": {"code review": "B3"}}'}
+    assert SynthKDBuildConfig.from_environment(environ).exercise_table()["code review"] == "B3"
+    assert SynthKDBuildConfig.from_environment(environ, smoke=True).smoke
+    location = build_definitions(environ).resources["build"]
+    assert location.exercise_table()["code review"] == "B3"
+    assert build_run_config(environ, smoke=True) == {
+        "resources": {"build": {"config": {"exercise_skill_buckets": {"code review": "B3"}, "smoke": True}}}
+    }
+    assert build_run_config({}, smoke=False) == {}
+    for text, says in [
+        ('{"exercise_skill_buckets": ', "is not JSON"),
+        ("[1]", "must be a JSON object of build settings"),
+        ('{"exercise_skill_bucket": {}}', "names no build setting ['exercise_skill_bucket']"),
+        ('{"exercise_skill_buckets": {"x": "B7"}}', "exercise 'x' -> 'B7', not a skill bucket"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(says)) as caught:
+            build_run_config({BUILD_CONFIG_ENV: text}, smoke=False)
+        assert str(caught.value).startswith(f"${BUILD_CONFIG_ENV}")

@@ -32,6 +32,7 @@ silently shrink a skill bucket and defaulting them would mislabel them, so the t
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,7 +45,12 @@ from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
 from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.report import ShardReport
 from synthkd_contract import constants, drops
-from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET, UnknownExercise, unknown_exercise_message
+from synthkd_contract.buckets import (
+    EXERCISE_SKILL_BUCKET,
+    UNKNOWN_EXERCISE_SETTING,
+    UnknownExercise,
+    unknown_exercise_message,
+)
 
 TEXT_TYPES_DESCRIPTION = (
     "string, large_string, string_view, binary, large_binary, binary_view, dictionary<string> or null"
@@ -276,10 +282,16 @@ def unknown_exercise_files(
 
 
 def unknown_exercises_message(unknown: Mapping[str, Mapping[str, int]], limit: int = 3) -> str:
-    """One line per unknown label: its rows, the first files holding it and the setting that maps it."""
-    lines = []
+    """One line (what build.sh and the UI show of an error): each unknown label with its rows and first files, then
+    the setting that maps them all, e.g. `... 'code review': 2 rows in <file> (2 rows); map them with ...`."""
+    labels = []
     for label, files in unknown.items():
         shown = ", ".join(f"{file} ({rows} rows)" for file, rows in list(files.items())[:limit])
         more = f" and {len(files) - limit} more files" if len(files) > limit else ""
-        lines.append(f"{sum(files.values())} rows in {shown}{more}: {unknown_exercise_message(label)}")
-    return "\n".join(lines)
+        labels.append(f"{label!r}: {sum(files.values())} rows in {shown}{more}")
+    example = json.dumps({UNKNOWN_EXERCISE_SETTING: dict.fromkeys(unknown, "B1")})
+    return (
+        f"{len(unknown)} exercise labels of the raw SYNTH shards have no skill bucket in synthkd_contract/buckets.py "
+        f"EXERCISE_SKILL_BUCKET, nothing was scanned: {'; '.join(labels)}; map each to B1..B4 with the build "
+        f"resource's {UNKNOWN_EXERCISE_SETTING}, e.g. SYNTHKD_BUILD_CONFIG='{example}'"
+    )

@@ -236,7 +236,15 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
             raise ValueError(f"${BUILD_CONFIG_ENV} is not JSON ({error}): {text[:200]!r}") from None
         if not isinstance(config, dict):
             raise ValueError(f"${BUILD_CONFIG_ENV} must be a JSON object of build settings, not {text[:200]!r}")
-        return cls(**{**config, **fields})
+        unknown = sorted(set(config) - set(cls.model_fields))
+        if unknown:
+            raise ValueError(
+                f"${BUILD_CONFIG_ENV} names no build setting {unknown} (they are {sorted(cls.model_fields)})"
+            )
+        try:
+            return cls(**{**config, **fields})
+        except ValueError as error:  # pydantic's: the field, the value and why
+            raise ValueError(f"${BUILD_CONFIG_ENV}: {error}") from None
 
     def exercise_table(self) -> dict[str, str]:
         """The exercise -> skill bucket table of this build: the contract's with `exercise_skill_buckets`."""
