@@ -121,8 +121,8 @@ EMOJI = _BANKS["emoji"]
 HARMONY_SNIPPETS = _BANKS["harmony_snippets"]
 WHITESPACE_ONLY = _BANKS["whitespace_only"]
 
-# Figures from ../shared/SYNTH-facts.md (PleIAs/SYNTH as published): the generator imitates them, it does not
-# tune anything to them. tests/test_sample_data.py states the proportions the bundled sample keeps.
+# Figures of PleIAs/SYNTH as published (its dataset card, published exploratory statistics): imitated, not
+# tuned to. tests/test_sample_data.py states the proportions the bundled sample keeps.
 # languages (200k-row sample: en ~80.7%, fr/de/es/it/pl ~3.2% each, nl/la ~1.6% each, ~0.15% null)
 LANGUAGES = (
     ("en", 0.807),

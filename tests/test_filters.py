@@ -152,7 +152,7 @@ def test_result_consistency_cases(tmp_path, constraints, answer, inconsistent):
     assert reasons["a"] == (INCONSISTENT if inconsistent else None)
 
 
-# Real SYNTH answer shapes (docs/bad-input.md, ../shared/SYNTH-facts.md) the rule must keep: each was dropped as
+# Real SYNTH answer shapes (docs/bad-input.md; the corpus as published) the rule must keep: each was dropped as
 # inconsistent by the rule before issue 42.
 SOLUTION = "\n\n## Solution\n\nLet the initial value be $V$. Then..."
 

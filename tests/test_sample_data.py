@@ -1,6 +1,6 @@
 """The bundled raw SYNTH sample (data/sample/synth_raw) and its deterministic generator.
 
-Four regular shards of 750 rows shaped like PleIAs/SYNTH as published (../shared/SYNTH-facts.md: file names,
+Four regular shards of 750 rows shaped like PleIAs/SYNTH as published (its dataset card and statistics: file names,
 one row group per file, the nine exercise labels in the corpus's proportions, its languages, empty-reasoning
 rates, constraints and answer shapes, lengths, many rows per seed text), then the bucket shard synth_005 (54
 rows): every exercise several times, and conversations long enough for the C2 context bucket (over 2048 tokens,
