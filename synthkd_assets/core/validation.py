@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -267,6 +267,18 @@ def exercise_labels(path: Path) -> dict[str, int]:
         column = pl.Series("exercise", [v for i, v in enumerate(decoded) if i not in invalid], dtype=pl.String)
     counts = column.cast(pl.String).fill_null(constants.NULL_DEFAULTS["exercise"]).value_counts()
     return dict(zip(counts["exercise"].to_list(), counts["count"].to_list(), strict=True))
+
+
+def labels_by_file(paths: Iterable[Path]) -> dict[str, dict[str, int]]:
+    """{file: exercise_labels} of the raw SYNTH files among `paths` that can be read; a file that is no usable
+    SYNTH shard is left out, to be refused alone by its own partition's scan step (docs/bad-input.md)."""
+    labels: dict[str, dict[str, int]] = {}
+    for path in paths:
+        try:
+            labels[str(path)] = exercise_labels(path)
+        except InputFileError:
+            continue
+    return labels
 
 
 def unknown_exercise_files(

@@ -12,9 +12,8 @@ from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import RawShard, ignored_input_files, partition_changes, scan_inputs
 from synthkd_assets.core.layout import DataLayout
-from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.tokenizer import materialize_tokenizer, vocabulary_source
-from synthkd_assets.core.validation import exercise_labels, unknown_exercise_files, unknown_exercises_message
+from synthkd_assets.core.validation import labels_by_file, unknown_exercise_files, unknown_exercises_message
 from synthkd_assets.defs.checks import pool_unpublished_events
 from synthkd_assets.defs.conventions import OWNERS, pass_tags, synthkd_asset
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
@@ -127,14 +126,7 @@ def check_exercise_labels(shards: list[RawShard], table: Mapping[str, str]) -> d
     naming every label `table` does not map, its files and the setting that maps it, before any shard is scanned
     (a 500-shard build must not stop on a label hours in). A file that is no usable SYNTH shard is left to its own
     partition's scan step, which refuses it alone."""
-    by_file = {}
-    for shard in shards:
-        if partition_source(shard.name) != SYNTH_SOURCE:
-            continue
-        try:
-            by_file[shard.path] = exercise_labels(Path(shard.path))
-        except InputFileError:  # a file SYNTH cannot be read from fails its own scan step, alone (docs/bad-input.md)
-            continue
+    by_file = labels_by_file(Path(s.path) for s in shards if partition_source(s.name) == SYNTH_SOURCE)
     unknown = unknown_exercise_files(by_file, table)
     if unknown:
         raise dg.Failure(unknown_exercises_message(unknown))
