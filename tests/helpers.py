@@ -83,3 +83,21 @@ def pool_published(instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
     key = dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "pool_published")
     [record] = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
     return record.event.dagster_event.event_specific_data
+
+
+def write_as_build(path: Path, payload: bytes = b"x") -> Path:
+    """A file the build wrote, as its writers write one (core/atomic.py: recorded in the written ledger of the
+    output root a `DataLayout` registered), unlike a user's `write_bytes`."""
+    from synthkd_assets.core.atomic import atomic_write_bytes
+
+    atomic_write_bytes(path, payload)
+    return path
+
+
+def partial_left_by_killed_writer(final: Path) -> Path:
+    """The partial file of `final` a killed writer leaves behind (its lock gone with it)."""
+    from synthkd_assets.core.atomic import PartialFile
+
+    partial = PartialFile(final)
+    partial.release()
+    return partial.path

@@ -20,6 +20,7 @@ import pytest
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX, PartialFile, atomic_write_text
 from synthkd_assets.core.dataset_manifest import PENDING
 from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_problems
+from synthkd_assets.core.ownership import ledger_path
 from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import CHECKS_SUFFIX, ManifestError, verify_manifest
@@ -39,6 +40,7 @@ def final_files(data_dir: Path) -> dict[str, str]:
         if p.is_file()
         and not p.name.endswith(PARTIAL_SUFFIX)
         and p.name != "hash_cache.json"
+        and p != ledger_path(data_dir)
         and not location_dependent(data_dir, p)
     }
 

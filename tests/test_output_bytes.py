@@ -24,6 +24,7 @@ import pytest
 
 from synthkd_assets.core import manifest as manifest_module
 from synthkd_assets.core.layout import BUILD_LOCK_FILENAME, DEFAULT_RAW_DIR, HASH_CACHE_FILENAME
+from synthkd_assets.core.ownership import ledger_path
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_dev import REPO_ROOT
@@ -38,7 +39,10 @@ def file_digests(root: Path) -> dict[str, str]:
     return {
         str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(root.rglob("*"))
-        if path.is_file() and path.name not in NOT_OUTPUTS and not location_dependent(root, path)
+        if path.is_file()
+        and path.name not in NOT_OUTPUTS
+        and path != ledger_path(root)  # the build's own record of what it wrote: inodes and times
+        and not location_dependent(root, path)
     }
 
 

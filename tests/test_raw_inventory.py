@@ -28,6 +28,7 @@ from synthkd_assets.core.inventory import (
     shard_index_from_name,
 )
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.ownership import OutputPathError
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
@@ -47,8 +48,10 @@ from tests.helpers import (
     SCAN_STEPS,
     SHARD_STEPS,
     check_outcomes,
+    partial_left_by_killed_writer,
     pool_published,
     run,
+    write_as_build,
 )
 from tests.test_bad_input import row, write_raw
 
@@ -439,24 +442,69 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
     core/atomic.py gives them (`<name>.<random>.partial`), are all found; a present shard's are not."""
     layout = SynthKDLayout(raw_dir=str(tmp_path / "raw"), data_dir=str(tmp_path / "data"))
     data = tmp_path / "data"
+    paths = layout.data_layout()
     gone = [
         data / "synth_harmony" / "synth_004.parquet",
         data / "smoke" / "synth_harmony" / "synth_004.report.json",
         data / "smoke" / "errors" / "synth_harmony" / "synth_004.jsonl",
         data / "smoke" / constants.DISTILL_SMOKE_DATASET_NAME / "synth_004.json",
-        data / "megatron" / constants.DATASET_NAME / "train" / "shard_04_tokens.bin.k2_x9abc.partial",
-        data / "distill" / constants.DISTILL_DATASET_NAME / "train" / "part-00004.parquet.q1w2e3.partial",
-        layout.data_layout().valuation_part(4),
+        paths.valuation_part(4),
     ]
-    kept = [
-        data / "smoke" / "synth_harmony" / "synth_001.parquet",
-        layout.data_layout().both_builds()[1].valuation_part(1),
-        data / "megatron" / constants.DATASET_NAME / "train" / "shard_01_tokens.bin.a1b2c3.partial",
-    ]
+    kept = [data / "smoke" / "synth_harmony" / "synth_001.parquet", paths.both_builds()[1].valuation_part(1)]
     for path in gone + kept:
+        write_as_build(path)
+    megatron, distill = paths.megatron_root() / "train", paths.distill_root() / "train"
+    gone += [
+        partial_left_by_killed_writer(megatron / "shard_04_tokens.bin"),
+        partial_left_by_killed_writer(distill / "part-00004.parquet"),
+    ]
+    partial_left_by_killed_writer(megatron / "shard_01_tokens.bin")
+    assert orphaned_outputs(paths, ["synth_001"]) == sorted(gone)
+
+
+def test_cleanup_removes_only_what_the_build_wrote(tmp_path):
+    """A user's notes, backups and copies in the build's directories, named like no present shard (or like a
+    removed one's output, but written by the user), survive a rebuild's cleanup; the removed shard's outputs the
+    build wrote go."""
+    paths = DataLayout(tmp_path / "raw", tmp_path / "data")
+    data = paths.data_root
+    gone = [write_as_build(paths.stage_output("synth_harmony", "synth_004")), write_as_build(paths.pool_part(4))]
+    users = [
+        data / "errors" / "my_notes" / "todo.jsonl",
+        data / "synth_harmony" / "backup_of_old_run.parquet",
+        data / "synth_tokenized" / "README.report.json",
+        paths.valuation_part(7),
+        paths.stage_output("synth_sampled", "synth_004"),  # a removed shard's name, the user's bytes
+    ]
+    for path in users:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"x")
-    assert orphaned_outputs(layout.data_layout(), ["synth_001"]) == sorted(gone)
+        path.write_bytes(b"mine")
+    replaced = write_as_build(paths.stage_report("synth_filtered", "synth_004"))
+    replaced.write_text("edited by hand")  # the build's file, rewritten by the user since: no longer the build's
+    assert remove_orphaned_outputs(paths, ["synth_001"]) == sorted(gone)
+    assert all(path.read_bytes() == b"mine" for path in users) and replaced.read_text() == "edited by hand"
+    assert not any(path.exists() for path in gone)
+
+
+@pytest.mark.parametrize("linked", ["synth_signatures", "errors/synth_pool", "pool/synth_pool_v1_valuation"])
+def test_a_planted_directory_link_is_never_written_or_deleted_through(tmp_path, linked):
+    """A directory symlink planted inside the data root (to a directory outside it holding files named like the
+    build's outputs): cleanup removes nothing through it, and a write through it is refused naming the link."""
+    paths = DataLayout(tmp_path / "raw", tmp_path / "data")
+    outside = tmp_path / "elsewhere"
+    victims = [outside / "synth_004.parquet", outside / "synth_004.jsonl", outside / "part-00004.parquet"]
+    for path in victims:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"precious")
+    write_as_build(paths.stage_output("synth_harmony", "synth_004"))
+    link = paths.data_root / linked
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside, target_is_directory=True)
+    remove_orphaned_outputs(paths, ["synth_001"])
+    assert all(path.read_bytes() == b"precious" for path in victims)
+    with pytest.raises(OutputPathError, match=f"{link} is a symbolic link"):
+        write_as_build(link / "synth_001.parquet")
+    assert sorted(outside.iterdir()) == sorted(victims)
 
 
 def test_removing_shards_leaves_no_empty_source_or_error_log_directory(tmp_path):
@@ -478,8 +526,7 @@ def test_removing_shards_leaves_no_empty_source_or_error_log_directory(tmp_path)
         paths.error_log("synth_sampled", "synth_002"),
     ]
     for path in [*gone, *kept]:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"x")
+        write_as_build(path)
     assert remove_orphaned_outputs(paths, ["ultrachat_200k/train_sft-1", "synth_002"]) == sorted(gone)
     assert not (paths.data_root / "synth_tokenized" / "oasst1").exists()
     assert not (paths.data_root / "errors" / "synth_harmony").exists()
@@ -499,8 +546,7 @@ def test_a_pool_that_loses_a_shard_loses_its_manifest_and_blends_until_rebuilt(t
     plan = paths.curriculum_plan()
     kept_part = paths.pool_part(1)
     for path in [part, kept_part, manifest, sidecar_path(manifest), *blends, plan]:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"x")
+        write_as_build(path)
     assert remove_orphaned_outputs(paths, ["synth_001", "synth_004"]) == []
     removed = remove_orphaned_outputs(paths, ["synth_001"])
     assert removed == sorted([part, manifest, sidecar_path(manifest), *blends])

@@ -14,6 +14,7 @@ import pytest
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps, SmokeBudget
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.layout import HASH_CACHE_FILENAME, RAW_STATE_SUBDIR, STAGE_NAMES, documents_path
+from synthkd_assets.core.ownership import WRITTEN_LEDGER
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import harmonize_shard, write_megatron_shard
@@ -65,7 +66,7 @@ def test_an_uncapped_read_of_a_short_shard_counts_no_smoke_cap(tmp_path):
 
 # shared by design between full and smoke builds of one data root (docs/design.md, "Smoke build"): the raw hash cache,
 # which any scan of the raw directory may rewrite (other tests on this shared build scan other directories)
-SHARED_FILES = {f"{RAW_STATE_SUBDIR}/{HASH_CACHE_FILENAME}"}
+SHARED_FILES = {f"{RAW_STATE_SUBDIR}/{HASH_CACHE_FILENAME}", str(WRITTEN_LEDGER)}  # both builds' records
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, int]]:

@@ -3,6 +3,9 @@
 A file only ever appears under its final name complete, so a crash (SIGKILL, full disk) never
 leaves something that a reader or an asset check would take for finished output.
 
+Every published file is recorded in its output root's written ledger first (core/ownership.py): what the
+build may later remove.
+
 Partial names are unpredictable and created exclusively (`<name>.<random>.partial`, `mkstemp`:
 O_CREAT|O_EXCL, so an existing name, a planted symlink included, is never opened or followed),
 and each is `flock`ed by its writer while it lives. A partial left by a killed writer (its lock
@@ -19,6 +22,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from synthkd_assets.core.ownership import record_written, refuse_symlinked_dirs
 from synthkd_contract.constants import PARTIAL_SUFFIX  # the writers' partial files end with it
 
 
@@ -46,12 +50,14 @@ class PartialFile:
 
     def __init__(self, final_path: Path) -> None:
         self.final = final_path
+        refuse_symlinked_dirs(final_path)  # below an output root, never through a planted directory link
         final_path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_partials(final_path)
         fd, name = tempfile.mkstemp(dir=final_path.parent, prefix=f"{final_path.name}.", suffix=PARTIAL_SUFFIX)
         self.path = Path(name)
         self._fd: int | None = fd
         try:
+            record_written(self.path, self.path, partial=True)  # a killed writer's partial is the build's to remove
             os.fchmod(fd, FILE_MODE)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BaseException:
@@ -105,9 +111,11 @@ def fsync_path(path: Path) -> None:
 
 
 def publish(partials_to_finals: Sequence[tuple[Path, Path]]) -> None:
-    """fsync every partial file, then rename each onto its final name, in the order given."""
-    for partial, _ in partials_to_finals:
+    """fsync every partial file, record it in its output root's written ledger (core/ownership.py), then rename
+    each onto its final name, in the order given."""
+    for partial, final in partials_to_finals:
         fsync_path(partial)
+        record_written(final, partial)
     for partial, final in partials_to_finals:
         os.replace(partial, final)
     for directory in {final.parent for _, final in partials_to_finals}:

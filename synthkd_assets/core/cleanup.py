@@ -1,4 +1,5 @@
-"""Outputs of shards that no longer exist: found by name across every stage and both datasets, and removed.
+"""Outputs of shards that no longer exist: found by name across every stage and both datasets, and removed if
+the build wrote them.
 
 A shard's outputs are named after its partition key (stage Parquet and reports, DistillKit records, error
 logs) or after its shard number (Megatron trio, documents table and shard record, DistillKit parts, the pool's
@@ -6,7 +7,8 @@ parts, per-cell trios and shard records, the valuation features' parts). When a 
 named after it would otherwise stay on disk, and the dataset directories (what `tokens_prefixes` globs, what a
 DistillKit loader reads) would hold data the manifest does not list. `orphaned_outputs` lists exactly those files
 given the shards present, so a lost Dagster instance (partitions never registered as deleted) cannot hide them
-either; removal deletes them (they are derived data: the raw file is what was removed). A shard's near-duplicate
+either; removal deletes those the build's written ledger records (core/ownership.py: a file of the user's, or
+one reached through a directory link, is never removed, whatever its name). A shard's near-duplicate
 decisions (synth_clusters) are the global plan's, not the shard's: they stay until the next clustering replaces
 them, so a shard removed and put back is sampled under the same cap and held-out decisions (its held-out rows never
 reach training); synth_clusters removes the files of shards it no longer clusters.
@@ -36,6 +38,7 @@ from synthkd_assets.core.layout import (
     STAGE_SUFFIX,
     DataLayout,
 )
+from synthkd_assets.core.ownership import remove_written, written_by_build
 from synthkd_contract import constants, sources
 from synthkd_contract.manifest_seal import sidecar_path
 
@@ -84,7 +87,7 @@ def _keyed_files(directory: Path, suffixes: tuple[str, ...]) -> list[tuple[Path,
 def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
     """Every per-shard output file (final or `.partial`) of the full and the smoke build on `layout`'s data
     root that belongs to no shard in `present`: a key-named file of another key, or a number-named file of a
-    shard number no present shard has."""
+    shard number no present shard has, that the build wrote (its written ledger, core/ownership.py)."""
     present_keys = set(present)
     present_numbers = {shard_index_from_name(key) for key in present_keys}
     not_orphans = present_keys | {"manifest"}  # a stage's manifest.json is named like a key, and is no shard's
@@ -112,7 +115,7 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
             match = pattern.match(_final_name(path.name))
             if match and int(match.group(1)) not in present_numbers:
                 found.append(path)
-    return sorted(set(found))
+    return written_by_build(sorted(set(found)))
 
 
 @dataclass(frozen=True)
@@ -188,10 +191,7 @@ def unpublish_pool(build: DataLayout) -> list[Path]:
     """Remove `pool_publication_files(build)` and return them: before a pool shard's part is rewritten, so that no
     manifest or blend describes a pool whose rows changed (or mixes two quota plans' rows) until synth_curriculum
     and synth_pool_manifest run over every shard again."""
-    removed = pool_publication_files(build)
-    for path in removed:
-        path.unlink(missing_ok=True)
-    return removed
+    return remove_written(pool_publication_files(build))
 
 
 def remove_orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
@@ -203,16 +203,17 @@ def remove_orphaned_outputs(layout: DataLayout, present: Collection[str]) -> lis
 
 
 def remove_stale_cluster_files(build: DataLayout, clustered: Collection[str]) -> list[Path]:
-    """Delete `stale_cluster_files(build, clustered)` (and an anchor source's emptied directory); returns them."""
+    """Delete `stale_cluster_files(build, clustered)` that the build wrote (and an anchor source's emptied
+    directory); returns them."""
     return _remove(stale_cluster_files(build, clustered))
 
 
 def _remove(paths: list[Path], errors_dirs: Collection[Path] = ()) -> list[Path]:
-    """Delete the files, then every directory of an anchor source they leave empty: `<stage>/<source>/` and the
-    config directories below it (`<stage>/deepcoder/derived/`), and a step's directory of error logs
-    (`errors/<step>/`, under one of `errors_dirs`): a build without those shards would not have made them."""
-    for path in paths:
-        path.unlink(missing_ok=True)
+    """Delete the files the build wrote (core/ownership.py), then every directory of an anchor source they leave
+    empty: `<stage>/<source>/` and the config directories below it (`<stage>/deepcoder/derived/`), and a step's
+    directory of error logs (`errors/<step>/`, under one of `errors_dirs`): a build without those shards would
+    not have made them."""
+    paths = remove_written(paths)
     directories: set[Path] = set()
     for path in paths:
         below = list(path.parents)

@@ -7,6 +7,7 @@ CLI, tests and benchmarks, so that no path is spelled out anywhere else.
     <data>/synth_raw/hash_cache.json              raw sha256 by (size, mtime), shared by full and smoke builds
     <data>/tokenizer/o200k_base.tiktoken          the pinned vocabulary, shared by full and smoke builds
     <data>/.build.lock                            one build per data root
+    <data>/.synthkd/written.jsonl                 every file the build wrote (core/ownership.py): all it removes
     <build>/<stage>/<key>.parquet, .report.json   intermediate stages (synth_harmony ... synth_tokenized)
     <build>/synth_harmony/manifest.json
     <build>/synth_sampling_plan/plan.json
@@ -35,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from synthkd_assets.core.ownership import register_output_root
 from synthkd_contract import constants
 from synthkd_contract.buckets import POOL_DATASET_NAME, POOL_SMOKE_DATASET_NAME
 
@@ -102,6 +104,12 @@ class DataLayout:
     distill_dir: Path | None = None  # DistillKit dataset root; default <data>/distill/<distill name>
     encoding_errors_log: Path | None = None  # default <build>/errors/synth_distill_encoding_errors.jsonl
     sources_root: Path | None = None  # the anchor sources' shards (docs/sources.md); None: SYNTH only
+
+    def __post_init__(self) -> None:
+        # what this process writes below these roots is recorded, and never goes through a directory link
+        for root in (self.data_root, self.distill_dir):
+            if root is not None:
+                register_output_root(root)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], smoke: bool = False) -> DataLayout:
