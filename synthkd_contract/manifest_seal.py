@@ -12,7 +12,10 @@ dataset with the same code:
   a problem: the dataset on disk is exactly what its manifest says;
 - `manifest.json.checks/` holds one file per blocking check of the build that has not passed on this
   manifest ("pending" from before the manifest is written, then the failure, removed when it passes): a
-  dataset whose checks failed, or never ran, does not verify although its seal matches.
+  dataset whose checks failed, or never ran, does not verify although its seal matches;
+- the seal itself says whether those checks passed: a manifest held for blocking checks is sealed `held`
+  (`held <sha256>  manifest.json`, which `sha256sum -c` refuses) until the last of them passes, and again as
+  soon as one fails, so a dataset copied without its `manifest.json.checks/` directory still does not verify.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from synthkd_contract.constants import MANIFEST_FILENAME, PARTIAL_SUFFIX
 
 SIDECAR_SUFFIX = ".sha256"
 CHECKS_SUFFIX = ".checks"  # the directory of blocking checks not passed on the manifest
+HELD = "held"  # a seal's first word while blocking checks have not passed on the manifest it seals
 
 
 class ManifestError(ValueError):
@@ -52,12 +56,25 @@ def checks_path(manifest_path: Path) -> Path:
     return manifest_path.with_name(manifest_path.name + CHECKS_SUFFIX)
 
 
+def read_seal(manifest_path: Path) -> tuple[str | None, bool]:
+    """(the digest the manifest's sidecar seals, whether the seal is `held` for blocking checks); (None, False)
+    without a sidecar."""
+    try:
+        words = sidecar_path(manifest_path).read_text(encoding="utf-8").split()
+    except FileNotFoundError:
+        return None, False
+    if words[:1] == [HELD]:
+        return (words[1] if len(words) > 1 else None), True
+    return (words[0] if words else None), False
+
+
 def unpassed_checks(manifest_path: Path) -> list[str]:
-    """A problem per blocking check that has not passed on the manifest (pending or failed), naming it and why."""
+    """A problem per blocking check that has not passed on the manifest (pending or failed), naming it and why;
+    and one when the seal is `held` although no marker says why (the markers' directory was left behind)."""
     try:
         markers = sorted(checks_path(manifest_path).iterdir())
     except (FileNotFoundError, NotADirectoryError):
-        return []
+        markers = []
     problems = []
     for marker in markers:
         if marker.name.endswith(PARTIAL_SUFFIX):  # a marker being written, before its manifest is
@@ -67,12 +84,18 @@ def unpassed_checks(manifest_path: Path) -> list[str]:
         except FileNotFoundError:  # its check passed meanwhile
             continue
         problems.append(f"{manifest_path}: blocking check {marker.name} has not passed ({why})")
+    if not problems and read_seal(manifest_path)[1]:
+        problems.append(
+            f"{manifest_path} is sealed {HELD}: a blocking check of the build has not passed on it (failed, or never "
+            f"ran), and its {checks_path(manifest_path).name}/ directory, which names it, is missing; build again"
+        )
     return problems
 
 
-def seal_text(manifest_path: Path, digest: str) -> str:
-    """The sidecar's content for a manifest whose bytes hash to `digest` (`sha256sum` output)."""
-    return f"{digest}  {manifest_path.name}\n"
+def seal_text(manifest_path: Path, digest: str, held: bool = False) -> str:
+    """The sidecar's content for a manifest whose bytes hash to `digest` (`sha256sum` output), or with `held` the
+    seal of a manifest whose blocking checks have not all passed (`held <digest>  <name>`)."""
+    return f"{HELD} {digest}  {manifest_path.name}\n" if held else f"{digest}  {manifest_path.name}\n"
 
 
 def file_record(root: Path, path: Path) -> dict[str, Any]:
@@ -102,11 +125,11 @@ def read_sealed_manifest(manifest_path: Path) -> tuple[dict[str, Any] | None, li
     if not sidecar.is_file():
         problems.append(f"{sidecar} is missing: {manifest_path} is not sealed")
     else:
-        recorded = sidecar.read_text(encoding="utf-8").split()
-        if not recorded or recorded[0] != digest:
+        recorded = read_seal(manifest_path)[0]
+        if recorded != digest:
             problems.append(
                 f"{manifest_path} does not match its seal {sidecar.name} (sha256 {digest[:12]}, sealed "
-                f"{(recorded or ['nothing'])[0][:12]}): the manifest was edited or not completely written"
+                f"{(recorded or 'nothing')[:12]}): the manifest was edited or not completely written"
             )
     try:
         return json.loads(payload), problems

@@ -91,3 +91,35 @@ def test_a_gated_check_that_raises_holds_the_dataset(tmp_path):
     with CheckGate(manifest, "rows") as record:
         record(dg.AssetCheckResult(check_name="rows", passed=True))
     assert verify_manifest(tmp_path)["version"] == 1
+
+
+@pytest.mark.parametrize("verdict", ["never ran", "failed"])
+def test_a_dataset_copied_without_its_markers_does_not_verify_unless_its_checks_passed(tmp_path, verdict):
+    """The checks' outcome is in the seal: a dataset copied by its file list (the manifest, its seal and the files
+    it lists, not `manifest.json.checks/`) whose blocking check failed, or never ran, still does not verify."""
+    import shutil
+
+    manifest, digest = dataset(tmp_path, 1, ["rows", "schema"])
+    assert record_check_verdict(manifest, "schema", digest, None)
+    if verdict == "failed":
+        assert record_check_verdict(manifest, "rows", digest, "FAILED, 1 problem: a synth_id in two shards")
+    shutil.rmtree(checks_path(manifest))  # the copy leaves the unlisted directory behind
+    assert "is sealed held: a blocking check of the build has not passed" in refusals(manifest)
+    assert (manifest.parent / f"{MANIFEST_FILENAME}.sha256").read_text().startswith(f"held {digest}  ")
+
+
+def test_the_seal_is_plain_sha256sum_once_every_check_passed(tmp_path):
+    import subprocess
+
+    manifest, digest = dataset(tmp_path, 1, ["rows", "schema"])
+    sidecar = manifest.parent / f"{MANIFEST_FILENAME}.sha256"
+    checked = subprocess.run(["sha256sum", "-c", sidecar.name], cwd=tmp_path, capture_output=True)
+    assert checked.returncode != 0  # held: not a checksum line
+    for name in ("rows", "schema"):
+        assert record_check_verdict(manifest, name, digest, None)
+    assert sidecar.read_text() == f"{digest}  {MANIFEST_FILENAME}\n"
+    assert subprocess.run(["sha256sum", "-c", sidecar.name], cwd=tmp_path, capture_output=True).returncode == 0
+    assert verify_manifest(tmp_path)["version"] == 1
+    # failing later (its data changed under it) holds the seal again
+    assert record_check_verdict(manifest, "rows", digest, "FAILED, 1 problem: z")
+    assert sidecar.read_text().startswith("held ")
