@@ -24,9 +24,10 @@ from typing import TextIO
 import dagster as dg
 
 from synthkd_assets.core.build_summary import PlanKeeps, StepDrops, read_plan_keeps, read_step_drops
-from synthkd_assets.core.buildlock import BuildLockHeld, lock_fd
+from synthkd_assets.core.buildlock import BuildLockHeld, checked_lock_path, lock_fd
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.layout import DataLayout, InputOutputOverlap
+from synthkd_assets.core.ownership import OutputPathError
 from synthkd_assets.core.parallel import available_cores, die_with_parent, parallel_runs, watch_stop_signals
 from synthkd_assets.core.valuation import checkpoint_problem
 from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
@@ -466,7 +467,7 @@ def build_run_config(environ: Mapping[str, str], smoke: bool) -> dict:
 
 PATHS = {
     "raw-root": lambda layout: layout.raw_root,
-    "build-lock": DataLayout.build_lock,
+    "build-lock": lambda layout: checked_lock_path(layout.build_lock()),
     "megatron-manifest": DataLayout.megatron_manifest,
     "distill-manifest": DataLayout.distill_manifest,
     "pool-manifest": DataLayout.pool_manifest,
@@ -533,8 +534,12 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "progress":
         print(progress_line(DataLayout.from_environ(os.environ, args.smoke), args.steps.split(","), args.partition))
     elif args.command == "path":
-        layout = DataLayout.from_environ(os.environ, args.smoke)
-        print("\n".join(str(PATHS[name](layout)) for name in args.names))
+        try:  # the roots overlap, or the lock is a link: build.sh stops here, before it writes anything
+            layout = DataLayout.from_environ(os.environ, args.smoke)
+            print("\n".join(str(PATHS[name](layout)) for name in args.names))
+        except (InputOutputOverlap, OutputPathError) as error:
+            print(error, file=sys.stderr)
+            return 2
     elif args.command == "failures":
         print_failures(args.since)
     elif args.command == "lock":

@@ -19,7 +19,7 @@ import yaml
 
 from synthkd_assets.cli import low_disk_lines
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
-from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.layout import DataLayout, InputOutputOverlap
 from synthkd_assets.core.parallel import available_cores, thread_map
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.build import (
@@ -30,6 +30,7 @@ from synthkd_assets.defs.build import (
     fail_runs_of_dead_builds,
 )
 from synthkd_assets.defs.passes import build_passes
+from synthkd_assets.defs.resources import SynthKDLayout
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 QUOTED = 'it\'s a "quoted" shard 01'  # a partition key with spaces and both kinds of quote
@@ -352,6 +353,46 @@ def test_a_missing_valuation_checkpoint_fails_the_build_before_it_starts(tmp_pat
         f"checkpoint {missing} is not a directory (gpt_spec.json + model.pt)" in done.stderr
     )
     assert not [path for path in (tmp_path / "data").rglob("*") if path.is_file() and path.name != ".build.lock"]
+
+
+@pytest.mark.parametrize("raw_below", ["data/synth_harmony", "data"])
+def test_an_input_root_inside_the_output_tree_is_refused_before_anything_is_written(tmp_path, raw_below):
+    """SYNTHKD_RAW_DIR inside the data root's output tree (its synth_harmony directory: the build overwrote the raw
+    shards with its own tables), or the data root itself: refused naming both paths; the raw bytes and the data
+    root stay as they were."""
+    raw = tmp_path / raw_below
+    small_shard(raw / "synth_001.parquet", 1)
+    before = {path: path.read_bytes() for path in (tmp_path / "data").rglob("*") if path.is_file()}
+    done = subprocess.run(
+        ["bash", "scripts/build.sh"],
+        cwd=REPO_ROOT,
+        env={**environment(tmp_path), "SYNTHKD_RAW_DIR": str(raw)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"the input directory of the raw shards (SYNTHKD_RAW_DIR) {raw} overlaps the build's output" in done.stderr
+    assert f"(data root {tmp_path / 'data'}, SYNTHKD_DATA_DIR)" in done.stderr
+    assert {path: path.read_bytes() for path in (tmp_path / "data").rglob("*") if path.is_file()} == before
+    with pytest.raises(InputOutputOverlap, match="overlaps the build's output directory"):
+        SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data")).data_layout()  # every Dagster route
+
+
+def test_a_symlinked_build_lock_is_refused_and_creates_nothing_outside(tmp_path):
+    small_shard(tmp_path / "raw" / "synth_001.parquet", 1)
+    outside = tmp_path / "outside" / "lock"
+    lock = tmp_path / "data" / ".build.lock"
+    lock.parent.mkdir(parents=True)
+    lock.symlink_to(outside)
+    done = build(tmp_path, timeout=300)
+    assert done.returncode == 2
+    assert f"{lock} is a symbolic link (to {outside}): the build lock is a regular file" in done.stderr
+    assert not outside.parent.exists()
+    with pytest.raises(OSError, match="is a symbolic link"):
+        with build_lock(lock):
+            pass
+    assert not outside.parent.exists()
 
 
 def test_thread_map_keeps_the_order_runs_at_once_and_raises_the_first_error():

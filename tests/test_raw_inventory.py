@@ -67,7 +67,7 @@ def small_shard(path: Path, source: int = 1, rows: int = ROWS) -> Path:
 
 def lock_of(data_root: Path) -> Path:
     """The build lock of a data root (the raw root plays no part in it)."""
-    return DataLayout(data_root, data_root).build_lock()
+    return DataLayout(data_root.parent / "raw", data_root).build_lock()
 
 
 def every_file(*roots: Path) -> list[str]:

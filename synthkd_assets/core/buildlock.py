@@ -15,9 +15,33 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from synthkd_assets.core.ownership import OutputPathError, refuse_symlinked_dirs
+
 
 class BuildLockHeld(RuntimeError):
     """Another build holds the data root's lock."""
+
+
+def checked_lock_path(path: Path) -> Path:
+    """`path`, the build lock, unless it is a symbolic link (opening it would create or lock a file wherever the
+    link points, outside the data root).
+
+    Args:
+        path: the data root's lock file (`DataLayout.build_lock`).
+
+    Returns:
+        `path`.
+
+    Raises:
+        OutputPathError: naming the link and its target.
+    """
+    if path.is_symlink():
+        raise OutputPathError(
+            f"{path} is a symbolic link (to {os.readlink(path)}): the build lock is a regular file of the data root; "
+            "remove the link"
+        )
+    refuse_symlinked_dirs(path)
+    return path
 
 
 def lock_fd(fd: int, path: Path) -> None:
@@ -32,7 +56,7 @@ def lock_fd(fd: int, path: Path) -> None:
 def build_lock(path: Path) -> Iterator[Path]:
     """Hold the lock file `path` for the body; raises BuildLockHeld at once if another build has it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(checked_lock_path(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         lock_fd(fd, path)
         yield path

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from synthkd_assets.core.ownership import register_output_root
+from synthkd_assets.core.ownership import WRITTEN_LEDGER, register_output_root
 from synthkd_contract import constants
 from synthkd_contract.buckets import POOL_DATASET_NAME, POOL_SMOKE_DATASET_NAME
 
@@ -91,6 +91,10 @@ def documents_path(dataset_root: Path, shard_index: int) -> Path:
     return dataset_root / MEGATRON_SHARDS_SUBDIR / f"shard_{shard_index:02d}_documents.parquet"
 
 
+class InputOutputOverlap(ValueError):
+    """An input root (raw shards, anchor sources) overlaps the build's output tree."""
+
+
 @dataclass(frozen=True)
 class DataLayout:
     """Every path of one build: raw root, data root, full or smoke, and the optional DistillKit overrides.
@@ -106,10 +110,54 @@ class DataLayout:
     sources_root: Path | None = None  # the anchor sources' shards (docs/sources.md); None: SYNTH only
 
     def __post_init__(self) -> None:
+        if overlap := self.input_output_overlap():  # refused before anything is written, by every route
+            raise InputOutputOverlap(overlap)
         # what this process writes below these roots is recorded, and never goes through a directory link
         for root in (self.data_root, self.distill_dir):
             if root is not None:
                 register_output_root(root)
+
+    def output_dirs(self) -> tuple[Path, ...]:
+        """Every directory the full and the smoke build on this data root write into (and the DistillKit root
+        and encoding-errors log configured here): the output tree, which the inputs must stay
+        out of."""
+        outputs = [self.data_root / name for name in (RAW_STATE_SUBDIR, TOKENIZER_SUBDIR, SMOKE_SUBDIR)]
+        outputs += [self.data_root / name for name in (MEGATRON_SUBDIR, DISTILL_SUBDIR, POOL_SUBDIR)]
+        outputs += [self.data_root / VALIDATION_SUBDIR, self.data_root / MEGATRON_CACHE_SUBDIR]
+        outputs += [(self.data_root / WRITTEN_LEDGER).parent]
+        full = replace(self, smoke=False) if self.smoke else self
+        stages = (*STAGE_NAMES, SIGNATURES_STAGE, CLUSTERS_STAGE, SAMPLING_PLAN_STAGE, QUOTA_PLAN_STAGE)
+        outputs += [full.stage_dir(stage) for stage in stages]
+        outputs += [full.errors_dir(), full.distill_records_dir(), self.distill_root()]
+        if self.encoding_errors_log is not None:
+            outputs.append(self.encoding_errors_log)  # a file, not a tree
+        return tuple(dict.fromkeys(outputs))
+
+    def input_output_overlap(self) -> str | None:
+        """Why the input roots (raw shards, anchor sources) and the output tree (`output_dirs`) overlap, links
+        resolved: an input inside an output directory, or an output directory inside an input (the build would
+        overwrite or re-read its own files); None when they are apart.
+
+        Returns:
+            A message naming both paths and the variables that set them, or None.
+        """
+        inputs = {
+            f"raw shards ({RAW_DIR_ENV})": self.raw_root,
+            f"anchor sources ({SOURCES_DIR_ENV})": self.sources_root,
+        }
+        for what, root in inputs.items():
+            if root is None:
+                continue
+            source = root.resolve()
+            for output in self.output_dirs():
+                target = output.resolve()
+                if source == target or target in source.parents or source in target.parents:
+                    return (
+                        f"the input directory of the {what} {root} overlaps the build's output directory {output} "
+                        f"(data root {self.data_root}, {DATA_DIR_ENV}): the build would overwrite or re-read its own "
+                        "files; nothing was written. Keep the inputs outside the data root's output directories."
+                    )
+        return None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], smoke: bool = False) -> DataLayout:
