@@ -161,6 +161,24 @@ def test_a_sensor_started_without_the_sources_variable_changes_nothing(built_mix
     assert tick_synth_raw_sensor(instance, layout, None).run_requests == []
 
 
+def test_an_empty_sources_directory_changes_nothing(built_mixed, tmp_path):
+    """SYNTHKD_SOURCES_DIR set to an existing but empty directory (a download not made yet, a mounted volume
+    missing): the inventory and the sensor refuse, naming it and the way to build without the sources, and every
+    anchor output stays (they were all removed as shards gone)."""
+    instance, layout, paths = built_mixed
+    empty = tmp_path / "sources"
+    empty.mkdir()
+    files = {p: p.stat().st_mtime_ns for p in paths.data_root.rglob("*") if p.is_file()}
+    pointed = SynthKDLayout(raw_dir=layout.raw_dir, data_dir=layout.data_dir, sources_dir=str(empty))
+    failed = run(instance, pointed, ["synth_raw_inventory"], raise_on_error=False)
+    assert not failed.success
+    why = f"no anchor sources in {empty}: the directory holds no shard of a declared source"
+    assert any(why in failure for failure in step_failures(failed)), step_failures(failed)
+    with pytest.raises(InputFileError, match=re.escape(why)):
+        tick_synth_raw_sensor(instance, pointed, None)
+    assert {p: p.stat().st_mtime_ns for p in paths.data_root.rglob("*") if p.is_file()} == files
+
+
 # --- the datasets carry the source of every document -------------------------------------------------------------
 def test_synth_outputs_are_byte_identical_with_and_without_sources(built_mixed, built_sample):
     """Adding sources leaves SYNTH's own shards of synth_kd_v1 and the DistillKit dataset as they were."""

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from synthkd_assets.core.atomic import atomic_write_text
-from synthkd_assets.core.layout import HARMONY_STAGE, DataLayout
+from synthkd_assets.core.layout import HARMONY_STAGE, SOURCES_DIR_ENV, DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.sources import ADAPTERS
 from synthkd_contract import constants, sources
@@ -179,8 +179,9 @@ def source_shard_paths(sources_root: Path) -> list[tuple[str, Path]]:
     """(partition key `<source>/<stem>`, path) of every anchor shard: the files under `<sources_root>/<source>/`
     named `*.parquet` or `*.jsonl` as the source publishes, `<stem>` their path there without the suffix
     (`deepcoder/primeintellect/train-00000-of-00001`: a config's directory is kept). Refuses (InputFileError)
-    a missing root, a directory that names no declared source, an entry that is not a regular file, a stem
-    unusable as a partition key and two stems of one source on one shard number."""
+    a missing root, one that holds no shard at all (a build would take every anchor output for a removed shard's),
+    a directory that names no declared source, an entry that is not a regular file, a stem unusable as a partition
+    key and two stems of one source on one shard number."""
     if not sources_root.is_dir():
         raise InputFileError(f"no anchor sources in {sources_root}: the directory does not exist")
     found: list[tuple[str, Path]] = []
@@ -209,6 +210,12 @@ def source_shard_paths(sources_root: Path) -> list[tuple[str, Path]]:
                 + "; ".join(" and ".join(str(p) for p in names) for names in collisions)
                 + ": rename one of each"
             )
+    if not found:
+        raise InputFileError(
+            f"no anchor sources in {sources_root}: the directory holds no shard of a declared source "
+            f"(<source>/<shard>.parquet or .jsonl, docs/sources.md); nothing was changed. To build without the "
+            f"anchor sources (their outputs are then removed), unset {SOURCES_DIR_ENV}"
+        )
     return found
 
 
