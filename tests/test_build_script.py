@@ -379,6 +379,15 @@ def test_an_input_root_inside_the_output_tree_is_refused_before_anything_is_writ
         SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data")).data_layout()  # every Dagster route
 
 
+def test_a_newline_in_a_file_name_does_not_cut_the_reason_off_the_console_error(tmp_path):
+    small_shard(tmp_path / "raw" / "synth_001.parquet", 1)
+    small_shard(tmp_path / "raw" / "synth\n002.parquet", 2)
+    done = build(tmp_path, timeout=300)
+    assert done.returncode == 1
+    shown = tmp_path / "raw" / "synth\\n002.parquet"  # escaped: the line goes on
+    assert f"{shown}: the name holds ['\\n'], which a partition key cannot: rename the file" in done.stderr
+
+
 def test_a_symlinked_build_lock_is_refused_and_creates_nothing_outside(tmp_path):
     small_shard(tmp_path / "raw" / "synth_001.parquet", 1)
     outside = tmp_path / "outside" / "lock"

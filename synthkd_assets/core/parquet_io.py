@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from synthkd_assets.core.atomic import PartialFile, publish_partials
+from synthkd_assets.core.problems import one_line
 
 # rows per frame a step reads: what a step holds at once (~1k-token SYNTH rows: ~4 MiB of arrays, ~30 MiB of Arrow
 # memory through the read at 512; 2048 held ~120 MiB); outputs do not depend on it (WRITE_ROW_GROUP_ROWS does that)
@@ -26,7 +27,11 @@ READ_BUFFER_BYTES = 1 << 20
 
 
 class InputFileError(ValueError):
-    """An input file that cannot be used at all: names the file and the reason."""
+    """An input file that cannot be used at all: names the file and the reason, on one line (a control character
+    in a file name is shown escaped, so that no console or log line cuts the reason off)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class RawShardChangedError(InputFileError):

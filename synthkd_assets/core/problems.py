@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
+
+
+def one_line(text: str) -> str:
+    """`text` with every control character (a newline or tab in a file name, say) written as its escape: an error
+    naming a file stays one line, whatever the name holds.
+
+    Args:
+        text: a message.
+
+    Returns:
+        The message with each Unicode Cc character replaced by its Python escape (`\\n`, `\\x07`).
+    """
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
 
 
 class Problems(list[str]):
