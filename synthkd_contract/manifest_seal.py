@@ -31,6 +31,9 @@ from typing import Any
 from synthkd_contract.constants import MANIFEST_FILENAME, PARTIAL_SUFFIX
 
 SIDECAR_SUFFIX = ".sha256"
+# a listed file this small is hashed by every verification, even one by size only (`hash_files=False`): indexes,
+# shard records and documents tables cost little to hash and are read whole by the consumers
+SMALL_FILE_BYTES = 16 << 20
 CHECKS_SUFFIX = ".checks"  # the directory of blocking checks not passed on the manifest
 HELD = "held"  # a seal's first word while blocking checks have not passed on the manifest it seals
 
@@ -150,8 +153,8 @@ def manifest_files(manifest: dict[str, Any]) -> list[dict[str, Any]] | None:
 def listed_file_problems(
     root: Path, manifest: dict[str, Any], only: Iterable[str] | None = None, hash_files: bool = True
 ) -> list[str]:
-    """Each listed file (or the `only` paths, which must be listed) exists with the recorded bytes and,
-    with `hash_files`, the recorded sha256."""
+    """Each listed file (or the `only` paths, which must be listed) exists with the recorded bytes and the
+    recorded sha256: every file with `hash_files`, else only those of at most `SMALL_FILE_BYTES`."""
     listed = {record["path"]: record for record in manifest_files(manifest) or []}
     wanted = sorted(listed) if only is None else list(only)
     problems, to_hash = [], []
@@ -164,7 +167,7 @@ def listed_file_problems(
             problems.append(f"{path} is listed in the manifest but missing")
         elif path.stat().st_size != record["bytes"]:
             problems.append(f"{path} has {path.stat().st_size} bytes, the manifest records {record['bytes']}")
-        elif hash_files:
+        elif hash_files or record["bytes"] <= SMALL_FILE_BYTES:
             to_hash.append((path, record["sha256"]))
     for (path, recorded), digest in zip(to_hash, sha256_files([path for path, _ in to_hash])):
         if digest != recorded:
@@ -254,11 +257,28 @@ def heldout_mismatch(dataset_root: Path | str, validation_root: Path | str) -> s
     return None
 
 
+def dataset_root_of(path: Path | str, levels: int = 4) -> Path | None:
+    """The dataset root a file or prefix inside a dataset belongs to: the nearest of its `levels` parent
+    directories holding a `manifest.json` (a synth_kd_v1 trio's is two up, a pool cell trio's four up), or None.
+
+    Args:
+        path: a file or IndexedDataset prefix inside a dataset.
+        levels: how many parent directories to look in.
+
+    Returns:
+        The directory, or None when none of them holds a manifest.
+    """
+    for parent in list(Path(path).absolute().parents)[:levels]:
+        if (parent / MANIFEST_FILENAME).is_file():
+            return parent
+    return None
+
+
 def verify_manifest(root: Path | str, files: Iterable[str] | None = None, hash_files: bool = True) -> dict[str, Any]:
     """The dataset's manifest, after checking its seal, that every blocking check of the build passed on it, and
     the listed files (all of them, or only `files`, paths relative to `root`): sizes always, sha256 with
-    `hash_files`. ManifestError naming every problem otherwise. Unlisted files are only looked for when checking
-    the whole dataset."""
+    `hash_files` (without it, of the files of at most `SMALL_FILE_BYTES` only). ManifestError naming every problem
+    otherwise. Unlisted files are only looked for when checking the whole dataset."""
     root = Path(root)
     if files is None:
         problems = dataset_problems(root, hash_files)

@@ -17,6 +17,8 @@ Values are read in chunks of `CHECK_CHUNK_TOKENS`, so memory stays bounded on sh
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,60 @@ TOKENS_SUFFIX = f"_{TOKENS_KIND}"
 # largest value each supervision array may hold
 MAX_VALUE = {LOSSMASK_KIND: 1, SPAN_KIND: SPAN_FINAL}
 CHECK_CHUNK_TOKENS = 1 << 22  # positions validated at a time
+
+
+CACHE_DIR_ENV = "SYNTHKD_CACHE_DIR"  # where megatron-core's index caches of the trios go; default per user
+CACHE_SUBDIR = "megatron"
+
+
+def megatron_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where megatron-core caches the document / sample / shuffle indices it builds over the trios, by default:
+    a per-user directory, never the shared data root (a cache there is one any user of the root can plant a file
+    in, and inside a sealed dataset it is an unlisted file).
+
+    Args:
+        environ: the environment: `SYNTHKD_CACHE_DIR` when set, else `$XDG_CACHE_HOME/synthkd`, else
+            `~/.cache/synthkd`.
+
+    Returns:
+        That directory's `megatron/` subdirectory, absolute.
+    """
+    if environ.get(CACHE_DIR_ENV):
+        return Path(environ[CACHE_DIR_ENV]).expanduser().absolute() / CACHE_SUBDIR
+    base = Path(environ["XDG_CACHE_HOME"]) if environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base.expanduser().absolute() / "synthkd" / CACHE_SUBDIR
+
+
+def index_cache_problems(cache_dir: Path | str | None) -> list[str]:
+    """A problem per `.npy` file under megatron-core's index cache `cache_dir` that is not a plain numeric array:
+    megatron-core loads its cached indices with `allow_pickle=True`, so an object array planted there (a pickle)
+    would run code as the training loads it. Only each file's header is read.
+
+    Args:
+        cache_dir: the cache directory (`path_to_cache`); None or a missing directory has nothing to check.
+
+    Returns:
+        One problem per refused file, naming it.
+    """
+    if cache_dir is None or not Path(cache_dir).is_dir():
+        return []
+    problems = []
+    for path in sorted(Path(cache_dir).rglob("*.npy")):
+        try:
+            with open(path, "rb") as handle:
+                version = np.lib.format.read_magic(handle)
+                if version == (1, 0):
+                    dtype = np.lib.format.read_array_header_1_0(handle)[2]
+                elif version == (2, 0):
+                    dtype = np.lib.format.read_array_header_2_0(handle)[2]
+                else:
+                    raise ValueError(f"format version {version}, not one numpy.save writes for an index")
+        except (OSError, ValueError) as error:
+            problems.append(f"{path}: not a numpy index array ({error})")
+            continue
+        if dtype.hasobject:
+            problems.append(f"{path}: holds Python objects (dtype {dtype}), a pickle, not an index")
+    return problems
 
 
 class TrioError(ValueError):

@@ -31,6 +31,7 @@ from megatron.core.datasets.utils import Split
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import (
     ManifestError,
+    dataset_root_of,
     listed_file_problems,
     manifest_files,
     read_sealed_manifest,
@@ -43,6 +44,8 @@ from synthkd_contract.trio import (
     TOKENS_KIND,
     TOKENS_SUFFIX,
     TrioError,
+    index_cache_problems,
+    megatron_cache_dir,
     sibling_prefix,
     validate_trio,
 )
@@ -144,12 +147,15 @@ class SpanGPTDatasetConfig(GPTDatasetConfig):
 
     verify: bool = False
     """Re-hash, at construction, the six files of every trio a dataset opens and fail unless each
-    matches the sha256 that the dataset's sealed `manifest.json` (next to the split directories)
-    records; a missing manifest is then an error too. Whether or not this is set, a trio whose dataset
-    root has a manifest is checked against it cheaply: the manifest against its sidecar seal, and
-    each file's size against the manifest."""
+    matches the sha256 that the dataset's sealed `manifest.json` records; a missing manifest is then an
+    error too. Whether or not this is set, a trio inside a dataset (the nearest directory above it with a
+    `manifest.json`: synth_kd_v1's root, or the pool's for a cell trio named by a curriculum stage) is checked
+    against it cheaply: the manifest against its sidecar seal, every blocking check of the build passed on it,
+    each file's size, and the sha256 of the small ones (the indexes; `SMALL_FILE_BYTES`)."""
 
     def __post_init__(self) -> None:
+        if self.path_to_cache is None:  # megatron-core's default is inside the dataset, next to the .bin files
+            self.path_to_cache = str(megatron_cache_dir())
         super().__post_init__()
         if self.mock:
             raise ValueError(
@@ -229,6 +235,7 @@ class SpanGPTDataset(GPTDataset):
         )
         if problems:
             raise SpanDatasetError(f"{dataset_path}: " + "; ".join(problems))
+        refuse_unsafe_index_cache(config.path_to_cache)  # megatron-core loads its cached indices next
         self.siblings = {
             kind: IndexedDataset(sibling_prefix(dataset_path, kind), multimodal=False, mmap=config.mmap_bin_files)
             for kind in (LOSSMASK_KIND, SPAN_KIND)
@@ -266,9 +273,9 @@ class SpanGPTDataset(GPTDataset):
         tokens window is padded with Megatron's pad id, the siblings with 0 (no loss).
         """
         if self.shuffle_index is None:  # defer_npy_index_mmap: lazily memory-map the indices
-            self.shuffle_index = np.load(self.path_to_shuffle_index, allow_pickle=True, mmap_mode="r")
-            self.sample_index = np.load(self.path_to_sample_index, allow_pickle=True, mmap_mode="r")
-            self.document_index = np.load(self.path_to_document_index, allow_pickle=True, mmap_mode="r")
+            self.shuffle_index = np.load(self.path_to_shuffle_index, allow_pickle=False, mmap_mode="r")
+            self.sample_index = np.load(self.path_to_sample_index, allow_pickle=False, mmap_mode="r")
+            self.document_index = np.load(self.path_to_document_index, allow_pickle=False, mmap_mode="r")
 
         datasets = {TOKENS_KIND: self.dataset, **self.siblings}
         extra = int(self.config.add_extra_token_to_sequence)
@@ -341,15 +348,21 @@ class SpanGPTDataset(GPTDataset):
 
 # -- fail-fast checks --------------------------------------------------------------------------
 def check_trio_against_manifest(tokens_prefix: str, verify: bool) -> None:
-    """The trio of `tokens_prefix` against its dataset's sealed manifest (the directory above the split
-    directory): the seal and the six files' sizes whenever a manifest is there, their sha256 too and a
-    manifest required when `verify`. SpanDatasetError naming every mismatching file."""
+    """The trio of `tokens_prefix` against its dataset's sealed manifest (`dataset_root_of`: synth_kd_v1's root
+    above the split directory, the pool's above its cell directories): the seal, the blocking checks, the six
+    files' sizes and the small ones' sha256 whenever a manifest is there, every sha256 and a manifest required
+    when `verify`. SpanDatasetError naming every mismatching file."""
     prefix = Path(tokens_prefix)
-    root = prefix.parent.parent
-    if not verify and not (root / constants.MANIFEST_FILENAME).is_file():
+    root = dataset_root_of(prefix)
+    if root is None:
+        if verify:
+            raise SpanDatasetError(
+                f"{tokens_prefix}: {prefix.parent.parent / constants.MANIFEST_FILENAME} is missing, and so is any "
+                f"{constants.MANIFEST_FILENAME} further up: not a trio of a built dataset, nothing to verify it against"
+            )
         return  # a trio outside a built dataset (tests, hand-made data): nothing to check against
     names = [
-        f"{prefix.parent.name}/{Path(sibling_prefix(tokens_prefix, kind)).name}{ext}"
+        Path(sibling_prefix(prefix.absolute(), kind)).relative_to(root).as_posix() + ext
         for kind in constants.ARRAY_KINDS
         for ext in (".bin", ".idx")
     ]
@@ -408,8 +421,19 @@ def build_span_datasets(
             "(megatron-core's BlendedDataset queries the rank); on a single process use "
             "torch.distributed.init_process_group('gloo', store=torch.distributed.HashStore(), rank=0, world_size=1)"
         )
+    refuse_unsafe_index_cache(config.path_to_cache)  # the blends' cached indices are loaded from it too
     builder = BlendedMegatronDatasetBuilder(SpanGPTDataset, list(sizes), is_built_on_rank or (lambda: True), config)
     return builder.build()
+
+
+def refuse_unsafe_index_cache(cache_dir: str | Path | None) -> None:
+    """SpanDatasetError unless every `.npy` in megatron-core's index cache is a plain array
+    (`synthkd_contract.trio.index_cache_problems`): megatron-core loads them with `allow_pickle=True`."""
+    if problems := index_cache_problems(cache_dir):
+        raise SpanDatasetError(
+            f"megatron-core's index cache {cache_dir} holds files that are not its indices, refused unread (remove "
+            f"them, or use a cache directory only you can write): {'; '.join(problems)}"
+        )
 
 
 KD_DATASETS = (constants.DATASET_NAME, constants.SMOKE_DATASET_NAME, constants.SYNTHETIC_DATASET_NAME)
@@ -444,11 +468,14 @@ def train_valid_datasets(
     its sealed manifest: a build stopped before its manifest pass leaves trios without one, which are not
     trained on as a dataset (`tokens_prefixes` then checks the shards present are the ones it lists); a path
     that does not exist, a split directory or another dataset (synth_distill, the pool) is refused, saying
-    which. `verify`: every file's sha256 against the manifest (`SpanGPTDatasetConfig.verify`; False: sizes
+    which. The whole dataset is verified first (`verify_manifest`: its seal, its blocking checks, no unlisted
+    file, every listed file's size and the sha256 of the small ones, shard records and documents tables
+    included); `verify`: every file's sha256 (False: the `.bin` files of more than `SMALL_FILE_BYTES` by size
     only, for a large dataset checked before)."""
     data_root = Path(data_root)
     try:
         require_dataset(data_root, KD_DATASETS, constants.DATASET_NAME)
+        verify_manifest(data_root, hash_files=verify)
     except ManifestError as error:
         raise SpanDatasetError(str(error)) from None
     train_prefixes = tokens_prefixes(data_root / "train")
@@ -468,7 +495,7 @@ def train_valid_datasets(
         sequence_length=sequence_length,
         blend_per_split=[(train_prefixes, token_weights(train_prefixes)), valid_blend, None],
         path_to_cache=str(cache_dir),
-        verify=verify,
+        verify=False,  # every file was verified above, hashed with `verify`
         drop_last_partial_validation_sequence=not one_epoch,
         mid_level_dataset_surplus=surplus,
     )

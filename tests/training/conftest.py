@@ -6,6 +6,12 @@ import pytest
 import torch.distributed as dist
 
 
+@pytest.fixture(autouse=True)
+def per_test_index_cache(tmp_path, monkeypatch):
+    """megatron-core's index cache, by default per user (synthkd_contract.trio.megatron_cache_dir), per test."""
+    monkeypatch.setenv("SYNTHKD_CACHE_DIR", str(tmp_path / "user-cache"))
+
+
 @pytest.fixture
 def gloo_world():
     """A single-process gloo world (in-memory store) for code that asks torch.distributed for the

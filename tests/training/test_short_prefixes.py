@@ -39,8 +39,9 @@ def test_an_unweighted_blend_of_too_short_prefixes_is_refused_by_name(short_vali
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_the_same_split_with_weights_builds(short_valid):
-    """As docs/contract.md's fragment gives them: each prefix by its tokens."""
+def test_the_same_split_with_weights_builds(short_valid, gloo_world):
+    """As docs/contract.md's fragment gives them: each prefix by its tokens (its index cache in the per-user
+    default, which megatron-core's BlendedDataset asks torch.distributed about)."""
     train, valid = short_valid
     config = SpanGPTDatasetConfig(
         random_seed=1,

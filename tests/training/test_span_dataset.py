@@ -22,7 +22,7 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
 
 from synthkd_assets.core.dataset_manifest import files_section, write_sealed_manifest
-from synthkd_contract import constants
+from synthkd_contract import constants, manifest_seal
 from synthkd_contract.manifest_seal import ManifestError, file_record, verify_manifest
 from synthkd_contract.trio import validate_trio
 from synthkd_training.dataset import (
@@ -477,7 +477,7 @@ def test_a_dataset_short_of_a_shard_its_manifest_lists_is_refused(tmp_path, remo
     gone.unlink()
     with pytest.raises(SpanDatasetError, match=re.escape(f"{gone} is listed in the manifest but missing")):
         tokens_prefixes(root / "train")
-    with pytest.raises(SpanDatasetError, match="the shards present are not the ones"):
+    with pytest.raises(SpanDatasetError, match=re.escape(f"{gone} is listed in the manifest but missing")):
         train_valid_datasets(
             root, sequence_length=16, seed=1, train_samples=4, valid_samples=None, cache_dir=tmp_path / "cache"
         )
@@ -584,9 +584,10 @@ def test_a_root_of_another_kind_is_named(tmp_path):
             )
 
 
-def test_a_flipped_byte_is_refused_by_the_trainers_entry_point(tmp_path, gloo_world):
+def test_a_flipped_byte_is_refused_by_the_trainers_entry_point(tmp_path, gloo_world, monkeypatch):
     """The examples' `train_valid_datasets` hashes every file against the manifest unless told not to
-    (`verify=False`, the examples' --no-hash): a same-size corruption of a .bin passed the size check alone."""
+    (`verify=False`, the examples' --no-hash): a same-size corruption of a .bin passed the size check alone.
+    Without it, only the files of at most SMALL_FILE_BYTES are hashed (here: none)."""
     root = tmp_path / "root"
     _sealed_root(root, {"train": [20, 20], "valid": [5]})
     path = Path(f"{tokens_prefixes(root / 'train')[1]}.bin")
@@ -596,6 +597,7 @@ def test_a_flipped_byte_is_refused_by_the_trainers_entry_point(tmp_path, gloo_wo
     kwargs = dict(sequence_length=16, seed=1, train_samples=4, valid_samples=None)
     with pytest.raises(SpanDatasetError, match=re.escape(f"{path} differs from the manifest")):
         train_valid_datasets(root, cache_dir=tmp_path / "c1", **kwargs)
+    monkeypatch.setattr(manifest_seal, "SMALL_FILE_BYTES", 0)  # every .bin large
     train, _ = train_valid_datasets(root, cache_dir=tmp_path / "c2", verify=False, **kwargs)
     assert len(train) >= 4
 
