@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 import torch
 
 from synthkd_assets.core.atomic import atomic_output
-from synthkd_assets.core.layout import POOL_PARTS_SUBDIR, DataLayout, documents_path
+from synthkd_assets.core.layout import DataLayout, documents_path
 from synthkd_contract.indexed_dataset import read_index
 from synthkd_contract.manifest_seal import ManifestError, heldout_mismatch, verify_manifest
 from synthkd_training.cli import add_no_hash_argument
@@ -55,6 +55,7 @@ from synthkd_training.models import (
     training_session,
 )
 from synthkd_training.online_kd import KDStep, OnlineKDConfig, train_online_kd
+from synthkd_training.pool import PoolError, pool_parts
 from synthkd_training.progress import Candidate, LPCadence, LPConfig, learning_progress_labels
 from synthkd_training.synthetic import write_synthetic_dataset
 
@@ -77,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", type=Path, default=layout.megatron_root(), help="synth_kd_v1 dataset root")
     parser.add_argument("--synthetic", action="store_true", help="train on a small synthetic trio (no build needed)")
-    add_no_hash_argument(parser, "the trios")
+    add_no_hash_argument(parser, "the trios and the pool's parts")
     parser.add_argument("--heldout", type=Path, default=layout.heldout_kl(), help="heldout_kl.parquet")
     parser.add_argument("--tokenizer-dir", type=Path, default=layout.tokenizer_dir(), help="renders --heldout")
     parser.add_argument("--heldout-size", type=int, default=16, help="held-out conversations measured")
@@ -184,9 +185,15 @@ def _heldout_batches(args, valid, seq_length: int, device: torch.device) -> tupl
     return source, [to_device(batch, device) for batch in batches_of(samples, args.micro_batch_size)]
 
 
-def pool_ids(pool_root: Path) -> dict[str, str]:
-    """synth_id (the pool's source_example_id) -> pool id, over every part of the pool (empty without one)."""
-    parts = sorted((pool_root / POOL_PARTS_SUBDIR).glob("*.parquet")) if pool_root.is_dir() else []
+def pool_ids(pool_root: Path, hash_files: bool = True) -> dict[str, str]:
+    """synth_id (the pool's source_example_id) -> pool id, over every part of the pool (empty without one), each
+    part verified against the pool's sealed manifest first (`pool_parts`): edited ids are refused."""
+    if not pool_root.is_dir():
+        return {}
+    try:
+        parts = pool_parts(pool_root, hash_files)
+    except PoolError as error:
+        raise SystemExit(f"--pool {pool_root}: {error}") from None
     if not parts:
         return {}
     frame = pl.concat([pl.read_parquet(part, columns=["id", "source_example_id"]) for part in parts])
@@ -215,7 +222,7 @@ class LPRecorder:
         self.cadence = LPCadence(args.lp_warmup, args.lp_every, args.lp_candidates)
         self.config = LPConfig(k_updates=args.lp_k, kd=kd_config, seed=args.seed)
         self.student, self.teacher, self.heldout = student, teacher, heldout
-        self.pool_ids = {} if args.synthetic else pool_ids(args.pool)
+        self.pool_ids = {} if args.synthetic else pool_ids(args.pool, not args.no_hash)
         self.pool = _candidate_documents(data_root, args.seed, self.pool_ids)
         self.seq_length, self.device = seq_length, device
         self.rows: list[dict] = []

@@ -4,7 +4,8 @@
         --lp-every 2 --lp-candidates 4 --lp-output lp.parquet          # labels of pool rows
     python examples/train_scorer.py --labels lp.parquet --output scorer/ --scored scored.parquet
 
-Reads every part of the valuation features (`synth_valuation_features`, keyed by pool `id`), joins the labels on
+Reads every part of the valuation features (`synth_valuation_features`, keyed by pool `id`) after verifying the
+directory against its sealed manifest (every part's sha256; `--no-hash`: sizes), joins the labels on
 `id`, trains `train_scorer` (the model features nullable: without a teacher checkpoint they are null, and the
 heads are told so), writes the sealed artifact (`save_scorer`: heads, feature config, manifest with each file's
 sha256), loads it back (which verifies every sha256) and prints per bucket the labelled rows and the spread of
@@ -24,6 +25,8 @@ import polars as pl
 from synthkd_assets.core.atomic import atomic_output
 from synthkd_assets.core.layout import DataLayout
 from synthkd_contract.valuation import MODEL_FEATURE_COLUMNS, WINDOW_TOKENS_COLUMN
+from synthkd_training.cli import add_no_hash_argument
+from synthkd_training.pool import PoolError, valuation_parts
 from synthkd_training.scorer import load_scorer, save_scorer, train_scorer
 
 
@@ -38,11 +41,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--version", default="scorer-v1", help="recorded in the scorer's manifest")
+    add_no_hash_argument(parser, "the valuation features")
     return parser.parse_args(argv)
 
 
-def read_features(directory: Path) -> pl.DataFrame:
-    parts = sorted(directory.glob("*.parquet"))
+def read_features(directory: Path, hash_files: bool = True) -> pl.DataFrame:
+    """Every part of the valuation features, after verifying the directory against its sealed manifest."""
+    try:
+        parts = valuation_parts(directory, hash_files)
+    except PoolError as error:
+        raise SystemExit(str(error)) from None
     if not parts:
         raise SystemExit(f"no valuation features under {directory}: build first (./scripts/build.sh)")
     return pl.concat([pl.read_parquet(part) for part in parts])
@@ -87,7 +95,7 @@ def thin_data_warnings(features: pl.DataFrame, labels: pl.DataFrame) -> list[str
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    features = read_features(args.features)
+    features = read_features(args.features, not args.no_hash)
     labels = read_labels(args.labels)
     warnings = thin_data_warnings(features, labels)
     for warning in warnings:

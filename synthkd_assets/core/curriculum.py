@@ -32,8 +32,10 @@ configured are removed, `remove_other_stages_files`):
   prefixes absolute;
 - `<stage>.args`: one line, `--per-split-data-args-path <abs>/<stage>.json --seq-length N --train-samples S
   --data-cache-path <abs cache dir>` (shell-quoted), to append to a `pretrain_gpt.py` command line
-  (`$(cat P1.args)`). The cache directory is outside the pool: Megatron-LM's default, next to the `.bin` files,
-  writes index caches into the sealed pool, which then no longer verifies.
+  (`$(cat P1.args)`). The cache directory (`stage_cache_dir`) is the building user's, outside the data root:
+  Megatron-LM's default, next to the `.bin` files, writes index caches into the sealed pool, which then no longer
+  verifies, and a cache in a shared root is one anyone can plant a pickle in (megatron-core loads it with
+  `allow_pickle=True`).
 
 Why per-split and not `--data-path`: Megatron-LM given `--data-path` without `--split` falls back to
 `--split 969,30,1` and carves validation and test out of the *train* blend, leaving the pool's own valid
@@ -65,6 +67,7 @@ from synthkd_assets.core.layout import CURRICULUM_PLAN_FILENAME
 from synthkd_contract.buckets import CTX_BUCKETS, CURRICULUM_STAGES, SKILL_BUCKETS
 from synthkd_contract.constants import SPLITS
 from synthkd_contract.indexed_dataset import read_index
+from synthkd_contract.trio import megatron_cache_dir
 
 # the splits of Megatron's blend_per_split, in its order (megatron.core.datasets.utils.Split)
 MEGATRON_SPLITS = ("train", "valid", "test")
@@ -282,6 +285,21 @@ def absolute_blend(blend: Sequence[float | str] | None, dataset_root: Path) -> l
         return None
     root = dataset_root.absolute()
     return [item if isinstance(item, float) else str(root / item) for item in blend]
+
+
+def stage_cache_dir(pool_name: str, environ: Mapping[str, str] | None = None) -> Path:
+    """The `--data-cache-path` of the pool's stage files: the per-user megatron-core index cache
+    (`synthkd_contract.trio.megatron_cache_dir`: `$SYNTHKD_CACHE_DIR`, else `$XDG_CACHE_HOME/synthkd`, else
+    `~/.cache/synthkd`), one directory per pool, never inside the shared data root.
+
+    Args:
+        pool_name: the pool's dataset name (full or smoke build).
+        environ: the environment to read; None: the process's.
+
+    Returns:
+        The absolute cache directory.
+    """
+    return (megatron_cache_dir() if environ is None else megatron_cache_dir(environ)) / pool_name
 
 
 def stage_file_paths(stage: str, out_dir: Path) -> tuple[Path, Path]:

@@ -12,7 +12,9 @@ result atomically and attach metadata; the same inputs always give the same mani
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import version
@@ -425,6 +427,62 @@ def require_one_quota_plan(records: Iterable[Mapping[str, Any]], quota_plan_sha2
             )
 
 
+def require_quota_plan(in_force: Mapping[str, Any], expected: Mapping[str, Any], path: Path) -> None:
+    """ManifestInputError unless the quota plan in force (read from `path`) is the one its targets give over the
+    current shards (`expected`, computed afresh): a plan edited by hand (its rates, its grids, its targets' shares)
+    would otherwise be built into a pool whose manifest shows the configured targets beside other rates.
+
+    Args:
+        in_force: the plan as read from its file.
+        expected: the plan the configured targets give now.
+        path: the plan's file, for the message.
+
+    Raises:
+        ManifestInputError: naming the sections that differ.
+    """
+    expected = json.loads(json.dumps(expected))  # as written: tuples are lists, keys strings
+    differ = sorted(key for key in set(in_force) | set(expected) if in_force.get(key) != expected.get(key))
+    if differ:
+        raise ManifestInputError(
+            f"the quota plan {path} is not the one the configured targets give over the current shards (its "
+            f"{', '.join(differ)} differ): edited by hand, or made before a shard changed; re-materialize "
+            "synth_quota_plan, then every synth_pool shard"
+        )
+
+
+def heldout_section(
+    pool_root: Path, validation_root: Path, validation_manifest: Mapping[str, Any] | None, sampling: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The pool manifest's `heldout`: where its build's validation sets are (relative to the pool root, as
+    `synthkd_training.pool.verify_pool` looks for them) and the near-duplicate clusters they were held out of.
+
+    Args:
+        pool_root: the pool's root.
+        validation_root: the validation sets' root of the same build.
+        validation_manifest: their manifest, None when there is none.
+        sampling: the pool manifest's sampling section (`near_dup.clusters_sha256`: the clusters the plan counted
+            after).
+
+    Returns:
+        {"validation_root", "clusters_sha256"}.
+
+    Raises:
+        ManifestInputError: the validation sets were held out of other clusters than the pool's plan counted after
+            (a plan pass ran after the pool's, and the pool pass has not run since): one plan's pool, curriculum
+            and validation sets, or none published.
+    """
+    planned = (sampling.get("near_dup") or {}).get("clusters_sha256")
+    held_out = (validation_manifest or {}).get("clusters_sha256")
+    if planned is not None and held_out is not None and planned != held_out:
+        raise ManifestInputError(
+            f"the validation sets {validation_root} were held out of clusters {held_out[:12]}, the pool's plan counted "
+            f"after clusters {planned[:12]}: build again (./scripts/build.sh) so that the pool, its curriculum and "
+            "the validation sets come from one plan"
+        )
+    relative = Path(os.path.relpath(validation_root, pool_root)).as_posix()
+    return {"validation_root": relative, "clusters_sha256": held_out}
+
+
 def pool_manifest(
     name: str,
     provenance: dict[str, Any],
@@ -435,11 +493,13 @@ def pool_manifest(
     quota_plan_sha256: str,
     curriculum: dict[str, Any],
     files: list[dict[str, Any]],
+    heldout: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """<pool root>/manifest.json, the sampling manifest (002 §13.3): provenance and config hash, the 001 plan with
     its achieved mix, the quota grid (targets, rates, expected and achieved tokens and rows per cell, what was
-    infeasible), the curriculum schedule with the epochs each stage needs, every shard and file, totals.
-    ManifestInputError for a shard made under another quota plan."""
+    infeasible), the curriculum schedule with the epochs each stage needs, the validation sets of its build
+    (`heldout_section`), every shard and file, totals. ManifestInputError for a shard made under another quota
+    plan."""
     require_one_quota_plan(records, quota_plan_sha256)
     reports = [record["report"] for record in records]
     achieved = quota_achieved(reports)
@@ -465,6 +525,7 @@ def pool_manifest(
         },
         **pool_source_mix(quota_plan, records),
         "curriculum": curriculum["stages"],
+        **({"heldout": heldout} if heldout is not None else {}),
         "shards": records,
         "files": files,
         "totals": {

@@ -21,11 +21,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from synthkd_assets.core.dataset_manifest import files_section
 from synthkd_assets.core.near_dup import USER_PROMPT_PATH
 from synthkd_assets.core.parquet_io import iter_frames, list_column_rows
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
-from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.manifest_seal import file_record, sha256_file
 from synthkd_contract.schemas import VALUATION_SCHEMA
 from synthkd_contract.valuation import (
     LEXICAL_MARKERS,
@@ -215,3 +216,33 @@ def write_valuation_shard(
     step = ValuationStep(pool_part, tokenized_path, out_path, model)
     report = run_step(step, shard)
     return ValuationResult(report, step.summary.metadata(), model is not None)
+
+
+def valuation_manifest(name: str, root: Path, pool_root: Path, pool_parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The valuation features' `manifest.json` (sealed like a dataset's, docs/pool.md#valuation-features): every
+    feature part with its bytes and sha256 (`files`), and for each the pool part it was computed from
+    (`pool_parts`: {feature part: {path, sha256}}), so a scorer trains on exactly these features of that pool.
+
+    Args:
+        name: the features' directory name (`synth_pool_v1_valuation`).
+        root: that directory; its parts are named like the pool's.
+        pool_root: the pool's root.
+        pool_parts: the pool manifest's record of each part ({path, bytes, sha256}, relative to `pool_root`).
+
+    Returns:
+        The manifest. A pool part without features is listed in `pool_parts_without_features`.
+    """
+    present = {part["path"]: root / Path(part["path"]).name for part in pool_parts}
+    with_features = {path: out for path, out in present.items() if out.is_file()}
+    return {
+        "dataset": name,
+        "pool": pool_root.name,
+        "pool_parts": {
+            out.name: {"path": path, "sha256": part["sha256"]}
+            for part in pool_parts
+            for path, out in with_features.items()
+            if part["path"] == path
+        },
+        "pool_parts_without_features": sorted(set(present) - set(with_features)),
+        "files": files_section(file_record(root, out) for out in sorted(with_features.values())),
+    }

@@ -11,14 +11,23 @@ from synthkd_assets.core.curriculum import (
     plan_stage,
     remove_other_stages_files,
     scan_pool_prefixes,
+    stage_cache_dir,
     write_stage_files,
 )
+from synthkd_assets.core.dataset_manifest import write_sealed_manifest
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.layout import DataLayout
-from synthkd_assets.core.manifest_builders import pool_dataset_files, pool_manifest, require_one_quota_plan
+from synthkd_assets.core.layout import POOL_PARTS_SUBDIR, DataLayout
+from synthkd_assets.core.manifest_builders import (
+    heldout_section,
+    pool_dataset_files,
+    pool_manifest,
+    require_one_quota_plan,
+    require_quota_plan,
+)
 from synthkd_assets.core.pool import PoolShard, write_pool_shard
 from synthkd_assets.core.quota import keeps_nothing_reason, plan_quota_grid
 from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan, tokenized_row_lengths
+from synthkd_assets.core.valuation import valuation_manifest
 from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
 from synthkd_assets.defs.checks import (
     BUCKET_BALANCE_SPEC,
@@ -49,8 +58,30 @@ from synthkd_assets.defs.metadata import (
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import partition_records, read_quota_plan, require_upstream, shard_names, stage_files
 from synthkd_contract import sources
-from synthkd_contract.manifest_seal import file_record
+from synthkd_contract.constants import MANIFEST_FILENAME
+from synthkd_contract.manifest_seal import file_record, read_sealed_manifest
 from synthkd_contract.schemas import POOL_SCHEMA
+
+
+def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig) -> dict:
+    """The quota plan the configured targets give over every shard's synth_tokenized report: the skill grid
+    (SYNTH's), and with anchor sources the source mix on top. What synth_quota_plan writes, and what the pool
+    manifest checks the plan in force against."""
+    names = shard_names(paths)
+    reports = partition_records("synth_tokenized", {n: stage_files(paths, "synth_tokenized", n)[1] for n in names})
+    by_source = reports_by_source(reports)
+    tokens, rows = grids_from_reports(by_source.get(sources.SYNTH_SOURCE, {}).values())
+    plan = {**plan_quota_grid(tokens, rows, build.quota_targets()), "shards": sorted(reports)}
+    if keeps_nothing_reason(plan) is None and set(by_source) - {sources.SYNTH_SOURCE}:
+        # anchor sources: the source mix on top (a SYNTH-only plan has none)
+        targets = build.source_mix_targets()
+        capped = {  # every row of each capped source: its cap is exact, not in expectation
+            source: tokenized_row_lengths([stage_files(paths, "synth_tokenized", n)[0] for n in by_source[source]])
+            for source in targets.source_caps
+            if source in by_source
+        }
+        plan["source_mix"] = source_mix_plan(plan, by_source, targets, capped)
+    return plan
 
 
 @synthkd_asset("quota", {"json"}, deps=[synth_tokenized], group_name="pool")
@@ -64,23 +95,10 @@ def synth_quota_plan(
     and each anchor category hold their token shares under the caps (docs/sources.md). Salted hashes of synth_id;
     not automated, like the sampling plan."""
     paths = layout.data_layout(build.smoke)
-    names = shard_names(paths)
-    reports = partition_records("synth_tokenized", {n: stage_files(paths, "synth_tokenized", n)[1] for n in names})
-    by_source = reports_by_source(reports)
-    tokens, rows = grids_from_reports(by_source.get(sources.SYNTH_SOURCE, {}).values())
-    plan = {**plan_quota_grid(tokens, rows, build.quota_targets()), "shards": sorted(reports)}
+    plan = quota_plan_of(paths, build)
     if reason := keeps_nothing_reason(plan):
         raise ValueError(f"invalid quota targets: {reason}")
-    mix_metadata = {}
-    if set(by_source) - {sources.SYNTH_SOURCE}:  # anchor sources: the source mix on top (a SYNTH-only plan has none)
-        targets = build.source_mix_targets()
-        capped = {  # every row of each capped source: its cap is exact, not in expectation
-            source: tokenized_row_lengths([stage_files(paths, "synth_tokenized", n)[0] for n in by_source[source]])
-            for source in targets.source_caps
-            if source in by_source
-        }
-        plan["source_mix"] = source_mix_plan(plan, by_source, targets, capped)
-        mix_metadata = source_mix_metadata(plan["source_mix"])
+    mix_metadata = source_mix_metadata(plan["source_mix"]) if "source_mix" in plan else {}
     return publish_plan(
         context,
         paths.quota_plan(),
@@ -185,7 +203,9 @@ def synth_curriculum(
     removed = remove_other_stages_files(paths.curriculum_dir(), [plan["stage"] for plan in plans])
     written = []
     for plan in plans:
-        written += write_stage_files(plan, paths.curriculum_dir(), paths.pool_trio_root(), paths.pool_cache_dir())
+        written += write_stage_files(
+            plan, paths.curriculum_dir(), paths.pool_trio_root(), stage_cache_dir(paths.pool_name())
+        )
     mf.write_manifest(paths.curriculum_plan(), {"stages": plans})
     metadata = {
         "stages_written": [plan["stage"] for plan in plans if plan["per_split_data_args"]],
@@ -207,7 +227,14 @@ def synth_curriculum(
 @synthkd_asset(
     "pool_manifest",
     {"json"},
-    deps=[synth_pool, synth_curriculum, synth_quota_plan, synth_harmony_manifest, o200k_tokenizer],
+    deps=[
+        synth_pool,
+        synth_curriculum,
+        synth_quota_plan,
+        synth_harmony_manifest,
+        o200k_tokenizer,
+        dg.AssetKey("synth_valuation_features"),  # sealed here too: defs/valuation.py depends on synth_pool
+    ],
     group_name="pool",
     check_specs=[BUCKET_BALANCE_SPEC, POOL_PUBLISHED_SPEC],
 )
@@ -216,18 +243,30 @@ def synth_pool_manifest(
 ) -> dg.MaterializeResult:
     """`<pool>/manifest.json`, the sampling manifest (002 §13.3): provenance and config hash, the 001 plan, the quota
     grid with targets vs expected vs achieved tokens and rows per cell, balancing, the curriculum schedule and
-    its epochs, every shard's part and trios with bytes / sha256, and drops by reason."""
+    its epochs, the validation sets of its plan, every shard's part and trios with bytes / sha256, and drops by
+    reason; fails unless the quota plan is the one the configured targets give and the validation sets were held
+    out of the clusters the plan counted after. Seals the valuation features of the parts beside it."""
     paths = layout.data_layout(build.smoke)
     names = shard_names(paths)
     records = pool_shard_records(paths, names)
     with_sources = any(sources.partition_source(n) != sources.SYNTH_SOURCE for n in names)
     origin, sampling, reports = dataset_inputs(paths, build, build.pool_config(with_sources), names)
     plan, plan_sha = read_quota_plan(paths, build.quota_targets())
+    require_quota_plan(plan, quota_plan_of(paths, build), paths.quota_plan())
     curriculum = mf.read_json(paths.curriculum_plan())
     records = list(records.values())
     files = pool_dataset_files(paths.pool_root(), paths.pool_trio_root(), records)
-    manifest = pool_manifest(paths.pool_name(), origin, sampling, reports, records, plan, plan_sha, curriculum, files)
+    validation = read_sealed_manifest(paths.validation_manifest())[0]
+    heldout = heldout_section(paths.pool_root(), paths.validation_root(), validation, sampling)
+    manifest = pool_manifest(
+        paths.pool_name(), origin, sampling, reports, records, plan, plan_sha, curriculum, files, heldout
+    )
     digest = write_gated_manifest(context, paths, manifest)
+    valuation_root = paths.valuation_root()
+    if valuation_root.is_dir():  # the features of these parts, sealed for the scorer (docs/pool.md)
+        parts = [f for f in manifest["files"] if f["path"].startswith(f"{POOL_PARTS_SUBDIR}/")]
+        features = valuation_manifest(valuation_root.name, valuation_root, paths.pool_root(), parts)
+        write_sealed_manifest(valuation_root / MANIFEST_FILENAME, features)
     achieved = manifest["quota"]["achieved"]["tokens"]
     mix = source_mix_metadata(manifest["source_mix"], "achieved") if "source_mix" in manifest else {}
     return dg.MaterializeResult(

@@ -1,0 +1,185 @@
+"""Every consumer of the pool verifies what it reads against the pool's sealed manifest, on the built sample, with
+each failure injected as a user would: a byte of a cell trio, a pool id or a valuation feature edited, a quota plan
+edited by hand, validation sets of a newer plan beside the pool; and the curriculum's index cache is not in the
+shared data root."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch.distributed as dist
+
+from examples import train_online_kd as online_kd_example
+from examples import train_scorer as scorer_example
+from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS
+from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_contract.manifest_seal import verify_manifest, write_sealed
+from synthkd_training.dataset import SpanDatasetError, SpanGPTDatasetConfig, build_span_datasets
+from synthkd_training.pool import PoolError, stage_blends, valuation_parts, verify_pool
+from tests.helpers import SAMPLE_RAW_DIR, run
+
+
+@pytest.fixture
+def gloo():
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    if created:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def copied(built_sample, tmp_path):
+    """A copy of the built sample's data root (the shared build stays untouched): its layout."""
+    copy = tmp_path / "data"
+    shutil.copytree(built_sample[2], copy)
+    return SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy)).data_layout()
+
+
+def flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def rewrite_parquet(path: Path, column: str, edit) -> None:
+    """The file rewritten with one value of `column` changed (real Parquet, as a user's script would)."""
+    table = pq.read_table(path)
+    values = table.column(column).to_pylist()
+    values[0] = edit(values[0])
+    index = table.schema.get_field_index(column)
+    pq.write_table(
+        table.set_column(index, table.schema.field(index), pa.array(values, table.schema.field(index).type)), path
+    )
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_curriculum_stage_loads_verified_with_verify_on(built_sample, tmp_path, gloo):
+    """The stage file of the build, through `stage_blends`, into the loader with `verify=True`: every trio of the
+    pool is checked against the pool's manifest (four directories above it), not refused for want of a
+    `megatron/train/manifest.json`."""
+    paths = built_sample[1].data_layout()
+    blends = stage_blends(paths.curriculum_dir() / "P1.json")
+    assert blends[0] is not None and all(str(p).startswith(str(paths.pool_trio_root())) for p in blends[0][0])
+    config = SpanGPTDatasetConfig(
+        random_seed=1, sequence_length=64, blend_per_split=blends, path_to_cache=str(tmp_path / "cache"), verify=True
+    )
+    train, _, _ = build_span_datasets(config, [4, None, None])
+    assert len(train) >= 4 and train[0]["tokens"].shape[0] == 64
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_tampered_pool_trio_named_by_the_stage_file_is_refused(copied, tmp_path, gloo):
+    """A byte of a cell trio's index edited in place: the loader's default check (seal, sizes, the small files'
+    sha256) against the pool's manifest refuses it, whether the blend came from `stage_blends` or by hand."""
+    root = copied.pool_root()
+    stage = json.loads((copied.curriculum_dir() / "P1.json").read_text())
+    original_root = str(stage["train"][1]).split("/megatron/")[0]
+    prefixes = [str(p).replace(original_root, str(root)) for p in stage["train"][1::2]]
+    flip_byte(Path(f"{prefixes[0]}.idx"))
+    config = SpanGPTDatasetConfig(
+        random_seed=1,
+        sequence_length=64,
+        blend_per_split=[(prefixes, stage["train"][0::2]), None, None],
+        path_to_cache=str(tmp_path / "cache"),
+    )
+    with pytest.raises(SpanDatasetError, match=re.escape(f"{prefixes[0]}.idx differs from the manifest")):
+        build_span_datasets(config, [4, None, None])
+
+
+def test_an_edited_stage_file_or_one_of_another_pool_is_refused(copied):
+    stage = copied.curriculum_dir() / "P1.json"
+    with pytest.raises(PoolError, match="outside the pool"):  # the copy's stage file names the built pool's trios
+        stage_blends(stage)
+    blends = json.loads(stage.read_text())
+    blends["train"][0] = blends["train"][0] * 2
+    stage.write_text(json.dumps(blends))
+    with pytest.raises(PoolError, match=re.escape(f"{stage} has")):
+        stage_blends(stage)
+
+
+def test_edited_pool_ids_are_refused_by_train_online_kd(copied):
+    part = sorted((copied.pool_root() / "parts").glob("*.parquet"))[0]
+    assert online_kd_example.pool_ids(copied.pool_root())  # the copy verifies
+    rewrite_parquet(part, "id", lambda value: value[::-1])
+    with pytest.raises(SystemExit, match=re.escape(f"{part} ")):
+        online_kd_example.pool_ids(copied.pool_root())
+    with pytest.raises(SystemExit, match="differs from the manifest|bytes, the manifest records"):
+        online_kd_example.pool_ids(copied.pool_root(), hash_files=False)
+
+
+def test_the_valuation_features_are_sealed_and_edited_ones_refused_by_the_scorer(copied):
+    root = copied.valuation_root()
+    manifest = verify_manifest(root)
+    parts = valuation_parts(root)
+    assert [p.name for p in parts] == sorted(p.name for p in root.glob("*.parquet")) and parts
+    pool_files = {f["path"]: f["sha256"] for f in verify_manifest(copied.pool_root())["files"]}
+    assert all(pool_files[entry["path"]] == entry["sha256"] for entry in manifest["pool_parts"].values())
+    rewrite_parquet(parts[0], "prompt_tokens", lambda value: value + 1000)
+    with pytest.raises(SystemExit, match=re.escape(f"the valuation features {root} do not verify")):
+        scorer_example.read_features(root)
+    parts[0].unlink()  # a part gone: refused too, never a scorer trained on fewer rows
+    with pytest.raises(SystemExit, match=re.escape(f"{parts[0]} is listed in the manifest but missing")):
+        scorer_example.read_features(root)
+
+
+def test_validation_sets_of_a_newer_plan_beside_the_pool_are_refused(copied):
+    """A build stopped between its plan pass (new clusters, new validation sets) and its pool pass leaves the old
+    pool and curriculum published beside the new sets: neither the stage loader nor the pool's ids take it."""
+    validation = copied.validation_manifest()
+    assert verify_pool(copied.pool_root())["heldout"]["validation_root"] == "../../validation/synth_validation_v1"
+    manifest = json.loads(validation.read_text())
+    write_sealed(validation, {**manifest, "clusters_sha256": "0" * 64})  # as the plan pass writes new sets
+    verify_manifest(validation.parent)  # they verify alone
+    with pytest.raises(PoolError, match="come from different plans: .* was held out of other clusters"):
+        verify_pool(copied.pool_root())
+    with pytest.raises(SystemExit, match="come from different plans"):
+        online_kd_example.pool_ids(copied.pool_root())
+
+
+def test_the_pool_manifest_refuses_validation_sets_of_another_plan(built_sample, own_instance, copied):
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copied.data_root))
+    manifest = json.loads(copied.validation_manifest().read_text())
+    write_sealed(copied.validation_manifest(), {**manifest, "clusters_sha256": "0" * 64})
+    failed = run(own_instance, layout, POOL_MANIFEST_STEPS, raise_on_error=False)
+    assert not failed.success
+    [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "were held out of clusters 000000000000, the pool's plan counted after" in str(
+        failure.step_failure_data.error
+    )
+
+
+def test_a_hand_edited_quota_plan_is_not_built_into_a_verifying_pool(built_sample, own_instance, copied):
+    """The plan's targets left as configured, its rates edited: the pool manifest refuses, naming the rates."""
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copied.data_root))
+    plan = json.loads(copied.quota_plan().read_text())
+    plan["rates"]["B1"] = {ctx: rate / 2 for ctx, rate in plan["rates"]["B1"].items()}
+    copied.quota_plan().write_text(json.dumps(plan, indent=2))
+    failed = run(own_instance, layout, ["synth_pool_manifest"], raise_on_error=False)
+    assert not failed.success
+    [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = str(failure.step_failure_data.error)
+    assert f"the quota plan {copied.quota_plan()} is not the one the configured targets give" in message
+    assert "(its rates differ)" in message
+
+
+def test_the_curriculum_caches_megatron_indices_outside_the_data_root(built_sample):
+    paths = built_sample[1].data_layout()
+    args = shlex.split((paths.curriculum_dir() / "P1.args").read_text())
+    cache = Path(args[args.index("--data-cache-path") + 1])
+    assert cache.is_absolute() and cache.name == paths.pool_name()
+    assert not cache.is_relative_to(paths.data_root.absolute()) and not cache.is_relative_to(paths.data_root.resolve())
+
+
+def test_the_built_pool_verifies_for_its_consumers(built_sample):
+    paths = built_sample[1].data_layout()
+    manifest = verify_pool(paths.pool_root())
+    assert manifest["quota"]["plan_sha256"] and manifest["heldout"]["clusters_sha256"]
