@@ -14,6 +14,10 @@ from typing import Final
 # --- what is compared: the question and the final answer, without the shared reference text, normalized
 # (docs/near-dup.md "What is compared"): SYNTH asks many different questions about one article section ---------
 UNICODE_FORM: Final = "NFKC"  # full-width / compatibility characters fold to their plain forms
+REMOVED_CATEGORY: Final = "Cf"  # format characters (zero-width spaces and joiners, soft hyphens, bidi marks) removed
+# lookalikes fold to the ASCII character the Unicode confusables table (TR39 data, as this package ships it) names
+# for them (docs/near-dup.md "Normalization"); its version is hashed with the other settings
+CONFUSABLES_TABLE: Final = "confusable_homoglyphs"
 # word 3-grams of the normalized text (a text of fewer words is one shingle). Character 5-grams were measured
 # too: on the templated sample text they put random pairs up to Jaccard 0.79 (word 3-grams: 0.48), while a
 # one-word edit of a prompt keeps 0.98 under either (docs/near-dup.md "Normalization")
@@ -34,4 +38,7 @@ LARGE_CLUSTER_SHARE: Final = 0.01  # the WARN check: one cluster holds more than
 # --- validation sets (002 §13.4) ----------------------------------------------------------------------------------
 HELDOUT_SALT: Final = "synthkd/near_dup/heldout"
 HELDOUT_PER_EXERCISE: Final = 4  # prompts per exercise in the held-out KL slice
+# a cluster of more rows than this is never chosen for the validation sets (docs/near-dup.md "Validation sets"):
+# holding it out would keep as many rows from training for one validation prompt; 4 x MAX_PER_CLUSTER
+HELDOUT_CLUSTER_LIMIT: Final = 16
 FORMAT_SUITE_PER_FORM: Final = 8  # prompts per checkable answer form in the format-compliance suite

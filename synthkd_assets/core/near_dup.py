@@ -12,7 +12,9 @@ held-out clusters of the validation sets.
   duplicates are clusters like any other.
 - decisions: a cluster's rows are ordered by a salted hash of synth_id (`cluster_rank`); rows past
   `max_per_cluster` are dropped as `cluster_cap`; a cluster of one is always kept (the rare tail). Whole
-  clusters are held out for the validation sets (`heldout`), so no member of them is ever trained on.
+  clusters (none larger than `heldout_cluster_limit`) are held out for the validation sets (`heldout`), so no
+  member of them is ever trained on; their signatures are kept (`heldout_prompts`) and every later build holds
+  out any row matching one of them, whatever its synth_id (`heldout_matches`).
 
 Memory is bounded for the full corpus (benchmarks/README.md "Near-duplicate control": 79.6M rows in 24 GiB):
 the clustering holds one band's keys of every row at a time, the distinct candidate pairs (one int64 each,
@@ -23,7 +25,12 @@ summary keep, shard by shard, only the rows they can use. It reads the signature
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
+import importlib.resources
+import json
+import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -41,6 +48,7 @@ from scipy.sparse.csgraph import connected_components
 
 from synthkd_assets.core.filters import answer_expr, constraints_expr, expected_answer
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
+from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
@@ -61,10 +69,89 @@ FORMAT_SET = "format"  # the format-compliance suite
 
 
 # --- signatures ------------------------------------------------------------------------------------------------
+FOLD_PASSES = 4  # normalize_prompt's passes at most: a fold can compose with a following mark, rarely twice
+
+
+def confusables_version() -> str:
+    """The installed version of the confusables table's package (hashed with the cluster settings).
+
+    Returns:
+        Its version string, e.g. "3.3.1".
+    """
+    return importlib.metadata.version(nd.CONFUSABLES_TABLE.replace("_", "-"))
+
+
+@functools.cache
+def fold_table() -> dict[str, str]:
+    """What `normalize_prompt` replaces, built once from the Unicode data and the confusables table.
+
+    Every format character (category REMOVED_CATEGORY: zero-width spaces and joiners, soft hyphens, bidi marks)
+    is removed. Every non-ASCII character the confusables table lists as looking like one ASCII character is
+    replaced by that character, casefolded (a letter before a digit or a symbol, then the lowest code point): a
+    Cyrillic `а` by `a`; so is the small letter of such a capital when it has no lookalike of its own (Cyrillic
+    `н`, of `Н`, by `h`). No ASCII character is replaced, so ASCII text is only casefolded. The table is read from
+    the package's own files (never from a path the environment names).
+
+    Returns:
+        {character: its replacement, "" to remove it}.
+    """
+    data = json.loads((importlib.resources.files(nd.CONFUSABLES_TABLE) / "confusables.json").read_text("utf-8"))
+    table: dict[str, str] = {}
+    for char, entries in data.items():
+        if len(char) != 1 or char.isascii():
+            continue
+        looks_like = {
+            stripped.casefold()
+            for entry in entries
+            if len(stripped := "".join(c for c in entry["c"] if unicodedata.category(c) != nd.REMOVED_CATEGORY)) == 1
+            and stripped.isascii()
+            and stripped.isprintable()
+            and not stripped.isspace()
+        }
+        if looks_like:
+            table[char] = min(looks_like, key=lambda c: (not c.isalpha(), not c.isdigit(), ord(c)))
+    # text is casefolded before it is folded: a capital drawn like a Latin one (Cyrillic `Н`, Greek `Η`) whose small
+    # letter is not (`н`, `η`) folds by its small letter too
+    for char, ascii_char in sorted(table.items()):
+        small = char.casefold()
+        if len(small) == 1 and not small.isascii() and small not in table:
+            table[small] = ascii_char
+    for code in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(code)) == nd.REMOVED_CATEGORY:
+            table[chr(code)] = ""
+    return table
+
+
+@functools.cache
+def _folded_characters() -> frozenset[str]:
+    """Every character `fold_table` replaces (a text with none of them is not folded)."""
+    return frozenset(fold_table())
+
+
 def normalize_prompt(text: str) -> str:
-    """What two prompts are compared on: Unicode NFKC (full-width and compatibility forms fold), casefold,
-    every run of whitespace (str.split's) one space, no leading or trailing space."""
-    return " ".join(unicodedata.normalize(nd.UNICODE_FORM, text).casefold().split())
+    """What two prompts are compared on (docs/near-dup.md "Normalization").
+
+    Unicode NFKC (full-width and compatibility forms fold) and casefold; then format characters removed and
+    lookalikes folded to ASCII (`fold_table`), NFKC and casefold again, until no character to fold is left (a
+    folded letter can compose with a combining mark after it); every run of whitespace (str.split's) one space,
+    no leading or trailing space. ASCII text takes the short way, casefold and whitespace, which is all the rest
+    would do to it; other text without a character to fold is read once more, by one set lookup a character.
+
+    Args:
+        text: The signature text of a row.
+
+    Returns:
+        The normalized text: normalizing it again returns it unchanged.
+    """
+    if text.isascii():
+        return " ".join(text.casefold().split())
+    table, folded = fold_table(), _folded_characters()
+    text = unicodedata.normalize(nd.UNICODE_FORM, text).casefold()
+    for _ in range(FOLD_PASSES):
+        if folded.isdisjoint(text):
+            break
+        text = unicodedata.normalize(nd.UNICODE_FORM, "".join([table.get(c, c) for c in text])).casefold()
+    return " ".join(text.split())
 
 
 def shingles(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
@@ -190,6 +277,7 @@ class ClusterSettings:
     max_per_cluster: int = nd.MAX_PER_CLUSTER
     heldout_per_exercise: int = nd.HELDOUT_PER_EXERCISE
     format_suite_per_form: int = nd.FORMAT_SUITE_PER_FORM
+    heldout_cluster_limit: int = nd.HELDOUT_CLUSTER_LIMIT
 
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold <= 1.0:
@@ -198,6 +286,8 @@ class ClusterSettings:
             raise ValueError(f"max_per_cluster must be >= 1, got {self.max_per_cluster}")
         if self.heldout_per_exercise < 0 or self.format_suite_per_form < 0:
             raise ValueError("held-out set sizes must be >= 0")
+        if self.heldout_cluster_limit < 1:
+            raise ValueError(f"heldout_cluster_limit must be >= 1, got {self.heldout_cluster_limit}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -206,7 +296,14 @@ class ClusterSettings:
             "max_per_cluster": self.max_per_cluster,
             "heldout_per_exercise": self.heldout_per_exercise,
             "format_suite_per_form": self.format_suite_per_form,
-            "normalization": {"unicode": nd.UNICODE_FORM, "casefold": True, "whitespace": "collapsed"},
+            "heldout_cluster_limit": self.heldout_cluster_limit,
+            "normalization": {
+                "unicode": nd.UNICODE_FORM,
+                "casefold": True,
+                "removed_category": nd.REMOVED_CATEGORY,
+                "confusables": {"table": nd.CONFUSABLES_TABLE, "version": confusables_version(), "to": "ascii"},
+                "whitespace": "collapsed",
+            },
             "shingle_words": nd.SHINGLE_WORDS,
             "minhash": {"library": "rensa.RMinHash", "num_perm": nd.NUM_PERM, "seed": nd.MINHASH_SEED},
             "lsh": {"bands": nd.LSH_BANDS, "rows": nd.LSH_ROWS},
@@ -310,6 +407,7 @@ class Clusters:
     rank: np.ndarray  # int32
     decision: list[str | None] = field(default_factory=list)
     heldout: list[dict[str, Any]] = field(default_factory=list)  # the held-out clusters' representatives
+    over_limit: dict[str, int] = field(default_factory=dict)  # clusters too large to hold out: never chosen
     candidate_pairs: int = 0
     verified_pairs: int = 0
 
@@ -364,11 +462,16 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
 def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettings) -> None:
     """Pick whole clusters for the validation sets by their representative (rank 0) row: per exercise the
     `heldout_per_exercise` first by heldout_key (the KL slice), then per checkable answer form the
-    `format_suite_per_form` first among the rest (the format suite); mark every member `heldout`.
+    `format_suite_per_form` first among the rest (the format suite); mark every member `heldout`. A cluster of
+    more than `heldout_cluster_limit` rows is never picked (it would keep as many rows from training for one
+    validation prompt): those clusters and their rows are counted in `clusters.over_limit`.
 
     The first k of a group over all shards are among the union of each shard's first k of it, so each shard
     contributes only those (two passes: the KL slice, then the format suite without it): memory does not grow
     with the corpus."""
+    first_rows = clusters.rank == 0
+    over = first_rows & (clusters.size > settings.heldout_cluster_limit)
+    clusters.over_limit = {"clusters": int(over.sum()), "rows": int(clusters.size[over].sum())}
     if clusters.rows == 0:
         return
 
@@ -383,7 +486,7 @@ def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettin
                 cluster_size=pl.Series(clusters.size[lo:hi]),
                 cluster_rank=pl.Series(clusters.rank[lo:hi]),
             )
-            .filter(pl.col("cluster_rank") == 0)
+            .filter((pl.col("cluster_rank") == 0) & (pl.col("cluster_size") <= settings.heldout_cluster_limit))
         )
 
     def first(frame: pl.DataFrame, by: str, k: int) -> pl.DataFrame:
@@ -472,7 +575,44 @@ def cluster_summary(clusters: Clusters, paths: Sequence[Path], top: int = 5) -> 
         "dropped": dict(Counter(d for d in clusters.decision if d is not None)),
         "removed_cells": removed,
         "heldout_clusters": clusters.heldout,
+        "heldout_over_limit": clusters.over_limit,
+        "heldout_prompts": heldout_prompts(clusters, paths),
     }
+
+
+def heldout_prompts(clusters: Clusters, paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """What every later build checks its rows against, whatever their synth_ids (docs/near-dup.md "Rebuilds"):
+    each row the clusters hold out, with its MinHash signature as kept when the clusters were made.
+
+    Args:
+        clusters: The clusters with their decisions.
+        paths: Each shard's synth_signatures file, in the clusters' shard order.
+
+    Returns:
+        One entry a held-out row (shards in order, each in its file's order): synth_id, shard, cluster_id and
+        `signature` (its NUM_PERM uint32 values, little-endian, as hex).
+    """
+    held = np.flatnonzero(np.array([d == drops.DROP_HELDOUT for d in clusters.decision], dtype=bool))
+    if not len(held):
+        return []
+    signatures = _signature_rows(paths, clusters.offsets, held).astype("<u4")
+    shard_of = np.searchsorted(clusters.offsets, held, side="right") - 1
+    entries: list[dict[str, Any]] = []
+    for index, path in enumerate(paths):
+        mine = np.flatnonzero(shard_of == index)
+        if not len(mine):
+            continue
+        ids = pl.read_parquet(path, columns=["synth_id"])["synth_id"].gather(held[mine] - clusters.offsets[index])
+        for row, synth_id in zip(mine.tolist(), ids.to_list()):
+            entries.append(
+                {
+                    "synth_id": synth_id,
+                    "shard": clusters.shards[index],
+                    "cluster_id": int(clusters.cluster_id[held[row]]),
+                    "signature": signatures[row].tobytes().hex(),
+                }
+            )
+    return entries
 
 
 def _summary_rows(clusters: Clusters, index: int, path: Path) -> pl.DataFrame:
@@ -578,36 +718,90 @@ def ids_unseen_by_clusters(rows_path: Path, clusters_path: Path) -> tuple[pl.Ser
     return ids.join(seen, on="synth_id", how="anti")["synth_id"], ids.height
 
 
-def _signature_bytes(table: pl.DataFrame) -> dict[str, bytes]:
-    """{synth_id: the bytes of its MinHash signature} of synth_signatures rows."""
-    values = np.asarray(table["signature"].to_numpy(), dtype=np.uint32).reshape(-1, nd.NUM_PERM)  # fixed-size lists
-    return {synth_id: row.tobytes() for synth_id, row in zip(table["synth_id"].to_list(), values)}
+def signed_row_for_row(rows_path: Path, signatures_path: Path) -> bool:
+    """Whether a signatures file is the one of these rows: its synth_ids are theirs, in their order (the signature
+    step writes one row per input row).
+
+    Args:
+        rows_path: A synth_filtered Parquet.
+        signatures_path: The shard's synth_signatures Parquet.
+
+    Returns:
+        True when both hold the same synth_ids in the same order.
+    """
+    rows = pl.read_parquet(rows_path, columns=["synth_id"])["synth_id"]
+    return rows.equals(pl.read_parquet(signatures_path, columns=["synth_id"])["synth_id"])
 
 
-def heldout_copies(unseen: pl.Series, signatures_path: Path, shards: Sequence[tuple[Path, Path]]) -> set[str]:
-    """Of `unseen` (synth_ids of a shard the clusters in force never saw, `ids_unseen_by_clusters`), those whose
-    prompt is a copy of a held-out one: the same MinHash signature (`signatures_path`: the shard's) as a row some
-    shard's clusters file holds out (`shards`: every shard's (clusters file, signatures file)), i.e. the same
-    normalized word 3-grams. They are held out too, so a shard added after the clusters cannot train on the
-    validation sets' prompts under new synth_ids; a near (not exact) copy still waits for a re-plan
-    (near_dup_controlled). The clusters files' near_dup_hash (a band key) picks the candidates, so only the
-    signatures of held-out rows that share one are read."""
-    if unseen.is_empty():
+def heldout_matches(signatures_path: Path, heldout: Sequence[Mapping[str, Any]], threshold: float) -> set[str]:
+    """The rows of a shard whose prompt is a held-out one, whatever their synth_ids (docs/near-dup.md "Rebuilds").
+
+    A row matches when its MinHash signature (the shard's synth_signatures, as they are now) and a held-out row's
+    signature as the clusters kept it (`heldout_prompts`) share at least `threshold` of their values: the test
+    that joins two rows into one cluster, so an exact copy, a copy under new synth_ids and a near copy all match.
+    Only rows sharing an LSH band key with a held-out row are compared (their signatures alone are read).
+
+    Args:
+        signatures_path: The shard's synth_signatures Parquet.
+        heldout: The clusters' `heldout_prompts` entries (a `signature` each).
+        threshold: The clusters' near-duplicate threshold.
+
+    Returns:
+        The synth_ids of the matching rows.
+    """
+    if not heldout:
         return set()
-    columns = ["synth_id", "near_dup_hash", "signature"]
-    rows = pl.read_parquet(signatures_path, columns=columns).join(unseen.to_frame(), on="synth_id", how="semi")
-    heldout: set[bytes] = set()
-    for clusters, signatures in shards:
-        if clusters.is_file() and signatures.is_file():
-            held = (
-                pl.read_parquet(clusters, columns=["synth_id", "near_dup_hash", "decision"])
-                .filter(pl.col("decision") == drops.DROP_HELDOUT)
-                .join(rows.select("near_dup_hash"), on="near_dup_hash", how="semi")
-            )
-            if not held.is_empty():  # held-out rows sharing a band key with an unseen one: their signatures
-                held_rows = pl.read_parquet(signatures, columns=columns).join(held, on="synth_id", how="semi")
-                heldout.update(_signature_bytes(held_rows).values())
-    return {synth_id for synth_id, value in _signature_bytes(rows).items() if value in heldout}
+    held = np.stack([np.frombuffer(bytes.fromhex(entry["signature"]), dtype="<u4") for entry in heldout])
+    held = held.astype(np.uint32)
+    keys = band_keys(held)
+    bands = pl.read_parquet(signatures_path, columns=["synth_id", *BAND_COLUMNS])
+    shares_a_key = pl.any_horizontal(
+        [pl.col(name).is_in(pl.Series(keys[:, band]).implode()) for band, name in enumerate(BAND_COLUMNS)]
+    )
+    rows = np.flatnonzero(bands.select(shares_a_key.alias("hit"))["hit"].to_numpy())
+    if not len(rows):
+        return set()
+    signatures = _signature_rows([signatures_path], np.array([0, bands.height], dtype=np.int64), rows)
+    near = np.zeros(len(rows), dtype=bool)
+    step = max(1, EDGE_CHUNK // len(held))  # candidate rows compared at once, with every held-out row
+    for lo in range(0, len(rows), step):
+        equal = (signatures[lo : lo + step, None, :] == held[None, :, :]).sum(axis=2)
+        near[lo : lo + step] = (equal >= threshold * nd.NUM_PERM - 1e-9).any(axis=1)
+    return set(bands["synth_id"].gather(rows[near]).to_list())
+
+
+def heldout_prompts_trained(
+    document_tables: Sequence[Path], signature_files: Sequence[Path], summary: Mapping[str, Any]
+) -> Problems:
+    """Rows a dataset trains on whose prompt is a held-out one, by content (`heldout_matches`), whatever their
+    synth_ids: the validation sets' guarantee checked on what was written.
+
+    Args:
+        document_tables: The dataset's documents tables (a synth_id column: the rows it trains on).
+        signature_files: Every shard's synth_signatures Parquet (where a row's signature is read).
+        summary: The clusters summary in force (its `heldout_prompts` and the threshold in its `settings`).
+
+    Returns:
+        One line a trained row matching a held-out prompt (the first 20 listed, all counted).
+    """
+    held = summary.get("heldout_prompts", [])
+    threshold = summary.get("settings", {}).get("threshold", nd.JACCARD_THRESHOLD)
+    matched: set[str] = set()
+    for path in signature_files:
+        if path.is_file():
+            matched |= heldout_matches(path, held, threshold)
+    if not matched or not document_tables:
+        return Problems()
+    trained = pl.concat(
+        pl.read_parquet(path, columns=["synth_id"]).with_columns(table=pl.lit(path.name)) for path in document_tables
+    )
+    found = trained.join(pl.DataFrame({"synth_id": sorted(matched)}, schema={"synth_id": pl.String}), on="synth_id")
+    found = found.sort("synth_id", "table")
+    listed = [
+        f"synth_id {synth_id!r} in {table} has the prompt of a held-out row (a copy of a validation prompt)"
+        for synth_id, table in found.head(20).iter_rows()
+    ]
+    return Problems(listed, total=found.height)
 
 
 def synth_ids_rule(synth_ids: Collection[str], reason: str) -> Callable[[pl.DataFrame], pl.Series]:

@@ -14,7 +14,13 @@ from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.memory import return_freed_heap
-from synthkd_assets.core.near_dup import clusters_rule, heldout_copies, ids_unseen_by_clusters, synth_ids_rule
+from synthkd_assets.core.near_dup import (
+    clusters_rule,
+    heldout_matches,
+    ids_unseen_by_clusters,
+    signed_row_for_row,
+    synth_ids_rule,
+)
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.round_trip import round_trip_shard
@@ -237,7 +243,8 @@ def publish_plan(
 
 
 @shard_step(
-    [synth_filtered, dg.AssetKey("synth_clusters"), synth_sampling_plan],
+    # synth_signatures: its rows are matched against the held-out prompts, so it runs first in a shard's run
+    [synth_filtered, dg.AssetKey("synth_signatures"), dg.AssetKey("synth_clusters"), synth_sampling_plan],
     {"parquet", "polars"},
     "build",
     "synth",
@@ -259,18 +266,20 @@ def synth_sampled(
     clusters = stage_files(paths, "synth_clusters", key)[0]
     if clusters.is_file():  # a shard added after the clusters in force is sampled whole, like under the plan
         rule = first_reason(clusters_rule(clusters), rule)
-    require_upstream(paths, "synth_sampled", key, "synth_filtered")
-    filtered = stage_files(paths, "synth_filtered", key)[0]
+    require_upstream(paths, "synth_sampled", key, "synth_filtered", "synth_signatures")
+    filtered, signatures = stage_files(paths, "synth_filtered", key)[0], stage_files(paths, "synth_signatures", key)[0]
     unseen, rows = ids_unseen_by_clusters(filtered, clusters)
-    copies: set[str] = set()
-    if len(unseen):  # rows the clusters never saw: exact copies of held-out prompts are held out all the same
-        require_upstream(paths, "synth_sampled", key, "synth_signatures")
-        every_shard = [
-            (stage_files(paths, "synth_clusters", n)[0], stage_files(paths, "synth_signatures", n)[0])
-            for n in shard_names(paths)
-        ]
-        copies = heldout_copies(unseen, stage_files(paths, "synth_signatures", key)[0], every_shard)
-        rule = first_reason(synth_ids_rule(copies, drops.DROP_HELDOUT), rule)
+    if not signed_row_for_row(filtered, signatures):  # a held-out prompt under a new synth_id would pass unsigned
+        raise dg.Failure(
+            f"synth_sampled partition {key!r}: {signatures} does not sign the rows of {filtered} (another shard's "
+            f"rows, or an older version of them): materialize synth_signatures for {key!r} first"
+        )
+    # every row whose prompt is a held-out one is held out, whatever its synth_id (docs/near-dup.md "Rebuilds")
+    summary = mf.read_json(paths.clusters_summary())
+    held = summary["heldout_prompts"]
+    matches = heldout_matches(signatures, held, summary["settings"]["threshold"])
+    rule = first_reason(synth_ids_rule(matches, drops.DROP_HELDOUT), rule)
+    copies = matches - {entry["synth_id"] for entry in held}  # held out here, not by the clusters' decisions
     warning = near_dup_controlled_result(key, len(unseen), rows, len(copies))
     return select_rows(paths, key, "synth_filtered", "synth_sampled", rule, plan_sha, (warning,))
 

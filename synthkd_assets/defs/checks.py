@@ -28,6 +28,7 @@ from synthkd_assets.core.distill_io import split_leakage as distill_split_leakag
 from synthkd_assets.core.inventory import built_from_sha256, scan_inputs, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
+from synthkd_assets.core.near_dup import heldout_prompts_trained
 from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.problems import Problems, problem_total
 from synthkd_assets.core.report import ShardReport
@@ -37,6 +38,7 @@ from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.upstream import shard_names
 from synthkd_contract import constants
 from synthkd_contract.buckets import BUCKET_IMBALANCE_RATIO
 
@@ -288,27 +290,29 @@ NEAR_DUP_CONTROLLED_SPEC = per_shard_check(
     NEAR_DUP_CONTROLLED,
     asset="synth_sampled",
     blocking=False,
-    description="WARN when rows of this shard were sampled without the near-duplicate clusters' decisions: rows the "
-    "clusters in force never saw (a shard added, or changed under new synth_ids, after them) are kept whole (no "
-    "cluster cap; only exact copies of held-out prompts, the same MinHash signature, are held out), so their "
-    "prompts may near-duplicate the validation sets' until synth_plan_job (or build.sh) re-plans.",
+    description="WARN when rows of this shard were sampled without the near-duplicate clusters' decisions (rows the "
+    "clusters in force never saw: a shard added, or changed under new synth_ids, after them: kept without a cluster "
+    "cap until synth_plan_job or build.sh re-plans), or when rows outside the held-out clusters have a held-out "
+    "prompt (its MinHash signature matched at the near-duplicate threshold, whatever the synth_id): those are held "
+    "out all the same, and counted (heldout_copies).",
 )
 
 
 def near_dup_controlled_result(partition: str, unseen: int, rows: int, copies: int = 0) -> dg.AssetCheckResult:
-    """WARN (non-blocking) when `unseen` of the shard's `rows` had no decision from the clusters in force;
-    `copies` of them, exact copies of held-out prompts, were held out all the same."""
-    verdict = (
-        f"passed: all {rows} rows sampled under the clusters' decisions (cap, held-out clusters)"
-        if unseen == 0
-        else f"WARN: {unseen} of {rows} rows are not in the clusters in force (the shard was added or changed after "
-        f"them): {copies} exact copies of held-out prompts were held out, the rest kept whole: no cluster cap, and "
-        "prompts near-duplicating the held-out validation clusters may be in training; re-plan (synth_plan_job, "
-        "or build.sh) to fix it"
-    )
+    """WARN (non-blocking) when `unseen` of the shard's `rows` had no decision from the clusters in force, or
+    `copies` rows outside the held-out clusters had a held-out prompt (held out all the same)."""
+    if unseen == 0 and copies == 0:
+        verdict = f"passed: all {rows} rows sampled under the clusters' decisions (cap, held-out clusters)"
+    else:
+        verdict = (
+            f"WARN: {unseen} of {rows} rows are not in the clusters in force (the shard was added or changed after "
+            f"them) and {copies} rows outside the held-out clusters have a held-out prompt (an exact or near copy, "
+            "whatever the synth_id): those were held out; the unseen rest is kept without a cluster cap; re-plan "
+            "(synth_plan_job, or build.sh) to fix it"
+        )
     return dg.AssetCheckResult(
         check_name=NEAR_DUP_CONTROLLED,
-        passed=unseen == 0,
+        passed=unseen == 0 and copies == 0,
         severity=dg.AssetCheckSeverity.WARN,
         description=f"partition {partition}: {verdict}",
         metadata={"partition": partition, "rows_unseen_by_clusters": unseen, "heldout_copies": copies},
@@ -512,11 +516,23 @@ no_duplicate_synth_ids = documents_check(
     "no synth_id in two shards",
     "No synth_id is in two shards (within a shard, later duplicates are dropped as duplicate_synth_id).",
 )
+
+
+def _validation_rows_trained(tables: list[Path], paths: DataLayout) -> Problems:
+    """The validation sets' rows by synth_id, and the held-out prompts by content whatever the synth_id."""
+    problems = validation_rows_trained(tables, [paths.heldout_kl(), paths.format_suite()])
+    summary = mf.read_json(paths.clusters_summary()) if paths.clusters_summary().is_file() else {}
+    signatures = [paths.stage_output("synth_signatures", name) for name in shard_names(paths)]
+    return problems + heldout_prompts_trained(tables, signatures, summary)
+
+
 validation_sets_not_trained = documents_check(
     "validation_sets_not_trained",
-    lambda tables, paths: validation_rows_trained(tables, [paths.heldout_kl(), paths.format_suite()]),
-    "no row of the validation sets",
-    "No synth_id of the validation sets (heldout_kl, format_suite: rows of held-out clusters) is in the dataset.",
+    _validation_rows_trained,
+    "no row of the validation sets and no copy of a held-out prompt",
+    "No synth_id of the validation sets (heldout_kl, format_suite: rows of held-out clusters) is in the dataset, "
+    "and no row whose prompt is a held-out one (its MinHash signature, as the clusters kept it, matched at the "
+    "near-duplicate threshold), whatever its synth_id.",
 )
 
 

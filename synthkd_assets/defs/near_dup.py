@@ -59,8 +59,9 @@ CLUSTER_CHECK_SPECS = [
 def synth_signatures(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """MinHash signatures (rensa, 128 permutations) of each synth_filtered row's user prompt, normalized (NFKC,
-    casefold, whitespace collapsed) and shingled into word 3-grams, with its 16 LSH band keys and near_dup_hash.
+    """MinHash signatures (rensa, 128 permutations) of each synth_filtered row's question and answer, normalized
+    (NFKC, casefold, format characters removed, lookalikes folded to ASCII, whitespace collapsed) and shingled
+    into word 3-grams, with its 16 LSH band keys and near_dup_hash.
     Per shard: a changed shard recomputes only its own signatures."""
     paths = layout.data_layout(build.smoke)
     key = context.partition_key
@@ -81,7 +82,8 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
     """Near-duplicate clusters over every shard's signatures (002 §7): LSH candidates (rows sharing a band key)
     verified at the Jaccard threshold, joined by connected components; exact duplicates included. Per row
     cluster_id / cluster_size / cluster_rank and the decision: `cluster_cap` past max_per_cluster (by a salted
-    hash; clusters of one always kept), `heldout` for the clusters of the validation sets. Global, like the
+    hash; clusters of one always kept), `heldout` for the clusters of the validation sets (none larger than
+    heldout_cluster_limit), whose signatures clusters.json keeps for every later build. Global, like the
     sampling plan that counts rows after it: a re-cluster means rebuilding every shard from synth_sampled on."""
     paths = layout.data_layout(build.smoke)
     names = shard_names(paths)
@@ -117,6 +119,8 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
             "candidate_pairs": summary["candidate_pairs"],
             "verified_pairs": summary["verified_pairs"],
             **{f"dropped_{r}": summary["dropped"].get(r, 0) for r in (drops.DROP_CLUSTER_CAP, drops.DROP_HELDOUT)},
+            "heldout_clusters_over_limit": summary["heldout_over_limit"].get("clusters", 0),
+            "heldout_rows_over_limit": summary["heldout_over_limit"].get("rows", 0),
             "cluster_size_histogram": dg.MetadataValue.md(_histogram_markdown(summary["size_histogram"])),
             "largest_clusters": dg.MetadataValue.md(largest_markdown(summary["largest"])),
             "example_pair": dg.MetadataValue.md(_pair_markdown(example)),
