@@ -120,3 +120,20 @@ def test_a_file_planted_in_the_dataset_is_refused_by_the_loader(tmp_path, gloo_w
     (root / "shards" / "shard_09_documents.parquet").write_bytes(b"PAR1")
     with pytest.raises(SpanDatasetError, match=re.escape("shard_09_documents.parquet is not listed in the manifest")):
         train_valid_datasets(root, cache_dir=tmp_path / "c", **KWARGS)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_train_tiny_refuses_a_pickle_planted_in_its_index_cache(tmp_path):
+    """As the attack did it: a second `train_tiny` run on a work directory whose index cache holds a planted
+    pickle exits naming the file, and the pickle never runs."""
+    from examples import train_tiny
+
+    argv = ["--synthetic", "--work-dir", str(tmp_path), "--device", "cpu", "--steps", "2", "--seq-length", "16"]
+    argv += ["--micro-batch-size", "2", "--window", "1"]
+    train_tiny.main(argv)
+    marker = tmp_path / "code-ran"
+    index = sorted((tmp_path / "index-cache").rglob("*SpanGPTDataset-train-document_index.npy"))[0]
+    plant_pickle(index, marker)
+    with pytest.raises(SystemExit, match=re.escape(f"{index}: holds Python objects")):
+        train_tiny.main(argv)
+    assert not marker.exists()
