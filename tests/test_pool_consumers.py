@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from examples import train_online_kd as online_kd_example
 from examples import train_scorer as scorer_example
-from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS
+from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, POOL_STEPS
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract.manifest_seal import verify_manifest, write_sealed
 from synthkd_training.dataset import SpanDatasetError, SpanGPTDatasetConfig, build_span_datasets
@@ -158,17 +158,21 @@ def test_the_pool_manifest_refuses_validation_sets_of_another_plan(built_sample,
 
 
 def test_a_hand_edited_quota_plan_is_not_built_into_a_verifying_pool(built_sample, own_instance, copied):
-    """The plan's targets left as configured, its rates edited: the pool manifest refuses, naming the rates."""
+    """The plan's targets left as configured, its rates edited, and every shard's pool rebuilt under it (as the
+    attack did): the curriculum and the pool manifest refuse, naming the rates; nothing is published."""
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copied.data_root))
     plan = json.loads(copied.quota_plan().read_text())
     plan["rates"]["B1"] = {ctx: rate / 2 for ctx, rate in plan["rates"]["B1"].items()}
     copied.quota_plan().write_text(json.dumps(plan, indent=2))
-    failed = run(own_instance, layout, ["synth_pool_manifest"], raise_on_error=False)
-    assert not failed.success
-    [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
-    message = str(failure.step_failure_data.error)
-    assert f"the quota plan {copied.quota_plan()} is not the one the configured targets give" in message
-    assert "(its rates differ)" in message
+    for shard in [f"synth_{i:03d}" for i in range(1, 7)]:  # every shard of the sample
+        run(own_instance, layout, POOL_STEPS, shard)
+    for step in POOL_MANIFEST_STEPS:  # neither the curriculum's blends nor the manifest are written from it
+        failed = run(own_instance, layout, [step], raise_on_error=False)
+        assert not failed.success
+        [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+        message = str(failure.step_failure_data.error)
+        assert f"the quota plan {copied.quota_plan()} is not the one the configured targets give" in message
+        assert "(its rates differ)" in message
 
 
 def test_the_curriculum_caches_megatron_indices_outside_the_data_root(built_sample):

@@ -194,10 +194,12 @@ def synth_curriculum(
     --seq-length, --train-samples), weights reproducing the stage's ctx shares on tokens; a stage whose buckets
     hold no tokens writes nothing and says why, and the epochs each stage needs are reported. The files of a stage
     taken out of the configuration are removed. Fails, writing nothing, unless every shard's pool part was made
-    under the current quota plan."""
+    under the current quota plan, and that plan is the one the configured targets give."""
     paths = layout.data_layout(build.smoke)
     records = pool_shard_records(paths, shard_names(paths))
-    require_one_quota_plan(records.values(), read_quota_plan(paths, build.quota_targets())[1])
+    plan, plan_sha = read_quota_plan(paths, build.quota_targets())
+    require_quota_plan(plan, quota_plan_of(paths, build), paths.quota_plan())  # no blend of a hand-edited plan
+    require_one_quota_plan(records.values(), plan_sha)
     prefixes = scan_pool_prefixes(paths.pool_trio_root())
     plans = [plan_stage(stage, prefixes) for stage in build.curriculum_stages()]
     removed = remove_other_stages_files(paths.curriculum_dir(), [plan["stage"] for plan in plans])
