@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from synthkd_assets.core.ownership import WRITTEN_LEDGER, register_output_root
+from synthkd_assets.core.ownership import WRITTEN_LEDGER, dataset_ledger_path, register_output_root
 from synthkd_contract import constants
 from synthkd_contract.buckets import POOL_DATASET_NAME, POOL_SMOKE_DATASET_NAME
 
@@ -113,9 +113,9 @@ class DataLayout:
         if overlap := self.input_output_overlap():  # refused before anything is written, by every route
             raise InputOutputOverlap(overlap)
         # what this process writes below these roots is recorded, and never goes through a directory link
-        for root in (self.data_root, self.distill_dir):
-            if root is not None:
-                register_output_root(root)
+        register_output_root(self.data_root)
+        if self.distill_dir is not None:
+            register_output_root(self.distill_dir, dataset_ledger_path(self.data_root, self.distill_dir))
 
     def output_dirs(self) -> tuple[Path, ...]:
         """Every directory the full and the smoke build on this data root write into (and the DistillKit root

@@ -17,7 +17,7 @@ from types import TracebackType
 import numpy as np
 
 from synthkd_assets.core.atomic import PartialFile, discard_all, publish_partials
-from synthkd_assets.core.ownership import remove_written
+from synthkd_assets.core.ownership import remove_replaced_output
 from synthkd_assets.core.parquet_io import ParquetShardWriter, output_errors_named
 from synthkd_contract import constants
 from synthkd_contract.indexed_dataset import IndexedDatasetWriter
@@ -120,7 +120,7 @@ class MegatronShardWriter:
 
     def remove_finals(self) -> None:
         # old output of this shard goes first: a crash from here on leaves the shard visibly absent
-        remove_written(trio_files(self.split_dir, self.shard_index))
+        remove_replaced_output(trio_files(self.split_dir, self.shard_index))
 
     def inventory(self) -> ShardSplitInventory:
         """What was published (call after the files were renamed into place)."""

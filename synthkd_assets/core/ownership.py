@@ -18,6 +18,7 @@ to a crash only leaves a file unremovable (never a foreign file removable).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -27,7 +28,7 @@ from pathlib import Path
 # the written ledger of an output root, relative to it (listed with every path in core/layout.py)
 WRITTEN_LEDGER = Path(".synthkd") / "written.jsonl"
 
-_OUTPUT_ROOTS: dict[Path, None] = {}  # absolute, insertion-ordered; the deepest containing root wins
+_OUTPUT_ROOTS: dict[Path, Path] = {}  # absolute root -> its ledger; the deepest containing root wins
 
 
 class OutputPathError(OSError):
@@ -35,14 +36,17 @@ class OutputPathError(OSError):
     non-directory where the build needs a directory."""
 
 
-def register_output_root(root: Path) -> None:
+def register_output_root(root: Path, ledger: Path | None = None) -> None:
     """Make `root` an output root of this process: what is written below it is recorded in its ledger, and
     never through a symlinked directory.
 
     Args:
         root: a data root (or a DistillKit root given apart from it), relative to the working directory or not.
+        ledger: where its ledger is; default `<root>/.synthkd/written.jsonl` (a dataset root, whose files its
+            manifest lists, keeps its ledger outside itself: `dataset_ledger_path`).
     """
-    _OUTPUT_ROOTS[Path(os.path.abspath(root))] = None
+    absolute = Path(os.path.abspath(root))
+    _OUTPUT_ROOTS[absolute] = Path(os.path.abspath(ledger)) if ledger is not None else absolute / WRITTEN_LEDGER
 
 
 def output_root_of(path: Path) -> Path | None:
@@ -60,8 +64,17 @@ def output_root_of(path: Path) -> Path | None:
 
 
 def ledger_path(root: Path) -> Path:
-    """The written ledger of the output root `root`."""
-    return root / WRITTEN_LEDGER
+    """The written ledger of the output root `root` (a data root's: `<root>/.synthkd/written.jsonl`)."""
+    absolute = Path(os.path.abspath(root))
+    return _OUTPUT_ROOTS.get(absolute, absolute / WRITTEN_LEDGER)
+
+
+def dataset_ledger_path(data_root: Path, dataset_root: Path) -> Path:
+    """The ledger of a dataset root given apart from the data root (a DistillKit root elsewhere): in the data
+    root's ledger directory, named after the dataset root's absolute path, so that nothing unlisted lands in the
+    dataset."""
+    name = hashlib.sha256(os.path.abspath(dataset_root).encode()).hexdigest()[:16]
+    return Path(os.path.abspath(data_root)) / WRITTEN_LEDGER.parent / f"written-{name}.jsonl"
 
 
 def refuse_symlinked_dirs(path: Path) -> None:
@@ -122,7 +135,7 @@ def record_written(final_path: Path, written: Path, partial: bool = False) -> No
     line = json.dumps(dict(zip(("path", "ino", "size", "mtime_ns"), identity, strict=True)))
     ledger = ledger_path(root)
     refuse_symlinked_dirs(ledger)
-    ledger.parent.mkdir(exist_ok=True)
+    ledger.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
@@ -130,58 +143,83 @@ def record_written(final_path: Path, written: Path, partial: bool = False) -> No
         os.close(fd)
 
 
-def _ledger_entries(root: Path) -> set[tuple[str, int, int, int]]:
+class _Ledger:
+    """One output root's ledger as read so far: each query reads only the lines appended since the last."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._reset(None)
+
+    def _reset(self, inode: int | None) -> None:
+        self.inode, self.offset = inode, 0
+        self.entries: set[tuple[str, int, int, int]] = set()
+
+    def refresh(self) -> _Ledger:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:  # none yet (or a link planted there: no record of the build's)
+            self._reset(None)
+            return self
+        try:
+            status = os.fstat(fd)
+            if status.st_ino != self.inode or status.st_size < self.offset:
+                self._reset(status.st_ino)
+            os.lseek(fd, self.offset, os.SEEK_SET)
+            appended = b""
+            while chunk := os.read(fd, 1 << 20):
+                appended += chunk
+        finally:
+            os.close(fd)
+        complete = appended[: appended.rfind(b"\n") + 1]  # a line being appended is read next time
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            try:
+                entry = json.loads(line)
+                identity = (entry["path"], entry["ino"], entry["size"], entry["mtime_ns"])
+            except (ValueError, KeyError, TypeError):  # a torn line of a crashed writer: no file of its own
+                continue
+            self.entries.add(identity)
+        return self
+
+
+_LEDGERS: dict[Path, _Ledger] = {}
+
+
+def _ledger(root: Path) -> _Ledger:
+    if root not in _LEDGERS:
+        _LEDGERS[root] = _Ledger(ledger_path(root))
+    return _LEDGERS[root].refresh()
+
+
+def owns(path: Path) -> bool:
+    """Whether `path` is a regular file the build wrote and nobody replaced since, reached through no symlinked
+    directory below its output root.
+
+    Args:
+        path: any path.
+
+    Returns:
+        False for a file under no registered root, a link, a file the ledger does not know (by path, inode, size
+        and modification time), or one below a symlinked directory.
+    """
+    root = output_root_of(path)
+    if root is None:
+        return False
     try:
-        text = ledger_path(root).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return set()
-    entries = set()
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-            entries.add((entry["path"], entry["ino"], entry["size"], entry["mtime_ns"]))
-        except (ValueError, KeyError, TypeError):  # a torn last line of a crashed writer: no file of its own
-            continue
-    return entries
-
-
-class WrittenFiles:
-    """The files the build wrote, as its ledgers record them, read once (for one cleanup)."""
-
-    def __init__(self) -> None:
-        self._entries: dict[Path, set[tuple[str, int, int, int]]] = {}
-
-    def owns(self, path: Path) -> bool:
-        """Whether `path` is a regular file the build wrote and nobody replaced since, reached through no
-        symlinked directory below its output root.
-
-        Args:
-            path: any path.
-
-        Returns:
-            False for a file under no registered root, a link, a file the ledger does not know (by path, inode,
-            size and modification time), or one below a symlinked directory.
-        """
-        root = output_root_of(path)
-        if root is None:
-            return False
-        try:
-            refuse_symlinked_dirs(path)
-            status = os.lstat(path)
-        except OSError:
-            return False
-        if not stat.S_ISREG(status.st_mode):
-            return False
-        if root not in self._entries:
-            self._entries[root] = _ledger_entries(root)
-        relative = Path(os.path.abspath(path)).relative_to(root).as_posix()
-        entries = self._entries[root]
-        partial = (relative, status.st_ino, _BEING_WRITTEN, _BEING_WRITTEN)
-        return _identity(relative, status) in entries or partial in entries
+        refuse_symlinked_dirs(path)
+        status = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(status.st_mode):
+        return False
+    entries = _ledger(root).entries
+    relative = Path(os.path.abspath(path)).relative_to(root).as_posix()
+    partial = (relative, status.st_ino, _BEING_WRITTEN, _BEING_WRITTEN)
+    return _identity(relative, status) in entries or partial in entries
 
 
 def written_by_build(paths: Iterable[Path]) -> list[Path]:
-    """The paths among `paths` that the build wrote (`WrittenFiles.owns`), in their order.
+    """The paths among `paths` that the build wrote (`owns`), in their order.
 
     Args:
         paths: candidate files.
@@ -189,8 +227,7 @@ def written_by_build(paths: Iterable[Path]) -> list[Path]:
     Returns:
         Those the ledgers record as the build's, unchanged since.
     """
-    written = WrittenFiles()
-    return [path for path in paths if written.owns(path)]
+    return [path for path in paths if owns(path)]
 
 
 def remove_written(paths: Iterable[Path]) -> list[Path]:
@@ -206,3 +243,22 @@ def remove_written(paths: Iterable[Path]) -> list[Path]:
     for path in removed:
         path.unlink(missing_ok=True)
     return removed
+
+
+def remove_replaced_output(paths: Iterable[Path]) -> list[Path]:
+    """Remove a writer's own earlier outputs at these names before it publishes (or instead of publishing) new
+    ones: below a registered output root only those the build wrote (`remove_written`); elsewhere (a writer used
+    on its own, with no layout, such as a test's directory) the files at those names.
+
+    Args:
+        paths: the names the writer publishes.
+
+    Returns:
+        The files removed.
+    """
+    paths = list(paths)
+    inside = [path for path in paths if output_root_of(path) is not None]
+    outside = [path for path in paths if output_root_of(path) is None and os.path.lexists(path)]
+    for path in outside:
+        path.unlink(missing_ok=True)
+    return sorted([*remove_written(inside), *outside])

@@ -11,7 +11,7 @@ from typing import Any
 
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.buckets import Cell, bucket_cell
-from synthkd_assets.core.ownership import remove_written
+from synthkd_assets.core.ownership import remove_replaced_output
 
 ERROR_SAMPLE_LIMIT = 1000  # dropped rows named in a shard's error log; the counts cover all of them
 # a field that only some step fills and whose absence the other steps' report files must keep (their bytes
@@ -89,7 +89,7 @@ class ShardReport:
         """The error log: JSON lines naming shard, row, synth_id and reason of each named dropped row. With
         none, an earlier build's log is removed, so that no log outlives the build it describes."""
         if not self.errors:
-            remove_written([path])
+            remove_replaced_output([path])
             return
         atomic_write_text(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self.errors))
 
