@@ -464,8 +464,8 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
 
 def test_cleanup_removes_only_what_the_build_wrote(tmp_path):
     """A user's notes, backups and copies in the build's directories, named like no present shard (or like a
-    removed one's output, but written by the user), survive a rebuild's cleanup; the removed shard's outputs the
-    build wrote go."""
+    removed one's output, or a partial file, but written by the user), survive a rebuild and its cleanup; the
+    removed shard's outputs the build wrote go."""
     paths = DataLayout(tmp_path / "raw", tmp_path / "data")
     data = paths.data_root
     gone = [write_as_build(paths.stage_output("synth_harmony", "synth_004")), write_as_build(paths.pool_part(4))]
@@ -479,6 +479,10 @@ def test_cleanup_removes_only_what_the_build_wrote(tmp_path):
     for path in users:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"mine")
+    named_like_a_partial = paths.stage_output("synth_harmony", "synth_001").with_name("synth_001.parquet.v2.partial")
+    users.append(named_like_a_partial)
+    named_like_a_partial.write_bytes(b"mine")
+    write_as_build(paths.stage_output("synth_harmony", "synth_001"))  # its writer clears its dead partials first
     replaced = write_as_build(paths.stage_report("synth_filtered", "synth_004"))
     replaced.write_text("edited by hand")  # the build's file, rewritten by the user since: no longer the build's
     assert remove_orphaned_outputs(paths, ["synth_001"]) == sorted(gone)

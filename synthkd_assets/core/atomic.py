@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from synthkd_assets.core.ownership import record_written, refuse_symlinked_dirs
+from synthkd_assets.core.ownership import output_root_of, owns, record_written, refuse_symlinked_dirs
 from synthkd_contract.constants import PARTIAL_SUFFIX  # the writers' partial files end with it
 
 
@@ -81,7 +81,8 @@ class PartialFile:
 def remove_stale_partials(final_path: Path) -> list[Path]:
     """Remove the partial files of `final_path` whose writer is gone (their lock is free).
 
-    Only regular files are touched: a symlink or anything else at a partial name is left as it is."""
+    Only regular files are touched: a symlink or anything else at a partial name is left as it is, and so is a
+    file below an output root that the build's written ledger does not record (core/ownership.py)."""
     removed = []
     for candidate in final_path.parent.glob(partial_glob(final_path)):
         try:
@@ -95,6 +96,8 @@ def remove_stale_partials(final_path: Path) -> list[Path]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # a live writer holds it
+            if output_root_of(candidate) is not None and not owns(candidate):
+                continue  # below an output root, only a partial the build created (its written ledger)
             candidate.unlink(missing_ok=True)
             removed.append(candidate)
         finally:
