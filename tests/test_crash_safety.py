@@ -23,7 +23,7 @@ from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_
 from synthkd_assets.core.ownership import ledger_path
 from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_contract import constants
-from synthkd_contract.manifest_seal import CHECKS_SUFFIX, ManifestError, verify_manifest
+from synthkd_contract.manifest_seal import CHECKS_SUFFIX, HELD, SIDECAR_SUFFIX, ManifestError, verify_manifest
 from synthkd_contract.trio import trio_files
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR, location_dependent
 
@@ -85,6 +85,14 @@ def test_sigkill_never_leaves_complete_looking_output(tmp_path):
                     assert (data / name).read_text().startswith(f"{PENDING} "), f"kill #{attempt}: {name}"
                     with pytest.raises(ManifestError, match=f"blocking check {Path(name).name} has not passed"):
                         verify_manifest(data / Path(name).parent.parent)
+                    continue
+                sealed = data / name
+                if name.endswith(SIDECAR_SUFFIX) and sealed.read_text().startswith(f"{HELD} "):
+                    # the seal of a manifest whose blocking checks have not all passed: the finished seal, held
+                    final = (clean_dir / name).read_text()
+                    assert sealed.read_text() == f"{HELD} {final}", f"kill #{attempt}: {name}"
+                    with pytest.raises(ManifestError):
+                        verify_manifest(sealed.parent)
                     continue
                 # anything else published under its final name is the finished file, byte for byte
                 assert expected.get(name) == digest, f"kill #{attempt}: {name} is present but not the complete file"
