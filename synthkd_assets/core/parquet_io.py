@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from synthkd_assets.core.atomic import PartialFile, publish_partials
+from synthkd_assets.core.ownership import OutputPathError
 from synthkd_assets.core.problems import one_line
 
 # rows per frame a step reads: what a step holds at once (~1k-token SYNTH rows: ~4 MiB of arrays, ~30 MiB of Arrow
@@ -199,7 +200,7 @@ def output_errors_named(final: Path) -> Iterator[None]:
     OutputFileError naming the final file and the reason."""
     try:
         yield
-    except OutputFileError:
+    except (OutputFileError, OutputPathError):  # they name the file and the reason already
         raise
     except OSError as error:
         blocker = next((p for p in final.parents if p.exists() and not p.is_dir()), None)
