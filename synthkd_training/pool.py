@@ -37,7 +37,7 @@ class PoolError(ManifestError):
 
 def verify_pool(root: Path | str, files: list[str] | None = None, hash_files: bool = True) -> dict[str, Any]:
     """The pool's manifest, after `verify_manifest(root, files, hash_files)` and the held-out check: the pool's
-    manifest names the validation sets of its build (`heldout.validation_root`), and those must record the
+    manifest names the validation sets of its build (`validation_sets.validation_root`), and those must record the
     clusters the pool was sampled after (`heldout_mismatch`): a build stopped between its plan pass and its pool
     pass leaves new validation sets beside the old pool, which may hold rows the pool trains on.
 
@@ -58,10 +58,10 @@ def verify_pool(root: Path | str, files: list[str] | None = None, hash_files: bo
         manifest = verify_manifest(root, files, hash_files)
     except ManifestError as error:
         raise PoolError(f"the pool {root} does not verify: {error}") from None
-    heldout = manifest.get("heldout")
-    if heldout is None:
-        raise PoolError(f"{root / constants.MANIFEST_FILENAME} names no validation sets (`heldout`): build it again")
-    if mismatch := heldout_mismatch(root, root / heldout["validation_root"]):
+    validation_sets = manifest.get("validation_sets")
+    if validation_sets is None:
+        raise PoolError(f"{root / constants.MANIFEST_FILENAME} names no validation sets: build it again")
+    if mismatch := heldout_mismatch(root, root / validation_sets["validation_root"]):
         raise PoolError(f"the pool {root} and its validation sets come from different plans: {mismatch}")
     return manifest
 

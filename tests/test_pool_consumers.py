@@ -135,7 +135,8 @@ def test_validation_sets_of_a_newer_plan_beside_the_pool_are_refused(copied):
     """A build stopped between its plan pass (new clusters, new validation sets) and its pool pass leaves the old
     pool and curriculum published beside the new sets: neither the stage loader nor the pool's ids take it."""
     validation = copied.validation_manifest()
-    assert verify_pool(copied.pool_root())["heldout"]["validation_root"] == "../../validation/synth_validation_v1"
+    recorded = verify_pool(copied.pool_root())["validation_sets"]
+    assert recorded["validation_root"] == "../../validation/synth_validation_v1"
     manifest = json.loads(validation.read_text())
     write_sealed(validation, {**manifest, "clusters_sha256": "0" * 64})  # as the plan pass writes new sets
     verify_manifest(validation.parent)  # they verify alone
@@ -186,4 +187,4 @@ def test_the_curriculum_caches_megatron_indices_outside_the_data_root(built_samp
 def test_the_built_pool_verifies_for_its_consumers(built_sample):
     paths = built_sample[1].data_layout()
     manifest = verify_pool(paths.pool_root())
-    assert manifest["quota"]["plan_sha256"] and manifest["heldout"]["clusters_sha256"]
+    assert manifest["quota"]["plan_sha256"] and manifest["validation_sets"]["clusters_sha256"]

@@ -453,7 +453,7 @@ def require_quota_plan(in_force: Mapping[str, Any], expected: Mapping[str, Any],
 def heldout_section(
     pool_root: Path, validation_root: Path, validation_manifest: Mapping[str, Any] | None, sampling: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The pool manifest's `heldout`: where its build's validation sets are (relative to the pool root, as
+    """The pool manifest's `validation_sets`: where its build's validation sets are (relative to the pool root, as
     `synthkd_training.pool.verify_pool` looks for them) and the near-duplicate clusters they were held out of.
 
     Args:
@@ -493,7 +493,7 @@ def pool_manifest(
     quota_plan_sha256: str,
     curriculum: dict[str, Any],
     files: list[dict[str, Any]],
-    heldout: dict[str, Any] | None = None,
+    validation_sets: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """<pool root>/manifest.json, the sampling manifest (002 §13.3): provenance and config hash, the 001 plan with
     its achieved mix, the quota grid (targets, rates, expected and achieved tokens and rows per cell, what was
@@ -525,7 +525,7 @@ def pool_manifest(
         },
         **pool_source_mix(quota_plan, records),
         "curriculum": curriculum["stages"],
-        **({"heldout": heldout} if heldout is not None else {}),
+        **({"validation_sets": validation_sets} if validation_sets is not None else {}),
         "shards": records,
         "files": files,
         "totals": {
