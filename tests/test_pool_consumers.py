@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from examples import train_online_kd as online_kd_example
 from examples import train_scorer as scorer_example
-from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, POOL_STEPS
-from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_assets.defs.passes import PLAN_STEPS, POOL_MANIFEST_STEPS, POOL_STEPS
+from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract.manifest_seal import verify_manifest, write_sealed
 from synthkd_training.dataset import SpanDatasetError, SpanGPTDatasetConfig, build_span_datasets
 from synthkd_training.pool import PoolError, stage_blends, valuation_parts, verify_pool
@@ -188,3 +188,21 @@ def test_the_built_pool_verifies_for_its_consumers(built_sample):
     paths = built_sample[1].data_layout()
     manifest = verify_pool(paths.pool_root())
     assert manifest["quota"]["plan_sha256"] and manifest["validation_sets"]["clusters_sha256"]
+
+
+def test_a_build_stopped_between_its_plan_pass_and_its_pool_pass_is_refused(built_sample, own_instance, copied):
+    """The attack as run: the plan pass of a new build (other held-out clusters, so new validation sets), then the
+    build stops before its pool pass. The old pool and its curriculum are still on disk beside the new sets; the
+    pool's readers refuse them, and so does a pool manifest pass."""
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copied.data_root))
+    replan = SynthKDBuildConfig(heldout_per_exercise=SynthKDBuildConfig().heldout_per_exercise + 1)
+    before = json.loads(copied.validation_manifest().read_text())["clusters_sha256"]
+    run(own_instance, layout, PLAN_STEPS, build=replan)
+    assert json.loads(copied.validation_manifest().read_text())["clusters_sha256"] != before
+    verify_manifest(copied.validation_root())  # the new sets verify alone
+    with pytest.raises(PoolError, match="come from different plans"):
+        verify_pool(copied.pool_root())
+    with pytest.raises(SystemExit, match="come from different plans"):
+        online_kd_example.pool_ids(copied.pool_root())
+    failed = run(own_instance, layout, ["synth_pool_manifest"], build=replan, raise_on_error=False)
+    assert not failed.success
