@@ -61,7 +61,9 @@ POOL_SUBDIR = "pool"
 POOL_PARTS_SUBDIR = "parts"  # the pool's 002 §11 Parquet rows, one part per shard
 POOL_TRIOS_SUBDIR = "megatron"  # the pool's per-cell trios, {train,valid}/<B>_<C>/shard_XX_*
 CURRICULUM_SUBDIR = "curriculum"
-MEGATRON_CACHE_SUBDIR = "megatron_cache"  # Megatron-LM's index caches of the curriculum's runs, outside every seal
+# kept out of the inputs as part of the output tree; the curriculum's Megatron-LM index cache is per user, outside
+# the data root (core/curriculum.py, stage_cache_dir)
+MEGATRON_CACHE_SUBDIR = "megatron_cache"
 VALUATION_SUFFIX = "_valuation"  # <pool name>_valuation/: the features of the pool's rows, beside its sealed root
 CURRICULUM_PLAN_FILENAME = "plan.json"
 QUOTA_PLAN_STAGE = "synth_quota_plan"
@@ -274,11 +276,6 @@ class DataLayout:
 
     def pool_root(self) -> Path:
         return self.data_root / POOL_SUBDIR / self.pool_name()
-
-    def pool_cache_dir(self) -> Path:
-        """The `--data-cache-path` the curriculum's .args give Megatron-LM: its default, next to the .bin files,
-        would put unlisted files inside the sealed pool, which then no longer verifies."""
-        return self.data_root / MEGATRON_CACHE_SUBDIR / self.pool_name()
 
     def pool_part(self, shard_index: int) -> Path:
         return self.pool_root() / POOL_PARTS_SUBDIR / constants.distill_part_name(shard_index)
