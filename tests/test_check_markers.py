@@ -7,6 +7,8 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from synthkd_assets.core.dataset_manifest import record_check_verdict, sealed_digest, write_sealed_manifest
 from synthkd_assets.defs.checks import CheckGate
@@ -123,3 +125,33 @@ def test_the_seal_is_plain_sha256sum_once_every_check_passed(tmp_path):
     # failing later (its data changed under it) holds the seal again
     assert record_check_verdict(manifest, "rows", digest, "FAILED, 1 problem: z")
     assert sidecar.read_text().startswith("held ")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    held=st.sets(st.sampled_from(["rows", "schema", "leak", "trio"]), min_size=1),
+    verdicts=st.lists(st.tuples(st.sampled_from(["rows", "schema", "leak", "trio"]), st.booleans()), max_size=8),
+    drop_markers=st.booleans(),
+)
+def test_a_dataset_verifies_exactly_when_every_held_check_last_passed(tmp_path_factory, held, verdicts, drop_markers):
+    """For any checks held and any order of verdicts: the dataset verifies iff each held check's last verdict was a
+    pass (the oracle: that rule, computed here from the verdicts), with its markers' directory or without it (a
+    copy by file list); the seal is plain sha256sum exactly then."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("dataset")
+    manifest, digest = dataset(root, 1, sorted(held))
+    last: dict[str, bool] = {}
+    for name, passed in verdicts:
+        assert record_check_verdict(manifest, name, digest, None if passed else f"FAILED: {name}")
+        last[name] = passed
+    all_passed = all(last.get(name) is True for name in held) and all(last.values())
+    if drop_markers:
+        shutil.rmtree(checks_path(manifest), ignore_errors=True)
+    sidecar = (root / f"{MANIFEST_FILENAME}.sha256").read_text()
+    assert (sidecar == f"{digest}  {MANIFEST_FILENAME}\n") == all_passed
+    if all_passed:
+        assert verify_manifest(root)["version"] == 1
+    else:
+        with pytest.raises(ManifestError):
+            verify_manifest(root)

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import file_record, write_sealed
@@ -137,3 +139,28 @@ def test_train_tiny_refuses_a_pickle_planted_in_its_index_cache(tmp_path):
     with pytest.raises(SystemExit, match=re.escape(f"{index}: holds Python objects")):
         train_tiny.main(argv)
     assert not marker.exists()
+
+
+NUMERIC_DTYPES = ["int8", "uint16", "int32", "int64", "float32", "float64", "bool"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    dtype=st.sampled_from(NUMERIC_DTYPES),
+    shape=st.lists(st.integers(0, 4), min_size=1, max_size=3),
+    objects=st.lists(st.one_of(st.integers(), st.text(max_size=3), st.none()), max_size=3),
+)
+def test_only_object_arrays_in_the_cache_are_refused(tmp_path_factory, dtype, shape, objects):
+    """Whatever numeric index numpy.save writes passes; any object array (which numpy can only pickle) is refused,
+    by name, and numpy's own reader agrees (the oracle: it refuses to load exactly those without allow_pickle)."""
+    from synthkd_contract.trio import index_cache_problems
+
+    cache = tmp_path_factory.mktemp("cache")
+    plain, pickled = cache / "a-document_index.npy", cache / "b-sample_index.npy"
+    np.save(plain, np.zeros(shape, dtype=dtype))
+    np.save(pickled, np.array([*objects, object()], dtype=object), allow_pickle=True)
+    np.load(plain, allow_pickle=False)  # the oracle: a plain array
+    with pytest.raises(ValueError):
+        np.load(pickled, allow_pickle=False)
+    problems = index_cache_problems(cache)
+    assert len(problems) == 1 and problems[0].startswith(f"{pickled}: holds Python objects")
