@@ -60,8 +60,14 @@ def checks_path(manifest_path: Path) -> Path:
 
 
 def read_seal(manifest_path: Path) -> tuple[str | None, bool]:
-    """(the digest the manifest's sidecar seals, whether the seal is `held` for blocking checks); (None, False)
-    without a sidecar."""
+    """What the manifest's sidecar seals.
+
+    Args:
+        manifest_path: the manifest (`<root>/manifest.json`).
+
+    Returns:
+        (the digest it seals, whether the seal is `held` for blocking checks); (None, False) without a sidecar.
+    """
     try:
         words = sidecar_path(manifest_path).read_text(encoding="utf-8").split()
     except FileNotFoundError:
@@ -73,7 +79,14 @@ def read_seal(manifest_path: Path) -> tuple[str | None, bool]:
 
 def unpassed_checks(manifest_path: Path) -> list[str]:
     """A problem per blocking check that has not passed on the manifest (pending or failed), naming it and why;
-    and one when the seal is `held` although no marker says why (the markers' directory was left behind)."""
+    and one when the seal is `held` although no marker says why (the markers' directory was left behind).
+
+    Args:
+        manifest_path: the manifest (`<root>/manifest.json`).
+
+    Returns:
+        The problems, none when every blocking check held for it has passed.
+    """
     try:
         markers = sorted(checks_path(manifest_path).iterdir())
     except (FileNotFoundError, NotADirectoryError):
