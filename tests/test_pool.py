@@ -19,6 +19,7 @@ from openai_harmony import Conversation, Message
 
 from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, POOL_STEPS, QUOTA_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_contract.buckets import SKILL_BUCKETS
 from synthkd_contract.manifest_seal import verify_manifest
 from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
 from tests.helpers import SAMPLE_RAW_DIR, pool_published, run
@@ -102,8 +103,13 @@ def test_the_pool_keeps_exactly_what_the_salted_hash_keeps_at_the_plans_rates(po
         r["synth_id"]
         for r in everything.iter_rows(named=True)
         if unit("synthkd/pool/quota", r["synth_id"]) < plan["rates"][SKILL[r["exercise"]]][ctx_of(len(r["tokens"]))]
+        and r["synth_id"] not in {e["synth_id"] for e in plan["excluded"]}
     }
     assert set(rows["source_example_id"]) == expected
+    # the plan states the kept tokens exactly, and every kept skill share is within the tolerance of its target
+    kept = {b: sum(n for s, n in zip(rows["skill_bucket"], rows["sequence_tokens"]) if s == b) for b in SKILL_BUCKETS}
+    assert kept == plan["skill_tokens"]["expected"]
+    assert plan["share_misses"] == []
     assert rows["id"].n_unique() == rows.height
     # downsampling only: the scarcest bucket relative to its target keeps everything
     assert max(rate for cells in plan["rates"].values() for rate in cells.values()) == 1.0

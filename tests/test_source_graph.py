@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import math
 import re
 import shutil
 from collections import Counter
@@ -23,6 +22,7 @@ from synthkd_assets.core import inventory
 from synthkd_assets.core.cleanup import orphaned_outputs
 from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
 from synthkd_assets.core.parquet_io import InputFileError
+from synthkd_assets.core.quota import QUOTA_SHARE_TOLERANCE, quota_keep
 from synthkd_assets.core.source_mix import source_mix_keep
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.automation import synth_raw_sensor
@@ -242,34 +242,34 @@ def test_multi_turn_rows_supervise_only_the_last_reply_in_the_distill_dataset(bu
 
 
 # --- the source mix on tokens -----------------------------------------------------------------------------------
-def test_quota_plan_reports_the_source_mix_and_the_pool_meets_it_within_binomial_noise(built_mixed):
-    """Independently of the pool step: every tokenized row's keep probability (SYNTH: its cell's quota rate times
-    SYNTH's mix rate; an anchor: its source's rate) gives each source's expected tokens and binomial variance; the
-    tokens the pool kept per source lie within 4 standard deviations, and the plan's expectations agree."""
+def test_quota_plan_reports_the_source_mix_and_the_pool_meets_it_exactly(built_mixed):
+    """Independently of the pool step: every tokenized row run through the keep rules (SYNTH: its cell's quota rate
+    and the quota's excluded ids, then SYNTH's mix rate; an anchor: its source's rate and the mix's excluded ids)
+    gives each source's kept tokens; the plan states exactly those, the pool kept exactly those, and every group's
+    share is within the tolerance of its target (docs/sources.md "The source mix on tokens")."""
     _, _, paths = built_mixed
     plan = json.loads(paths.quota_plan().read_text())
     mix = plan["source_mix"]
-    expected, variance = Counter(), Counter()
+    quota_out = {e["synth_id"] for e in plan["excluded"]}
+    mix_out = {e["synth_id"] for e in mix["excluded"]}
+    expected = Counter()
     for key in [*SYNTH_KEYS, *anchor_keys(SAMPLE_SOURCES_DIR)]:
         source = sources.partition_source(key)
         frame = pl.read_parquet(paths.stage_output("synth_tokenized", key), columns=["synth_id", "exercise", "tokens"])
         for synth_id, exercise, tokens in frame.iter_rows():
             length = len(tokens)
-            p = mix["rates"][source]
-            if source in mix["targets"]["source_caps"]:  # capped exactly: the rule's own rows, no noise
-                p = float(source_mix_keep(synth_id, source, mix["rates"]))
+            kept = source_mix_keep(synth_id, source, mix["rates"], mix_out)
             if source == sources.SYNTH_SOURCE:
-                p *= plan["rates"][skill_bucket(exercise)][ctx_bucket(length)]
-            expected[source] += p * length
-            variance[source] += p * (1 - p) * length**2
+                cell = skill_bucket(exercise), ctx_bucket(length)
+                kept = kept and quota_keep(synth_id, *cell, plan["rates"], quota_out)
+            expected[source] += length if kept else 0
     manifest = json.loads(paths.pool_manifest().read_text())
     achieved = {s: e["achieved_tokens"] for s, e in manifest["source_mix"]["sources"].items()}
     for source, entry in mix["sources"].items():
-        assert math.isclose(entry["expected_tokens"], expected[source], rel_tol=1e-9, abs_tol=1e-6), source
-        assert abs(achieved[source] - expected[source]) <= 4 * math.sqrt(variance[source]) + 1e-9, source
-    # the plan's expected shares are its targets over the groups that hold tokens; personality has none
+        assert entry["expected_tokens"] == expected[source] == achieved[source], source
     for group, entry in mix["groups"].items():
-        assert math.isclose(entry["expected_share"], entry["target_share"], rel_tol=1e-9, abs_tol=1e-12), group
+        assert abs(entry["expected_share"] - entry["target_share"]) <= QUOTA_SHARE_TOLERANCE, group
+    assert mix["share_misses"] == []
     assert any(i["group"] == "personality" for i in mix["infeasible"]) and not mix["feasible"]
     deepcoder = mix["sources"]["deepcoder"]
     assert deepcoder["expected_tokens"] <= mix["targets"]["source_caps"]["deepcoder"] * mix["kept_total"] + 1e-6

@@ -186,6 +186,8 @@ class PoolShard:
     clusters_path: Path | None = None  # synth_clusters of the shard: fills cluster_id and near_dup_hash
     source_rates: dict[str, float] | None = None  # the quota plan's source mix {source: keep rate}; None: SYNTH only
     exercise_table: Mapping[str, str] = field(default_factory=lambda: dict(EXERCISE_SKILL_BUCKET))  # the build's
+    quota_excluded: frozenset[str] = frozenset()  # the quota plan's rows dropped by id (core/quota.py)
+    source_excluded: frozenset[str] = frozenset()  # the source mix's rows dropped by id
 
 
 class PoolStep(DatasetStep):
@@ -210,15 +212,22 @@ class PoolStep(DatasetStep):
         payload = messages_payload(self.messages, row.source_row, self.shard)
         kept = pool_row(row, payload, self.where.exercise_table)
         # the skill quota grid is SYNTH's; every source's share of the whole then comes from the source mix
-        if self.source == sources.SYNTH_SOURCE and not quota_keep(row.synth_id, kept.skill, kept.ctx, self.rates):
+        quota_excluded, source_excluded = self.where.quota_excluded, self.where.source_excluded
+        if self.source == sources.SYNTH_SOURCE and not quota_keep(
+            row.synth_id, kept.skill, kept.ctx, self.rates, quota_excluded
+        ):
             rate = self.rates[kept.skill][kept.ctx]
+            why = "excluded by id: too long for its bucket's budget" if row.synth_id in quota_excluded else "rate"
             report.drop(
-                drops.DROP_OVER_QUOTA, row.source_row, row.synth_id, f"cell {kept.skill}/{kept.ctx} rate {rate}"
+                drops.DROP_OVER_QUOTA, row.source_row, row.synth_id, f"cell {kept.skill}/{kept.ctx} {why} {rate}"
             )
             return None
-        if self.source_rates is not None and not source_mix_keep(row.synth_id, self.source, self.source_rates):
+        if self.source_rates is not None and not source_mix_keep(
+            row.synth_id, self.source, self.source_rates, source_excluded
+        ):
             rate = self.source_rates[self.source]
-            report.drop(drops.DROP_OVER_SOURCE_SHARE, row.source_row, row.synth_id, f"{self.source} rate {rate}")
+            why = "excluded by id: too long for its planned tokens" if row.synth_id in source_excluded else "rate"
+            report.drop(drops.DROP_OVER_SOURCE_SHARE, row.source_row, row.synth_id, f"{self.source} {why} {rate}")
             return None
         report.count_sequence(row.exercise, row.language, kept.sequence_tokens, self.where.exercise_table)
         report.exercise_language[(row.exercise, row.language)] += 1

@@ -13,16 +13,29 @@ every cell of bucket b keeps K t_b / T_b <= 1 (the scarcest bucket relative to i
 its rows). Within a bucket the ctx cells share the rate: the ctx mix is the curriculum's (002 §4.2).
 `balance_tokens` (004) replaces the mix by equal shares over the buckets that hold tokens, which
 truncates every larger bucket to the smallest.
+
+A rate drawn row by row keeps K t_b only on average: one long row decides a bucket's share. So the plan selects
+rows (`plan_quota_selection`, docs/pool.md "How the quota selects rows"): each bucket not kept whole keeps the
+longest prefix of its rows in quota-hash order within its token budget K t_b, the rate becoming the hash of the
+first row left out; a row that does not fit and holds more than OVERSIZED_ROW_SHARE of the kept total is skipped
+(listed in the plan's `excluded`, dropped by `quota_keep`) rather than ending the prefix. A bucket left short of
+its budget lowers K to what it holds; one whose long rows leave it under half its budget is solved again without
+them (what is feasible). So every kept share is within QUOTA_SHARE_TOLERANCE of its target whatever the length
+distribution (within one typical row of a tiny pool), or the plan says which rows prevent it.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from synthkd_assets.core.buckets import Cell, nested_grid
 from synthkd_assets.core.sampling import stable_unit_interval
@@ -34,12 +47,76 @@ from synthkd_contract.buckets import (
     SKILL_BUCKET_NAMES,
     SKILL_BUCKETS,
     SKILL_MIX,
+    ctx_bucket,
+    skill_bucket,
 )
 
 QUOTA_RULE = (
-    "keep iff stable_unit_interval(salt, synth_id) < rates[skill_bucket][ctx_bucket]; rates[b][c] = "
-    "K * share[b] / tokens[b] for the largest K with K * share[b] <= tokens[b] in every feasible bucket"
+    "keep iff stable_unit_interval(salt, synth_id) < rates[skill_bucket][ctx_bucket] and synth_id not in excluded; "
+    "K is the largest total with K * share[b] <= tokens[b] in every feasible bucket; rates[b][c] is the hash of "
+    "the first row of bucket b, in hash order, past its budget K * share[b] (1.0 when it is kept whole); a row "
+    "that does not fit and holds more than the oversized share of K is excluded instead; rows that leave their "
+    "bucket short are excluded and the plan solved again without them"
 )
+# the most an achieved skill or source share may miss its target (docs/pool.md "How the quota selects rows")
+QUOTA_SHARE_TOLERANCE = 0.01
+# a row that does not fit its bucket's budget and holds more than this share of the kept total is skipped, not the
+# end of the hash-ordered prefix: the prefix then misses its budget by less than this share
+OVERSIZED_ROW_SHARE = 0.0025
+EXCLUDED_ROWS_NAMED = 20  # excluded rows a failed check's text names (the plan lists them all)
+MAX_SELECTION_ROUNDS = 64  # the kept total is lowered at most this many times
+
+
+class QuotaRow(NamedTuple):
+    """One tokenized conversation as the quota sees it: its id, cell and token count."""
+
+    synth_id: str
+    skill: str
+    ctx: str
+    tokens: int
+
+
+class PrefixSelection(NamedTuple):
+    """The rows a hash-ordered prefix keeps within a token budget (`hash_ordered_prefix`)."""
+
+    rate: float  # the hash of the first row left out (1.0 when every row fits)
+    kept: list[Any]  # the kept rows, in hash order
+    skipped: list[Any]  # rows below `rate` that did not fit and were oversized: excluded by id
+    tokens: int  # the kept rows' tokens
+
+
+def hash_ordered_prefix(
+    rows: Iterable[Any], salt: str, budget: float, oversized: float, tokens_of: Any = None
+) -> PrefixSelection:
+    """The longest prefix of `rows` in hash order whose tokens stay within `budget`, skipping oversized rows.
+
+    Args:
+        rows: rows with a `synth_id` and a `tokens` count (or tuples (synth_id, tokens)).
+        salt: the hash's salt (stable_unit_interval(salt, synth_id) orders the rows).
+        budget: the most tokens the kept rows may hold.
+        oversized: a row that does not fit and holds more tokens than this is skipped (and excluded by its id)
+            instead of ending the prefix.
+        tokens_of: how to read a row's (synth_id, tokens); default: the row's fields, or the tuple itself.
+
+    Returns:
+        The PrefixSelection: the threshold rate (hash of the first row left out, 1.0 when all fit), the kept
+        rows, the skipped oversized rows below the rate, and the kept tokens.
+    """
+    read = tokens_of or (lambda row: (row[0], row[-1]))
+    ordered = sorted((stable_unit_interval(salt, read(row)[0]), read(row)[0], i, row) for i, row in enumerate(rows))
+    kept: list[Any] = []
+    skipped: list[Any] = []
+    total = 0
+    for unit, _, _, row in ordered:
+        length = int(read(row)[1])
+        if total + length <= budget:
+            kept.append(row)
+            total += length
+        elif length > oversized:
+            skipped.append(row)
+        else:
+            return PrefixSelection(unit, kept, skipped, total)
+    return PrefixSelection(1.0, kept, skipped, total)
 
 
 @dataclass(frozen=True)
@@ -165,10 +242,17 @@ def _ints(grid: Mapping[Cell, int]) -> dict[Cell, int]:
     return {cell: int(n) for cell, n in grid.items()}
 
 
-def quota_keep(synth_id: str, skill: str, ctx: str, rates: Mapping[str, Mapping[str, float]]) -> bool:
+def quota_keep(
+    synth_id: str,
+    skill: str,
+    ctx: str,
+    rates: Mapping[str, Mapping[str, float]],
+    excluded: frozenset[str] | set[str] = frozenset(),
+) -> bool:
     """Whether the pool keeps a conversation of cell (skill, ctx) under the plan's `rates`: a salted hash of
-    synth_id, so the choice is deterministic, order-free and independent of the split and 001 sampling."""
-    return stable_unit_interval(QUOTA_SALT, synth_id) < rates[skill][ctx]
+    synth_id below the cell's rate and not one of the plan's `excluded` (oversized) rows, so the choice is
+    deterministic, order-free and independent of the split and 001 sampling."""
+    return stable_unit_interval(QUOTA_SALT, synth_id) < rates[skill][ctx] and synth_id not in excluded
 
 
 def quota_config(targets: QuotaTargets, exercise_table: Mapping[str, str] = EXERCISE_SKILL_BUCKET) -> dict[str, Any]:
@@ -181,3 +265,214 @@ def quota_config(targets: QuotaTargets, exercise_table: Mapping[str, str] = EXER
         "exercise_skill_bucket": dict(exercise_table),
         "ctx_bucket_max_tokens": dict(CTX_BUCKET_MAX_TOKENS),
     }
+
+
+def tokenized_quota_rows(paths: Iterable[Path], exercise_table: Mapping[str, str] | None = None) -> list[QuotaRow]:
+    """Every row of these synth_tokenized files as the quota sees it, read in bounded record batches.
+
+    Args:
+        paths: synth_tokenized Parquet files.
+        exercise_table: the build's exercise table (exercise_skill_table); the contract's if None.
+
+    Returns:
+        One QuotaRow per row: synth_id, skill bucket, ctx bucket (by its token count) and token count.
+    """
+    rows: list[QuotaRow] = []
+    for path in paths:
+        for batch in pq.ParquetFile(path).iter_batches(columns=["synth_id", "exercise", "tokens"], batch_size=4096):
+            lengths = pc.list_value_length(batch.column("tokens")).to_pylist()
+            for synth_id, exercise, length in zip(
+                batch.column("synth_id").to_pylist(), batch.column("exercise").to_pylist(), lengths
+            ):
+                rows.append(QuotaRow(synth_id, skill_bucket(exercise, exercise_table), ctx_bucket(length), length))
+    return rows
+
+
+def _row_grids(rows: Iterable[QuotaRow]) -> tuple[dict[Cell, int], dict[Cell, int]]:
+    tokens: dict[Cell, int] = {}
+    counts: dict[Cell, int] = {}
+    for row in rows:
+        tokens[row.skill, row.ctx] = tokens.get((row.skill, row.ctx), 0) + row.tokens
+        counts[row.skill, row.ctx] = counts.get((row.skill, row.ctx), 0) + 1
+    return tokens, counts
+
+
+def _excluded_entry(row: QuotaRow, why: str) -> dict[str, Any]:
+    return {"synth_id": row.synth_id, "skill": row.skill, "ctx": row.ctx, "tokens": row.tokens, "why": why}
+
+
+def plan_quota_selection(rows: Sequence[QuotaRow], targets: QuotaTargets) -> tuple[dict[str, Any], list[QuotaRow]]:
+    """The quota plan that selects rows: keep rates that are hash thresholds of token-budget prefixes.
+
+    The grid solver (`plan_quota_grid`) gives the kept total K and the shares t_b; each bucket below its whole keeps
+    the longest prefix of its rows in quota-hash order within K t_b (`hash_ordered_prefix`, one rate for its ctx
+    cells), oversized rows that do not fit skipped and excluded. A bucket left short of its budget by more than an
+    oversized row lowers K to what it holds (every other bucket follows); one left short by more than half is
+    lumpy (a few long rows hold its tokens): those rows are unusable and K is solved again without them.
+
+    Args:
+        rows: every SYNTH row the pool draws from (`tokenized_quota_rows`).
+        targets: the skill mix to meet.
+
+    Returns:
+        (plan, kept): the plan as `plan_quota_grid` gives it over every row, its rates replaced by the thresholds,
+        its expected tokens and rows the exact ones of the selection, `excluded` (every row dropped by id, with its
+        cell, tokens and why), `granularity` (each bucket's median row tokens), `oversized_tokens` and
+        `share_misses` (buckets whose kept share misses its target by more than `share_allowance`); and the kept
+        rows.
+    """
+    grid_plan = plan_quota_grid(*_row_grids(rows), targets)
+    shares = grid_plan["targets"]["shares"]
+    kept_total = math.fsum(grid_plan["skill_tokens"]["expected"].values())
+    by_bucket = {b: [row for row in rows if row.skill == b] for b in SKILL_BUCKETS}
+    unusable: dict[str, QuotaRow] = {}
+    for _ in range(MAX_SELECTION_ROUNDS):
+        oversized = OVERSIZED_ROW_SHARE * kept_total
+        usable = {b: [row for row in by_bucket[b] if row.synth_id not in unusable] for b in SKILL_BUCKETS}
+        selections: dict[str, PrefixSelection] = {}
+        budgets: dict[str, float] = {}
+        for b in SKILL_BUCKETS:
+            held = sum(row.tokens for row in usable[b])
+            budgets[b] = kept_total * shares[b]
+            if shares[b] <= 0 or budgets[b] <= 0:
+                selections[b] = PrefixSelection(0.0, [], [], 0)
+            elif budgets[b] >= held:
+                selections[b] = PrefixSelection(1.0, usable[b], [], held)
+            else:
+                selections[b] = hash_ordered_prefix(usable[b], QUOTA_SALT, budgets[b], oversized)
+        short = [b for b in SKILL_BUCKETS if budgets[b] - selections[b].tokens > oversized and selections[b].skipped]
+        if not short:
+            break
+        lumpy = [b for b in short if selections[b].tokens < budgets[b] / 2]
+        if lumpy:  # its long rows cannot be kept at any share near its target: solve K without them
+            unusable.update({row.synth_id: row for b in lumpy for row in selections[b].skipped})
+            held = {b: sum(r.tokens for r in by_bucket[b] if r.synth_id not in unusable) for b in SKILL_BUCKETS}
+            capacities = [held[b] / shares[b] for b in SKILL_BUCKETS if shares[b] > 0 and held[b] > 0]
+            kept_total = min([kept_total, *capacities]) if capacities else 0.0
+        else:
+            lowered = min(selections[b].tokens / shares[b] for b in short)
+            if lowered >= kept_total:
+                break
+            kept_total = lowered
+
+    kept = [row for b in SKILL_BUCKETS for row in selections[b].kept]
+    excluded = [_excluded_entry(row, "unusable: too long for any share near its target") for row in unusable.values()]
+    excluded += [
+        _excluded_entry(row, "oversized: does not fit its bucket's budget")
+        for b in SKILL_BUCKETS
+        for row in selections[b].skipped
+    ]
+    excluded.sort(key=lambda entry: (-entry["tokens"], entry["synth_id"]))
+    all_tokens, all_rows = _row_grids(rows)
+    kept_tokens, kept_rows = _row_grids(kept)
+    cells = [(b, c) for b in SKILL_BUCKETS for c in CTX_BUCKETS]
+    expected = {b: sum(kept_tokens.get((b, c), 0) for c in CTX_BUCKETS) for b in SKILL_BUCKETS}
+    granularity = {b: median_tokens(row.tokens for row in by_bucket[b]) for b in SKILL_BUCKETS}
+    misses = share_misses(expected, shares, granularity)
+    notes = list(grid_plan["notes"])
+    if excluded:
+        notes.append(
+            f"{len(excluded)} rows excluded by id ({sum(e['tokens'] for e in excluded)} tokens): too long for their "
+            "bucket's budget (the plan's `excluded`)"
+        )
+    expected_total = sum(expected.values())
+    plan = {
+        **grid_plan,
+        "rule": QUOTA_RULE,
+        "rates": {b: dict.fromkeys(CTX_BUCKETS, selections[b].rate) for b in SKILL_BUCKETS},
+        "notes": notes,
+        "available": {"tokens": nested_grid(all_tokens), "rows": nested_grid(all_rows)},
+        "expected": {
+            "tokens": nested_grid({cell: kept_tokens.get(cell, 0) for cell in cells}),
+            "rows": nested_grid({cell: kept_rows.get(cell, 0) for cell in cells}),
+        },
+        "skill_tokens": {
+            "available": {b: sum(all_tokens.get((b, c), 0) for c in CTX_BUCKETS) for b in SKILL_BUCKETS},
+            "expected": expected,
+            "target_share": shares,
+            "expected_share": {b: expected[b] / expected_total if expected_total else 0.0 for b in SKILL_BUCKETS},
+        },
+        "oversized_tokens": OVERSIZED_ROW_SHARE * kept_total,
+        "excluded": excluded,
+        "share_tolerance": QUOTA_SHARE_TOLERANCE,
+        "granularity": granularity,
+        "share_misses": misses,
+    }
+    return plan, kept
+
+
+def median_tokens(lengths: Iterable[int]) -> int:
+    """The median (lower middle) of token counts, 0 for none: a bucket's typical row."""
+    ordered = sorted(lengths)
+    return ordered[(len(ordered) - 1) // 2] if ordered else 0
+
+
+def share_allowance(granularity: float, total: float) -> float:
+    """How far a kept share may miss its target: QUOTA_SHARE_TOLERANCE, or one typical row of its bucket (its
+    `granularity`, median tokens) when the kept `total` is so small that such a row is more than that."""
+    return max(QUOTA_SHARE_TOLERANCE, granularity / total if total else 0.0)
+
+
+def share_misses(
+    achieved: Mapping[str, float], targets: Mapping[str, float], granularity: Mapping[str, float]
+) -> list[dict[str, Any]]:
+    """The shares of `achieved` (tokens per bucket or group) that miss `targets` by more than `share_allowance`.
+
+    Args:
+        achieved: kept tokens per key.
+        targets: target share per key.
+        granularity: median row tokens per key.
+
+    Returns:
+        {key, target_share, expected_share, allowance} per miss, in `targets` order.
+    """
+    total = math.fsum(achieved.values())
+    misses = []
+    for key, target in targets.items():
+        share = achieved.get(key, 0.0) / total if total else 0.0
+        allowance = share_allowance(granularity.get(key, 0), total)
+        if total and abs(share - target) > allowance:
+            misses.append({"key": key, "target_share": target, "expected_share": share, "allowance": allowance})
+    return misses
+
+
+def excluded_ids(plan: Mapping[str, Any]) -> frozenset[str]:
+    """The synth_ids a quota plan (or its source mix) drops by id, whatever their hash."""
+    return frozenset(entry["synth_id"] for entry in plan.get("excluded", []))
+
+
+def share_miss_problems(
+    achieved_tokens: Mapping[str, float],
+    target_shares: Mapping[str, float],
+    excluded: Sequence[Mapping[str, Any]],
+    granularity: Mapping[str, float] | None = None,
+) -> list[str]:
+    """Why an achieved mix misses its targets by more than `share_allowance`, naming the rows behind it.
+
+    Args:
+        achieved_tokens: tokens kept per skill bucket (or per source-mix group).
+        target_shares: the plan's target share of each, renormalized over what is feasible.
+        excluded: the plan's excluded rows (largest first): the rows that keep a share from its target.
+        granularity: median row tokens per key (the plan's); none: QUOTA_SHARE_TOLERANCE alone.
+
+    Returns:
+        One problem per missed share (its target, what was achieved, the rows excluded to blame); empty when every
+        share is within its allowance.
+    """
+    problems = []
+    for miss in share_misses(achieved_tokens, target_shares, granularity or {}):
+        key = miss["key"]
+        rows = [
+            f"{entry['synth_id']} ({entry['tokens']} tokens)"
+            for entry in excluded
+            if key in (entry.get("skill"), entry.get("group"), entry.get("source"))
+        ]
+        if not rows:  # its own rows are all kept: the rows excluded elsewhere pushed it off its share
+            rows = [f"{entry['synth_id']} ({entry['tokens']} tokens)" for entry in excluded]
+        named = ", ".join(rows[:EXCLUDED_ROWS_NAMED]) or "none excluded: too few rows to meet it"
+        more = f" and {len(rows) - EXCLUDED_ROWS_NAMED} more" if len(rows) > EXCLUDED_ROWS_NAMED else ""
+        problems.append(
+            f"{key}: {miss['expected_share']:.2%} of the kept tokens, target {miss['target_share']:.2%} (allowance "
+            f"{miss['allowance']:.2%}); rows that cause it: {named}{more}"
+        )
+    return problems

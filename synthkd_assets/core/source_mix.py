@@ -31,6 +31,10 @@ cap_s its cap (a fraction of the kept total K). The solver:
    the tokens this leaves out of the group's share (less than one row) go to its other sources by the same
    water-filling.
    (A rate on its own keeps rate_s A_s only on average: a few long rows of a small source went 4% over the cap.)
+6. every source whose rows the plan is given is selected the same way (not only the capped ones): its longest
+   hash-ordered prefix within its planned tokens, an oversized row that does not fit skipped and excluded by id
+   (core/quota.py `hash_ordered_prefix`); a source whose long rows leave it under half its planned tokens is solved
+   again without them. One long row then cannot take a group off its share (docs/sources.md).
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ from typing import Any
 import polars as pl
 
 from synthkd_assets.core.buckets import grids_from_reports
+from synthkd_assets.core.quota import (
+    OVERSIZED_ROW_SHARE,
+    QUOTA_SHARE_TOLERANCE,
+    hash_ordered_prefix,
+    median_tokens,
+    share_misses,
+)
 from synthkd_assets.core.sampling import stable_unit_interval
 from synthkd_contract.sources import (
     ANCHOR_CATEGORIES,
@@ -207,12 +218,8 @@ def exact_cap(rows: Sequence[tuple[str, int]], planned_tokens: float) -> tuple[f
     """(rate, tokens, rows) keeping the longest prefix of `rows` (synth_id, tokens) in source-mix hash order whose
     tokens stay within `planned_tokens`: the rate is the hash of the first row left out (1.0 when all fit), so
     `source_mix_keep` keeps exactly that prefix."""
-    kept_tokens = kept_rows = 0
-    for unit, length in sorted((stable_unit_interval(SOURCE_MIX_SALT, synth_id), length) for synth_id, length in rows):
-        if kept_tokens + length > planned_tokens:
-            return unit, kept_tokens, kept_rows
-        kept_tokens, kept_rows = kept_tokens + length, kept_rows + 1
-    return 1.0, kept_tokens, kept_rows
+    selection = hash_ordered_prefix(rows, SOURCE_MIX_SALT, planned_tokens, math.inf)
+    return selection.rate, selection.tokens, len(selection.kept)
 
 
 def plan_source_mix(
@@ -223,10 +230,82 @@ def plan_source_mix(
 ) -> dict[str, Any]:
     """The mix plan for the tokens and rows available per source: the keep rate of every source, whether every
     target is reachable (`feasible`, each unreachable one in `infeasible` with its reason), and the available /
-    expected tokens and rows per source and per group. `capped_rows`: each capped source's rows (synth_id,
-    tokens), which make its cap exact (step 5; without them its rate holds it to its cap on average only).
-    JSON-able; every sum is math.fsum and every loop runs in table order, so neither the numbers nor the bytes
-    depend on the order of the mappings."""
+    expected tokens and rows per source and per group. JSON-able; every sum is math.fsum and every loop runs in
+    table order, so neither the numbers nor the bytes depend on the order of the mappings.
+
+    Args:
+        tokens: tokens available per source.
+        rows: rows available per source.
+        targets: the shares and caps to meet.
+        capped_rows: the rows (synth_id, tokens) of any source, capped or not: each such source below its whole
+            keeps the hash-ordered prefix of its rows within its planned tokens (step 5), an oversized row that
+            does not fit excluded by id; rows that leave their source short are unusable and the mix is solved
+            again without them (docs/sources.md "The source mix on tokens"). Without its rows, a source's rate
+            holds it to its share on average only.
+
+    Returns:
+        The plan, with `excluded` (every row dropped by id: source, group, tokens, why) and `share_misses` (groups
+        whose expected share misses its target share by more than QUOTA_SHARE_TOLERANCE).
+
+    Raises:
+        ValueError: a count names an unknown source or is not a finite number >= 0.
+    """
+    available = _check_counts("tokens", tokens)
+    row_counts = _check_counts("rows", rows)
+    given = {s: list(r) for s, r in (capped_rows or {}).items()}
+    unusable: list[dict[str, Any]] = []
+    shares: dict[str, float] | None = None  # the data's own: what the kept shares are held to (as in core/quota.py)
+    while True:
+        plan, short = _solve_source_mix(available, row_counts, targets, given)
+        shares = shares or {g: entry["target_share"] for g, entry in plan["groups"].items()}
+        if not short:
+            break
+        for source, skipped in short.items():
+            dropped = {synth_id for synth_id, _ in skipped}
+            given[source] = [row for row in given[source] if row[0] not in dropped]
+            available[source] = available[source] - sum(n for _, n in skipped)
+            row_counts[source] = max(0.0, row_counts[source] - len(skipped))
+            why = "unusable: its source cannot fill its planned tokens with it"
+            unusable += [_excluded_entry(source, row, why) for row in skipped]
+    excluded = sorted([*unusable, *plan["excluded"]], key=lambda entry: (-entry["tokens"], entry["synth_id"]))
+    # what is reported as available is what the data holds, unusable rows included
+    for entry in unusable:
+        plan["sources"][entry["source"]]["available_tokens"] += entry["tokens"]
+        plan["sources"][entry["source"]]["available_rows"] += 1
+        plan["groups"][entry["group"]]["available_tokens"] += entry["tokens"]
+        plan["groups"][entry["group"]]["available_rows"] += 1
+    if excluded:
+        plan["notes"].append(
+            f"{len(excluded)} rows excluded by id ({sum(e['tokens'] for e in excluded)} tokens): too long for their "
+            "source's planned tokens (the plan's `excluded`)"
+        )
+    for g, share in shares.items():
+        plan["groups"][g]["target_share"] = share
+    plan["targets"]["shares"] = shares
+    granularity = {g: median_tokens(n for source in GROUP_SOURCES[g] for _, n in given.get(source, [])) for g in GROUPS}
+    achieved = {g: entry["expected_tokens"] for g, entry in plan["groups"].items()}
+    misses = share_misses(achieved, shares, granularity) if plan["kept_total"] else []
+    return {
+        **plan,
+        "excluded": excluded,
+        "share_tolerance": QUOTA_SHARE_TOLERANCE,
+        "granularity": granularity,
+        "share_misses": misses,
+    }
+
+
+def _excluded_entry(source: str, row: tuple[str, int], why: str) -> dict[str, Any]:
+    return {"synth_id": row[0], "source": source, "group": SOURCE_GROUP[source], "tokens": int(row[1]), "why": why}
+
+
+def _solve_source_mix(
+    tokens: Mapping[str, float],
+    rows: Mapping[str, float],
+    targets: SourceMixTargets,
+    capped_rows: Mapping[str, Sequence[tuple[str, int]]],
+) -> tuple[dict[str, Any], dict[str, list[tuple[str, int]]]]:
+    """One solve of `plan_source_mix` over these rows; also the sources whose skipped oversized rows leave them
+    more than one oversized row short of their planned tokens, with those rows."""
     available = _check_counts("tokens", tokens)
     row_counts = _check_counts("rows", rows)
     caps = targets.source_caps
@@ -281,10 +360,22 @@ def plan_source_mix(
     expected_tokens = {s: available[s] * rate[s] for s in SOURCES}
     expected_rows = {s: row_counts[s] * rate[s] for s in SOURCES}
     at_cap = [s for s in caps if s in ceilings and ceilings[s] < 1.0 and rate[s] == ceilings[s]]
-    exact = sorted(s for s in caps if 0 < rate[s] < 1 and capped_rows is not None and s in capped_rows)
+    exact = sorted(s for s in SOURCES if 0 < rate[s] < 1 and s in capped_rows)
+    oversized = OVERSIZED_ROW_SHARE * kept_total
+    excluded: list[dict[str, Any]] = []
+    short: dict[str, list[tuple[str, int]]] = {}
     for s in exact:  # step 5: the longest hash-ordered prefix within its planned tokens, stated exactly
-        rate[s], kept_tokens, kept_rows = exact_cap(capped_rows[s], expected_tokens[s])  # type: ignore[index]
-        expected_tokens[s], expected_rows[s] = float(kept_tokens), float(kept_rows)
+        selection = hash_ordered_prefix(capped_rows[s], SOURCE_MIX_SALT, expected_tokens[s], oversized)
+        # lumpy: a few long rows hold its tokens, and without them it cannot fill half its planned tokens
+        if selection.skipped and selection.tokens < expected_tokens[s] / 2 and expected_tokens[s] > oversized:
+            short[s] = list(selection.skipped)
+        why = "oversized: does not fit its source's planned tokens"
+        excluded += [_excluded_entry(s, row, why) for row in selection.skipped]
+        rate[s], expected_tokens[s], expected_rows[s] = (
+            selection.rate,
+            float(selection.tokens),
+            float(len(selection.kept)),
+        )
     for g in sorted({SOURCE_GROUP[s] for s in exact}, key=GROUPS.index):  # the rows left out: to the group's others
         others = [s for s in GROUP_SOURCES[g] if available[s] > 0 and s not in exact]
         if others:
@@ -344,7 +435,7 @@ def plan_source_mix(
             "target_share": shares[g],
             "expected_share": share_of(expected, expected_total),
         }
-    return {
+    plan = {
         "targets": {**targets.to_dict(), "shares": shares},
         "salt": SOURCE_MIX_SALT,
         "rule": SOURCE_MIX_RULE,
@@ -355,13 +446,18 @@ def plan_source_mix(
         "kept_total": kept_total,
         "sources": sources,
         "groups": groups,
+        "excluded": excluded,
     }
+    return plan, short
 
 
-def source_mix_keep(synth_id: str, source: str, rates: Mapping[str, float]) -> bool:
-    """Whether the mix keeps a conversation of `source` under the plan's `rates`: a salted hash of synth_id, so
-    the choice is deterministic, order-free and independent of the split, the 001 sampling and the quota."""
-    return stable_unit_interval(SOURCE_MIX_SALT, synth_id) < rates[source]
+def source_mix_keep(
+    synth_id: str, source: str, rates: Mapping[str, float], excluded: frozenset[str] | set[str] = frozenset()
+) -> bool:
+    """Whether the mix keeps a conversation of `source` under the plan's `rates`: a salted hash of synth_id below
+    its source's rate and not one of the plan's `excluded` rows, so the choice is deterministic, order-free and
+    independent of the split, the 001 sampling and the quota."""
+    return stable_unit_interval(SOURCE_MIX_SALT, synth_id) < rates[source] and synth_id not in excluded
 
 
 def source_mix_config(targets: SourceMixTargets) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_
 from synthkd_assets.core.near_dup import heldout_prompts_trained
 from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.problems import Problems, problem_total
+from synthkd_assets.core.quota import QUOTA_SHARE_TOLERANCE, share_miss_problems
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.round_trip import RoundTrip
 from synthkd_assets.core.stages import documents_path
@@ -41,6 +42,7 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import shard_names
 from synthkd_contract import constants
 from synthkd_contract.buckets import BUCKET_IMBALANCE_RATIO
+from synthkd_contract.sources import SYNTH_SOURCE, partition_source
 
 ROWS_ACCOUNTED = "rows_accounted"
 TRIO_ALIGNMENT = "trio_alignment"
@@ -420,6 +422,39 @@ pool_table_schemas = table_schema_check(
 )
 
 
+POOL_MIX_WITHIN_TOLERANCE = "pool_mix_within_tolerance"
+
+
+@dg.asset_check(
+    asset="synth_pool_manifest",
+    name=POOL_MIX_WITHIN_TOLERANCE,
+    blocking=True,
+    description=f"The pool's SYNTH skill shares and, with anchor sources, its source-mix group shares are within "
+    f"{QUOTA_SHARE_TOLERANCE:.0%} of the quota plan's targets (renormalized over what is feasible; in a pool so small "
+    "that one typical row is more, within one typical row); a miss names the "
+    'rows that cause it (the plan\'s excluded rows: synth_id and tokens). docs/pool.md "How the quota selects rows".',
+)
+def pool_mix_within_tolerance(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    paths = layout.data_layout(build.smoke)
+    with gate(paths, "synth_pool_manifest", POOL_MIX_WITHIN_TOLERANCE) as record:
+        manifest, plan = mf.read_json(paths.pool_manifest()), mf.read_json(paths.quota_plan())
+        synth = [r for r in manifest["shards"] if partition_source(r["partition"]) == SYNTH_SOURCE]
+        skill = {b: 0.0 for b in plan["skill_tokens"]["target_share"]}
+        for shard in synth:
+            for b, cells in shard["report"].get("bucket_tokens", {}).items():
+                skill[b] = skill.get(b, 0.0) + sum(cells.values())
+        targets = plan["skill_tokens"]["target_share"]
+        problems = share_miss_problems(skill, targets, plan.get("excluded", []), plan.get("granularity"))
+        if "source_mix" in manifest:
+            groups = manifest["source_mix"]["groups"]
+            achieved = {g: entry["achieved_tokens"] for g, entry in groups.items()}
+            targets = {g: entry["target_share"] for g, entry in groups.items()}
+            mix = plan.get("source_mix", {})
+            problems += share_miss_problems(achieved, targets, mix.get("excluded", []), mix.get("granularity"))
+        passed = f"every kept share within {QUOTA_SHARE_TOLERANCE:.0%} of its target"
+        return record(_result(problems, passed_summary=passed))
+
+
 def _file_count(manifest: dict) -> int:
     return sum(len(split["files"]) for shard in manifest.get("shards", []) for split in shard.get("splits", []))
 
@@ -663,5 +698,6 @@ STANDALONE_CHECKS = [
     shards_readable_by_megatron,
     output_table_schemas,
     pool_table_schemas,
+    pool_mix_within_tolerance,
     *DISTILL_CHECKS,
 ]

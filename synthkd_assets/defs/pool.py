@@ -5,7 +5,6 @@ core/manifest_builders.py) and reports tokens per bucket as metadata."""
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.buckets import grids_from_reports
 from synthkd_assets.core.cleanup import unpublish_pool
 from synthkd_assets.core.curriculum import (
     plan_stage,
@@ -25,7 +24,7 @@ from synthkd_assets.core.manifest_builders import (
     require_quota_plan,
 )
 from synthkd_assets.core.pool import PoolShard, write_pool_shard
-from synthkd_assets.core.quota import keeps_nothing_reason, plan_quota_grid
+from synthkd_assets.core.quota import excluded_ids, keeps_nothing_reason, plan_quota_selection, tokenized_quota_rows
 from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan, tokenized_row_lengths
 from synthkd_assets.core.valuation import valuation_manifest
 from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
@@ -70,17 +69,15 @@ def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig) -> dict:
     names = shard_names(paths)
     reports = partition_records("synth_tokenized", {n: stage_files(paths, "synth_tokenized", n)[1] for n in names})
     by_source = reports_by_source(reports)
-    tokens, rows = grids_from_reports(by_source.get(sources.SYNTH_SOURCE, {}).values())
-    plan = {**plan_quota_grid(tokens, rows, build.quota_targets()), "shards": sorted(reports)}
+    files = {s: [stage_files(paths, "synth_tokenized", n)[0] for n in parts] for s, parts in by_source.items()}
+    rows = tokenized_quota_rows(files.get(sources.SYNTH_SOURCE, []), build.exercise_table())
+    selected, kept = plan_quota_selection(rows, build.quota_targets())  # docs/pool.md "How the quota selects rows"
+    plan = {**selected, "shards": sorted(reports)}
     if keeps_nothing_reason(plan) is None and set(by_source) - {sources.SYNTH_SOURCE}:
-        # anchor sources: the source mix on top (a SYNTH-only plan has none)
-        targets = build.source_mix_targets()
-        capped = {  # every row of each capped source: its cap is exact, not in expectation
-            source: tokenized_row_lengths([stage_files(paths, "synth_tokenized", n)[0] for n in by_source[source]])
-            for source in targets.source_caps
-            if source in by_source
-        }
-        plan["source_mix"] = source_mix_plan(plan, by_source, targets, capped)
+        # anchor sources: the source mix on top (a SYNTH-only plan has none), every source's rows selected exactly
+        rows_of = {s: tokenized_row_lengths(found) for s, found in files.items() if s != sources.SYNTH_SOURCE}
+        rows_of[sources.SYNTH_SOURCE] = [(row.synth_id, row.tokens) for row in kept]
+        plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets(), rows_of)
     return plan
 
 
@@ -149,6 +146,8 @@ def synth_pool(
         clusters if clusters.is_file() else None,
         plan["source_mix"]["rates"] if "source_mix" in plan else None,
         build.exercise_table(),
+        excluded_ids(plan),
+        excluded_ids(plan.get("source_mix", {})),
     )
     if "source_mix" not in plan and sources.partition_source(key) != sources.SYNTH_SOURCE:
         raise dg.Failure(

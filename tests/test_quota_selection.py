@@ -1,0 +1,161 @@
+"""Quota and source-mix selection (core/quota.py, core/source_mix.py): one row cannot wreck the mix.
+
+The oracle recounts the kept rows itself: every row is run through the pool's own keep rules (`quota_keep`,
+`source_mix_keep`, with the plan's rates and excluded ids) and the kept tokens are summed per bucket or group, then
+compared with the targets the data's tokens give. A per-row draw at the grid's rates (the rule the plan replaced)
+misses the same targets by tens of points when one long row is in play; the hash-ordered token-budget prefix holds
+every share within QUOTA_SHARE_TOLERANCE, or the plan names the rows that prevent it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synthkd_assets.core.quota import (
+    QUOTA_SHARE_TOLERANCE,
+    QuotaRow,
+    QuotaTargets,
+    excluded_ids,
+    plan_quota_grid,
+    plan_quota_selection,
+    quota_keep,
+    share_miss_problems,
+)
+from synthkd_assets.core.source_mix import SourceMixTargets, plan_source_mix, source_mix_keep
+from synthkd_contract.buckets import SKILL_BUCKETS, SKILL_MIX, ctx_bucket
+
+
+def small_rows(seed: int, n: int) -> list[QuotaRow]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        skill = rng.choices(SKILL_BUCKETS, weights=(6, 1, 1.5, 3))[0]
+        length = rng.randint(200, 4000)
+        rows.append(QuotaRow(f"synth_{seed}_{i}", skill, ctx_bucket(length), length))
+    return rows
+
+
+def kept_shares(rows: list[QuotaRow], plan: dict) -> dict[str, float]:
+    """The oracle: the pool's keep rule over every row, tokens summed per skill bucket, as shares."""
+    excluded = excluded_ids(plan)
+    kept = {b: 0 for b in SKILL_BUCKETS}
+    for row in rows:
+        if quota_keep(row.synth_id, row.skill, row.ctx, plan["rates"], excluded):
+            kept[row.skill] += row.tokens
+    total = sum(kept.values())
+    return {b: kept[b] / total for b in SKILL_BUCKETS}
+
+
+def test_one_2mb_reasoning_row_no_longer_takes_b1_off_its_share():
+    """The attack: one ~500k-token B1 row beside thousands of ordinary rows. Drawn row by row at the grid's rates,
+    B1 lands tens of points off target; selected, every bucket is within a point and the long row is excluded."""
+    giant = QuotaRow("synth_giant", "B1", "C4", 520_000)
+    rows = [*small_rows(7, 600), giant]
+    mix = {"B1": 0.606, "B2": 0.087, "B3": 0.157, "B4": 0.15}
+    old_plan = plan_quota_grid(*grids(rows), QuotaTargets(mix))
+    old = kept_shares(rows, {"rates": old_plan["rates"]})
+    shares = old_plan["targets"]["shares"]
+    assert max(abs(old[b] - shares[b]) for b in SKILL_BUCKETS) > QUOTA_SHARE_TOLERANCE  # the injected failure
+
+    plan, kept = plan_quota_selection(rows, QuotaTargets(mix))
+    achieved = kept_shares(rows, plan)
+    for b in SKILL_BUCKETS:
+        assert abs(achieved[b] - plan["targets"]["shares"][b]) <= QUOTA_SHARE_TOLERANCE, (b, achieved[b])
+    assert plan["share_misses"] == []
+    assert sorted(kept) == sorted(r for r in rows if r.synth_id in kept_ids(rows, plan))
+    # the plan states its kept tokens exactly
+    assert plan["skill_tokens"]["expected"] == {b: sum(r.tokens for r in kept if r.skill == b) for b in SKILL_BUCKETS}
+
+
+def grids(rows: list[QuotaRow]) -> tuple[dict, dict]:
+    tokens: dict = {}
+    counts: dict = {}
+    for r in rows:
+        tokens[r.skill, r.ctx] = tokens.get((r.skill, r.ctx), 0) + r.tokens
+        counts[r.skill, r.ctx] = counts.get((r.skill, r.ctx), 0) + 1
+    return tokens, counts
+
+
+def kept_ids(rows: list[QuotaRow], plan: dict) -> set[str]:
+    excluded = excluded_ids(plan)
+    return {r.synth_id for r in rows if quota_keep(r.synth_id, r.skill, r.ctx, plan["rates"], excluded)}
+
+
+giants = st.lists(st.tuples(st.sampled_from(SKILL_BUCKETS), st.integers(50_000, 3_000_000)), min_size=0, max_size=4)
+mixes = st.dictionaries(st.sampled_from(SKILL_BUCKETS), st.floats(0.05, 1.0), min_size=2)
+
+
+@settings(max_examples=25)
+@given(giants, mixes, st.integers(0, 10**6))
+def test_every_share_is_within_a_point_whatever_the_long_rows(long_rows, mix, seed):
+    """Hypothesis: ordinary rows in every bucket plus up to four very long rows anywhere, any mix: every kept share
+    is within the tolerance of its target, the plan's expected tokens are exactly what the keep rule keeps, and
+    the plan does not depend on the rows' order."""
+    rows = small_rows(seed, 3000)
+    rows += [QuotaRow(f"long_{i}", skill, ctx_bucket(n), n) for i, (skill, n) in enumerate(long_rows)]
+    plan, _ = plan_quota_selection(rows, QuotaTargets(mix))
+    achieved = kept_shares(rows, plan)
+    for b in SKILL_BUCKETS:
+        assert abs(achieved[b] - plan["targets"]["shares"][b]) <= QUOTA_SHARE_TOLERANCE, (b, achieved, plan["notes"])
+    assert plan["share_misses"] == []
+    shuffled = rows[:]
+    random.Random(seed).shuffle(shuffled)
+    assert json.dumps(plan_quota_selection(shuffled, QuotaTargets(mix))[0]) == json.dumps(plan)
+
+
+def test_a_bucket_only_one_long_row_fills_is_a_miss_naming_that_row():
+    """B2 holds a single row, too long for its share of what B1 holds: no selection meets B2's target. The plan
+    says so (share_misses), and the problems name the row (synth_id, tokens) that causes it."""
+    rows = [*[QuotaRow(f"b1_{i}", "B1", "C1", 1000) for i in range(100)], QuotaRow("b2_only", "B2", "C4", 900_000)]
+    plan, _ = plan_quota_selection(rows, QuotaTargets({"B1": 0.5, "B2": 0.5}))
+    assert [m["key"] for m in plan["share_misses"]] == ["B1"]  # B2's one row is its granularity: B1 is off
+    achieved = {b: plan["skill_tokens"]["expected"][b] for b in SKILL_BUCKETS}
+    problems = share_miss_problems(achieved, plan["targets"]["shares"], plan["excluded"], plan["granularity"])
+    assert len(problems) == 1 and problems[0].startswith("B1: 100.00% of the kept tokens, target 50.00%")
+    assert "b2_only (900000 tokens)" in problems[0]
+
+
+def test_default_mix_on_ordinary_rows_keeps_its_shares_and_excludes_nothing():
+    rows = small_rows(3, 8000)
+    plan, _ = plan_quota_selection(rows, QuotaTargets())
+    achieved = kept_shares(rows, plan)
+    assert all(abs(achieved[b] - SKILL_MIX[b]) <= QUOTA_SHARE_TOLERANCE for b in SKILL_BUCKETS)
+    assert plan["share_misses"] == []
+
+
+def test_one_10mb_anchor_line_no_longer_takes_math_to_zero():
+    """The attack on the source mix: a math anchor source whose tokens are mostly one huge line. Drawn at its rate,
+    that line and most of the rest are dropped (math far under its share); selected with its rows, the line is
+    excluded and math holds its share."""
+    rng = random.Random(5)
+    synth = [(f"s{i}", rng.randint(300, 3000)) for i in range(4000)]
+    math_rows = [(f"m{i}", rng.randint(300, 3000)) for i in range(600)] + [("math_line", 2_600_000)]
+    code_rows = [(f"c{i}", rng.randint(300, 3000)) for i in range(600)]
+    rows = {"synth": synth, "nemotron_math_v2": math_rows, "opencodeinstruct": code_rows}
+    tokens = {s: float(sum(n for _, n in r)) for s, r in rows.items()}
+    counts = {s: float(len(r)) for s, r in rows.items()}
+    targets = SourceMixTargets(category_shares={"math": 0.087, "code": 0.05}, source_caps={})
+
+    def group_shares(plan: dict) -> dict[str, float]:
+        excluded = excluded_ids(plan)
+        kept = {s: sum(n for sid, n in r if source_mix_keep(sid, s, plan["rates"], excluded)) for s, r in rows.items()}
+        total = sum(kept.values())
+        return {
+            "synth": kept["synth"] / total,
+            "math": kept["nemotron_math_v2"] / total,
+            "code": kept["opencodeinstruct"] / total,
+        }
+
+    drawn = plan_source_mix(tokens, counts, targets)  # no rows: rates drawn row by row
+    assert abs(group_shares(drawn)["math"] - drawn["groups"]["math"]["target_share"]) > QUOTA_SHARE_TOLERANCE
+
+    plan = plan_source_mix(tokens, counts, targets, rows)
+    achieved = group_shares(plan)
+    for group in ("synth", "math", "code"):
+        assert abs(achieved[group] - plan["groups"][group]["target_share"]) <= QUOTA_SHARE_TOLERANCE, achieved
+    assert plan["share_misses"] == []
+    assert "math_line" in excluded_ids(plan)
