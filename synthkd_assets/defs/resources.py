@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.curriculum import CurriculumStage, curriculum_stages
@@ -119,8 +119,8 @@ class CurriculumStageConfig(dg.Config):
 
     stage: str
     ctx_mix: dict[str, float]
-    tokens: int
-    seq_length: int
+    tokens: int = Field(ge=0)
+    seq_length: int = Field(ge=1)
     optional: bool = False
 
 
@@ -132,32 +132,45 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         description="Cap each shard and write data/megatron/synth_kd_v1_smoke/ and data/distill/synth_distill_smoke/ "
         "instead, with every intermediate stage, plan and error log under data/smoke/.",
     )
-    smoke_max_rows: int = Field(default=64, description="Conversations written per shard in a smoke build.")
-    smoke_max_tokens: int = Field(default=200_000, description="Tokens written per shard in a smoke build.")
+    smoke_max_rows: int = Field(default=64, ge=1, description="Conversations written per shard in a smoke build.")
+    smoke_max_tokens: int = Field(default=200_000, ge=1, description="Tokens written per shard in a smoke build.")
     smoke_input_rows: int | None = Field(
         default=None,
+        ge=1,
         description="Raw rows a smoke build reads per shard (the first, in file order; no later step sees more). "
         f"Default {SMOKE_READ_AHEAD} x smoke_max_rows, so that smoke_max_rows conversations survive the filters "
         "and sampling.",
     )
     encode_threads: int = Field(
         default=1,
+        ge=1,
         description="tiktoken threads per tokenize step. 1 when shards run in parallel processes (the default "
         "executor); raise it to use idle cores when a single shard runs alone.",
     )
 
     # 001 mixture targets (the synth_sampling_plan asset computes keep rates for them) and DistillKit output
-    memorization_cap: float = Field(constants.MEMORIZATION_CAP, description="Max memorization share after sampling.")
+    memorization_cap: float = Field(
+        constants.MEMORIZATION_CAP, gt=0, le=1, description="Max memorization share after sampling."
+    )
     non_english_min: float = Field(
         constants.NON_ENGLISH_MIN,
+        ge=0,
+        lt=1,
         description="Min share of non-English rows after sampling, opt-in: English rows are sampled down to reach "
         "it (default 0: English is never dropped).",
     )
-    non_english_max: float = Field(constants.NON_ENGLISH_MAX, description="Max non-English share after sampling.")
-    global_keep: float = Field(constants.GLOBAL_KEEP, description="Uniform keep rate on top of the mixture rates.")
-    max_seq_len: int = Field(constants.MAX_SEQ_LEN, description="DistillKit: longer conversations are dropped.")
+    non_english_max: float = Field(
+        constants.NON_ENGLISH_MAX, gt=0, le=1, description="Max non-English share after sampling."
+    )
+    global_keep: float = Field(
+        constants.GLOBAL_KEEP, gt=0, le=1, description="Uniform keep rate on top of the mixture rates."
+    )
+    max_seq_len: int = Field(constants.MAX_SEQ_LEN, ge=1, description="DistillKit: longer conversations are dropped.")
     distill_valid_fraction: float = Field(
-        constants.DISTILL_VALID_FRACTION, description="DistillKit validation fraction (hash of synth_id)."
+        constants.DISTILL_VALID_FRACTION,
+        ge=0,
+        lt=1,
+        description="DistillKit validation fraction (hash of synth_id), in [0, 1): 0 writes no validation rows.",
     )
 
     exercise_skill_buckets: dict[str, str] = Field(
@@ -174,14 +187,20 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         "computed and reported, nothing is capped).",
     )
     near_dup_threshold: float = Field(
-        nd.JACCARD_THRESHOLD, description="Estimated Jaccard (MinHash) at which two prompts are near-duplicates."
+        nd.JACCARD_THRESHOLD,
+        gt=0,
+        le=1,
+        description="Estimated Jaccard (MinHash) at which two prompts are near-duplicates.",
     )
-    max_per_cluster: int = Field(nd.MAX_PER_CLUSTER, description="Rows kept per near-duplicate cluster per epoch.")
+    max_per_cluster: int = Field(
+        nd.MAX_PER_CLUSTER, ge=1, description="Rows kept per near-duplicate cluster per epoch."
+    )
     heldout_per_exercise: int = Field(
-        nd.HELDOUT_PER_EXERCISE, description="Clusters per exercise held out for the KL slice (never trained on)."
+        nd.HELDOUT_PER_EXERCISE, ge=0, description="Clusters per exercise held out for the KL slice (never trained on)."
     )
     format_suite_per_form: int = Field(
         nd.FORMAT_SUITE_PER_FORM,
+        ge=0,
         description="Clusters per checkable answer form (number, MCQ letter) held out for the format suite.",
     )
 
@@ -199,7 +218,10 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
     )
     # the source mix (002 "Global source mix"; docs/sources.md): used when anchor sources are present
     synth_share: float = Field(
-        sources.SYNTH_SHARE, description="SYNTH's target share of the pool's tokens when anchor sources are present."
+        sources.SYNTH_SHARE,
+        ge=0,
+        allow_inf_nan=False,
+        description="SYNTH's target share of the pool's tokens when anchor sources are present.",
     )
     anchor_shares: dict[str, float] = Field(
         default_factory=lambda: dict(sources.ANCHOR_CATEGORY_SHARES),
@@ -220,6 +242,18 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
     def _known_buckets(cls, value: dict[str, str]) -> dict[str, str]:
         exercise_skill_table(value)  # ValueError naming the label and bucket
         return value
+
+    @model_validator(mode="after")
+    def _settings_hold_together(self) -> SynthKDBuildConfig:
+        """Refuse, where the settings are declared, what each rule would refuse later (its ValueError names the
+        setting and the value): the mixture targets (min <= max), the skill mix, the source mix and the
+        curriculum stages."""
+        self.targets()
+        self.quota_targets()
+        self.source_mix_targets()
+        self.cluster_settings()
+        self.curriculum_stages()
+        return self
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str], **fields: Any) -> SynthKDBuildConfig:
