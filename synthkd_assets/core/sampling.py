@@ -12,6 +12,7 @@ import polars as pl
 
 from synthkd_assets.core.filters import filter_config
 from synthkd_contract import constants, drops
+from synthkd_contract.labels import normalize_language
 
 
 def stable_unit_interval(salt: str, key: str) -> float:
@@ -77,7 +78,8 @@ def is_memorization(exercise: str) -> bool:
 
 
 def is_english(language: str) -> bool:
-    return language == constants.ENGLISH_LANGUAGE
+    """Whether a row's language label means English (`EN`, `en-US`, ` en` do: synthkd_contract.labels)."""
+    return normalize_language(language) == constants.ENGLISH_LANGUAGE
 
 
 def rules_for(exercise: str, language: str) -> tuple[str, ...]:
