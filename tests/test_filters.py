@@ -75,7 +75,7 @@ def filter_rows(tmp_path: Path, rows: list[dict]) -> tuple[dict[str, str | None]
         ("\u3000\u2003\n", True),  # ideographic / em space
         ("\x1c\x1d\x1e\x1f", True),  # str.strip() treats these separators as whitespace too
         (".", False),
-        ("\u200b", False),  # zero-width space is not whitespace for str.strip()
+        ("\u200b", True),  # a zero-width space alone: nothing a reader sees (test_filters_invisible.py)
         ("  x  ", False),
     ],
 )
@@ -93,7 +93,7 @@ def test_blank_answer_is_dropped_near_misses_are_kept(tmp_path, answer, dropped)
         ("result:Failed after maximum attempts (3)", True),  # contains the marker
         ("Failed after maximum attempts", False),  # no `result:`
         ("result:Failed after maximum attempt", False),  # singular: not the marker
-        ("result: Failed after maximum attempts", False),  # 001 names the exact string; a space breaks it
+        ("result: Failed after maximum attempts", True),  # the marker with a blank after the colon
         ("result:Failed after max attempts", False),
         ("note:result failed after maximum attempts", False),
         (None, False),

@@ -2,8 +2,12 @@
 
 A row is dropped, and counted under the first reason that applies, when
 
-1. `synthetic_answer.strip()` is empty (Python's whitespace definition)          -> empty_synthetic_answer
-2. `constraints` contains `result:Failed after maximum attempts` (any case)      -> result_failed_after_max_attempts
+1. `synthetic_answer` has no visible character: nothing but Python's whitespace,
+   format characters (Unicode Cf: zero-width spaces and joiners, soft hyphens, BOM),
+   other separators and controls, and blank fillers (INVISIBLE_PATTERN)          -> empty_synthetic_answer
+2. `constraints` carries the failure marker `result:Failed after maximum attempts` in
+   any case and spacing (`result: Failed after  maximum attempts`: FAILED_RESULT_PATTERN)
+                                                                                 -> result_failed_after_max_attempts
 3. a `result:` value of `constraints` is numerically or multiple-choice
    inconsistent with the first line of the answer                                -> result_inconsistent_with_answer
 
@@ -65,14 +69,45 @@ def constraints_expr() -> pl.Expr:
     return pl.col("metadata_json").str.json_path_match("$.constraints")
 
 
+# what a reader cannot see: whitespace, format characters (Cf: ZWSP U+200B, ZWJ, soft hyphen, BOM ...), every
+# separator (Z*) and control (Cc), and the blank fillers (braille blank, Hangul fillers) that render as nothing
+INVISIBLE_PATTERN = r"[\s\p{Cf}\p{Cc}\p{Z}\x{2800}\x{115F}\x{1160}\x{3164}\x{FFA0}]"
+_INVISIBLE = re.compile(r"[\s\u0000-\u001f\u007f-\u009f\u2800\u115f\u1160\u3164\uffa0]")
+
+
+def is_invisible(text: str | None) -> bool:
+    """Whether `text` has no visible character (INVISIBLE_PATTERN), null included: the oracle of `is_blank_expr`.
+
+    Args:
+        text: an answer, or None.
+
+    Returns:
+        True when every character is whitespace, a format character (Cf), a separator (Z*), a control (Cc) or
+        a blank filler.
+    """
+    return all(
+        _INVISIBLE.fullmatch(ch) or unicodedata.category(ch) in ("Cf", "Cc", "Zs", "Zl", "Zp") for ch in text or ""
+    )
+
+
 def is_blank_expr(column: str) -> pl.Expr:
-    """Vectorized `value.strip() == ""` with Python's whitespace (null counts as blank)."""
-    return pl.col(column).fill_null("").str.strip_chars(python_whitespace()).str.len_bytes() == 0
+    """Vectorized `is_invisible`: the value has no visible character (null counts as blank)."""
+    return pl.col(column).fill_null("").str.replace_all(INVISIBLE_PATTERN, "").str.len_bytes() == 0
+
+
+def _marker_pattern(marker: str) -> str:
+    """`key:value words` of `marker` matched in any case, with any blanks around the colon and between words."""
+    key, value = marker.split(":", 1)
+    return "(?i)" + re.escape(key) + r"\s*:\s*" + r"\s+".join(re.escape(word) for word in value.split())
+
+
+# the failure marker as the corpus and hand-edited shards spell it (docs/bad-input.md)
+FAILED_RESULT_PATTERN = _marker_pattern(constants.FAILED_RESULT_MARKER)
 
 
 def failed_result_expr(column: str) -> pl.Expr:
-    """`constraints` contains `result:Failed after maximum attempts`, case-insensitively."""
-    return pl.col(column).fill_null("").str.contains("(?i)" + re.escape(constants.FAILED_RESULT_MARKER))
+    """`constraints` carries the failure marker (FAILED_RESULT_PATTERN: any case and spacing)."""
+    return pl.col(column).fill_null("").str.contains(FAILED_RESULT_PATTERN)
 
 
 # `result:<value>` items: constraints are `key:value` items separated by `;` (or new lines); the key
@@ -307,6 +342,8 @@ def filter_config() -> dict:
         "rules": [drops.DROP_EMPTY_ANSWER, drops.DROP_RESULT_FAILED, drops.DROP_RESULT_INCONSISTENT],
         "failed_marker": constants.FAILED_RESULT_MARKER,
         "failed_marker_case_insensitive": True,
+        "failed_marker_pattern": FAILED_RESULT_PATTERN,
+        "empty_answer_invisible": INVISIBLE_PATTERN,
         "result_item": RESULT_ITEM_PATTERN,
         "result_number": _RESULT_NUMBER.pattern,
         "result_letter": _RESULT_LETTER.pattern,
