@@ -25,6 +25,7 @@ from pathlib import Path
 
 import datasets
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import torch
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -63,7 +64,23 @@ def load_distillkit(data_dir: Path, cache_dir: Path | None = None, hash_files: b
     except ManifestError as error:
         raise SystemExit(f"the DistillKit dataset at {data_dir} does not verify: {error}") from None
     cache = None if cache_dir is None else str(cache_dir)
-    return datasets.load_dataset("parquet", data_dir=str(data_dir), cache_dir=cache)
+    files = split_files(data_dir)
+    if "train" not in files:
+        raise SystemExit(f"the DistillKit dataset at {data_dir} has no train rows: nothing to train on")
+    return datasets.load_dataset("parquet", data_files=files, cache_dir=cache)
+
+
+def split_files(data_dir: Path) -> dict[str, list[str]]:
+    """{split: its parts that hold rows} of a verified DistillKit dataset. A split with no row (the build's
+    `distill_valid_fraction` 0 gives an empty validation split) is left out: `datasets` cannot read a part without
+    rows, and there is nothing in it to evaluate on."""
+    files = {}
+    for split in constants.DISTILL_SPLITS:
+        parts = sorted((data_dir / split).glob("*.parquet"))
+        holding = [str(part) for part in parts if pq.ParquetFile(part).metadata.num_rows > 0]
+        if holding:
+            files[split] = holding
+    return files
 
 
 def shortest_rows(dataset: datasets.Dataset, n: int) -> datasets.Dataset:
@@ -156,6 +173,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     splits = load_distillkit(args.data_dir, args.cache_dir, hash_files=not args.no_hash)
+    if "validation" not in splits:
+        print(f"{args.data_dir}: 0 validation rows (distill_valid_fraction 0?): no evaluation split, training only")
     train = splits["train"] if args.shortest is None else shortest_rows(splits["train"], args.shortest)
     if args.tiny:
         model, tokenizer = tiny_model(seed=args.seed), pad_tokenizer()
