@@ -490,6 +490,16 @@ def test_cleanup_removes_only_what_the_build_wrote(tmp_path):
     assert not any(path.exists() for path in gone)
 
 
+def test_a_data_root_copied_with_its_times_is_still_the_builds(tmp_path):
+    """A whole data root moved to another disk (`cp -a`, `rsync -a`: times kept): its outputs are still the
+    build's to remove there."""
+    paths = DataLayout(tmp_path / "raw", tmp_path / "data")
+    write_as_build(paths.stage_output("synth_harmony", "synth_004"))
+    shutil.copytree(paths.data_root, tmp_path / "moved")  # copy2: modification times kept
+    moved = DataLayout(tmp_path / "raw", tmp_path / "moved")
+    assert remove_orphaned_outputs(moved, ["synth_001"]) == [moved.stage_output("synth_harmony", "synth_004")]
+
+
 @pytest.mark.parametrize("linked", ["synth_signatures", "errors/synth_pool", "pool/synth_pool_v1_valuation"])
 def test_a_planted_directory_link_is_never_written_or_deleted_through(tmp_path, linked):
     """A directory symlink planted inside the data root (to a directory outside it holding files named like the

@@ -3,10 +3,11 @@ build owns").
 
 Every file the build publishes (core/atomic.py) is recorded, before it takes its final name, in the written
 ledger of the output root it lies under (`<root>/.synthkd/written.jsonl`, one JSON line per publication: the
-path relative to the root, the inode, the size and the modification time). A file is the build's when its path
-and what `lstat` says now match a line: a user's file (a note, a backup, a copy put in place of an output) is
-not, whatever its name, and neither is anything reached through a symbolic link. Removal asks the ledger; a file
-it does not know stays where it is.
+path relative to the root, the size and the modification time in nanoseconds). A file is the build's when its
+path and what `lstat` says now match a line: a user's file (a note, a backup, a copy put in place of an output)
+is not, whatever its name, and neither is anything reached through a symbolic link. A copy of a whole data root
+that keeps modification times (`cp -a`, `rsync -a`, `shutil.copytree`) stays the build's. Removal asks the
+ledger; a file it does not know stays where it is.
 
 Output roots are registered by the layout (`DataLayout`) of the process: writes below a root never go through a
 directory symlink planted inside it (`refuse_symlinked_dirs`), so neither outputs nor deletions can land outside
@@ -106,11 +107,11 @@ def refuse_symlinked_dirs(path: Path) -> None:
             return  # creating the file fails, naming it (core/parquet_io.py, output_errors_named)
 
 
-def _identity(path: str, status: os.stat_result) -> tuple[str, int, int, int]:
-    return path, status.st_ino, status.st_size, status.st_mtime_ns
+def _identity(path: str, status: os.stat_result) -> tuple[str, int, int]:
+    return path, status.st_size, status.st_mtime_ns
 
 
-_BEING_WRITTEN = -1  # size and mtime of a partial file's line: it is the build's by path and inode alone
+_BEING_WRITTEN = -1  # size and mtime of a partial file's line: its unique name (core/atomic.py) is the build's
 
 
 def record_written(final_path: Path, written: Path, partial: bool = False) -> None:
@@ -121,17 +122,15 @@ def record_written(final_path: Path, written: Path, partial: bool = False) -> No
 
     Args:
         final_path: the output's final name (or the partial's own, with `partial`).
-        written: the file that will be renamed onto it (same inode, size and modification time after the rename).
+        written: the file that will be renamed onto it (same size and modification time after the rename).
         partial: whether `written` is a partial file still being written.
     """
     root = output_root_of(final_path)
     if root is None:
         return
     relative = Path(os.path.abspath(final_path)).relative_to(root).as_posix()
-    identity = _identity(relative, os.lstat(written))
-    if partial:
-        identity = (relative, identity[1], _BEING_WRITTEN, _BEING_WRITTEN)
-    line = json.dumps(dict(zip(("path", "ino", "size", "mtime_ns"), identity, strict=True)))
+    identity = (relative, _BEING_WRITTEN, _BEING_WRITTEN) if partial else _identity(relative, os.lstat(written))
+    line = json.dumps(dict(zip(("path", "size", "mtime_ns"), identity, strict=True)))
     ledger = ledger_path(root)
     refuse_symlinked_dirs(ledger)
     ledger.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +150,7 @@ class _Ledger:
 
     def _reset(self, inode: int | None) -> None:
         self.inode, self.offset = inode, 0
-        self.entries: set[tuple[str, int, int, int]] = set()
+        self.entries: set[tuple[str, int, int]] = set()
 
     def refresh(self) -> _Ledger:
         try:
@@ -174,7 +173,7 @@ class _Ledger:
         for line in complete.splitlines():
             try:
                 entry = json.loads(line)
-                identity = (entry["path"], entry["ino"], entry["size"], entry["mtime_ns"])
+                identity = (entry["path"], entry["size"], entry["mtime_ns"])
             except (ValueError, KeyError, TypeError):  # a torn line of a crashed writer: no file of its own
                 continue
             self.entries.add(identity)
@@ -198,8 +197,8 @@ def owns(path: Path) -> bool:
         path: any path.
 
     Returns:
-        False for a file under no registered root, a link, a file the ledger does not know (by path, inode, size
-        and modification time), or one below a symlinked directory.
+        False for a file under no registered root, a link, a file the ledger does not know (by path, size and
+        modification time), or one below a symlinked directory.
     """
     root = output_root_of(path)
     if root is None:
@@ -213,8 +212,7 @@ def owns(path: Path) -> bool:
         return False
     entries = _ledger(root).entries
     relative = Path(os.path.abspath(path)).relative_to(root).as_posix()
-    partial = (relative, status.st_ino, _BEING_WRITTEN, _BEING_WRITTEN)
-    return _identity(relative, status) in entries or partial in entries
+    return _identity(relative, status) in entries or (relative, _BEING_WRITTEN, _BEING_WRITTEN) in entries
 
 
 def written_by_build(paths: Iterable[Path]) -> list[Path]:
