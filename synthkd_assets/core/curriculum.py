@@ -64,6 +64,7 @@ import numpy as np
 
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.layout import CURRICULUM_PLAN_FILENAME
+from synthkd_assets.core.ownership import remove_replaced_output
 from synthkd_contract.buckets import CTX_BUCKETS, CURRICULUM_STAGES, SKILL_BUCKETS
 from synthkd_contract.constants import SPLITS
 from synthkd_contract.indexed_dataset import read_index
@@ -322,11 +323,9 @@ def stage_files(out_dir: Path) -> list[Path]:
 def remove_other_stages_files(out_dir: Path, stages: Sequence[str]) -> list[Path]:
     """Remove the stage files of every stage not in `stages` (one taken out of the configured curriculum) and
     return them: their blends would name prefixes the pool may no longer have, and the pool manifest seals every
-    file of the directory. The plan and any other file stay."""
-    stale = [path for path in stage_files(out_dir) if path.stem not in stages]
-    for path in stale:
-        path.unlink()
-    return stale
+    file of the directory. The plan, any other file and any file the build did not write (core/ownership.py)
+    stay."""
+    return remove_replaced_output(path for path in stage_files(out_dir) if path.stem not in stages)
 
 
 def write_stage_files(plan: Mapping[str, Any], out_dir: Path, dataset_root: Path, cache_dir: Path) -> list[Path]:
@@ -339,8 +338,7 @@ def write_stage_files(plan: Mapping[str, Any], out_dir: Path, dataset_root: Path
     json_path, args_path = stage_file_paths(plan["stage"], out_dir)
     per_split = plan["per_split_data_args"]
     if per_split is None:
-        json_path.unlink(missing_ok=True)
-        args_path.unlink(missing_ok=True)
+        remove_replaced_output([json_path, args_path])
         return []
     absolute = {split: absolute_blend(per_split[split], dataset_root) for split in MEGATRON_SPLITS}
     missing = [

@@ -14,6 +14,7 @@ from typing import Any
 
 from synthkd_assets.core.atomic import atomic_write_text
 from synthkd_assets.core.manifest import manifest_text
+from synthkd_assets.core.ownership import remove_replaced_output
 from synthkd_contract.manifest_seal import ManifestError, checks_path, read_seal, seal_text, sidecar_path
 
 PENDING = "pending"  # a marker's first word, then the sha256 of the manifest it holds
@@ -58,9 +59,7 @@ def hold_for_checks(manifest_path: Path, check_names: Iterable[str], digest: str
     directory = checks_path(manifest_path)
     names = set(check_names)
     if directory.is_dir():
-        for marker in directory.iterdir():
-            if marker.name not in names:
-                marker.unlink(missing_ok=True)
+        remove_replaced_output(marker for marker in directory.iterdir() if marker.name not in names)
     for name in sorted(names):
         atomic_write_text(directory / name, f"{PENDING} {digest}: {PENDING_WHY}\n")
     if not names:
@@ -94,7 +93,7 @@ def record_check_verdict(manifest_path: Path, check_name: str, checked_digest: s
         atomic_write_text(marker, f"failed {checked_digest}: {failure}\n")
         atomic_write_text(sidecar_path(manifest_path), seal_text(manifest_path, checked_digest, held=True))
         return True
-    marker.unlink(missing_ok=True)
+    remove_replaced_output([marker])
     try:
         marker.parent.rmdir()
     except OSError:  # other checks' markers are still there, or it is gone already
