@@ -26,11 +26,12 @@ e.g. one problem's many trajectories). The canonical content is `canonical_conte
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -281,55 +282,88 @@ def _json_object(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     return obj, None
 
 
+JSONL_BATCH_ROWS = 1024  # JSONL lines parsed into Python objects at a time, then into Arrow: what a read holds
+
+
+def _jsonl_lines(path: Path, file: BinaryIO | None) -> Iterator[bytes]:
+    """The non-blank lines of a JSONL file, read line by line (a byte order mark before the first removed)."""
+    with contextlib.ExitStack() as stack:
+        handle = file if file is not None else stack.enter_context(open(path, "rb"))
+        first = True
+        for line in handle:
+            if first:  # a byte order mark some editors write: not part of the first line
+                line, first = line.removeprefix(codecs.BOM_UTF8), False
+            line = line.removesuffix(b"\n")
+            if line.strip():
+                yield line
+
+
 def read_jsonl_source(path: Path, spec: SourceSpec, report: ShardReport, file: BinaryIO | None = None) -> pa.Table:
     """The published columns of a JSONL shard, one row per non-blank line (`source_row` = its index among them):
     a line that is not a JSON object (`_json_object`) or holds a field of another type is dropped and counted; a
     file none of whose lines is a JSON object is not JSON Lines, and a required column absent from every line is
-    another dataset's: either refuses the file. `file`: an open file of `path` to read."""
-    try:
-        raw = path.read_bytes() if file is None else file.read()
-    except OSError as error:
-        raise InputFileError(f"{path}: not a readable JSONL file ({type(error).__name__}: {error})") from error
+    another dataset's: either refuses the file. `file`: an open file of `path` to read. The file is read line by
+    line and converted to Arrow JSONL_BATCH_ROWS rows at a time, so no more than one batch is held as Python
+    objects, whatever the file's size (docs/sources.md)."""
+    batches: list[pa.Table] = []
     rows: list[dict[str, Any]] = []
     source_rows: list[int] = []
     keys_seen: set[str] = set()
-    raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte order mark some editors write: not part of the first line
-    lines = [line for line in raw.split(b"\n") if line.strip()]
-    parsed = [_json_object(line) for line in lines]
-    if lines and all(obj is None for obj, _ in parsed):
+    lines = objects = 0
+    first_problem: str | None = None
+
+    def flush() -> None:
+        if rows:
+            table = pa.Table.from_pylist(rows, schema=spec.schema)
+            batches.append(table.append_column("source_row", pa.array(source_rows, pa.int64())))
+            rows.clear()
+            source_rows.clear()
+
+    try:
+        for index, line in enumerate(_jsonl_lines(path, file)):
+            lines += 1
+            obj, not_an_object = _json_object(line)
+            if obj is None:
+                first_problem = not_an_object if index == 0 else first_problem
+                report.drop(drops.DROP_INVALID_JSON_LINE, index, None, not_an_object)
+                continue
+            objects += 1
+            keys_seen |= obj.keys()
+            row, wrong = {}, None
+            for column in spec.columns:
+                value = obj.get(column.name)
+                if column.json_text:
+                    row[column.name] = None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+                    continue
+                ok, row[column.name] = _json_value(value, column.type)
+                if not ok and wrong is None:
+                    wrong = _type_mismatch(value, column.type, repr(column.name))
+            if wrong is not None:
+                report.drop(drops.DROP_WRONG_TYPE, index, None, wrong)
+                continue
+            rows.append(row)
+            source_rows.append(index)
+            if len(rows) >= JSONL_BATCH_ROWS:
+                flush()
+    except OSError as error:
+        raise InputFileError(f"{path}: not a readable JSONL file ({type(error).__name__}: {error})") from error
+    flush()
+    if lines and not objects:
         raise InputFileError(
-            f"{path}: not a JSONL file: none of its {len(lines)} lines is a JSON object (line 0: {parsed[0][1]}); "
+            f"{path}: not a JSONL file: none of its {lines} lines is a JSON object (line 0: {first_problem}); "
             "a gzip file or one JSON document over several lines is refused whole, not dropped line by line"
         )
-    for index, (obj, not_an_object) in enumerate(parsed):
-        if obj is None:
-            report.drop(drops.DROP_INVALID_JSON_LINE, index, None, not_an_object)
-            continue
-        keys_seen |= obj.keys()
-        row, wrong = {}, None
-        for column in spec.columns:
-            value = obj.get(column.name)
-            if column.json_text:
-                row[column.name] = None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
-                continue
-            ok, row[column.name] = _json_value(value, column.type)
-            if not ok and wrong is None:
-                wrong = _type_mismatch(value, column.type, repr(column.name))
-        if wrong is not None:
-            report.drop(drops.DROP_WRONG_TYPE, index, None, wrong)
-            continue
-        rows.append(row)
-        source_rows.append(index)
     if lines and keys_seen:
         for column in spec.columns:
             if column.required and column.name not in keys_seen:
                 raise InputFileError(
                     f"{path}: not a {spec.dataset} shard: column {column.name!r} is missing (expected "
-                    f"{column.type}, actual: absent from all {len(lines)} lines; has {sorted(keys_seen)})"
+                    f"{column.type}, actual: absent from all {lines} lines; has {sorted(keys_seen)})"
                 )
-    table = pa.Table.from_pylist(rows, schema=spec.schema)
-    report.rows_in += len(lines) - len(rows)  # the lines dropped here; the rest are counted with the table
-    return table.append_column("source_row", pa.array(source_rows, pa.int64()))
+    empty = spec.schema.empty_table().append_column("source_row", pa.array([], pa.int64()))
+    table = pa.concat_tables(batches).combine_chunks() if batches else empty  # one chunk: the bytes a whole read gave
+    report.rows_in += lines - table.num_rows  # the lines dropped here; the rest are counted with the table
+    return table
 
 
 def read_source_table(path: Path, spec: SourceSpec, report: ShardReport, file: BinaryIO | None = None) -> pa.Table:
