@@ -12,7 +12,7 @@ import json
 import dagster as dg
 import pytest
 
-from synthkd_assets.defs.resources import BUILD_CONFIG_ENV, SynthKDBuildConfig
+from synthkd_assets.defs.resources import BUILD_CONFIG_ENV, SynthKDBuildConfig, ValuationModelsResource
 
 # (setting, a value its meaning rules out, a value on the edge it allows)
 BOUNDS = [
@@ -88,3 +88,10 @@ def test_a_run_config_with_a_negative_max_seq_len_fails_before_any_step_runs(tmp
     assert not result.success
     failure = next(e for e in result.all_events if e.is_failure)
     assert "max_seq_len" in str(failure.event_specific_data)
+
+
+@pytest.mark.parametrize(("setting", "bad"), [("window", 0), ("window", -3), ("batch_size", 0)])
+def test_the_valuation_resources_counts_are_bounded_too(setting, bad):
+    with pytest.raises(ValueError, match=setting):
+        ValuationModelsResource(**{setting: bad})
+    assert getattr(ValuationModelsResource(**{setting: 1}), setting) == 1

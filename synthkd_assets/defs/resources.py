@@ -370,8 +370,10 @@ class ValuationModelsResource(dg.ConfigurableResource):
         default=None,
         description=f"Student checkpoint directory (${STUDENT_CHECKPOINT_ENV}): student_teacher_kl; needs a teacher.",
     )
-    window: int = Field(default=VALUATION_WINDOW, description="Continuation tokens after the prompt averaged over.")
-    batch_size: int = Field(default=4, description="Conversations per forward pass.")
+    window: int = Field(
+        default=VALUATION_WINDOW, ge=1, description="Continuation tokens after the prompt averaged over."
+    )
+    batch_size: int = Field(default=4, ge=1, description="Conversations per forward pass.")
     device: str = Field(default="auto", description='"auto" (CUDA when there is one), "cpu" or "cuda".')
 
     @classmethod
