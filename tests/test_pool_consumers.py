@@ -18,12 +18,13 @@ import torch.distributed as dist
 
 from examples import train_online_kd as online_kd_example
 from examples import train_scorer as scorer_example
+from synthkd_assets.core.cleanup import pool_publication_files
 from synthkd_assets.defs.passes import PLAN_STEPS, POOL_MANIFEST_STEPS, POOL_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract.manifest_seal import verify_manifest, write_sealed
 from synthkd_training.dataset import SpanDatasetError, SpanGPTDatasetConfig, build_span_datasets
 from synthkd_training.pool import PoolError, stage_blends, valuation_parts, verify_pool
-from tests.helpers import SAMPLE_RAW_DIR, run
+from tests.helpers import SAMPLE_RAW_DIR, pool_published, run
 
 
 @pytest.fixture
@@ -192,14 +193,23 @@ def test_the_built_pool_verifies_for_its_consumers(built_sample):
 
 def test_a_build_stopped_between_its_plan_pass_and_its_pool_pass_is_refused(built_sample, own_instance, copied):
     """The attack as run: the plan pass of a new build (other held-out clusters, so new validation sets), then the
-    build stops before its pool pass. The old pool and its curriculum are still on disk beside the new sets; the
-    pool's readers refuse them, and so does a pool manifest pass."""
+    build stops before its pool pass. The plan pass unpublishes the old pool (manifest, seal, curriculum blends: a
+    stock Megatron-LM run of P1.args finds nothing) and the UI shows it unpublished; a copy of the old pool kept
+    elsewhere beside the new sets is refused by the pool's readers, and so is a pool manifest pass."""
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copied.data_root))
     replan = SynthKDBuildConfig(heldout_per_exercise=SynthKDBuildConfig().heldout_per_exercise + 1)
     before = json.loads(copied.validation_manifest().read_text())["clusters_sha256"]
-    run(own_instance, layout, PLAN_STEPS, build=replan)
+    published = {path: path.read_bytes() for path in pool_publication_files(copied)}
+    assert copied.pool_manifest() in published and copied.curriculum_dir() / "P1.args" in published
+    result = run(own_instance, layout, PLAN_STEPS, build=replan)
     assert json.loads(copied.validation_manifest().read_text())["clusters_sha256"] != before
     verify_manifest(copied.validation_root())  # the new sets verify alone
+    assert pool_publication_files(copied) == []
+    assert not pool_published(own_instance).passed
+    [sets] = [e for e in result.get_asset_materialization_events() if e.asset_key.path == ["synth_validation_sets"]]
+    assert len(sets.materialization.metadata["pool_unpublished_files"].value) == len(published)
+    for path, payload in published.items():  # the old pool's publication, as copied elsewhere before
+        path.write_bytes(payload)
     with pytest.raises(PoolError, match="come from different plans"):
         verify_pool(copied.pool_root())
     with pytest.raises(SystemExit, match="come from different plans"):

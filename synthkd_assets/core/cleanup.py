@@ -194,6 +194,27 @@ def unpublish_pool(build: DataLayout) -> list[Path]:
     return remove_written(pool_publication_files(build))
 
 
+def unpublish_pool_of_other_clusters(build: DataLayout, clusters_sha256: str) -> list[Path]:
+    """Unpublish the pool (`unpublish_pool`) when its sealed manifest was made after other near-duplicate clusters
+    than `clusters_sha256` (the ones new validation sets are being held out of): a build stopped between its plan
+    pass and its pool pass must not leave the old pool and its curriculum blends published beside validation sets
+    that may hold rows the old pool trains on. One plan's pool, curriculum and validation sets, or no pool.
+
+    Args:
+        build: the full or smoke build (as `build.smoke` says).
+        clusters_sha256: the sha256 of the clusters.json the new validation sets come from.
+
+    Returns:
+        The files removed (none when the pool is unpublished already, or made after these clusters).
+    """
+    try:
+        manifest = json.loads(build.pool_manifest().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # none published (or not a manifest: it does not verify, nothing to take back)
+    planned = (manifest.get("sampling", {}).get("near_dup") or {}).get("clusters_sha256")
+    return [] if planned == clusters_sha256 else unpublish_pool(build)
+
+
 def remove_orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
     """Delete `orphaned_outputs(layout, present)` and the pool files that would list them
     (`unlisted_pool_files`), and an anchor source's directory of key-named files (`<stage>/<source>/`) once it

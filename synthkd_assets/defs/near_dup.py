@@ -8,7 +8,7 @@ from collections import Counter
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.cleanup import remove_stale_cluster_files
+from synthkd_assets.core.cleanup import remove_stale_cluster_files, unpublish_pool_of_other_clusters
 from synthkd_assets.core.dataset_manifest import write_sealed_manifest
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.near_dup import (
@@ -24,6 +24,7 @@ from synthkd_assets.core.parquet_io import write_tables_together
 from synthkd_assets.core.tokenizer import load_harmony_encoding
 from synthkd_assets.core.validation_sets import validation_rows, validation_table
 from synthkd_assets.defs.assets import shard_step, stage_result, synth_filtered
+from synthkd_assets.defs.checks import pool_unpublished_events
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.metadata import table_definition_metadata
@@ -213,10 +214,16 @@ def synth_validation_sets(
     for name in {entry["shard"] for entry in summary["heldout_clusters"]}:
         require_upstream(paths, "synth_validation_sets", name, "synth_filtered")
     sets = validation_rows(summary["heldout_clusters"], filtered, load_harmony_encoding(paths.tokenizer_dir()))
+    clusters_sha256 = sha256_file(summary_path)
+    # first: until the pool pass follows, no published pool may train on what these sets hold out
+    unpublished = unpublish_pool_of_other_clusters(paths, clusters_sha256)
+    why = "synth_validation_sets holds out rows of new near-duplicate clusters; the pool was made after others"
+    for event in pool_unpublished_events(paths, unpublished, why):
+        context.instance.report_runless_asset_event(event)
     files = {KL_SET: paths.heldout_kl(), FORMAT_SET: paths.format_suite()}
     write_tables_together([(path, VALIDATION_SCHEMA, validation_table(sets[name])) for name, path in files.items()])
     manifest = {
-        "clusters_sha256": sha256_file(summary_path),
+        "clusters_sha256": clusters_sha256,
         "settings": summary["settings"],
         "sets": {
             name: {
@@ -237,6 +244,7 @@ def synth_validation_sets(
             "format_suite_rows": len(sets[FORMAT_SET]),
             "heldout_kl_by_exercise": dg.MetadataValue.json(manifest["sets"][KL_SET]["by_exercise"]),
             "format_suite_by_form": dg.MetadataValue.json(manifest["sets"][FORMAT_SET]["by_answer_form"]),
+            "pool_unpublished_files": dg.MetadataValue.json([paths.recorded(p) for p in unpublished]),
         },
         data_version=dg.DataVersion(digest),
     )
