@@ -159,3 +159,17 @@ def test_one_10mb_anchor_line_no_longer_takes_math_to_zero():
         assert abs(achieved[group] - plan["groups"][group]["target_share"]) <= QUOTA_SHARE_TOLERANCE, achieved
     assert plan["share_misses"] == []
     assert "math_line" in excluded_ids(plan)
+
+
+def test_rows_sharing_the_stopping_hash_are_left_out_with_it(monkeypatch):
+    """Two synth_ids can share one float hash (53 bits of 64): the rule keeps hash < rate, so a kept row tied with
+    the first row left out would be dropped by the pool while the plan counted it. With a coarse hash forcing
+    ties, the plan's kept rows are exactly the rule's, row for row."""
+    import synthkd_assets.core.quota as quota
+
+    real = quota.stable_unit_interval
+    monkeypatch.setattr(quota, "stable_unit_interval", lambda salt, key: int(real(salt, key) * 16) / 16)
+    rows = small_rows(11, 400)
+    plan, kept = plan_quota_selection(rows, QuotaTargets())
+    assert sorted(r.synth_id for r in kept) == sorted(kept_ids(rows, plan))
+    assert plan["skill_tokens"]["expected"] == {b: sum(r.tokens for r in kept if r.skill == b) for b in SKILL_BUCKETS}

@@ -104,19 +104,22 @@ def hash_ordered_prefix(
     """
     read = tokens_of or (lambda row: (row[0], row[-1]))
     ordered = sorted((stable_unit_interval(salt, read(row)[0]), read(row)[0], i, row) for i, row in enumerate(rows))
-    kept: list[Any] = []
+    kept: list[tuple[float, Any]] = []
     skipped: list[Any] = []
     total = 0
     for unit, _, _, row in ordered:
         length = int(read(row)[1])
         if total + length <= budget:
-            kept.append(row)
+            kept.append((unit, row))
             total += length
         elif length > oversized:
             skipped.append(row)
         else:
-            return PrefixSelection(unit, kept, skipped, total)
-    return PrefixSelection(1.0, kept, skipped, total)
+            # the rule keeps hash < rate: rows sharing the stopping row's hash (two ids, one float) go with it
+            while kept and kept[-1][0] == unit:
+                total -= int(read(kept.pop()[1])[1])
+            return PrefixSelection(unit, [row for _, row in kept], skipped, total)
+    return PrefixSelection(1.0, [row for _, row in kept], skipped, total)
 
 
 @dataclass(frozen=True)
@@ -279,8 +282,9 @@ def tokenized_quota_rows(paths: Iterable[Path], exercise_table: Mapping[str, str
     """
     rows: list[QuotaRow] = []
     for path in paths:
-        for batch in pq.ParquetFile(path).iter_batches(columns=["synth_id", "exercise", "tokens"], batch_size=4096):
-            lengths = pc.list_value_length(batch.column("tokens")).to_pylist()
+        # loss_mask (uint8) is as long as tokens (int32): its lengths for a quarter of the bytes read
+        for batch in pq.ParquetFile(path).iter_batches(columns=["synth_id", "exercise", "loss_mask"], batch_size=4096):
+            lengths = pc.list_value_length(batch.column("loss_mask")).to_pylist()
             for synth_id, exercise, length in zip(
                 batch.column("synth_id").to_pylist(), batch.column("exercise").to_pylist(), lengths
             ):

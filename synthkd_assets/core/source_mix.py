@@ -504,11 +504,12 @@ def reports_by_source(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, dic
 
 
 def tokenized_row_lengths(paths: Sequence[Path]) -> list[tuple[str, int]]:
-    """(synth_id, tokens) of every row of these synth_tokenized files: the rows a capped source's exact cap is
-    chosen from (a capped source is small: its whole token column is read)."""
+    """(synth_id, tokens) of every row of these synth_tokenized files: the rows a source's exact selection is
+    chosen from (anchor sources are small beside SYNTH)."""
     if not paths:
         return []
-    return pl.scan_parquet(list(paths)).select("synth_id", pl.col("tokens").list.len()).collect().rows()
+    # loss_mask (uint8) is as long as tokens (int32): its lengths for a quarter of the bytes read
+    return pl.scan_parquet(list(paths)).select("synth_id", pl.col("loss_mask").list.len()).collect().rows()
 
 
 def source_mix_plan(
