@@ -6,7 +6,7 @@ A row is dropped, and counted under the first reason that applies, when
    format characters (Unicode Cf: zero-width spaces and joiners, soft hyphens, BOM),
    other separators and controls, and blank fillers (INVISIBLE_PATTERN)          -> empty_synthetic_answer
 2. `constraints` carries the failure marker `result:Failed after maximum attempts` in
-   any case and spacing (`result: Failed after  maximum attempts`: FAILED_RESULT_PATTERN)
+   any case and spacing (`result: Failed after  maximum attempts`: failed_result_pattern)
                                                                                  -> result_failed_after_max_attempts
 3. a `result:` value of `constraints` is numerically or multiple-choice
    inconsistent with the first line of the answer                                -> result_inconsistent_with_answer
@@ -101,13 +101,15 @@ def _marker_pattern(marker: str) -> str:
     return "(?i)" + re.escape(key) + r"\s*:\s*" + r"\s+".join(re.escape(word) for word in value.split())
 
 
-# the failure marker as the corpus and hand-edited shards spell it (docs/bad-input.md)
-FAILED_RESULT_PATTERN = _marker_pattern(constants.FAILED_RESULT_MARKER)
+def failed_result_pattern() -> str:
+    """The failure marker (constants.FAILED_RESULT_MARKER) as the corpus and hand-edited shards spell it: any case,
+    any blanks around the colon and between the words (docs/bad-input.md), read from the constant when called."""
+    return _marker_pattern(constants.FAILED_RESULT_MARKER)
 
 
 def failed_result_expr(column: str) -> pl.Expr:
-    """`constraints` carries the failure marker (FAILED_RESULT_PATTERN: any case and spacing)."""
-    return pl.col(column).fill_null("").str.contains(FAILED_RESULT_PATTERN)
+    """`constraints` carries the failure marker (`failed_result_pattern`: any case and spacing)."""
+    return pl.col(column).fill_null("").str.contains(failed_result_pattern())
 
 
 # `result:<value>` items: constraints are `key:value` items separated by `;` (or new lines); the key
@@ -342,7 +344,7 @@ def filter_config() -> dict:
         "rules": [drops.DROP_EMPTY_ANSWER, drops.DROP_RESULT_FAILED, drops.DROP_RESULT_INCONSISTENT],
         "failed_marker": constants.FAILED_RESULT_MARKER,
         "failed_marker_case_insensitive": True,
-        "failed_marker_pattern": FAILED_RESULT_PATTERN,
+        "failed_marker_pattern": failed_result_pattern(),
         "empty_answer_invisible": INVISIBLE_PATTERN,
         "result_item": RESULT_ITEM_PATTERN,
         "result_number": _RESULT_NUMBER.pattern,
