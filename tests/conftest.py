@@ -65,3 +65,17 @@ def own_instance(built_sample):
     with dg.DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(SYNTH_SHARDS.name, shared.get_dynamic_partitions(SYNTH_SHARDS.name))
         yield instance
+
+
+@pytest.fixture
+def gloo_world():
+    """A single-process gloo world (in-memory store) for code that asks torch.distributed for the
+    rank; torn down afterwards unless something else had set one up."""
+    import torch.distributed as dist  # only the tests that ask for it load torch here
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    if created:
+        dist.destroy_process_group()

@@ -14,7 +14,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch.distributed as dist
 
 from examples import train_online_kd as online_kd_example
 from examples import train_scorer as scorer_example
@@ -25,16 +24,6 @@ from synthkd_contract.manifest_seal import verify_manifest, write_sealed
 from synthkd_training.dataset import SpanDatasetError, SpanGPTDatasetConfig, build_span_datasets
 from synthkd_training.pool import PoolError, stage_blends, valuation_parts, verify_pool
 from tests.helpers import SAMPLE_RAW_DIR, pool_published, run
-
-
-@pytest.fixture
-def gloo():
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    if created:
-        dist.destroy_process_group()
 
 
 @pytest.fixture
@@ -63,7 +52,7 @@ def rewrite_parquet(path: Path, column: str, edit) -> None:
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_a_curriculum_stage_loads_verified_with_verify_on(built_sample, tmp_path, gloo):
+def test_a_curriculum_stage_loads_verified_with_verify_on(built_sample, tmp_path, gloo_world):
     """The stage file of the build, through `stage_blends`, into the loader with `verify=True`: every trio of the
     pool is checked against the pool's manifest (four directories above it), not refused for want of a
     `megatron/train/manifest.json`."""
@@ -78,7 +67,7 @@ def test_a_curriculum_stage_loads_verified_with_verify_on(built_sample, tmp_path
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_a_tampered_pool_trio_named_by_the_stage_file_is_refused(copied, tmp_path, gloo):
+def test_a_tampered_pool_trio_named_by_the_stage_file_is_refused(copied, tmp_path, gloo_world):
     """A byte of a cell trio's index edited in place: the loader's default check (seal, sizes, the small files'
     sha256) against the pool's manifest refuses it, whether the blend came from `stage_blends` or by hand."""
     root = copied.pool_root()

@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import torch.distributed as dist
 
 
 @pytest.fixture(autouse=True)
 def per_test_index_cache(tmp_path, monkeypatch):
     """megatron-core's index cache, by default per user (synthkd_contract.trio.megatron_cache_dir), per test."""
     monkeypatch.setenv("SYNTHKD_CACHE_DIR", str(tmp_path / "user-cache"))
-
-
-@pytest.fixture
-def gloo_world():
-    """A single-process gloo world (in-memory store) for code that asks torch.distributed for the
-    rank; torn down afterwards unless something else had set one up."""
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    if created:
-        dist.destroy_process_group()
 
 
 @pytest.fixture
