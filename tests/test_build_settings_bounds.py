@@ -3,6 +3,7 @@ whichever route sets it: $SYNTHKD_BUILD_CONFIG (build.sh, `dg launch`, the senso
 
 The oracle is the settings' meaning (a length, a fraction, a count), written out here; before the bounds,
 `max_seq_len -1` and `distill_valid_fraction 1.5` built, and every DistillKit row was dropped or sent to validation.
+The smoke caps are refused by the smoke build that reads them (tests/test_smoke.py): a full build ignores them.
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ BOUNDS = [
     ("distill_valid_fraction", 1.5, 0.0),
     ("distill_valid_fraction", 1.0, 0.999),
     ("distill_valid_fraction", -0.01, 0.0),
-    ("smoke_max_rows", 0, 1),
-    ("smoke_max_tokens", -5, 1),
-    ("smoke_input_rows", 0, 1),
     ("encode_threads", 0, 1),
     ("memorization_cap", 0.0, 1.0),
     ("memorization_cap", 1.2, 1.0),

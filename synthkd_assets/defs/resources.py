@@ -132,11 +132,10 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         description="Cap each shard and write data/megatron/synth_kd_v1_smoke/ and data/distill/synth_distill_smoke/ "
         "instead, with every intermediate stage, plan and error log under data/smoke/.",
     )
-    smoke_max_rows: int = Field(default=64, ge=1, description="Conversations written per shard in a smoke build.")
-    smoke_max_tokens: int = Field(default=200_000, ge=1, description="Tokens written per shard in a smoke build.")
+    smoke_max_rows: int = Field(default=64, description="Conversations written per shard in a smoke build.")
+    smoke_max_tokens: int = Field(default=200_000, description="Tokens written per shard in a smoke build.")
     smoke_input_rows: int | None = Field(
         default=None,
-        ge=1,
         description="Raw rows a smoke build reads per shard (the first, in file order; no later step sees more). "
         f"Default {SMOKE_READ_AHEAD} x smoke_max_rows, so that smoke_max_rows conversations survive the filters "
         "and sampling.",
