@@ -317,6 +317,9 @@ def take_lock(fd: int, path: Path) -> int:
     except BuildLockHeld as error:
         print(error, file=sys.stderr)
         return 75  # EX_TEMPFAIL
+    except OutputPathError as error:  # a link swapped in after build.sh checked the path
+        print(error, file=sys.stderr)
+        return 2
     return 0
 
 

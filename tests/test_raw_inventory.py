@@ -5,6 +5,7 @@ vanish after a build; NUL in synth_id; the data root's build lock against a seco
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,9 +18,9 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
+from synthkd_assets.core.buildlock import BuildLockHeld, build_in_progress, build_lock, lock_fd
 from synthkd_assets.core.checks import dataset_rows_problems
-from synthkd_assets.core.cleanup import orphaned_outputs, remove_orphaned_outputs
+from synthkd_assets.core.cleanup import orphaned_outputs, remove_orphaned_outputs, unpublish_pool
 from synthkd_assets.core.inventory import (
     ignored_raw_files,
     partition_key_for,
@@ -28,7 +29,7 @@ from synthkd_assets.core.inventory import (
     shard_index_from_name,
 )
 from synthkd_assets.core.layout import DataLayout
-from synthkd_assets.core.ownership import OutputPathError
+from synthkd_assets.core.ownership import OutputPathError, compact_ledger, ledger_path, written_by_build
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
@@ -498,6 +499,64 @@ def test_a_data_root_copied_with_its_times_is_still_the_builds(tmp_path):
     shutil.copytree(paths.data_root, tmp_path / "moved")  # copy2: modification times kept
     moved = DataLayout(tmp_path / "raw", tmp_path / "moved")
     assert remove_orphaned_outputs(moved, ["synth_001"]) == [moved.stage_output("synth_harmony", "synth_004")]
+
+
+def test_a_name_the_build_must_clear_but_did_not_write_is_refused_not_left(tmp_path):
+    """Taking a pool's publication back (its manifests, seals, blends) from a data root whose files the ledger does
+    not know (a user's file there, a root built before the ledger): refused naming the file, never left published
+    in silence; the build's own publication goes, the valuation features' sealed manifest with it."""
+    paths = DataLayout(tmp_path / "raw", tmp_path / "data")
+    published = [paths.pool_manifest(), paths.valuation_manifest(), paths.curriculum_dir() / "P1.args"]
+    for path in published:
+        write_as_build(path)
+    foreign = paths.curriculum_dir() / "P3.json"
+    foreign.write_text("{}")
+    with pytest.raises(OutputPathError, match=f"{foreign}: the build must replace or remove it, but did not write"):
+        unpublish_pool(paths)
+    assert all(path.is_file() for path in [*published, foreign])
+    foreign.unlink()
+    assert unpublish_pool(paths) == sorted(published)
+
+
+def test_the_ledger_is_compacted_to_what_is_on_disk(tmp_path):
+    """Compaction (each build's inventory) keeps the lines of files still there as written, and partials; drops
+    the rest; a file written after it is still the build's."""
+    paths = DataLayout(tmp_path / "raw", tmp_path / "data")
+    kept = write_as_build(paths.stage_output("synth_harmony", "synth_001"))
+    for _ in range(3):  # rewritten: earlier lines can never match again
+        write_as_build(paths.stage_output("synth_harmony", "synth_002"), b"y" * (_ + 1))
+    gone = write_as_build(paths.stage_output("synth_harmony", "synth_003"))
+    gone.unlink()
+    partial = partial_left_by_killed_writer(paths.stage_output("synth_harmony", "synth_004"))
+    ledger = ledger_path(paths.data_root)
+    assert len(ledger.read_text().splitlines()) == 2 * 5 + 1  # every publication: its partial, its final
+    assert compact_ledger(paths.data_root) == 8
+    assert len(ledger.read_text().splitlines()) == 3
+    later = write_as_build(paths.stage_output("synth_harmony", "synth_005"))
+    assert written_by_build([kept, paths.stage_output("synth_harmony", "synth_002"), partial, later]) == [
+        kept,
+        paths.stage_output("synth_harmony", "synth_002"),
+        partial,
+        later,
+    ]
+
+
+def test_a_symlinked_lock_is_no_build_and_a_swapped_lock_is_refused(tmp_path):
+    other = tmp_path / "other" / ".build.lock"
+    other.parent.mkdir()
+    lock = tmp_path / "data" / ".build.lock"
+    lock.parent.mkdir()
+    lock.symlink_to(other)
+    with build_lock(other):  # another root's build: a link to its lock does not make this root busy
+        assert not build_in_progress(lock)
+    real = tmp_path / "real.lock"
+    real.write_text("")
+    fd = os.open(real, os.O_RDWR)
+    try:
+        with pytest.raises(OutputPathError, match="is not the regular file the build opened as its lock"):
+            lock_fd(fd, lock)
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("linked", ["synth_signatures", "errors/synth_pool", "pool/synth_pool_v1_valuation"])

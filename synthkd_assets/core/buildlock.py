@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,7 +46,11 @@ def checked_lock_path(path: Path) -> Path:
 
 
 def lock_fd(fd: int, path: Path) -> None:
-    """Lock the open file `fd` (the lock file `path`, which stays empty) or raise BuildLockHeld."""
+    """Lock the open file `fd` (the lock file `path`, which stays empty) or raise BuildLockHeld; OutputPathError
+    when `fd` is not the regular file at `path` (a link put there between the check and the open)."""
+    opened, there = os.fstat(fd), os.lstat(path)
+    if (opened.st_dev, opened.st_ino) != (there.st_dev, there.st_ino) or not stat.S_ISREG(there.st_mode):
+        raise OutputPathError(f"{path} is not the regular file the build opened as its lock: run the build again")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -66,9 +71,9 @@ def build_lock(path: Path) -> Iterator[Path]:
 
 def build_in_progress(path: Path) -> bool:
     """Whether a build holds the lock file `path` now (asked without taking it for longer than the test)."""
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():  # a link is no build's lock (build.sh refuses to take one)
         return False
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

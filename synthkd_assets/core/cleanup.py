@@ -38,7 +38,7 @@ from synthkd_assets.core.layout import (
     STAGE_SUFFIX,
     DataLayout,
 )
-from synthkd_assets.core.ownership import remove_written, written_by_build
+from synthkd_assets.core.ownership import remove_replaced_output, remove_written, written_by_build
 from synthkd_contract import constants, sources
 from synthkd_contract.manifest_seal import sidecar_path
 
@@ -181,17 +181,19 @@ def unlisted_pool_files(layout: DataLayout, orphaned: Collection[Path]) -> list[
 
 
 def pool_publication_files(build: DataLayout) -> list[Path]:
-    """What publishes one pool (full or smoke, as `build` says): its sealed manifest, the seal, and the curriculum
-    stage files (the blends a Megatron-LM run is pointed at). Not its plans, parts or trios."""
-    manifest = build.pool_manifest()
-    return [path for path in (manifest, sidecar_path(manifest)) if path.is_file()] + stage_files(build.curriculum_dir())
+    """What publishes one pool (full or smoke, as `build` says): its sealed manifest, the seal, the curriculum
+    stage files (the blends a Megatron-LM run is pointed at) and the valuation features' sealed manifest and seal
+    (the scorer's input, written with the pool's). Not its plans, parts, trios or feature parts."""
+    manifests = [build.pool_manifest(), build.valuation_manifest()]
+    sealed = [path for manifest in manifests for path in (manifest, sidecar_path(manifest)) if path.is_file()]
+    return sealed + stage_files(build.curriculum_dir())
 
 
 def unpublish_pool(build: DataLayout) -> list[Path]:
     """Remove `pool_publication_files(build)` and return them: before a pool shard's part is rewritten, so that no
     manifest or blend describes a pool whose rows changed (or mixes two quota plans' rows) until synth_curriculum
     and synth_pool_manifest run over every shard again."""
-    return remove_written(pool_publication_files(build))
+    return remove_replaced_output(pool_publication_files(build))
 
 
 def unpublish_pool_of_other_clusters(build: DataLayout, clusters_sha256: str) -> list[Path]:

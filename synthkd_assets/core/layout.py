@@ -303,6 +303,11 @@ class DataLayout:
         with the checkpoints configured, not with the pool."""
         return self.data_root / POOL_SUBDIR / f"{self.pool_name()}{VALUATION_SUFFIX}"
 
+    def valuation_manifest(self) -> Path:
+        """The valuation features' sealed manifest, written with the pool's (it names the pool part each feature
+        part was made from)."""
+        return self.valuation_root() / constants.MANIFEST_FILENAME
+
     def valuation_part(self, shard_index: int) -> Path:
         return self.valuation_root() / constants.distill_part_name(shard_index)
 

@@ -19,11 +19,13 @@ to a crash only leaves a file unremovable (never a foreign file removable).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 # the written ledger of an output root, relative to it (listed with every path in core/layout.py)
@@ -64,15 +66,29 @@ def output_root_of(path: Path) -> Path | None:
 
 
 def ledger_path(root: Path) -> Path:
-    """The written ledger of the output root `root` (a data root's: `<root>/.synthkd/written.jsonl`)."""
+    """The written ledger of an output root.
+
+    Args:
+        root: an output root (registered or not).
+
+    Returns:
+        Where its ledger is: registered with it, else `<root>/.synthkd/written.jsonl`.
+    """
     absolute = Path(os.path.abspath(root))
     return _OUTPUT_ROOTS.get(absolute, absolute / WRITTEN_LEDGER)
 
 
 def dataset_ledger_path(data_root: Path, dataset_root: Path) -> Path:
-    """The ledger of a dataset root given apart from the data root (a DistillKit root elsewhere): in the data
-    root's ledger directory, named after the dataset root's absolute path, so that nothing unlisted lands in the
-    dataset."""
+    """The ledger of a dataset root given apart from the data root (a DistillKit root elsewhere), kept outside
+    the dataset so that nothing its manifest does not list lands in it.
+
+    Args:
+        data_root: the build's data root.
+        dataset_root: the dataset root given apart.
+
+    Returns:
+        `<data_root>/.synthkd/written-<sha256 of the dataset root's absolute path, 16 hex>.jsonl`.
+    """
     name = hashlib.sha256(os.path.abspath(dataset_root).encode()).hexdigest()[:16]
     return Path(os.path.abspath(data_root)) / WRITTEN_LEDGER.parent / f"written-{name}.jsonl"
 
@@ -131,14 +147,81 @@ def record_written(final_path: Path, written: Path, partial: bool = False) -> No
     relative = Path(os.path.abspath(final_path)).relative_to(root).as_posix()
     identity = (relative, _BEING_WRITTEN, _BEING_WRITTEN) if partial else _identity(relative, os.lstat(written))
     line = json.dumps(dict(zip(("path", "size", "mtime_ns"), identity, strict=True)))
-    ledger = ledger_path(root)
+    with _locked_ledger(ledger_path(root), fcntl.LOCK_SH) as fd:
+        os.write(fd, (line + "\n").encode())
+
+
+@contextlib.contextmanager
+def _locked_ledger(ledger: Path, mode: int) -> Iterator[int]:
+    """The ledger file open for appending, under a shared (appending) or exclusive (compacting) `flock`, on the file
+    that is at the path once the lock is held (a compaction renames a new file into place: a writer that opened the
+    old one opens the new one)."""
     refuse_symlinked_dirs(ledger)
     ledger.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    while True:
+        fd = os.open(ledger, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, mode)
+            try:
+                current = os.lstat(ledger).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                yield fd
+                return
+        finally:
+            os.close(fd)  # drops the lock
+
+
+def compact_ledger(root: Path) -> int:
+    """Rewrite the ledger of the output root `root` with only the lines of files still there as recorded (the
+    others can never match again): run at the start of a build, so the ledger holds what the build has on disk,
+    not every file it ever wrote. Writers append meanwhile under a shared lock; this takes it exclusively.
+
+    Args:
+        root: a registered output root (a data root).
+
+    Returns:
+        How many lines were dropped.
+    """
+    root = Path(os.path.abspath(root))
+    ledger = ledger_path(root)
+    if not ledger.is_file():
+        return 0
+    with _locked_ledger(ledger, fcntl.LOCK_EX) as fd:
+        lines = _read_from(fd, 0).splitlines()
+        kept = []
+        for line in lines:
+            identity = _parse(line)
+            if identity is None:
+                continue
+            try:
+                status = os.lstat(root / identity[0])
+            except OSError:
+                continue
+            if identity[1] == _BEING_WRITTEN or _identity(identity[0], status) == identity:
+                kept.append(line)
+        if len(kept) < len(lines):
+            fresh = ledger.with_name(f"{ledger.name}.{os.getpid()}.compacting")
+            fresh.write_bytes(b"".join(line + b"\n" for line in kept))
+            os.replace(fresh, ledger)
+    return len(lines) - len(kept)
+
+
+def _read_from(fd: int, offset: int) -> bytes:
+    os.lseek(fd, offset, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(line: bytes) -> tuple[str, int, int] | None:
     try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+        entry = json.loads(line)
+        return entry["path"], entry["size"], entry["mtime_ns"]
+    except (ValueError, KeyError, TypeError):  # a torn line of a crashed writer: no file of its own
+        return None
 
 
 class _Ledger:
@@ -162,21 +245,12 @@ class _Ledger:
             status = os.fstat(fd)
             if status.st_ino != self.inode or status.st_size < self.offset:
                 self._reset(status.st_ino)
-            os.lseek(fd, self.offset, os.SEEK_SET)
-            appended = b""
-            while chunk := os.read(fd, 1 << 20):
-                appended += chunk
+            appended = _read_from(fd, self.offset)
         finally:
             os.close(fd)
         complete = appended[: appended.rfind(b"\n") + 1]  # a line being appended is read next time
         self.offset += len(complete)
-        for line in complete.splitlines():
-            try:
-                entry = json.loads(line)
-                identity = (entry["path"], entry["size"], entry["mtime_ns"])
-            except (ValueError, KeyError, TypeError):  # a torn line of a crashed writer: no file of its own
-                continue
-            self.entries.add(identity)
+        self.entries.update(identity for line in complete.splitlines() if (identity := _parse(line)) is not None)
         return self
 
 
@@ -243,19 +317,30 @@ def remove_written(paths: Iterable[Path]) -> list[Path]:
 
 
 def remove_replaced_output(paths: Iterable[Path]) -> list[Path]:
-    """Remove a writer's own earlier outputs at these names before it publishes (or instead of publishing) new
-    ones: below a registered output root only those the build wrote (`remove_written`); elsewhere (a writer used
-    on its own, with no layout, such as a test's directory) the files at those names.
+    """Remove a writer's own earlier outputs at these names, which the build must clear (before it publishes new
+    ones, or to take a publication back): below a registered output root the build's (`owns`), and a file there
+    it did not write is refused rather than left in place; elsewhere (a writer used on its own, with no layout,
+    such as a test's directory) the files at those names.
 
     Args:
-        paths: the names the writer publishes.
+        paths: the names the writer must clear.
 
     Returns:
         The files removed.
+
+    Raises:
+        OutputPathError: a file at one of the names, below an output root, that the build's written ledger does
+            not record (a user's file, an edited or copied output, a data root built before the ledger), named.
     """
-    paths = list(paths)
-    inside = [path for path in paths if output_root_of(path) is not None]
-    outside = [path for path in paths if output_root_of(path) is None and os.path.lexists(path)]
-    for path in outside:
+    paths = [path for path in paths if os.path.lexists(path)]
+    foreign = [path for path in paths if output_root_of(path) is not None and not owns(path)]
+    if foreign:
+        raise OutputPathError(
+            f"{foreign[0]}: the build must replace or remove it, but did not write it (its written ledger "
+            f"{ledger_path(output_root_of(foreign[0]))} does not record this file: edited, copied without its "
+            f"times, or from a build before the ledger){f' (and {len(foreign) - 1} more)' if len(foreign) > 1 else ''}"
+            ": move it away, then run again"
+        )
+    for path in paths:
         path.unlink(missing_ok=True)
-    return sorted([*remove_written(inside), *outside])
+    return sorted(paths)

@@ -12,6 +12,7 @@ from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.cleanup import remove_orphaned_outputs
 from synthkd_assets.core.inventory import RawShard, ignored_input_files, partition_changes, scan_inputs
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.ownership import compact_ledger
 from synthkd_assets.core.tokenizer import materialize_tokenizer, vocabulary_source
 from synthkd_assets.core.validation import labels_by_file, unknown_exercise_files, unknown_exercises_message
 from synthkd_assets.defs.checks import pool_unpublished_events
@@ -152,6 +153,7 @@ def synth_raw_inventory(
     for key in remove:
         context.instance.delete_dynamic_partition(SYNTH_SHARDS.name, key)
     tidied = tidy_outputs(context, paths, [s.name for s in shards])
+    compacted = compact_ledger(paths.data_root)  # the ledger holds what is on disk, not every file ever written
     reported = latest_raw_versions(context.instance, [s.name for s in shards])
     changed = {s.name for s in shards if reported[s.name] != s.sha256}
     for event in raw_reports(shards, changed):
@@ -162,6 +164,7 @@ def synth_raw_inventory(
             "added_partitions": dg.MetadataValue.json(add),
             "removed_partitions": dg.MetadataValue.json(remove),
             "removed_files": dg.MetadataValue.json(tidied.removed),
+            "written_ledger_lines_dropped": compacted,
             "ignored_files": dg.MetadataValue.json(tidied.ignored),
             INVENTORY_WARNINGS: dg.MetadataValue.json(tidied.warnings),
             "changed_shards": dg.MetadataValue.json(sorted(changed)),

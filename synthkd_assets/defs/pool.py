@@ -57,7 +57,6 @@ from synthkd_assets.defs.metadata import (
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import partition_records, read_quota_plan, require_upstream, shard_names, stage_files
 from synthkd_contract import sources
-from synthkd_contract.constants import MANIFEST_FILENAME
 from synthkd_contract.manifest_seal import file_record, read_sealed_manifest
 from synthkd_contract.schemas import POOL_SCHEMA
 
@@ -267,7 +266,7 @@ def synth_pool_manifest(
     if valuation_root.is_dir():  # the features of these parts, sealed for the scorer (docs/pool.md)
         parts = [f for f in manifest["files"] if f["path"].startswith(f"{POOL_PARTS_SUBDIR}/")]
         features = valuation_manifest(valuation_root.name, valuation_root, paths.pool_root(), parts)
-        write_sealed_manifest(valuation_root / MANIFEST_FILENAME, features)
+        write_sealed_manifest(paths.valuation_manifest(), features)
     achieved = manifest["quota"]["achieved"]["tokens"]
     mix = source_mix_metadata(manifest["source_mix"], "achieved") if "source_mix" in manifest else {}
     return dg.MaterializeResult(
