@@ -28,7 +28,9 @@ from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_assets.defs.upstream import shard_names
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
+from synthkd_contract.manifest_seal import sha256_file
 from tests.helpers import SAMPLE_RAW_DIR, check_evaluations, run
+from tests.test_bad_input import step_failures
 from tests.test_near_dup import WORDS, clusters_by_id, write_signatures
 
 ZWSP, SOFT_HYPHEN, ZWJ, WORD_JOINER, BOM = "\u200b", "\u00ad", "\u200d", "\u2060", "\ufeff"
@@ -178,6 +180,18 @@ def test_held_out_rows_renamed_in_place_and_rebuilt_are_never_trained_on(copy_of
     signatures = [paths.stage_output("synth_signatures", name) for name in shard_names(paths)]
     forged = paths.data_root / "forged_documents.parquet"
     pl.DataFrame({"synth_id": [leaked]}).write_parquet(forged)
-    problems = heldout_prompts_trained([*documents, forged], signatures, summary)
+    problems = heldout_prompts_trained([*documents, forged], signatures, summary, paths.clusters_summary())
     assert problems.total == 1 and f"synth_id {leaked!r} in forged_documents.parquet" in problems[0]
-    assert heldout_prompts_trained(documents, signatures, summary).total == 0
+    assert heldout_prompts_trained(documents, signatures, summary, paths.clusters_summary()).total == 0
+
+    # clusters written by an earlier version keep no held-out prompts: the check fails, and a shard's sampling
+    # stops, each naming the file and the pass that rewrites it (never a KeyError, never a silent pass)
+    older = {key: value for key, value in summary.items() if key != "heldout_prompts"}
+    [problem] = heldout_prompts_trained(documents, signatures, older, paths.clusters_summary())
+    assert f"{paths.clusters_summary()} keeps no held-out prompts" in problem and "synth_plan_job" in problem
+    paths.clusters_summary().write_text(json.dumps(older))
+    plan = json.loads(paths.sampling_plan().read_text())  # as that version's plan, made after those clusters
+    plan["near_dup"]["clusters_sha256"] = sha256_file(paths.clusters_summary())
+    paths.sampling_plan().write_text(json.dumps(plan))
+    failed = run(instance, layout, ["synth_sampled"], shard, raise_on_error=False)
+    assert any("keeps no held-out prompts" in failure for failure in step_failures(failed)), step_failures(failed)

@@ -770,8 +770,35 @@ def heldout_matches(signatures_path: Path, heldout: Sequence[Mapping[str, Any]],
     return set(bands["synth_id"].gather(rows[near]).to_list())
 
 
+class ClustersTooOld(ValueError):
+    """A clusters summary written before held-out prompts were kept in it."""
+
+
+def summary_heldout_prompts(summary: Mapping[str, Any], summary_path: Path) -> tuple[list[dict[str, Any]], float]:
+    """The held-out prompts a clusters summary keeps, and the threshold they are matched at.
+
+    Args:
+        summary: A synth_clusters summary (clusters.json), as read.
+        summary_path: Where it was read (named in the error).
+
+    Returns:
+        (its `heldout_prompts`, its settings' Jaccard threshold).
+
+    Raises:
+        ClustersTooOld: the summary has no `heldout_prompts` (written by an earlier version): naming the file and
+            the pass that rewrites it.
+    """
+    if "heldout_prompts" not in summary:
+        raise ClustersTooOld(
+            f"{summary_path} keeps no held-out prompts (an earlier version wrote it), so no row can be checked "
+            "against the validation sets: run the plan pass again (./scripts/build.sh, or dg launch --job "
+            "synth_plan_job), then this step"
+        )
+    return summary["heldout_prompts"], summary["settings"]["threshold"]
+
+
 def heldout_prompts_trained(
-    document_tables: Sequence[Path], signature_files: Sequence[Path], summary: Mapping[str, Any]
+    document_tables: Sequence[Path], signature_files: Sequence[Path], summary: Mapping[str, Any], summary_path: Path
 ) -> Problems:
     """Rows a dataset trains on whose prompt is a held-out one, by content (`heldout_matches`), whatever their
     synth_ids: the validation sets' guarantee checked on what was written.
@@ -780,12 +807,16 @@ def heldout_prompts_trained(
         document_tables: The dataset's documents tables (a synth_id column: the rows it trains on).
         signature_files: Every shard's synth_signatures Parquet (where a row's signature is read).
         summary: The clusters summary in force (its `heldout_prompts` and the threshold in its `settings`).
+        summary_path: Where the summary was read.
 
     Returns:
-        One line a trained row matching a held-out prompt (the first 20 listed, all counted).
+        One line a trained row matching a held-out prompt (the first 20 listed, all counted); one line naming the
+        summary when it keeps no held-out prompts (`summary_heldout_prompts`): then nothing can be checked.
     """
-    held = summary.get("heldout_prompts", [])
-    threshold = summary.get("settings", {}).get("threshold", nd.JACCARD_THRESHOLD)
+    try:
+        held, threshold = summary_heldout_prompts(summary, summary_path)
+    except ClustersTooOld as error:
+        return Problems([str(error)])
     matched: set[str] = set()
     for path in signature_files:
         if path.is_file():

@@ -15,10 +15,12 @@ from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
 from synthkd_assets.core.memory import return_freed_heap
 from synthkd_assets.core.near_dup import (
+    ClustersTooOld,
     clusters_rule,
     heldout_matches,
     ids_unseen_by_clusters,
     signed_row_for_row,
+    summary_heldout_prompts,
     synth_ids_rule,
 )
 from synthkd_assets.core.render import FastRenderer
@@ -275,9 +277,11 @@ def synth_sampled(
             f"rows, or an older version of them): materialize synth_signatures for {key!r} first"
         )
     # every row whose prompt is a held-out one is held out, whatever its synth_id (docs/near-dup.md "Rebuilds")
-    summary = mf.read_json(paths.clusters_summary())
-    held = summary["heldout_prompts"]
-    matches = heldout_matches(signatures, held, summary["settings"]["threshold"])
+    try:
+        held, threshold = summary_heldout_prompts(mf.read_json(paths.clusters_summary()), paths.clusters_summary())
+    except ClustersTooOld as error:
+        raise dg.Failure(str(error)) from None
+    matches = heldout_matches(signatures, held, threshold)
     rule = first_reason(synth_ids_rule(matches, drops.DROP_HELDOUT), rule)
     copies = matches - {entry["synth_id"] for entry in held}  # held out here, not by the clusters' decisions
     warning = near_dup_controlled_result(key, len(unseen), rows, len(copies))

@@ -556,9 +556,11 @@ no_duplicate_synth_ids = documents_check(
 def _validation_rows_trained(tables: list[Path], paths: DataLayout) -> Problems:
     """The validation sets' rows by synth_id, and the held-out prompts by content whatever the synth_id."""
     problems = validation_rows_trained(tables, [paths.heldout_kl(), paths.format_suite()])
-    summary = mf.read_json(paths.clusters_summary()) if paths.clusters_summary().is_file() else {}
+    if not paths.clusters_summary().is_file():  # no near-duplicate control in this build: nothing held out
+        return problems
+    summary = mf.read_json(paths.clusters_summary())
     signatures = [paths.stage_output("synth_signatures", name) for name in shard_names(paths)]
-    return problems + heldout_prompts_trained(tables, signatures, summary)
+    return problems + heldout_prompts_trained(tables, signatures, summary, paths.clusters_summary())
 
 
 validation_sets_not_trained = documents_check(
