@@ -16,6 +16,7 @@ import unicodedata
 import numpy as np
 
 from synthkd_contract.constants import LOSSMASK_DTYPE, SPAN_DTYPE, SPAN_PROMPT
+from synthkd_contract.near_dup import REMOVED_CATEGORY
 
 
 def label_align(per_token: np.ndarray) -> np.ndarray:
@@ -54,5 +55,5 @@ def normalize_language(language: object) -> str:
     """
     if not isinstance(language, str):
         return ""
-    visible = "".join(ch for ch in language if unicodedata.category(ch) != "Cf").strip()
+    visible = "".join(ch for ch in language if unicodedata.category(ch) != REMOVED_CATEGORY).strip()
     return re.split(r"[-_]", visible, maxsplit=1)[0].strip().casefold()

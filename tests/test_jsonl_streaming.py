@@ -1,9 +1,8 @@
 """An anchor JSONL shard is read in bounded batches (core/sources/base.py `read_jsonl_source`), not whole.
 
-The old reader held the file's bytes, a list of its lines and every line parsed into Python objects at once: a
-100 MB Nemotron-Math-v2 file peaked at 790 MB. The oracle is tracemalloc's peak of Python allocations while a
-generated ~24 MB file is read: a few batches' worth (the old reader peaked at about five times the file's size);
-and the rows read are exactly the lines written.
+A reader holding the file's bytes, a list of its lines and every line parsed into Python objects at once peaks at
+several times the file's size. The oracle is tracemalloc's peak of Python allocations while a generated ~24 MB
+file is read: a few batches' worth; and the rows read are exactly the lines written.
 """
 
 from __future__ import annotations

@@ -46,8 +46,16 @@ def checked_lock_path(path: Path) -> Path:
 
 
 def lock_fd(fd: int, path: Path) -> None:
-    """Lock the open file `fd` (the lock file `path`, which stays empty) or raise BuildLockHeld; OutputPathError
-    when `fd` is not the regular file at `path` (a link put there between the check and the open)."""
+    """Lock the open file `fd`, the lock file `path` (which stays empty).
+
+    Args:
+        fd: an open file descriptor of the lock file.
+        path: the lock file's path (`DataLayout.build_lock`).
+
+    Raises:
+        BuildLockHeld: another build holds it.
+        OutputPathError: `fd` is not the regular file at `path` (a link put there between the check and the open).
+    """
     opened, there = os.fstat(fd), os.lstat(path)
     if (opened.st_dev, opened.st_ino) != (there.st_dev, there.st_ino) or not stat.S_ISREG(there.st_mode):
         raise OutputPathError(f"{path} is not the regular file the build opened as its lock: run the build again")

@@ -86,8 +86,16 @@ def _keyed_files(directory: Path, suffixes: tuple[str, ...]) -> list[tuple[Path,
 
 def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]:
     """Every per-shard output file (final or `.partial`) of the full and the smoke build on `layout`'s data
-    root that belongs to no shard in `present`: a key-named file of another key, or a number-named file of a
-    shard number no present shard has, that the build wrote (its written ledger, core/ownership.py)."""
+    root that belongs to no shard in `present` and that the build wrote.
+
+    Args:
+        layout: the build's layout (both builds on its data root are looked at).
+        present: the partition keys of the shards there now.
+
+    Returns:
+        A key-named file of another key, or a number-named file of a shard number no present shard has, that the
+        build's written ledger records (core/ownership.py), sorted.
+    """
     present_keys = set(present)
     present_numbers = {shard_index_from_name(key) for key in present_keys}
     not_orphans = present_keys | {"manifest"}  # a stage's manifest.json is named like a key, and is no shard's
@@ -190,9 +198,19 @@ def pool_publication_files(build: DataLayout) -> list[Path]:
 
 
 def unpublish_pool(build: DataLayout) -> list[Path]:
-    """Remove `pool_publication_files(build)` and return them: before a pool shard's part is rewritten, so that no
-    manifest or blend describes a pool whose rows changed (or mixes two quota plans' rows) until synth_curriculum
-    and synth_pool_manifest run over every shard again."""
+    """Take one pool's publication back: before a pool shard's part is rewritten, so that no manifest or blend
+    describes a pool whose rows changed (or mixes two quota plans' rows) until synth_curriculum and
+    synth_pool_manifest run over every shard again.
+
+    Args:
+        build: the full or smoke build (as `build.smoke` says).
+
+    Returns:
+        The files removed (`pool_publication_files`).
+
+    Raises:
+        OutputPathError: one of them is not the build's (core/ownership.py `remove_replaced_output`).
+    """
     return remove_replaced_output(pool_publication_files(build))
 
 

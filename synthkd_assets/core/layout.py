@@ -63,7 +63,6 @@ POOL_TRIOS_SUBDIR = "megatron"  # the pool's per-cell trios, {train,valid}/<B>_<
 CURRICULUM_SUBDIR = "curriculum"
 # kept out of the inputs as part of the output tree; the curriculum's Megatron-LM index cache is per user, outside
 # the data root (core/curriculum.py, stage_cache_dir)
-MEGATRON_CACHE_SUBDIR = "megatron_cache"
 VALUATION_SUFFIX = "_valuation"  # <pool name>_valuation/: the features of the pool's rows, beside its sealed root
 CURRICULUM_PLAN_FILENAME = "plan.json"
 QUOTA_PLAN_STAGE = "synth_quota_plan"
@@ -121,11 +120,14 @@ class DataLayout:
 
     def output_dirs(self) -> tuple[Path, ...]:
         """Every directory the full and the smoke build on this data root write into (and the DistillKit root
-        and encoding-errors log configured here): the output tree, which the inputs must stay
-        out of."""
+        and encoding-errors log configured here).
+
+        Returns:
+            The output tree, which the inputs must stay out of (`input_output_overlap`).
+        """
         outputs = [self.data_root / name for name in (RAW_STATE_SUBDIR, TOKENIZER_SUBDIR, SMOKE_SUBDIR)]
         outputs += [self.data_root / name for name in (MEGATRON_SUBDIR, DISTILL_SUBDIR, POOL_SUBDIR)]
-        outputs += [self.data_root / VALIDATION_SUBDIR, self.data_root / MEGATRON_CACHE_SUBDIR]
+        outputs.append(self.data_root / VALIDATION_SUBDIR)
         outputs += [(self.data_root / WRITTEN_LEDGER).parent]
         full = replace(self, smoke=False) if self.smoke else self
         stages = (*STAGE_NAMES, SIGNATURES_STAGE, CLUSTERS_STAGE, SAMPLING_PLAN_STAGE, QUOTA_PLAN_STAGE)

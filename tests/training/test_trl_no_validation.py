@@ -1,6 +1,6 @@
 """examples/train_trl_sft.py on a DistillKit dataset built with `distill_valid_fraction 0`: the build writes an empty
-validation part (both splits are always written); `datasets` cannot read a part without rows, and the script died
-with a raw DatasetGenerationError traceback. It now says so in one line and trains without an evaluation split."""
+validation part (both splits are always written), which `datasets` cannot read (a raw DatasetGenerationError): the
+script says so in one line and trains without an evaluation split."""
 
 from __future__ import annotations
 
