@@ -45,12 +45,18 @@ def check_outcomes(result) -> dict[str, bool]:
 
 def check_evaluations(instance, layout: SynthKDLayout, asset: str) -> dict:
     """Run every check of `asset` alone (not raising on a failure): check name -> its evaluation."""
+    return _run_checks(instance, layout, dg.AssetSelection.checks_for_assets(asset))
+
+
+def check_evaluation(instance, layout: SynthKDLayout, check: dg.AssetCheckKey) -> dg.AssetCheckEvaluation:
+    """Run the one check `check` alone (not raising on a failure): its evaluation."""
+    [evaluation] = _run_checks(instance, layout, dg.AssetSelection.checks(check)).values()
+    return evaluation
+
+
+def _run_checks(instance, layout: SynthKDLayout, selection: dg.AssetSelection) -> dict:
     result = dg.materialize(
-        ALL_ASSETS,
-        selection=dg.AssetSelection.checks_for_assets(asset),
-        instance=instance,
-        resources=synthkd_resources(layout),
-        raise_on_error=False,
+        ALL_ASSETS, selection=selection, instance=instance, resources=synthkd_resources(layout), raise_on_error=False
     )
     return {evaluation.check_name: evaluation for evaluation in result.get_asset_check_evaluations()}
 

@@ -11,23 +11,11 @@ import shutil
 import dagster as dg
 import pytest
 
-from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
+from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract.manifest_seal import ManifestError, verify_manifest
-from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR
+from tests.helpers import SAMPLE_RAW_DIR, check_evaluation
 
 CHECK = dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "pool_mix_within_tolerance")
-
-
-def evaluate(instance, layout: SynthKDLayout):
-    result = dg.materialize(
-        ALL_ASSETS,
-        selection=dg.AssetSelection.checks(CHECK),
-        instance=instance,
-        resources=synthkd_resources(layout),
-        raise_on_error=False,
-    )
-    [evaluation] = result.get_asset_check_evaluations()
-    return evaluation
 
 
 def test_a_share_missed_by_more_than_a_point_fails_naming_the_rows(built_sample, own_instance, tmp_path):
@@ -35,14 +23,14 @@ def test_a_share_missed_by_more_than_a_point_fails_naming_the_rows(built_sample,
     shutil.copytree(built_sample[2], copy)
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
     paths = layout.data_layout()
-    passed = evaluate(own_instance, layout)
+    passed = check_evaluation(own_instance, layout, CHECK)
     assert passed.passed, passed.description
 
     plan = json.loads(paths.quota_plan().read_text())
     plan["skill_tokens"]["target_share"] = {"B1": 0.8, "B2": 0.1, "B3": 0.0, "B4": 0.1}
     plan["excluded"] = [{"synth_id": "rag_long_1", "skill": "B1", "ctx": "C4", "tokens": 500_000, "why": "oversized"}]
     paths.quota_plan().write_text(json.dumps(plan))
-    failed = evaluate(own_instance, layout)
+    failed = check_evaluation(own_instance, layout, CHECK)
     assert not failed.passed
     assert "B1: 60.59% of the kept tokens, target 80.00%" in failed.description
     assert "rows that cause it: rag_long_1 (500000 tokens)" in failed.description
