@@ -393,7 +393,7 @@ def verified_pairs(
             hi = lo + EDGE_CHUNK
             equal[lo:hi] += (signatures[a[lo:hi]] == signatures[b[lo:hi]]).sum(axis=1, dtype=np.uint8)
         del signatures
-    return pairs[equal >= threshold * nd.NUM_PERM - 1e-9]
+    return pairs[equal >= min_equal_values(threshold)]
 
 
 @dataclass
@@ -718,6 +718,18 @@ def ids_unseen_by_clusters(rows_path: Path, clusters_path: Path) -> tuple[pl.Ser
     return ids.join(seen, on="synth_id", how="anti")["synth_id"], ids.height
 
 
+def min_equal_values(threshold: float) -> float:
+    """How many of two signatures' NUM_PERM values must be equal for their rows to be near duplicates.
+
+    Args:
+        threshold: The estimated Jaccard similarity at or above which two rows are near duplicates.
+
+    Returns:
+        threshold x NUM_PERM, less a rounding margin (0.8 x 128 is not exactly 102.4 in floating point).
+    """
+    return threshold * nd.NUM_PERM - 1e-9
+
+
 def signed_row_for_row(rows_path: Path, signatures_path: Path) -> bool:
     """Whether a signatures file is the one of these rows: its synth_ids are theirs, in their order (the signature
     step writes one row per input row).
@@ -766,7 +778,7 @@ def heldout_matches(signatures_path: Path, heldout: Sequence[Mapping[str, Any]],
     step = max(1, EDGE_CHUNK // len(held))  # candidate rows compared at once, with every held-out row
     for lo in range(0, len(rows), step):
         equal = (signatures[lo : lo + step, None, :] == held[None, :, :]).sum(axis=2)
-        near[lo : lo + step] = (equal >= threshold * nd.NUM_PERM - 1e-9).any(axis=1)
+        near[lo : lo + step] = (equal >= min_equal_values(threshold)).any(axis=1)
     return set(bands["synth_id"].gather(rows[near]).to_list())
 
 
