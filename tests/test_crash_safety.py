@@ -17,10 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from synthkd_assets.core import atomic
 from synthkd_assets.core.atomic import PARTIAL_SUFFIX, PartialFile, atomic_write_text
 from synthkd_assets.core.dataset_manifest import PENDING
 from synthkd_assets.core.megatron_io import MegatronShardWriter, trio_alignment_problems
-from synthkd_assets.core.ownership import ledger_path
+from synthkd_assets.core.ownership import ledger_path, owns, register_output_root
 from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import CHECKS_SUFFIX, HELD, SIDECAR_SUFFIX, ManifestError, verify_manifest
@@ -164,3 +165,27 @@ def test_a_dead_writers_partial_is_swept_and_a_live_ones_is_not(tmp_path):
     assert final.read_text() == "done\n" and not dead.exists() and live.path.exists()
     live.discard()
     assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]
+
+
+def test_a_partial_is_in_the_written_ledger_before_it_exists(tmp_path, monkeypatch):
+    """A writer killed at any instant while it creates its partial leaves no file the build does not own: the
+    ledger line comes first, so there is no moment when the file exists unrecorded (a SIGKILL there left a partial
+    no rerun removed)."""
+    root = tmp_path / "data"
+    register_output_root(root)
+    final = root / "pool" / "shards" / "shard_02.json"
+    existed_when_recorded = []
+    real_record = atomic.record_written
+
+    def record(final_path, written, partial=False):
+        if partial:
+            existed_when_recorded.append(written.exists())
+        real_record(final_path, written, partial)
+
+    monkeypatch.setattr(atomic, "record_written", record)
+    writer = PartialFile(final)
+    assert existed_when_recorded == [False] and owns(writer.path)
+    os.close(writer._fd)  # the writer dies: its lock goes, its partial stays
+    writer._fd = None
+    atomic_write_text(final, "done\n")
+    assert sorted(p.name for p in final.parent.iterdir()) == [final.name]

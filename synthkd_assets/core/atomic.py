@@ -6,9 +6,10 @@ leaves something that a reader or an asset check would take for finished output.
 Every published file is recorded in its output root's written ledger first (core/ownership.py): what the
 build may later remove.
 
-Partial names are unpredictable and created exclusively (`<name>.<random>.partial`, `mkstemp`:
-O_CREAT|O_EXCL, so an existing name, a planted symlink included, is never opened or followed),
-and each is `flock`ed by its writer while it lives. A partial left by a killed writer (its lock
+Partial names are unpredictable and created exclusively (`<name>.<random>.partial`, O_CREAT|O_EXCL|O_NOFOLLOW,
+so an existing name, a planted symlink included, is never opened or followed), each recorded in the written
+ledger before it is created (a kill between the two leaves no partial the build cannot claim), and each is
+`flock`ed by its writer while it lives. A partial left by a killed writer (its lock
 died with it) is removed by the next writer of the same file; a live writer's is left alone.
 """
 
@@ -17,8 +18,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def _umask() -> int:
     return mask
 
 
-# published files get the mode a plain open() would give them (mkstemp creates 0600)
+# published files get the mode a plain open() would give them (partials are created 0600)
 FILE_MODE = 0o666 & ~_umask()
 
 
@@ -53,11 +54,9 @@ class PartialFile:
         refuse_symlinked_dirs(final_path)  # below an output root, never through a planted directory link
         final_path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_partials(final_path)
-        fd, name = tempfile.mkstemp(dir=final_path.parent, prefix=f"{final_path.name}.", suffix=PARTIAL_SUFFIX)
-        self.path = Path(name)
+        self.path, fd = _create_recorded_partial(final_path)
         self._fd: int | None = fd
         try:
-            record_written(self.path, self.path, partial=True)  # a killed writer's partial is the build's to remove
             os.fchmod(fd, FILE_MODE)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BaseException:
@@ -76,6 +75,19 @@ class PartialFile:
             self.path.unlink(missing_ok=True)
         finally:
             self.release()
+
+
+def _create_recorded_partial(final_path: Path) -> tuple[Path, int]:
+    """A fresh partial name of `final_path`, recorded in the written ledger and then created exclusively (never
+    following a link): a writer killed at any point leaves either no file or one the ledger names as the build's."""
+    while True:
+        path = final_path.with_name(f"{final_path.name}.{secrets.token_hex(6)}{PARTIAL_SUFFIX}")
+        record_written(path, path, partial=True)  # a line for a file never created is dropped by compaction
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            return path, os.open(path, flags, 0o600)
+        except FileExistsError:
+            continue
 
 
 def remove_stale_partials(final_path: Path) -> list[Path]:
