@@ -87,6 +87,13 @@ DROP_OVER_SOURCE_SHARE: Final = _drop(
     "over_source_share", "not kept by the source mix: its source's share of the pool's tokens (synth_pool only)"
 )
 
+# --- artifact_harmony: rows of the synth_harmony_v1 artifact (synthkd_assets/core/harmony_artifact.py) ------------
+DROP_ARTIFACT_MESSAGES: Final = _drop(
+    "artifact_messages_invalid",
+    "an artifact row whose messages_json is not the artifact's shape (not JSON, an unknown role or content type, a "
+    "text holding NUL, no final answer last); the errors log says which",
+)
+
 # --- source_harmony: another dataset's rows -> Harmony (synthkd_assets/core/sources/, docs/sources.md) -------
 DROP_INVALID_JSON_LINE: Final = _drop(
     "invalid_json_line", "a JSONL line that is not one JSON object of Unicode text (a lone surrogate escape is not)"
@@ -163,6 +170,13 @@ DROP_REASONS_BY_STEP: Final = {
     "synth_kd_v1": (DROP_SMOKE_CAP,),
     "synth_distill": (DROP_OVER_MAX_SEQ_LEN, DROP_SMOKE_CAP),
     "synth_pool": (DROP_OVER_QUOTA, DROP_OVER_SOURCE_SHARE, DROP_SMOKE_CAP),
+    "artifact_harmony": (
+        DROP_MISSING["synth_id"],
+        DROP_NUL_IN_SYNTH_ID,
+        DROP_DUPLICATE_SYNTH_ID,
+        DROP_ARTIFACT_MESSAGES,
+        DROP_SMOKE_CAP,
+    ),
     "source_harmony": (
         DROP_INVALID_JSON_LINE,
         DROP_WRONG_TYPE,
@@ -187,5 +201,7 @@ DROP_REASONS_BY_STEP: Final = {
 }
 # what the harmony step sanitizes (kept rows, counted)
 SANITIZED_KEYS: Final = (*SANITIZED_NUL_IN.values(), *SANITIZED_NULL.values(), SANITIZED_INVALID_WORDS)
+# what artifact_harmony sanitizes: a null language or exercise defaulted as raw SYNTH's
+ARTIFACT_SANITIZED_KEYS: Final = (SANITIZED_NULL["language"], SANITIZED_NULL["exercise"])
 # what source_harmony sanitizes (a tuple of its own: SANITIZED_KEYS enters synth_harmony's code version)
 SOURCE_SANITIZED_KEYS: Final = (SANITIZED_NUL_IN_TURN_TEXT, SANITIZED_SOURCE_SYSTEM_TURN)

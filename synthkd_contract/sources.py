@@ -14,6 +14,7 @@ import hashlib
 from typing import Final
 
 from synthkd_contract import constants
+from synthkd_contract.harmony_artifact import is_artifact_key
 
 SYNTH_SOURCE: Final = "synth"
 SYNTH_DATASET: Final = constants.SOURCE_DATASET
@@ -99,7 +100,10 @@ def distill_row_id(dataset: str, synth_id: str) -> str:
 
 
 def partition_source(partition_key: str) -> str:
-    """The source a partition's rows come from: `synth` for SYNTH's keys, `<source>` for `<source>/<stem>`."""
+    """The source a partition's rows come from: `synth` for SYNTH's keys (raw files, artifact ranges), `<source>`
+    for `<source>/<stem>`."""
+    if is_artifact_key(partition_key):  # a row-group range of the synth_harmony_v1 artifact: SYNTH's rows
+        return SYNTH_SOURCE
     source, separator, _ = partition_key.partition(SOURCE_PARTITION_SEPARATOR)
     return source if separator else SYNTH_SOURCE
 

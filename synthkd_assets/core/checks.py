@@ -61,7 +61,9 @@ def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash
         )
     if manifest["tokenizer"]["sha256"] != constants.TOKENIZER_SHA256:
         problems.append(f"tokenizer sha256 {manifest['tokenizer']['sha256']} is not the pinned one")
-    for label in ("tokenizer", "input_manifest"):
+    for label in ("tokenizer", "input_manifest", "input_artifact"):
+        if label not in manifest:  # input_artifact: only a build from a synth_harmony_v1 artifact has one
+            continue
         path = layout.resolve_recorded(manifest[label]["path"])
         if not path.is_file() or sha256_file(path) != manifest[label]["sha256"]:
             problems.append(f"{label} {path} no longer has the recorded sha256")

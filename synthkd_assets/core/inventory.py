@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from synthkd_assets.core.atomic import atomic_write_text
+from synthkd_assets.core.harmony_artifact import ArtifactRange, artifact_ranges, range_digest, read_artifact
 from synthkd_assets.core.layout import HARMONY_STAGE, SOURCES_DIR_ENV, DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.core.sources import ADAPTERS
-from synthkd_contract import constants, sources
+from synthkd_contract import constants, harmony_artifact, sources
 from synthkd_contract.manifest_seal import sha256_file
 
 RAW_GLOB = "*.parquet"
@@ -39,6 +40,8 @@ def shard_index_from_name(name: str) -> int:
     """`synth_07.parquet` (or its partition key `synth_07`) -> 7: the trailing number of the name without
     `.parquet` is the shard index of the contract. Only that suffix is removed, so a file name and its
     key always give the same number (`x_1.5.parquet` and `x_1.5` are both shard 5)."""
+    if harmony_artifact.is_artifact_key(name):  # a row-group range of the synth_harmony_v1 artifact
+        return harmony_artifact.artifact_shard_index(name)
     if sources.SOURCE_PARTITION_SEPARATOR in name:  # an anchor source's partition `<source>/<stem>`
         return sources.anchor_shard_index(name)
     match = re.search(r"(\d+)$", name.removesuffix(RAW_GLOB.removeprefix("*")))
@@ -66,14 +69,15 @@ def partition_key_for(path: Path) -> str:
 _BAD_KEY_SUBSTRINGS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
 
 
-def raw_shard_paths(raw_dir: Path) -> list[Path]:
-    """The raw shard files of `raw_dir`, sorted; refuses (InputFileError) a directory without any, a
-    name without a shard number (or one in the anchor sources' range) or unusable as a partition key, two
-    names with one shard number, and an entry that is not a regular file."""
+def raw_shard_paths(raw_dir: Path, may_be_empty: bool = False) -> list[Path]:
+    """The raw shard files of `raw_dir`, sorted; refuses (InputFileError) a directory without any (unless
+    `may_be_empty`: a build from the synth_harmony_v1 artifact alone), a name without a shard number (or one in
+    the anchor sources' range) or unusable as a partition key, two names with one shard number, and an entry that
+    is not a regular file."""
     if not raw_dir.is_dir():
         raise InputFileError(f"no raw shards in {raw_dir}: the directory does not exist")
     paths = sorted(raw_dir.glob(RAW_GLOB))
-    if not paths:
+    if not paths and not may_be_empty:
         raise InputFileError(f"no raw shards in {raw_dir}: no *.parquet file directly in it")
     by_index: dict[int, list[Path]] = {}
     for path in paths:
@@ -161,18 +165,34 @@ def scan_raw_dir(raw_dir: Path, cache_path: Path | None = None) -> list[RawShard
 
 
 def scan_inputs(layout: DataLayout) -> list[RawShard]:
-    """Every input shard of a build: SYNTH's raw shards, then the anchor sources' shards of
-    `layout.sources_root` when one is set (`source_shard_paths`), each hashed (one cache for both)."""
-    return _hashed(input_shard_paths(layout), layout.raw_hash_cache())
+    """Every input shard of a build: SYNTH's raw shards, the synth_harmony_v1 artifact's row-group ranges when
+    `layout.harmony_root` is set, then the anchor sources' shards of `layout.sources_root` when one is set
+    (`source_shard_paths`), each hashed (one cache for all: a range's version is its row groups' digest)."""
+    ranges = {r.key: r for r in layout_artifact_ranges(layout)}
+    return _hashed(_input_shard_paths(layout, ranges), layout.raw_hash_cache(), ranges)
 
 
 def input_shard_paths(layout: DataLayout) -> list[tuple[str, Path]]:
     """(partition key, path) of every input shard of a build, in partition order, unhashed: SYNTH's raw shards,
-    then the anchor sources'. Refuses what listing them refuses (`raw_shard_paths`, `source_shard_paths`); an
-    unreadable file only `scan_inputs` refuses, when it hashes it."""
-    synth = [(partition_key_for(path), path) for path in raw_shard_paths(layout.raw_root)]
+    the artifact's ranges (their file), then the anchor sources'. Refuses what listing them refuses
+    (`raw_shard_paths`, `read_artifact`, `source_shard_paths`); an unreadable file only `scan_inputs` refuses, when
+    it hashes it."""
+    return _input_shard_paths(layout, {r.key: r for r in layout_artifact_ranges(layout)})
+
+
+def layout_artifact_ranges(layout: DataLayout) -> list[ArtifactRange]:
+    """The row-group ranges of the layout's synth_harmony_v1 artifact (its manifest verified), none without one."""
+    if layout.harmony_root is None:
+        return []
+    return artifact_ranges(read_artifact(layout.harmony_root), layout.harmony_range_row_groups)
+
+
+def _input_shard_paths(layout: DataLayout, ranges: dict[str, ArtifactRange]) -> list[tuple[str, Path]]:
+    raw = raw_shard_paths(layout.raw_root, may_be_empty=layout.harmony_root is not None)
+    synth = [(partition_key_for(path), path) for path in raw]
+    artifact = [(key, r.path) for key, r in ranges.items()]
     anchors = source_shard_paths(layout.sources_root) if layout.sources_root is not None else []
-    return synth + anchors
+    return synth + artifact + anchors
 
 
 def source_shard_paths(sources_root: Path) -> list[tuple[str, Path]]:
@@ -223,27 +243,32 @@ def _kind(path: Path) -> str:
     return "JSONL" if path.suffix == ".jsonl" else "Parquet"
 
 
-def _hashed(shards: list[tuple[str, Path]], cache_path: Path | None) -> list[RawShard]:
+def _hashed(
+    shards: list[tuple[str, Path]], cache_path: Path | None, ranges: Mapping[str, ArtifactRange] | None = None
+) -> list[RawShard]:
     cache = _load_cache(cache_path)
+    ranges = ranges or {}
     hashed = []
     for key, path in shards:
+        artifact_range = ranges.get(key)
+        cache_key = str(path.resolve()) + (f"#{key}" if artifact_range is not None else "")
         try:
             stat = path.stat()
         except OSError as error:
             what = f"{type(error).__name__}: {error}"
             raise InputFileError(f"{path}: not a readable {_kind(path)} file ({what})") from error
-        cached = cache.get(str(path.resolve()))
+        cached = cache.get(cache_key)
         if cached and cached["bytes"] == stat.st_size and cached["mtime_ns"] == stat.st_mtime_ns:
             digest = cached["sha256"]
         else:
             try:
-                digest = sha256_file(path)
+                digest = sha256_file(path) if artifact_range is None else range_digest(artifact_range)
             except OSError as error:
                 raise InputFileError(
                     f"{path}: not a readable {_kind(path)} file ({type(error).__name__}: {error})"
                 ) from error
         hashed.append(RawShard(key, str(path), stat.st_size, stat.st_mtime_ns, digest))
-    updated = {str(Path(s.path).resolve()): asdict(s) for s in hashed}
+    updated = {str(Path(s.path).resolve()) + (f"#{s.name}" if s.name in ranges else ""): asdict(s) for s in hashed}
     if cache_path is not None and updated != cache:  # steps of one run may scan at the same time
         atomic_write_text(cache_path, json.dumps(updated, indent=1, sort_keys=True), shared=True)
     return hashed

@@ -3,6 +3,8 @@ CLI, tests and benchmarks, so that no path is spelled out anywhere else.
 
     <raw root>/<key>.parquet                      raw shards (partition key = file stem)
     <sources root>/<source>/<stem>.{parquet,jsonl} anchor source shards (partition key = <source>/<stem>)
+    <harmony root>/synth_harmony_shard_NN.parquet  synth_harmony_v1 artifact + manifest.json (partition key =
+                                                  synth_harmony_shard_NN/rg_<first>-<last>, a row-group range)
     <raw root>/input_manifest.json                optional, user-provided: the shards the inputs should be
     <data>/synth_raw/hash_cache.json              raw sha256 by (size, mtime), shared by full and smoke builds
     <data>/tokenizer/o200k_base.tiktoken          the pinned vocabulary, shared by full and smoke builds
@@ -39,8 +41,11 @@ from pathlib import Path
 from synthkd_assets.core.ownership import WRITTEN_LEDGER, dataset_ledger_path, register_output_root
 from synthkd_contract import constants
 from synthkd_contract.buckets import POOL_DATASET_NAME, POOL_SMOKE_DATASET_NAME
+from synthkd_contract.harmony_artifact import ARTIFACT_ROW_GROUPS_PER_PARTITION
 
 RAW_DIR_ENV = "SYNTHKD_RAW_DIR"
+HARMONY_DIR_ENV = "SYNTHKD_HARMONY_DIR"  # a synth_harmony_v1 artifact (docs/contract.md); unset: raw SYNTH only
+HARMONY_RANGE_ENV = "SYNTHKD_HARMONY_RANGE_ROW_GROUPS"  # row groups per artifact partition (default 100)
 SOURCES_DIR_ENV = "SYNTHKD_SOURCES_DIR"  # anchor sources: <dir>/<source key>/<shard>.{parquet,jsonl}; unset: SYNTH only
 DATA_DIR_ENV = "SYNTHKD_DATA_DIR"
 DEFAULT_RAW_DIR = "data/sample/synth_raw"  # the bundled sample, relative to the working directory
@@ -109,8 +114,12 @@ class DataLayout:
     distill_dir: Path | None = None  # DistillKit dataset root; default <data>/distill/<distill name>
     encoding_errors_log: Path | None = None  # default <build>/errors/synth_distill_encoding_errors.jsonl
     sources_root: Path | None = None  # the anchor sources' shards (docs/sources.md); None: SYNTH only
+    harmony_root: Path | None = None  # a synth_harmony_v1 artifact, beside or instead of raw SYNTH; None: none
+    harmony_range_row_groups: int = ARTIFACT_ROW_GROUPS_PER_PARTITION  # row groups per artifact partition
 
     def __post_init__(self) -> None:
+        if self.harmony_range_row_groups < 1:
+            raise ValueError(f"harmony_range_row_groups must be >= 1, got {self.harmony_range_row_groups}")
         if overlap := self.input_output_overlap():  # refused before anything is written, by every route
             raise InputOutputOverlap(overlap)
         # what this process writes below these roots is recorded, and never goes through a directory link
@@ -148,6 +157,7 @@ class DataLayout:
         inputs = {
             f"raw shards ({RAW_DIR_ENV})": self.raw_root,
             f"anchor sources ({SOURCES_DIR_ENV})": self.sources_root,
+            f"synth_harmony_v1 artifact ({HARMONY_DIR_ENV})": self.harmony_root,
         }
         for what, root in inputs.items():
             if root is None:
@@ -170,7 +180,16 @@ class DataLayout:
         raw = environ.get(RAW_DIR_ENV) or DEFAULT_RAW_DIR
         data = environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
         sources_dir = environ.get(SOURCES_DIR_ENV)
-        return cls(Path(raw), Path(data), smoke, sources_root=Path(sources_dir) if sources_dir else None)
+        harmony_dir = environ.get(HARMONY_DIR_ENV)
+        range_row_groups = int(environ.get(HARMONY_RANGE_ENV) or ARTIFACT_ROW_GROUPS_PER_PARTITION)
+        return cls(
+            Path(raw),
+            Path(data),
+            smoke,
+            sources_root=Path(sources_dir) if sources_dir else None,
+            harmony_root=Path(harmony_dir) if harmony_dir else None,
+            harmony_range_row_groups=range_row_groups,
+        )
 
     # --- raw side --------------------------------------------------------------------------------
     def raw_shard(self, key: str) -> Path:

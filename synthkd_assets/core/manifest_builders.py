@@ -43,6 +43,7 @@ from synthkd_assets.core.sampling import (
 )
 from synthkd_assets.core.source_mix import achieved_vs_target, reports_by_source
 from synthkd_contract import constants, sources
+from synthkd_contract.harmony_artifact import parse_range_key
 from synthkd_contract.manifest_seal import file_record
 from synthkd_contract.schemas import POOL_SCHEMA
 
@@ -66,13 +67,20 @@ def harmony_shard_entry(name: str, source_path: str, report: dict[str, Any], out
     """One shard of the synth_harmony manifest; the source hash is the one of the bytes the step read (its
     report), not of the file as it is now."""
     source = {"path": source_path, "bytes": report.get("source_bytes"), "sha256": report.get("source_sha256")}
+    if (artifact_range := parse_range_key(name)) is not None:  # an artifact range: its row groups, both included
+        source["row_groups"] = list(artifact_range[1:])
     return {"name": name, "source": source, "output": output, "report": report}
 
 
-def harmony_manifest(system: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts."""
+def harmony_manifest(
+    system: dict[str, Any], entries: list[dict[str, Any]], input_artifact: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """data/synth_harmony/manifest.json: schema, system message, and per-shard source/output hashes and counts;
+    with a synth_harmony_v1 artifact as input, its manifest's path and sha256 (`input_artifact`)."""
     reports = [entry["report"] for entry in entries]
+    artifact = {} if input_artifact is None else {"input_artifact": input_artifact}
     return {
+        **artifact,
         "schema": constants.HARMONY_SCHEMA_NAME,
         "source_dataset": constants.SOURCE_DATASET,
         "system_message": system,
@@ -164,12 +172,18 @@ def sampling_section(
 
 
 def provenance(
-    git: dict[str, Any], config: dict[str, Any], tokenizer: dict[str, str], input_manifest: dict[str, str]
+    git: dict[str, Any],
+    config: dict[str, Any],
+    tokenizer: dict[str, str],
+    input_manifest: dict[str, str],
+    input_artifact: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What every dataset manifest records about where its bytes came from (seed 000 "Provenance"):
-    `tokenizer` and `input_manifest` as {path, sha256}."""
+    `tokenizer` and `input_manifest` as {path, sha256}; with a synth_harmony_v1 artifact as input, its manifest as
+    `input_artifact` ({path, sha256, ...}: core/harmony_artifact.py)."""
     hashed = {"config": config, "config_hash": config_hash(config)}
-    return {**git, **hashed, "tokenizer": tokenizer, "input_manifest": input_manifest}
+    artifact = {} if input_artifact is None else {"input_artifact": input_artifact}
+    return {**git, **hashed, "tokenizer": tokenizer, "input_manifest": input_manifest, **artifact}
 
 
 def row_totals(stage_reports: Mapping[str, Mapping[str, dict]], output_reports: Sequence[dict]) -> dict[str, Any]:

@@ -125,6 +125,7 @@ def iter_frames(
     batch_rows: int | None = None,
     max_rows: int | None = None,
     source=None,
+    row_groups: Sequence[int] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """Stream `columns` of a Parquet file as polars frames of at most `batch_rows` rows (READ_BATCH_ROWS by default).
 
@@ -135,7 +136,8 @@ def iter_frames(
     Pages are streamed, never a whole column chunk: memory does not grow with a row group's size (SYNTH's
     files are one row group each). `max_rows` reads only the first rows, in file order, and stops: batches no
     larger than needed, and nothing after the prefix read or validated.
-    `source`: an already open file of `path` to read instead of opening `path`.
+    `source`: an already open file of `path` to read instead of opening `path`; `row_groups`: only those row groups,
+    in that order (an artifact range, core/harmony_artifact.py).
     """
     try:
         # pages streamed (READ_BUFFER_BYTES), never whole column chunks: a SYNTH file is one ~450 MB row group, and
@@ -150,7 +152,7 @@ def iter_frames(
     batch_rows = READ_BATCH_ROWS if batch_rows is None else batch_rows
     if max_rows is not None:
         batch_rows = max(1, min(batch_rows, max_rows))
-    batches = parquet.iter_batches(batch_size=batch_rows, columns=list(columns))
+    batches = parquet.iter_batches(batch_size=batch_rows, columns=list(columns), row_groups=row_groups)
     rows_read = 0
     while max_rows is None or rows_read < max_rows:
         batch = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -40,23 +40,37 @@ class RawRead:
             )
 
 
+def whole_file_digest(handle: BinaryIO) -> tuple[str, int]:
+    """sha256 and size of every byte of an open file, read from its start."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := handle.read(1 << 20):
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
 @contextlib.contextmanager
-def read_raw_shard(path: Path, expected_sha256: str | None = None, file_kind: str = "Parquet") -> Iterator[RawRead]:
+def read_raw_shard(
+    path: Path,
+    expected_sha256: str | None = None,
+    file_kind: str = "Parquet",
+    digest: Callable[[BinaryIO], tuple[str, int]] = whole_file_digest,
+) -> Iterator[RawRead]:
     """Open a raw shard once, hash it through that open file and yield it to be parsed from the same
     file: the recorded hash describes the bytes parsed, and a file replaced by rename meanwhile cannot
     be mixed in. RawShardChangedError naming the file when the hash is not `expected_sha256` (the
     bytes changed since the inventory scan); InputFileError "not a readable <file_kind> file" when it can't be
-    opened. Call `check_unchanged()` after parsing, before publishing."""
+    opened. Call `check_unchanged()` after parsing, before publishing. `digest` hashes what the step reads (the
+    whole file by default; an artifact range hashes its row groups' bytes: core/harmony_artifact.py)."""
     try:
         handle = open(path, "rb")
     except OSError as error:  # missing, a directory, unreadable
         raise InputFileError(f"{path}: not a readable {file_kind} file ({type(error).__name__}: {error})") from error
     with handle:
         identity = _identity(handle.fileno())
-        digest = hashlib.sha256()
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-        read = RawRead(path, handle, digest.hexdigest(), identity[1], identity)
+        sha256, size = digest(handle)
+        read = RawRead(path, handle, sha256, size, identity)
         if expected_sha256 is not None and read.sha256 != expected_sha256:
             raise RawShardChangedError.since_scan(path, expected_sha256, read.sha256)
         read.check_unchanged()

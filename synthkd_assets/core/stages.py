@@ -73,8 +73,8 @@ class HarmonizeStep(ShardStep):
 
     def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
         frame = conform_raw_frame(frame, report)
-        frame = _drop_missing_required(frame, report)
-        frame = _drop_nul_synth_id(frame, report)
+        frame = drop_missing_required(frame, report)
+        frame = drop_nul_synth_id(frame, report)
         frame = self.duplicates.drop_duplicates(frame, report)
         frame = _sanitize(frame, report)
         # every kept row needs a skill bucket (002 §2); the inventory checked the file's labels already
@@ -129,8 +129,11 @@ def harmonize_shard(
 MISSING_SAYS = {"synth_id": "null, empty or only whitespace"}  # what each column's missing rule finds
 
 
-def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
-    for column in constants.REQUIRED_TEXT_COLUMNS:
+def drop_missing_required(
+    frame: pl.DataFrame, report: ShardReport, columns: tuple[str, ...] = constants.REQUIRED_TEXT_COLUMNS
+) -> pl.DataFrame:
+    """Drop (and count, as missing_<column>) the rows where a column of `columns` is missing."""
+    for column in columns:
         missing = pl.col(column).is_null() | (
             (pl.col(column).str.strip_chars() == "") if column == "synth_id" else pl.lit(False)
         )
@@ -141,7 +144,7 @@ def _drop_missing_required(frame: pl.DataFrame, report: ShardReport) -> pl.DataF
     return frame
 
 
-def _drop_nul_synth_id(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
+def drop_nul_synth_id(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
     """A synth_id holding NUL is dropped, not cleaned: it would reach the DistillKit `id` and C-string
     consumers, and removing the NUL could make it equal another row's id."""
     bad = pl.col("synth_id").str.contains("\x00", literal=True)

@@ -9,7 +9,8 @@ from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.build_summary import plan_keeps
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
-from synthkd_assets.core.inventory import scan_inputs, shard_index_from_name
+from synthkd_assets.core.harmony_artifact import find_range, harmonize_artifact_range
+from synthkd_assets.core.inventory import layout_artifact_ranges, scan_inputs, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
@@ -75,6 +76,7 @@ from synthkd_assets.defs.upstream import (
     stage_files,
 )
 from synthkd_contract import constants, drops, sources
+from synthkd_contract.harmony_artifact import is_artifact_key
 from synthkd_contract.schemas import (
     DISTILL_SCHEMA,
     HARMONY_SCHEMA,
@@ -149,7 +151,14 @@ def synth_harmony(
     # lineage records as its input; a shard never reported (no inventory yet) is read as it is now
     scanned = latest_raw_versions(context.instance, [key])[key] or source.sha256
     origin = sources.partition_source(key)
-    if origin != sources.SYNTH_SOURCE:  # an anchor source's shard: its adapter (docs/sources.md)
+    if is_artifact_key(key):  # a row-group range of the synth_harmony_v1 artifact (docs/contract.md)
+        artifact_range = find_range(layout_artifact_ranges(paths), key)
+        if artifact_range is None:
+            raise dg.Failure(f"partition {key!r}: its row groups are no longer in the artifact {paths.harmony_root}")
+        table = build.exercise_table()
+        report = harmonize_artifact_range(artifact_range, out_path, scanned, max_rows, errors, table)
+        step, extra = "artifact_harmony", {"artifact": str(paths.harmony_root)}
+    elif origin != sources.SYNTH_SOURCE:  # an anchor source's shard: its adapter (docs/sources.md)
         adapter = source_adapter(origin)
         report = harmonize_source_shard(Path(source.path), out_path, adapter, key, scanned, max_rows, errors)
         step, extra = "source_harmony", {"source": origin, "source_dataset": adapter.spec.dataset}

@@ -25,7 +25,7 @@ from dagster._core.storage.tags import PARTITION_NAME_TAG  # Dagster's own name 
 from dagster._core.utils import make_new_run_id
 
 from synthkd_assets.core.buildlock import build_lock
-from synthkd_assets.core.inventory import raw_shard_paths, source_shard_paths
+from synthkd_assets.core.inventory import input_shard_paths
 from synthkd_assets.core.parallel import die_with_parent, watch_stop_signals
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.code_versions import with_code_versions
@@ -271,9 +271,7 @@ def _build_all(instance, layout, build, outputs, progress, workers, take_lock, k
 
 def _raw_shard_count(layout: SynthKDLayout) -> int:
     try:
-        paths = layout.data_layout()
-        anchors = source_shard_paths(paths.sources_root) if paths.sources_root is not None else []
-        return len(raw_shard_paths(paths.raw_root)) + len(anchors)
+        return len(input_shard_paths(layout.data_layout()))
     except InputFileError:  # the inventory fails on it, naming the problem
         return 0
 

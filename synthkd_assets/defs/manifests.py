@@ -6,6 +6,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
+from synthkd_assets.core.harmony_artifact import dataset_config, read_artifact
 from synthkd_assets.core.inventory import scan_inputs
 from synthkd_assets.core.layout import HARMONY_STAGE, DataLayout
 from synthkd_assets.core.manifest_builders import (
@@ -59,7 +60,11 @@ def synth_harmony_manifest(
         out = stage_files(paths, "synth_harmony", shard.name)[0]
         output = {"path": paths.recorded(out), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
         entries.append(harmony_shard_entry(shard.name, shard.path, reports[shard.name], output))
-    manifest = harmony_manifest(system_message_dict(), entries)
+    artifact = None
+    if paths.harmony_root is not None:
+        found = read_artifact(paths.harmony_root)
+        artifact = {"path": paths.recorded(found.manifest_path), "sha256": found.manifest_sha256}
+    manifest = harmony_manifest(system_message_dict(), entries, artifact)
     digest = mf.write_manifest(paths.harmony_manifest(), manifest)
     rows = manifest_rows_metadata(manifest["rows_in"], manifest["rows_out"], manifest["dropped"])
     return dg.MaterializeResult(
@@ -77,7 +82,12 @@ def dataset_inputs(
     sampling = sampling_section(plan, plan_sha, reports["synth_filtered"], reports["synth_sampled"])
     tokenizer = recorded_file(paths, paths.tokenizer_file())
     harmony = recorded_file(paths, paths.harmony_manifest())
-    return provenance(mf.git_state(), config, tokenizer, harmony), sampling, reports
+    artifact = None
+    if paths.harmony_root is not None:  # seed 000: the input artifact's manifest, verified against its files
+        found = read_artifact(paths.harmony_root)
+        artifact = {**found.provenance(), "path": paths.recorded(found.manifest_path)}
+    config = dataset_config(config, paths.harmony_root)
+    return provenance(mf.git_state(), config, tokenizer, harmony, artifact), sampling, reports
 
 
 def dataset_records(paths: DataLayout, dataset: dg.AssetsDefinition, names: list[str]) -> list[dict]:

@@ -85,9 +85,11 @@ def report_metadata(report: dict[str, Any], step: str | None = None) -> dict[str
     }
     reasons = drops.DROP_REASONS_BY_STEP.get(step or "", ())
     metadata.update(drop_metadata(report["dropped"], reasons))
-    sanitized_keys = {"synth_harmony": drops.SANITIZED_KEYS, "source_harmony": drops.SOURCE_SANITIZED_KEYS}.get(
-        step or "", ()
-    )
+    sanitized_keys = {
+        "synth_harmony": drops.SANITIZED_KEYS,
+        "source_harmony": drops.SOURCE_SANITIZED_KEYS,
+        "artifact_harmony": drops.ARTIFACT_SANITIZED_KEYS,
+    }.get(step or "", ())
     metadata.update({f"sanitized_{what}": n for what, n in zero_filled(report["sanitized"], sanitized_keys).items()})
     span_keys = constants.SPAN_NAMES.values() if step in STEP_SPANS else ()
     metadata.update({f"tokens_{span}": n for span, n in zero_filled(report["span_tokens"], span_keys).items()})

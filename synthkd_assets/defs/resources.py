@@ -25,6 +25,8 @@ from synthkd_assets.core.layout import (
     DATA_DIR_ENV,
     DEFAULT_DATA_DIR,
     DEFAULT_RAW_DIR,
+    HARMONY_DIR_ENV,
+    HARMONY_RANGE_ENV,
     RAW_DIR_ENV,
     SOURCES_DIR_ENV,
     DataLayout,
@@ -38,6 +40,7 @@ from synthkd_assets.core.synth import system_message_dict
 from synthkd_contract import constants, sources
 from synthkd_contract import near_dup as nd
 from synthkd_contract.buckets import CURRICULUM_STAGES, SKILL_MIX, exercise_skill_table
+from synthkd_contract.harmony_artifact import ARTIFACT_ROW_GROUPS_PER_PARTITION
 from synthkd_contract.valuation import VALUATION_WINDOW
 
 LAYOUT_KEY = "layout"
@@ -65,6 +68,17 @@ class SynthKDLayout(dg.ConfigurableResource):
         description=f"Anchor sources' shards, <sources_dir>/<source>/<shard>; unset: ${SOURCES_DIR_ENV} where the "
         "step runs; empty, or neither: SYNTH only.",
     )
+    harmony_dir: str | None = Field(
+        default=None,
+        description=f"A synth_harmony_v1 artifact (manifest.json + synth_harmony_shard_NN.parquet), built beside or "
+        f"instead of raw SYNTH; unset: ${HARMONY_DIR_ENV} where the step runs; empty, or neither: none.",
+    )
+    harmony_range_row_groups: int | None = Field(
+        default=None,
+        ge=1,
+        description=f"Row groups per artifact partition; unset: ${HARMONY_RANGE_ENV}, else "
+        f"{ARTIFACT_ROW_GROUPS_PER_PARTITION} (docs/contract.md, the synth_harmony_v1 artifact).",
+    )
     distill_dir: str | None = Field(
         default=None, description="DistillKit dataset root; default <data_dir>/distill/synth_distill[_smoke]."
     )
@@ -83,6 +97,7 @@ class SynthKDLayout(dg.ConfigurableResource):
             raw_dir=dg.EnvVar(RAW_DIR_ENV) if environ.get(RAW_DIR_ENV) else DEFAULT_RAW_DIR,
             data_dir=dg.EnvVar(DATA_DIR_ENV) if environ.get(DATA_DIR_ENV) else DEFAULT_DATA_DIR,
             sources_dir=dg.EnvVar(SOURCES_DIR_ENV) if environ.get(SOURCES_DIR_ENV) else None,
+            harmony_dir=dg.EnvVar(HARMONY_DIR_ENV) if environ.get(HARMONY_DIR_ENV) else None,
         )
 
     @classmethod
@@ -93,6 +108,7 @@ class SynthKDLayout(dg.ConfigurableResource):
             raw_dir=environ.get(RAW_DIR_ENV) or DEFAULT_RAW_DIR,
             data_dir=environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR,
             sources_dir=environ.get(SOURCES_DIR_ENV) or None,
+            harmony_dir=environ.get(HARMONY_DIR_ENV) or None,
         )
 
     def data_layout(self, smoke: bool = False) -> DataLayout:
@@ -104,6 +120,10 @@ class SynthKDLayout(dg.ConfigurableResource):
             sources = environment.sources_root
         else:
             sources = Path(self.sources_dir) if self.sources_dir else None
+        if self.harmony_dir is None:
+            harmony = environment.harmony_root
+        else:
+            harmony = Path(self.harmony_dir) if self.harmony_dir else None
         return DataLayout(
             Path(self.raw_dir) if self.raw_dir else environment.raw_root,
             Path(self.data_dir) if self.data_dir else environment.data_root,
@@ -111,6 +131,8 @@ class SynthKDLayout(dg.ConfigurableResource):
             Path(self.distill_dir) if self.distill_dir else None,
             Path(self.encoding_errors_log) if self.encoding_errors_log else None,
             sources,
+            harmony,
+            self.harmony_range_row_groups or environment.harmony_range_row_groups,
         )
 
 
@@ -416,6 +438,8 @@ def resources_run_config(resources: Mapping[str, dg.ConfigurableResource]) -> di
         raw_dir=str(roots.raw_root),
         data_dir=str(roots.data_root),
         sources_dir="" if roots.sources_root is None else str(roots.sources_root),  # "": SYNTH alone
+        harmony_dir="" if roots.harmony_root is None else str(roots.harmony_root),  # "": no artifact
+        harmony_range_row_groups=roots.harmony_range_row_groups,
     )
     return config
 
