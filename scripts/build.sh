@@ -2,7 +2,8 @@
 # Materializes the whole graph (synth_kd_v1, the DistillKit dataset, the pool) for every raw shard into the
 # Dagster instance of $DAGSTER_HOME, then prints summaries. `--smoke` reads only the first rows of each shard and
 # writes data/megatron/synth_kd_v1_smoke/ and data/distill/synth_distill_smoke/ instead (intermediates in data/smoke/).
-# Roots: SYNTHKD_RAW_DIR (default data/sample/synth_raw) and SYNTHKD_DATA_DIR (default data).
+# Roots: SYNTHKD_RAW_DIR (default data/sample/synth_raw), SYNTHKD_HARMONY_DIR (a synth_harmony_v1 artifact; unset:
+# none) and SYNTHKD_DATA_DIR (default data).
 # Two routes, chosen by SYNTHKD_EXECUTOR:
 # - unset, multiprocess or in_process (this machine): one driver process (`python -m synthkd_assets.cli build`)
 #   runs the passes, each shard pass's runs in SYNTHKD_PARALLEL_RUNS worker processes at once (default: every
@@ -79,7 +80,7 @@ mkdir -p "$DAGSTER_HOME/logs"
 export BUILD_LOG="$DAGSTER_HOME/logs/build-$(date +%Y%m%d-%H%M%S)-$$.log"
 export BUILD_CONFIG="$config" BUILD_SMOKE="${smoke[*]}"
 datasets="$(basename "$(dirname "$megatron_manifest")") + $(basename "$(dirname "$distill_manifest")") + $(basename "$(dirname "$pool_manifest")")"
-sources="${SYNTHKD_SOURCES_DIR:+ and the anchor sources in $SYNTHKD_SOURCES_DIR}"
+sources="${SYNTHKD_HARMONY_DIR:+, the synth_harmony_v1 artifact in $SYNTHKD_HARMONY_DIR}${SYNTHKD_SOURCES_DIR:+ and the anchor sources in $SYNTHKD_SOURCES_DIR}"
 echo "build of $datasets from $raw_root$sources; full log: $BUILD_LOG"
 
 export ERROR_LINES='

@@ -29,17 +29,20 @@ from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import (
     CLUSTERS_STAGE,
     ERROR_LOG_SUFFIX,
+    HARMONY_DIR_ENV,
     HARMONY_STAGE,
     MEGATRON_SHARDS_SUBDIR,
     POOL_PARTS_SUBDIR,
     POOL_TRIOS_SUBDIR,
     RECORD_SUFFIX,
     REPORT_SUFFIX,
+    SOURCES_DIR_ENV,
     STAGE_SUFFIX,
     DataLayout,
 )
 from synthkd_assets.core.ownership import remove_replaced_output, remove_written, written_by_build
 from synthkd_contract import constants, sources
+from synthkd_contract.harmony_artifact import is_artifact_key
 from synthkd_contract.manifest_seal import sidecar_path
 
 _MEGATRON_NAME = re.compile(
@@ -128,33 +131,45 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
 
 @dataclass(frozen=True)
 class SourcesNotConfigured:
-    """A data root built with anchor sources, looked at from a process without a sources directory."""
+    """A data root built with anchor sources (or a synth_harmony_v1 artifact), looked at from a process without
+    their directory."""
 
-    shards: list[str]  # the anchor shards' keys with a synth_harmony output on disk
+    shards: list[str]  # the anchor shards' (artifact ranges') keys with a synth_harmony output on disk
     sources_dirs: list[str]  # the directories synth_harmony read them from (its manifest), to export again
+    variable: str = SOURCES_DIR_ENV
+    what: str = "anchor-source"
 
     def message(self, data_root: Path) -> str:
         where = " or ".join(self.sources_dirs) or "the directory they were built from"
         return (
-            f"SYNTHKD_SOURCES_DIR is not set in this process, but {data_root} holds {len(self.shards)} anchor-source "
+            f"{self.variable} is not set in this process, but {data_root} holds {len(self.shards)} {self.what} "
             f"shards ({', '.join(self.shards[:4])}{', ...' if len(self.shards) > 4 else ''}): nothing was changed. "
-            f"Export SYNTHKD_SOURCES_DIR={where} before `dg dev`; to remove the sources from the build instead, "
+            f"Export {self.variable}={where} before `dg dev`; to remove them from the build instead, "
             "run ./scripts/build.sh without it."
         )
 
 
 def sources_not_configured(layout: DataLayout) -> SourcesNotConfigured | None:
     """When no sources directory is configured (`layout.sources_root` None) but either build on the data root holds
-    anchor-source shards' synth_harmony outputs: what an automatic pass must not take for removed shards (an unset
-    variable in the shell that started the daemon would otherwise delete a whole sources build). None otherwise."""
+    anchor-source shards' synth_harmony outputs, or no artifact is (`layout.harmony_root` None) but it holds artifact
+    ranges' outputs: what an automatic pass must not take for removed shards (an unset variable in the shell that
+    started the daemon would otherwise delete a whole build). None otherwise."""
+    keys = [
+        key
+        for build in layout.both_builds()
+        for _, key in _keyed_files(build.stage_dir(HARMONY_STAGE), (STAGE_SUFFIX,))
+    ]
+    if layout.harmony_root is None and (ranges := sorted({key for key in keys if is_artifact_key(key)})):
+        dirs = set()
+        for build in layout.both_builds():
+            manifest = build.harmony_manifest()
+            if manifest.is_file() and (artifact := json.loads(manifest.read_text()).get("input_artifact")):
+                dirs.add(str(build.resolve_recorded(artifact["path"]).parent))
+        return SourcesNotConfigured(ranges, sorted(dirs), HARMONY_DIR_ENV, "synth_harmony_v1 artifact")
     if layout.sources_root is not None:
         return None
-    shards: set[str] = set()
+    shards = {key for key in keys if sources.partition_source(key) != sources.SYNTH_SOURCE}
     dirs: set[str] = set()
-    for build in layout.both_builds():
-        for _, key in _keyed_files(build.stage_dir(HARMONY_STAGE), (STAGE_SUFFIX,)):
-            if sources.partition_source(key) != sources.SYNTH_SOURCE:
-                shards.add(key)
     if not shards:
         return None
     for build in layout.both_builds():
