@@ -155,12 +155,64 @@ def test_empty_contents_are_byte_identical(fast, renderer):
 
 def test_other_shapes_are_routed_to_the_reference_and_counted(fast, renderer):
     base = conversation(SystemContent.new(), "q", "think", "answer")
-    developer = json.loads(Message.from_role_and_content(Role.DEVELOPER, "Be brief.").to_json())
-    with_developer = [base[0], developer, *base[1:]]
     ending_in_analysis = base[:-1]
+    with_recipient = [*base[:-1], {**base[-1], "recipient": "functions.lookup"}]
     routed = fast.routed_to_reference
-    assert_identical(fast, renderer, [with_developer, ending_in_analysis])
+    assert_identical(fast, renderer, [ending_in_analysis, with_recipient])
     assert fast.routed_to_reference == routed + 2
+
+
+def artifact_conversation(system: dict, instructions: str, user: str, analysis: str, final: str) -> list[dict]:
+    """A synth_harmony_v1 artifact row's messages, as its converter writes the dicts (no `name` keys)."""
+    return [
+        system,
+        {"role": "developer", "content": [{"type": "developer_content", "instructions": instructions}]},
+        {"role": "user", "content": [{"type": "text", "text": user}]},
+        {"role": "assistant", "content": [{"type": "text", "text": analysis}], "channel": "analysis"},
+        {"role": "assistant", "content": [{"type": "text", "text": final}], "channel": "final"},
+    ]
+
+
+artifact_systems = st.builds(
+    lambda effort, identity, date, cutoff, channels: {
+        "role": "system",
+        "content": [
+            {
+                "type": "system_content",
+                "model_identity": identity,
+                "reasoning_effort": effort,
+                "conversation_start_date": date,
+                "knowledge_cutoff": cutoff,
+                "channel_config": {"valid_channels": channels, "channel_required": True},
+            }
+        ],
+    },
+    st.sampled_from(["Low", "Medium", "High"]),
+    st.sampled_from(["You are ChatGPT, a large language model trained by OpenAI.", "Tu es un modèle étudiant."]),
+    st.sampled_from(["2026-01-01", "2025-06-28"]),
+    st.sampled_from(["2024-06", "2025-01"]),
+    st.sampled_from([["analysis", "commentary", "final"], ["analysis", "final"]]),
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(system=artifact_systems, instructions=text, user=text, analysis=text, final=text)
+def test_artifact_conversations_with_system_and_developer_are_rendered_fast_and_identical(
+    fast, renderer, system, instructions, user, analysis, final
+):
+    """The synth_harmony_v1 artifact's shape (structured system content, developer instructions): the fast path
+    takes it, byte-identical to openai-harmony, system and developer tokens masked."""
+    routed = fast.routed_to_reference
+    messages = artifact_conversation(system, instructions, user, analysis, final)
+    assert_identical(fast, renderer, [messages])
+    assert fast.routed_to_reference == routed
+    rendered = fast.render_many([messages])[0]
+    context = len(renderer.encoding.render(Message.from_dict(system))) + len(
+        renderer.encoding.render(Message.from_dict(messages[1]))
+    )
+    assert not rendered.loss_mask[: context - 1].any() and not rendered.span_id[: context - 1].any()
 
 
 def test_render_errors_match_the_reference(fast):

@@ -344,8 +344,12 @@ def read_input_manifest(path: Path) -> dict[str, str] | None:
 
 def input_manifest_disagreements(listed: dict[str, str], shards: list[RawShard]) -> list[str]:
     """Where the raw directory is not what the input manifest lists: one line per file, sorted. The manifest
-    lists SYNTH's raw shards: anchor sources' shards are not compared."""
-    synth = [s for s in shards if sources.partition_source(s.name) == sources.SYNTH_SOURCE]
+    lists SYNTH's raw shards: anchor sources' shards and the artifact's ranges (its own manifest) are not compared."""
+    synth = [
+        s
+        for s in shards
+        if sources.partition_source(s.name) == sources.SYNTH_SOURCE and not harmony_artifact.is_artifact_key(s.name)
+    ]
     on_disk = {Path(s.path).name: s.sha256 for s in synth}
     problems = []
     for file in sorted(set(listed) | set(on_disk)):

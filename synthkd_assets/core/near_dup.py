@@ -56,7 +56,9 @@ from synthkd_contract import constants, drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHEMA, SIGNATURES_SCHEMA
 
-USER_PROMPT_PATH = "$.messages[1].content[0].text"  # synth_harmony_v1: [system, user, (analysis), final]
+# the first user message's text, whatever precedes it: [system, user, ...] of raw SYNTH and the anchor sources,
+# [system, developer, user, ...] of the synth_harmony_v1 artifact
+USER_PROMPT_PATH = "$.messages[?(@.role=='user')].content[0].text"
 # what separates the query from its reference text in a SYNTH user message (constants.USER_TEMPLATE)
 REFERENCE_SEPARATOR = constants.USER_TEMPLATE.split("{query}")[1].split("{query_seed_text}")[0]
 # candidate pairs verified per numpy batch: their gathered values (2 x uint32 + a bool per value, 9 x 128 B a pair)
@@ -206,8 +208,9 @@ def salted_key(salt: str, synth_id: str) -> int:
 
 
 def question_expr() -> pl.Expr:
-    """The question of a synth_harmony_v1 row: its user message up to the first REFERENCE_SEPARATOR (a SYNTH
-    row's `query`), or the whole user message when it has none (an anchor source's prompt)."""
+    """The question of a synth_harmony_v1 row: its first user message up to the first REFERENCE_SEPARATOR (a raw
+    SYNTH row's `query`), or the whole user message when it has none (an artifact row's query, an anchor
+    source's prompt)."""
     user = pl.col("messages_json").str.json_path_match(USER_PROMPT_PATH)
     return user.str.splitn(REFERENCE_SEPARATOR, 2).struct.field("field_0")
 

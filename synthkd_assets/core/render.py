@@ -122,6 +122,10 @@ class HarmonyRenderer:
         return 0
 
 
+WHOLE_MESSAGE_ROLES = ("system", "developer")  # rendered whole by openai-harmony (context: span prompt)
+WHOLE_MESSAGE_CACHE = 1024  # distinct whole messages a FastRenderer keeps rendered
+
+
 class FastRenderer:
     """The production renderer: byte-identical to `HarmonyRenderer`, at raw-BPE speed.
 
@@ -129,9 +133,11 @@ class FastRenderer:
     the training render only swaps the last final message's `<|end|>` for `<|return|>`. So the
     wrappers (`<|start|>role<|channel|>channel<|message|>`) are taken once from openai-harmony itself,
     whole system messages are rendered once per distinct message, and the contents of a batch are
-    encoded together with tiktoken (same pinned ranks). Conversations outside that shape (developer
-    messages, tools, recipients, several contents, not ending in a final) go to the reference
-    renderer and are counted in `routed_to_reference`.
+    encoded together with tiktoken (same pinned ranks). System and developer messages (the
+    synth_harmony_v1 artifact's structured `system_content` / `developer_content`) are rendered whole by
+    openai-harmony, once per distinct message. Conversations outside that shape (tools, recipients,
+    several contents, not ending in a final) go to the reference renderer and are counted in
+    `routed_to_reference`.
     """
 
     def __init__(self, encoding: Any, bpe: Any, num_threads: int = 1) -> None:
@@ -159,11 +165,15 @@ class FastRenderer:
         return self._headers[key]
 
     def _whole_message(self, message: dict[str, Any]) -> np.ndarray:
+        """openai-harmony's render of a system or developer message, cached per distinct message (at most
+        WHOLE_MESSAGE_CACHE of them: a corpus whose every row has its own would render each without keeping it)."""
         key = json.dumps(message, sort_keys=True)
-        if key not in self._whole_messages:
-            rendered = self.encoding.render(Message.from_dict(message))
-            self._whole_messages[key] = np.array(rendered, dtype=constants.TOKENS_DTYPE)
-        return self._whole_messages[key]
+        cached = self._whole_messages.get(key)
+        if cached is None:
+            cached = np.array(self.encoding.render(Message.from_dict(message)), dtype=constants.TOKENS_DTYPE)
+            if len(self._whole_messages) < WHOLE_MESSAGE_CACHE:
+                self._whole_messages[key] = cached
+        return cached
 
     @staticmethod
     def _plain_text(message: dict[str, Any]) -> str | None:
@@ -184,7 +194,7 @@ class FastRenderer:
         spans = message_spans(messages)
         for position, message in enumerate(messages):
             role = message.get("role")
-            if role == "system":
+            if role in WHOLE_MESSAGE_ROLES:
                 if self._plain_text(message) is None and len(message.get("content", [])) != 1:
                     return None
                 pieces.append((self._whole_message(message), constants.SPAN_PROMPT))
