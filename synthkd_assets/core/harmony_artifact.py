@@ -26,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError, iter_frames, read_arrow_schema
 from synthkd_assets.core.raw_read import RawRead, read_raw_shard
 from synthkd_assets.core.report import ShardReport
@@ -82,6 +83,25 @@ class HarmonyArtifact:
             "system_message": conversion.get("system_message"),
             "developer_message": conversion.get("developer_message"),
         }
+
+
+def input_artifact_record(layout: DataLayout) -> dict[str, Any]:
+    """`{"input_artifact": {path, sha256, ...}}` for a manifest of a build that reads a synth_harmony_v1 artifact
+    (verified now), `{}` for one that does not: what every dataset manifest records of it (seed 000).
+
+    Args:
+        layout: the build's layout.
+
+    Returns:
+        The manifest's `input_artifact` entry, or nothing.
+
+    Raises:
+        InputFileError: the artifact does not verify (`read_artifact`).
+    """
+    if layout.harmony_root is None:
+        return {}
+    artifact = read_artifact(layout.harmony_root)
+    return {"input_artifact": {**artifact.provenance(), "path": layout.recorded(artifact.manifest_path)}}
 
 
 def dataset_config(config: dict[str, Any], harmony_root: Path | None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.harmony_artifact import dataset_config, read_artifact
+from synthkd_assets.core.harmony_artifact import dataset_config, input_artifact_record, read_artifact
 from synthkd_assets.core.inventory import scan_inputs
 from synthkd_assets.core.layout import HARMONY_STAGE, DataLayout
 from synthkd_assets.core.manifest_builders import (
@@ -82,10 +82,8 @@ def dataset_inputs(
     sampling = sampling_section(plan, plan_sha, reports["synth_filtered"], reports["synth_sampled"])
     tokenizer = recorded_file(paths, paths.tokenizer_file())
     harmony = recorded_file(paths, paths.harmony_manifest())
-    artifact = None
-    if paths.harmony_root is not None:  # seed 000: the input artifact's manifest, verified against its files
-        found = read_artifact(paths.harmony_root)
-        artifact = {**found.provenance(), "path": paths.recorded(found.manifest_path)}
+    # seed 000: the input artifact's manifest, verified against its files
+    artifact = input_artifact_record(paths).get("input_artifact")
     config = dataset_config(config, paths.harmony_root)
     return provenance(mf.git_state(), config, tokenizer, harmony, artifact), sampling, reports
 
