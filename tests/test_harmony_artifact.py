@@ -365,3 +365,35 @@ def test_the_near_duplicate_question_is_the_user_message_after_system_and_develo
     assert frame.select(question_expr().alias("q"))["q"].to_list() == queries
     pool_rows = pl.DataFrame({"messages": [r["messages_json"] for r in rows]})
     assert pool_rows.select(prompt_text().alias("q"))["q"].to_list() == queries
+
+
+def test_a_raw_shard_and_artifact_ranges_build_together(tmp_path, artifact_rows):
+    """Raw SYNTH beside the artifact: one build, one sampling plan over both (their rows are SYNTH's)."""
+    rows = [dict(r) for r in artifact_rows[-300:]]
+    for row in rows:  # other conversations than the raw shard's (a row in both would be a cross-shard duplicate)
+        row["synth_id"] = "artifact_" + row["synth_id"]
+    artifact = make_artifact(tmp_path / "artifact", rows)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    pq.write_table(pq.read_table(SAMPLE_RAW_DIR / "synth_001.parquet").slice(0, 200), raw / "synth_001.parquet")
+    environment = {
+        **os.environ,
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "SYNTHKD_RAW_DIR": str(raw),
+        "SYNTHKD_DATA_DIR": str(tmp_path / "data"),
+        "SYNTHKD_HARMONY_DIR": str(artifact),
+    }
+    done = subprocess.run(
+        ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    paths = DataLayout(raw, tmp_path / "data", harmony_root=artifact)
+    manifest = verify_manifest(paths.megatron_root())
+    assert [s["partition"] for s in manifest["shards"]] == [
+        "synth_001",
+        "synth_harmony_shard_00/rg_0000-0018",
+        "synth_harmony_shard_01/rg_0000-0018",
+    ]
+    plan = json.loads(paths.sampling_plan().read_text())
+    assert set(plan["shards"]) == {s["partition"] for s in manifest["shards"]}
+    assert manifest["totals"]["rows_in"] == 200 + 300
