@@ -138,8 +138,9 @@ def synth_harmony(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
     """Each shard's rows as Harmony messages (schema synth_harmony_v1): for SYNTH, system, user (query +
-    reference), assistant analysis (when reasoning is non-blank) and final, verbatim; for an anchor source's shard,
-    its adapter's conversation (docs/sources.md). NULs removed and counted."""
+    reference), assistant analysis (when reasoning is non-blank) and final, verbatim; for a row-group range of a
+    synth_harmony_v1 artifact, its own messages as written, system and developer included (docs/contract.md); for
+    an anchor source's shard, its adapter's conversation (docs/sources.md). NULs removed and counted."""
     paths = layout.data_layout(build.smoke)
     key = context.partition_key
     source = {s.name: s for s in scan_inputs(paths)}.get(key)
