@@ -15,7 +15,7 @@ from synthkd_assets.defs.checks import verdict_text
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
 from synthkd_contract.manifest_seal import sha256_file
-from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_evaluations
+from tests.helpers import ALL_ASSETS, REPO_ROOT, SAMPLE_RAW_DIR, check_evaluations
 
 TABLE_ASSETS = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized", "synth_kd_v1", "synth_distill")
 MANIFESTS = ("synth_harmony_manifest", "synth_kd_v1_manifest", "synth_distill_manifest")
@@ -255,3 +255,34 @@ def test_verdict_text_quotes_the_first_problems_and_counts_the_rest():
     counted += ["another"]
     counted.append("one more")
     assert problem_total(counted) == 10 and verdict_text(counted).startswith("FAILED, 10 problems: ")
+
+
+def test_the_run_tags_we_spell_are_dagsters_own():
+    """synthkd_assets/defs/tags.py names Dagster's documented run tags, which Dagster exports no public constant
+    for; an upgrade that renames one fails here. (Private imports: dagster._core.storage.tags and
+    dagster._core.definitions.materialize hold the only definitions of these names.)"""
+    from dagster._core.definitions.materialize import EPHEMERAL_JOB_NAME
+    from dagster._core.storage import tags as dagster_tags
+
+    from synthkd_assets.defs import tags
+
+    assert tags.PARTITION_TAG == dagster_tags.PARTITION_NAME_TAG
+    assert tags.RUN_KEY_TAG == dagster_tags.RUN_KEY_TAG
+    assert tags.MAX_RETRIES_TAG == dagster_tags.MAX_RETRIES_TAG
+    assert tags.WILL_RETRY_TAG == dagster_tags.WILL_RETRY_TAG
+    assert tags.AUTO_RETRY_RUN_ID_TAG == dagster_tags.AUTO_RETRY_RUN_ID_TAG
+    assert tags.EPHEMERAL_JOB_NAME == EPHEMERAL_JOB_NAME
+
+
+# the private imports the shipped package still has: the machinery issue #47 replaces (run origins, the launcher)
+PRIVATE_IMPORTS_LEFT = {"synthkd_assets/defs/jobs.py", "synthkd_assets/defs/run_launcher.py"}
+
+
+def test_private_dagster_imports_are_confined_to_what_is_being_replaced():
+    found = {
+        str(path.relative_to(REPO_ROOT))
+        for package in ("synthkd_assets", "synthkd_contract", "synthkd_training")
+        for path in (REPO_ROOT / package).rglob("*.py")
+        if re.search(r"^\s*(from|import) dagster\._", path.read_text(), re.MULTILINE)
+    }
+    assert found == PRIVATE_IMPORTS_LEFT

@@ -5,7 +5,6 @@ import json
 import warnings
 
 import dagster as dg
-from dagster._core.storage.tags import PARTITION_NAME_TAG, WILL_RETRY_TAG  # Dagster's own names for them
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.buildlock import build_in_progress
@@ -31,6 +30,7 @@ from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_
 from synthkd_assets.defs.near_dup import synth_signatures
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.tags import PARTITION_TAG, RUN_KEY_TAG, WILL_RETRY_TAG
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 
@@ -82,7 +82,7 @@ def last_shard_run_failed(instance: dg.DagsterInstance, partition: str) -> bool:
         record
         for job_name in SHARD_BUILDING_JOBS
         for record in instance.get_run_records(
-            dg.RunsFilter(job_name=job_name, tags={PARTITION_NAME_TAG: partition}), limit=1
+            dg.RunsFilter(job_name=job_name, tags={PARTITION_TAG: partition}), limit=1
         )
     ]
     if not records:
@@ -276,6 +276,4 @@ ACTIVE_RUN_STATUSES = [
 
 
 def _has_active_run(instance: dg.DagsterInstance, run_key: str) -> bool:
-    return bool(
-        instance.get_runs(dg.RunsFilter(tags={"dagster/run_key": run_key}, statuses=ACTIVE_RUN_STATUSES), limit=1)
-    )
+    return bool(instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: run_key}, statuses=ACTIVE_RUN_STATUSES), limit=1))

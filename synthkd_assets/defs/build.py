@@ -20,9 +20,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 
 import dagster as dg
-from dagster._core.definitions.materialize import EPHEMERAL_JOB_NAME  # dg.materialize's job name
-from dagster._core.storage.tags import PARTITION_NAME_TAG  # Dagster's own name for it
-from dagster._core.utils import make_new_run_id
 
 from synthkd_assets.core.buildlock import build_lock
 from synthkd_assets.core.inventory import input_shard_paths
@@ -50,6 +47,7 @@ from synthkd_assets.defs.resources import (
     resources_run_config,
     synthkd_resources,
 )
+from synthkd_assets.defs.tags import EPHEMERAL_JOB_NAME, PARTITION_TAG
 
 WORKER_STOP_SECONDS = 30  # a worker still running this long after the build told it to stop is killed
 # how a worker ends when told to stop: 128 + SIGTERM from its own handler (_worker_stop), -SIGTERM before it is set
@@ -117,7 +115,7 @@ def materialize_steps(
     run_config = dict(kwargs.pop("run_config", None) or {})
     run_config["resources"] = merged_resource_config(resources_run_config(resources), run_config.get("resources"))
     kwargs["tags"] = {**kwargs.get("tags", {}), **smoke_run_tags(run_config), **code_location_run_tags(job.name)}
-    run_id = make_new_run_id()
+    run_id = str(uuid.uuid4())  # what Dagster's own run ids are
     try:
         result = definitions.resolve_job_def(job.name).execute_in_process(
             run_config=run_config,
@@ -211,7 +209,7 @@ def _fail_unfinished_runs(
             instance.report_run_failed(run, WORKER_LOST if lost else why)
             record_code_location_origin(instance, run.run_id)  # its process died before it could
             if lost or not died:
-                failed.append(run.tags.get(PARTITION_NAME_TAG, "(unpartitioned)"))
+                failed.append(run.tags.get(PARTITION_TAG, "(unpartitioned)"))
     return sorted(failed)
 
 

@@ -24,13 +24,13 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-# Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
-from dagster._core.storage.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
-
 from synthkd_assets.core.buildlock import build_in_progress
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.passes import SHARD_STEPS
+
+# Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
+from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
 from synthkd_assets.defs.upstream import first_missing_shard_record
 
 

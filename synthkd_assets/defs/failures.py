@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import dagster as dg
-from dagster._core.storage.tags import PARTITION_NAME_TAG  # Dagster's own name for it
+
+from synthkd_assets.defs.tags import PARTITION_TAG
 
 PROBLEM_LINES = 5  # problems printed per failing check; the rest are in its metadata (UI)
 
@@ -76,7 +77,7 @@ def failed_runs_report(instance: dg.DagsterInstance, since: datetime) -> list[st
     lines: list[str] = []
     for record in records:
         run = record.dagster_run
-        partition = run.tags.get(PARTITION_NAME_TAG)
+        partition = run.tags.get(PARTITION_TAG)
         lines.append(f"run {run.run_id[:8]}" + (f" (partition {partition})" if partition else "") + " failed:")
         lines += [f"  {line}" for line in run_failure_lines(instance, run.run_id)] or [
             "  (no check or step error recorded)"

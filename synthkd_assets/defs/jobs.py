@@ -13,7 +13,7 @@ import dagster as dg
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
-from dagster._core.storage.tags import MAX_RETRIES_TAG, REPOSITORY_LABEL_TAG, WILL_RETRY_TAG
+from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 from dagster._core.workspace.load import location_origins_from_yaml_paths
 
 from synthkd_assets.defs.conventions import SMOKE_RUN_TAGS, pass_tags
@@ -30,6 +30,7 @@ from synthkd_assets.defs.passes import (
     build_passes,
 )
 from synthkd_assets.defs.resources import BUILD_KEY
+from synthkd_assets.defs.tags import MAX_RETRIES_TAG, WILL_RETRY_TAG
 
 _JOB_STEPS: dict[str, tuple[str, ...]] = {}  # each job's assets, by job name (steps_job fills it)
 
