@@ -37,6 +37,7 @@ from synthkd_assets.defs.automation import synth_raw_sensor
 from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
 from synthkd_assets.defs.failures import failed_runs_report
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.passes import INVENTORY_STEPS
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
 from synthkd_contract.manifest_seal import sidecar_path
@@ -49,6 +50,7 @@ from tests.helpers import (
     SCAN_STEPS,
     SHARD_STEPS,
     check_outcomes,
+    materialize_steps,
     partial_left_by_killed_writer,
     pool_published,
     run,
@@ -306,14 +308,27 @@ def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
         skipped = synth_raw_sensor(context)
     assert isinstance(skipped, dg.SkipReason) and str(lock) in skipped.skip_message and shard_04_files(data)
     assert pool_published(instance).passed
+    before = every_file(data)
     result = tick_synth_raw_sensor(instance, layout, cursor)
     assert instance.get_dynamic_partitions(SYNTH_SHARDS.name) == ["synth_001", "synth_002"]
+    assert every_file(data) == before, "a sensor tick changes no file on disk"
+    # the removal is a run of its own, visible in the UI: synth_inventory_job (synth_raw_inventory's metadata
+    # lists the files), asked for once per set of orphaned files
+    [request] = result.run_requests
+    assert request.job_name == "synth_inventory_job" and request.run_key.startswith("removed:")
+    again = tick_synth_raw_sensor(instance, layout, result.cursor)
+    assert [r.run_key for r in again.run_requests] == [request.run_key]  # the same key: launched once
+    inventory = materialize_steps(instance, layout, INVENTORY_STEPS, tags={"dagster/run_key": request.run_key})
+    removed = inventory.asset_materializations_for_node("synth_raw_inventory")[0].metadata["removed_files"].value
+    assert "megatron/synth_kd_v1/shards/shard_04_documents.parquet" in removed
     assert shard_04_files(data) == shard_04_decisions(data)
     # the pool lost its manifest with shard 04's part: the UI shows it unpublished, not its last green run
     unpublished = pool_published(instance)
-    assert not unpublished.passed and "raw shards gone (['synth_004'])" in unpublished.description
-    # nothing else rebuilds, so the sensor asks for the manifests to list what is left; then they pass
-    assert [r.job_name for r in result.run_requests] == ["synth_manifests_job"]
+    assert not unpublished.passed and "removed the pool files of shards no longer" in unpublished.description
+    # once they are gone (nothing else rebuilds) the sensor asks for the manifests to list what is left; they pass
+    after = tick_synth_raw_sensor(instance, layout, again.cursor)
+    assert [r.job_name for r in after.run_requests] == ["synth_manifests_job"]
+    assert tick_synth_raw_sensor(instance, layout, after.cursor).run_requests == []
     outcome = check_outcomes(run(instance, layout, MANIFEST_STEPS))
     assert outcome and all(outcome.values()), outcome
 

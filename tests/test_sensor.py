@@ -13,6 +13,7 @@ from synthkd_assets.core.layout import STAGE_NAMES, DataLayout
 from synthkd_assets.defs.build import materialize_steps
 from synthkd_assets.defs.ingest import latest_raw_versions
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.passes import INVENTORY_STEPS
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
@@ -94,11 +95,16 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
     result = tick(instance, layout, settled.cursor)
     registered = instance.get_dynamic_partitions(SYNTH_SHARDS.name)
     assert registered == ["synth_001", "synth_003", "synth_004", "synth_005", "synth_006", "synth_07"]
-    assert requested(result) == [("synth_shard_job", "synth_07")]
+    # synth_002's outputs are removed by a run of their own (the sensor deletes nothing), then listed no more
+    assert requested(result) == [("synth_inventory_job", None), ("synth_shard_job", "synth_07")]
+    [cleanup] = [r for r in result.run_requests if r.job_name == "synth_inventory_job"]
+    materialize_steps(instance, layout, INVENTORY_STEPS, tags={"dagster/run_key": cleanup.run_key})
+    tidied = tick(instance, layout, result.cursor)
+    assert requested(tidied) == [("synth_manifests_job", None)]
 
     manifest = paths.harmony_manifest()
     manifest.write_text(manifest.read_text() + "\n")
-    edited = tick(instance, layout, result.cursor)
+    edited = tick(instance, layout, tidied.cursor)
     assert requested(edited) == [("synth_manifests_job", None)]
 
     # a shard removed, put back and removed again: the second removal's manifests run gets a key of its own
@@ -117,6 +123,10 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
     for _ in range(2):
         (raw / "synth_002.parquet").unlink()
         removal = tick(instance, layout, cursor)
+        [cleanup] = removal.run_requests  # the sensor deletes nothing: synth_raw_inventory removes the files
+        assert cleanup.job_name == "synth_inventory_job" and cleanup.run_key.startswith("removed:")
+        materialize_steps(instance, layout, INVENTORY_STEPS, tags={"dagster/run_key": cleanup.run_key})
+        removal = tick(instance, layout, removal.cursor)
         [request] = removal.run_requests
         assert request.job_name == "synth_manifests_job" and request.run_key.startswith("removed:")
         keys.add(request.run_key)
@@ -178,7 +188,10 @@ def test_bytes_built_before_are_rebuilt_when_they_come_back(workspace):
     assert instance.get_runs(limit=1)[0].status == dg.DagsterRunStatus.SUCCESS
     for _ in range(2):
         path.unlink()
-        gone = tick(instance, layout, cursor)  # its partition and outputs go
+        gone = tick(instance, layout, cursor)  # its partition goes; its outputs by the run the tick asks for
+        [cleanup] = gone.run_requests
+        assert cleanup.job_name == "synth_inventory_job" and paths.stage_report("synth_harmony", shard).exists()
+        materialize_steps(instance, layout, INVENTORY_STEPS, tags={"dagster/run_key": cleanup.run_key})
         assert not paths.stage_report("synth_harmony", shard).exists()
         path.write_bytes(original)  # put back
         cursor = tick_and_run(gone.cursor)

@@ -8,7 +8,7 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.buildlock import build_in_progress
-from synthkd_assets.core.cleanup import remove_orphaned_outputs, sources_not_configured
+from synthkd_assets.core.cleanup import orphaned_outputs, sources_not_configured
 from synthkd_assets.core.inventory import (
     InputManifestError,
     built_from_sha256,
@@ -23,9 +23,14 @@ from synthkd_assets.defs.assets import (
     synth_filtered,
     synth_harmony,
 )
-from synthkd_assets.defs.checks import pool_unpublished_events
-from synthkd_assets.defs.ingest import raw_reports
-from synthkd_assets.defs.jobs import synth_build_job, synth_manifests_job, synth_scan_job, synth_shard_job
+from synthkd_assets.defs.ingest import raw_reports, synth_raw_inventory
+from synthkd_assets.defs.jobs import (
+    synth_build_job,
+    synth_inventory_job,
+    synth_manifests_job,
+    synth_scan_job,
+    synth_shard_job,
+)
 from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_manifest, synth_kd_v1_manifest
 from synthkd_assets.defs.near_dup import synth_signatures
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
@@ -106,7 +111,9 @@ def _wait_for_build(paths: DataLayout) -> dg.SkipReason | None:
     description="Keeps one partition per raw shard file, and requests synth_shard_job for exactly the shards whose "
     "bytes changed (or appeared), sampled with the current plan (the plan is not recomputed: that is "
     "synth_plan_job, then a full rebuild); before any plan exists it requests only their scan pass "
-    "(synth_scan_job). Requests synth_manifests_job when data/synth_harmony/manifest.json changes.",
+    "(synth_scan_job). Requests synth_manifests_job when data/synth_harmony/manifest.json changes. Deletes no "
+    "file: when a shard is gone it requests synth_inventory_job, whose synth_raw_inventory removes that shard's "
+    "outputs, then synth_manifests_job.",
 )
 def synth_raw_sensor(
     context: dg.SensorEvaluationContext, layout: SynthKDLayout, build: SynthKDBuildConfig
@@ -148,24 +155,32 @@ def synth_raw_sensor(
         requests.append(SYNTH_SHARDS.build_add_request(add))
     if remove:
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
-    # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too)
-    removed = remove_orphaned_outputs(paths, list(sha))
-    why = f"synth_raw_sensor removed the pool files of raw shards gone ({remove or 'not registered here'})"
-    events = [*raw_reports(shards, set(rebuild) | returned), *pool_unpublished_events(paths, removed, why)]
-    if removed:
+    # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too): the
+    # sensor deletes nothing; it asks for synth_inventory_job, whose synth_raw_inventory removes them in a run of
+    # its own (its metadata lists them), then, once they are gone, for the manifests to list what is left
+    orphaned = [str(p) for p in orphaned_outputs(paths, list(sha))]
+    events = list(raw_reports(shards, set(rebuild) | returned))
+    removal = cursor.get("removed")
+    if orphaned:
+        removal = mf.config_hash(orphaned)
+        tidied = latest_materializations(context.instance, synth_raw_inventory.key).get(None)
         context.log.warning(
-            f"raw shards gone ({remove or 'not registered here'}): removed their outputs {[str(p) for p in removed]}"
+            f"raw shards gone ({remove or 'not registered here'}): their {len(orphaned)} output files are removed by "
+            f"a run of {synth_inventory_job.name}"
         )
+        run_key = f"removed:{removal}:{after_suffix(tidied)}"  # the same files may be orphaned again later
+        run_requests.append(dg.RunRequest(job_name=synth_inventory_job.name, run_key=run_key))
+    elif removal is not None:
         if not rebuild and paths.sampling_plan().is_file():  # a rebuild is followed by synth_manifests_automation
-            gone = mf.config_hash(sorted(str(p) for p in removed))
             written = latest_materializations(context.instance, synth_kd_v1_manifest.key).get(None)
-            run_key = f"removed:{gone}:{after_suffix(written)}"  # the same shard may be removed again, after a rewrite
+            run_key = f"removed:{removal}:manifests:{after_suffix(written)}"
             run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=run_key))
+        removal = None
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=requests,
         asset_events=events,
-        cursor=json.dumps({"shards": sha, "harmony_manifest": manifest_sha}, sort_keys=True),
+        cursor=json.dumps({"shards": sha, "harmony_manifest": manifest_sha, "removed": removal}, sort_keys=True),
     )
 
 
