@@ -304,3 +304,39 @@ def test_the_schedule_rebuilds_exactly_the_shard_its_input_manifest_changed(work
         assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [run]  # no other shard, no second ask
     assert read_json(ws.paths.stage_report("synth_harmony", "synth_002"))["source_sha256"] == new_sha
     assert {k: outputs_state(ws.paths, f"synth_{k:03d}", k) for k in (1, 3, 4)} == untouched
+
+
+def test_daemon_removes_a_gone_shards_outputs_in_an_inventory_run_then_the_manifests(workspace):
+    """A raw file deleted with the daemon running: the sensor changes nothing on disk itself; it asks for
+    synth_inventory_job, which removes the shard's outputs (visible as a run, its files in the metadata), then for
+    synth_manifests_job, after which the manifests list what is left and verify."""
+    ws = workspace
+    (ws.raw / "synth_005.parquet").unlink()
+    with open_instance(ws.home) as instance:
+        with running_daemon(ws.home, ws.env(), ws.root / "daemon.log") as daemon:
+            inventory_run = daemon.wait_for(
+                "inventory run requested by synth_raw_sensor",
+                lambda: finished_run(
+                    instance, job_name="synth_inventory_job", tags={"dagster/sensor_name": "synth_raw_sensor"}
+                ),
+                timeout_s=240,
+            )
+            manifests_run = daemon.wait_for(
+                "manifests run requested by synth_raw_sensor",
+                lambda: finished_run(
+                    instance, job_name="synth_manifests_job", tags={"dagster/sensor_name": "synth_raw_sensor"}
+                ),
+                timeout_s=240,
+            )
+        [inventory] = [
+            e.event_specific_data.materialization
+            for e in events(instance, inventory_run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
+            if e.asset_key == dg.AssetKey("synth_raw_inventory")
+        ]
+        assert "megatron/synth_kd_v1/shards/shard_05_documents.parquet" in inventory.metadata["removed_files"].value
+        inventory_end = instance.get_run_record_by_id(inventory_run.run_id).end_time
+        assert instance.get_run_record_by_id(manifests_run.run_id).create_timestamp.timestamp() >= inventory_end
+    listed = [shard["partition"] for shard in read_json(ws.paths.megatron_manifest())["shards"]]
+    assert "synth_005" not in listed and "synth_004" in listed
+    for root in (ws.paths.megatron_root(), ws.paths.distill_root()):
+        verify_manifest(root)

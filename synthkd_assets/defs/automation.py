@@ -105,7 +105,7 @@ def _wait_for_build(paths: DataLayout) -> dg.SkipReason | None:
 
 
 @dg.sensor(
-    jobs=[synth_scan_job, synth_shard_job, synth_manifests_job],
+    jobs=[synth_scan_job, synth_shard_job, synth_manifests_job, synth_inventory_job],
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Keeps one partition per raw shard file, and requests synth_shard_job for exactly the shards whose "
