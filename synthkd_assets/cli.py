@@ -26,7 +26,7 @@ import dagster as dg
 from synthkd_assets.core.build_summary import PlanKeeps, StepDrops, read_plan_keeps, read_step_drops
 from synthkd_assets.core.buildlock import BuildLockHeld, checked_lock_path, lock_fd
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.layout import DataLayout, InputOutputOverlap
+from synthkd_assets.core.layout import DataLayout, LayoutError
 from synthkd_assets.core.ownership import OutputPathError
 from synthkd_assets.core.parallel import available_cores, die_with_parent, parallel_runs, watch_stop_signals
 from synthkd_assets.core.valuation import checkpoint_problem
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         try:  # the roots overlap, or the lock is a link: build.sh stops here, before it writes anything
             layout = DataLayout.from_environ(os.environ, args.smoke)
             print("\n".join(str(PATHS[name](layout)) for name in args.names))
-        except (InputOutputOverlap, OutputPathError) as error:
+        except (LayoutError, OutputPathError) as error:
             print(error, file=sys.stderr)
             return 2
     elif args.command == "failures":

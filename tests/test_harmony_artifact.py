@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,7 +28,7 @@ from synthkd_assets.core.harmony_artifact import (
     read_artifact,
 )
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.layout import DataLayout, LayoutError
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract import constants, drops
@@ -397,3 +398,23 @@ def test_a_raw_shard_and_artifact_ranges_build_together(tmp_path, artifact_rows)
     plan = json.loads(paths.sampling_plan().read_text())
     assert set(plan["shards"]) == {s["partition"] for s in manifest["shards"]}
     assert manifest["totals"]["rows_in"] == 200 + 300
+
+
+def test_a_removed_files_ranges_leave_no_directory_behind(tmp_path):
+    from synthkd_assets.core.cleanup import remove_orphaned_outputs
+    from tests.helpers import write_as_build
+
+    layout = DataLayout(tmp_path / "raw", tmp_path / "data", harmony_root=tmp_path / "artifact")
+    kept = write_as_build(layout.stage_output("synth_harmony", "synth_harmony_shard_00/rg_0000-0099"))
+    gone = [
+        write_as_build(layout.stage_output(stage, "synth_harmony_shard_01/rg_0000-0099"))
+        for stage in ("synth_harmony", "synth_filtered")
+    ]
+    assert remove_orphaned_outputs(layout, ["synth_harmony_shard_00/rg_0000-0099"]) == sorted(gone)
+    assert kept.is_file() and not gone[0].parent.exists() and not gone[1].parent.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "1.5"])
+def test_a_bad_range_size_is_refused_naming_the_variable(value):
+    with pytest.raises(LayoutError, match=f"SYNTHKD_HARMONY_RANGE_ROW_GROUPS='{re.escape(value)}': expected a whole"):
+        DataLayout.from_environ({"SYNTHKD_HARMONY_RANGE_ROW_GROUPS": value})

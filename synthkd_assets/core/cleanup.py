@@ -42,7 +42,7 @@ from synthkd_assets.core.layout import (
 )
 from synthkd_assets.core.ownership import remove_replaced_output, remove_written, written_by_build
 from synthkd_contract import constants, sources
-from synthkd_contract.harmony_artifact import is_artifact_key
+from synthkd_contract.harmony_artifact import ARTIFACT_FILE_STEM, is_artifact_key
 from synthkd_contract.manifest_seal import sidecar_path
 
 _MEGATRON_NAME = re.compile(
@@ -264,16 +264,23 @@ def remove_stale_cluster_files(build: DataLayout, clustered: Collection[str]) ->
     return _remove(stale_cluster_files(build, clustered))
 
 
+def _keyed_directory(name: str) -> bool:
+    """Whether a directory of that name holds key-named files of one input: an anchor source's (`<stage>/oasst1/`)
+    or an artifact file's ranges (`<stage>/synth_harmony_shard_01/`)."""
+    return name in sources.SOURCE_DATASETS or ARTIFACT_FILE_STEM.fullmatch(name) is not None
+
+
 def _remove(paths: list[Path], errors_dirs: Collection[Path] = ()) -> list[Path]:
-    """Delete the files the build wrote (core/ownership.py), then every directory of an anchor source they leave
-    empty: `<stage>/<source>/` and the config directories below it (`<stage>/deepcoder/derived/`), and a step's
+    """Delete the files the build wrote (core/ownership.py), then every directory of an anchor source or an artifact
+    file they leave empty: `<stage>/<source>/` and the config directories below it (`<stage>/deepcoder/derived/`),
+    `<stage>/synth_harmony_shard_<NN>/`, and a step's
     directory of error logs (`errors/<step>/`, under one of `errors_dirs`): a build without those shards would
     not have made them."""
     paths = remove_written(paths)
     directories: set[Path] = set()
     for path in paths:
         below = list(path.parents)
-        source = next((i for i, d in enumerate(below) if d.name in sources.SOURCE_DATASETS), None)
+        source = next((i for i, d in enumerate(below) if _keyed_directory(d.name)), None)
         if source is not None:
             directories.update(below[: source + 1])
         directories.update(d for d in below if d.parent in errors_dirs)

@@ -97,8 +97,29 @@ def documents_path(dataset_root: Path, shard_index: int) -> Path:
     return dataset_root / MEGATRON_SHARDS_SUBDIR / f"shard_{shard_index:02d}_documents.parquet"
 
 
-class InputOutputOverlap(ValueError):
-    """An input root (raw shards, anchor sources) overlaps the build's output tree."""
+class LayoutError(ValueError):
+    """A layout a build cannot use; the message names the setting (variable) and why."""
+
+
+class InputOutputOverlap(LayoutError):
+    """An input root (raw shards, anchor sources, the artifact) overlaps the build's output tree."""
+
+
+def range_row_groups_setting(value: str | None) -> int:
+    """$SYNTHKD_HARMONY_RANGE_ROW_GROUPS as a number (the default when unset or empty).
+
+    Raises:
+        LayoutError: naming the variable, when the value is not a whole number >= 1.
+    """
+    if not value:
+        return ARTIFACT_ROW_GROUPS_PER_PARTITION
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise LayoutError(f"{HARMONY_RANGE_ENV}={value!r}: expected a whole number of row groups >= 1 (default 100)")
+    return number
 
 
 @dataclass(frozen=True)
@@ -119,7 +140,7 @@ class DataLayout:
 
     def __post_init__(self) -> None:
         if self.harmony_range_row_groups < 1:
-            raise ValueError(f"harmony_range_row_groups must be >= 1, got {self.harmony_range_row_groups}")
+            raise LayoutError(f"harmony_range_row_groups must be >= 1, got {self.harmony_range_row_groups}")
         if overlap := self.input_output_overlap():  # refused before anything is written, by every route
             raise InputOutputOverlap(overlap)
         # what this process writes below these roots is recorded, and never goes through a directory link
@@ -181,7 +202,7 @@ class DataLayout:
         data = environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
         sources_dir = environ.get(SOURCES_DIR_ENV)
         harmony_dir = environ.get(HARMONY_DIR_ENV)
-        range_row_groups = int(environ.get(HARMONY_RANGE_ENV) or ARTIFACT_ROW_GROUPS_PER_PARTITION)
+        range_row_groups = range_row_groups_setting(environ.get(HARMONY_RANGE_ENV))
         return cls(
             Path(raw),
             Path(data),
