@@ -170,7 +170,13 @@ class FastRenderer:
         key = json.dumps(message, sort_keys=True)
         cached = self._whole_messages.get(key)
         if cached is None:
-            cached = np.array(self.encoding.render(Message.from_dict(message)), dtype=constants.TOKENS_DTYPE)
+            try:
+                rendered = self.encoding.render(Message.from_dict(message))
+            except BaseException as error:  # a system content openai-harmony refuses (pydantic, HarmonyError)
+                if is_fatal(error):
+                    raise
+                raise RenderError(drops.DROP_HARMONY_RENDER_ERROR, f"{type(error).__name__}: {error}") from error
+            cached = np.array(rendered, dtype=constants.TOKENS_DTYPE)
             if len(self._whole_messages) < WHOLE_MESSAGE_CACHE:
                 self._whole_messages[key] = cached
         return cached
