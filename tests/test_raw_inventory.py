@@ -333,11 +333,22 @@ def test_the_sensor_removes_outputs_of_deleted_partitions(three_shards):
     assert outcome and all(outcome.values()), outcome
 
 
+def tidy_after_tick(instance, layout: SynthKDLayout, cursor: str | None) -> str:
+    """A sensor tick, then the synth_inventory_job run it asks for when a shard is gone (as the daemon launches
+    it: the sensor deletes no file); the tick's cursor."""
+    result = tick_synth_raw_sensor(instance, layout, cursor)
+    for request in result.run_requests:
+        if request.job_name == "synth_inventory_job":
+            materialize_steps(instance, layout, INVENTORY_STEPS, tags={"dagster/run_key": request.run_key})
+    return result.cursor
+
+
 def test_a_shard_removed_and_put_back_is_sampled_under_its_cluster_decisions(three_shards, tmp_path):
-    """The near-duplicate decisions are the plan's, not the shard's: a shard removed (the sensor removes its
-    outputs) and put back with the same bytes is rebuilt under the clusters in force with the same cap and
-    held-out drops, so none of its validation rows is trained on (a new user's trial found them in the dataset:
-    the decisions used to go with the shard). The next clustering drops the decisions of a shard that is gone."""
+    """The near-duplicate decisions are the plan's, not the shard's: a shard removed (the inventory run the sensor
+    asks for removes its outputs) and put back with the same bytes is rebuilt under the clusters in force with the
+    same cap and held-out drops, so none of its validation rows is trained on (a new user's trial found them in
+    the dataset: the decisions used to go with the shard). The next clustering drops the decisions of a shard
+    that is gone."""
     instance, layout, raw, data = three_shards
     paths = layout.data_layout()
     sampled_report = paths.stage_report("synth_sampled", "synth_004")
@@ -345,7 +356,7 @@ def test_a_shard_removed_and_put_back_is_sampled_under_its_cluster_decisions(thr
     assert before.get(drops.DROP_HELDOUT), before
     cursor = tick_synth_raw_sensor(instance, layout, None).cursor
     shutil.move(raw / "synth_004.parquet", tmp_path / "synth_004.parquet")
-    cursor = tick_synth_raw_sensor(instance, layout, cursor).cursor
+    cursor = tidy_after_tick(instance, layout, cursor)
     assert not sampled_report.exists() and shard_04_files(data) == shard_04_decisions(data)
     shutil.move(tmp_path / "synth_004.parquet", raw / "synth_004.parquet")
     result = tick_synth_raw_sensor(instance, layout, cursor)
@@ -355,7 +366,7 @@ def test_a_shard_removed_and_put_back_is_sampled_under_its_cluster_decisions(thr
     assert outcome["validation_sets_not_trained"] is True
     assert json.loads(sampled_report.read_text())["dropped"] == before
     (raw / "synth_004.parquet").unlink()
-    tick_synth_raw_sensor(instance, layout, result.cursor)
+    tidy_after_tick(instance, layout, result.cursor)
     run(instance, layout, ["synth_clusters"])
     assert shard_04_files(data) == []
 
