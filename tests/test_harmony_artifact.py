@@ -92,7 +92,9 @@ def test_the_manifest_is_verified_against_the_files_naming_the_file(tmp_path, ar
     moved = "x/synth_harmony_shard_07.parquet"
     rewrite_manifest(root, lambda m: m["storage"]["shards"].append({**m["storage"]["shards"][1], "path": moved}))
     refused("synth_harmony_shard_07.parquet is listed in storage.shards but .* does not exist")
-    rewrite_manifest(root, lambda m: (m["storage"]["shards"].pop(), m.update(schema_version="v0")))
+    rewrite_manifest(root, lambda m: (m["storage"]["shards"].pop(), m.update(conversion=["x"])))
+    refused("conversion is not an object")
+    rewrite_manifest(root, lambda m: m.update(conversion={}, schema_version="v0"))
     refused("schema_version is 'v0', not 'synth_harmony_v1'")
     (root / "manifest.json").unlink()
     refused("the required manifest cannot be read")
@@ -149,6 +151,9 @@ BAD_SHAPES = {
     ),
     "unknown role": (json.dumps({"messages": [{"role": "tool", "content": []}]}), "role 'tool'"),
     "no final": (json.dumps({"messages": [text_message("user", "q")]}), "not the assistant's final answer"),
+    "a role that is a list": (json.dumps({"messages": [{"role": ["user"], "content": []}]}), "role ['user']"),
+    "nesting past the stack": ("[" * 100_000, "cannot be read (RecursionError"),
+    "an integer past the digit limit": ('{"messages": [' + "9" * 5000 + "]}", "cannot be read (ValueError"),
     "NUL": (
         json.dumps({"messages": [text_message("user", "q\x00"), text_message("assistant", "a", "final")]}),
         "text holds NUL",

@@ -183,6 +183,8 @@ def read_artifact(root: Path) -> HarmonyArtifact:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise _manifest_error(manifest_path, f"not JSON ({error})") from None
     listed = _listed_shards(manifest_path, manifest)
+    if not isinstance(manifest.get("conversion", {}), dict):
+        raise _manifest_error(manifest_path, "conversion is not an object")
     on_disk = {path.name: path for path in sorted(root.glob(f"*{ARTIFACT_FILE_SUFFIX}"))}
     for name, path in on_disk.items():
         if ARTIFACT_FILE_STEM.fullmatch(name.removesuffix(ARTIFACT_FILE_SUFFIX)) is None:
@@ -331,13 +333,15 @@ def messages_problem(messages_json: str | None) -> tuple[str | None, bool]:
         document = json.loads(messages_json)
     except json.JSONDecodeError as error:
         return f"messages_json is not JSON ({error.msg} at character {error.pos})", False
+    except (ValueError, RecursionError) as error:  # an integer past Python's digit limit, nesting past the stack
+        return f"messages_json cannot be read ({type(error).__name__}: {str(error)[:120]})", False
     messages = document.get("messages") if isinstance(document, dict) else None
     if not isinstance(messages, list) or not messages:
         return 'messages_json is not {"messages": [...]} with at least one message', False
     has_reasoning = False
     for i, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
-        if role not in ARTIFACT_CONTENT_TYPES:
+        if not isinstance(role, str) or role not in ARTIFACT_CONTENT_TYPES:
             return f"message {i}: role {role!r} is not one of {sorted(ARTIFACT_CONTENT_TYPES)}", False
         content = message.get("content")
         if not isinstance(content, list) or not content:
