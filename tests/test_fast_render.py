@@ -16,6 +16,7 @@ from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
 from synthkd_contract import drops
+from synthkd_dev.make_harmony_artifact import SYSTEM_MESSAGE
 
 SYSTEM = system_message_dict()
 
@@ -235,26 +236,11 @@ def test_text_the_tokenizer_cannot_encode_drops_only_its_conversation(fast):
 def test_a_system_or_developer_message_harmony_refuses_drops_only_its_conversation(fast, renderer):
     """A structured system content openai-harmony cannot parse (an artifact row's `reasoning_effort: "Extreme"`)
     is that conversation's render error, as the reference renderer says, not a failed step."""
-    good = artifact_conversation(SYSTEM_ARTIFACT, "Be brief.", "q", "think", "answer")
-    bad_system = {"role": "system", "content": [{**SYSTEM_ARTIFACT["content"][0], "reasoning_effort": "Extreme"}]}
+    good = artifact_conversation(SYSTEM_MESSAGE, "Be brief.", "q", "think", "answer")
+    bad_system = {"role": "system", "content": [{**SYSTEM_MESSAGE["content"][0], "reasoning_effort": "Extreme"}]}
     bad = [bad_system, *good[1:]]
     got = fast.render_many([good, bad])
     assert not isinstance(got[0], RenderError)
     assert isinstance(got[1], RenderError) and got[1].reason == drops.DROP_HARMONY_RENDER_ERROR
     with pytest.raises(RenderError):
         renderer.render(bad)
-
-
-SYSTEM_ARTIFACT = {
-    "role": "system",
-    "content": [
-        {
-            "type": "system_content",
-            "model_identity": "You are ChatGPT, a large language model trained by OpenAI.",
-            "reasoning_effort": "High",
-            "conversation_start_date": "2026-01-01",
-            "knowledge_cutoff": "2024-06",
-            "channel_config": {"valid_channels": ["analysis", "commentary", "final"], "channel_required": True},
-        }
-    ],
-}

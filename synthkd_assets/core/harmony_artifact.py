@@ -30,7 +30,7 @@ from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError, iter_frames, read_arrow_schema
 from synthkd_assets.core.raw_read import RawRead, read_raw_shard
 from synthkd_assets.core.report import ShardReport
-from synthkd_assets.core.stages import drop_missing_required, drop_nul_synth_id
+from synthkd_assets.core.stages import drop_missing_required, drop_nul_synth_id, metadata_json_expr
 from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_assets.core.synth import python_whitespace
 from synthkd_assets.core.validation import DuplicateIds, check_exercises, is_text_type
@@ -85,43 +85,46 @@ class HarmonyArtifact:
         }
 
 
-def input_artifact_record(layout: DataLayout) -> dict[str, Any]:
-    """`{"input_artifact": {path, sha256, ...}}` for a manifest of a build that reads a synth_harmony_v1 artifact
-    (verified now), `{}` for one that does not: what every dataset manifest records of it (seed 000).
+def layout_artifact(layout: DataLayout) -> HarmonyArtifact | None:
+    """The layout's synth_harmony_v1 artifact, verified now (`read_artifact`), or None when it reads none.
+
+    Raises:
+        InputFileError: the artifact does not verify.
+    """
+    return None if layout.harmony_root is None else read_artifact(layout.harmony_root)
+
+
+def input_artifact_record(layout: DataLayout, artifact: HarmonyArtifact | None) -> dict[str, Any]:
+    """`{"input_artifact": {path, sha256, ...}}` for a manifest of a build that reads `artifact` (`layout_artifact`),
+    `{}` for one that reads none: what every dataset manifest records of it (seed 000).
 
     Args:
-        layout: the build's layout.
+        layout: the build's layout (how the manifest's path is recorded).
+        artifact: the verified artifact, or None.
 
     Returns:
         The manifest's `input_artifact` entry, or nothing.
-
-    Raises:
-        InputFileError: the artifact does not verify (`read_artifact`).
     """
-    if layout.harmony_root is None:
+    if artifact is None:
         return {}
-    artifact = read_artifact(layout.harmony_root)
     return {"input_artifact": {**artifact.provenance(), "path": layout.recorded(artifact.manifest_path)}}
 
 
-def dataset_config(config: dict[str, Any], harmony_root: Path | None) -> dict[str, Any]:
+def dataset_config(config: dict[str, Any], artifact: HarmonyArtifact | None) -> dict[str, Any]:
     """A dataset's config (what its config_hash covers) with the artifact's conversion settings (system and
     developer messages, metadata fields) when the build reads a synth_harmony_v1 artifact; `config` unchanged
     otherwise.
 
     Args:
         config: the dataset's config (kd_build_config, distill_build_config, the pool's).
-        harmony_root: the artifact's directory, or None.
+        artifact: the verified artifact (`layout_artifact`), or None.
 
     Returns:
         The config the manifest hashes.
-
-    Raises:
-        InputFileError: the artifact does not verify (`read_artifact`).
     """
-    if harmony_root is None:
+    if artifact is None:
         return config
-    conversion = read_artifact(harmony_root).manifest.get("conversion") or {}
+    conversion = artifact.manifest.get("conversion") or {}
     return {**config, "input_artifact": {"schema_version": ARTIFACT_SCHEMA_VERSION, "conversion": conversion}}
 
 
@@ -369,22 +372,6 @@ def messages_problem(messages_json: str | None) -> tuple[str | None, bool]:
     return None, has_reasoning
 
 
-def _metadata_json(shard: str) -> pl.Expr:
-    """The metadata of a kept row, as raw SYNTH's synth_harmony writes it (core/stages.py), from the artifact's
-    columns."""
-    return pl.struct(
-        dataset=pl.lit(constants.SOURCE_DATASET),
-        synth_id=pl.col("synth_id"),
-        source_shard=pl.lit(shard),
-        source_row=pl.col("source_row"),
-        model=pl.col("model"),
-        constraints=pl.col("constraints"),
-        query_seed_url=pl.col("query_seed_url"),
-        seed_license=pl.col("seed_license"),
-        has_reasoning=pl.col("has_reasoning"),
-    ).struct.json_encode()
-
-
 class HarmonizeArtifactStep(ShardStep):
     """Artifact rows -> synth_harmony_v1 rows: ids checked, messages' shape checked, kept as written."""
 
@@ -430,7 +417,7 @@ class HarmonizeArtifactStep(ShardStep):
         check_exercises(frame, self.raw.path, self.range.key, self.exercise_table)
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())
-        metadata = _metadata_json(self.range.key).alias("metadata_json")
+        metadata = metadata_json_expr(self.range.key, pl.col("has_reasoning")).alias("metadata_json")
         return {SHARD: frame.select("synth_id", "language", "exercise", "source_row", "messages_json", metadata)}
 
     def finish(self, report: ShardReport) -> None:

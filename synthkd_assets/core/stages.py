@@ -82,7 +82,7 @@ class HarmonizeStep(ShardStep):
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())
         messages = messages_json_expr(self.system).alias("messages_json")
-        metadata = _metadata_json(self.shard).alias("metadata_json")
+        metadata = metadata_json_expr(self.shard, has_visible_text("synthetic_reasoning")).alias("metadata_json")
         return {SHARD: frame.select("synth_id", "language", "exercise", "source_row", messages, metadata)}
 
     def finish(self, report: ShardReport) -> None:
@@ -170,7 +170,9 @@ def _sanitize(frame: pl.DataFrame, report: ShardReport) -> pl.DataFrame:
     )
 
 
-def _metadata_json(shard: str) -> pl.Expr:
+def metadata_json_expr(shard: str, has_reasoning: pl.Expr) -> pl.Expr:
+    """A synth_harmony_v1 row's metadata_json: the dataset, the row's ids and provenance columns, and whether it has
+    a reasoning (`has_reasoning`: raw SYNTH's non-blank synthetic_reasoning, an artifact row's analysis message)."""
     return pl.struct(
         dataset=pl.lit(constants.SOURCE_DATASET),
         synth_id=pl.col("synth_id"),
@@ -180,7 +182,7 @@ def _metadata_json(shard: str) -> pl.Expr:
         constraints=pl.col("constraints"),
         query_seed_url=pl.col("query_seed_url"),
         seed_license=pl.col("seed_license"),
-        has_reasoning=has_visible_text("synthetic_reasoning"),
+        has_reasoning=has_reasoning,
     ).struct.json_encode()
 
 

@@ -25,7 +25,7 @@ from synthkd_assets.core.checks import (
 from synthkd_assets.core.dataset_manifest import record_check_verdict, sealed_digest, write_sealed_manifest
 from synthkd_assets.core.distill_io import distill_part_problems
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
-from synthkd_assets.core.harmony_artifact import dataset_config
+from synthkd_assets.core.harmony_artifact import dataset_config, layout_artifact
 from synthkd_assets.core.inventory import built_from_sha256, scan_inputs, shard_index_from_name
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_problems
@@ -492,7 +492,7 @@ def dataset_manifest_checks(
             listed = shards_as_splits(manifest)
             result = _result(
                 manifest_problems(
-                    root, listed, mf.config_hash(dataset_config(config(build), paths.harmony_root)), paths
+                    root, listed, mf.config_hash(dataset_config(config(build), layout_artifact(paths))), paths
                 ),
                 passed_summary=f"{_file_count(listed)} {noun}s, tokenizer, input manifest and config hash match "
                 f"{root / constants.MANIFEST_FILENAME}",

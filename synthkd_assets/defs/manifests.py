@@ -6,7 +6,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
-from synthkd_assets.core.harmony_artifact import dataset_config, input_artifact_record, read_artifact
+from synthkd_assets.core.harmony_artifact import dataset_config, input_artifact_record, layout_artifact
 from synthkd_assets.core.inventory import scan_inputs
 from synthkd_assets.core.layout import HARMONY_STAGE, DataLayout
 from synthkd_assets.core.manifest_builders import (
@@ -60,10 +60,8 @@ def synth_harmony_manifest(
         out = stage_files(paths, "synth_harmony", shard.name)[0]
         output = {"path": paths.recorded(out), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
         entries.append(harmony_shard_entry(shard.name, shard.path, reports[shard.name], output))
-    artifact = None
-    if paths.harmony_root is not None:
-        found = read_artifact(paths.harmony_root)
-        artifact = {"path": paths.recorded(found.manifest_path), "sha256": found.manifest_sha256}
+    found = layout_artifact(paths)
+    artifact = None if found is None else {"path": paths.recorded(found.manifest_path), "sha256": found.manifest_sha256}
     manifest = harmony_manifest(system_message_dict(), entries, artifact)
     digest = mf.write_manifest(paths.harmony_manifest(), manifest)
     rows = manifest_rows_metadata(manifest["rows_in"], manifest["rows_out"], manifest["dropped"])
@@ -83,8 +81,9 @@ def dataset_inputs(
     tokenizer = recorded_file(paths, paths.tokenizer_file())
     harmony = recorded_file(paths, paths.harmony_manifest())
     # seed 000: the input artifact's manifest, verified against its files
-    artifact = input_artifact_record(paths).get("input_artifact")
-    config = dataset_config(config, paths.harmony_root)
+    found = layout_artifact(paths)
+    artifact = input_artifact_record(paths, found).get("input_artifact")
+    config = dataset_config(config, found)
     return provenance(mf.git_state(), config, tokenizer, harmony, artifact), sampling, reports
 
 

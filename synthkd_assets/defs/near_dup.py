@@ -10,7 +10,7 @@ import dagster as dg
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.cleanup import remove_stale_cluster_files, unpublish_pool_of_other_clusters
 from synthkd_assets.core.dataset_manifest import write_sealed_manifest
-from synthkd_assets.core.harmony_artifact import input_artifact_record
+from synthkd_assets.core.harmony_artifact import input_artifact_record, layout_artifact
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.near_dup import (
     FORMAT_SET,
@@ -224,7 +224,7 @@ def synth_validation_sets(
     files = {KL_SET: paths.heldout_kl(), FORMAT_SET: paths.format_suite()}
     write_tables_together([(path, VALIDATION_SCHEMA, validation_table(sets[name])) for name, path in files.items()])
     manifest = {
-        **input_artifact_record(paths),
+        **input_artifact_record(paths, layout_artifact(paths)),
         "clusters_sha256": clusters_sha256,
         "settings": summary["settings"],
         "sets": {
