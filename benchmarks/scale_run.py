@@ -264,6 +264,10 @@ def process_kind(command: str, parent: str = "") -> str:
         (r"build\.sh", "build.sh"),
         (r"\bdg launch\b.*--(?:job|assets) (\S+)", "dg launch {}"),
         (r"synthkd_assets\.cli (\w[\w-]*)", "cli {}"),
+        (r"\bapi execute_run\b", "run process"),
+        (r"\bapi grpc\b", "code server"),
+        (r"dagster-daemon", "daemon"),
+        (r"dagster-webserver", "webserver"),
         (r"multiprocessing|execute_step|api execute", "step process"),
         (r"\bxargs\b", "xargs"),
     ):

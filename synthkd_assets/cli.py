@@ -17,25 +17,24 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 import dagster as dg
 
 from synthkd_assets.core.build_summary import PlanKeeps, StepDrops, read_plan_keeps, read_step_drops
-from synthkd_assets.core.buildlock import BuildLockHeld, checked_lock_path, lock_fd
+from synthkd_assets.core.buildlock import BuildLockHeld, build_lock, checked_lock_path
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import DataLayout, LayoutError
 from synthkd_assets.core.ownership import OutputPathError
-from synthkd_assets.core.parallel import available_cores, die_with_parent, parallel_runs, watch_stop_signals
+from synthkd_assets.core.parallel import parallel_runs, watch_stop_signals
 from synthkd_assets.core.valuation import checkpoint_problem
-from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
+from synthkd_assets.defs.build import BuildProgress
+from synthkd_assets.defs.conventions import SMOKE_RUN_TAGS
 from synthkd_assets.defs.executors import local_instance_yaml
-from synthkd_assets.defs.failures import failed_runs_report
-from synthkd_assets.defs.jobs import adopt_launched_run, launched_run_id
+from synthkd_assets.defs.jobs import PASS_JOBS
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
-from synthkd_assets.defs.passes import Pass
+from synthkd_assets.defs.passes import Pass, build_passes
 from synthkd_assets.defs.resources import (
     BUILD_CONFIG_ENV,
     BUILD_KEY,
@@ -44,8 +43,26 @@ from synthkd_assets.defs.resources import (
     SynthKDBuildConfig,
     SynthKDLayout,
     ValuationModelsResource,
+    resources_run_config,
+    synthkd_resources,
+)
+from synthkd_assets.launch import (
+    BUILD_TAG,
+    DEAD_BUILD_GRACE_SECONDS,
+    STOP_GRACE_SECONDS,
+    LaunchFailed,
+    PassFailed,
+    launch_build,
+    launch_services,
+    new_build_tags,
+    stop_runs,
+    unfinished_runs_of_build,
+    unfinished_runs_of_dead_builds,
 )
 from synthkd_contract import constants
+
+PASS_JOB_NAMES = {name: job.name for name, job in PASS_JOBS.items()}
+STOPPED_BUILD = "its queued runs canceled, its running ones stopped; run build.sh again"
 
 NO_PARTITIONS_HINT = (
     "no synth_shards partitions are registered in this Dagster instance (DAGSTER_HOME={home}): register one per "
@@ -60,23 +77,6 @@ NO_DAGSTER_HOME_HINT = (
 def list_partitions() -> list[str]:
     with dg.DagsterInstance.get() as instance:
         return list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
-
-
-def adopt_run(run_id: str | None, launch_output: Path | None) -> int:
-    """build.sh's cluster route, after each `dg launch --job` (its output in `launch_output`): the run gets the
-    code location's origin, so the UI re-executes it."""
-    if launch_output is not None:
-        run_id = launched_run_id(launch_output.read_text(errors="replace"))
-        if run_id is None:
-            print(f"{launch_output}: no run's log line in it (did dg launch start a run?)", file=sys.stderr)
-            return 1
-    with dg.DagsterInstance.get() as instance:
-        why = adopt_launched_run(instance, run_id)
-    if why is not None:
-        print(f"run {run_id} left as it is: {why}", file=sys.stderr)
-        return 1
-    print(f"run {run_id}: the code location's origin recorded")
-    return 0
 
 
 def step_report(layout: DataLayout, step: str, partition: str) -> dict | None:
@@ -302,27 +302,6 @@ def print_summaries(manifests: list[Path], out: TextIO = sys.stdout, build: Data
         print("\n".join(summary_lines(manifest)), file=out, flush=True)
 
 
-def print_failures(since: float) -> int:
-    """Print why every run since `since` (epoch seconds) failed; the number of failed runs."""
-    with dg.DagsterInstance.get() as instance:
-        lines = failed_runs_report(instance, datetime.fromtimestamp(since, tz=UTC))
-    print("\n".join(lines), file=sys.stderr)
-    return sum(1 for line in lines if line.startswith("run "))
-
-
-def take_lock(fd: int, path: Path) -> int:
-    """Lock the build script's open lock file (the shell keeps the lock after this process exits)."""
-    try:
-        lock_fd(fd, path)
-    except BuildLockHeld as error:
-        print(error, file=sys.stderr)
-        return 75  # EX_TEMPFAIL
-    except OutputPathError as error:  # a link swapped in after build.sh checked the path
-        print(error, file=sys.stderr)
-        return 2
-    return 0
-
-
 class ConsoleProgress(BuildProgress):
     """The build's lines on the console: `<pass>: <steps> (Ns)` for a pass over every shard; for a shard pass
     `<pass> pass over N shards: <steps>`, `  <pass> <shard> (i/N): <progress line> (Ns)` per shard as each
@@ -381,15 +360,12 @@ def low_disk_lines(places: dict[str, Path], minimum: int = LOW_DISK_BYTES) -> li
     return lines
 
 
-def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None, parent: int | None = None) -> int:
-    """Every pass of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR into $DAGSTER_HOME's instance (an
-    ephemeral one, shards one at a time, when unset), `workers` shard runs at once. The console gets the pass
-    and shard lines, then each dataset's summary; when a step or a blocking check fails, what failed and why
-    (exit 1); with `log`, every other line (Dagster's, warnings) is appended there instead. `locked_fd`: the
-    caller holds the data root's build lock on this inherited descriptor (scripts/build.sh, fd 9); else the build
-    takes it (75 when held). SIGINT, SIGTERM and SIGHUP stop it and its workers quietly (128 + the signal); so
-    does the death of process `parent` (build.sh's pid; SIGKILL included)."""
-    since = time.time()
+def run_build(smoke: bool, log: Path | None) -> int:
+    """Every pass of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR, launched through $DAGSTER_HOME's instance
+    (synthkd_assets/launch.py). The console gets the pass and shard lines, then each dataset's summary; when a
+    run or a blocking check fails, what failed and why (exit 1); with `log`, every other line (Dagster's, the
+    daemon's, warnings) is appended there instead. One build per data root (75 when another holds it). SIGINT,
+    SIGTERM and SIGHUP stop its runs through the instance and exit 128 + the signal."""
     out, err = os.fdopen(os.dup(1), "w"), os.fdopen(os.dup(2), "w")
     if log is not None:
         appended = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -398,11 +374,16 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
         os.close(appended)
     stopped = watch_stop_signals(signal.default_int_handler)
     layout = SynthKDLayout.from_environment_now(os.environ)
+    build = SynthKDBuildConfig.from_environment(os.environ, smoke=smoke)
     progress = ConsoleProgress(out, DataLayout.from_environ(os.environ, smoke))
     tail = [f"full log: {log}"] if log is not None else []
     disk = {"the data root": progress.layout.data_root}
-    if os.environ.get("DAGSTER_HOME"):
-        disk["$DAGSTER_HOME, the Dagster instance"] = Path(os.environ["DAGSTER_HOME"])
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        print(NO_DAGSTER_HOME_HINT.format(home=home), file=err)
+        err.flush()
+        return 2
+    disk["$DAGSTER_HOME, the Dagster instance"] = Path(home)
     models = ValuationModelsResource.from_environment_now(os.environ)
     problem = checkpoint_problem(models.teacher_checkpoint, models.student_checkpoint)
     if problem is not None:  # found now, not after every shard's scan and build, in the pool pass
@@ -410,31 +391,27 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
         print(f"FAILED before the build started ({variables}): {problem}", file=err)
         err.flush()
         return 1
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    resources = synthkd_resources(layout, build)
+    run_config = {"resources": resources_run_config(resources)}
+    tags = new_build_tags(progress.layout.data_root, SMOKE_RUN_TAGS if smoke else None)
+    instance = dg.DagsterInstance.get()
+    sys.stdout.flush()
+    logfile = sys.stdout if log is not None else None
     try:
-        if parent is not None:
-            # build.sh, which started this process in a process group of its own (its job control): a SIGKILL
-            # of build.sh or of its group (a scheduler's or CI's timeout) reaches this process as SIGTERM, which
-            # stops it as `kill` does, instead of leaving it to finish the build unseen; at once if build.sh
-            # died while this process was importing
-            die_with_parent(signal.SIGTERM, parent)
-        with instance:
-            if locked_fd is not None:
-                lock_fd(locked_fd, layout.data_layout().build_lock())
+        with instance, build_lock(layout.data_layout().build_lock()):
             try:
-                build_all(
-                    instance,
-                    layout,
-                    SynthKDBuildConfig.from_environment(os.environ, smoke=smoke),
-                    progress=progress,
-                    workers=workers,
-                    take_lock=locked_fd is None,
-                )
-            except BuildFailed as error:
-                if stopped():  # a run the stop interrupted
-                    raise
-                report = failed_runs_report(instance, datetime.fromtimestamp(since, tz=UTC))
-                failed = [f"FAILED: {progress.failing(error.partition)}", *report, *low_disk_lines(disk), *tail]
+                stop_runs(instance, unfinished_runs_of_dead_builds(instance, tags), DEAD_BUILD_GRACE_SECONDS)
+                with launch_services(instance, logfile) as (server, daemon):
+                    try:
+                        passes = build_passes()
+                        launch_build(instance, run_config, tags, passes, PASS_JOB_NAMES, progress, server, daemon)
+                    except BaseException:
+                        stop_runs(instance, unfinished_runs_of_build(instance, tags[BUILD_TAG]), STOP_GRACE_SECONDS)
+                        raise
+            except (PassFailed, LaunchFailed) as error:
+                partition = error.partition if isinstance(error, PassFailed) else None
+                lines = error.lines if isinstance(error, PassFailed) else [f"Dagster refused the launch: {error}"]
+                failed = [f"FAILED: {progress.failing(partition)}", *lines, *low_disk_lines(disk), *tail]
                 print("\n".join(failed), file=err)
                 return 1
             built = progress.layout
@@ -445,8 +422,10 @@ def run_build(smoke: bool, workers: int, log: Path | None, locked_fd: int | None
         return 75
     except BaseException as error:
         signum = stopped()
-        if signum or isinstance(error, KeyboardInterrupt | dg.DagsterExecutionInterruptedError):
-            return 128 + (signum or signal.SIGINT)  # nothing more to say: the user stopped it
+        if signum or isinstance(error, KeyboardInterrupt):
+            name = signal.Signals(signum or signal.SIGINT).name
+            print(f"build stopped by {name}: {STOPPED_BUILD}", file=err)
+            return 128 + (signum or signal.SIGINT)
         traceback.print_exc()  # to the log
         failed = [f"FAILED: {progress.failing(None)}: {type(error).__name__}: {error}", *low_disk_lines(disk), *tail]
         print("\n".join(failed), file=err)
@@ -482,10 +461,6 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     partitions = sub.add_parser("partitions", help="registered synth_shards partition keys, one per line")
     partitions.add_argument("--null", action="store_true", help="end each key with NUL instead (for xargs -0)")
-    progress = sub.add_parser("progress", help="one line: rows in / out / dropped of shard steps of one partition")
-    progress.add_argument("--partition", required=True)
-    progress.add_argument("--steps", required=True, help="comma-separated shard steps")
-    progress.add_argument("--smoke", action="store_true")
     summary = sub.add_parser("summary", help="print the summary of a built dataset manifest")
     summary.add_argument(
         "--manifest",
@@ -503,26 +478,15 @@ def main(argv: list[str] | None = None) -> int:
     path = sub.add_parser("path", help="where files of the build on $SYNTHKD_RAW_DIR / $SYNTHKD_DATA_DIR live")
     path.add_argument("names", nargs="+", choices=sorted(PATHS), metavar="name", help=", ".join(sorted(PATHS)))
     path.add_argument("--smoke", action="store_true")
-    failures = sub.add_parser("failures", help="print the failing checks' problems and step errors of runs that failed")
-    failures.add_argument("--since", type=float, required=True, help="runs created after this time (epoch seconds)")
-    lock = sub.add_parser("lock", help="take the build lock on an open file descriptor of the lock file")
-    lock.add_argument("--fd", type=int, required=True)
-    lock.add_argument("path", type=Path)
     run = sub.add_parser("build", help="build every pass, shard runs on every core (what scripts/build.sh runs)")
     run.add_argument("--smoke", action="store_true")
-    run.add_argument("--workers", type=int, help="shard runs at once (default $SYNTHKD_PARALLEL_RUNS, else every core)")
     run.add_argument("--log", type=Path, help="append Dagster's log lines and every other output line here")
-    run.add_argument("--lock-fd", type=int, help="the build lock is held on this inherited file descriptor")
-    run.add_argument("--parent-pid", type=int, help="stop (as on SIGTERM) when this process, build.sh, dies")
     run_config = sub.add_parser("run-config", help="the build resource's run config of $SYNTHKD_BUILD_CONFIG, as JSON")
     run_config.add_argument("--smoke", action="store_true")
-    sub.add_parser("instance-yaml", help="deploy/local/dagster.yaml, its run queue sized to this machine's cores")
-    adopt = sub.add_parser(
-        "adopt-run", help="give a finished `dg launch --job` run the code location's origin (the UI re-executes it)"
+    sub.add_parser(
+        "instance-yaml",
+        help="deploy/local/dagster.yaml, its run queue admitting $SYNTHKD_PARALLEL_RUNS runs (default: every core)",
     )
-    adopted = adopt.add_mutually_exclusive_group(required=True)
-    adopted.add_argument("run_id", nargs="?")
-    adopted.add_argument("--launch-output", type=Path, help="what `dg launch` printed: the run is the one it ran")
     args = parser.parse_args(argv)
     if args.command == "partitions":
         home = os.environ.get("DAGSTER_HOME")
@@ -534,8 +498,6 @@ def main(argv: list[str] | None = None) -> int:
             print(NO_PARTITIONS_HINT.format(home=os.environ.get("DAGSTER_HOME")), file=sys.stderr)
             return 1
         sys.stdout.write("".join(f"{key}\0" for key in keys) if args.null else "\n".join(keys) + "\n")
-    elif args.command == "progress":
-        print(progress_line(DataLayout.from_environ(os.environ, args.smoke), args.steps.split(","), args.partition))
     elif args.command == "path":
         try:  # the roots overlap, or the lock is a link: build.sh stops here, before it writes anything
             layout = DataLayout.from_environ(os.environ, args.smoke)
@@ -543,10 +505,6 @@ def main(argv: list[str] | None = None) -> int:
         except (LayoutError, OutputPathError) as error:
             print(error, file=sys.stderr)
             return 2
-    elif args.command == "failures":
-        print_failures(args.since)
-    elif args.command == "lock":
-        return take_lock(args.fd, args.path)
     elif args.command == "run-config":
         try:
             print(json.dumps(build_run_config(os.environ, args.smoke)))
@@ -554,16 +512,13 @@ def main(argv: list[str] | None = None) -> int:
             print(error, file=sys.stderr)
             return 2
     elif args.command == "instance-yaml":
-        sys.stdout.write(local_instance_yaml(available_cores()))
-    elif args.command == "adopt-run":
-        return adopt_run(args.run_id, args.launch_output)
-    elif args.command == "build":
         try:
-            workers = args.workers or parallel_runs(os.environ)
-        except ValueError as error:
+            sys.stdout.write(local_instance_yaml(parallel_runs(os.environ)))
+        except ValueError as error:  # a bad $SYNTHKD_PARALLEL_RUNS
             print(error, file=sys.stderr)
             return 2
-        return run_build(args.smoke, workers, args.log, args.lock_fd, args.parent_pid)
+    elif args.command == "build":
+        return run_build(args.smoke, args.log)
     else:
         layout = DataLayout.from_environ(os.environ, args.smoke)
         print_summaries(args.manifest or [layout.megatron_manifest()], build=layout if args.build else None)

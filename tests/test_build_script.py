@@ -1,7 +1,7 @@
-"""scripts/build.sh as a user runs it, on small shards: shard runs in worker processes on every core, each run
-recorded in the instance; a file name with spaces and quotes, a second build on the same data root, SIGTERM, an
-empty raw dir (its error said on the console). What a full build does with a removed shard is tested in process
-(tests/test_raw_inventory.py): same assets, same code."""
+"""scripts/build.sh as a user runs it, on small shards: every pass launched through the instance as runs of its
+job; a file name with spaces and quotes, a second build on the same data root, SIGTERM, a killed run worker,
+SIGKILL of the whole build, an empty raw dir (its error said on the console). What a full build does with a
+removed shard is tested in process (tests/test_raw_inventory.py): same assets, same code."""
 
 from __future__ import annotations
 
@@ -21,16 +21,10 @@ from synthkd_assets.cli import low_disk_lines
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock
 from synthkd_assets.core.layout import DataLayout, InputOutputOverlap
 from synthkd_assets.core.parallel import available_cores, thread_map
-from synthkd_assets.definitions import defs
-from synthkd_assets.defs.build import (
-    BUILD_TAG,
-    DATA_ROOT_TAG,
-    WORKER_PID_TAG,
-    _fail_unfinished_runs,
-    fail_runs_of_dead_builds,
-)
+from synthkd_assets.defs.jobs import PASS_JOBS
 from synthkd_assets.defs.passes import build_passes
 from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_assets.launch import BUILD_TAG
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 QUOTED = 'it\'s a "quoted" shard 01'  # a partition key with spaces and both kinds of quote
@@ -105,10 +99,7 @@ def run_process_id(instance: dg.DagsterInstance, run_id: str) -> int:
 
 def start_two_shard_build(root: Path, rows: int = 400) -> subprocess.Popen:
     """build.sh (`start`) of synth_001 and synth_002 of the sample, `rows` rows each (runs long enough that a kill
-    cannot miss them), once it has set up DAGSTER_HOME; skipped on one core (the shard runs go one after another,
-    in the driver)."""
-    if available_cores() < 2:
-        pytest.skip("one core: the shard runs go one after another, in the driver")
+    cannot miss them), once it has set up DAGSTER_HOME."""
     (root / "raw").mkdir(parents=True, exist_ok=True)
     for key in ["synth_001", "synth_002"]:
         table = pq.read_table(SAMPLE_RAW_DIR / f"{key}.parquet").slice(0, rows)
@@ -120,11 +111,11 @@ def start_two_shard_build(root: Path, rows: int = 400) -> subprocess.Popen:
     return process
 
 
-def wait_for(condition, what: str, timeout: float = 300) -> None:
+def wait_for(condition, what: str, timeout: float = 300, every: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.2)
+        time.sleep(every)
 
 
 def descendants(pid: int) -> dict[int, tuple[int, bytes]]:
@@ -165,48 +156,58 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_shard_runs_use_every_core_and_every_run_is_in_the_instance(tmp_path):
-    """build.sh with nothing set on three shards: the unpartitioned passes run in the driver process, the shard
-    runs in worker processes, one per core (at most one per shard); every run is in DAGSTER_HOME's instance and
-    succeeded, one per pass and shard."""
+def test_every_pass_is_launched_through_the_instance_as_runs_of_its_job(tmp_path):
+    """build.sh with nothing set on three shards: every pass is submitted to DAGSTER_HOME's instance, through
+    its run queue and launcher (the daemon the build starts), as runs of the pass's job with the code location's
+    origin (what the UI re-executes); a shard pass is a run of its job per shard; every run is
+    in a process of its own, none in build.sh's; no more run at once than the queue admits; every run succeeded,
+    one per pass and shard; the build's daemon and webserver are gone afterwards."""
     cores = available_cores()
-    if cores < 2:
-        pytest.skip("one core: the shard runs go one after another")
     keys = ["synth_001", "synth_002", "synth_003"]
     for source, key in enumerate(keys, 1):
         small_shard(tmp_path / "raw" / f"{key}.parquet", source)
-    done = build(tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    process = start(tmp_path)
+    seen: dict[int, tuple[int, bytes]] = {}
+    while process.poll() is None:
+        seen.update(descendants(process.pid))
+        time.sleep(0.2)
+    assert process.returncode == 0, (tmp_path / "stdout.txt").read_text()[-3000:]
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         runs = instance.get_runs()
         pid = {run.run_id: run_process_id(instance, run.run_id) for run in runs}
         assets = {run.run_id: materialized(instance, run.run_id) for run in runs}
+        stats = {run.run_id: instance.get_run_stats(run.run_id) for run in runs}
     assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
+    assert all(run.remote_job_origin is not None and run.remote_job_origin.location_name == "synthkd" for run in runs)
+    assert len({run.tags[BUILD_TAG] for run in runs}) == 1
+    pass_of_job = {job.name: name for name, job in PASS_JOBS.items()}
+    assert all(run.tags["synthkd/pass"] == pass_of_job[run.job_name] for run in runs)
     shard_runs = [run for run in runs if "dagster/partition" in run.tags]
     whole = [run for run in runs if "dagster/partition" not in run.tags]
     passes = build_passes()
-    assert len(whole) == len([p for p in passes if not p.per_shard])
+    assert sorted(run.job_name for run in whole) == sorted(PASS_JOBS[p.name].name for p in passes if not p.per_shard)
     for build_pass in (p for p in passes if p.per_shard):
-        ran = [r for r in shard_runs if assets[r.run_id] == set(build_pass.steps)]
+        ran = [r for r in shard_runs if r.job_name == PASS_JOBS[build_pass.name].name]
         assert sorted(r.tags["dagster/partition"] for r in ran) == keys, build_pass.name
-        if build_pass.name == "build":  # every worker waits for it (the plan ran in the driver): each takes one
-            assert len({pid[r.run_id] for r in ran}) == min(cores, len(keys))
-    driver = {pid[run.run_id] for run in whole}
-    workers = {pid[run.run_id] for run in shard_runs}
-    assert len(driver) == 1 and not driver & workers and len(workers) == min(cores, len(keys))
-    # a shard run names its worker from its creation on (a worker killed before logging is still identified)
-    assert all(run.tags[WORKER_PID_TAG] == str(pid[run.run_id]) for run in shard_runs)
+        assert all(assets[r.run_id] == set(build_pass.steps) for r in ran)
+    assert process.pid not in pid.values() and len(set(pid.values())) == len(runs)  # a process per run
+    spans = sorted((stats[r].start_time, stats[r].end_time) for r in pid)
+    at_once = max(sum(1 for s, e in spans if s <= start_ < e) for start_, _ in spans)
+    assert at_once <= cores
+    wait_for(lambda: not any(alive(p) for p in seen), "the build's daemon and webserver to exit", timeout=60)
 
 
 def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
-    """A build of two shards, one named with spaces and quotes, asked for four runs at a time (two worker
-    processes: never more than shards): once its scan pass is through (both keys reached Dagster whole), a
-    second build.sh and an in-process build on the same data root stop at once; then SIGTERM to build.sh stops
-    it and every process under it, leaves no run of the instance in progress, and frees the lock."""
-    small_shard(tmp_path / "raw" / f"{QUOTED}.parquet", 2)
-    small_shard(tmp_path / "raw" / "synth_004.parquet", 4)
+    """A build of two shards, one named with spaces and quotes: once its scan pass is through (both keys reached
+    Dagster whole), a second build.sh and an in-process build on the same data root stop at once; then SIGTERM
+    to build.sh stops it and every process under it, leaves no run of the instance in progress, and frees the
+    lock."""
+    (tmp_path / "raw").mkdir()
+    for name, source in ((QUOTED, 2), ("synth_004", 4)):
+        table = pq.read_table(SAMPLE_RAW_DIR / f"synth_{source:03d}.parquet").slice(0, 400)
+        pq.write_table(table, tmp_path / "raw" / f"{name}.parquet")
     paths = DataLayout.from_environ(environment(tmp_path))
-    first = start(tmp_path, SYNTHKD_PARALLEL_RUNS="4")
+    first = start(tmp_path)
     seen: dict[int, tuple[int, bytes]] = {}
 
     def scanned() -> bool:
@@ -214,42 +215,24 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
         reports = [paths.stage_report("synth_filtered", key) for key in (QUOTED, "synth_004")]
         return first.poll() is not None or all(report.is_file() for report in reports)
 
-    paused: list[int] = []
     try:
         wait_for(scanned, "the scan pass of both shards", timeout=600)
         assert first.poll() is None, (tmp_path / "stdout.txt").read_text()[-3000:]
-        # the shard workers stand still until after the SIGTERM below: the driver cannot finish the build
-        # first, however slow the second build.sh is to start on a loaded machine
-        paused = [pid for pid, (_, cmdline) in descendants(first.pid).items() if b"spawn_main" in cmdline]
-        for pid in paused:
-            os.kill(pid, signal.SIGSTOP)
         second = build(tmp_path, timeout=120)
         assert second.returncode == 75
         assert f"another build holds {paths.build_lock()}" in second.stderr
         with pytest.raises(BuildLockHeld, match="another build holds"):  # the in-process build honours it too
             with build_lock(paths.build_lock()):
                 pass
+        assert first.poll() is None, "the build ended before it could be stopped"
         seen.update(descendants(first.pid))
         first.send_signal(signal.SIGTERM)  # to build.sh only, as `kill <pid>` would
-        time.sleep(1)  # build.sh passes it on to the driver's process group, then the workers go on and stop
-        resume(paused)
         assert first.wait(timeout=120) == 143
-        assert (
-            "build stopped by SIGTERM: a run it had in progress is marked failed"
-            in (tmp_path / "stdout.txt").read_text()
-        )
+        stopped = "build stopped by SIGTERM: its queued runs canceled, its running ones stopped; run build.sh again"
+        assert stopped in (tmp_path / "stdout.txt").read_text()
     finally:
-        resume(paused)
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-    # build.sh's child (a fork of the driver shows the driver's command line until it execs)
-    [driver] = [
-        pid for pid, (ppid, cmdline) in seen.items() if ppid == first.pid and b"synthkd_assets.cli\0build\0" in cmdline
-    ]
-    # the driver's own children only: a Dagster run forks `tail` for its compute logs, and until the exec a
-    # child forked by a worker shows the worker's spawn_main command line
-    workers = {pid: cmdline for pid, (ppid, cmdline) in seen.items() if ppid == driver and b"spawn_main" in cmdline}
-    assert len(workers) == 2, seen
     wait_for(lambda: not any(alive(pid) for pid in seen), "the build's processes to exit", timeout=60)
     with build_lock(paths.build_lock()):  # nothing holds the lock any more
         pass
@@ -258,40 +241,44 @@ def test_one_build_per_data_root_quoted_names_and_sigterm(tmp_path):
     assert runs and not [run for run in runs if not run.is_finished], "a run left in progress"
 
 
-def test_a_worker_killed_mid_run_fails_the_build_naming_its_shard(tmp_path):
-    """SIGKILL (the out-of-memory killer, say) to the worker running a shard of the build pass: the build exits 1
-    naming that shard and why its run failed, not only "BrokenProcessPool"; no run is left in progress. Every run
-    of the build carries its pass as the `synthkd/pass` tag (its pass job's run tag)."""
-    process = start_two_shard_build(tmp_path)
+def test_a_run_worker_killed_mid_run_is_failed_and_retried_by_dagster(tmp_path):
+    """SIGKILL (the out-of-memory killer, say) to the process of a shard run of the build pass: Dagster marks the
+    run failed (its code server, or the daemon's run monitoring) and its run retries launch it again; the build
+    waits for the retry and finishes. Every run of the build carries its pass as the `synthkd/pass` tag."""
+    process = start_two_shard_build(tmp_path, rows=750)
     started = dg.RunsFilter(tags={"synthkd/pass": "build"}, statuses=[dg.DagsterRunStatus.STARTED])
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
 
-        def running() -> list:  # a build-pass run whose process is recorded (it has just started its steps)
-            runs = instance.get_runs(filters=started)
-            return [r for r in runs if instance.all_logs(r.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
+        def worker() -> tuple | None:  # the run and process of a build-pass run that has started (its RUN_START's pid)
+            for run in instance.get_runs(filters=started):
+                for record in instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_START).records:
+                    return run, record.event_log_entry.dagster_event.pid
+            return None
 
-        # polled, not paused: a worker stopped while it holds the SQLite instance's lock would stall every reader
-        wait_for(lambda: process.poll() is not None or running(), "a shard run of the build pass", timeout=600)
+        found: list = []
+        wait_for(lambda: process.poll() is not None or found.append(worker()) or found[-1], "a build-pass run")
         assert process.poll() is None, (tmp_path / "stdout.txt").read_text()[-3000:]
-        victim = running()[0]
-        os.kill(run_process_id(instance, victim.run_id), signal.SIGKILL)
-    assert process.wait(timeout=300) == 1
-    output = (tmp_path / "stdout.txt").read_text()
-    shard = victim.tags["dagster/partition"]
-    assert f"FAILED: build {shard} (after" in output, output[-3000:]
-    assert f"run {victim.run_id[:8]} (partition {shard}) failed:\n  its worker process died" in output
+        victim, pid = found[-1]
+        os.kill(pid, signal.SIGKILL)
+    assert process.wait(timeout=600) == 0, (tmp_path / "stdout.txt").read_text()[-3000:]
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         runs = instance.get_runs()
+        killed = instance.get_run_by_id(victim.run_id)
+    assert killed.status == dg.DagsterRunStatus.FAILURE and killed.tags["dagster/will_retry"] == "true"
+    (retry,) = [run for run in runs if run.parent_run_id == victim.run_id]
+    assert (
+        retry.status == dg.DagsterRunStatus.SUCCESS
+        and retry.tags["dagster/partition"] == victim.tags["dagster/partition"]
+    )
     assert runs and all(run.is_finished for run in runs)
-    assert {run.tags.get("synthkd/pass") for run in runs} == {"inventory", "scan", "plan", "build"}
+    assert {run.tags.get("synthkd/pass") for run in runs} == {p.name for p in build_passes()}
 
 
 def test_sigkill_of_build_sh_and_its_group_stops_the_build(tmp_path):
-    """What a scheduler's or CI's timeout sends: SIGKILL to build.sh's process group. The driver runs in a group
-    of its own (build.sh's job control), so the kill does not reach it; it must not go on building unseen after
-    the caller saw 137. It stops as on SIGTERM: every process of the build exits, no run is left in progress,
-    the lock is free, and no summary is printed."""
-    process = start_two_shard_build(tmp_path)
+    """What a scheduler's or CI's timeout sends: SIGKILL to build.sh's process group. Every process of the build
+    exits (its daemon, webserver and runs die with it), the lock is free, nothing goes on to the summary; the
+    runs it left in progress are failed by the next build's daemon (run monitoring), which then builds."""
+    process = start_two_shard_build(tmp_path, rows=200)
     started = dg.RunsFilter(tags={"synthkd/pass": "scan"}, statuses=[dg.DagsterRunStatus.STARTED])
     seen: dict[int, tuple[int, bytes]] = {}
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
@@ -302,17 +289,25 @@ def test_sigkill_of_build_sh_and_its_group_stops_the_build(tmp_path):
 
         wait_for(running, "a shard run of the scan pass", timeout=600)
     assert process.poll() is None, (tmp_path / "stdout.txt").read_text()[-3000:]
-    os.killpg(process.pid, signal.SIGKILL)  # build.sh's own group: not the driver's
+    seen.update(descendants(process.pid))
+    os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     wait_for(lambda: not any(alive(pid) for pid in seen), "the build's processes to exit", timeout=120)
     paths = DataLayout.from_environ(environment(tmp_path))
     with build_lock(paths.build_lock()):  # nothing holds the lock any more
         pass
-    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
-        runs = instance.get_runs()
-    assert runs and all(run.is_finished for run in runs), "a run left in progress"
     assert not paths.megatron_manifest().exists()  # the build did not go on to its end
     assert "synth_kd_v1: " not in (tmp_path / "stdout.txt").read_text()  # nor printed its summary
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        left = [run.run_id for run in instance.get_runs() if not run.is_finished]
+    assert left, "the kill left no run unfinished: nothing tested"
+    again = build(tmp_path, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        runs = instance.get_runs()
+        stopped = [instance.get_run_by_id(run_id).status for run_id in left]
+    assert runs and all(run.is_finished for run in runs), "a run left in progress"
+    assert set(stopped) <= {dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE}
 
 
 def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):
@@ -322,7 +317,7 @@ def test_an_empty_raw_directory_is_an_error_said_on_the_console(tmp_path):
     assert done.returncode != 0
     instance_yaml = yaml.safe_load((tmp_path / "home" / "dagster.yaml").read_text())
     assert instance_yaml["run_coordinator"]["config"]["max_concurrent_runs"] == 1
-    # the failed step's own error, printed by `cli failures` after Dagster's output
+    # the failed step's own error
     assert (
         "step synth_raw_inventory failed: synthkd_assets.core.parquet_io.InputFileError: no raw shards in "
         f"{tmp_path / 'raw'}" in done.stderr
@@ -426,63 +421,6 @@ def test_thread_map_keeps_the_order_runs_at_once_and_raises_the_first_error():
     with pytest.raises(ValueError, match="part 3"):
         thread_map(fails_on_three, range(6))
     assert thread_map(fails_on_three, []) == [] and thread_map(fails_on_three, [2]) == [2]
-
-
-def test_the_next_build_fails_the_runs_a_killed_build_left_in_progress():
-    """Runs of a SIGKILLed build of this data root stay STARTED (nothing is left to say otherwise); the next build,
-    holding the root's lock, marks them failed. Runs of another root, or of this build, are left alone, and so is
-    a re-execution of a build's run from the UI (it carries the build's tags, but the daemon launched it)."""
-
-    @dg.op
-    def noop() -> None:
-        pass
-
-    @dg.job
-    def job() -> None:
-        noop()
-
-    with dg.DagsterInstance.ephemeral() as instance:
-
-        def started(build: str, root: str, parent: str | None = None) -> str:
-            tags = {BUILD_TAG: build, DATA_ROOT_TAG: root}
-            run = instance.create_run_for_job(
-                job, status=dg.DagsterRunStatus.STARTED, tags=tags, parent_run_id=parent, root_run_id=parent
-            )
-            return run.run_id
-
-        dead, other_root, this_build = started("old", "/data/a"), started("old", "/data/b"), started("now", "/data/a")
-        reexecuted = started("old", "/data/a", parent=other_root)
-        assert fail_runs_of_dead_builds(instance, "/data/a", "now") == [dead]
-        status = {
-            run_id: instance.get_run_by_id(run_id).status for run_id in (dead, other_root, this_build, reexecuted)
-        }
-        assert status == {
-            dead: dg.DagsterRunStatus.FAILURE,
-            other_root: dg.DagsterRunStatus.STARTED,
-            this_build: dg.DagsterRunStatus.STARTED,
-            reexecuted: dg.DagsterRunStatus.STARTED,
-        }
-
-
-def test_a_stopped_build_fails_its_unfinished_runs_with_their_origin_not_a_ui_reexecution():
-    """A build that stops marks its runs still in progress failed, each with the code location's origin (so the UI
-    can re-execute it), and leaves alone a re-execution of one of its runs launched from the UI meanwhile."""
-    job = defs().resolve_job_def("synth_build_job")
-    with dg.DagsterInstance.ephemeral() as instance:
-
-        def started(parent: str | None = None) -> str:
-            tags = {BUILD_TAG: "this", "dagster/partition": "synth_001"}
-            run = instance.create_run_for_job(
-                job, status=dg.DagsterRunStatus.STARTED, tags=tags, parent_run_id=parent, root_run_id=parent
-            )
-            return run.run_id
-
-        interrupted = started()
-        reexecuted = started(parent=interrupted)
-        assert _fail_unfinished_runs(instance, "this", "the build stopped") == ["synth_001"]
-        failed, running = instance.get_run_by_id(interrupted), instance.get_run_by_id(reexecuted)
-    assert failed.status == dg.DagsterRunStatus.FAILURE and failed.remote_job_origin.location_name == "synthkd"
-    assert running.status == dg.DagsterRunStatus.STARTED
 
 
 def test_a_failed_builds_report_names_a_nearly_full_disk(tmp_path, monkeypatch):

@@ -19,9 +19,10 @@ from synthkd_assets.cli import split_lengths_line
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import length_stats
 from synthkd_assets.definitions import defs
-from synthkd_assets.defs.build import BUILD_TAG, build_all
+from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.jobs import PASS_JOBS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.launch import BUILD_TAG
 from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 from tests.test_crash_safety import final_files
@@ -96,10 +97,10 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     # 71 lines on the sample: a line per pass and shard, then the filters' drops per exercise (a line for each of
     # the nine), the sampling plan and each dataset's summary
     assert " - DEBUG - " not in stdout + stderr and len(stdout.splitlines()) < 75, stdout
-    logs = list((root / "home" / "logs").glob("build-*.log"))
+    logs = list((root / "home" / "build_logs").glob("build-*.log"))
     assert len(logs) == 1 and stdout.splitlines()[0].endswith(f"full log: {logs[0]}")
     log = logs[0].read_text()
-    assert log.count(" - DEBUG - ") > 100 and log.count("RUN_SUCCESS") == 23  # 15 runs, then the pool's 8
+    assert log.count(" - DEBUG - ") > 100 and log.count(" - RUN_SUCCESS - ") == 23  # 15 runs, then the pool's 8
     lines = stdout.splitlines()
     assert any(line.startswith("inventory: o200k_tokenizer,synth_raw_inventory (") for line in lines)
     raw = root / "raw"
@@ -172,7 +173,7 @@ def test_build_failure_names_the_step_and_the_log(tmp_path):
     # the failed run and its step's error, naming the file
     assert "(partition synth_001) failed:\n  step synth_harmony failed: " in done.stderr
     assert "synth_001.parquet: not a readable Parquet file" in done.stderr
-    log = next((tmp_path / "home" / "logs").glob("build-*.log"))
+    log = next((tmp_path / "home" / "build_logs").glob("build-*.log"))
     assert f"full log: {log}" in done.stderr and "scan pass done" not in done.stdout
 
 

@@ -41,14 +41,16 @@ def cluster_env(monkeypatch):
         monkeypatch.setenv(key, value)
 
 
-def test_the_embedded_default_is_the_multiprocess_executor():
-    assert executor_from_env({}).name == "multiprocess"
+def test_the_embedded_default_runs_a_runs_steps_in_its_own_process():
+    """Locally, the cores go to runs of different shards (the run queue admits one per core), and a run costs
+    the same whoever launches it: no process per step."""
+    assert executor_from_env({}).name == "in_process"
 
 
 def test_the_multiprocess_executor_runs_as_many_steps_at_once_as_there_are_cores(monkeypatch):
     """Counted when the code location loads, from the loading process's CPU affinity (7 here)."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(7)))
-    assert shard_job_execution_config({})["max_concurrent"] == 7
+    assert shard_job_execution_config({EXECUTOR_ENV: "multiprocess"})["max_concurrent"] == 7
 
 
 def test_an_unknown_executor_is_refused_by_name():

@@ -274,15 +274,11 @@ def test_the_run_tags_we_spell_are_dagsters_own():
     assert tags.EPHEMERAL_JOB_NAME == EPHEMERAL_JOB_NAME
 
 
-# the private imports the shipped package still has: the machinery issue #47 replaces (run origins, the launcher)
-PRIVATE_IMPORTS_LEFT = {"synthkd_assets/defs/jobs.py", "synthkd_assets/defs/run_launcher.py"}
-
-
-def test_private_dagster_imports_are_confined_to_what_is_being_replaced():
+def test_the_shipped_packages_import_nothing_private_of_dagster():
     found = {
         str(path.relative_to(REPO_ROOT))
         for package in ("synthkd_assets", "synthkd_contract", "synthkd_training")
         for path in (REPO_ROOT / package).rglob("*.py")
         if re.search(r"^\s*(from|import) dagster\._", path.read_text(), re.MULTILINE)
     }
-    assert found == PRIVATE_IMPORTS_LEFT
+    assert found == set()

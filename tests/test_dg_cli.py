@@ -12,10 +12,8 @@ from pathlib import Path
 
 import dagster
 import pytest
-from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 
 from synthkd_assets.core.layout import DataLayout
-from synthkd_assets.defs.jobs import code_location_repository
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 VENV_BIN = Path(sys.executable).parent
@@ -97,19 +95,7 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     with dagster.DagsterInstance.from_config(fresh["DAGSTER_HOME"]) as instance:
         (run,) = instance.get_runs(filters=dagster.RunsFilter(job_name="synth_scan_job"))
         assert run.tags["synthkd/pass"] == "scan" and run.tags["dagster/partition"] == "synth_002"
-        assert run.remote_job_origin is None  # executed in dg's own process: the UI cannot re-execute it yet
-    # what build.sh's cluster route does after each launch: the run dg launch printed gets the code location's origin
-    printed = Path(fresh["DAGSTER_HOME"]) / "scan_launch.txt"
-    printed.write_text(scan.stdout + scan.stderr)
-    adopt = cli(fresh, "adopt-run", "--launch-output", str(printed))
-    assert adopt.returncode == 0 and adopt.stdout == f"run {run.run_id}: the code location's origin recorded\n"
-    with dagster.DagsterInstance.from_config(fresh["DAGSTER_HOME"]) as instance:
-        adopted = instance.get_run_by_id(run.run_id)
-        assert adopted.remote_job_origin.repository_origin == code_location_repository()
-        assert adopted.tags[REPOSITORY_LABEL_TAG] == code_location_repository().get_label()
-        assert adopted.tags["synthkd/pass"] == "scan" and adopted.status == dagster.DagsterRunStatus.SUCCESS
-    again = cli(fresh, "adopt-run", run.run_id)
-    assert again.returncode == 1 and "has an origin already" in again.stderr
+        assert run.remote_job_origin is None  # executed in dg's own process, not launched (build.sh launches)
     paths = DataLayout.from_environ(fresh)
     assert paths.stage_output("synth_filtered", "synth_002").is_file()
     assert not paths.stage_output("synth_filtered", "synth_001").exists()

@@ -16,10 +16,7 @@ import dagster as dg
 import pytest
 from dagster._core.launcher import WorkerStatus
 
-from synthkd_assets.defs.build import build_all
-from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_assets.defs.run_launcher import RUN_WORKER_HOST_TAG, HealthCheckedRunLauncher, run_worker_health
-from tests.helpers import SAMPLE_RAW_DIR
 
 
 @pytest.fixture
@@ -99,16 +96,3 @@ def test_a_run_whose_worker_has_not_started_is_running(instance):
 
 def test_the_launcher_says_it_checks_worker_health():
     assert HealthCheckedRunLauncher().supports_check_run_worker_health
-
-
-def test_build_runs_are_never_retried_by_the_daemon(tmp_path):
-    """scripts/build.sh's runs run in its own processes and are rerun (or failed) by the next build: the daemon's
-    run retries must leave them alone, whatever the instance's default."""
-    with dg.DagsterInstance.ephemeral() as instance:
-        build_all(
-            instance,
-            SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data")),
-            outputs=["synth_kd_v1"],
-        )
-        runs = instance.get_runs()
-    assert runs and all(run.tags.get("dagster/max_retries") == "0" for run in runs)

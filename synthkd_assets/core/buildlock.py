@@ -3,8 +3,9 @@
 A second build on the same root stops at once with "another build holds <lock>" instead of
 interleaving writes of the same `.partial` names. The lock belongs to the open file, so the kernel
 drops it when the last process holding it dies (a SIGKILLed build never leaves a stale lock).
-`scripts/build.sh` takes it on a file descriptor that its Dagster child processes inherit (they keep
-it while they run); the in-process build (`defs.build.build_all`) takes it with `build_lock`.
+A build launched through the instance (`python -m synthkd_assets.cli build`, what scripts/build.sh runs) and
+the in-process build (`defs.build.build_all`) take it with `build_lock`; the sensor and the manifests'
+automation wait while it is held (`build_in_progress`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""How many shard runs a build runs at once, and the worker processes' tie to the build.
+"""How many runs a build runs at once, the build's child processes' tie to it, and threads for per-file work.
 
 A build uses every core it may run on by default: the process's CPU affinity (what `taskset` or a container's
-cpuset allows), else os.cpu_count(). $SYNTHKD_PARALLEL_RUNS overrides it (scripts/build.sh, `python -m
-synthkd_assets.cli build`); the local instance's run queue and the multiprocess executor follow the same count.
+cpuset allows), else os.cpu_count(). $SYNTHKD_PARALLEL_RUNS overrides it for the local instance's run queue
+(`python -m synthkd_assets.cli instance-yaml`, which build.sh writes into a new $DAGSTER_HOME); the multiprocess
+executor follows the core count.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def local_instance_yaml(cores: int) -> str:
 def executor_from_env(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
     """The executor $SYNTHKD_EXECUTOR names in `environ` (multiprocess when unset: at most as many steps of a run
     at once as the loading process has cores)."""
-    name = environ.get(EXECUTOR_ENV) or "multiprocess"
+    name = environ.get(EXECUTOR_ENV) or "in_process"
     if name == "multiprocess":
         return dg.multiprocess_executor.configured({"max_concurrent": available_cores()})
     if name == "in_process":  # every step in the run's own process: no per-step import cost, one step at a time

@@ -10,18 +10,23 @@ local instance does not retry a run whose step raised or whose check failed: `re
 
 A run worker is a process on the machine whose code server started it: the launcher tags each run with that
 machine's name, and only a daemon on the same machine judges its health (elsewhere, and for runs it did not
-launch, such as scripts/build.sh's in-process runs, it answers "running", which changes nothing).
+launch, it answers "running", which changes nothing).
 """
 
 from __future__ import annotations
 
 import socket
+import typing
 
 import dagster as dg
 import psutil
 
-# a custom launcher's health check is Dagster's documented extension point; these two types are not exported
-from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
+# A custom launcher's health check is Dagster's documented extension point, but Dagster exports only the launcher
+# (DefaultRunLauncher), not the types its methods' signatures name: they are read from those public signatures
+# (an upgrade that changes them fails when this module loads) instead of imported from dagster._core.
+CheckRunHealthResult = typing.get_type_hints(dg.DefaultRunLauncher.check_run_worker_health)["return"]
+WorkerStatus = typing.get_type_hints(CheckRunHealthResult)["status"]
+LaunchRunContext = typing.get_type_hints(dg.DefaultRunLauncher.launch_run)["context"]
 
 RUN_WORKER_HOST_TAG = "synthkd/run_worker_host"
 # a process created this long after the run's RUN_START event is another process that reused the pid. Generous:

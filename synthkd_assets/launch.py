@@ -1,0 +1,452 @@
+"""A build launched through the Dagster instance: every pass of defs/passes.py, in order, submitted to the
+instance's run queue as runs of the pass's job and waited for.
+
+This is what scripts/build.sh runs (`python -m synthkd_assets.cli build`), locally as on a cluster: the runs go
+through the run coordinator, launcher, run monitoring and run retries that $DAGSTER_HOME/dagster.yaml
+configures, and execute wherever that instance's launcher and the code location's executor put them. A shard
+pass is one run of the pass's job per registered shard partition, any other pass one run. Runs are submitted
+through Dagster's GraphQL API (the `launchRun` mutation the UI's launch dialog sends) on a webserver the build
+starts, so they carry the code location's origin as any launched run does, and the UI re-executes them.
+
+Queued runs are started by a Dagster daemon: the one of `dg dev` or of the cluster when it is running for this
+instance, else one this build starts for itself and stops at the end. Stopping the build (SIGINT, SIGTERM,
+SIGHUP) cancels its queued runs and terminates its running ones through the instance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import dagster as dg
+
+from synthkd_assets.core.parallel import die_with_parent
+from synthkd_assets.defs.conventions import pass_tags
+from synthkd_assets.defs.failures import failed_check_lines, run_failure_lines
+from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
+from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.passes import Pass
+from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, PARTITION_TAG, WILL_RETRY_TAG
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WORKSPACE_YAML = REPO_ROOT / "workspace.yaml"  # the code location, as `dg dev` and the daemon load it
+LOCATION_NAME = "synthkd"  # workspace.yaml's location_name (pyproject's [tool.dg.project] code_location_name)
+REPOSITORY_NAME = "__repository__"  # the one repository of a `Definitions` code location
+BUILD_TAG = "synthkd/build"  # on every run of one build, the same value
+DATA_ROOT_TAG = "synthkd/data_root"  # on every run of a build: the data root it builds (resolved)
+WEBSERVER_START_SECONDS = 180.0  # the webserver loads the code location before it answers
+GRAPHQL_TIMEOUT_SECONDS = 600.0  # a launch submits every run of a pass before it answers
+LAUNCH_THREADS = 4  # a shard pass's launches sent at once (the webserver plans each run)
+POLL_SECONDS = 0.5  # how often the build asks the instance for its runs' status
+DAEMON_FRESH_SECONDS = 65.0  # a daemon whose last heartbeat is older is not running (it beats every 30 s)
+DAEMON_CHECK_SECONDS = 5.0  # how often a waiting build asks whether a daemon still serves its queue
+STOP_GRACE_SECONDS = 45.0  # runs still going this long after the build asked them to stop are marked canceled
+DEAD_BUILD_GRACE_SECONDS = 10.0  # the same for the runs of a killed earlier build, found by the next one
+
+# the one action that repairs a failed run, once its cause is fixed (the UI's "Re-execute" on the run's page runs
+# the same job, partition and config again, in the same instance)
+REPAIR_HINT = (
+    "fix the cause, then open run {run_id} in the Dagster UI (Runs) and click Re-execute, or run build.sh again"
+)
+_LAUNCH_RUN = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on RunConfigValidationInvalid { errors { message } }
+    ... on Error { message }
+  }
+}"""
+_UNFINISHED = (
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+)
+
+
+class LaunchFailed(RuntimeError):
+    """Dagster refused to launch a pass's run (invalid config, the code location failed to load)."""
+
+
+class PassFailed(RuntimeError):
+    """A run of the pass failed, or one of its blocking checks; `lines`: what failed and why, per run."""
+
+    def __init__(self, build_pass: Pass, partition: str | None, lines: Sequence[str]):
+        super().__init__("\n".join(lines))
+        self.build_pass, self.partition, self.lines = build_pass, partition, list(lines)
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+class GraphQLServer:
+    """A Dagster webserver of the code location (workspace.yaml) on $DAGSTER_HOME's instance, on a free port of
+    127.0.0.1, for the build's launches: the GraphQL API the UI's "Launch run" uses. Its
+    lines go to `log`; it dies with this process."""
+
+    def __init__(self, log: IO[str] | None = None):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [_bin("dagster-webserver"), "-w", str(WORKSPACE_YAML), "-h", "127.0.0.1", "-p", str(self.port)],
+            cwd=REPO_ROOT,
+            stdout=log or subprocess.DEVNULL,
+            stderr=log or subprocess.DEVNULL,
+            preexec_fn=_die_with_this_process(os.getpid()),
+        )
+
+    def wait_ready(self, timeout: float = WEBSERVER_START_SECONDS) -> None:
+        """Wait until the server answers (it has loaded the code location). Raises LaunchFailed when it exits
+        or does not answer within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise LaunchFailed(f"the Dagster webserver exited {self.process.returncode} (its lines are in the log)")
+            try:
+                with urllib.request.urlopen(f"{self.url}/server_info", timeout=5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise LaunchFailed(f"the Dagster webserver did not answer within {timeout:.0f}s")
+
+    def query(self, query: str, variables: Mapping) -> dict:
+        """Execute one GraphQL operation; its `data`. Raises LaunchFailed on a GraphQL error."""
+        self.wait_ready()
+        request = urllib.request.Request(
+            f"{self.url}/graphql",
+            data=json.dumps({"query": query, "variables": dict(variables)}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=GRAPHQL_TIMEOUT_SECONDS) as response:
+            answer = json.loads(response.read())
+        if answer.get("errors"):
+            raise LaunchFailed("; ".join(error.get("message", str(error)) for error in answer["errors"]))
+        return answer["data"]
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _launched(result: dict) -> dict:
+    kind = result["__typename"]
+    if kind == "LaunchRunSuccess":
+        return result
+    reasons = [e["message"] for e in result.get("errors", [])] or [result.get("message", "")]
+    raise LaunchFailed(f"{kind}: {'; '.join(r for r in reasons if r)}")
+
+
+def _selector(job_name: str) -> dict:
+    return {"repositoryLocationName": LOCATION_NAME, "repositoryName": REPOSITORY_NAME, "jobName": job_name}
+
+
+def _tag_list(tags: Mapping[str, str]) -> list[dict]:
+    return [{"key": key, "value": value} for key, value in tags.items()]
+
+
+def launch_run(server: GraphQLServer, job_name: str, run_config: dict, tags: Mapping[str, str]) -> str:
+    """Submit one run of `job_name` to the instance's run queue; its run id."""
+    params = {
+        "selector": _selector(job_name),
+        "runConfigData": run_config,
+        "executionMetadata": {"tags": _tag_list(tags)},
+    }
+    result = _launched(server.query(_LAUNCH_RUN, {"params": params})["launchRun"])
+    return result["run"]["runId"]
+
+
+def launch_shard_runs(
+    server: GraphQLServer, job_name: str, partitions: Sequence[str], run_config: dict, tags: Mapping[str, str]
+) -> dict[str, str]:
+    """Submit one run of `job_name` per partition of `partitions` to the run queue, in their order (as the UI's
+    launch of a partition does: the partition as the run's `dagster/partition` tag); run id -> partition. Runs,
+    not a backfill: Dagster's run retries do not retry a run of a backfill it has finished submitting."""
+    with ThreadPoolExecutor(max_workers=LAUNCH_THREADS) as pool:
+        ids = pool.map(lambda key: launch_run(server, job_name, run_config, {**tags, PARTITION_TAG: key}), partitions)
+        return dict(zip(ids, partitions, strict=True))
+
+
+def daemon_running(instance: dg.DagsterInstance, now: float | None = None) -> bool:
+    """Whether a Dagster daemon serving `instance` sent a heartbeat in the last DAEMON_FRESH_SECONDS."""
+    now = time.time() if now is None else now
+    beats = instance.get_daemon_heartbeats()
+    return any(now - beat.timestamp < DAEMON_FRESH_SECONDS for beat in beats.values())
+
+
+class DaemonKeeper:
+    """Keeps a Dagster daemon serving `instance` while a build waits on its queue: the one of `dg dev` or of the
+    cluster when its heartbeat is fresh, else one started here (`dagster-daemon run`, its lines in `log`, dying
+    with this process), which `close` stops and whose heartbeats it removes (so that the next build does not
+    take them for a running daemon)."""
+
+    def __init__(self, instance: dg.DagsterInstance, log: IO[str] | None = None):
+        self.instance, self.log = instance, log
+        self.process: subprocess.Popen | None = None
+        self.checked = 0.0
+
+    def keep(self) -> None:
+        """Start a daemon unless one is running (asked at most every few seconds)."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        if time.monotonic() - self.checked < DAEMON_CHECK_SECONDS:
+            return
+        self.checked = time.monotonic()
+        if self.process is None and daemon_running(self.instance):
+            return
+        self.process = subprocess.Popen(
+            [_bin("dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)],
+            cwd=REPO_ROOT,
+            stdout=self.log or subprocess.DEVNULL,
+            stderr=self.log or subprocess.DEVNULL,
+            preexec_fn=_die_with_this_process(os.getpid()),
+        )
+
+    def close(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.instance.wipe_daemon_heartbeats()
+        self.process = None
+
+
+@contextmanager
+def launch_services(
+    instance: dg.DagsterInstance, log: IO[str] | None = None
+) -> Iterator[tuple[GraphQLServer, DaemonKeeper]]:
+    """The webserver the build launches through and the daemon that starts its runs, for the block (both
+    starting at once); stopped when the block ends."""
+    server = GraphQLServer(log)
+    keeper = DaemonKeeper(instance, log)
+    try:
+        keeper.keep()
+        yield server, keeper
+    finally:
+        keeper.close()
+        server.close()
+
+
+def _die_with_this_process(parent: int) -> Callable[[], None]:
+    """A child's preexec_fn: the kernel sends the child SIGTERM when `parent` (this process) exits."""
+    return lambda: die_with_parent(signal.SIGTERM, parent)
+
+
+@dataclass
+class PassRuns:
+    """The runs of one pass: by run id, the partition each builds (None: unpartitioned); a run Dagster retried is
+    followed by its retry."""
+
+    build_pass: Pass
+    runs: dict[str, str | None]
+
+
+def _terminal(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.DagsterRun | None:
+    """The run that decides `run`'s partition: itself, or the retry Dagster launched for it (None: still to
+    come, or still running)."""
+    while True:
+        if run.status in _UNFINISHED:
+            return None
+        if run.status != dg.DagsterRunStatus.FAILURE or run.tags.get(WILL_RETRY_TAG) != "true":
+            return run
+        retry_id = run.tags.get(AUTO_RETRY_RUN_ID_TAG)
+        retry = instance.get_run_by_id(retry_id) if retry_id else None
+        if retry is None:
+            return None
+        run = retry
+
+
+def failed_run_lines(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[str]:
+    """What failed in a finished run: its failing ERROR checks' problems (a run with a failed non-blocking check
+    still succeeds), its failed steps' errors, or why it failed or was canceled."""
+    if run.status == dg.DagsterRunStatus.SUCCESS:
+        evaluations = [
+            entry.dagster_event.event_specific_data
+            for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+            if entry.dagster_event is not None
+        ]
+        return failed_check_lines(evaluations)
+    if run.status == dg.DagsterRunStatus.CANCELED:
+        return ["canceled"]
+    return run_failure_lines(instance, run.run_id) or ["(no check or step error recorded)"]
+
+
+def wait_for(
+    instance: dg.DagsterInstance,
+    runs: PassRuns,
+    on_done: Callable[[str | None, float], None] | None = None,
+    keep_daemon: Callable[[], None] = lambda: None,
+) -> list[dg.DagsterRun]:
+    """Wait until every run of `runs` (or its retry) has finished; `on_done(partition, seconds)` as each
+    succeeds. At the first failure the pass's queued runs are canceled, the running ones finish. Raises
+    PassFailed naming each failed run's partition and reasons; returns the runs that decided."""
+    start = time.monotonic()
+    decided: dict[str, dg.DagsterRun] = {}
+    failures: list[str] = []
+    canceled: list[str] = []
+    failed_partition: str | None = None
+    while len(decided) < len(runs.runs):
+        for run_id, partition in runs.runs.items():
+            if run_id in decided:
+                continue
+            run = instance.get_run_by_id(run_id)
+            final = _terminal(instance, run) if run is not None else None
+            if final is None:
+                continue
+            decided[run_id] = final
+            problems = failed_run_lines(instance, final)
+            if final.status == dg.DagsterRunStatus.CANCELED and failures:  # canceled below, after a failure
+                canceled.append(partition or final.run_id[:8])
+            elif problems:
+                where = f" (partition {partition})" if partition else ""
+                failures += [f"run {final.run_id[:8]} of {final.job_name}{where} failed:"]
+                failures += [f"  {problem}" for problem in problems]
+                failures.append(f"  repair: {REPAIR_HINT.format(run_id=final.run_id)}")
+                if failed_partition is None:
+                    failed_partition = partition
+                    cancel_queued(instance, [r for r in runs.runs if r not in decided])
+            elif on_done is not None:
+                on_done(partition, time.monotonic() - start)
+        if len(decided) < len(runs.runs):
+            keep_daemon()
+            time.sleep(POLL_SECONDS)
+    if canceled:
+        failures.append(f"not run (canceled after the failure): {', '.join(canceled)}")
+    if failures:
+        raise PassFailed(runs.build_pass, failed_partition, failures)
+    return list(decided.values())
+
+
+def cancel_queued(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> None:
+    """Cancel those of `run_ids` that are still queued (not yet launched)."""
+    for run_id in run_ids:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+            instance.report_run_canceled(run, "the build stopped: another run of its pass failed, or it was stopped")
+
+
+def stop_runs(instance: dg.DagsterInstance, runs: Callable[[], list[dg.DagsterRun]], grace: float) -> None:
+    """Stop the unfinished runs `runs()` lists: queued ones are canceled, launched ones terminated through the
+    instance's run launcher (as the UI's "Terminate"); a run still going `grace` seconds later is marked
+    canceled."""
+    cancel_queued(instance, [run.run_id for run in runs()])
+    for run in runs():
+        if run.status in (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED):
+            instance.report_run_canceling(run)
+            try:
+                instance.run_launcher.terminate(run.run_id)
+            except Exception:  # noqa: BLE001 - its code server is gone: marked canceled below
+                pass
+    deadline = time.monotonic() + grace
+    while runs() and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    for run in runs():
+        instance.report_run_canceled(run, "the build that launched it stopped, and the run did not stop in time")
+
+
+def unfinished_runs_of_build(instance: dg.DagsterInstance, build_id: str) -> Callable[[], list[dg.DagsterRun]]:
+    """The unfinished runs of build `build_id` (for stop_runs)."""
+    unfinished = dg.RunsFilter(tags={BUILD_TAG: build_id}, statuses=list(_UNFINISHED))
+    return lambda: list(instance.get_runs(filters=unfinished))
+
+
+def unfinished_runs_of_dead_builds(
+    instance: dg.DagsterInstance, tags: Mapping[str, str]
+) -> Callable[[], list[dg.DagsterRun]]:
+    """The unfinished runs that earlier builds of this build's data root (`tags`: its run tags) launched: asked
+    while holding the root's build lock, so those builds are dead (killed: SIGKILL, a lost machine), and their
+    runs would otherwise still be launched from the queue, or show in progress for ever. A run re-executed from
+    the UI, which carries its parent's tags, is not theirs."""
+    unfinished = dg.RunsFilter(tags={DATA_ROOT_TAG: tags[DATA_ROOT_TAG]}, statuses=list(_UNFINISHED))
+    return lambda: [
+        run
+        for run in instance.get_runs(filters=unfinished)
+        if run.tags.get(BUILD_TAG) != tags[BUILD_TAG] and run.parent_run_id is None
+    ]
+
+
+def new_build_tags(data_root: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The tags of every run of a new build of `data_root`."""
+    return {**(extra or {}), BUILD_TAG: uuid.uuid4().hex, DATA_ROOT_TAG: str(data_root.resolve())}
+
+
+def shard_partitions(instance: dg.DagsterInstance) -> list[str]:
+    return list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
+
+
+def launch_build(
+    instance: dg.DagsterInstance,
+    run_config: dict,
+    tags: Mapping[str, str],
+    passes: Sequence[Pass],
+    job_names: Mapping[str, str],
+    progress,
+    server: GraphQLServer,
+    daemon: DaemonKeeper,
+) -> list[str]:
+    """Launch each of `passes` in order (`job_names`: each pass's job) with `run_config` and `tags`, each waited
+    for before the next; returns the shard partitions. `progress` hears of each pass and shard (defs/build.py's
+    BuildProgress); `daemon` is kept serving the queue while the build waits. Raises PassFailed at the first pass
+    with a failed run or check, LaunchFailed when Dagster refuses a launch."""
+    keys: list[str] = []
+    for build_pass in passes:
+        start = time.monotonic()
+        job = job_names[build_pass.name]
+        # as the pass's job tags its runs (said here too: a job's run tags reach only some launch routes)
+        pass_run_tags = {**tags, **pass_tags(build_pass.name)}
+        if build_pass.per_shard:
+            keys = keys or shard_partitions(instance)
+            progress.pass_started(build_pass, keys)
+            runs = launch_shard_runs(server, job, keys, run_config, pass_run_tags)
+            done = lambda key, seconds, p=build_pass: progress.shard_done(p, key, seconds)  # noqa: E731
+            wait_for(instance, PassRuns(build_pass, runs), done, daemon.keep)
+        else:
+            progress.pass_started(build_pass, [])
+            run_id = launch_run(server, job, run_config, pass_run_tags)
+            (finished,) = wait_for(instance, PassRuns(build_pass, {run_id: None}), keep_daemon=daemon.keep)
+            warnings = materialization_warnings(instance, finished.run_id)
+            if warnings:
+                progress.warned(build_pass, warnings)
+        progress.pass_done(build_pass, time.monotonic() - start)
+    return keys
+
+
+def materialization_warnings(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    """The warnings a run's materializations report to the user (the inventory's: outputs removed, files
+    ignored)."""
+    warnings: list[str] = []
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+        if entry.dagster_event is None:
+            continue
+        value = entry.dagster_event.event_specific_data.materialization.metadata.get(INVENTORY_WARNINGS)
+        warnings += list(value.value) if value is not None else []
+    return warnings

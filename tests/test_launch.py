@@ -1,0 +1,85 @@
+"""How a launched build waits for its runs (synthkd_assets/launch.py), on runs as Dagster records them: a run
+Dagster retries is followed to its retry, the first failure cancels what the pass has still queued and says how
+to repair it, a daemon counts as running only while its heartbeat is fresh. The whole route (webserver, queue,
+daemon, launcher) is tested through build.sh: tests/test_build_script.py."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import dagster as dg
+import pytest
+
+# no public constructor for a daemon heartbeat: the daemon writes them, and this test stands in for one
+from dagster._daemon.types import DaemonHeartbeat
+
+from synthkd_assets.defs.passes import build_passes
+from synthkd_assets.launch import (
+    REPAIR_HINT,
+    DaemonKeeper,
+    PassFailed,
+    PassRuns,
+    daemon_running,
+    wait_for,
+)
+
+SCAN = next(p for p in build_passes() if p.name == "scan")
+
+
+def add(instance: dg.DagsterInstance, status: dg.DagsterRunStatus, partition: str, **tags: str) -> str:
+    run = dg.DagsterRun(
+        job_name="synth_scan_job",
+        run_id=str(uuid.uuid4()),
+        status=status,
+        tags={"dagster/partition": partition, **tags},
+    )
+    return instance.add_run(run).run_id
+
+
+def test_a_retried_run_counts_by_its_retry():
+    """A run whose worker died is marked to be retried: its partition is decided by the retry, not by it."""
+    with dg.DagsterInstance.ephemeral() as instance:
+        retry = add(instance, dg.DagsterRunStatus.SUCCESS, "synth_001")
+        died = add(
+            instance,
+            dg.DagsterRunStatus.FAILURE,
+            "synth_001",
+            **{"dagster/will_retry": "true", "dagster/auto_retry_run_id": retry},
+        )
+        done: list[str | None] = []
+        decided = wait_for(instance, PassRuns(SCAN, {died: "synth_001"}), lambda key, _: done.append(key))
+    assert [run.run_id for run in decided] == [retry] and done == ["synth_001"]
+
+
+def test_the_first_failure_cancels_the_queued_runs_and_names_the_repair():
+    with dg.DagsterInstance.ephemeral() as instance:
+        failed = add(instance, dg.DagsterRunStatus.FAILURE, "synth_002")
+        queued = add(instance, dg.DagsterRunStatus.NOT_STARTED, "synth_003")  # not yet launched
+        succeeded = add(instance, dg.DagsterRunStatus.SUCCESS, "synth_001")
+        runs = PassRuns(SCAN, {succeeded: "synth_001", failed: "synth_002", queued: "synth_003"})
+        with pytest.raises(PassFailed) as raised:
+            wait_for(instance, runs)
+        assert instance.get_run_by_id(queued).status == dg.DagsterRunStatus.CANCELED
+    assert raised.value.partition == "synth_002" and raised.value.build_pass == SCAN
+    assert raised.value.lines == [
+        f"run {failed[:8]} of synth_scan_job (partition synth_002) failed:",
+        "  (no check or step error recorded)",
+        f"  repair: {REPAIR_HINT.format(run_id=failed)}",
+        "not run (canceled after the failure): synth_003",
+    ]
+
+
+def test_a_daemon_is_running_only_while_its_heartbeat_is_fresh():
+    """A stopped daemon's last heartbeat stays in the instance: a build must not wait on it for ever. The build's
+    own daemon removes its heartbeats when it stops."""
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert not daemon_running(instance)
+        now = time.time()
+        instance.add_daemon_heartbeat(DaemonHeartbeat(now - 10, "SENSOR", "a-daemon", None))
+        assert daemon_running(instance, now) and not daemon_running(instance, now + 120)
+        keeper = DaemonKeeper(instance)
+        keeper.keep()  # a fresh heartbeat: no daemon of its own
+        assert keeper.process is None
+        keeper.close()
+        assert daemon_running(instance, now)  # another's heartbeats are left alone
