@@ -27,7 +27,7 @@ from synthkd_assets.core.buildlock import BuildLockHeld, build_lock, checked_loc
 from synthkd_assets.core.inventory import shard_index_from_name
 from synthkd_assets.core.layout import DataLayout, LayoutError
 from synthkd_assets.core.ownership import OutputPathError
-from synthkd_assets.core.parallel import parallel_runs, watch_stop_signals
+from synthkd_assets.core.parallel import watch_stop_signals
 from synthkd_assets.core.valuation import checkpoint_problem
 from synthkd_assets.defs.build import BuildProgress
 from synthkd_assets.defs.conventions import SMOKE_RUN_TAGS
@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     run_config.add_argument("--smoke", action="store_true")
     sub.add_parser(
         "instance-yaml",
-        help="deploy/local/dagster.yaml, its run queue admitting $SYNTHKD_PARALLEL_RUNS runs (default: every core)",
+        help="the repository's dagster.yaml without its storage section, for a DAGSTER_HOME elsewhere",
     )
     args = parser.parse_args(argv)
     if args.command == "partitions":
@@ -512,11 +512,7 @@ def main(argv: list[str] | None = None) -> int:
             print(error, file=sys.stderr)
             return 2
     elif args.command == "instance-yaml":
-        try:
-            sys.stdout.write(local_instance_yaml(parallel_runs(os.environ)))
-        except ValueError as error:  # a bad $SYNTHKD_PARALLEL_RUNS
-            print(error, file=sys.stderr)
-            return 2
+        sys.stdout.write(local_instance_yaml())
     elif args.command == "build":
         return run_build(args.smoke, args.log)
     else:

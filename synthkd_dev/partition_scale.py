@@ -1,8 +1,8 @@
 """Dagster-side scaling with the number of shards: N small partitions, discovered, sensed and backfilled.
 
 `run_scenario` generates N small raw SYNTH shards (4 rows each, sliced from the bundled sample, every file
-with its own bytes) and goes through, on a real DagsterInstance configured by deploy/local/dagster.yaml
-(sqlite storage, QueuedRunCoordinator), Dagster-side work only:
+with its own bytes) and goes through, on a real DagsterInstance configured by the repository's dagster.yaml
+(`cli instance-yaml`: sqlite storage, a queued run coordinator), Dagster-side work only:
 
   1. discovery      materializing synth_raw_inventory: hash N files, register N `synth_shards` partitions,
                     report N synth_raw data versions (an observation and a materialization each: 2N events)
@@ -60,6 +60,7 @@ from dagster._daemon.backfill import execute_backfill_iteration
 from dagster._daemon.sensor import execute_sensor_iteration
 
 from synthkd_assets.defs.build import materialize_steps
+from synthkd_assets.defs.executors import local_instance_yaml
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_dev import REPO_ROOT, SAMPLE_RAW_DIR
@@ -137,8 +138,9 @@ def change_shard(path: Path) -> None:
 
 
 def project_instance(home: Path, storage: str = "sharded") -> dg.DagsterInstance:
-    """A real DagsterInstance in `home`, configured by deploy/local/dagster.yaml (sqlite storage,
-    QueuedRunCoordinator), as DAGSTER_HOME=<home> would give, with an event-log storage chosen by `storage`:
+    """A real DagsterInstance in `home`, configured by the repository's dagster.yaml (`cli instance-yaml`: sqlite
+    storage, a queued run coordinator), as DAGSTER_HOME=<home> would give, with an event-log storage chosen by
+    `storage`:
 
     sharded       dagster.yaml as it is: Dagster's default sqlite storage, one event-log database per run
                   (created, with its schema, when the run is created)
@@ -147,7 +149,7 @@ def project_instance(home: Path, storage: str = "sharded") -> dg.DagsterInstance
                   for a single process, so only with an in-process code location (the tests)
     """
     home.mkdir(parents=True, exist_ok=True)
-    config = (REPO_ROOT / "deploy" / "local" / "dagster.yaml").read_text()
+    config = local_instance_yaml()
     if storage == "consolidated":
         config += (
             "event_log_storage:\n  module: dagster._core.storage.event_log\n"

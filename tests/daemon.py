@@ -1,6 +1,6 @@
 """A real `dagster-daemon run` on a persistent sqlite DAGSTER_HOME, for the tests of what the daemon automates.
 
-`dagster_home(tmp)` makes an instance directory configured by deploy/local/dagster.yaml;
+`dagster_home(tmp)` makes an instance directory configured by the repository's dagster.yaml (`cli instance-yaml`);
 `running_daemon(home, env)` starts the daemon on workspace.yaml (as `dagster dev` does, its code location in a
 code server subprocess) in its own process group and always terminates that group; `wait_for` polls with a
 bound and says what it was waiting for, with the daemon's log tail, when the bound is hit.
@@ -9,7 +9,6 @@ bound and says what it was waiting for, with the daemon's log tail, when the bou
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from typing import TypeVar
 
 import dagster as dg
 
+from synthkd_assets.defs.executors import local_instance_yaml
 from synthkd_dev import REPO_ROOT
 
 DAGSTER_DAEMON = Path(sys.executable).parent / "dagster-daemon"
@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 def dagster_home(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO_ROOT / "deploy" / "local" / "dagster.yaml", directory / "dagster.yaml")
+    (directory / "dagster.yaml").write_text(local_instance_yaml())
     return directory
 
 

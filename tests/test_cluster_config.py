@@ -7,6 +7,7 @@ import importlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -23,6 +24,7 @@ from synthkd_assets.defs.executors import (
     EXECUTOR_ENV,
     executor_config_from_yaml,
     executor_from_env,
+    local_instance_yaml,
 )
 from tests.helpers import REPO_ROOT
 
@@ -131,11 +133,14 @@ def _validate_instance_yaml(directory) -> dict:
     return config
 
 
-def test_the_embedded_instance_yaml_validates(tmp_path):
-    """deploy/local/dagster.yaml, and the copy scripts/build.sh writes into .dagster_home: its run queue admits
-    as many runs as the machine has cores (`cli instance-yaml`, here on one core)."""
-    config = _validate_instance_yaml(DEPLOY / "local")
-    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+def test_the_repository_instance_yaml_validates_and_its_copy_stores_in_its_own_home(tmp_path):
+    """dagster.yaml (DAGSTER_HOME = the repository root) keeps its storage under .dagster_home/; the copy
+    scripts/build.sh writes into another DAGSTER_HOME (`cli instance-yaml`) has no storage section, so that
+    instance stores in its own directory."""
+    config = _validate_instance_yaml(REPO_ROOT)
+    assert config["run_coordinator"]["class"] == "CoreSizedRunQueue"
+    assert config["storage"] == {"sqlite": {"base_dir": ".dagster_home"}}
+    assert config["compute_logs"]["config"]["base_dir"] == ".dagster_home/storage"
     assert_dead_runs_are_failed_and_retried(config)
     written = subprocess.run(
         [sys.executable, "-m", "synthkd_assets.cli", "instance-yaml"],
@@ -143,12 +148,28 @@ def test_the_embedded_instance_yaml_validates(tmp_path):
         capture_output=True,
         text=True,
         check=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
     )
     (tmp_path / "dagster.yaml").write_text(written.stdout)
     config = _validate_instance_yaml(tmp_path)
-    assert config["run_coordinator"]["config"]["max_concurrent_runs"] == 1
+    assert "storage" not in config and "compute_logs" not in config
     assert config["telemetry"] == {"enabled": False}
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert Path(instance.root_directory) == tmp_path
+
+
+@pytest.mark.parametrize(
+    ("environ", "cores", "admitted"), [({}, {0, 1, 2}, 3), ({"SYNTHKD_PARALLEL_RUNS": "5"}, {0}, 5)]
+)
+def test_the_run_queue_admits_a_run_per_core_of_the_daemon(tmp_path, monkeypatch, environ, cores, admitted):
+    """The tracked dagster.yaml cannot know the machine: the queue's limit is read where the instance loads (the
+    daemon that dequeues), from its CPU affinity or $SYNTHKD_PARALLEL_RUNS."""
+    (tmp_path / "dagster.yaml").write_text(local_instance_yaml())
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cores)
+    monkeypatch.delenv("SYNTHKD_PARALLEL_RUNS", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == admitted
 
 
 def assert_dead_runs_are_failed_and_retried(config: dict) -> None:

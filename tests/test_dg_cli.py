@@ -14,6 +14,7 @@ import dagster
 import pytest
 
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.defs.executors import local_instance_yaml
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 VENV_BIN = Path(sys.executable).parent
@@ -27,11 +28,11 @@ def dg(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def fresh(tmp_path):
-    """A fresh instance (deploy/local/dagster.yaml, nothing registered) and an empty data directory over a
+    """A fresh instance (the repository's dagster.yaml settings, nothing registered) and an empty data directory over a
     copy of two sample shards."""
     home, raw = tmp_path / "home", tmp_path / "raw"
     home.mkdir()
-    shutil.copyfile(REPO_ROOT / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
+    (home / "dagster.yaml").write_text(local_instance_yaml())
     raw.mkdir()
     for name in ("synth_001.parquet", "synth_002.parquet"):
         shutil.copyfile(SAMPLE_RAW_DIR / name, raw / name)

@@ -9,7 +9,6 @@ through the shared data root ($SYNTHKD_DATA_DIR), atomically, so any engine prod
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,7 +23,9 @@ K8S_CONFIG_ENV = "SYNTHKD_K8S_CONFIG"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CELERY_CONFIG = REPO_ROOT / "deploy" / "cluster" / "celery.yaml"
 DEFAULT_K8S_CONFIG = REPO_ROOT / "deploy" / "k8s" / "run_config.yaml"
-LOCAL_INSTANCE_YAML = REPO_ROOT / "deploy" / "local" / "dagster.yaml"
+INSTANCE_YAML = REPO_ROOT / "dagster.yaml"  # the repository's own instance (DAGSTER_HOME = the repository root)
+# where its storage section starts: what an instance elsewhere leaves out (it stores in its own DAGSTER_HOME)
+REPOSITORY_STORAGE_MARKER = "# --- storage of the repository's own instance"
 EXECUTORS = ("multiprocess", "in_process", "celery", "k8s")
 
 
@@ -49,15 +50,17 @@ def executor_config_from_yaml(path: Path) -> dict:
         raise ValueError(f"{path}: expected an execution.config block (the dagster-celery worker YAML)") from exc
 
 
-def local_instance_yaml(cores: int) -> str:
-    """deploy/local/dagster.yaml with its run queue admitting `cores` runs at once (scripts/build.sh writes this
-    machine's core count into the copy it puts in $DAGSTER_HOME)."""
-    text, found = re.subn(
-        r"^(\s*max_concurrent_runs:) *\d+", rf"\g<1> {cores}", LOCAL_INSTANCE_YAML.read_text(), flags=re.MULTILINE
-    )
-    if found != 1:
-        raise ValueError(f"{LOCAL_INSTANCE_YAML}: expected one `max_concurrent_runs: <number>` line")
-    return text
+def local_instance_yaml() -> str:
+    """The repository's dagster.yaml without its storage section: the instance settings for a DAGSTER_HOME
+    elsewhere (scripts/build.sh writes them into one that has no dagster.yaml), which then stores in itself.
+
+    Raises:
+        ValueError: dagster.yaml has no storage section marker.
+    """
+    text = INSTANCE_YAML.read_text()
+    if REPOSITORY_STORAGE_MARKER not in text:
+        raise ValueError(f"{INSTANCE_YAML}: expected a line starting {REPOSITORY_STORAGE_MARKER!r}")
+    return text.split(REPOSITORY_STORAGE_MARKER, 1)[0]
 
 
 def executor_from_env(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
