@@ -89,9 +89,11 @@ def test_smoke_build_passes_its_checks_and_leaves_the_full_build_untouched(built
         keys = build_all(instance, layout, build)  # raises on a failed step or a failed blocking check
         # every run says it is a smoke build's (the Runs list filters on it); a full build's runs do not
         assert {run.tags.get("synthkd/smoke") for run in instance.get_runs()} == {"true"}
+    # and a run of the shared instance is tagged smoke exactly when its config says smoke (the full build's: not)
     full_runs = built_sample[0].get_runs()
-    fixture_build = full_runs[-1].tags["synthkd/build"]  # the oldest run: the shared full build's
-    assert all("synthkd/smoke" not in r.tags for r in full_runs if r.tags.get("synthkd/build") == fixture_build)
+    smoke_config = [r.run_config["resources"]["build"]["config"].get("smoke", False) for r in full_runs]
+    assert not smoke_config[-1]  # the oldest run: the shared full build's
+    assert [r.tags.get("synthkd/smoke") == "true" for r in full_runs] == smoke_config
     after = snapshot(data_dir)
     assert {name: after[name] for name in full if after.get(name) != full[name]} == {}  # not a byte or mtime changed
     roots = (
