@@ -5,9 +5,11 @@ Reports the build's wall time (min / median; target <= 90 s on 2 cores) and, fro
 start-up: from its launch (the launcher starting its process) to its RUN_START (the process up, the code
 location loaded), against the run's whole time from launch to end. Every run is launched the same way whoever
 asks (build.sh, the UI, the sensor, a backfill: the instance's queue and launcher), so this start-up is what any
-run pays; at scale it is compared with a real-sized shard's run (benchmarks/README.md).
+run pays. `--real-file` builds one file shaped as SYNTH publishes them instead (155,800 rows in one row group,
+throughput.py's `make_real_file`) and reports each shard run's start-up as a share of that run (target <= 10%).
 
     .venv/bin/python benchmarks/launch_costs.py --repeats 3 [--json out.json]
+    .venv/bin/python benchmarks/launch_costs.py --real-file
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ import dagster as dg
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 90.0
+TARGET_STARTUP_SHARE = 0.10  # of a real-sized shard's run
 
 
-def one_build(root: Path) -> dict:
+def one_build(root: Path, raw_dir: Path = REPO_ROOT / "data" / "sample" / "synth_raw") -> dict:
     env = {
         **os.environ,
         "DAGSTER_HOME": str(root / "home"),
         "SYNTHKD_DATA_DIR": str(root / "data"),
-        "SYNTHKD_RAW_DIR": str(REPO_ROOT / "data" / "sample" / "synth_raw"),
+        "SYNTHKD_RAW_DIR": str(raw_dir),
     }
     for name in ("SYNTHKD_PARALLEL_RUNS", "SYNTHKD_EXECUTOR"):
         env.pop(name, None)
@@ -43,21 +46,49 @@ def one_build(root: Path) -> dict:
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"build.sh failed ({done.returncode}): {done.stderr.decode()[-3000:]}")
-    startups, totals = [], []
+    startups, totals, shard_runs = [], [], []
     with dg.DagsterInstance.from_config(str(root / "home")) as instance:
         for run in instance.get_runs():
             stats = instance.get_run_stats(run.run_id)
             if stats.launch_time and stats.start_time and stats.end_time:
                 startups.append(stats.start_time - stats.launch_time)
                 totals.append(stats.end_time - stats.launch_time)
-    return {"wall_s": wall, "runs": len(startups), "startup_s": startups, "run_s": totals}
+                if "dagster/partition" in run.tags:
+                    shard_runs.append((run.job_name, startups[-1], totals[-1]))
+    return {"wall_s": wall, "runs": len(startups), "startup_s": startups, "run_s": totals, "shard_runs": shard_runs}
+
+
+def real_file() -> int:
+    """One real-sized file through build.sh: each shard run's start-up against the run."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    from throughput import make_real_file
+
+    root = Path(tempfile.mkdtemp(prefix="launch_costs_real_"))
+    try:
+        described = make_real_file(root / "raw")
+        build = one_build(root, root / "raw")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"a real-sized file ({described['rows']} rows, {described['row_groups']} row group): {build['wall_s']:.0f} s")
+    worst = 0.0
+    for job, startup, total in build["shard_runs"]:
+        worst = max(worst, startup / total)
+        print(f"  {job}: start-up {startup:.2f} s of {total:.1f} s ({100 * startup / total:.1f}%)")
+    met = worst <= TARGET_STARTUP_SHARE
+    print(
+        f"largest share {100 * worst:.1f}% (target <= {100 * TARGET_STARTUP_SHARE:.0f}%: {'met' if met else 'NOT met'})"
+    )
+    return 0 if met else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--real-file", action="store_true", help="one real-sized file instead of the sample")
     args = parser.parse_args(argv)
+    if args.real_file:
+        return real_file()
     builds = []
     for repeat in range(args.repeats):
         root = Path(tempfile.mkdtemp(prefix=f"launch_costs_{repeat}_"))

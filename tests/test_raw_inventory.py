@@ -35,10 +35,10 @@ from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.automation import synth_raw_sensor
 from synthkd_assets.defs.build import BuildFailed, BuildProgress, build_all
-from synthkd_assets.defs.failures import failed_runs_report
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import INVENTORY_STEPS
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
+from synthkd_assets.launch import failed_run_lines
 from synthkd_contract import constants, drops
 from synthkd_contract.manifest_seal import sidecar_path
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
@@ -395,19 +395,22 @@ def test_rows_are_accounted_over_the_whole_dataset(three_shards):
 
 def test_a_failing_check_says_why(three_shards):
     """synth_005 repeats synth_001's rows: the build fails, and both the in-process error and the report the
-    build script prints (`cli failures`) list the duplicated ids and the files they are in."""
+    launched build prints for a failed run (`launch.failed_run_lines`) list the duplicated ids and the files they
+    are in."""
 
     instance, layout, raw, data = three_shards
     since = datetime.now(UTC)
     shutil.copy(raw / "synth_001.parquet", raw / "synth_005.parquet")
     with pytest.raises(BuildFailed) as failed:
         build_all(instance, layout)
-    report = failed_runs_report(instance, since)
+    (failed_run,) = instance.get_runs(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], created_after=since)
+    )
+    report = failed_run_lines(instance, failed_run)
     for text in (str(failed.value), "\n".join(report)):
         assert "check synth_kd_v1_manifest:no_duplicate_synth_ids failed: " in text, text
         assert "occurs 2 times: shard_01_documents.parquet, shard_05_documents.parquet" in text
         assert "more in the check's `problems` metadata" in text
-    assert report[0].startswith("run ") and report[0].endswith(" failed:")
 
 
 # --- one build per data root ----------------------------------------------------------------

@@ -1,18 +1,15 @@
 """Why a build failed, in words for the console: each failing check's first problems, each failed step's error.
 
 Every check records its problems (file names, rows, reasons) in its `problems` metadata; Dagster's own
-console line only names the checks ("1 blocking asset check failed … manifest_provenance"). The build
-script (`python -m synthkd_assets.cli failures`) and the in-process build (`BuildFailed`) print these.
+console line only names the checks ("1 blocking asset check failed … manifest_provenance"). The launched
+build (synthkd_assets/launch.py, what build.sh runs) and the in-process build (`BuildFailed`) print these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 
 import dagster as dg
-
-from synthkd_assets.defs.tags import PARTITION_TAG
 
 PROBLEM_LINES = 5  # problems printed per failing check; the rest are in its metadata (UI)
 
@@ -66,20 +63,4 @@ def run_failure_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
             lines.append(f"step {entry.step_key} failed: {error_message(error)}")
     if not lines:  # failed from outside its steps (its worker died, the build stopped): why the run was failed
         lines += [entry.message for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)]
-    return lines
-
-
-def failed_runs_report(instance: dg.DagsterInstance, since: datetime) -> list[str]:
-    """One block per run that failed since `since` (oldest first): what failed and why."""
-    records = instance.get_run_records(
-        dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], created_after=since), ascending=True
-    )
-    lines: list[str] = []
-    for record in records:
-        run = record.dagster_run
-        partition = run.tags.get(PARTITION_TAG)
-        lines.append(f"run {run.run_id[:8]}" + (f" (partition {partition})" if partition else "") + " failed:")
-        lines += [f"  {line}" for line in run_failure_lines(instance, run.run_id)] or [
-            "  (no check or step error recorded)"
-        ]
     return lines
