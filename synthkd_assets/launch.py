@@ -56,10 +56,12 @@ DAEMON_CHECK_SECONDS = 5.0  # how often a waiting build asks whether a daemon st
 STOP_GRACE_SECONDS = 45.0  # runs still going this long after the build asked them to stop are marked canceled
 DEAD_BUILD_GRACE_SECONDS = 10.0  # the same for the runs of a killed earlier build, found by the next one
 
-# the one action that repairs a failed run, once its cause is fixed (the UI's "Re-execute" on the run's page runs
-# the same job, partition and config again, in the same instance)
+# what repairs a failed run once its cause is fixed: a new build, whose inventory rescans the inputs (a run
+# re-executed as it was would read a fixed input file against the old scan and refuse it); a failure whose cause
+# was not in the input files (the code, a full disk) can be re-executed from the run's page in the UI
 REPAIR_HINT = (
-    "fix the cause, then open run {run_id} in the Dagster UI (Runs) and click Re-execute, or run build.sh again"
+    "fix the cause, then run build.sh again; if the cause was not an input file (the code, a full disk), "
+    "Re-execute run {run_id} from its page in the Dagster UI (Runs) instead"
 )
 _LAUNCH_RUN = """
 mutation($params: ExecutionParams!) {
