@@ -63,13 +63,13 @@ from synthkd_assets.defs.build import materialize_steps
 from synthkd_assets.defs.executors import local_instance_yaml
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_assets.launch import LOCATION_NAME  # workspace.yaml's location_name (dg's code_location_name)
 from synthkd_dev import REPO_ROOT, SAMPLE_RAW_DIR
 from synthkd_dev.sensor_ticks import store_sensor_events, tick_synth_raw_sensor
 
 SCALE_PARTITIONS = 500  # the scale the benchmark's budgets are for
 ROWS_PER_SHARD = 4
 DEFINITIONS_MODULE = "synthkd_assets.definitions"  # workspace.yaml's python_module
-LOCATION_NAME = "synthkd"  # its location_name (dg's code_location_name)
 SCAN_JOB = "synth_scan_job"
 SENSOR_NAME = "synth_raw_sensor"
 STORAGES = ("sharded", "consolidated", "memory")
