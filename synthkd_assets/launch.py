@@ -106,13 +106,8 @@ class GraphQLServer:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ready = False
-        self.process = subprocess.Popen(
-            [_bin("dagster-webserver"), "-w", str(WORKSPACE_YAML), "-h", "127.0.0.1", "-p", str(self.port)],
-            cwd=REPO_ROOT,
-            stdout=log or subprocess.DEVNULL,
-            stderr=log or subprocess.DEVNULL,
-            preexec_fn=_die_with_this_process(os.getpid()),
-        )
+        webserver = [_bin("dagster-webserver"), "-w", str(WORKSPACE_YAML), "-h", "127.0.0.1", "-p", str(self.port)]
+        self.process = _start(webserver, log)
 
     def wait_ready(self, timeout: float = WEBSERVER_START_SECONDS) -> None:
         """Wait until the server answers (it has loaded the code location), once. Raises LaunchFailed when it
@@ -144,12 +139,29 @@ class GraphQLServer:
         return answer["data"]
 
     def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        _stop(self.process)
+
+
+def _start(command: list[str], log: IO[str] | None) -> subprocess.Popen:
+    """A Dagster service of this build (webserver, daemon), run from the repository root, its lines in `log`,
+    dying with this process."""
+    return subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        stdout=log or subprocess.DEVNULL,
+        stderr=log or subprocess.DEVNULL,
+        preexec_fn=_die_with_this_process(os.getpid()),
+    )
+
+
+def _stop(process: subprocess.Popen, grace: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if it is still running `grace` seconds later."""
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _free_port() -> int:
@@ -223,23 +235,12 @@ class DaemonKeeper:
         self.checked = time.monotonic()
         if self.process is None and daemon_running(self.instance):
             return
-        self.process = subprocess.Popen(
-            [_bin("dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)],
-            cwd=REPO_ROOT,
-            stdout=self.log or subprocess.DEVNULL,
-            stderr=self.log or subprocess.DEVNULL,
-            preexec_fn=_die_with_this_process(os.getpid()),
-        )
+        self.process = _start([_bin("dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)], self.log)
 
     def close(self) -> None:
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        _stop(self.process)
         self.instance.wipe_daemon_heartbeats()
         self.process = None
 
