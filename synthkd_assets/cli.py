@@ -30,9 +30,8 @@ from synthkd_assets.core.ownership import OutputPathError
 from synthkd_assets.core.parallel import watch_stop_signals
 from synthkd_assets.core.valuation import checkpoint_problem
 from synthkd_assets.defs.build import BuildProgress
-from synthkd_assets.defs.conventions import SMOKE_RUN_TAGS
 from synthkd_assets.defs.executors import local_instance_yaml
-from synthkd_assets.defs.jobs import PASS_JOBS
+from synthkd_assets.defs.jobs import PASS_JOBS, smoke_run_tags
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass, build_passes
 from synthkd_assets.defs.resources import (
@@ -393,7 +392,7 @@ def run_build(smoke: bool, log: Path | None) -> int:
         return 1
     resources = synthkd_resources(layout, build)
     run_config = {"resources": resources_run_config(resources)}
-    tags = new_build_tags(progress.layout.data_root, SMOKE_RUN_TAGS if smoke else None)
+    tags = new_build_tags(progress.layout.data_root, smoke_run_tags(run_config))
     instance = dg.DagsterInstance.get()
     sys.stdout.flush()
     logfile = sys.stdout if log is not None else None

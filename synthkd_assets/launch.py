@@ -35,7 +35,7 @@ import dagster as dg
 
 from synthkd_assets.core.parallel import die_with_parent
 from synthkd_assets.defs.conventions import pass_tags
-from synthkd_assets.defs.failures import failed_check_lines, run_failure_lines
+from synthkd_assets.defs.failures import check_evaluations, failed_check_lines, run_failure_lines
 from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass
@@ -294,12 +294,7 @@ def failed_run_lines(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[s
     """What failed in a finished run: its failing ERROR checks' problems (a run with a failed non-blocking check
     still succeeds), its failed steps' errors, or why it failed or was canceled."""
     if run.status == dg.DagsterRunStatus.SUCCESS:
-        evaluations = [
-            entry.dagster_event.event_specific_data
-            for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
-            if entry.dagster_event is not None
-        ]
-        return failed_check_lines(evaluations)
+        return failed_check_lines(check_evaluations(instance, run.run_id))
     if run.status == dg.DagsterRunStatus.CANCELED:
         return ["canceled"]
     return run_failure_lines(instance, run.run_id) or ["(no check or step error recorded)"]

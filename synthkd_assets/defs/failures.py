@@ -49,14 +49,18 @@ def error_message(error) -> str:
     return text.splitlines()[0] if text else error.cls_name or "unknown error"
 
 
-def run_failure_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
-    """The failing checks' problems and the failed steps' errors of one run."""
-    evaluations = [
+def check_evaluations(instance: dg.DagsterInstance, run_id: str) -> list[dg.AssetCheckEvaluation]:
+    """Every asset check evaluation a run recorded."""
+    return [
         entry.dagster_event.event_specific_data
         for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
         if entry.dagster_event is not None
     ]
-    lines = failed_check_lines(evaluations)
+
+
+def run_failure_lines(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    """The failing checks' problems and the failed steps' errors of one run."""
+    lines = failed_check_lines(check_evaluations(instance, run_id))
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
         error = entry.dagster_event.event_specific_data.error if entry.dagster_event else None
         if error is not None and "blocking asset check" not in error.message:  # those are listed above
