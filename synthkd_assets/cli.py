@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -25,7 +25,7 @@ import dagster as dg
 from synthkd_assets.core.build_summary import PlanKeeps, StepDrops, read_plan_keeps, read_step_drops
 from synthkd_assets.core.buildlock import BuildLockHeld, build_lock, checked_lock_path
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.layout import DataLayout, LayoutError
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.ownership import OutputPathError
 from synthkd_assets.core.parallel import watch_stop_signals
 from synthkd_assets.core.valuation import checkpoint_problem
@@ -35,7 +35,6 @@ from synthkd_assets.defs.jobs import PASS_JOBS, smoke_run_tags
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass, build_passes
 from synthkd_assets.defs.resources import (
-    BUILD_CONFIG_ENV,
     BUILD_KEY,
     STUDENT_CHECKPOINT_ENV,
     TEACHER_CHECKPOINT_ENV,
@@ -59,6 +58,7 @@ from synthkd_assets.launch import (
     unfinished_runs_of_dead_builds,
 )
 from synthkd_contract import constants
+from synthkd_contract.settings import SettingError, Settings
 
 PASS_JOB_NAMES = {name: job.name for name, job in PASS_JOBS.items()}
 STOPPED_BUILD = "its queued runs canceled, its running ones stopped; run build.sh again"
@@ -372,9 +372,10 @@ def run_build(smoke: bool, log: Path | None) -> int:
         os.dup2(appended, 2)
         os.close(appended)
     stopped = watch_stop_signals(signal.default_int_handler)
-    layout = SynthKDLayout.from_environment_now(os.environ)
-    build = SynthKDBuildConfig.from_environment(os.environ, smoke=smoke)
-    progress = ConsoleProgress(out, DataLayout.from_environ(os.environ, smoke))
+    settings = Settings.read()
+    layout = SynthKDLayout.from_settings_now(settings)
+    build = SynthKDBuildConfig.from_settings(settings, smoke=smoke)
+    progress = ConsoleProgress(out, DataLayout.from_settings(settings, smoke))
     tail = [f"full log: {log}"] if log is not None else []
     disk = {"the data root": progress.layout.data_root}
     home = os.environ.get("DAGSTER_HOME")
@@ -383,7 +384,7 @@ def run_build(smoke: bool, log: Path | None) -> int:
         err.flush()
         return 2
     disk["$DAGSTER_HOME, the Dagster instance"] = Path(home)
-    models = ValuationModelsResource.from_environment_now(os.environ)
+    models = ValuationModelsResource.from_settings_now(settings)
     problem = checkpoint_problem(models.teacher_checkpoint, models.student_checkpoint)
     if problem is not None:  # found now, not after every shard's scan and build, in the pool pass
         variables = f"${TEACHER_CHECKPOINT_ENV}, ${STUDENT_CHECKPOINT_ENV}"
@@ -436,11 +437,11 @@ def run_build(smoke: bool, log: Path | None) -> int:
 
 
 # what `path <name>` prints: the files scripts/build.sh needs, from the layout of this environment's roots
-def build_run_config(environ: Mapping[str, str], smoke: bool) -> dict:
+def build_run_config(settings: Settings, smoke: bool) -> dict:
     """`dg launch --config-json` of a build: the build resource's fields set by $SYNTHKD_BUILD_CONFIG (validated)
     and `smoke`, as one resource config (Dagster replaces a resource's whole config); {} when none is set."""
-    SynthKDBuildConfig.from_environment(environ, smoke=smoke)  # refuses a bad variable, naming it
-    fields = json.loads(environ.get(BUILD_CONFIG_ENV) or "{}")
+    SynthKDBuildConfig.from_settings(settings, smoke=smoke)  # refuses a bad variable, naming it
+    fields = json.loads(settings.build_config or "{}")
     if smoke:
         fields["smoke"] = True
     return {"resources": {BUILD_KEY: {"config": fields}}} if fields else {}
@@ -501,12 +502,12 @@ def main(argv: list[str] | None = None) -> int:
         try:  # the roots overlap, or the lock is a link: build.sh stops here, before it writes anything
             layout = DataLayout.from_environ(os.environ, args.smoke)
             print("\n".join(str(PATHS[name](layout)) for name in args.names))
-        except (LayoutError, OutputPathError) as error:
+        except (SettingError, OutputPathError) as error:
             print(error, file=sys.stderr)
             return 2
     elif args.command == "run-config":
         try:
-            print(json.dumps(build_run_config(os.environ, args.smoke)))
+            print(json.dumps(build_run_config(Settings.read(), args.smoke)))
         except ValueError as error:  # it names the variable, the setting and why
             print(error, file=sys.stderr)
             return 2

@@ -12,15 +12,9 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from synthkd_assets.defs.automation import (
-    DEFAULT_REBUILD_CRON,
-    REBUILD_CRON_ENV,
-    nightly_rebuild_schedule,
-    synth_manifests_automation,
-    synth_raw_sensor,
-)
+from synthkd_assets.defs.automation import nightly_rebuild_schedule, synth_manifests_automation, synth_raw_sensor
 from synthkd_assets.defs.code_versions import with_code_versions
-from synthkd_assets.defs.executors import executor_from_env
+from synthkd_assets.defs.executors import executor_from_settings
 from synthkd_assets.defs.graph import ASSET_CHECKS, ASSETS
 from synthkd_assets.defs.jobs import JOBS
 from synthkd_assets.defs.resources import (
@@ -29,23 +23,25 @@ from synthkd_assets.defs.resources import (
     ValuationModelsResource,
     synthkd_resources,
 )
+from synthkd_contract.settings import Settings
 
 
 def build_definitions(environ: Mapping[str, str]) -> dg.Definitions:
-    """The code location as a process with environment `environ` loads it."""
+    """The code location as a process with environment `environ` loads it (its settings read once)."""
+    settings = Settings.read(environ)
     return dg.Definitions(
         assets=with_code_versions(ASSETS),
         asset_checks=ASSET_CHECKS,
         jobs=JOBS,
         sensors=[synth_raw_sensor, synth_manifests_automation],
-        schedules=[nightly_rebuild_schedule(environ.get(REBUILD_CRON_ENV) or DEFAULT_REBUILD_CRON)],
+        schedules=[nightly_rebuild_schedule(settings.rebuild_cron)],
         resources=synthkd_resources(
-            SynthKDLayout.from_environment(environ),
-            SynthKDBuildConfig.from_environment(environ),
-            ValuationModelsResource.from_environment(environ),
+            SynthKDLayout.from_settings(settings),
+            SynthKDBuildConfig.from_settings(settings),
+            ValuationModelsResource.from_settings(settings),
         ),
-        # embedded multiprocess steps by default; SYNTHKD_EXECUTOR=celery|k8s on a cluster (defs/executors.py)
-        executor=executor_from_env(environ),
+        # every step in the run's process by default; SYNTHKD_EXECUTOR=celery|k8s on a cluster (defs/executors.py)
+        executor=executor_from_settings(settings),
     )
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from synthkd_contract import settings as env
 from synthkd_contract.constants import (
     ARRAY_DTYPES,
     ARRAY_KINDS,
@@ -33,6 +34,7 @@ from synthkd_contract.constants import (
     shard_prefix_name,
 )
 from synthkd_contract.indexed_dataset import DatasetIndex, read_index
+from synthkd_contract.settings import Settings
 
 if TYPE_CHECKING:
     from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -44,7 +46,7 @@ MAX_VALUE = {LOSSMASK_KIND: 1, SPAN_KIND: SPAN_FINAL}
 CHECK_CHUNK_TOKENS = 1 << 22  # positions validated at a time
 
 
-CACHE_DIR_ENV = "SYNTHKD_CACHE_DIR"  # where megatron-core's index caches of the trios go; default per user
+CACHE_DIR_ENV = env.CACHE_DIR.name  # where megatron-core's index caches of the trios go; default per user
 CACHE_SUBDIR = "megatron"
 
 
@@ -60,8 +62,9 @@ def megatron_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
     Returns:
         That directory's `megatron/` subdirectory, absolute.
     """
-    if environ.get(CACHE_DIR_ENV):
-        return Path(environ[CACHE_DIR_ENV]).expanduser().absolute() / CACHE_SUBDIR
+    configured = Settings.read(environ).cache_dir
+    if configured:
+        return Path(configured).expanduser().absolute() / CACHE_SUBDIR
     base = Path(environ["XDG_CACHE_HOME"]) if environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
     return base.expanduser().absolute() / "synthkd" / CACHE_SUBDIR
 

@@ -34,6 +34,7 @@ from synthkd_assets.defs.executors import (
     REPO_ROOT,
     celery_config_path,
 )
+from synthkd_contract.settings import Settings
 
 # Debian keeps the server tools off PATH, one directory per major version (newest first)
 POSTGRES_BIN_DIRS = sorted(
@@ -284,11 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pin-workers", action="store_true", help="worker i on core i only: each worker like a one-core machine"
     )
-    parser.add_argument(
-        "--raw-dir", type=Path, default=Path(os.environ.get("SYNTHKD_RAW_DIR") or REPO_ROOT / DEFAULT_RAW_DIR)
-    )
+    parser.add_argument("--raw-dir", type=Path, default=Path(Settings.read().raw_dir or REPO_ROOT / DEFAULT_RAW_DIR))
     parser.add_argument("--data-dir", type=Path, help="default: STATE_DIR/data")
-    parser.add_argument("--celery-config", type=Path, default=celery_config_path(os.environ))
+    parser.add_argument("--celery-config", type=Path, default=celery_config_path(Settings.read()))
     args = parser.parse_args(argv)
     state = args.state_dir.resolve()
     ports = state / "ports.env"

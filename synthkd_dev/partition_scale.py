@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import time
+import unittest.mock
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,7 @@ from synthkd_assets.defs.executors import local_instance_yaml
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_assets.launch import LOCATION_NAME  # workspace.yaml's location_name (dg's code_location_name)
+from synthkd_contract.settings import DATA_DIR, RAW_DIR
 from synthkd_dev import REPO_ROOT, SAMPLE_RAW_DIR
 from synthkd_dev.sensor_ticks import store_sensor_events, tick_synth_raw_sensor
 
@@ -168,16 +170,8 @@ def project_instance(home: Path, storage: str = "sharded") -> dg.DagsterInstance
 def synthkd_env(raw_dir: Path, data_dir: Path) -> Iterator[None]:
     """SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR for the code location's layout resource (the daemons' sensor
     evaluation reads them; a code server subprocess inherits them when it starts)."""
-    saved = {k: os.environ.get(k) for k in ("SYNTHKD_RAW_DIR", "SYNTHKD_DATA_DIR")}
-    os.environ.update(SYNTHKD_RAW_DIR=str(raw_dir), SYNTHKD_DATA_DIR=str(data_dir))
-    try:
+    with unittest.mock.patch.dict(os.environ, {RAW_DIR.name: str(raw_dir), DATA_DIR.name: str(data_dir)}):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextlib.contextmanager

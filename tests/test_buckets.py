@@ -49,6 +49,7 @@ from synthkd_contract.buckets import (
     skill_bucket,
     unknown_exercise_message,
 )
+from synthkd_contract.settings import Settings
 from tests.helpers import SCAN_STEPS, build_all, run
 from tests.test_bad_input import leftovers, row, step_failures, write_raw
 
@@ -333,14 +334,14 @@ def test_the_build_config_variable_maps_labels_for_build_sh_dg_and_the_code_loca
     """SYNTHKD_BUILD_CONFIG (a JSON object of build settings) is read by the code location (sensors, `dg`), the
     build driver and build.sh's run config alike; a bad value is refused naming the variable and the reason."""
     environ = {BUILD_CONFIG_ENV: '{"exercise_skill_buckets": {"code review": "B3"}}'}
-    assert SynthKDBuildConfig.from_environment(environ).exercise_table()["code review"] == "B3"
-    assert SynthKDBuildConfig.from_environment(environ, smoke=True).smoke
+    assert SynthKDBuildConfig.from_settings(Settings.read(environ)).exercise_table()["code review"] == "B3"
+    assert SynthKDBuildConfig.from_settings(Settings.read(environ), smoke=True).smoke
     location = build_definitions(environ).resources["build"]
     assert location.exercise_table()["code review"] == "B3"
-    assert build_run_config(environ, smoke=True) == {
+    assert build_run_config(Settings.read(environ), smoke=True) == {
         "resources": {"build": {"config": {"exercise_skill_buckets": {"code review": "B3"}, "smoke": True}}}
     }
-    assert build_run_config({}, smoke=False) == {}
+    assert build_run_config(Settings.read({}), smoke=False) == {}
     for text, says in [
         ('{"exercise_skill_buckets": ', "is not JSON"),
         ("[1]", "must be a JSON object of build settings"),
@@ -348,5 +349,5 @@ def test_the_build_config_variable_maps_labels_for_build_sh_dg_and_the_code_loca
         ('{"exercise_skill_buckets": {"x": "B7"}}', "exercise 'x' -> 'B7', not a skill bucket"),
     ]:
         with pytest.raises(ValueError, match=re.escape(says)) as caught:
-            build_run_config({BUILD_CONFIG_ENV: text}, smoke=False)
+            build_run_config(Settings.read({BUILD_CONFIG_ENV: text}), smoke=False)
         assert str(caught.value).startswith(f"${BUILD_CONFIG_ENV}")

@@ -14,6 +14,7 @@ import dagster as dg
 import pytest
 
 from synthkd_assets.defs.resources import BUILD_CONFIG_ENV, SynthKDBuildConfig, ValuationModelsResource
+from synthkd_contract.settings import Settings
 
 # (setting, a value its meaning rules out, a value on the edge it allows)
 BOUNDS = [
@@ -41,7 +42,7 @@ BOUNDS = [
 @pytest.mark.parametrize(("setting", "bad", "edge"), BOUNDS)
 def test_an_out_of_range_setting_is_refused_naming_it(setting, bad, edge):
     with pytest.raises(ValueError, match=setting):
-        SynthKDBuildConfig.from_environment({BUILD_CONFIG_ENV: json.dumps({setting: bad})})
+        SynthKDBuildConfig.from_settings(Settings.read({BUILD_CONFIG_ENV: json.dumps({setting: bad})}))
     with pytest.raises(ValueError, match=setting):
         SynthKDBuildConfig(**{setting: bad})
     assert getattr(SynthKDBuildConfig(**{setting: edge}), setting) == edge
@@ -67,7 +68,7 @@ def test_an_out_of_range_setting_is_refused_naming_it(setting, bad, edge):
 )
 def test_settings_that_only_a_later_rule_refused_are_refused_where_declared(settings, named):
     with pytest.raises(ValueError, match=named):
-        SynthKDBuildConfig.from_environment({BUILD_CONFIG_ENV: json.dumps(settings)})
+        SynthKDBuildConfig.from_settings(Settings.read({BUILD_CONFIG_ENV: json.dumps(settings)}))
 
 
 def test_a_run_config_with_a_negative_max_seq_len_fails_before_any_step_runs(tmp_path):

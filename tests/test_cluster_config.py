@@ -23,9 +23,10 @@ from synthkd_assets.defs.executors import (
     DEFAULT_K8S_CONFIG,
     EXECUTOR_ENV,
     executor_config_from_yaml,
-    executor_from_env,
+    executor_from_settings,
     local_instance_yaml,
 )
+from synthkd_contract.settings import Settings
 from tests.helpers import REPO_ROOT
 
 DEPLOY = REPO_ROOT / "deploy"
@@ -46,7 +47,7 @@ def cluster_env(monkeypatch):
 def test_the_embedded_default_runs_a_runs_steps_in_its_own_process():
     """Locally, the cores go to runs of different shards (the run queue admits one per core), and a run costs
     the same whoever launches it: no process per step."""
-    assert executor_from_env({}).name == "in_process"
+    assert executor_from_settings(Settings.read({})).name == "in_process"
 
 
 def test_the_multiprocess_executor_runs_as_many_steps_at_once_as_there_are_cores(monkeypatch):
@@ -57,7 +58,7 @@ def test_the_multiprocess_executor_runs_as_many_steps_at_once_as_there_are_cores
 
 def test_an_unknown_executor_is_refused_by_name():
     with pytest.raises(ValueError, match="SYNTHKD_EXECUTOR='spark'"):
-        executor_from_env({EXECUTOR_ENV: "spark"})
+        executor_from_settings(Settings.read({EXECUTOR_ENV: "spark"}))
 
 
 def shard_job_execution_config(environ: dict) -> dict:
@@ -89,7 +90,7 @@ def test_the_celery_config_path_can_be_pointed_elsewhere(tmp_path, cluster_env):
     )
     other.write_text("broker: redis://x\n")
     with pytest.raises(ValueError, match="execution.config"):
-        executor_from_env({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)})
+        executor_from_settings(Settings.read({EXECUTOR_ENV: "celery", CELERY_CONFIG_ENV: str(other)}))
 
 
 def test_the_code_location_loads_with_the_celery_executor_in_a_fresh_process():
@@ -208,7 +209,7 @@ def test_the_k8s_executor_is_configured_from_the_k8s_run_config(cluster_env):
 
 
 def test_the_in_process_executor_can_be_chosen():
-    assert executor_from_env({EXECUTOR_ENV: "in_process"}).name == "in_process"
+    assert executor_from_settings(Settings.read({EXECUTOR_ENV: "in_process"})).name == "in_process"
 
 
 def test_pinned_local_cluster_workers_each_run_on_one_core_of_their_own(tmp_path, monkeypatch):

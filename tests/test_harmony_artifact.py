@@ -28,12 +28,13 @@ from synthkd_assets.core.harmony_artifact import (
     read_artifact,
 )
 from synthkd_assets.core.inventory import shard_index_from_name
-from synthkd_assets.core.layout import DataLayout, LayoutError
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract import constants, drops
 from synthkd_contract.harmony_artifact import ARTIFACT_SHARD_INDEX_BASE, parse_range_key
 from synthkd_contract.manifest_seal import verify_manifest
+from synthkd_contract.settings import SettingError
 from synthkd_contract.sources import SYNTH_SOURCE, partition_source
 from synthkd_contract.trio import open_trio
 from synthkd_dev.make_harmony_artifact import (
@@ -421,5 +422,5 @@ def test_a_removed_files_ranges_leave_no_directory_behind(tmp_path):
 
 @pytest.mark.parametrize("value", ["0", "-3", "abc", "1.5"])
 def test_a_bad_range_size_is_refused_naming_the_variable(value):
-    with pytest.raises(LayoutError, match=f"SYNTHKD_HARMONY_RANGE_ROW_GROUPS='{re.escape(value)}': expected a whole"):
+    with pytest.raises(SettingError, match=f"SYNTHKD_HARMONY_RANGE_ROW_GROUPS='{re.escape(value)}': expected a whole"):
         DataLayout.from_environ({"SYNTHKD_HARMONY_RANGE_ROW_GROUPS": value})

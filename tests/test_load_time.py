@@ -10,8 +10,9 @@ import dagster as dg
 
 from synthkd_assets.core.layout import DATA_DIR_ENV, DEFAULT_DATA_DIR, DEFAULT_RAW_DIR, RAW_DIR_ENV, SOURCES_DIR_ENV
 from synthkd_assets.definitions import build_definitions
-from synthkd_assets.defs.automation import DEFAULT_REBUILD_CRON, REBUILD_CRON_ENV
+from synthkd_assets.defs.automation import REBUILD_CRON_ENV
 from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_contract.settings import DEFAULT_REBUILD_CRON
 from tests.helpers import REPO_ROOT
 
 # every module of the package imported under an environ that records which variables the package's own code

@@ -40,16 +40,18 @@ from pathlib import Path
 
 from synthkd_assets.core.ownership import WRITTEN_LEDGER, dataset_ledger_path, register_output_root
 from synthkd_contract import constants
+from synthkd_contract import settings as env
 from synthkd_contract.buckets import POOL_DATASET_NAME, POOL_SMOKE_DATASET_NAME
 from synthkd_contract.harmony_artifact import ARTIFACT_ROW_GROUPS_PER_PARTITION
+from synthkd_contract.settings import Settings
 
-RAW_DIR_ENV = "SYNTHKD_RAW_DIR"
-HARMONY_DIR_ENV = "SYNTHKD_HARMONY_DIR"  # a synth_harmony_v1 artifact (docs/contract.md); unset: raw SYNTH only
-HARMONY_RANGE_ENV = "SYNTHKD_HARMONY_RANGE_ROW_GROUPS"  # row groups per artifact partition (default 100)
-SOURCES_DIR_ENV = "SYNTHKD_SOURCES_DIR"  # anchor sources: <dir>/<source key>/<shard>.{parquet,jsonl}; unset: SYNTH only
-DATA_DIR_ENV = "SYNTHKD_DATA_DIR"
-DEFAULT_RAW_DIR = "data/sample/synth_raw"  # the bundled sample, relative to the working directory
-DEFAULT_DATA_DIR = "data"
+RAW_DIR_ENV = env.RAW_DIR.name
+HARMONY_DIR_ENV = env.HARMONY_DIR.name
+HARMONY_RANGE_ENV = env.HARMONY_RANGE_ROW_GROUPS.name
+SOURCES_DIR_ENV = env.SOURCES_DIR.name
+DATA_DIR_ENV = env.DATA_DIR.name
+DEFAULT_RAW_DIR = env.RAW_DIR.unset  # the bundled sample, relative to the working directory
+DEFAULT_DATA_DIR = env.DATA_DIR.unset
 
 # the partitioned steps that write <stage>/<key>.parquet and <stage>/<key>.report.json
 STAGE_NAMES = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized")
@@ -97,7 +99,7 @@ def documents_path(dataset_root: Path, shard_index: int) -> Path:
     return dataset_root / MEGATRON_SHARDS_SUBDIR / f"shard_{shard_index:02d}_documents.parquet"
 
 
-class LayoutError(ValueError):
+class LayoutError(env.SettingError):
     """A layout a build cannot use; the message names the setting (variable) and why."""
 
 
@@ -105,21 +107,25 @@ class InputOutputOverlap(LayoutError):
     """An input root (raw shards, anchor sources, the artifact) overlaps the build's output tree."""
 
 
-def range_row_groups_setting(value: str | None) -> int:
-    """$SYNTHKD_HARMONY_RANGE_ROW_GROUPS as a number (the default when unset or empty).
+def configured_root(configured: str | None, environment: Path | None) -> Path | None:
+    """An optional input root (anchor sources, the synth_harmony_v1 artifact) as a resource field sets it, in
+    its three states: None (the field unset) takes the environment's root; "" says there is none (SYNTH alone,
+    no artifact), whatever the environment says; any other value is that directory.
 
-    Raises:
-        LayoutError: naming the variable, when the value is not a whole number >= 1.
+    Args:
+        configured: the resource field's value.
+        environment: the root the environment names (`DataLayout.from_settings`), or None.
+
+    Returns:
+        The root, or None when the build has none.
     """
-    if not value:
-        return ARTIFACT_ROW_GROUPS_PER_PARTITION
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise LayoutError(f"{HARMONY_RANGE_ENV}={value!r}: expected a whole number of row groups >= 1 (default 100)")
-    return number
+    match configured:
+        case None:
+            return environment
+        case "":
+            return None
+        case directory:
+            return Path(directory)
 
 
 @dataclass(frozen=True)
@@ -195,22 +201,37 @@ class DataLayout:
         return None
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str], smoke: bool = False) -> DataLayout:
-        """The layout a process started with SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR builds (the bundled sample
-        and data/ when unset): what the build script's helpers ask."""
-        raw = environ.get(RAW_DIR_ENV) or DEFAULT_RAW_DIR
-        data = environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
-        sources_dir = environ.get(SOURCES_DIR_ENV)
-        harmony_dir = environ.get(HARMONY_DIR_ENV)
-        range_row_groups = range_row_groups_setting(environ.get(HARMONY_RANGE_ENV))
+    def from_settings(cls, settings: Settings, smoke: bool = False) -> DataLayout:
+        """The layout of the roots `settings` name (the bundled sample and data/ when unset).
+
+        Args:
+            settings: the process's `SYNTHKD_*` variables.
+            smoke: the smoke build's layout.
+
+        Returns:
+            The layout.
+
+        Raises:
+            InputOutputOverlap: an input root overlaps the output tree.
+        """
         return cls(
-            Path(raw),
-            Path(data),
+            Path(settings.raw_dir or DEFAULT_RAW_DIR),
+            Path(settings.data_dir or DEFAULT_DATA_DIR),
             smoke,
-            sources_root=Path(sources_dir) if sources_dir else None,
-            harmony_root=Path(harmony_dir) if harmony_dir else None,
-            harmony_range_row_groups=range_row_groups,
+            sources_root=Path(settings.sources_dir) if settings.sources_dir else None,
+            harmony_root=Path(settings.harmony_dir) if settings.harmony_dir else None,
+            harmony_range_row_groups=settings.harmony_range_row_groups,
         )
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], smoke: bool = False) -> DataLayout:
+        """`from_settings` of `environ`'s settings: what the build script's helpers and examples ask.
+
+        Raises:
+            SettingError: a variable's value is unusable.
+            InputOutputOverlap: an input root overlaps the output tree.
+        """
+        return cls.from_settings(Settings.read(environ), smoke)
 
     # --- raw side --------------------------------------------------------------------------------
     def raw_shard(self, key: str) -> Path:

@@ -12,11 +12,12 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-PARALLEL_RUNS_ENV = "SYNTHKD_PARALLEL_RUNS"
+from synthkd_contract.settings import Settings
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, the terminal closing
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 Item, Result = TypeVar("Item"), TypeVar("Result")
@@ -30,14 +31,9 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def parallel_runs(environ: Mapping[str, str]) -> int:
-    """Shard runs at once: $SYNTHKD_PARALLEL_RUNS when set (a whole number >= 1), else every available core."""
-    value = (environ.get(PARALLEL_RUNS_ENV) or "").strip()
-    if not value:
-        return available_cores()
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{PARALLEL_RUNS_ENV}={value!r}: expected a whole number of shard runs, at least 1")
-    return int(value)
+def parallel_runs(settings: Settings) -> int:
+    """Shard runs at once: $SYNTHKD_PARALLEL_RUNS when set (`settings.parallel_runs`), else every available core."""
+    return settings.parallel_runs or available_cores()
 
 
 def thread_map(function: Callable[[Item], Result], items: Iterable[Item]) -> list[Result]:

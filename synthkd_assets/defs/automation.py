@@ -37,6 +37,7 @@ from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.tags import PARTITION_TAG, RUN_KEY_TAG, WILL_RETRY_TAG
 from synthkd_contract import constants
+from synthkd_contract import settings as env
 from synthkd_contract.manifest_seal import sha256_file
 
 
@@ -211,8 +212,7 @@ with warnings.catch_warnings():  # `use_user_code_server` is beta in Dagster 1.1
         "the code location's layout, not only by a smoke build) it requests one run rewriting them, with their checks.",
     )
 
-REBUILD_CRON_ENV = "SYNTHKD_REBUILD_CRON"
-DEFAULT_REBUILD_CRON = "0 3 * * *"
+REBUILD_CRON_ENV = env.REBUILD_CRON.name
 
 
 def evaluate_nightly_rebuild(
@@ -267,7 +267,7 @@ def evaluate_nightly_rebuild(
 
 def nightly_rebuild_schedule(cron: str) -> dg.ScheduleDefinition:
     """synth_nightly_rebuild on `cron`: built when the code location loads (definitions.py), with
-    $SYNTHKD_REBUILD_CRON or DEFAULT_REBUILD_CRON, so importing this module reads no environment."""
+    $SYNTHKD_REBUILD_CRON (`Settings.rebuild_cron`), so importing this module reads no environment."""
     return dg.schedule(
         job=synth_shard_job,
         cron_schedule=cron,

@@ -9,33 +9,33 @@ through the shared data root ($SYNTHKD_DATA_DIR), atomically, so any engine prod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
 import yaml
 
 from synthkd_assets.core.parallel import available_cores
+from synthkd_contract import settings as env
+from synthkd_contract.settings import Settings
 
-EXECUTOR_ENV = "SYNTHKD_EXECUTOR"
-CELERY_CONFIG_ENV = "SYNTHKD_CELERY_CONFIG"
-K8S_CONFIG_ENV = "SYNTHKD_K8S_CONFIG"
+EXECUTOR_ENV = env.EXECUTOR.name
+CELERY_CONFIG_ENV = env.CELERY_CONFIG.name
+K8S_CONFIG_ENV = env.K8S_CONFIG.name
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CELERY_CONFIG = REPO_ROOT / "deploy" / "cluster" / "celery.yaml"
 DEFAULT_K8S_CONFIG = REPO_ROOT / "deploy" / "k8s" / "run_config.yaml"
 INSTANCE_YAML = REPO_ROOT / "dagster.yaml"  # the repository's own instance (DAGSTER_HOME = the repository root)
 # where its storage section starts: what an instance elsewhere leaves out (it stores in its own DAGSTER_HOME)
 REPOSITORY_STORAGE_MARKER = "# --- storage of the repository's own instance"
-EXECUTORS = ("multiprocess", "in_process", "celery", "k8s")
 
 
-def celery_config_path(environ: Mapping[str, str]) -> Path:
+def celery_config_path(settings: Settings) -> Path:
     """The one YAML file both the executor and `dagster-celery worker start -y` read (broker, acks, timeouts)."""
-    return Path(environ.get(CELERY_CONFIG_ENV) or DEFAULT_CELERY_CONFIG)
+    return Path(settings.celery_config or DEFAULT_CELERY_CONFIG)
 
 
-def k8s_config_path(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get(K8S_CONFIG_ENV) or DEFAULT_K8S_CONFIG)
+def k8s_config_path(settings: Settings) -> Path:
+    return Path(settings.k8s_config or DEFAULT_K8S_CONFIG)
 
 
 def executor_config_from_yaml(path: Path) -> dict:
@@ -63,10 +63,11 @@ def local_instance_yaml() -> str:
     return text.split(REPOSITORY_STORAGE_MARKER, 1)[0]
 
 
-def executor_from_env(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
-    """The executor $SYNTHKD_EXECUTOR names in `environ` (multiprocess when unset: at most as many steps of a run
-    at once as the loading process has cores)."""
-    name = environ.get(EXECUTOR_ENV) or "in_process"
+def executor_from_settings(settings: Settings) -> dg.ExecutorDefinition:
+    """The executor $SYNTHKD_EXECUTOR names (`settings.executor`, checked there): in_process by default, every
+    step in the run's process; multiprocess runs at most as many steps of a run at once as the loading process
+    has cores."""
+    name = settings.executor
     if name == "multiprocess":
         return dg.multiprocess_executor.configured({"max_concurrent": available_cores()})
     if name == "in_process":  # every step in the run's own process: no per-step import cost, one step at a time
@@ -74,9 +75,9 @@ def executor_from_env(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
     if name == "celery":
         from dagster_celery import celery_executor
 
-        return celery_executor.configured(executor_config_from_yaml(celery_config_path(environ)))
+        return celery_executor.configured(executor_config_from_yaml(celery_config_path(settings)))
     if name == "k8s":
         from dagster_k8s import k8s_job_executor
 
-        return k8s_job_executor.configured(executor_config_from_yaml(k8s_config_path(environ)))
-    raise ValueError(f"{EXECUTOR_ENV}={name!r}: expected one of {', '.join(EXECUTORS)}")
+        return k8s_job_executor.configured(executor_config_from_yaml(k8s_config_path(settings)))
+    raise env.SettingError(f"{EXECUTOR_ENV}={name!r}: expected one of {', '.join(env.EXECUTORS)}")

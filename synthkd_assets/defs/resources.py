@@ -3,7 +3,7 @@ and the models the valuation features read (`valuation`: none by default, the mo
 
 Run config overrides either: `{"resources": {"layout": {"config": {"data_dir": "..."}}, "build": {"config":
 {"smoke": true}}}}`. The code location gives the layout its roots from SYNTHKD_RAW_DIR / SYNTHKD_DATA_DIR as
-`dg.EnvVar`s, resolved by each process that runs a step (`SynthKDLayout.from_environment`), and the valuation's
+`dg.EnvVar`s, resolved by each process that runs a step (`SynthKDLayout.from_settings`), and the valuation's
 checkpoints from SYNTHKD_TEACHER_CHECKPOINT / SYNTHKD_STUDENT_CHECKPOINT the same way. A root that run config
 leaves unset is read the same way when the step runs (`SynthKDLayout.data_layout`).
 """
@@ -11,7 +11,6 @@ leaves unset is read the same way when the step runs (`SynthKDLayout.data_layout
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from synthkd_assets.core.layout import (
     RAW_DIR_ENV,
     SOURCES_DIR_ENV,
     DataLayout,
+    configured_root,
 )
 from synthkd_assets.core.manifest_builders import distill_build_config, kd_build_config
 from synthkd_assets.core.near_dup import ClusterSettings
@@ -39,16 +39,18 @@ from synthkd_assets.core.source_mix import SourceMixTargets, source_mix_config
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_contract import constants, sources
 from synthkd_contract import near_dup as nd
+from synthkd_contract import settings as env
 from synthkd_contract.buckets import CURRICULUM_STAGES, SKILL_MIX, exercise_skill_table
 from synthkd_contract.harmony_artifact import ARTIFACT_ROW_GROUPS_PER_PARTITION
+from synthkd_contract.settings import Settings
 from synthkd_contract.valuation import VALUATION_WINDOW
 
 LAYOUT_KEY = "layout"
 BUILD_KEY = "build"
 VALUATION_KEY = "valuation"
-TEACHER_CHECKPOINT_ENV = "SYNTHKD_TEACHER_CHECKPOINT"
-STUDENT_CHECKPOINT_ENV = "SYNTHKD_STUDENT_CHECKPOINT"
-BUILD_CONFIG_ENV = "SYNTHKD_BUILD_CONFIG"  # a JSON object of SynthKDBuildConfig's fields (docs/design.md)
+TEACHER_CHECKPOINT_ENV = env.TEACHER_CHECKPOINT.name
+STUDENT_CHECKPOINT_ENV = env.STUDENT_CHECKPOINT.name
+BUILD_CONFIG_ENV = env.BUILD_CONFIG.name  # a JSON object of SynthKDBuildConfig's fields (docs/design.md)
 SMOKE_READ_AHEAD = 4  # default raw rows read per shard in a smoke build, per conversation it may write
 
 
@@ -66,12 +68,13 @@ class SynthKDLayout(dg.ConfigurableResource):
     sources_dir: str | None = Field(
         default=None,
         description=f"Anchor sources' shards, <sources_dir>/<source>/<shard>; unset: ${SOURCES_DIR_ENV} where the "
-        "step runs; empty, or neither: SYNTH only.",
+        'step runs (unset or empty there: none); "": none, SYNTH alone, whatever the environment says.',
     )
     harmony_dir: str | None = Field(
         default=None,
         description=f"A synth_harmony_v1 artifact (manifest.json + synth_harmony_shard_NN.parquet), built beside or "
-        f"instead of raw SYNTH; unset: ${HARMONY_DIR_ENV} where the step runs; empty, or neither: none.",
+        f"instead of raw SYNTH; unset: ${HARMONY_DIR_ENV} where the step runs (unset or empty there: none); "
+        '"": none, whatever the environment says.',
     )
     harmony_range_row_groups: int | None = Field(
         default=None,
@@ -89,49 +92,45 @@ class SynthKDLayout(dg.ConfigurableResource):
     )
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str]) -> SynthKDLayout:
-        """The code location's layout: each root a `dg.EnvVar` when its variable is set where the code location
-        loads (every process that runs a step then resolves it in its own environment), else the bundled
-        sample and data/."""
+    def from_settings(cls, settings: Settings) -> SynthKDLayout:
+        """The code location's layout: each root a `dg.EnvVar` when its variable is set in `settings` (every
+        process that runs a step then resolves it in its own environment), else the bundled sample and data/."""
+
+        def root(variable: env.Variable, value: str | None, unset: str | None) -> str | None:
+            return dg.EnvVar(variable.name) if value else unset
+
         return cls(
-            raw_dir=dg.EnvVar(RAW_DIR_ENV) if environ.get(RAW_DIR_ENV) else DEFAULT_RAW_DIR,
-            data_dir=dg.EnvVar(DATA_DIR_ENV) if environ.get(DATA_DIR_ENV) else DEFAULT_DATA_DIR,
-            sources_dir=dg.EnvVar(SOURCES_DIR_ENV) if environ.get(SOURCES_DIR_ENV) else None,
-            harmony_dir=dg.EnvVar(HARMONY_DIR_ENV) if environ.get(HARMONY_DIR_ENV) else None,
+            raw_dir=root(env.RAW_DIR, settings.raw_dir, DEFAULT_RAW_DIR),
+            data_dir=root(env.DATA_DIR, settings.data_dir, DEFAULT_DATA_DIR),
+            sources_dir=root(env.SOURCES_DIR, settings.sources_dir, None),
+            harmony_dir=root(env.HARMONY_DIR, settings.harmony_dir, None),
         )
 
     @classmethod
-    def from_environment_now(cls, environ: Mapping[str, str]) -> SynthKDLayout:
-        """The code location's roots, read from `environ` now (for a build in this process and its workers):
-        the same values its `dg.EnvVar`s resolve to."""
+    def from_settings_now(cls, settings: Settings) -> SynthKDLayout:
+        """The code location's roots as `settings` name them now (for a build launched from this process): the
+        same values its `dg.EnvVar`s resolve to."""
         return cls(
-            raw_dir=environ.get(RAW_DIR_ENV) or DEFAULT_RAW_DIR,
-            data_dir=environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR,
-            sources_dir=environ.get(SOURCES_DIR_ENV) or None,
-            harmony_dir=environ.get(HARMONY_DIR_ENV) or None,
+            raw_dir=settings.raw_dir or DEFAULT_RAW_DIR,
+            data_dir=settings.data_dir or DEFAULT_DATA_DIR,
+            sources_dir=settings.sources_dir,
+            harmony_dir=settings.harmony_dir,
         )
 
     def data_layout(self, smoke: bool = False) -> DataLayout:
         """Every path of a full (or smoke) build on these roots. A root left unset is the environment's, read
         by the process that runs the step: Dagster's run config for a resource replaces all of its fields, so
-        `{"layout": {"config": {"raw_dir": ...}}}` keeps $SYNTHKD_DATA_DIR and $SYNTHKD_SOURCES_DIR."""
-        environment = DataLayout.from_environ(os.environ)
-        if self.sources_dir is None:
-            sources = environment.sources_root
-        else:
-            sources = Path(self.sources_dir) if self.sources_dir else None
-        if self.harmony_dir is None:
-            harmony = environment.harmony_root
-        else:
-            harmony = Path(self.harmony_dir) if self.harmony_dir else None
+        `{"layout": {"config": {"raw_dir": ...}}}` keeps $SYNTHKD_DATA_DIR and $SYNTHKD_SOURCES_DIR. The optional
+        roots have three states (`configured_root`): unset, "" (none) or a directory."""
+        environment = DataLayout.from_settings(Settings.read())
         return DataLayout(
             Path(self.raw_dir) if self.raw_dir else environment.raw_root,
             Path(self.data_dir) if self.data_dir else environment.data_root,
             smoke,
             Path(self.distill_dir) if self.distill_dir else None,
             Path(self.encoding_errors_log) if self.encoding_errors_log else None,
-            sources,
-            harmony,
+            configured_root(self.sources_dir, environment.sources_root),
+            configured_root(self.harmony_dir, environment.harmony_root),
             self.harmony_range_row_groups or environment.harmony_range_row_groups,
         )
 
@@ -277,14 +276,15 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         return self
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str], **fields: Any) -> SynthKDBuildConfig:
-        """The build settings of `environ`'s BUILD_CONFIG_ENV (a JSON object of this resource's fields; none when
-        unset), `fields` on top: what build.sh's runs, `dg launch` and the code location's sensors all use.
+    def from_settings(cls, settings: Settings, **fields: Any) -> SynthKDBuildConfig:
+        """The build settings of `settings.build_config` ($SYNTHKD_BUILD_CONFIG: a JSON object of this resource's
+        fields; none when unset), `fields` on top: what build.sh's runs, `dg launch` and the code location's
+        sensors all use.
 
         Raises:
             ValueError: the variable is not a JSON object (naming it), or a field's value is invalid.
         """
-        text = environ.get(BUILD_CONFIG_ENV) or "{}"
+        text = settings.build_config or "{}"
         try:
             config = json.loads(text)
         except json.JSONDecodeError as error:
@@ -398,20 +398,17 @@ class ValuationModelsResource(dg.ConfigurableResource):
     device: str = Field(default="auto", description='"auto" (CUDA when there is one), "cpu" or "cuda".')
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str]) -> ValuationModelsResource:
+    def from_settings(cls, settings: Settings) -> ValuationModelsResource:
         """The code location's models: a `dg.EnvVar` for each checkpoint variable set where it loads."""
         return cls(
-            teacher_checkpoint=dg.EnvVar(TEACHER_CHECKPOINT_ENV) if environ.get(TEACHER_CHECKPOINT_ENV) else None,
-            student_checkpoint=dg.EnvVar(STUDENT_CHECKPOINT_ENV) if environ.get(STUDENT_CHECKPOINT_ENV) else None,
+            teacher_checkpoint=dg.EnvVar(TEACHER_CHECKPOINT_ENV) if settings.teacher_checkpoint else None,
+            student_checkpoint=dg.EnvVar(STUDENT_CHECKPOINT_ENV) if settings.student_checkpoint else None,
         )
 
     @classmethod
-    def from_environment_now(cls, environ: Mapping[str, str]) -> ValuationModelsResource:
-        """The same checkpoints, read from `environ` now (a build in this process and its workers)."""
-        return cls(
-            teacher_checkpoint=environ.get(TEACHER_CHECKPOINT_ENV) or None,
-            student_checkpoint=environ.get(STUDENT_CHECKPOINT_ENV) or None,
-        )
+    def from_settings_now(cls, settings: Settings) -> ValuationModelsResource:
+        """The same checkpoints, as `settings` name them now (a build launched from this process)."""
+        return cls(teacher_checkpoint=settings.teacher_checkpoint, student_checkpoint=settings.student_checkpoint)
 
 
 def synthkd_resources(
@@ -422,7 +419,7 @@ def synthkd_resources(
     return {
         LAYOUT_KEY: layout,
         BUILD_KEY: build or SynthKDBuildConfig(),
-        VALUATION_KEY: ValuationModelsResource.from_environment_now(os.environ) if valuation is None else valuation,
+        VALUATION_KEY: ValuationModelsResource.from_settings_now(Settings.read()) if valuation is None else valuation,
     }
 
 

@@ -8,13 +8,13 @@ The tracked dagster.yaml cannot know the machine it runs on; this reads the coun
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 
 from synthkd_assets.core.parallel import parallel_runs
+from synthkd_contract.settings import Settings
 
 
 class CoreSizedRunQueue(dg.QueuedRunCoordinator):
@@ -24,5 +24,5 @@ class CoreSizedRunQueue(dg.QueuedRunCoordinator):
     def from_config_value(cls, inst_data, config_value: Mapping[str, Any]):
         config = dict(config_value)
         if config.get("max_concurrent_runs") is None:
-            config["max_concurrent_runs"] = parallel_runs(os.environ)
+            config["max_concurrent_runs"] = parallel_runs(Settings.read())
         return super().from_config_value(inst_data, config)
