@@ -106,6 +106,8 @@ def test_dg_launch_on_a_fresh_instance(fresh):
     assert kd.returncode != 0
     assert "synth_kd_v1 partition 'synth_002' needs synth_tokenized first" in output, output[-3000:]
     assert "dg launch --job synth_build_job --partition synth_002" in output  # the order to run, as the README's
+    # the one UI action first: the pass job that builds the missing asset, for this partition
+    assert "Repair: in the UI, Jobs > synth_build_job > Materialize all, partition 'synth_002'" in output
 
 
 def test_workspace_yaml_names_the_location_as_dg_does():

@@ -16,6 +16,7 @@ from synthkd_assets.defs.jobs import (
     PASS_JOBS,
     job_for_steps,
     launch_sequence,
+    repair_action,
 )
 from synthkd_assets.defs.passes import BUILD_STEPS, SCAN_STEPS, build_passes
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
@@ -68,6 +69,17 @@ def test_a_run_records_its_subset_origin_and_resources_config(tmp_path):
     assert resources["layout"]["config"]["data_dir"] == str(tmp_path / "data")
     assert resources["layout"]["config"]["sources_dir"] == ""  # SYNTH alone, whatever the re-executor's environment
     assert set(resources["valuation"]["config"]) >= {"teacher_checkpoint", "student_checkpoint"}
+
+
+def test_a_missing_asset_is_repaired_by_launching_its_pass_job_from_the_ui():
+    for build_pass in build_passes():
+        job = PASS_JOBS[build_pass.name].name
+        for step in build_pass.steps:
+            action = repair_action(step, "synth_004")
+            assert action.startswith(f"in the UI, Jobs > {job} > Materialize all")
+            assert ("partition 'synth_004'" in action) == build_pass.per_shard
+    with pytest.raises(ValueError, match="no pass of the build materializes 'synth_raw'"):
+        repair_action("synth_raw", "synth_004")
 
 
 def test_build_sh_has_one_route_and_the_upstream_hint_launches_each_pass_job_in_the_build_order():

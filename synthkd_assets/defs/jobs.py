@@ -142,6 +142,25 @@ def launch_sequence(partition: str = "<shard>") -> list[str]:
     return commands
 
 
+def repair_action(asset: str, partition: str) -> str:
+    """The one UI action that materializes `asset` for `partition` (the job of the pass that builds it, launched
+    from its page; a global step's job takes no partition), for a failure whose cause is that asset missing.
+
+    Raises:
+        ValueError: no pass builds `asset`.
+    """
+    build_pass = next((p for p in build_passes() if asset in p.steps), None)
+    if build_pass is None:
+        raise ValueError(f"no pass of the build materializes {asset!r}")
+    job = PASS_JOBS[build_pass.name].name
+    if build_pass.per_shard:
+        return (
+            f"in the UI, Jobs > {job} > Materialize all, partition {partition!r} "
+            f"(dg launch --job {job} --partition {partition})"
+        )
+    return f"in the UI, Jobs > {job} > Materialize all (dg launch --job {job})"
+
+
 def job_for_steps(steps: list[str] | tuple[str, ...]) -> AssetJob | None:
     """The smallest job of the code location whose assets include every one of `steps` (a pass's job, of which
     a build without synth_distill runs a subset), or None when no job has them all."""

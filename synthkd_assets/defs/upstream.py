@@ -10,7 +10,7 @@ from synthkd_assets.core.inventory import input_shard_paths, shard_index_from_na
 from synthkd_assets.core.layout import HARMONY_STAGE, STAGE_NAMES, DataLayout
 from synthkd_assets.core.quota import QuotaTargets
 from synthkd_assets.core.sampling import MixTargets
-from synthkd_assets.defs.jobs import launch_sequence
+from synthkd_assets.defs.jobs import launch_sequence, repair_action
 from synthkd_assets.defs.passes import HARMONY_MANIFEST, MANIFEST_STEPS, OUTPUTS
 from synthkd_contract.manifest_seal import sha256_file
 
@@ -57,9 +57,11 @@ def require_upstream(paths: DataLayout, asset: str, key: str, *upstream: str) ->
     if missing:
         raise dg.Failure(
             f"{asset} partition {key!r} needs {', '.join(missing)} first, not materialized yet "
-            f"({', '.join(str(p) for p in missing.values())} missing). Materialize the graph in order:\n  "
+            f"({', '.join(str(p) for p in missing.values())} missing). "
+            f"Repair: {repair_action(next(iter(missing)), key)}, "
+            "then this run again. A fresh data root needs the whole graph in order:\n  "
             + "\n  ".join(launch_sequence(key))
-            + "\nor build every shard with ./scripts/build.sh"
+            + "\nor ./scripts/build.sh for every shard"
         )
 
 
