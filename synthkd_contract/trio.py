@@ -29,6 +29,7 @@ from synthkd_contract.constants import (
     ARRAY_DTYPES,
     ARRAY_KINDS,
     EOD_TOKEN_ID,
+    PADDED_VOCAB_SIZE,
     SPAN_FINAL,
     SPAN_PROMPT,
     shard_prefix_name,
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
 
 TOKENS_KIND, LOSSMASK_KIND, SPAN_KIND = ARRAY_KINDS
 TOKENS_SUFFIX = f"_{TOKENS_KIND}"
-# largest value each supervision array may hold
-MAX_VALUE = {LOSSMASK_KIND: 1, SPAN_KIND: SPAN_FINAL}
+# largest value each array may hold (tokens: an id of the padded vocabulary)
+MAX_VALUE = {TOKENS_KIND: PADDED_VOCAB_SIZE - 1, LOSSMASK_KIND: 1, SPAN_KIND: SPAN_FINAL}
 CHECK_CHUNK_TOKENS = 1 << 22  # positions validated at a time
 
 
@@ -241,31 +242,26 @@ def _value_problems(prefixes: dict[str, str], lengths: np.ndarray, sequences: tu
         sequence = int(np.searchsorted(starts, position, side="right") - 1)
         return f"sequence {sequence}, position {position - int(starts[sequence])}"
 
-    counts = dict.fromkeys((LOSSMASK_KIND, SPAN_KIND, "disagree", "no_eod", "eod_supervised"), 0)
+    counts = dict.fromkeys((TOKENS_KIND, LOSSMASK_KIND, SPAN_KIND, "disagree", "no_eod", "eod_supervised"), 0)
     first_bad: dict[str, int] = {}  # key -> first position found
     first_value: dict[str, int] = {}  # kind -> its value there
-    tokens_dtype = np.dtype(ARRAY_DTYPES[TOKENS_KIND])
     for chunk_begin in range(begin, stop, CHECK_CHUNK_TOKENS):
         count = min(CHECK_CHUNK_TOKENS, stop - chunk_begin)
-        values = {  # uint8: an element's offset is its byte offset
-            kind: np.fromfile(f"{prefixes[kind]}.bin", dtype=ARRAY_DTYPES[kind], count=count, offset=chunk_begin)
-            for kind in (LOSSMASK_KIND, SPAN_KIND)
+        values = {  # every value of the chunk, read (not mapped: a read buffer is freed with the chunk)
+            kind: np.fromfile(
+                f"{prefixes[kind]}.bin",
+                dtype=ARRAY_DTYPES[kind],
+                count=count,
+                offset=chunk_begin * np.dtype(ARRAY_DTYPES[kind]).itemsize,
+            )
+            for kind in ARRAY_KINDS
         }
-        mask, span = values[LOSSMASK_KIND], values[SPAN_KIND]
+        tokens, mask, span = values[TOKENS_KIND], values[LOSSMASK_KIND], values[SPAN_KIND]
         ends = last_positions[(last_positions >= chunk_begin) & (last_positions < chunk_begin + count)]
         local_ends = ends - chunk_begin
-        # the tokens at the document ends only, through a map of this chunk alone: pages a map touched count
-        # in the process's RSS until it is unmapped, and the ends of ~1k-token documents touch every page
-        chunk_tokens = np.memmap(
-            f"{prefixes[TOKENS_KIND]}.bin",
-            dtype=tokens_dtype,
-            mode="r",
-            offset=chunk_begin * tokens_dtype.itemsize,
-            shape=(count,),
-        )
-        end_tokens = np.array(chunk_tokens[local_ends])
-        del chunk_tokens  # unmaps
+        end_tokens = tokens[local_ends]
         found = {
+            TOKENS_KIND: np.flatnonzero((tokens < 0) | (tokens >= PADDED_VOCAB_SIZE)),
             LOSSMASK_KIND: np.flatnonzero(mask > MAX_VALUE[LOSSMASK_KIND]),
             SPAN_KIND: np.flatnonzero(span > MAX_VALUE[SPAN_KIND]),
             "disagree": np.flatnonzero((mask == 0) != (span == SPAN_PROMPT)),
@@ -281,7 +277,7 @@ def _value_problems(prefixes: dict[str, str], lengths: np.ndarray, sequences: tu
     problems = [
         f"{kind} value {first_value[kind]} outside [0, {MAX_VALUE[kind]}] at {counts[kind]} positions, "
         f"first at {where(first_bad[kind])}"
-        for kind in (LOSSMASK_KIND, SPAN_KIND)
+        for kind in ARRAY_KINDS
         if counts[kind]
     ]
     sentences = {

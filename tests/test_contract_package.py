@@ -245,6 +245,11 @@ def _set(position: int, value: int):
         ({"loss_mask": _set(0, 2)}, "lossmask value 2 outside [0, 1] at 1 positions, first at sequence 5, position 0"),
         ({"loss_mask": _set(0, 1), "span_id": _set(0, 0)}, "lossmask == 0 and span == 0 disagree at 1 positions"),
         ({"tokens": _set(-1, 7)}, "1 documents do not end with EOD"),
+        ({"tokens": _set(1, constants.PADDED_VOCAB_SIZE)}, "tokens value 201088 outside [0, 201087] at 1 positions"),
+        (
+            {"tokens": _set(2, -5)},
+            "tokens value -5 outside [0, 201087] at 1 positions, first at sequence 5, position 2",
+        ),
         (
             {"loss_mask": _set(-1, 1), "span_id": _set(-1, constants.SPAN_FINAL)},
             "the last (EOD) position of 1 documents is not 0/0",

@@ -84,6 +84,7 @@ def test_unequal_lengths_are_refused(tmp_path):
         ("span_value", "span value 3 outside [0, 2]"),
         ("mask_disagrees", "disagree"),
         ("missing_eod", "do not end with EOD"),
+        ("overwritten_bin", "tokens value 1633771873 outside [0, 201087]"),  # b"aaaa" over some tokens
     ],
 )
 def test_alignment_check_catches_corruption(tmp_path, corruption, expected):
@@ -99,6 +100,11 @@ def test_alignment_check_catches_corruption(tmp_path, corruption, expected):
     if corruption == "truncate_bin":
         path = tmp_path / "train" / "shard_00_tokens.bin"
         path.write_bytes(path.read_bytes()[:-8])
+    if corruption == "overwritten_bin":  # bytes of a shard written over another file's, the size unchanged
+        path = tmp_path / "train" / "shard_00_tokens.bin"
+        payload = bytearray(path.read_bytes())
+        payload[40:48] = b"aaaaaaaa"
+        path.write_bytes(bytes(payload))
     if corruption == "swap_idx":
         other = [random_conversation(rng) for _ in range(20)]
         write_shard(tmp_path / "other" / "train", 0, other)
