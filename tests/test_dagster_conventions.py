@@ -42,7 +42,7 @@ def latest(instance: dg.DagsterInstance, asset: str, partition: str | None = Non
 
 def test_every_check_has_a_description():
     specs = all_check_specs()
-    assert len(specs) == 35
+    assert len(specs) == 36
     assert [s.key.to_user_string() for s in specs if not (s.description or "").strip()] == []
 
 
@@ -209,7 +209,7 @@ def test_per_shard_check_results_name_their_partition(built_sample, own_instance
         resources=synthkd_resources(layout),
     )
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    assert set(evaluations) == {"rows_accounted", "trio_alignment"}
+    assert set(evaluations) == {"rows_accounted", "trio_alignment", "shard_not_empty"}
     for evaluation in evaluations.values():
         assert evaluation.passed
         assert evaluation.metadata["partition"].value == "synth_003"

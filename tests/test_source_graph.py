@@ -299,6 +299,29 @@ def test_every_check_of_the_mixed_build_passes(built_mixed):
     assert outcomes[True] > 0 and outcomes[False] == 0, outcomes
 
 
+def test_a_shard_whose_rows_are_all_dropped_warns_naming_why(built_mixed):
+    """Empty is not healthy: the bundled deepcoder shard whose every row lacks a reference answer writes no
+    document; its synth_kd_v1 partition shows a WARN naming the input's rows and each step's drops; the others
+    pass."""
+    instance, _, _ = built_mixed
+    verdicts = {}
+    for run_record in instance.get_runs():
+        for entry in instance.all_logs(run_record.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+            evaluation = entry.dagster_event.event_specific_data
+            if evaluation.check_name == "shard_not_empty":
+                verdicts[evaluation.partition] = evaluation
+    empty = "deepcoder/primeintellect/train-00000-of-00001"
+    assert set(verdicts) == set(SYNTH_KEYS + anchor_keys(SAMPLE_SOURCES_DIR))
+    warned = verdicts.pop(empty)
+    assert not warned.passed and warned.severity == dg.AssetCheckSeverity.WARN
+    assert re.search(
+        rf"no row written, all \d+ input rows were dropped: "
+        rf"synth_harmony dropped \d+ \({drops.DROP_NO_REFERENCE_ANSWER} \d+\)",
+        warned.description,
+    ), warned.description
+    assert all(verdict.passed for verdict in verdicts.values())
+
+
 def test_the_build_summary_names_every_source_and_the_mix(built_mixed):
     """What build.sh prints after a build with sources: tokens per source of each dataset, the pool's groups with
     target -> achieved shares and why the mix cannot be met (personality has no source)."""

@@ -114,3 +114,29 @@ def merge_error_logs(logs: Iterable[Path], target: Path) -> int:
             lines.extend(line for line in log.read_text(encoding="utf-8").splitlines() if line.strip())
     atomic_write_text(target, "".join(line + "\n" for line in lines))
     return len(lines)
+
+
+def why_shard_is_empty(reports: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Why a shard's steps wrote no row: its input's row count and each step's drops by reason, in step order.
+
+    Args:
+        reports: each step's report of the shard (`ShardReport.to_dict`), by step name, in the order the steps
+            ran (the first one read the input file).
+
+    Returns:
+        None when the last step wrote rows; else a sentence naming the input's rows and, step by step, how many
+        each dropped and why (an input with no row says so).
+    """
+    steps = list(reports.items())
+    if not steps or steps[-1][1].get("rows_out", 0) > 0:
+        return None
+    rows_in = steps[0][1].get("rows_in", 0)
+    if rows_in == 0:
+        return f"its input has no rows ({steps[0][0]} read 0)"
+    dropped = []
+    for step, report in steps:
+        reasons = {reason: n for reason, n in sorted(report.get("dropped", {}).items()) if n}
+        if reasons:
+            detail = ", ".join(f"{reason} {n}" for reason, n in reasons.items())
+            dropped.append(f"{step} dropped {sum(reasons.values())} ({detail})")
+    return f"all {rows_in} input rows were dropped: " + "; ".join(dropped)

@@ -46,12 +46,14 @@ from synthkd_assets.defs.checks import (
     HARMONY_ROUND_TRIP,
     NEAR_DUP_CONTROLLED_SPEC,
     ROWS_ACCOUNTED,
+    SHARD_NOT_EMPTY_SPEC,
     TRIO_ALIGNMENT,
     distill_rows_result,
     harmony_round_trip_result,
     near_dup_controlled_result,
     rows_accounted_result,
     shard_check_spec,
+    shard_not_empty_result,
     trio_alignment_result,
 )
 from synthkd_assets.defs.conventions import synthkd_asset
@@ -73,6 +75,7 @@ from synthkd_assets.defs.upstream import (
     require_current_clusters,
     require_upstream,
     shard_names,
+    shard_stage_reports,
     stage_files,
 )
 from synthkd_contract import constants, drops, sources
@@ -332,6 +335,7 @@ def synth_tokenized(
     "megatron",
     table_definition_metadata(TRIO_SCHEMA, TRIO_COLUMN_DESCRIPTIONS),
     checks=(TRIO_ALIGNMENT,),
+    warnings=(SHARD_NOT_EMPTY_SPEC,),
 )
 def synth_kd_v1(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
@@ -355,7 +359,11 @@ def synth_kd_v1(
     return dg.MaterializeResult(
         metadata=metadata,
         data_version=content_version(metadata, paths.shard_record(shard_index)),
-        check_results=[rows_accounted_result(report), trio_alignment_result(root, inventories)],
+        check_results=[
+            rows_accounted_result(report),
+            trio_alignment_result(root, inventories),
+            shard_not_empty_result(key, {**shard_stage_reports(paths, key), "synth_kd_v1": report.to_dict()}),
+        ],
     )
 
 

@@ -5,8 +5,9 @@ dataset manifest verifies only once each of its blocking checks has passed on it
 import contextlib
 import dataclasses
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -33,7 +34,7 @@ from synthkd_assets.core.near_dup import heldout_prompts_trained
 from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.problems import Problems, problem_total
 from synthkd_assets.core.quota import QUOTA_SHARE_TOLERANCE, share_miss_problems
-from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.report import ShardReport, why_shard_is_empty
 from synthkd_assets.core.round_trip import RoundTrip
 from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
@@ -319,6 +320,32 @@ def near_dup_controlled_result(partition: str, unseen: int, rows: int, copies: i
         severity=dg.AssetCheckSeverity.WARN,
         description=f"partition {partition}: {verdict}",
         metadata={"partition": partition, "rows_unseen_by_clusters": unseen, "heldout_copies": copies},
+    )
+
+
+SHARD_NOT_EMPTY = "shard_not_empty"
+SHARD_NOT_EMPTY_SPEC = per_shard_check(
+    SHARD_NOT_EMPTY,
+    asset="synth_kd_v1",
+    blocking=False,
+    description="WARN when the shard writes no document: its input file has no rows, or every row was dropped on "
+    "the way (each step's drops by reason are named). The shard's steps succeed and its files are valid but empty: "
+    "expected for a shard of rows the build refuses or samples out (e.g. a small anchor file under the source "
+    "mix), else look at the reasons and the error logs.",
+)
+
+
+def shard_not_empty_result(partition: str, reports: Mapping[str, Mapping[str, Any]]) -> dg.AssetCheckResult:
+    """WARN (non-blocking) when the shard's steps (`reports`, in step order) wrote no row (`why_shard_is_empty`)."""
+    why = why_shard_is_empty(reports)
+    last = next(reversed(reports.values()), {})
+    return dg.AssetCheckResult(
+        check_name=SHARD_NOT_EMPTY,
+        passed=why is None,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"partition {partition}: "
+        + (f"passed: {last.get('rows_out', 0)} rows written" if why is None else f"WARN: no row written, {why}"),
+        metadata={"partition": partition, "rows_written": last.get("rows_out", 0)},
     )
 
 

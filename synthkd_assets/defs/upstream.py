@@ -84,6 +84,11 @@ def stage_reports(paths: DataLayout, names: list[str]) -> dict[str, dict]:
     return {stage: partition_records(stage, reports) for stage, reports in stage_report_paths(paths, names).items()}
 
 
+def shard_stage_reports(paths: DataLayout, key: str) -> dict[str, dict]:
+    """One shard's report of each stage step, in step order (synth_harmony first: it read the input file)."""
+    return {stage: reports[key] for stage, reports in stage_reports(paths, [key]).items()}
+
+
 def read_clusters(paths: DataLayout) -> tuple[dict, str]:
     """synth_clusters' summary (what its decisions remove, per shard and cell) and its sha256."""
     path = paths.clusters_summary()
