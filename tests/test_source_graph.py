@@ -322,6 +322,16 @@ def test_a_shard_whose_rows_are_all_dropped_warns_naming_why(built_mixed):
     assert all(verdict.passed for verdict in verdicts.values())
 
 
+def test_the_pools_bucket_balance_counts_the_anchors_tokens_as_planned(built_mixed):
+    """With anchor sources the pool's buckets hold the anchors' tokens on top of SYNTH's: the source mix's, so
+    bucket_balance reads them as planned, not as something to act on."""
+    instance, _, _ = built_mixed
+    key = dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "bucket_balance")
+    evaluation = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key].event
+    verdict = evaluation.dagster_event.event_specific_data
+    assert verdict.metadata["verdict"].value in ("balanced", "expected"), verdict.description
+
+
 def test_the_build_summary_names_every_source_and_the_mix(built_mixed):
     """What build.sh prints after a build with sources: tokens per source of each dataset, the pool's groups with
     target -> achieved shares and why the mix cannot be met (personality has no source)."""

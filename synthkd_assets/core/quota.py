@@ -480,3 +480,88 @@ def share_miss_problems(
             f"{miss['allowance']:.2%}); rows that cause it: {named}{more}"
         )
     return problems
+
+
+BALANCE_EXPECTED_SLACK = 1.25  # an imbalance up to this times the plan's own is the plan's (sampling noise)
+
+
+@dataclass(frozen=True)
+class BucketBalance:
+    """How unequal the pool's skill buckets are on tokens, and whether the quota plan meant it (docs/pool.md)."""
+
+    balanced: bool  # the largest bucket holds at most the limit times the smallest (of those holding tokens)
+    planned: bool  # the imbalance is the plan's: its targets, or buckets the corpus cannot fill
+    sentence: str
+    ratio: float
+    smallest: str | None
+
+
+def bucket_balance(
+    achieved: Mapping[str, float],
+    expected: Mapping[str, float],
+    infeasible: Sequence[Mapping[str, Any]],
+    limit: float,
+) -> BucketBalance:
+    """The pool's tokens per skill bucket (`achieved`, every source) against `limit` and against the tokens the
+    quota plan expects per bucket (`expected`, the anchor sources' achieved tokens included).
+
+    Args:
+        achieved: tokens per skill bucket in the pool.
+        expected: tokens per skill bucket the plan expects (SYNTH's expected plus the anchors').
+        infeasible: the plan's buckets whose target the corpus cannot meet (`bucket`, `reason`).
+        limit: the largest / smallest ratio above which the buckets are unbalanced.
+
+    Returns:
+        The verdict: balanced, or unbalanced as planned (no action needed: the targets or the corpus), or
+        unbalanced against the plan (action needed), in a sentence naming the buckets and both ratios.
+    """
+    held = {b: n for b, n in achieved.items() if n > 0}
+    empty = sorted(b for b, n in achieved.items() if n <= 0)
+    reasons = {entry["bucket"]: entry["reason"] for entry in infeasible}
+    empty_text = "".join(
+        f"; {b} empty: " + (f"a target the corpus cannot meet ({reasons[b]})" if b in reasons else "not planned so")
+        for b in empty
+    )
+    if not held:
+        return BucketBalance(False, False, "needs action: the pool holds no tokens", 0.0, None)
+    smallest, largest = min(held, key=held.get), max(held, key=held.get)
+    ratio = held[largest] / held[smallest]
+    said = f"{largest} holds {ratio:.2f}x the tokens of the smallest bucket {smallest} ({held[smallest]:,} tokens)"
+    planned_held = {b: expected.get(b, 0) for b in held}
+    planned_ratio = planned_held[largest] / planned_held[smallest] if planned_held[smallest] > 0 else math.inf
+    empty_planned = all(b in reasons or expected.get(b, 0) <= 0 for b in empty)
+    planned = ratio <= max(limit, planned_ratio * BALANCE_EXPECTED_SLACK) and empty_planned
+    if ratio <= limit:
+        verdict = f"balanced: {said}, within the {limit}x limit"
+    elif planned:
+        verdict = (
+            f"expected, no action needed: {said}, over the {limit}x limit as the quota plan means it "
+            f"(it expects {planned_ratio:.2f}x from the skill_mix targets and what the corpus holds; change "
+            "skill_mix or set balance_tokens to balance it)"
+        )
+    else:
+        verdict = (
+            f"needs action: {said}, where the quota plan expects {planned_ratio:.2f}x: the pool's parts were not "
+            "all made under this plan or the corpus changed since; rebuild the pool (./scripts/build.sh)"
+        )
+    return BucketBalance(ratio <= limit, planned, verdict + empty_text, ratio, smallest)
+
+
+def planned_bucket_tokens(
+    expected: Mapping[str, Mapping[str, float]], anchor_grids: Iterable[Mapping[str, Mapping[str, float]]]
+) -> dict[str, float]:
+    """Tokens per skill bucket the pool is meant to hold: the quota plan's expected SYNTH tokens (a B x C grid)
+    plus the anchor sources' tokens in the pool (their mix is the source mix's, not the quota's).
+
+    Args:
+        expected: the plan's expected tokens, bucket -> ctx bucket -> tokens.
+        anchor_grids: each anchor shard's pool tokens, bucket -> ctx bucket -> tokens.
+
+    Returns:
+        bucket -> tokens.
+    """
+    planned = {bucket: math.fsum(cells.values()) for bucket, cells in expected.items()}
+    for grid in anchor_grids:
+        for bucket, cells in grid.items():
+            planned[bucket] = planned.get(bucket, 0.0) + math.fsum(cells.values())
+    return planned

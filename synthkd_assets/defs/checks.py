@@ -5,7 +5,7 @@ dataset manifest verifies only once each of its blocking checks has passed on it
 import contextlib
 import dataclasses
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from synthkd_assets.core.megatron_io import ShardSplitInventory, trio_alignment_
 from synthkd_assets.core.near_dup import heldout_prompts_trained
 from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.problems import Problems, problem_total
-from synthkd_assets.core.quota import QUOTA_SHARE_TOLERANCE, share_miss_problems
+from synthkd_assets.core.quota import QUOTA_SHARE_TOLERANCE, bucket_balance, share_miss_problems
 from synthkd_assets.core.report import ShardReport, why_shard_is_empty
 from synthkd_assets.core.round_trip import RoundTrip
 from synthkd_assets.core.stages import documents_path
@@ -251,7 +251,9 @@ BUCKET_BALANCE_SPEC = dg.AssetCheckSpec(
     asset="synth_pool_manifest",
     blocking=False,
     description=f"WARN when one skill bucket of the pool holds more than {BUCKET_IMBALANCE_RATIO}x the tokens of "
-    "another (004 balance reporting); names the smallest bucket. balance_tokens truncates to it.",
+    "another (004 balance reporting); names the smallest bucket and says whether the quota plan means it "
+    "(expected, no action: the skill_mix targets or buckets the corpus cannot fill) or not (needs action: "
+    "rebuild the pool). balance_tokens truncates to the smallest bucket.",
 )
 
 
@@ -349,34 +351,25 @@ def shard_not_empty_result(partition: str, reports: Mapping[str, Mapping[str, An
     )
 
 
-def bucket_balance_result(achieved_tokens: dict[str, dict[str, float]]) -> dg.AssetCheckResult:
-    """WARN (non-blocking) when the skill buckets that hold tokens differ by more than BUCKET_IMBALANCE_RATIO."""
+def bucket_balance_result(
+    achieved_tokens: Mapping[str, Mapping[str, float]],
+    expected_tokens: Mapping[str, float],
+    infeasible: Sequence[Mapping[str, Any]],
+) -> dg.AssetCheckResult:
+    """WARN (non-blocking) when the skill buckets that hold tokens differ by more than BUCKET_IMBALANCE_RATIO,
+    saying whether the quota plan means it (no action needed) or not (`core/quota.py` bucket_balance)."""
     tokens = {b: sum(cells.values()) for b, cells in achieved_tokens.items()}
-    held = {b: n for b, n in tokens.items() if n > 0}
-    empty = sorted(b for b, n in tokens.items() if n == 0)
-    metadata = {f"tokens_{b}": n for b, n in tokens.items()}
-    if not held:
-        return dg.AssetCheckResult(
-            check_name=BUCKET_BALANCE,
-            passed=False,
-            severity=dg.AssetCheckSeverity.WARN,
-            description="the pool holds no tokens",
-            metadata=metadata,
-        )
-    smallest, largest = min(held, key=held.get), max(held, key=held.get)
-    ratio = held[largest] / held[smallest]
-    balanced = ratio <= BUCKET_IMBALANCE_RATIO
-    verdict = "within" if balanced else "over"
-    description = (
-        f"{largest} holds {ratio:.2f}x the tokens of the smallest bucket {smallest} ({held[smallest]:,} tokens), "
-        f"{verdict} the {BUCKET_IMBALANCE_RATIO}x limit" + (f"; empty: {', '.join(empty)}" if empty else "")
-    )
+    balance = bucket_balance(tokens, expected_tokens, infeasible, BUCKET_IMBALANCE_RATIO)
+    metadata: dict[str, Any] = {f"tokens_{b}": n for b, n in tokens.items()}
+    if balance.smallest is not None:
+        metadata.update(ratio=round(balance.ratio, 3), smallest_bucket=balance.smallest)
+    verdict = "balanced" if balance.balanced else "expected" if balance.planned else "needs action"
     return dg.AssetCheckResult(
         check_name=BUCKET_BALANCE,
-        passed=balanced,
+        passed=balance.balanced,
         severity=dg.AssetCheckSeverity.WARN,
-        description=description,
-        metadata={**metadata, "ratio": ratio, "smallest_bucket": smallest},
+        description=balance.sentence,
+        metadata={**metadata, "verdict": verdict},
     )
 
 

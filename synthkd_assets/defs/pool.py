@@ -24,7 +24,13 @@ from synthkd_assets.core.manifest_builders import (
     require_quota_plan,
 )
 from synthkd_assets.core.pool import PoolShard, write_pool_shard
-from synthkd_assets.core.quota import excluded_ids, keeps_nothing_reason, plan_quota_selection, tokenized_quota_rows
+from synthkd_assets.core.quota import (
+    excluded_ids,
+    keeps_nothing_reason,
+    plan_quota_selection,
+    planned_bucket_tokens,
+    tokenized_quota_rows,
+)
 from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan, tokenized_row_lengths
 from synthkd_assets.core.valuation import valuation_manifest
 from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
@@ -267,7 +273,14 @@ def synth_pool_manifest(
         parts = [f for f in manifest["files"] if f["path"].startswith(f"{POOL_PARTS_SUBDIR}/")]
         features = valuation_manifest(valuation_root.name, valuation_root, paths.pool_root(), parts)
         write_sealed_manifest(paths.valuation_manifest(), features)
-    achieved = manifest["quota"]["achieved"]["tokens"]
+    quota = manifest["quota"]
+    achieved = quota["achieved"]["tokens"]
+    anchors = (
+        r["report"].get("bucket_tokens", {})  # none in a part that kept no row
+        for r in records
+        if sources.partition_source(r["partition"]) != sources.SYNTH_SOURCE
+    )
+    planned = planned_bucket_tokens(quota["expected"]["tokens"], anchors)
     mix = source_mix_metadata(manifest["source_mix"], "achieved") if "source_mix" in manifest else {}
     return dg.MaterializeResult(
         metadata={
@@ -278,5 +291,5 @@ def synth_pool_manifest(
             **language_exercise_metadata(record["report"] for record in records),
         },
         data_version=dg.DataVersion(digest),
-        check_results=[bucket_balance_result(achieved), pool_published_result(digest)],
+        check_results=[bucket_balance_result(achieved, planned, quota["infeasible"]), pool_published_result(digest)],
     )
