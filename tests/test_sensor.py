@@ -14,10 +14,10 @@ from synthkd_assets.defs.build import materialize_steps
 from synthkd_assets.defs.ingest import latest_raw_versions
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import INVENTORY_STEPS
-from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
-from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SCAN_STEPS, SHARD_STEPS, build_everything, run
+from tests.helpers import ALL_ASSETS, MANIFEST_STEPS, SAMPLE_RAW_DIR, SCAN_STEPS, SHARD_STEPS, build_everything, run
 
 
 def tick(instance, layout: SynthKDLayout, cursor: str | None) -> dg.SensorResult:
@@ -195,3 +195,33 @@ def test_bytes_built_before_are_rebuilt_when_they_come_back(workspace):
         assert not paths.stage_report("synth_harmony", shard).exists()
         path.write_bytes(original)  # put back
         cursor = tick_and_run(gone.cursor)
+
+
+def test_a_partition_key_added_by_hand_fails_readably_and_goes_once_its_run_ends(workspace):
+    """The launch dialog's "Add partition": a run of a key that names no input file fails in synth_harmony
+    with a message saying so; the sensor keeps the key while a run of it is queued or running (deleted under the
+    run, Dagster would fail it with a partition-range trace), then removes it."""
+    instance, layout, _, paths = workspace
+    first = tick(instance, layout, None)
+    instance.add_dynamic_partitions(SYNTH_SHARDS.name, ["my_shard"])
+    running = dg.DagsterRun(
+        job_name="synth_scan_job", status=dg.DagsterRunStatus.STARTED, tags={"dagster/partition": "my_shard"}
+    )
+    instance.add_run(running)
+    tick(instance, layout, first.cursor)
+    assert "my_shard" in instance.get_dynamic_partitions(SYNTH_SHARDS.name)
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.assets("synth_harmony"),
+        partition_key="my_shard",
+        instance=instance,
+        resources=synthkd_resources(layout),
+        raise_on_error=False,
+    )
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.event_specific_data.error.message
+    assert f"partition 'my_shard' names no input file (looked for my_shard.parquet in {paths.raw_root})" in message
+    assert '"Add partition"' in message and "launch one of the listed partitions" in message
+    instance.delete_run(running.run_id)
+    tick(instance, layout, first.cursor)
+    assert "my_shard" not in instance.get_dynamic_partitions(SYNTH_SHARDS.name)

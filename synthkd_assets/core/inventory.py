@@ -360,3 +360,26 @@ def input_manifest_disagreements(listed: dict[str, str], shards: list[RawShard])
         elif listed[file] != on_disk[file]:
             problems.append(f"{file}: listed sha256 {listed[file]}, the file's is {on_disk[file]}")
     return problems
+
+
+def no_input_file_message(layout: DataLayout, key: str) -> str:
+    """Why a step of partition `key` has nothing to read: the key names no input file of `layout`.
+
+    Args:
+        layout: the build's layout (its input roots).
+        key: the partition key.
+
+    Returns:
+        A message naming where the file would be and where partition keys come from.
+    """
+    roots = [f"{layout.raw_shard(key).name} in {layout.raw_root}"]
+    if layout.sources_root is not None:
+        roots.append(f"<source>/<file> in {layout.sources_root}")
+    if layout.harmony_root is not None:
+        roots.append(f"a row-group range of the artifact in {layout.harmony_root}")
+    return (
+        f"partition {key!r} names no input file (looked for {'; '.join(roots)}). Partitions come from the input "
+        "files: synth_raw_inventory and the raw sensor add one per file and remove those of files gone, so a key "
+        'added by hand (the launch dialog\'s "Add partition") is removed once its runs end. Put the file in the '
+        "input directory, or launch one of the listed partitions."
+    )

@@ -10,7 +10,12 @@ from synthkd_assets.core.build_summary import plan_keeps
 from synthkd_assets.core.distill_io import write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.harmony_artifact import find_range, harmonize_artifact_range
-from synthkd_assets.core.inventory import layout_artifact_ranges, scan_inputs, shard_index_from_name
+from synthkd_assets.core.inventory import (
+    layout_artifact_ranges,
+    no_input_file_message,
+    scan_inputs,
+    shard_index_from_name,
+)
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import kd_shard_record, sampling_plan
 from synthkd_assets.core.megatron_io import trio_files
@@ -148,7 +153,7 @@ def synth_harmony(
     key = context.partition_key
     source = {s.name: s for s in scan_inputs(paths)}.get(key)
     if source is None:
-        raise dg.Failure(f"partition {key!r}: its input shard is no longer in the raw or sources directory")
+        raise dg.Failure(no_input_file_message(paths, key))
     out_path, errors = stage_files(paths, "synth_harmony", key)[0], paths.error_log("synth_harmony", key)
     system, max_rows = system_message_dict(), build.caps().max_input_rows
     # the bytes must be those the inventory (or the sensor) reported as synth_raw's version, which this run's

@@ -154,6 +154,9 @@ def synth_raw_sensor(
     requests = []
     if add:
         requests.append(SYNTH_SHARDS.build_add_request(add))
+    # a key with a queued or running run stays until that run ends: deleted under it, the run would fail with
+    # Dagster's "not a valid range" trace instead of synth_harmony's "names no input file" (a key added by hand)
+    remove = [key for key in remove if not _partition_in_flight(context.instance, key)]
     if remove:
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
     # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too): the
@@ -288,6 +291,12 @@ ACTIVE_RUN_STATUSES = [
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
 ]
+
+
+def _partition_in_flight(instance: dg.DagsterInstance, partition: str) -> bool:
+    return bool(
+        instance.get_runs(dg.RunsFilter(tags={PARTITION_TAG: partition}, statuses=ACTIVE_RUN_STATUSES), limit=1)
+    )
 
 
 def _has_active_run(instance: dg.DagsterInstance, run_key: str) -> bool:
