@@ -676,7 +676,7 @@ def test_a_bad_partition_fails_alone_with_one_message(tmp_path, sample_shards):
         materialized = {e.asset_key.to_user_string(): e for e in built.get_asset_materialization_events()}
         assert set(materialized) == {"synth_harmony", "synth_filtered", "synth_signatures"}
         metadata = materialized["synth_harmony"].materialization.metadata
-        assert metadata["dropped_duplicate_synth_id"].value == 1
+        assert "| `duplicate_synth_id` | 1 |" in metadata["drops_by_reason"].value
         assert all(e.passed for e in built.get_asset_check_evaluations())
 
     paths = layout.data_layout()

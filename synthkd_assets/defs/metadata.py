@@ -62,16 +62,26 @@ def zero_filled(counts: dict[str, int], keys) -> dict[str, int]:
     return {**dict.fromkeys(keys, 0), **counts}
 
 
-def all_drop_reasons() -> list[str]:
-    return list(dict.fromkeys(reason for reasons in drops.DROP_REASONS_BY_STEP.values() for reason in reasons))
+def drops_table(dropped: dict[str, int], rows_in: int) -> dg.MetadataValue:
+    """The reasons that dropped rows, largest first, each with its rows, its share of the rows in and what it
+    means (synthkd_contract/drops.py, docs/bad-input.md), under a caption saying what the table covers."""
+    counted = sorted(((reason, n) for reason, n in dropped.items() if n), key=lambda item: (-item[1], item[0]))
+    caption = f"**Rows dropped by reason, of {rows_in:,} rows in**"
+    if not counted:
+        return dg.MetadataValue.md(f"{caption}: none")
+    rows = [
+        f"| `{reason}` | {n:,} | {100 * n / max(rows_in, 1):.2f}% | "
+        f"{drops.DROP_DESCRIPTIONS.get(reason, '').replace('|', chr(92) + '|')} |"
+        for reason, n in counted
+    ]
+    return dg.MetadataValue.md(
+        "\n".join([caption, "", "| reason | rows | share of rows in | why |", "|---|---:|---:|---|", *rows])
+    )
 
 
-def drop_metadata(dropped: dict[str, int], reasons) -> dict[str, Any]:
-    """rows_dropped and one `dropped_<reason>` per registered reason (0 when none), for plots without gaps."""
-    return {
-        "rows_dropped": sum(dropped.values()),
-        **{f"dropped_{reason}": n for reason, n in zero_filled(dropped, reasons).items()},
-    }
+def drop_metadata(dropped: dict[str, int], rows_in: int) -> dict[str, Any]:
+    """rows_dropped (a number the UI plots) and drops_by_reason (`drops_table`): one table, not a key per reason."""
+    return {"rows_dropped": sum(dropped.values()), "drops_by_reason": drops_table(dropped, rows_in)}
 
 
 def report_metadata(report: dict[str, Any], step: str | None = None) -> dict[str, Any]:
@@ -83,8 +93,7 @@ def report_metadata(report: dict[str, Any], step: str | None = None) -> dict[str
         ROW_COUNT: dg.MetadataValue.int(report["rows_out"]),
         PARTITION_ROW_COUNT: dg.MetadataValue.int(report["rows_out"]),
     }
-    reasons = drops.DROP_REASONS_BY_STEP.get(step or "", ())
-    metadata.update(drop_metadata(report["dropped"], reasons))
+    metadata.update(drop_metadata(report["dropped"], report["rows_in"]))
     sanitized_keys = {
         "synth_harmony": drops.SANITIZED_KEYS,
         "source_harmony": drops.SOURCE_SANITIZED_KEYS,
@@ -149,8 +158,8 @@ def content_version(metadata: Mapping[str, Any], *records: Path) -> dg.DataVersi
 
 
 def manifest_rows_metadata(rows_in: int, rows_out: int, dropped: dict[str, int]) -> dict[str, Any]:
-    """A manifest's row accounting over all shards: rows in/out and every registered drop reason (0 when none)."""
-    return {"rows_in": rows_in, "rows_out": rows_out, **drop_metadata(dropped, all_drop_reasons())}
+    """A manifest's row accounting over all shards: rows in/out, rows dropped and the drops by reason."""
+    return {"rows_in": rows_in, "rows_out": rows_out, **drop_metadata(dropped, rows_in)}
 
 
 def mix_metadata(columns: dict[str, dict[str, Any]]) -> dict[str, Any]:
