@@ -54,7 +54,10 @@ def test_sensor_builds_new_shards_then_only_the_changed_one(workspace):
     assert requested(first) == [("synth_scan_job", f"synth_{i:03d}") for i in range(1, 7)]
 
     build_everything(instance, layout)
-    assert requested(tick(instance, layout, first.cursor)) == []
+    idle = tick(instance, layout, first.cursor)
+    assert requested(idle) == [] and first.skip_reason is None
+    # the tick history says why the tick did nothing, not only its cursor of hashes
+    assert idle.skip_reason.skip_message.startswith("nothing to rebuild: the bytes of the 6 input shards are")
     assert requested(tick(instance, layout, None)) == []  # a lost cursor does not rebuild up-to-date shards
 
     untouched = {k: outputs_state(paths, f"synth_{k:03d}", k) for k in (1, 2, 4)}

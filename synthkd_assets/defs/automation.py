@@ -182,10 +182,25 @@ def synth_raw_sensor(
         removal = None
     return dg.SensorResult(
         run_requests=run_requests,
+        # what the tick history shows for a tick that launched nothing, instead of only its cursor
+        skip_reason=None if run_requests else idle_tick_reason(len(shards), add, remove),
         dynamic_partitions_requests=requests,
         asset_events=events,
         cursor=json.dumps({"shards": sha, "harmony_manifest": manifest_sha, "removed": removal}, sort_keys=True),
     )
+
+
+def idle_tick_reason(shards: int, added: list[str], removed: list[str]) -> str:
+    """Why a tick of synth_raw_sensor requested no run, in the words the sensor's tick history shows."""
+    said = [
+        f"nothing to rebuild: the bytes of the {shards} input shards are those their outputs were built from "
+        "(or their rebuild is already queued), and synth_harmony's manifest is the one written"
+    ]
+    if added:
+        said.append(f"registered {len(added)} new partitions: {', '.join(added[:3])}" + (", ..." if added[3:] else ""))
+    if removed:
+        said.append(f"removed {len(removed)} partitions of input files gone: {', '.join(removed[:3])}")
+    return "; ".join(said)
 
 
 def _last_written_harmony_manifest(instance: dg.DagsterInstance) -> str | None:
