@@ -100,8 +100,8 @@ VARIABLES: Final = (
 
 DEFAULT_HARMONY_RANGE_ROW_GROUPS: Final = ARTIFACT_ROW_GROUPS_PER_PARTITION
 EXECUTORS: Final = ("in_process", "multiprocess", "celery", "k8s")
-DEFAULT_EXECUTOR: Final = "in_process"
-DEFAULT_REBUILD_CRON: Final = "0 3 * * *"
+DEFAULT_EXECUTOR: Final = EXECUTOR.unset
+DEFAULT_REBUILD_CRON: Final = REBUILD_CRON.unset
 
 
 def _whole_number(variable: Variable, value: str, what: str) -> int:
