@@ -187,7 +187,7 @@ def drop_table_rows(metadata) -> dict[str, int]:
 
 
 def test_every_drop_reason_seen_is_registered(built_sample):
-    """The registry is complete: no step reports a reason it does not list (else plots would have gaps)."""
+    """The registry is complete: no step reports a reason it does not list (its table row would have no meaning)."""
     instance, _, _ = built_sample
     for asset in TABLE_ASSETS:
         for key in ("synth_001", "synth_002", "synth_003", "synth_004", "synth_005"):
