@@ -156,7 +156,7 @@ def synth_raw_sensor(
         requests.append(SYNTH_SHARDS.build_add_request(add))
     # a key with a queued or running run stays until that run ends: deleted under it, the run would fail with
     # Dagster's "not a valid range" trace instead of synth_harmony's "names no input file" (a key added by hand)
-    remove = [key for key in remove if not _partition_in_flight(context.instance, key)]
+    remove = [key for key in remove if not _has_active_run(context.instance, {PARTITION_TAG: key})]
     if remove:
         requests.append(SYNTH_SHARDS.build_delete_request(remove))
     # outputs of shards no longer in the raw directory (found on disk, so a fresh instance finds them too): the
@@ -263,7 +263,7 @@ def evaluate_nightly_rebuild(
         )
     sha = {s.name: s.sha256 for s in shards}
     run_keys = shard_run_keys(context.instance, rebuild, sha)  # the sensor's: an in-flight run of either is found
-    in_flight = [key for key in rebuild if _has_active_run(context.instance, run_keys[key])]
+    in_flight = [key for key in rebuild if _has_active_run(context.instance, {RUN_KEY_TAG: run_keys[key]})]
     rebuild = [key for key in rebuild if key not in in_flight]
     if not rebuild:
         return dg.SkipReason(
@@ -308,11 +308,6 @@ ACTIVE_RUN_STATUSES = [
 ]
 
 
-def _partition_in_flight(instance: dg.DagsterInstance, partition: str) -> bool:
-    return bool(
-        instance.get_runs(dg.RunsFilter(tags={PARTITION_TAG: partition}, statuses=ACTIVE_RUN_STATUSES), limit=1)
-    )
-
-
-def _has_active_run(instance: dg.DagsterInstance, run_key: str) -> bool:
-    return bool(instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: run_key}, statuses=ACTIVE_RUN_STATUSES), limit=1))
+def _has_active_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> bool:
+    """Whether a run with `tags` is queued or running."""
+    return bool(instance.get_runs(dg.RunsFilter(tags=tags, statuses=ACTIVE_RUN_STATUSES), limit=1))

@@ -69,11 +69,8 @@ def drops_table(dropped: dict[str, int], rows_in: int) -> dg.MetadataValue:
     caption = f"**Rows dropped by reason, of {rows_in:,} rows in**"
     if not counted:
         return dg.MetadataValue.md(f"{caption}: none")
-    rows = [
-        f"| `{reason}` | {n:,} | {100 * n / max(rows_in, 1):.2f}% | "
-        f"{drops.DROP_DESCRIPTIONS.get(reason, '').replace('|', chr(92) + '|')} |"
-        for reason, n in counted
-    ]
+    meaning = {reason: drops.DROP_DESCRIPTIONS.get(reason, "").replace("|", "\\|") for reason, _ in counted}
+    rows = [f"| `{reason}` | {n:,} | {100 * n / max(rows_in, 1):.2f}% | {meaning[reason]} |" for reason, n in counted]
     return dg.MetadataValue.md(
         "\n".join([caption, "", "| reason | rows | share of rows in | why |", "|---|---:|---:|---|", *rows])
     )
