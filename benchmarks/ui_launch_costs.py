@@ -42,6 +42,7 @@ from synthkd_assets.launch import (  # noqa: E402
     LOCATION_NAME,
     REPOSITORY_NAME,
     LaunchFailed,
+    launch_run,
     launch_services,
     shard_partitions,
 )
@@ -49,14 +50,6 @@ from synthkd_assets.launch import (  # noqa: E402
 IMPLICIT_ASSET_JOB = "__ASSET_JOB"  # the job the UI's asset graph launches (Dagster's hidden asset job)
 TARGET_RATIO = 1.25  # the UI's run against the build's, median launch -> end
 BACKFILL_TIMEOUT_S = 1800.0
-_LAUNCH = """
-mutation($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on Error { message }
-  }
-}"""
 _CHECKS = """
 query($job: PipelineSelector!) {
   pipelineOrError(params: $job) {
@@ -78,10 +71,10 @@ def _selector(job: str) -> dict:
     return {"repositoryLocationName": LOCATION_NAME, "repositoryName": REPOSITORY_NAME, "pipelineName": job}
 
 
-def _ok(result: dict, key: str) -> dict:
-    if result["__typename"] not in ("LaunchRunSuccess", "LaunchBackfillSuccess"):
+def _backfill_id(result: dict) -> str:
+    if result["__typename"] != "LaunchBackfillSuccess":
         raise LaunchFailed(f"{result['__typename']}: {result.get('message', '')}")
-    return result[key] if key in result else result
+    return result["backfillId"]
 
 
 def asset_graph(server) -> tuple[list[dict], list[dict]]:
@@ -98,12 +91,10 @@ def asset_graph(server) -> tuple[list[dict], list[dict]]:
 
 
 def launch(server, job: str, partition: str, scan_checks: list[dict]) -> str:
-    selector = {"repositoryLocationName": LOCATION_NAME, "repositoryName": REPOSITORY_NAME, "jobName": job}
+    selection = None
     if job == IMPLICIT_ASSET_JOB:  # the asset graph's "Materialize" on the three scan assets, one partition
-        selector["assetSelection"] = [{"path": [step]} for step in SCAN_STEPS]
-        selector["assetCheckSelection"] = scan_checks
-    params = {"selector": selector, "executionMetadata": {"tags": [{"key": PARTITION_TAG, "value": partition}]}}
-    return _ok(server.query(_LAUNCH, {"params": params})["launchRun"], "run")["runId"]
+        selection = {"assetSelection": [{"path": [step]} for step in SCAN_STEPS], "assetCheckSelection": scan_checks}
+    return launch_run(server, job, {}, {PARTITION_TAG: partition}, selection)
 
 
 def finished(instance: dg.DagsterInstance, run_id: str, keep) -> dict:
@@ -144,7 +135,7 @@ def materialize_all(server, instance: dg.DagsterInstance, keys: list[dict], keep
     started_at = time.time()
     start = time.perf_counter()
     params = {"assetSelection": keys, "allPartitions": True}
-    backfill_id = _ok(server.query(_BACKFILL, {"params": params})["launchPartitionBackfill"], "backfillId")
+    backfill_id = _backfill_id(server.query(_BACKFILL, {"params": params})["launchPartitionBackfill"])
     while time.perf_counter() - start < BACKFILL_TIMEOUT_S:
         backfill = instance.get_backfill(backfill_id)
         if backfill.status.value != "REQUESTED":  # its status enum is not exported by dagster

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import dagster as dg
 
@@ -186,10 +186,17 @@ def _tag_list(tags: Mapping[str, str]) -> list[dict]:
     return [{"key": key, "value": value} for key, value in tags.items()]
 
 
-def launch_run(server: GraphQLServer, job_name: str, run_config: dict, tags: Mapping[str, str]) -> str:
-    """Submit one run of `job_name` to the instance's run queue; its run id."""
+def launch_run(
+    server: GraphQLServer,
+    job_name: str,
+    run_config: dict,
+    tags: Mapping[str, str],
+    selection: Mapping[str, Any] | None = None,
+) -> str:
+    """Submit one run of `job_name` to the instance's run queue; its run id. `selection`: the selector's asset and
+    check selection (`assetSelection`, `assetCheckSelection`), as the UI's asset graph sends them."""
     params = {
-        "selector": _selector(job_name),
+        "selector": {**_selector(job_name), **(selection or {})},
         "runConfigData": run_config,
         "executionMetadata": {"tags": _tag_list(tags)},
     }
