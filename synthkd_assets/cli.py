@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -30,7 +30,7 @@ from synthkd_assets.core.ownership import OutputPathError
 from synthkd_assets.core.parallel import watch_stop_signals
 from synthkd_assets.core.valuation import checkpoint_problem
 from synthkd_assets.defs.build import BuildProgress
-from synthkd_assets.defs.executors import local_instance_yaml
+from synthkd_assets.defs.instances import build_logs_dir, ensure_instance_yaml, instance_home, is_repository_home
 from synthkd_assets.defs.jobs import PASS_JOBS, smoke_run_tags
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass, build_passes
@@ -58,7 +58,7 @@ from synthkd_assets.launch import (
     unfinished_runs_of_dead_builds,
 )
 from synthkd_contract import constants
-from synthkd_contract.settings import SettingError, Settings
+from synthkd_contract.settings import CLUSTER_EXECUTORS, SettingError, Settings
 
 PASS_JOB_NAMES = {name: job.name for name, job in PASS_JOBS.items()}
 STOPPED_BUILD = "its queued runs canceled, its running ones stopped; run build.sh again"
@@ -69,7 +69,15 @@ NO_PARTITIONS_HINT = (
 )
 NO_DAGSTER_HOME_HINT = (
     "DAGSTER_HOME is not an instance directory ({home}): partitions live in a Dagster instance; export "
-    "DAGSTER_HOME as for `dg launch` (build.sh's is $PWD/.dagster_home)"
+    "DAGSTER_HOME as for `dg launch` (build.sh's default: the repository root)"
+)
+NOT_A_CLUSTER_INSTANCE = (
+    "SYNTHKD_EXECUTOR={executor} needs the cluster's instance: export DAGSTER_HOME as a directory holding "
+    "deploy/cluster/dagster.yaml (PostgreSQL, not this repository's sqlite)"
+)
+SMOKE_ON_A_CLUSTER = (
+    "SYNTHKD_EXECUTOR={executor}: a smoke build runs on this machine, in the smoke builds' own instance "
+    "(docs/design.md, Smoke build); unset SYNTHKD_EXECUTOR for it"
 )
 
 
@@ -447,6 +455,35 @@ def build_run_config(settings: Settings, smoke: bool) -> dict:
     return {"resources": {BUILD_KEY: {"config": fields}}} if fields else {}
 
 
+def prepare_build(environ: Mapping[str, str], smoke: bool) -> tuple[Path, Path, Path]:
+    """What build.sh checks before anything is written, in one process: the build resource's config
+    ($SYNTHKD_BUILD_CONFIG), the roots (overlapping, a linked lock), an executor that needs the cluster's
+    instance; then the instance directory the build records into (a smoke build's own), its dagster.yaml
+    written when missing, and its build logs' directory (created).
+
+    Returns:
+        The DAGSTER_HOME to export, the build logs' directory and the raw root.
+
+    Raises:
+        ValueError: a setting or a root is refused (SettingError, OutputPathError), or the executor needs
+            another instance; the message says which and why.
+    """
+    settings = Settings.read(environ)
+    build_run_config(settings, smoke)
+    layout = DataLayout.from_settings(settings, smoke)
+    checked_lock_path(layout.build_lock())
+    home = instance_home(environ.get("DAGSTER_HOME"), smoke)
+    if settings.executor in CLUSTER_EXECUTORS:
+        if smoke:
+            raise SettingError(SMOKE_ON_A_CLUSTER.format(executor=settings.executor))
+        if is_repository_home(home) or not (home / "dagster.yaml").is_file():
+            raise SettingError(NOT_A_CLUSTER_INSTANCE.format(executor=settings.executor))
+    ensure_instance_yaml(home, smoke)
+    logs = build_logs_dir(home)
+    logs.mkdir(parents=True, exist_ok=True)
+    return home, logs, layout.raw_root
+
+
 PATHS = {
     "raw-root": lambda layout: layout.raw_root,
     "build-lock": lambda layout: checked_lock_path(layout.build_lock()),
@@ -483,10 +520,18 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--log", type=Path, help="append Dagster's log lines and every other output line here")
     run_config = sub.add_parser("run-config", help="the build resource's run config of $SYNTHKD_BUILD_CONFIG, as JSON")
     run_config.add_argument("--smoke", action="store_true")
-    sub.add_parser(
-        "instance-yaml",
-        help="the repository's dagster.yaml without its storage section, for a DAGSTER_HOME elsewhere",
+    prepare = sub.add_parser(
+        "prepare",
+        help="what scripts/build.sh checks before it builds; prints the DAGSTER_HOME the build records into "
+        "(its dagster.yaml written when missing) and the raw root",
     )
+    prepare.add_argument("--smoke", action="store_true", help="the smoke build's (its own instance)")
+    home = sub.add_parser(
+        "instance-home",
+        help="the DAGSTER_HOME of the build's instance ($DAGSTER_HOME, default the repository root), its "
+        "dagster.yaml written when missing (what scripts/ui.sh serves)",
+    )
+    home.add_argument("--smoke", action="store_true", help="the smoke builds' own instance")
     args = parser.parse_args(argv)
     if args.command == "partitions":
         home = os.environ.get("DAGSTER_HOME")
@@ -511,8 +556,17 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:  # it names the variable, the setting and why
             print(error, file=sys.stderr)
             return 2
-    elif args.command == "instance-yaml":
-        sys.stdout.write(local_instance_yaml())
+    elif args.command == "prepare":
+        try:
+            prepared = prepare_build(os.environ, args.smoke)
+        except (ValueError, OutputPathError) as error:  # it names the variable or the path, and why
+            print(error, file=sys.stderr)
+            return 2
+        print("\n".join(map(str, prepared)))
+    elif args.command == "instance-home":
+        home = instance_home(os.environ.get("DAGSTER_HOME"), args.smoke)
+        ensure_instance_yaml(home, args.smoke)
+        print(home)
     elif args.command == "build":
         return run_build(args.smoke, args.log)
     else:

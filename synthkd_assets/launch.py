@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,11 +38,11 @@ from synthkd_assets.core.parallel import die_with_parent
 from synthkd_assets.defs.conventions import pass_tags
 from synthkd_assets.defs.failures import check_evaluations, failed_check_lines, run_failure_lines
 from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
+from synthkd_assets.defs.instances import REPO_ROOT
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass
 from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, PARTITION_TAG, WILL_RETRY_TAG
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKSPACE_YAML = REPO_ROOT / "workspace.yaml"  # the code location, as `dg dev` and the daemon load it
 LOCATION_NAME = "synthkd"  # workspace.yaml's location_name (pyproject's [tool.dg.project] code_location_name)
 REPOSITORY_NAME = "__repository__"  # the one repository of a `Definitions` code location
@@ -132,8 +133,14 @@ class GraphQLServer:
             data=json.dumps({"query": query, "variables": dict(variables)}).encode(),
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=GRAPHQL_TIMEOUT_SECONDS) as response:
-            answer = json.loads(response.read())
+        try:
+            with urllib.request.urlopen(request, timeout=GRAPHQL_TIMEOUT_SECONDS) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as error:  # a refused launch can come back as a 500 whose body says why
+            try:
+                answer = json.loads(error.read())
+            except ValueError:
+                raise LaunchFailed(f"the Dagster webserver answered {error.code} {error.reason}") from error
         if answer.get("errors"):
             raise LaunchFailed("; ".join(error.get("message", str(error)) for error in answer["errors"]))
         return answer["data"]

@@ -99,7 +99,8 @@ VARIABLES: Final = (
 )
 
 DEFAULT_HARMONY_RANGE_ROW_GROUPS: Final = ARTIFACT_ROW_GROUPS_PER_PARTITION
-EXECUTORS: Final = ("in_process", "multiprocess", "celery", "k8s")
+CLUSTER_EXECUTORS: Final = ("celery", "k8s")  # steps run off this machine; the instance must be the cluster's
+EXECUTORS: Final = ("in_process", "multiprocess", *CLUSTER_EXECUTORS)
 DEFAULT_EXECUTOR: Final = EXECUTOR.unset
 DEFAULT_REBUILD_CRON: Final = REBUILD_CRON.unset
 

@@ -2,7 +2,7 @@
 
 `run_scenario` generates N small raw SYNTH shards (4 rows each, sliced from the bundled sample, every file
 with its own bytes) and goes through, on a real DagsterInstance configured by the repository's dagster.yaml
-(`cli instance-yaml`: sqlite storage, a queued run coordinator), Dagster-side work only:
+(`cli instance-home`: sqlite storage, a queued run coordinator), Dagster-side work only:
 
   1. discovery      materializing synth_raw_inventory: hash N files, register N `synth_shards` partitions,
                     report N synth_raw data versions (an observation and a materialization each: 2N events)
@@ -61,7 +61,7 @@ from dagster._daemon.backfill import execute_backfill_iteration
 from dagster._daemon.sensor import execute_sensor_iteration
 
 from synthkd_assets.defs.build import materialize_steps
-from synthkd_assets.defs.executors import local_instance_yaml
+from synthkd_assets.defs.instances import local_instance_yaml
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_assets.launch import LOCATION_NAME  # workspace.yaml's location_name (dg's code_location_name)
@@ -140,7 +140,7 @@ def change_shard(path: Path) -> None:
 
 
 def project_instance(home: Path, storage: str = "sharded") -> dg.DagsterInstance:
-    """A real DagsterInstance in `home`, configured by the repository's dagster.yaml (`cli instance-yaml`: sqlite
+    """A real DagsterInstance in `home`, configured by the repository's dagster.yaml (`cli instance-home`: sqlite
     storage, a queued run coordinator), as DAGSTER_HOME=<home> would give, with an event-log storage chosen by
     `storage`:
 

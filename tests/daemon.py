@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import dagster as dg
 
-from synthkd_assets.defs.executors import local_instance_yaml
+from synthkd_assets.defs.instances import local_instance_yaml
 from synthkd_dev import REPO_ROOT
 
 DAGSTER_DAEMON = Path(sys.executable).parent / "dagster-daemon"

@@ -20,9 +20,11 @@ from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest_builders import length_stats
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.build import build_all
+from synthkd_assets.defs.instances import ensure_instance_yaml, instance_home
 from synthkd_assets.defs.jobs import PASS_JOBS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
-from synthkd_assets.launch import BUILD_TAG
+from synthkd_assets.defs.tags import PARTITION_TAG
+from synthkd_assets.launch import BUILD_TAG, GraphQLServer, LaunchFailed, launch_run
 from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 from tests.test_crash_safety import final_files
@@ -56,7 +58,8 @@ ASSETS = {
 
 @pytest.fixture(scope="module")
 def cli_build(tmp_path_factory):
-    """`scripts/build.sh --smoke` on a copy of the sample, with its own DAGSTER_HOME and data root."""
+    """`scripts/build.sh --smoke` on a copy of the sample, with its own DAGSTER_HOME and data root. The env it
+    yields names, as DAGSTER_HOME, the smoke builds' instance the build recorded into (`ui.sh --smoke`'s)."""
     root = tmp_path_factory.mktemp("cli")
     raw = root / "raw"
     shutil.copytree(SAMPLE_RAW_DIR, raw)
@@ -72,7 +75,7 @@ def cli_build(tmp_path_factory):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     (root / "build.stderr").write_text(done.stderr)
-    return env, root, done.stdout
+    return {**env, "DAGSTER_HOME": str(instance_home(env["DAGSTER_HOME"], smoke=True))}, root, done.stdout
 
 
 def test_build_script_materializes_through_the_cli(cli_build):
@@ -86,7 +89,11 @@ def test_build_script_materializes_through_the_cli(cli_build):
     assert "synth_distill_smoke: 6 shards" in stdout
     distill = json.loads(smoke.distill_manifest().read_text())
     assert distill["totals"]["rows_out"] == 4 * 64 + 37 + 50 and distill["config"]["caps"]["max_rows_per_shard"] == 64
-    assert (root / "home" / "dagster.yaml").is_file()  # the instance lives where DAGSTER_HOME says
+    # the smoke build recorded into its own instance, in $DAGSTER_HOME/smoke/; the full builds' instance of
+    # $DAGSTER_HOME, which `dg dev` shows, got no run and no materialization from it
+    assert Path(env["DAGSTER_HOME"]) == root / "home" / "smoke" and (root / "home" / "smoke" / "dagster.yaml").is_file()
+    with dg.DagsterInstance.from_config(str(root / "home")) as full:
+        assert full.get_runs() == [] and full.get_latest_materialization_event(dg.AssetKey("synth_kd_v1")) is None
 
 
 def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
@@ -97,7 +104,7 @@ def test_build_prints_progress_and_keeps_dagster_logs_in_a_file(cli_build):
     # 71 lines on the sample: a line per pass and shard, then the filters' drops per exercise (a line for each of
     # the nine), the sampling plan and each dataset's summary
     assert " - DEBUG - " not in stdout + stderr and len(stdout.splitlines()) < 75, stdout
-    logs = list((root / "home" / "build_logs").glob("build-*.log"))
+    logs = list((root / "home" / "smoke" / "build_logs").glob("build-*.log"))
     assert len(logs) == 1 and stdout.splitlines()[0].endswith(f"full log: {logs[0]}")
     log = logs[0].read_text()
     assert log.count(" - DEBUG - ") > 100 and log.count(" - RUN_SUCCESS - ") == 23  # 15 runs, then the pool's 8
@@ -358,3 +365,36 @@ def test_a_build_run_is_its_pass_jobs_run_and_the_ui_reexecutes_it_as_built(cli_
     assert run.tags["synthkd/pass"] == "build" and run.parent_run_id == parent.run_id
     assert not elsewhere.exists()
     assert final_files(root / "data") == before
+
+
+@pytest.mark.parametrize("smoke_run", [True, False], ids=["smoke run, full instance", "full run, smoke instance"])
+def test_each_instance_refuses_the_other_kind_of_builds_runs(cli_build, monkeypatch, smoke_run):
+    """A smoke run launched into the full builds' instance (the UI's launchpad, `dg launch` with `smoke: true`),
+    or a full build's run into the smoke builds' instance, is refused when it is submitted, saying where it
+    belongs; Dagster records it as failed with that message, and nothing is materialized: what the full
+    instance's UI shows as the assets' latest state stays the full build's."""
+    env, root, _ = cli_build
+    home = root / "home" if smoke_run else Path(env["DAGSTER_HOME"])
+    ensure_instance_yaml(home)  # the full builds' instance, as build.sh and ui.sh write it; the smoke one has its own
+    for name, value in {**env, "DAGSTER_HOME": str(home)}.items():
+        monkeypatch.setenv(name, value)
+    run_config = {"resources": {"build": {"config": {"smoke": smoke_run}}}}
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        before = {run.run_id for run in instance.get_runs()}
+    server = GraphQLServer()
+    try:
+        with pytest.raises(LaunchFailed) as refused:
+            launch_run(server, "synth_scan_job", run_config, {PARTITION_TAG: "synth_001"})
+    finally:
+        server.close()
+    expected = "this instance holds full builds" if smoke_run else "this is the smoke builds' instance"
+    assert expected in str(refused.value), refused.value
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (run,) = [run for run in instance.get_runs() if run.run_id not in before]
+        assert run.status == dg.DagsterRunStatus.FAILURE
+        said = [event.message for event in instance.all_logs(run.run_id)]
+        assert any(expected in (message or "") for message in said), said
+        materialized = instance.get_latest_materialization_event(dg.AssetKey("synth_harmony"))
+        assert smoke_run == (materialized is None)  # the full instance has none; the smoke one keeps its own
+        if materialized is not None:
+            assert materialized.run_id in before

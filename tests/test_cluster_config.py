@@ -24,8 +24,8 @@ from synthkd_assets.defs.executors import (
     EXECUTOR_ENV,
     executor_config_from_yaml,
     executor_from_settings,
-    local_instance_yaml,
 )
+from synthkd_assets.defs.instances import instance_home, local_instance_yaml
 from synthkd_contract.settings import Settings
 from tests.helpers import REPO_ROOT
 
@@ -136,26 +136,35 @@ def _validate_instance_yaml(directory) -> dict:
 
 def test_the_repository_instance_yaml_validates_and_its_copy_stores_in_its_own_home(tmp_path):
     """dagster.yaml (DAGSTER_HOME = the repository root) keeps its storage under .dagster_home/; the copy
-    scripts/build.sh writes into another DAGSTER_HOME (`cli instance-yaml`) has no storage section, so that
-    instance stores in its own directory."""
+    build.sh and ui.sh write into another DAGSTER_HOME (`cli instance-home`) has no storage section, so that
+    instance stores in its own directory; the smoke builds' instance, inside the full one's storage, is the
+    same with a run queue that takes smoke runs only."""
     config = _validate_instance_yaml(REPO_ROOT)
     assert config["run_coordinator"]["class"] == "CoreSizedRunQueue"
     assert config["storage"] == {"sqlite": {"base_dir": ".dagster_home"}}
     assert config["compute_logs"]["config"]["base_dir"] == ".dagster_home/storage"
     assert_dead_runs_are_failed_and_retried(config)
-    written = subprocess.run(
-        [sys.executable, "-m", "synthkd_assets.cli", "instance-yaml"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (tmp_path / "dagster.yaml").write_text(written.stdout)
-    config = _validate_instance_yaml(tmp_path)
-    assert "storage" not in config and "compute_logs" not in config
-    assert config["telemetry"] == {"enabled": False}
-    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
-        assert Path(instance.root_directory) == tmp_path
+    for smoke, home in ((False, tmp_path / "home"), (True, tmp_path / "home" / "smoke")):
+        written = subprocess.run(
+            [sys.executable, "-m", "synthkd_assets.cli", "instance-home", *(["--smoke"] if smoke else [])],
+            cwd=REPO_ROOT,
+            env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home")},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert written.stdout == f"{home}\n"
+        config = _validate_instance_yaml(home)
+        assert "storage" not in config and "compute_logs" not in config
+        assert config["telemetry"] == {"enabled": False}
+        assert_dead_runs_are_failed_and_retried(config)
+        assert config["run_coordinator"]["config"].get("builds", "full") == ("smoke" if smoke else "full")
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            assert Path(instance.root_directory) == home
+            assert instance.run_coordinator.builds == ("smoke" if smoke else "full")
+    # the repository's own instance keeps its smoke builds in its storage directory
+    assert instance_home(str(REPO_ROOT), smoke=True) == REPO_ROOT / ".dagster_home" / "smoke"
+    assert instance_home(None) == REPO_ROOT
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import dagster
 import pytest
 
 from synthkd_assets.core.layout import DataLayout
-from synthkd_assets.defs.executors import local_instance_yaml
+from synthkd_assets.defs.instances import local_instance_yaml
 from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR
 
 VENV_BIN = Path(sys.executable).parent

@@ -15,18 +15,15 @@ import dagster as dg
 import yaml
 
 from synthkd_assets.core.parallel import available_cores
+from synthkd_assets.defs.instances import REPO_ROOT
 from synthkd_contract import settings as env
 from synthkd_contract.settings import Settings
 
 EXECUTOR_ENV = env.EXECUTOR.name
 CELERY_CONFIG_ENV = env.CELERY_CONFIG.name
 K8S_CONFIG_ENV = env.K8S_CONFIG.name
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CELERY_CONFIG = REPO_ROOT / "deploy" / "cluster" / "celery.yaml"
 DEFAULT_K8S_CONFIG = REPO_ROOT / "deploy" / "k8s" / "run_config.yaml"
-INSTANCE_YAML = REPO_ROOT / "dagster.yaml"  # the repository's own instance (DAGSTER_HOME = the repository root)
-# where its storage section starts: what an instance elsewhere leaves out (it stores in its own DAGSTER_HOME)
-REPOSITORY_STORAGE_MARKER = "# --- storage of the repository's own instance"
 
 
 def celery_config_path(settings: Settings) -> Path:
@@ -48,19 +45,6 @@ def executor_config_from_yaml(path: Path) -> dict:
         return dict(config["execution"]["config"])
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{path}: expected an execution.config block (the dagster-celery worker YAML)") from exc
-
-
-def local_instance_yaml() -> str:
-    """The repository's dagster.yaml without its storage section: the instance settings for a DAGSTER_HOME
-    elsewhere (scripts/build.sh writes them into one that has no dagster.yaml), which then stores in itself.
-
-    Raises:
-        ValueError: dagster.yaml has no storage section marker.
-    """
-    text = INSTANCE_YAML.read_text()
-    if REPOSITORY_STORAGE_MARKER not in text:
-        raise ValueError(f"{INSTANCE_YAML}: expected a line starting {REPOSITORY_STORAGE_MARKER!r}")
-    return text.split(REPOSITORY_STORAGE_MARKER, 1)[0]
 
 
 def executor_from_settings(settings: Settings) -> dg.ExecutorDefinition:
