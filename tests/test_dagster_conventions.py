@@ -12,6 +12,7 @@ import dagster as dg
 from synthkd_assets.core.problems import Problems, problem_total
 from synthkd_assets.definitions import defs
 from synthkd_assets.defs.checks import verdict_text
+from synthkd_assets.defs.metadata import files_sha256_of
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants, drops
 from synthkd_contract.manifest_seal import sha256_file
@@ -129,16 +130,16 @@ def test_every_file_a_step_wrote_has_its_own_sha256_in_its_metadata(built_sample
         metadata = latest(instance, asset, "synth_002")
         where = Path(metadata["dagster/uri"].value.removeprefix("file://"))
         base = where.parent if where.is_file() else where
-        listed = metadata["files_sha256"].value
+        listed = files_sha256_of(metadata)
         assert files_written is None or len(listed) == files_written, (asset, sorted(listed))
         assert {name: sha256_file(base / name) for name in listed} == listed, asset
         assert sum((base / name).stat().st_size for name in listed) == metadata["bytes_written"].value, asset
-    pool = latest(instance, "synth_pool", "synth_002")["files_sha256"].value
+    pool = files_sha256_of(latest(instance, "synth_pool", "synth_002"))
     assert len([name for name in pool if name.endswith("_tokens.bin")]) > 1  # one per pool cell the shard fills
     assert "shards/shard_02.json" in pool
-    kd = latest(instance, "synth_kd_v1", "synth_002")["files_sha256"].value
+    kd = files_sha256_of(latest(instance, "synth_kd_v1", "synth_002"))
     assert {"shards/shard_02.json", "shards/shard_02_documents.parquet"} <= set(kd)
-    distill = latest(instance, "synth_distill", "synth_002")["files_sha256"].value
+    distill = files_sha256_of(latest(instance, "synth_distill", "synth_002"))
     assert set(distill) == {"train/part-00002.parquet", "validation/part-00002.parquet"}  # one name, two files
     paths = layout.data_layout()
     roots = {

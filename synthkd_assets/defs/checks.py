@@ -39,6 +39,7 @@ from synthkd_assets.core.round_trip import RoundTrip
 from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.core.validation import cross_shard_duplicates
+from synthkd_assets.defs.metadata import readable_metadata
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import shard_names
@@ -108,6 +109,20 @@ def verdict_text(problems: list[str], passed_summary: str = "", partition: str |
     return f"{where}FAILED, {total} problem{'s' if total != 1 else ''}: {quoted}{more}"
 
 
+CHECK_SUMMARY = "summary"  # a check's verdict, first in its metadata: what the run's page shows of a check
+
+
+def check_result(*, description: str, metadata: Mapping[str, Any] | None = None, **fields: Any) -> dg.AssetCheckResult:
+    """`dg.AssetCheckResult` whose verdict (`description`) also leads its metadata (CHECK_SUMMARY): a run's page
+    shows a check's metadata, not its description; the metadata as a person reads it (`readable_metadata`)."""
+    readable = readable_metadata(metadata or {})
+    return dg.AssetCheckResult(
+        description=description,
+        metadata={CHECK_SUMMARY: dg.MetadataValue.text(description), **readable},
+        **fields,
+    )
+
+
 def _result(
     problems: list[str],
     check_name: str | None = None,
@@ -117,7 +132,7 @@ def _result(
 ) -> dg.AssetCheckResult:
     partition = partition or current_partition()
     where = {"partition": partition} if partition else {}
-    return dg.AssetCheckResult(
+    return check_result(
         check_name=check_name,
         passed=not problems,
         severity=dg.AssetCheckSeverity.ERROR,
@@ -270,7 +285,7 @@ POOL_PUBLISHED_SPEC = dg.AssetCheckSpec(
 
 
 def pool_published_result(digest: str) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(
+    return check_result(
         check_name=POOL_PUBLISHED, passed=True, description=f"published: sealed manifest sha256 {digest[:12]}"
     )
 
@@ -280,13 +295,20 @@ def pool_unpublished_events(paths: DataLayout, removed: list[Path], why: str) ->
     (none otherwise): so the UI shows the pool unpublished, not the last manifest's green materialization."""
     if paths.pool_manifest() not in removed:
         return []
-    evaluation = dg.AssetCheckEvaluation(
+    unpublished = check_result(
         asset_key=dg.AssetKey("synth_pool_manifest"),
         check_name=POOL_PUBLISHED,
         passed=False,
         description=f"unpublished: {why}; its manifest and curriculum stage files were removed. Publish it again "
         "with ./scripts/build.sh or the pool launches (docs/pool.md)",
-        metadata={"removed_files": dg.MetadataValue.json(sorted(paths.recorded(p) for p in removed))},
+        metadata={"removed_files": sorted(str(paths.recorded(p)) for p in removed)},
+    )
+    evaluation = dg.AssetCheckEvaluation(
+        asset_key=unpublished.asset_key,
+        check_name=POOL_PUBLISHED,
+        passed=False,
+        description=unpublished.description,
+        metadata=unpublished.metadata,
     )
     return [evaluation]
 
@@ -316,7 +338,7 @@ def near_dup_controlled_result(partition: str, unseen: int, rows: int, copies: i
             "whatever the synth_id): those were held out; the unseen rest is kept without a cluster cap; re-plan "
             "(synth_plan_job, or build.sh) to fix it"
         )
-    return dg.AssetCheckResult(
+    return check_result(
         check_name=NEAR_DUP_CONTROLLED,
         passed=unseen == 0 and copies == 0,
         severity=dg.AssetCheckSeverity.WARN,
@@ -341,7 +363,7 @@ def shard_not_empty_result(partition: str, reports: Mapping[str, Mapping[str, An
     """WARN (non-blocking) when the shard's steps (`reports`, in step order) wrote no row (`why_shard_is_empty`)."""
     why = why_shard_is_empty(reports)
     last = next(reversed(reports.values()), {})
-    return dg.AssetCheckResult(
+    return check_result(
         check_name=SHARD_NOT_EMPTY,
         passed=why is None,
         severity=dg.AssetCheckSeverity.WARN,
@@ -364,7 +386,7 @@ def bucket_balance_result(
     if balance.smallest is not None:
         metadata.update(ratio=round(balance.ratio, 3), smallest_bucket=balance.smallest)
     verdict = "balanced" if balance.balanced else "expected" if balance.planned else "needs action"
-    return dg.AssetCheckResult(
+    return check_result(
         check_name=BUCKET_BALANCE,
         passed=balance.balanced,
         severity=dg.AssetCheckSeverity.WARN,

@@ -283,3 +283,69 @@ def source_mix_metadata(mix: dict[str, Any], label: str = "expected") -> dict[st
     metadata["source_mix_infeasible"] = dg.MetadataValue.json(mix["infeasible"])
     metadata["source_mix_notes"] = dg.MetadataValue.json(mix["notes"])
     return metadata
+
+
+SIGNIFICANT_DIGITS = 4  # a float as the UI shows it: 0.7042, 981.7, 1137 (the files keep full precision)
+# the columns a {key: value} metadata dict becomes, by metadata key (others: key / value)
+DICT_TABLE_COLUMNS = {
+    FILES_SHA256: ("file", "sha256"),
+    "exercise_rows": ("exercise", "rows"),
+    "heldout_kl_by_exercise": ("exercise", "rows"),
+}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def rounded(value: float) -> float:
+    """`value` to SIGNIFICANT_DIGITS significant digits (integral floats and non-finite ones unchanged)."""
+    if value != value or value in (float("inf"), float("-inf")) or value == int(value):
+        return value
+    return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+
+
+def _table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dg.MetadataValue:
+    def kind(column: str) -> str:
+        values = [row.get(column) for row in rows if row.get(column) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return "int"
+        return "float" if values and all(isinstance(v, (int, float)) for v in values) else "string"
+
+    schema = dg.TableSchema(columns=[dg.TableColumn(column, kind(column)) for column in columns])
+    records = [
+        dg.TableRecord({c: rounded(v) if isinstance(v, float) else v for c, v in row.items() if c in columns})
+        for row in rows
+    ]
+    return dg.MetadataValue.table(records, schema)
+
+
+def readable_value(key: str, value: Any) -> Any:
+    """One metadata value as a person reads it in the UI: floats to SIGNIFICANT_DIGITS digits; JSON that is a
+    flat {key: value} dict or a list of flat records as a table (columns: `DICT_TABLE_COLUMNS`, or the records'
+    keys). Anything else is returned as it is (lists of plain values stay JSON: the build's console reads some).
+    """
+    raw = value.value if isinstance(value, dg.JsonMetadataValue) else value
+    if isinstance(value, dg.FloatMetadataValue) and value.value is not None:
+        return dg.MetadataValue.float(rounded(value.value))
+    if isinstance(raw, float):
+        return rounded(raw)
+    if isinstance(raw, dict) and raw and all(isinstance(v, _SCALARS) for v in raw.values()):
+        name, column = DICT_TABLE_COLUMNS.get(key, ("key", "value"))
+        return _table((name, column), [{name: str(k), column: v} for k, v in raw.items()])
+    if isinstance(raw, list) and raw and all(isinstance(item, dict) for item in raw):
+        if all(isinstance(v, _SCALARS) for item in raw for v in item.values()):
+            columns = list(dict.fromkeys(column for item in raw for column in item))
+            return _table(columns, raw)
+    return value
+
+
+def readable_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """`readable_value` of every entry of `metadata` (None stays None)."""
+    return None if metadata is None else {key: readable_value(key, value) for key, value in metadata.items()}
+
+
+def files_sha256_of(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """The {file: sha256} a materialization's `files_sha256` entry lists (a table in the UI, `readable_value`)."""
+    value = metadata[FILES_SHA256]
+    if isinstance(value, dg.TableMetadataValue):
+        file_column, sha_column = DICT_TABLE_COLUMNS[FILES_SHA256]
+        return {record.data[file_column]: record.data[sha_column] for record in value.records}
+    return dict(value.value)

@@ -25,7 +25,7 @@ from synthkd_assets.core.parquet_io import write_tables_together
 from synthkd_assets.core.tokenizer import load_harmony_encoding
 from synthkd_assets.core.validation_sets import validation_rows, validation_table
 from synthkd_assets.defs.assets import shard_step, stage_result, synth_filtered
-from synthkd_assets.defs.checks import pool_unpublished_events
+from synthkd_assets.defs.checks import check_result, pool_unpublished_events
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.metadata import table_definition_metadata
@@ -133,7 +133,7 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
     )
     yield large_cluster_result(summary, example)
     crossing = summary["clusters_crossing_split"]
-    yield dg.AssetCheckResult(
+    yield check_result(
         check_name=CLUSTERS_CROSS_SPLIT,
         passed=crossing == 0,
         severity=dg.AssetCheckSeverity.WARN,
@@ -183,7 +183,7 @@ def large_cluster_result(summary: dict, example: dict) -> dg.AssetCheckResult:
     share = summary["largest_cluster_share"]
     largest = summary["largest"][0] if summary["largest"] else None
     where = f"cluster {largest['cluster_id']} holds {largest['cluster_size']} rows" if largest else "no clusters"
-    return dg.AssetCheckResult(
+    return check_result(
         check_name=LARGE_CLUSTER,
         passed=share <= nd.LARGE_CLUSTER_SHARE,
         severity=dg.AssetCheckSeverity.WARN,
