@@ -15,11 +15,13 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -33,6 +35,7 @@ from synthkd_assets.defs.instances import REPO_ROOT, instance_home
 
 PAGE_BUDGET_MS = 20_000  # virtual time the page gets to load and render before Chromium captures it
 WINDOW = "1500,1100"
+GROUPS = ("ingest", "tokenizer", "synth", "megatron", "distill", "validation", "pool")  # the lineage's groups
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Page:
     smoke: bool
     expect: tuple[str, ...]
     forbid: tuple[str, ...] = ()
+    forbid_pattern: str | None = None  # a regular expression the rendered page must not match
 
 
 def _free_port() -> int:
@@ -124,10 +128,20 @@ def pages(environ: dict[str, str]) -> list[Page]:
             True,
             ("rows_out", f">{rows_smoke}<", "synth_kd_v1_smoke"),
         ),
-        Page("5_sampling_plan_metadata", "/assets/synth_sampling_plan", False, ("rows_kept_share",), ()),
+        Page(
+            "5_sampling_plan_metadata",
+            "/assets/synth_sampling_plan",
+            False,
+            ("rows_kept_share", "rate_memorization"),
+            forbid_pattern=r">\d+\.\d{6,}<",  # no float shown with more than 5 decimals
+        ),
+        Page("7_lineage_groups", "/asset-groups", False, tuple(f">{group}<" for group in GROUPS)),
     ]
     if run_id is not None:
-        listed.append(Page("4_run_with_a_failed_check", f"/runs/{run_id}", False, ("summary", "no action needed")))
+        checks_only = "?logs=type%3AASSET_CHECK_EVALUATION"  # the run's event log filtered to its checks
+        listed.append(
+            Page("4_run_with_a_failed_check", f"/runs/{run_id}{checks_only}", False, ("summary", "no action needed"))
+        )
     return listed
 
 
@@ -136,12 +150,15 @@ def run_trial(out: Path, environ: dict[str, str], say: Callable[[str], None] = p
     out.mkdir(parents=True, exist_ok=True)
     ok = True
     listed = pages(environ)
+    logs = Path(tempfile.mkdtemp(prefix="ui_trial-"))  # the UIs' own lines, named when one does not start
     for smoke in (False, True):
-        with running_ui(smoke, out / f"ui{'_smoke' if smoke else ''}.log") as url:
+        with running_ui(smoke, logs / f"ui{'_smoke' if smoke else ''}.log") as url:
             for page in (p for p in listed if p.smoke == smoke):
                 dom = render(url + page.path, out / f"{page.name}.png")
                 missing = [text for text in page.expect if text not in dom]
                 present = [text for text in page.forbid if text in dom]
+                if page.forbid_pattern and (match := re.search(page.forbid_pattern, dom)):
+                    present.append(match.group(0))
                 held = not missing and not present
                 ok &= held
                 why = f" (missing {missing}, present {present})" if not held else ""
