@@ -6,7 +6,7 @@ a screenshot of it and checks that the rendered page says what the docs promise.
     .venv/bin/python -m synthkd_dev.ui_trial --out docs/ui
 
 Prints one line per check (`ok` / `FAILED`) and exits 1 when one fails. Needs `chromium` on PATH (or
-$CHROMIUM); nothing is installed or fetched.
+`--chromium PATH`); nothing is installed or fetched.
 """
 
 from __future__ import annotations
@@ -81,16 +81,16 @@ def running_ui(smoke: bool, log: Path) -> Iterator[str]:
             ui.wait(timeout=60)
 
 
-def chromium() -> str:
-    found = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+def find_chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        raise SystemExit("chromium not found: install it or set $CHROMIUM")
+        raise SystemExit("chromium not found on PATH: install it or pass --chromium")
     return found
 
 
-def render(url: str, screenshot: Path) -> str:
-    """Chromium's screenshot of `url` into `screenshot`, and the page's rendered DOM."""
-    flags = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={WINDOW}"]
+def render(browser: str, url: str, screenshot: Path) -> str:
+    """Chromium's (`browser`'s) screenshot of `url` into `screenshot`, and the page's rendered DOM."""
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={WINDOW}"]
     flags.append(f"--virtual-time-budget={PAGE_BUDGET_MS}")
     subprocess.run([*flags, f"--screenshot={screenshot}", url], capture_output=True, timeout=180, check=True)
     done = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=180, check=True)
@@ -145,7 +145,7 @@ def pages(environ: dict[str, str]) -> list[Page]:
     return listed
 
 
-def run_trial(out: Path, environ: dict[str, str], say: Callable[[str], None] = print) -> bool:
+def run_trial(out: Path, environ: dict[str, str], browser: str, say: Callable[[str], None] = print) -> bool:
     """Every page of `pages`, screenshots in `out`; True when every check held."""
     out.mkdir(parents=True, exist_ok=True)
     ok = True
@@ -154,7 +154,7 @@ def run_trial(out: Path, environ: dict[str, str], say: Callable[[str], None] = p
     for smoke in (False, True):
         with running_ui(smoke, logs / f"ui{'_smoke' if smoke else ''}.log") as url:
             for page in (p for p in listed if p.smoke == smoke):
-                dom = render(url + page.path, out / f"{page.name}.png")
+                dom = render(browser, url + page.path, out / f"{page.name}.png")
                 missing = [text for text in page.expect if text not in dom]
                 present = [text for text in page.forbid if text in dom]
                 if page.forbid_pattern and (match := re.search(page.forbid_pattern, dom)):
@@ -169,8 +169,9 @@ def run_trial(out: Path, environ: dict[str, str], say: Callable[[str], None] = p
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synthkd_dev.ui_trial", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "ui", help="where the screenshots go")
+    parser.add_argument("--chromium", help="the Chromium binary (default: chromium on PATH)")
     args = parser.parse_args(argv)
-    return 0 if run_trial(args.out, dict(os.environ)) else 1
+    return 0 if run_trial(args.out, dict(os.environ), args.chromium or find_chromium()) else 1
 
 
 if __name__ == "__main__":
