@@ -1,5 +1,5 @@
 """The seed 002 sequence pool's rules as data: skill and context buckets, the skill mix, the quota salt, the
-pool's ids and the curriculum stages (002 §2-§4, §10, §11; 004).
+pool's ids and the curriculum stages (docs/pool.md#buckets; 004).
 
 They live with the other contract constants because they decide which rows the pool keeps and where each
 row goes: a change here changes the pool's bytes, and the manifests hash these tables so it shows which
@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Final
 
-# --- skill buckets (002 §2) -------------------------------------------------------------------
+# --- skill buckets (docs/pool.md#buckets) -------------------------------------------------------------------
 SKILL_BUCKETS: Final = ("B1", "B2", "B3", "B4")
 SKILL_BUCKET_NAMES: Final = {
     "B1": "General reasoning",
@@ -50,24 +50,24 @@ ANCHOR_EXERCISE_SKILL_BUCKET: Final = {
     "anchor_personality": "B4",
 }
 
-# --- context buckets (002 §3): by the length of the full rendered sequence (synth_tokenized tokens) -----
+# --- context buckets (docs/pool.md#buckets): by the length of the full rendered sequence (synth_tokenized tokens) -----
 CTX_BUCKETS: Final = ("C1", "C2", "C3", "C4")
 CTX_BUCKET_MAX_TOKENS: Final = {"C1": 2048, "C2": 8192, "C3": 32768}  # inclusive upper bounds; C4: above 32768
 
-# --- the quota grid (002 §4.1, §4.3; 004) -------------------------------------------------------
+# --- the quota grid (docs/pool.md#the-quota-grid-on-tokens; 004) ------------------------------------------------------
 SKILL_MIX: Final = {"B1": 0.5, "B2": 0.175, "B3": 0.175, "B4": 0.15}  # target shares of the pool's tokens
 # the WARN check: some skill bucket holds more than this many times another's tokens
 BUCKET_IMBALANCE_RATIO: Final = 1.5
 QUOTA_SALT: Final = "synthkd/pool/quota"  # stable_unit_interval(QUOTA_SALT, synth_id) < the cell's rate
 
-# --- the pool (002 §11 schema v0) ---------------------------------------------------------------
+# --- the pool (docs/pool.md#what-the-pool-holds schema v0) ------------------------------------------------------------
 # fixed once (= uuid5(NAMESPACE_DNS, "synth_pool_v1.synthkd")); a pool row's id is
 # uuid5(POOL_ID_NAMESPACE, f"{source_dataset}:{synth_id}"), so a rebuild gives every row the same id
 POOL_ID_NAMESPACE: Final = uuid.UUID("2eb09ce1-7382-5a08-87f8-616885b506e6")
 POOL_DATASET_NAME: Final = "synth_pool_v1"
 POOL_SMOKE_DATASET_NAME: Final = "synth_pool_v1_smoke"
 
-# --- curriculum (002 §10.1, §10.4): ctx shares of the stage's tokens, token budget, sequence length -----
+# --- curriculum (docs/pool.md#curriculum): ctx shares of the stage's tokens, token budget, sequence length -----
 CURRICULUM_STAGES: Final = (
     {"stage": "P1", "ctx_mix": {"C1": 1.0}, "tokens": 300_000_000, "seq_length": 2048, "optional": False},
     {"stage": "P2", "ctx_mix": {"C1": 0.8, "C2": 0.2}, "tokens": 150_000_000, "seq_length": 8192, "optional": False},

@@ -57,7 +57,7 @@ DROP_RESULT_INCONSISTENT: Final = _drop(
     "a `result:` of `constraints` is numerically or multiple-choice inconsistent with the answer's first line",
 )
 
-# --- synth_sampled, before the sampling rules (002 §7.2, §13.4; synth_clusters decides) -------------------------
+# --- synth_sampled, before the sampling rules (docs/near-dup.md; synth_clusters decides) -------------------------
 DROP_CLUSTER_CAP: Final = _drop(
     "cluster_cap", "a near-duplicate cluster's row past its max_per_cluster (by the salted cluster_rank)"
 )
@@ -81,7 +81,7 @@ DROP_MESSAGE_BOUNDARY_MISMATCH: Final = _drop(
 # --- synth_distill ------------------------------------------------------------------------------------------
 DROP_OVER_MAX_SEQ_LEN: Final = _drop("over_max_seq_len", "longer than max_seq_len tokens (DistillKit output only)")
 
-# --- synth_pool (002 §4.3): the B x C token quota grid ------------------------------------------------------
+# --- synth_pool (docs/pool.md#the-quota-grid-on-tokens): the B x C token quota grid -----------------------------------
 DROP_OVER_QUOTA: Final = _drop("over_quota", "not kept by the B x C token quota grid (synth_pool only)")
 DROP_OVER_SOURCE_SHARE: Final = _drop(
     "over_source_share", "not kept by the source mix: its source's share of the pool's tokens (synth_pool only)"

@@ -1,4 +1,4 @@
-"""Near-duplicate control (002 §7, §13.4) as data: prompt normalization, MinHash and LSH parameters, the
+"""Near-duplicate control (docs/near-dup.md) as data: prompt normalization, MinHash and LSH parameters, the
 cluster cap and the held-out validation sets.
 
 They decide which rows every dataset keeps (a capped or held-out row leaves synth_kd_v1, synth_distill
@@ -30,12 +30,12 @@ LSH_BANDS: Final = 16  # 16 bands x 8 rows: a pair at Jaccard 0.8 is a candidate
 LSH_ROWS: Final = NUM_PERM // LSH_BANDS
 JACCARD_THRESHOLD: Final = 0.8  # a candidate pair is a near-duplicate when its estimated Jaccard is >= this
 
-# --- caps (002 §7.2) ---------------------------------------------------------------------------------------------
+# --- caps (docs/near-dup.md) ------------------------------------------------------------------------------------------
 MAX_PER_CLUSTER: Final = 4  # rows kept per cluster (per epoch); a cluster of one is always kept: the rare tail
 CLUSTER_SALT: Final = "synthkd/near_dup/rank"  # cluster_rank orders a cluster's rows by this salted hash
 LARGE_CLUSTER_SHARE: Final = 0.01  # the WARN check: one cluster holds more than this share of the rows
 
-# --- validation sets (002 §13.4) ----------------------------------------------------------------------------------
+# --- validation sets (docs/near-dup.md#validation-sets) ---------------------------------------------------------------
 HELDOUT_SALT: Final = "synthkd/near_dup/heldout"
 HELDOUT_PER_EXERCISE: Final = 4  # prompts per exercise in the held-out KL slice
 # a cluster of more rows than this is never chosen for the validation sets (docs/near-dup.md "Validation sets"):

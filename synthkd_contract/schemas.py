@@ -86,9 +86,9 @@ DISTILL_SCHEMA: Final = pa.schema(
     ]
 )
 
-# synth_pool (002 §11 schema v0): one row per conversation the quota grid keeps; the columns nothing computes
-# yet (scorer, embeddings, teacher statistics) are present and null; cluster_id / near_dup_hash come from
-# synth_clusters, never a made-up number
+# synth_pool (docs/pool.md#what-the-pool-holds schema v0): one row per conversation the quota grid keeps; the columns
+# nothing computes yet (scorer, embeddings, teacher statistics) are present and null; cluster_id / near_dup_hash come
+# from synth_clusters, never a made-up number
 TOKEN_RANGE_TYPE: Final = pa.struct([("start", pa.int32()), ("end", pa.int32())])  # [start, end) token indices
 POOL_SCHEMA: Final = pa.schema(
     [
@@ -117,7 +117,7 @@ POOL_SCHEMA: Final = pa.schema(
         ("final_span", pa.list_(TOKEN_RANGE_TYPE)),
     ]
 )
-# the §11 columns the pool leaves null until a later step computes them
+# the docs/pool.md#what-the-pool-holds columns the pool leaves null until a later step computes them
 POOL_NULL_COLUMNS: Final = (
     "prompt_text",
     "embedding",
@@ -129,8 +129,8 @@ POOL_NULL_COLUMNS: Final = (
     "lp_value",
 )
 
-# synth_valuation_features (002 §8.1): one row per pool row (its `id`, same order), the prompt-only features and
-# the model features (null when no checkpoint is configured)
+# synth_valuation_features (docs/distillation.md#valuation-features): one row per pool row (its `id`, same order), the
+# prompt-only features and the model features (null when no checkpoint is configured)
 VALUATION_SCHEMA: Final = pa.schema(
     [
         ("id", pa.string()),
@@ -143,8 +143,8 @@ VALUATION_SCHEMA: Final = pa.schema(
     ]
 )
 
-# synth_signatures (002 §7.1): one row per synth_filtered row, the MinHash signature of its normalized user prompt
-# and its LSH band keys, one column per band so the clustering reads one band of every shard at a time
+# synth_signatures (docs/near-dup.md): one row per synth_filtered row, the MinHash signature of its normalized user
+# prompt and its LSH band keys, one column per band so the clustering reads one band of every shard at a time
 BAND_COLUMNS: Final = tuple(f"band_{band:02d}" for band in range(LSH_BANDS))
 SIGNATURES_SCHEMA: Final = pa.schema(
     [
@@ -171,8 +171,9 @@ CLUSTERS_SCHEMA: Final = pa.schema(
         ("decision", pa.string()),  # null: kept; drops.DROP_CLUSTER_CAP or drops.DROP_HELDOUT
     ]
 )
-# the validation sets (002 §13.4): heldout_kl.parquet and format_suite.parquet, one row per held-out cluster's
-# representative; prompt_tokens is openai-harmony's render for completion (system + user, then the assistant's turn)
+# the validation sets (docs/near-dup.md#validation-sets): heldout_kl.parquet and format_suite.parquet, one row per
+# held-out cluster's representative; prompt_tokens is openai-harmony's render for completion (system + user, then the
+# assistant's turn)
 VALIDATION_SCHEMA: Final = pa.schema(
     [
         ("synth_id", pa.string()),

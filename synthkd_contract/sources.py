@@ -1,5 +1,6 @@
-"""The source mix of seed 002 ("Global source mix", §5) as data: which anchor datasets feed the 20% stream,
-which category each belongs to, each category's target share of the whole mix's tokens, and strict caps.
+"""The source mix of seed 002 ("Global source mix", docs/sources.md#the-source-mix-on-tokens) as data: which anchor
+datasets feed the 20% stream, which category each belongs to, each category's target share of the whole mix's tokens,
+and strict caps.
 
 SYNTH stays the default stream (80%); the anchor stream adds math / code / chat / personality conversations,
 each mapped to Harmony by an adapter of synthkd_assets/core/sources/ (docs/sources.md). A row of an anchor source

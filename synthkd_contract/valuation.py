@@ -1,5 +1,5 @@
-"""The valuation features of seed 002 §8.1, defined once: the lexical markers counted in a user prompt, the
-continuation window of the model features, and the feature columns (`VALUATION_SCHEMA` in schemas.py).
+"""The valuation features (docs/distillation.md#valuation-features), defined once: the lexical markers counted in a
+user prompt, the continuation window of the model features, and the feature columns (`VALUATION_SCHEMA` in schemas.py).
 
 A marker is a regular expression in the syntax that Python's `re` and polars (Rust's regex crate) read alike:
 its feature is the number of non-overlapping matches in the user message of the conversation (the query and

@@ -1,4 +1,4 @@
-"""Online, teacher-forced knowledge distillation (seed 002 §1).
+"""Online, teacher-forced knowledge distillation (docs/distillation.md#online-kd).
 
 The teacher and the student forward the same `input_ids` (a `SpanGPTDataset` batch); the teacher is frozen and
 never generates; the student is updated with 000's span-normalized KD loss (`span_kd_loss`: forward, reverse or

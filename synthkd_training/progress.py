@@ -1,4 +1,5 @@
-"""Learning-progress labels (seed 002 §9): how much one candidate batch improves the student.
+"""Learning-progress labels (docs/distillation.md#learning-progress-labels): how much one candidate batch improves the
+student.
 
 For each candidate of a calibration subset:
 
@@ -12,7 +13,8 @@ For each candidate of a calibration subset:
    left the student changed would bias every later label; that is an error, never a warning).
 
 Labels are deterministic: the same student, teacher, candidates and seed give the same values. `LPCadence`
-(§9.2) says when labels are due during training: none before `warmup_steps`, then every `every_steps`.
+(docs/distillation.md#learning-progress-labels) says when labels are due during training: none before `warmup_steps`,
+then every `every_steps`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class StudentNotRestoredError(RuntimeError):
 @dataclass(frozen=True)
 class LPConfig:
     k_updates: int = 2
-    """Mini-updates per candidate (§9.1 step 2)."""
+    """Mini-updates per candidate (docs/distillation.md#learning-progress-labels step 2)."""
 
     kd: OnlineKDConfig = field(default_factory=lambda: OnlineKDConfig(loss=SpanLossConfig(), lr=1e-3))
     """The loss and optimizer settings of those updates (usually the training run's own)."""
@@ -48,7 +50,7 @@ class LPConfig:
 
 @dataclass(frozen=True)
 class LPCadence:
-    """When labels are computed during training (§9.2)."""
+    """When labels are computed during training (docs/distillation.md#learning-progress-labels)."""
 
     warmup_steps: int = 0
     """No labels before this step: the student is not stable yet."""

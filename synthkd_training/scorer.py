@@ -1,9 +1,10 @@
-"""The prompt scorer and the sampling policy of seed 002 §8.2-§8.3.
+"""The prompt scorer and the sampling policy (docs/distillation.md#scorer).
 
 - `ScorerConfig` says which feature columns go in (numeric, nullable, categorical), the head size, the seed, the
   training schedule and τ; `train_scorer` fits the normalization (mean/std of each numeric feature over the
-  training rows) and one small MLP head per skill bucket on learning-progress labels (§9), mapped per bucket to
-  a [0, 1] target by rank; `Scorer.predict` gives `utility_score ∈ [0, 1]` (a sigmoid).
+  training rows) and one small MLP head per skill bucket on learning-progress labels
+  (docs/distillation.md#learning-progress-labels), mapped per bucket to a [0, 1] target by rank; `Scorer.predict` gives
+  `utility_score ∈ [0, 1]` (a sigmoid).
 - A null feature is never invented: a nullable column enters as its normalized value with null filled by 0
   (the training mean) plus an is-null indicator input, so the head sees that the value is absent; a null in a
   column not declared nullable is an error naming the column.
@@ -356,8 +357,8 @@ def train_scorer(
 
 
 def sampling_weights(utility_score: np.ndarray | Sequence[float], tau: float) -> np.ndarray:
-    """`exp(τ · utility_score)` (002 §8.3): with utility in [0, 1], the heaviest row weighs at most e^τ times the
-    lightest, so no prompt is filtered out; τ = 0 is uniform sampling."""
+    """`exp(τ · utility_score)` (docs/distillation.md#scorer): with utility in [0, 1], the heaviest row weighs at most
+    e^τ times the lightest, so no prompt is filtered out; τ = 0 is uniform sampling."""
     return np.exp(tau * np.asarray(utility_score, dtype=np.float64))
 
 
@@ -432,11 +433,11 @@ def _take_phase(
 
 
 def select_rows(rows: pl.DataFrame, policy: SamplingPolicy, tokens: str = "sequence_tokens") -> Selection:
-    """The rows one epoch samples (002 §8.3): per skill bucket, first a uniform ε tail of ceil(ε · quota) tokens,
-    then weighted sampling without replacement (Efraimidis-Spirakis: smallest `-log(u) / sampling_weight`) for
-    the rest of the quota. Each phase takes rows in key order while the bucket's tokens taken so far are below
-    its quota, so a bucket ends at most one row's tokens over; rows of a cluster are taken in key order while
-    the cluster stays within its caps (shared by both phases and across buckets). Draws are made in id order
+    """The rows one epoch samples (docs/distillation.md#scorer): per skill bucket, first a uniform ε tail of ceil(ε ·
+    quota) tokens, then weighted sampling without replacement (Efraimidis-Spirakis: smallest `-log(u) /
+    sampling_weight`) for the rest of the quota. Each phase takes rows in key order while the bucket's tokens taken so
+    far are below its quota, so a bucket ends at most one row's tokens over; rows of a cluster are taken in key order
+    while the cluster stays within its caps (shared by both phases and across buckets). Draws are made in id order
     from `numpy.random.default_rng(seed)`: the same rows and seed give the same selection in any row order.
 
     `rows` holds id, skill_bucket, cluster_id, `tokens` (> 0) and sampling_weight (finite, > 0)."""

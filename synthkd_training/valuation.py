@@ -1,5 +1,5 @@
-"""The model features of the valuation (seed 002 §8.1): teacher uncertainty and student-teacher disagreement on a
-short continuation window, from forward passes only (no autoregressive generation).
+"""The model features of the valuation (docs/distillation.md#valuation-features): teacher uncertainty and
+student-teacher disagreement on a short continuation window, from forward passes only (no autoregressive generation).
 
 For a conversation `tokens` whose prompt is its first `p` tokens, the window is the first `W` tokens after the
 prompt (`tokens[p:p+W]`, fewer when the conversation ends sooner), teacher-forced: each window token's

@@ -1,4 +1,4 @@
-"""Token and row counts by skill bucket, ctx bucket, language and exercise (002 §2-§3, 004).
+"""Token and row counts by skill bucket, ctx bucket, language and exercise (docs/pool.md#buckets, 004).
 
 004 makes tokens the authoritative size of a bucket, so every report counts tokens beside rows. The
 tokenize step keeps the (skill, ctx) grid in its ShardReport (`bucket_tokens`, `bucket_rows`); the quota

@@ -175,9 +175,9 @@ def schema_problems(path: Path, expected: pa.Schema) -> list[str]:
 
 
 def output_tables(paths: DataLayout, shards: list[str]) -> list[tuple[Path, pa.Schema]]:
-    """Every Parquet table of a build before the pool, with its contract schema (002 §12 "schema validity"):
-    each shard's stage outputs, signatures and clusters, synth_kd_v1's documents tables, the DistillKit parts
-    and the validation sets; files not built (yet) are left out."""
+    """Every Parquet table of a build before the pool, with its contract schema (docs/contract.md#checks "schema
+    validity"): each shard's stage outputs, signatures and clusters, synth_kd_v1's documents tables, the DistillKit
+    parts and the validation sets; files not built (yet) are left out."""
     stages = {**{stage: HARMONY_SCHEMA for stage in HARMONY_STAGES}, "synth_tokenized": TOKENIZED_SCHEMA}
     stages |= {SIGNATURES_STAGE: SIGNATURES_SCHEMA, CLUSTERS_STAGE: CLUSTERS_SCHEMA}
     tables = [(paths.stage_output(stage, key), schema) for key in shards for stage, schema in stages.items()]
@@ -191,7 +191,7 @@ def output_tables(paths: DataLayout, shards: list[str]) -> list[tuple[Path, pa.S
 
 
 def pool_tables(paths: DataLayout) -> list[tuple[Path, pa.Schema]]:
-    """The pool's §11 parts with their contract schema."""
+    """The pool's Parquet parts (docs/pool.md#what-the-pool-holds) with their contract schema."""
     return [(p, POOL_SCHEMA) for p in _parts(paths.pool_root() / POOL_PARTS_SUBDIR)]
 
 

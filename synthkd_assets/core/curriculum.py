@@ -1,4 +1,4 @@
-"""Curriculum stages (seed 002 §10.1, §10.4) as the data arguments a stock Megatron-LM run takes.
+"""Curriculum stages (docs/pool.md#curriculum) as the data arguments a stock Megatron-LM run takes.
 
 A stage says which share of its token budget comes from each context bucket (P1: C1 only, 300M tokens at
 sequence length 2048; P2: 80% C1 + 20% C2 at 8192; ...). Megatron blends *prefixes* with weights, so the
@@ -14,8 +14,8 @@ tokens of all of c's prefixes in that split). They sum to 1 over the stage; Mega
 draws samples by weight, and a GPT sample is always `seq_length` tokens packed across documents, so sample
 shares are token shares: the blend reproduces the stage's ctx shares on tokens, and inside each ctx bucket
 every cell and shard keeps its own token share, i.e. the bucket's skill mix as the quota grid left it
-(the skill mix is the quota plan's job, the ctx mix the curriculum's: 002 §4.2). The valid blend uses the
-same rule over the valid tokens; a ctx bucket without valid tokens is left out of it (noted).
+(the skill mix is the quota plan's job, the ctx mix the curriculum's: docs/pool.md#the-quota-grid-on-tokens). The valid
+blend uses the same rule over the valid tokens; a ctx bucket without valid tokens is left out of it (noted).
 
 Budget. Megatron-LM counts training in samples of `--seq-length` tokens, so the token budget becomes
 `expected_sequences = ceil(tokens / seq_length)` (P1: ceil(300e6 / 2048) = 146,485), passed as
@@ -85,7 +85,8 @@ Prefixes = Mapping[str, Mapping[str, Sequence[tuple[str, int]]]]  # split -> ctx
 
 @dataclass(frozen=True)
 class CurriculumStage:
-    """One curriculum stage (002 §10.1): where its tokens come from, how many, at which sequence length."""
+    """One curriculum stage (docs/pool.md#curriculum): where its tokens come from, how many, at which sequence
+    length."""
 
     stage: str
     """Its name (P1, ...); also the stem of its files, so letters, digits, '_' and '-' only."""

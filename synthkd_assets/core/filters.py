@@ -153,8 +153,8 @@ ANSWER_MCQ_LETTER = "mcq_letter"
 
 
 def expected_answer(constraints: str | None) -> tuple[str, str] | None:
-    """The answer form a row's first `result:` value makes checkable (002 §13.4 format compliance):
-    (ANSWER_NUMBER, the number as a plain decimal) or (ANSWER_MCQ_LETTER, the upper-case letter); None when
+    """The answer form a row's first `result:` value makes checkable (docs/near-dup.md#validation-sets format
+    compliance): (ANSWER_NUMBER, the number as a plain decimal) or (ANSWER_MCQ_LETTER, the upper-case letter); None when
     there is no `result:` or it is neither."""
     for value in result_values(constraints)[:1]:
         number = parse_number(value)

@@ -23,8 +23,8 @@ CLI, tests and benchmarks, so that no path is spelled out anywhere else.
                                                   per shard: every row's cluster and the cap / held-out decision
     <data>/validation/<validation name>/          heldout_kl.parquet, format_suite.parquet, manifest.json
     <build>/synth_quota_plan/plan.json            the B x C token quota grid of the pool
-    <data>/pool/<pool name>/                      parts/part-XXXXX.parquet (002 §11 rows), megatron/{train,valid}/
-                                                  <B>_<C>/shard_XX_*.{bin,idx} (per-cell trios), shards/shard_XX.json,
+    <data>/pool/<pool name>/                      parts/part-XXXXX.parquet (docs/pool.md#what-the-pool-holds rows),
+    megatron/{train,valid}/ <B>_<C>/shard_XX_*.{bin,idx} (per-cell trios), shards/shard_XX.json,
                                                   curriculum/<stage>.{json,args}, manifest.json
     <data>/pool/<pool name>_valuation/            part-XXXXX.parquet: the valuation features of each pool part
 
@@ -65,7 +65,7 @@ TOKENIZER_SUBDIR = "tokenizer"
 MEGATRON_SUBDIR = "megatron"
 DISTILL_SUBDIR = "distill"
 POOL_SUBDIR = "pool"
-POOL_PARTS_SUBDIR = "parts"  # the pool's 002 §11 Parquet rows, one part per shard
+POOL_PARTS_SUBDIR = "parts"  # the pool's Parquet rows (docs/pool.md#what-the-pool-holds), one part per shard
 POOL_TRIOS_SUBDIR = "megatron"  # the pool's per-cell trios, {train,valid}/<B>_<C>/shard_XX_*
 CURRICULUM_SUBDIR = "curriculum"
 # kept out of the inputs as part of the output tree; the curriculum's Megatron-LM index cache is per user, outside
@@ -333,7 +333,7 @@ class DataLayout:
     def encoding_errors_log_path(self) -> Path:
         return self.encoding_errors_log or self.errors_dir() / constants.DISTILL_ENCODING_ERRORS_FILENAME
 
-    # --- the sequence pool (002 §11) ---------------------------------------------------------------
+    # --- the sequence pool (docs/pool.md#what-the-pool-holds) ---------------------------------------------------------
     def pool_name(self) -> str:
         return POOL_SMOKE_DATASET_NAME if self.smoke else POOL_DATASET_NAME
 
@@ -360,7 +360,7 @@ class DataLayout:
         """Every stage's plan (ctx shares, epochs, blends with prefixes relative to the trio root)."""
         return self.curriculum_dir() / CURRICULUM_PLAN_FILENAME
 
-    # --- the valuation features of the pool (002 §8.1) ------------------------------------------------
+    # --- the valuation features of the pool (docs/distillation.md#valuation-features) ---------------------------------
     def valuation_root(self) -> Path:
         """Beside the pool's root, not in it: the pool manifest seals what is inside, and the features change
         with the checkpoints configured, not with the pool."""

@@ -509,8 +509,8 @@ def pool_manifest(
     files: list[dict[str, Any]],
     validation_sets: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """<pool root>/manifest.json, the sampling manifest (002 §13.3): provenance and config hash, the 001 plan with
-    its achieved mix, the quota grid (targets, rates, expected and achieved tokens and rows per cell, what was
+    """<pool root>/manifest.json, the sampling manifest (docs/pool.md#reports): provenance and config hash, the 001 plan
+    with its achieved mix, the quota grid (targets, rates, expected and achieved tokens and rows per cell, what was
     infeasible), the curriculum schedule with the epochs each stage needs, the validation sets of its build
     (`heldout_section`), every shard and file, totals. ManifestInputError for a shard made under another quota
     plan."""

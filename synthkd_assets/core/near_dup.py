@@ -1,4 +1,4 @@
-"""Near-duplicate control (002 §7): MinHash signatures per shard, global clusters, the per-cluster cap and the
+"""Near-duplicate control (docs/near-dup.md): MinHash signatures per shard, global clusters, the per-cluster cap and the
 held-out clusters of the validation sets.
 
 - signatures (per shard, the scan pass): what makes two examples redundant, the question and the answer
@@ -707,7 +707,8 @@ class BySynthId:
 
 
 def shard_cluster_columns(path: Path) -> BySynthId:
-    """synth_id, cluster_id, near_dup_hash of one shard's synth_clusters file (the pool's §11 columns), by synth_id."""
+    """synth_id, cluster_id, near_dup_hash of one shard's synth_clusters file (the pool's
+    docs/pool.md#what-the-pool-holds columns), by synth_id."""
     return BySynthId(pl.read_parquet(path, columns=["synth_id", "cluster_id", "near_dup_hash"]))
 
 

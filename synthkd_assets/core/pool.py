@@ -1,13 +1,12 @@
-"""The sequence pool of seed 002 (§11 schema v0): every conversation the B x C quota grid keeps, per shard.
+"""The sequence pool (docs/pool.md#what-the-pool-holds): every conversation the B x C quota grid keeps, per shard.
 
 From synth_tokenized (the arrays synth_kd_v1 is made of) and synth_sampled (the Harmony messages), one
 step writes, together or not at all:
 
-- `<pool>/parts/part-XXXXX.parquet`: one 002 §11 row per kept conversation (`POOL_SCHEMA`): a UUID
-  derived from source and synth_id, the buckets, the full Harmony conversation (the pool holds full
-  sequences, 002 §5), the exact prompt token count, the analysis / final token ranges, a uniform
-  `sampling_weight` of 1.0 (002 §14: uniform within quotas until a scorer exists) and the columns
-  nothing computes yet as nulls;
+- `<pool>/parts/part-XXXXX.parquet`: one pool row per kept conversation (`POOL_SCHEMA`): a UUID derived from
+  source and synth_id, the buckets, the full Harmony conversation (the pool holds full sequences), the exact
+  prompt token count, the analysis / final token ranges, a uniform `sampling_weight` of 1.0 (uniform within
+  quotas until a scorer exists) and the columns nothing computes yet as nulls;
 - `<pool>/megatron/<split>/<B>_<C>/shard_XX_{tokens,lossmask,span}.{bin,idx}`: the same conversations as
   Megatron trios per cell and split (the 000 split of synth_kd_v1), so a Megatron blend can weight the
   cells by prefix (core/curriculum.py). A cell a shard has nothing for publishes no file.
@@ -48,7 +47,8 @@ from synthkd_contract.buckets import (
 from synthkd_contract.labels import token_align
 from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
 
-POOL_SAMPLING_WEIGHT = 1.0  # uniform within the quotas (002 §14 step 3) until a scorer sets exp(tau * utility)
+# uniform within the quotas until a scorer sets exp(tau * utility) (docs/pool.md#what-the-pool-holds)
+POOL_SAMPLING_WEIGHT = 1.0
 
 
 def cell_dir_name(skill: str, ctx: str) -> str:
@@ -65,7 +65,7 @@ def token_ranges(per_token_spans: np.ndarray, span: int) -> list[dict[str, int]]
 
 @dataclass(frozen=True)
 class PoolRow:
-    """One kept conversation: its cell and what its §11 row says about its tokens."""
+    """One kept conversation: its cell and what its pool row says about its tokens."""
 
     index: int  # in its frame
     synth_id: str
@@ -104,8 +104,9 @@ def pool_row(row: TokenizedRow, messages: str, exercise_table: Mapping[str, str]
 def pool_table(
     rows: list[PoolRow], clusters: BySynthId | None = None, dataset: str = constants.SOURCE_DATASET
 ) -> pa.Table:
-    """The §11 rows of kept conversations of one `dataset` (POOL_SCHEMA), nulls where nothing computes a column
-    yet; `clusters`: synth_id, cluster_id, near_dup_hash from synth_clusters (null columns without it)."""
+    """The pool rows (docs/pool.md#what-the-pool-holds) of kept conversations of one `dataset` (POOL_SCHEMA), nulls
+    where nothing computes a column yet; `clusters`: synth_id, cluster_id, near_dup_hash from synth_clusters (null
+    columns without it)."""
     n = len(rows)
     if clusters is None:
         cluster_ids, hashes = [None] * n, [None] * n
@@ -134,7 +135,8 @@ def pool_table(
 
 class PoolOutputs(Outputs):
     """The pool part of one shard and its trios per (split, cell), published together by `commit_shard`.
-    A written table (named by its split) carries the §11 columns plus `cell` and the three arrays for the trios."""
+    A written table (named by its split) carries the pool row's columns plus `cell` and the three
+    arrays for the trios."""
 
     def __init__(self, part_path: Path, trio_root: Path, shard_index: int) -> None:
         self.writers: dict[tuple[str, str], MegatronShardWriter] = {}

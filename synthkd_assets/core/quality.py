@@ -1,4 +1,4 @@
-"""Distribution checks of seed 002 §12: analysis / final lengths per conversation, per language and exercise.
+"""Distribution checks (docs/contract.md#checks): analysis / final lengths per conversation, per language and exercise.
 
 A conversation's analysis (final) tokens are its label positions with span_id == SPAN_ANALYSIS (SPAN_FINAL):
 exactly the tokens of its analysis (final) message, Harmony wrappers included, the counts the manifests' tokens per

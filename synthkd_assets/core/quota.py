@@ -1,4 +1,5 @@
-"""The B x C quota grid on tokens (002 §4, §4.3; 004): keep rates per (skill, ctx) cell for a target skill mix.
+"""The B x C quota grid on tokens (docs/pool.md#the-quota-grid-on-tokens; 004): keep rates per (skill, ctx) cell for a
+target skill mix.
 
 004 makes tokens the authoritative size, so the plan solves on token counts (synth_tokenized's
 `bucket_tokens`, summed by core/buckets.py `grids_from_reports`) and reports rows beside them. It only
@@ -10,9 +11,9 @@ The solver, for shares t_b (the mix renormalized over the feasible buckets) and 
 a bucket with t_b > 0 and T_b > 0 is feasible; one with t_b > 0 and no tokens is infeasible and reported.
 The kept total K is the largest with K t_b <= T_b for every feasible b, i.e. K = min_b T_b / t_b, and
 every cell of bucket b keeps K t_b / T_b <= 1 (the scarcest bucket relative to its target keeps all of
-its rows). Within a bucket the ctx cells share the rate: the ctx mix is the curriculum's (002 §4.2).
-`balance_tokens` (004) replaces the mix by equal shares over the buckets that hold tokens, which
-truncates every larger bucket to the smallest.
+its rows). Within a bucket the ctx cells share the rate: the ctx mix is the curriculum's
+(docs/pool.md#the-quota-grid-on-tokens). `balance_tokens` (004) replaces the mix by equal shares over the buckets that
+hold tokens, which truncates every larger bucket to the smallest.
 
 A rate drawn row by row keeps K t_b only on average: one long row decides a bucket's share. So the plan selects
 rows (`plan_quota_selection`, docs/pool.md "How the quota selects rows"): each bucket not kept whole keeps the

@@ -1,6 +1,6 @@
-"""The Harmony round-trip (seed 002 §12): the tokens written for a conversation, parsed back by openai-harmony,
-give exactly the messages of synth_harmony it was rendered from. It catches a renderer (fast or reference)
-that drifts from Harmony, and any token of a written conversation changed on its way to disk."""
+"""The Harmony round-trip (docs/contract.md#checks): the tokens written for a conversation, parsed back by
+openai-harmony, give exactly the messages of synth_harmony it was rendered from. It catches a renderer (fast or
+reference) that drifts from Harmony, and any token of a written conversation changed on its way to disk."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The global source mix on tokens (002 §5; issue #21 item 3): keep rates per source so that SYNTH and each anchor
-category hold their target shares of the kept tokens, and no capped source more than its cap.
+"""The global source mix on tokens (docs/sources.md#the-source-mix-on-tokens; issue #21 item 3): keep rates per source
+so that SYNTH and each anchor category hold their target shares of the kept tokens, and no capped source more than its
+cap.
 
 The plan solves on tokens available per source (for SYNTH, the tokens expected after the pool's skill quota, so
 floats are allowed) and reports rows beside them. It only downsamples: a row of source s is kept iff

@@ -77,7 +77,7 @@ class HarmonizeStep(ShardStep):
         frame = drop_nul_synth_id(frame, report)
         frame = self.duplicates.drop_duplicates(frame, report)
         frame = _sanitize(frame, report)
-        # every kept row needs a skill bucket (002 §2); the inventory checked the file's labels already
+        # every kept row needs a skill bucket (docs/pool.md#buckets); the inventory checked the file's labels already
         check_exercises(frame, self.raw.path, self.shard, self.exercise_table)
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())

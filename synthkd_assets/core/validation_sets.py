@@ -1,6 +1,6 @@
-"""The validation sets of 002 §13.4, from the clusters synth_clusters held out: the held-out KL slice (Harmony
-prompts a fixed number per exercise) and the format-compliance suite (prompts whose answer form SYNTH's own
-`result:` constraint makes checkable, the expectation stored beside each). Every member of their clusters is
+"""The validation sets (docs/near-dup.md#validation-sets), from the clusters synth_clusters held out: the held-out KL
+slice (Harmony prompts a fixed number per exercise) and the format-compliance suite (prompts whose answer form SYNTH's
+own `result:` constraint makes checkable, the expectation stored beside each). Every member of their clusters is
 dropped from training as `heldout`, so both are cluster-disjoint from everything trained on."""
 
 from __future__ import annotations

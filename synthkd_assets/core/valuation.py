@@ -1,4 +1,5 @@
-"""The valuation features of one pool shard (seed 002 §8.1): one row per pool row, keyed by its `id`.
+"""The valuation features of one pool shard (docs/distillation.md#valuation-features): one row per pool row, keyed by
+its `id`.
 
 Prompt-only features are polars expressions over the pool part: the exact prompt token count, the skill and
 ctx bucket tags, and per lexical marker of synthkd_contract/valuation.py the number of its matches in the user

@@ -439,13 +439,13 @@ def raw_inputs_unchanged(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg
 
 
 def table_schema_check(asset: str, name: str, tables: Callable[[DataLayout, list[str]], list]):
-    """A blocking check that every Parquet table `tables` lists has its contract schema (002 §12)."""
+    """A blocking check that every Parquet table `tables` lists has its contract schema (docs/contract.md#checks)."""
 
     @dg.asset_check(
         asset=asset,
         name=name,
         blocking=True,
-        description="Schema validity (002 §12): every Parquet table the build wrote so far (listed in "
+        description="Schema validity (docs/contract.md#checks): every Parquet table the build wrote so far (listed in "
         "core/checks.py) has exactly its contract schema's columns, in order, with their types.",
     )
     def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:

@@ -103,7 +103,7 @@ def synth_kd_v1_manifest(
     """data/megatron/synth_kd_v1/manifest.json: git SHA, config hash, tokenizer pin, input manifest hash, split
     rule, sampling plan and achieved mix, shard inventory with bytes/sha256/counts, tokens per span and drops by
     reason. Reports (metadata only) analysis / final tokens per conversation of synth_tokenized, per language and
-    exercise, with the overall figures plotted (002 §12 distribution checks)."""
+    exercise, with the overall figures plotted (docs/contract.md#checks distribution checks)."""
     paths = layout.data_layout(build.smoke)
     root, names = paths.megatron_root(), shard_names(paths)
     records = dataset_records(paths, synth_kd_v1, names)

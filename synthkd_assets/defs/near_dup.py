@@ -1,4 +1,4 @@
-"""Near-duplicate control and the validation sets (002 §7, §12, §13.4): signatures per shard (scan pass), the
+"""Near-duplicate control and the validation sets (docs/near-dup.md): signatures per shard (scan pass), the
 global clusters with their cap and held-out clusters (plan pass, before the sampling plan counts rows), and the
 held-out KL slice and format-compliance suite. Each asset calls its core rule (core/near_dup.py,
 core/validation_sets.py) and reports what it found as metadata."""
@@ -81,8 +81,8 @@ def synth_signatures(
     metadata=table_definition_metadata(CLUSTERS_SCHEMA),
 )
 def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig):
-    """Near-duplicate clusters over every shard's signatures (002 §7): LSH candidates (rows sharing a band key)
-    verified at the Jaccard threshold, joined by connected components; exact duplicates included. Per row
+    """Near-duplicate clusters over every shard's signatures (docs/near-dup.md): LSH candidates (rows sharing a band
+    key) verified at the Jaccard threshold, joined by connected components; exact duplicates included. Per row
     cluster_id / cluster_size / cluster_rank and the decision: `cluster_cap` past max_per_cluster (by a salted
     hash; clusters of one always kept), `heldout` for the clusters of the validation sets (none larger than
     heldout_cluster_limit), whose signatures clusters.json keeps for every later build. Global, like the
@@ -202,10 +202,11 @@ def large_cluster_result(summary: dict, example: dict) -> dg.AssetCheckResult:
 def synth_validation_sets(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """The validation sets of 002 §13.4, from the clusters synth_clusters held out (every member of them dropped
-    from training as `heldout`, so both are cluster-disjoint from everything trained on): the held-out KL slice
-    (heldout_per_exercise Harmony prompts per exercise) and the format-compliance suite (prompts whose `result:`
-    constraint makes the answer form checkable, the expectation stored beside each), as Parquet with a manifest."""
+    """The validation sets (docs/near-dup.md#validation-sets), from the clusters synth_clusters held out (every member
+    of them dropped from training as `heldout`, so both are cluster-disjoint from everything trained on): the held-out
+    KL slice (heldout_per_exercise Harmony prompts per exercise) and the format-compliance suite (prompts whose
+    `result:` constraint makes the answer form checkable, the expectation stored beside each), as Parquet with a
+    manifest."""
     paths = layout.data_layout(build.smoke)
     summary_path = paths.clusters_summary()
     if not summary_path.is_file():

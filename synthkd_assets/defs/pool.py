@@ -90,12 +90,12 @@ def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig) -> dict:
 def synth_quota_plan(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """The B x C quota grid (002 §4.3) on tokens (004): from every SYNTH shard's tokens per (skill bucket, ctx
-    bucket) after the 001 selection, keep rates per cell that make the pool's skill mix the configured one (or,
-    with balance_tokens, truncate every bucket to the smallest), downsampling only; a bucket the data leaves empty
-    is reported as infeasible. With anchor sources, the source mix on top: a keep rate per source so that SYNTH
-    and each anchor category hold their token shares under the caps (docs/sources.md). Salted hashes of synth_id;
-    not automated, like the sampling plan."""
+    """The B x C quota grid (docs/pool.md#the-quota-grid-on-tokens) on tokens (004): from every SYNTH shard's tokens per
+    (skill bucket, ctx bucket) after the 001 selection, keep rates per cell that make the pool's skill mix the
+    configured one (or, with balance_tokens, truncate every bucket to the smallest), downsampling only; a bucket the
+    data leaves empty is reported as infeasible. With anchor sources, the source mix on top: a keep rate per source so
+    that SYNTH and each anchor category hold their token shares under the caps (docs/sources.md). Salted hashes of
+    synth_id; not automated, like the sampling plan."""
     paths = layout.data_layout(build.smoke)
     plan = quota_plan_of(paths, build)
     if reason := keeps_nothing_reason(plan):
@@ -127,9 +127,9 @@ def synth_quota_plan(
 def synth_pool(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """The 002 §11 sequence pool of this shard: every conversation the quota grid keeps, as one Parquet row
-    (UUID, source, skill and ctx bucket, Harmony messages, exact prompt tokens, analysis / final token ranges,
-    sampling_weight, cluster_id and near_dup_hash from synth_clusters; scorer columns null) and as Megatron
+    """The sequence pool (docs/pool.md#what-the-pool-holds) of this shard: every conversation the quota grid keeps, as
+    one Parquet row (UUID, source, skill and ctx bucket, Harmony messages, exact prompt tokens, analysis / final token
+    ranges, sampling_weight, cluster_id and near_dup_hash from synth_clusters; scorer columns null) and as Megatron
     trios per (split, B_C cell) for curriculum blends; rows over quota dropped and counted."""
     paths = layout.data_layout(build.smoke)
     key = context.partition_key
@@ -193,8 +193,9 @@ def pool_shard_records(paths: DataLayout, names: list[str]) -> dict[str, dict]:
 def synth_curriculum(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """Curriculum blends (002 §10.1, §10.4) over the pool's per-cell trios: per stage, `<pool>/curriculum/<stage>.json`
-    (Megatron-LM --per-split-data-args-path) and `<stage>.args` (the arguments of a stock Megatron-LM run: that file,
+    """Curriculum blends (docs/pool.md#curriculum) over the pool's per-cell trios: per stage,
+    `<pool>/curriculum/<stage>.json` (Megatron-LM --per-split-data-args-path) and `<stage>.args` (the arguments of a
+    stock Megatron-LM run: that file,
     --seq-length, --train-samples), weights reproducing the stage's ctx shares on tokens; a stage whose buckets
     hold no tokens writes nothing and says why, and the epochs each stage needs are reported. The files of a stage
     taken out of the configuration are removed. Fails, writing nothing, unless every shard's pool part was made
@@ -247,8 +248,8 @@ def synth_curriculum(
 def synth_pool_manifest(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
 ) -> dg.MaterializeResult:
-    """`<pool>/manifest.json`, the sampling manifest (002 §13.3): provenance and config hash, the 001 plan, the quota
-    grid with targets vs expected vs achieved tokens and rows per cell, balancing, the curriculum schedule and
+    """`<pool>/manifest.json`, the sampling manifest (docs/pool.md#reports): provenance and config hash, the 001 plan,
+    the quota grid with targets vs expected vs achieved tokens and rows per cell, balancing, the curriculum schedule and
     its epochs, the validation sets of its plan, every shard's part and trios with bytes / sha256, and drops by
     reason; fails unless the quota plan is the one the configured targets give and the validation sets were held
     out of the clusters the plan counted after. Seals the valuation features of the parts beside it."""

@@ -136,7 +136,8 @@ class SynthKDLayout(dg.ConfigurableResource):
 
 
 class CurriculumStageConfig(dg.Config):
-    """One context-length stage of the curriculum (002 §10): its ctx bucket shares of the stage's tokens."""
+    """One context-length stage of the curriculum (docs/pool.md#curriculum): its ctx bucket shares of the stage's
+    tokens."""
 
     stage: str
     ctx_mix: dict[str, float]
@@ -200,7 +201,7 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         "maps stops the build in its inventory pass. Hashed into every manifest's config.",
     )
 
-    # near-duplicate control (002 §7, §13.4): before the sampling plan counts rows, so it shapes every dataset
+    # near-duplicate control (docs/near-dup.md): before the sampling plan counts rows, so it shapes every dataset
     near_dup: bool = Field(
         default=True,
         description="Cap near-duplicate clusters of user prompts at max_per_cluster rows (off: clusters are still "
@@ -224,7 +225,7 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
         description="Clusters per checkable answer form (number, MCQ letter) held out for the format suite.",
     )
 
-    # the sequence pool (002 §4, §10; 004): the skill mix on tokens, balancing, the curriculum
+    # the sequence pool (docs/pool.md#the-quota-grid-on-tokens; 004): the skill mix on tokens, balancing, the curriculum
     skill_mix: dict[str, float] = Field(
         default_factory=lambda: dict(SKILL_MIX),
         description="Target share of SYNTH's tokens in the pool per skill bucket (B1..B4), renormalized over the "
@@ -380,7 +381,7 @@ class SynthKDBuildConfig(dg.ConfigurableResource):
 
 
 class ValuationModelsResource(dg.ConfigurableResource):
-    """The models synth_valuation_features runs (002 §8.1): checkpoint directories of
+    """The models synth_valuation_features runs (docs/distillation.md#valuation-features): checkpoint directories of
     `synthkd_training.models.save_checkpoint` (gpt_spec.json + model.pt). None: the model features are null,
     and no build process imports torch."""
 

@@ -1,6 +1,6 @@
-"""The valuation features of the pool (002 §8.1), per shard: the prompt-only features always, the teacher /
-student features when the `valuation` resource names checkpoints (core/valuation.py; the models run in
-synthkd_training.valuation)."""
+"""The valuation features of the pool (docs/distillation.md#valuation-features), per shard: the prompt-only features
+always, the teacher / student features when the `valuation` resource names checkpoints (core/valuation.py; the models
+run in synthkd_training.valuation)."""
 
 from functools import partial
 
@@ -52,9 +52,9 @@ def synth_valuation_features(
     build: SynthKDBuildConfig,
     valuation: ValuationModelsResource,
 ) -> dg.MaterializeResult:
-    """Valuation features (002 §8.1) of this shard's pool rows, keyed by pool `id`: prompt tokens, skill / ctx
-    bucket tags, counts of lexical markers in the user prompt (constraints, enumerations, code fences,
-    equations), and over the first `window` tokens after the prompt the teacher's entropy and top-1 - top-2
+    """Valuation features (docs/distillation.md#valuation-features) of this shard's pool rows, keyed by pool `id`:
+    prompt tokens, skill / ctx bucket tags, counts of lexical markers in the user prompt (constraints, enumerations,
+    code fences, equations), and over the first `window` tokens after the prompt the teacher's entropy and top-1 - top-2
     margin and the student-teacher KL, null unless the valuation resource names a teacher (and student)
     checkpoint."""
     paths = layout.data_layout(build.smoke)

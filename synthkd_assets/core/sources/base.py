@@ -11,10 +11,10 @@ here, once:
   line that is not a JSON object or holds a field of another type is a counted drop (`invalid_json_line`,
   `wrong_type`), a published column absent from every line refuses the file.
 - `harmonize_source`: NULs removed from turn texts (counted), a leading system turn removed (counted: the run's
-  system message is fixed, seed 002 §6.1), `<think>...</think>` at the start of an assistant turn split into the
-  reasoning (`analysis`, last turn) and the answer, then the row checks in order (the adapter's own reason first,
-  `empty_conversation`, `unsupported_role`, `empty_turn`, `bad_turn_order`, `missing_source_id`, `nul_in_synth_id`),
-  the synth_id and
+  system message is fixed, docs/sources.md#from-a-shard-to-rows), `<think>...</think>` at the start of an assistant turn
+  split into the reasoning (`analysis`, last turn) and the answer, then the row checks in order (the adapter's own
+  reason first, `empty_conversation`, `unsupported_role`, `empty_turn`, `bad_turn_order`, `missing_source_id`,
+  `nul_in_synth_id`), the synth_id and
   `duplicate_synth_id`, and the Harmony JSON: system (synth.py's), the turns (user / assistant `final`), the last
   assistant's `analysis` before its `final` when there is reasoning.
 
