@@ -261,6 +261,9 @@ def test_webserver_shows_graph_partitions_checks_and_staleness(cli_build, webser
     # the pool's publication status is shown, non-blocking, and passes on a built pool
     published = checks.pop("pool_published")
     assert not published["blocking"] and published["executionForLatestMaterialization"]["status"] == "SUCCEEDED"
+    # and whether every part is built from its shard as it is now: it is, after a whole build
+    current = checks.pop("pool_current")
+    assert not current["blocking"] and current["executionForLatestMaterialization"]["status"] == "SUCCEEDED"
     # the near-duplicate WARN checks are shown, non-blocking, and pass on the sample
     for name in ("large_cluster", "clusters_cross_split"):
         near_dup = checks.pop(name)

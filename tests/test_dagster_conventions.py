@@ -43,7 +43,7 @@ def latest(instance: dg.DagsterInstance, asset: str, partition: str | None = Non
 
 def test_every_check_has_a_description():
     specs = all_check_specs()
-    assert len(specs) == 36
+    assert len(specs) == 37
     assert [s.key.to_user_string() for s in specs if not (s.description or "").strip()] == []
 
 

@@ -17,6 +17,7 @@ import pytest
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from openai_harmony import Conversation, Message
 
+from synthkd_assets.defs.checks import stale_pool_shards
 from synthkd_assets.defs.metadata import rounded
 from synthkd_assets.defs.passes import POOL_MANIFEST_STEPS, POOL_STEPS, QUOTA_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
@@ -278,3 +279,46 @@ def test_bucket_tokens_are_plotted_and_the_balance_check_warns(pool):
     assert f"smallest bucket {smallest['skill_bucket'][0]} ({smallest['sequence_tokens'][0]:,} tokens)" in (
         evaluation.description
     )
+
+
+def _tokenized_version(instance: dg.DagsterInstance, shard: str, version: str) -> None:
+    """A synth_tokenized materialization of `shard` with data version `version`, as a rebuild records one."""
+    event = dg.AssetMaterialization("synth_tokenized", partition=shard, tags={"dagster/data_version": version})
+    instance.report_runless_asset_event(event)
+
+
+def pool_current(instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
+    key = dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), "pool_current")
+    [record] = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    return record.event.dagster_event.event_specific_data
+
+
+def test_a_shard_rebuilt_after_its_pool_part_warns_on_the_pool_manifest_until_the_pool_follows(
+    built_sample, own_instance, tmp_path
+):
+    """A pool part older than its shard's synth_tokenized (the raw sensor rebuilt a changed shard: the pool is left
+    to the pool pass) is what the pool manifest's `pool_current` warning says, reported by the run that rebuilt
+    the shard, with the launch that repairs it; a rebuild with the same bytes is no change; the pool pass and
+    its manifest make it pass again."""
+    copy = tmp_path / "data"
+    shutil.copytree(built_sample[2], copy)
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copy))
+    shards = [f"synth_{i:03d}" for i in range(1, 7)]
+    _tokenized_version(own_instance, "synth_002", "before")
+    run(own_instance, layout, POOL_STEPS, "synth_002")
+    run(own_instance, layout, POOL_MANIFEST_STEPS)
+    assert pool_current(own_instance).passed and stale_pool_shards(own_instance, shards) == []
+    _tokenized_version(own_instance, "synth_002", "before")  # rebuilt, same bytes: the part is still current
+    assert stale_pool_shards(own_instance, shards) == []
+    _tokenized_version(own_instance, "synth_002", "after")  # rebuilt with other bytes
+    assert stale_pool_shards(own_instance, shards) == ["synth_002"]
+    # the build pass's run of the shard says so on synth_pool_manifest (the graph's and asset page's check badge)
+    run(own_instance, layout, ["synth_kd_v1"], "synth_002")
+    warned = pool_current(own_instance)
+    assert not warned.passed and warned.severity == dg.AssetCheckSeverity.WARN
+    assert warned.description.startswith("needs action: the pool synth_pool_v1 predates the rebuild of 1 shard(s)")
+    assert "Jobs > synth_pool_job > Materialize all, partition 'synth_002'" in warned.description
+    assert warned.metadata["summary"].value == warned.description  # what the run's page shows
+    run(own_instance, layout, POOL_STEPS, "synth_002")
+    run(own_instance, layout, POOL_MANIFEST_STEPS)
+    assert pool_current(own_instance).passed

@@ -56,6 +56,7 @@ from synthkd_assets.defs.checks import (
     distill_rows_result,
     harmony_round_trip_result,
     near_dup_controlled_result,
+    pool_current_event,
     rows_accounted_result,
     shard_check_spec,
     shard_not_empty_result,
@@ -214,7 +215,9 @@ def synth_sampling_plan(
     after the filters and the near-duplicate cap / held-out clusters (synth_clusters), keep rates so that
     memorization <= memorization_cap and non-English <= non_english_max (and >= non_english_min when set; in
     expectation), plus global_keep. One salted hash of synth_id per rule.
-    Not automated: a re-plan means rebuilding every shard from synth_sampled on."""
+    Not automated: a re-plan means rebuilding every shard from synth_sampled on. The UI's "Upstream data" /
+    "Unsynced" on it after a shard is rebuilt is by design, no action needed: act only to re-plan (synth_plan_job,
+    then ./scripts/build.sh)."""
     paths = layout.data_layout(build.smoke)
     names = [n for n in shard_names(paths) if sources.partition_source(n) == sources.SYNTH_SOURCE]  # 001: SYNTH's
     filtered = partition_records("synth_filtered", {n: stage_files(paths, "synth_filtered", n)[1] for n in names})
@@ -361,6 +364,10 @@ def synth_kd_v1(
         **files_metadata(written, root, [paths.shard_record(shard_index), paths.documents_table(shard_index)]),
         "dataset_root": dg.MetadataValue.path(str(root)),
     }
+    if paths.pool_manifest().is_file():  # a published pool whose part of this shard this run may have outdated
+        stale = pool_current_event(context.instance, shard_names(paths), paths.pool_name())
+        if stale is not None:
+            context.log_event(stale)
     return dg.MaterializeResult(
         metadata=metadata,
         data_version=content_version(metadata, paths.shard_record(shard_index)),

@@ -39,9 +39,11 @@ from synthkd_assets.core.round_trip import RoundTrip
 from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.core.validation import cross_shard_duplicates
+from synthkd_assets.defs.jobs import repair_action
 from synthkd_assets.defs.metadata import readable_metadata
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.tags import DATA_VERSION_TAG
 from synthkd_assets.defs.upstream import shard_names
 from synthkd_contract import constants
 from synthkd_contract.buckets import BUCKET_IMBALANCE_RATIO
@@ -282,6 +284,84 @@ POOL_PUBLISHED_SPEC = dg.AssetCheckSpec(
     "was rewritten or its raw shard removed (they would list or blend other rows), until ./scripts/build.sh or "
     "the pool launches (docs/pool.md) publish it again.",
 )
+
+
+POOL_CURRENT = "pool_current"
+POOL_CURRENT_SPEC = dg.AssetCheckSpec(
+    POOL_CURRENT,
+    asset="synth_pool_manifest",
+    blocking=False,
+    description="Whether every shard's pool part is built from the shard as it is now (its synth_tokenized): "
+    "evaluated when this asset is written, and reported failed by the run that rebuilds a shard's synth_tokenized "
+    "with other bytes after its pool part (the raw sensor's rebuild of a changed shard, a launch from the UI), "
+    "naming the shards and the launch that brings the pool up to date. A warning: the published pool stays "
+    "consistent with itself, built from the shards as they were.",
+)
+
+
+def stale_pool_shards(instance: dg.DagsterInstance, shards: Sequence[str]) -> list[str]:
+    """The shards of `shards` whose latest synth_tokenized has other bytes (data version) than the one their
+    latest synth_pool part was built from, or that have a synth_tokenized and no pool part."""
+    materialized = dg.DagsterEventType.ASSET_MATERIALIZATION
+    wanted = set(shards)
+    tokenized_key, pool_key = dg.AssetKey("synth_tokenized"), dg.AssetKey("synth_pool")
+    tokenized = instance.get_latest_storage_id_by_partition(tokenized_key, materialized, wanted)
+    pool = instance.get_latest_storage_id_by_partition(pool_key, materialized, wanted)
+
+    def version(shard: str, before: int | None = None) -> str | None:
+        where = dg.AssetRecordsFilter(asset_key=tokenized_key, asset_partitions=[shard], before_storage_id=before)
+        records = instance.fetch_materializations(where, limit=1).records
+        return records[0].event_log_entry.asset_materialization.tags.get(DATA_VERSION_TAG) if records else None
+
+    stale = []
+    for shard in shards:
+        built, part = tokenized.get(shard), pool.get(shard)
+        if built is None or (part is not None and part > built):
+            continue
+        if part is None or version(shard) != version(shard, before=part):
+            stale.append(shard)
+    return stale
+
+
+def pool_current_result(stale: Sequence[str], pool: str) -> dg.AssetCheckResult:
+    """`pool_current`'s verdict over every shard: the stale ones named, with the launch that rebuilds them."""
+    if not stale:
+        return check_result(
+            check_name=POOL_CURRENT,
+            passed=True,
+            severity=dg.AssetCheckSeverity.WARN,
+            description="every shard's pool part is built from its current synth_tokenized",
+        )
+    named = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+    return check_result(
+        check_name=POOL_CURRENT,
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"needs action: the pool {pool} predates the rebuild of {len(stale)} shard(s): {named}. "
+        f"Rebuild their parts ({repair_action('synth_pool', stale[0])}"
+        f"{', and so for each' if len(stale) > 1 else ''}), then the manifest "
+        f"({repair_action('synth_pool_manifest', stale[0])}), or run ./scripts/build.sh",
+        metadata={"stale_shards": list(stale)},
+    )
+
+
+def pool_current_event(
+    instance: dg.DagsterInstance, shards: Sequence[str], pool: str
+) -> dg.AssetCheckEvaluation | None:
+    """The failed `pool_current` evaluation a run reports (runless, on synth_pool_manifest) once it leaves a
+    published pool's part older than its shard; None while every part is current."""
+    stale = stale_pool_shards(instance, shards)
+    if not stale:
+        return None
+    result = pool_current_result(stale, pool)
+    return dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey("synth_pool_manifest"),
+        check_name=POOL_CURRENT,
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=result.description,
+        metadata=result.metadata,
+    )
 
 
 def pool_published_result(digest: str) -> dg.AssetCheckResult:

@@ -19,11 +19,11 @@ from synthkd_assets.defs.checks import pool_unpublished_events
 from synthkd_assets.defs.conventions import OWNERS, pass_tags, synthkd_asset
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.tags import DATA_VERSION_TAG
 from synthkd_contract import constants
 from synthkd_contract.sources import SYNTH_SOURCE, partition_source
 
 # the event tag under which Dagster records a data version reported from outside a materialization
-DATA_VERSION_TAG = "dagster/data_version"
 INVENTORY_WARNINGS = "warnings"  # synth_raw_inventory's metadata: what it logged as warnings (build.sh prints them)
 
 

@@ -86,7 +86,9 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
     cluster_id / cluster_size / cluster_rank and the decision: `cluster_cap` past max_per_cluster (by a salted
     hash; clusters of one always kept), `heldout` for the clusters of the validation sets (none larger than
     heldout_cluster_limit), whose signatures clusters.json keeps for every later build. Global, like the
-    sampling plan that counts rows after it: a re-cluster means rebuilding every shard from synth_sampled on."""
+    sampling plan that counts rows after it: a re-cluster means rebuilding every shard from synth_sampled on. Its
+    "Upstream data" / "Unsynced" in the UI after a shard is rebuilt is by design, no action needed unless you mean
+    to re-cluster (synth_plan_job, then ./scripts/build.sh)."""
     paths = layout.data_layout(build.smoke)
     names = shard_names(paths)
     partition_records("synth_signatures", {n: stage_files(paths, "synth_signatures", n)[1] for n in names})

@@ -36,13 +36,16 @@ from synthkd_assets.core.valuation import valuation_manifest
 from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
 from synthkd_assets.defs.checks import (
     BUCKET_BALANCE_SPEC,
+    POOL_CURRENT_SPEC,
     POOL_PUBLISHED_SPEC,
     POOL_TRIO_ALIGNMENT,
     bucket_balance_result,
+    pool_current_result,
     pool_published_result,
     pool_trio_alignment_result,
     pool_unpublished_events,
     rows_accounted_result,
+    stale_pool_shards,
     write_gated_manifest,
 )
 from synthkd_assets.defs.conventions import synthkd_asset
@@ -95,7 +98,8 @@ def synth_quota_plan(
     configured one (or, with balance_tokens, truncate every bucket to the smallest), downsampling only; a bucket the
     data leaves empty is reported as infeasible. With anchor sources, the source mix on top: a keep rate per source so
     that SYNTH and each anchor category hold their token shares under the caps (docs/sources.md). Salted hashes of
-    synth_id; not automated, like the sampling plan."""
+    synth_id; not automated, like the sampling plan: its "Upstream data" / "Unsynced" in the UI after a shard is
+    rebuilt is by design, no action needed unless you mean to re-plan (synth_quota_job, then the pool pass)."""
     paths = layout.data_layout(build.smoke)
     plan = quota_plan_of(paths, build)
     if reason := keeps_nothing_reason(plan):
@@ -243,7 +247,7 @@ def synth_curriculum(
         dg.AssetKey("synth_valuation_features"),  # sealed here too: defs/valuation.py depends on synth_pool
     ],
     group_name="pool",
-    check_specs=[BUCKET_BALANCE_SPEC, POOL_PUBLISHED_SPEC],
+    check_specs=[BUCKET_BALANCE_SPEC, POOL_PUBLISHED_SPEC, POOL_CURRENT_SPEC],
 )
 def synth_pool_manifest(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
@@ -292,5 +296,9 @@ def synth_pool_manifest(
             **language_exercise_metadata(record["report"] for record in records),
         },
         data_version=dg.DataVersion(digest),
-        check_results=[bucket_balance_result(achieved, planned, quota["infeasible"]), pool_published_result(digest)],
+        check_results=[
+            bucket_balance_result(achieved, planned, quota["infeasible"]),
+            pool_published_result(digest),
+            pool_current_result(stale_pool_shards(context.instance, names), paths.pool_name()),
+        ],
     )

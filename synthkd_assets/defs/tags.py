@@ -11,4 +11,5 @@ RUN_KEY_TAG: Final = "dagster/run_key"  # a sensor's or schedule's run key
 MAX_RETRIES_TAG: Final = "dagster/max_retries"  # run retries allowed (the instance's run_retries)
 WILL_RETRY_TAG: Final = "dagster/will_retry"  # "true" on a failed run the retry daemon will re-launch
 AUTO_RETRY_RUN_ID_TAG: Final = "dagster/auto_retry_run_id"  # on a failed run: the id of its retry
+DATA_VERSION_TAG: Final = "dagster/data_version"  # on a materialization: its data version
 EPHEMERAL_JOB_NAME: Final = "__ephemeral_asset_job__"  # the job `dg.materialize` runs steps of no job as
