@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -322,6 +324,32 @@ REEXECUTE = """mutation { launchPipelineReexecution(reexecutionParams: {parentRu
   message } ... on RunConfigValidationInvalid { errors { message } } ... on PipelineNotFoundError { message } } }"""
 
 
+@contextlib.contextmanager
+def runs_at_once(home: Path) -> Iterator[None]:
+    """The instance of `home` launching a run at once when it is submitted (Dagster's DefaultRunCoordinator: no
+    queue, so no daemon), for the block."""
+    config = home / "dagster.yaml"
+    queued = config.read_text()
+    at_once = "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+    config.write_text(
+        queued.split("run_coordinator:")[0] + at_once + "run_launcher:" + queued.split("run_launcher:")[1]
+    )
+    try:
+        yield
+    finally:
+        config.write_text(queued)
+
+
+def finished(home: Path, run_id: str) -> tuple[dg.DagsterRun, list[str]]:
+    """Run `run_id` of the instance of `home` once it has finished, and its step failures."""
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        deadline = time.monotonic() + 300
+        while not (run := instance.get_run_by_id(run_id)).is_finished:
+            assert time.monotonic() < deadline, f"run {run_id} still {run.status}"
+            time.sleep(1)
+        return run, [e.message for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)]
+
+
 def test_a_build_run_is_its_pass_jobs_run_and_the_ui_reexecutes_it_as_built(cli_build, tmp_path):
     """Every run of build.sh is a run of its pass's job in the code location (so the UI names it and can open
     and re-execute it) and carries its resources' config. The UI's "Re-execute" of the smoke build's shard run,
@@ -342,27 +370,15 @@ def test_a_build_run_is_its_pass_jobs_run_and_the_ui_reexecutes_it_as_built(cli_
     ]
     before = final_files(root / "data")
 
-    # runs launched by the webserver at once (no queue, so no daemon); its code location reads another data root
-    config = home / "dagster.yaml"
-    queued = config.read_text()
-    at_once = "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
-    config.write_text(
-        queued.split("run_coordinator:")[0] + at_once + "run_launcher:" + queued.split("run_launcher:")[1]
-    )
+    # its code location reads another data root
     elsewhere = tmp_path / "elsewhere"
-    try:
-        with running_webserver({**env, "SYNTHKD_DATA_DIR": str(elsewhere)}, "-w", "workspace.yaml") as port:
-            launched = graphql(port, REEXECUTE % parent.run_id)["launchPipelineReexecution"]
-            assert launched["__typename"] == "LaunchRunSuccess", launched
-            run_id = launched["run"]["runId"]
-            with dg.DagsterInstance.from_config(str(home)) as instance:
-                deadline = time.monotonic() + 300
-                while not (run := instance.get_run_by_id(run_id)).is_finished:
-                    assert time.monotonic() < deadline, f"re-executed run {run_id} still {run.status}"
-                    time.sleep(1)
-                failures = [e.message for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)]
-    finally:
-        config.write_text(queued)
+    with (
+        runs_at_once(home),
+        running_webserver({**env, "SYNTHKD_DATA_DIR": str(elsewhere)}, "-w", "workspace.yaml") as port,
+    ):
+        launched = graphql(port, REEXECUTE % parent.run_id)["launchPipelineReexecution"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        run, failures = finished(home, launched["run"]["runId"])
     assert run.status == dg.DagsterRunStatus.SUCCESS, failures
     assert run.job_name == "synth_build_job" and run.tags[PARTITION_NAME_TAG] == "synth_003"
     assert run.tags["synthkd/pass"] == "build" and run.parent_run_id == parent.run_id
@@ -401,3 +417,34 @@ def test_each_instance_refuses_the_other_kind_of_builds_runs(cli_build, monkeypa
         assert smoke_run == (materialized is None)  # the full instance has none; the smoke one keeps its own
         if materialized is not None:
             assert materialized.run_id in before
+
+
+EXECUTE_CHECK = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) { __typename
+  ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
+
+
+def test_a_check_that_runs_alone_is_executed_from_its_asset_page(cli_build):
+    """The Checks tab's "Execute" of a check defined on its own (here `dataset_rows_accounted` of
+    synth_kd_v1_manifest) launches what the UI sends: a run of Dagster's asset job selecting that check alone.
+    It reads the built dataset again and records a new passing evaluation; no asset is materialized."""
+    env, _, _ = cli_build
+    home = Path(env["DAGSTER_HOME"])
+    check = {"assetKey": {"path": ["synth_kd_v1_manifest"]}, "name": "dataset_rows_accounted"}
+    selector = {"repositoryLocationName": "synthkd", "repositoryName": "__repository__", "jobName": "__ASSET_JOB"}
+    params = {
+        "selector": {**selector, "assetSelection": [], "assetCheckSelection": [check]},
+        "runConfigData": {"resources": {"build": {"config": {"smoke": True}}}},
+    }
+    with runs_at_once(home), running_webserver(env, "-w", "workspace.yaml") as port:
+        launched = graphql(port, EXECUTE_CHECK, {"params": params})["launchRun"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        run, failures = finished(home, launched["run"]["runId"])
+    assert run.status == dg.DagsterRunStatus.SUCCESS, failures
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        evaluations = [
+            e.dagster_event.event_specific_data
+            for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        ]
+        materialized = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+    assert [(e.check_name, e.passed) for e in evaluations] == [("dataset_rows_accounted", True)]
+    assert evaluations[0].metadata["summary"].value.startswith("passed: ") and materialized == []

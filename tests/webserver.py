@@ -18,10 +18,10 @@ from tests.helpers import REPO_ROOT
 WEBSERVER = Path(sys.executable).parent / "dagster-webserver"
 
 
-def graphql(port: int, query: str) -> dict:
+def graphql(port: int, query: str, variables: dict | None = None) -> dict:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/graphql",
-        data=json.dumps({"query": query}).encode(),
+        data=json.dumps({"query": query, "variables": variables or {}}).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=60) as response:
