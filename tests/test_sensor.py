@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from synthkd_assets.core.layout import STAGE_NAMES, DataLayout
+from synthkd_assets.definitions import defs
 from synthkd_assets.defs.build import materialize_steps
 from synthkd_assets.defs.ingest import latest_raw_versions
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
@@ -228,3 +229,38 @@ def test_a_partition_key_added_by_hand_fails_readably_and_goes_once_its_run_ends
     instance.delete_run(running.run_id)
     tick(instance, layout, first.cursor)
     assert "my_shard" not in instance.get_dynamic_partitions(SYNTH_SHARDS.name)
+
+
+def test_a_rebuild_whose_run_ended_unbuilt_is_said_with_its_repair_not_asked_again(workspace):
+    """The sensor asked for a changed shard's rebuild, then it was turned off and the run canceled (or the run
+    failed for good): Dagster never launches a run key twice, so asking again would launch nothing while the tick
+    history said "nothing to rebuild". The tick says instead which run ended how and what finishes it; once the
+    shard is rebuilt (the run re-executed), nothing is left to say."""
+    instance, layout, raw, paths = workspace
+    build_everything(instance, layout)
+    cursor = tick(instance, layout, None).cursor
+    table = pq.read_table(raw / "synth_003.parquet")
+    answers = table.column("synthetic_answer").to_pylist()
+    answers[0] += "\n\nEdited upstream."
+    column = table.schema.get_field_index("synthetic_answer")
+    pq.write_table(table.set_column(column, "synthetic_answer", [answers]), raw / "synth_003.parquet")
+    changed = tick(instance, layout, cursor)
+    [request] = changed.run_requests
+    # what the daemon launched for it, then canceled
+    job = defs().resolve_job_def(request.job_name)
+    launched = instance.create_run_for_job(job, tags={"dagster/run_key": request.run_key, **request.tags})
+    instance.report_run_canceled(launched)
+    said = tick(instance, layout, changed.cursor)
+    assert requested(said) == []
+    reason = said.skip_reason.skip_message
+    assert reason.startswith(
+        f"not rebuilt, their rebuild ended without building them (synth_003: run {launched.run_id[:8]} canceled)"
+    )
+    assert (
+        "re-execute the run from its page (Runs)" in reason
+        and "nothing else to rebuild: the bytes of the other 5" in reason
+    )
+    run(instance, layout, SHARD_STEPS, "synth_003")  # the re-execution
+    assert tick(instance, layout, said.cursor).skip_reason.skip_message.startswith(
+        "nothing to rebuild: the bytes of the 6"
+    )

@@ -127,7 +127,8 @@ def synth_raw_sensor(
     cursor = json.loads(context.cursor) if context.cursor else {"shards": {}, "harmony_manifest": None}
     shards = scan_inputs(paths)
     add, remove = partition_changes(context.instance.get_dynamic_partitions(SYNTH_SHARDS.name), shards)
-    rebuild = shards_to_rebuild(cursor["shards"], shards, built_from_sha256(paths, [s.name for s in shards]))
+    built_from = built_from_sha256(paths, [s.name for s in shards])
+    rebuild = shards_to_rebuild(cursor["shards"], shards, built_from)
     sha = {s.name: s.sha256 for s in shards}
     # bytes changed since the last tick back to what the outputs were built from (after a failed rebuild, say):
     # nothing to rebuild, but synth_raw's version must be the bytes on disk again, or the UI shows the shard stale
@@ -139,7 +140,13 @@ def synth_raw_sensor(
     # the other shards stay valid and untouched); without a plan only the scan pass can run
     job = synth_shard_job if paths.sampling_plan().is_file() else synth_scan_job
     run_keys = shard_run_keys(context.instance, rebuild, sha)
+    # a rebuild asked for at an earlier tick whose run ended without building the shard (canceled while the sensor
+    # was off, failed for good): Dagster never launches a run key twice, so it is said, with what finishes it
+    asked = [s.name for s in shards if cursor["shards"].get(s.name) == s.sha256 != built_from.get(s.name)]
+    ended = ended_rebuilds(context.instance, shard_run_keys(context.instance, asked, sha))
     run_requests = [dg.RunRequest(job_name=job.name, partition_key=key, run_key=run_keys[key]) for key in rebuild]
+    if ended and run_requests:
+        context.log.warning(ended_rebuilds_reason(ended))
     manifest_path = paths.harmony_manifest()
     manifest_sha = sha256_file(manifest_path) if manifest_path.is_file() else None
     changed = cursor["harmony_manifest"] is not None and manifest_sha != cursor["harmony_manifest"]
@@ -183,19 +190,46 @@ def synth_raw_sensor(
     return dg.SensorResult(
         run_requests=run_requests,
         # what the tick history shows for a tick that launched nothing, instead of only its cursor
-        skip_reason=None if run_requests else idle_tick_reason(len(shards), add, remove),
+        skip_reason=None if run_requests else idle_tick_reason(len(shards), add, remove, ended),
         dynamic_partitions_requests=requests,
         asset_events=events,
         cursor=json.dumps({"shards": sha, "harmony_manifest": manifest_sha, "removed": removal}, sort_keys=True),
     )
 
 
-def idle_tick_reason(shards: int, added: list[str], removed: list[str]) -> str:
+def ended_rebuilds(instance: dg.DagsterInstance, run_keys: dict[str, str]) -> dict[str, dg.DagsterRun]:
+    """The shards of `run_keys` (shard -> the run key the sensor would request) whose run under that key has
+    ended without succeeding (canceled, or failed with no retry to come): asking again would launch nothing."""
+    ended = {}
+    for shard, run_key in run_keys.items():
+        runs = instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: run_key}), limit=1)
+        if runs and runs[0].is_finished and runs[0].status != dg.DagsterRunStatus.SUCCESS:
+            if runs[0].tags.get(WILL_RETRY_TAG) != "true":
+                ended[shard] = runs[0]
+    return ended
+
+
+def ended_rebuilds_reason(ended: dict[str, dg.DagsterRun]) -> str:
+    """What the tick history says of rebuilds whose runs ended unbuilt: each run, how it ended, and what to do."""
+    runs = "; ".join(
+        f"{shard}: run {run.run_id[:8]} {run.status.value.lower()}" for shard, run in sorted(ended.items())
+    )
+    return (
+        f"not rebuilt, their rebuild ended without building them ({runs}): re-execute the run from its page "
+        "(Runs) once its cause is fixed, or run ./scripts/build.sh"
+    )
+
+
+def idle_tick_reason(
+    shards: int, added: list[str], removed: list[str], ended: dict[str, dg.DagsterRun] | None = None
+) -> str:
     """Why a tick of synth_raw_sensor requested no run, in the words the sensor's tick history shows."""
-    said = [
-        f"nothing to rebuild: the bytes of the {shards} input shards are those their outputs were built from "
-        "(or their rebuild is already queued), and synth_harmony's manifest is the one written"
-    ]
+    said = [ended_rebuilds_reason(ended)] if ended else []
+    other = f"other {shards - len(ended)}" if ended else str(shards)
+    said.append(
+        f"nothing {'else ' if ended else ''}to rebuild: the bytes of the {other} input shards are those their "
+        "outputs were built from (or their rebuild is already queued), and synth_harmony's manifest is the one written"
+    )
     if added:
         said.append(f"registered {len(added)} new partitions: {', '.join(added[:3])}" + (", ..." if added[3:] else ""))
     if removed:
