@@ -349,6 +349,6 @@ def test_a_corrupted_token_fails_the_blocking_check_and_stops_downstream(sampled
     assert evaluation.description.startswith(
         f"partition {SMALL_SHARD}: FAILED, 1 problem: {corrupted_id} message {final}: text "
     )
-    assert evaluation.metadata["first_mismatches"].value[0]["synth_id"] == corrupted_id
+    assert evaluation.metadata["first_mismatches"].records[0].data["synth_id"] == corrupted_id  # a table in the UI
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert "synth_kd_v1" not in materialized and not result.success

@@ -396,7 +396,7 @@ def test_the_build_summary_opens_with_the_filters_per_exercise_and_the_sampling_
         return record.asset_materialization.metadata
 
     table = metadata("synth_filtered", kd["shards"][0]["partition"])["drops_by_exercise"].value
-    assert table.startswith("| exercise | rows in | dropped | `empty_synthetic_answer` |")
+    assert table.startswith("**Rows in and dropped per exercise, by this step's reasons**\n\n| exercise | rows in |")
     assert "| `memorization` |" in table
     manifest_table = metadata("synth_kd_v1_manifest")["filter_drops_by_exercise"].value
     assert manifest_table.splitlines()[-1].startswith(f"| all | {rows_in} | ")

@@ -293,6 +293,22 @@ DICT_TABLE_COLUMNS = {
     "heldout_kl_by_exercise": ("exercise", "rows"),
 }
 _SCALARS = (str, int, float, bool, type(None))
+# what each markdown table of the metadata covers, said above it (a table shown without it is labelled only by its key)
+TABLE_CAPTIONS = {
+    "language_mix": "Rows written, by language",
+    "exercise_mix": "Rows written, by exercise",
+    "drops_by_exercise": "Rows in and dropped per exercise, by this step's reasons",
+    "filter_drops_by_exercise": "The quality filters' drops per exercise, over every shard",
+    "mix_before_after": "Memorization and non-English shares of the rows: before sampling, expected after it, and "
+    "in the dataset",
+    "span_lengths": "Analysis and final tokens per conversation, by language and exercise, over every shard",
+    "cluster_size_histogram": "Near-duplicate clusters, by size",
+    "largest_clusters": "The largest near-duplicate clusters",
+    "bucket_tokens_kept": "Tokens this shard keeps in the pool, by skill bucket (rows) and ctx bucket (columns)",
+    "bucket_tokens_achieved": "Tokens in the pool, by skill bucket (rows) and ctx bucket (columns)",
+    "bucket_tokens_available": "Tokens the quota plan could draw from, by skill bucket (rows) and ctx bucket (columns)",
+    "skill_mix_target_achieved": "The pool's skill mix on tokens: the target against what it holds",
+}
 
 
 def rounded(value: float) -> float:
@@ -318,11 +334,13 @@ def _table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dg.Meta
 
 
 def readable_value(key: str, value: Any) -> Any:
-    """One metadata value as a person reads it in the UI: floats to SIGNIFICANT_DIGITS digits; JSON that is a
-    flat {key: value} dict or a list of flat records as a table (columns: `DICT_TABLE_COLUMNS`, or the records'
-    keys). Anything else is returned as it is (lists of plain values stay JSON: the build's console reads some).
-    """
+    """One metadata value as a person reads it in the UI: a markdown table under its caption (`TABLE_CAPTIONS`);
+    floats to SIGNIFICANT_DIGITS digits; JSON that is a flat {key: value} dict or a list of flat records as a table
+    (columns: `DICT_TABLE_COLUMNS`, or the records' keys). Anything else is returned as it is (lists of plain values
+    stay JSON: the build's console reads some)."""
     raw = value.value if isinstance(value, dg.JsonMetadataValue) else value
+    if isinstance(value, dg.MarkdownMetadataValue) and key in TABLE_CAPTIONS and value.value.startswith("|"):
+        return dg.MetadataValue.md(f"**{TABLE_CAPTIONS[key]}**\n\n{value.value}")
     if isinstance(value, dg.FloatMetadataValue) and value.value is not None:
         return dg.MetadataValue.float(rounded(value.value))
     if isinstance(raw, float):
