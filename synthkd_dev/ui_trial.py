@@ -123,6 +123,17 @@ def latest_failed_check_run(home: Path) -> str | None:
     return None
 
 
+def latest_skipped_tick(home: Path, sensor: str = "synth_raw_sensor") -> tuple[int, str] | None:
+    """The id and skip reason of `sensor`'s newest tick that requested no run, or None."""
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for state in instance.all_instigator_state():
+            if state.instigator_name == sensor:
+                for tick in instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=50):
+                    if tick.skip_reason:
+                        return tick.tick_id, tick.skip_reason
+    return None
+
+
 def pages(environ: dict[str, str]) -> list[Page]:
     """The pages docs/ui.md shows, with what each must say, from the builds on disk."""
     full, smoke = DataLayout.from_environ(environ), DataLayout.from_environ(environ, smoke=True)
@@ -160,6 +171,17 @@ def pages(environ: dict[str, str]) -> list[Page]:
         ),
         Page("7_lineage_groups", "/asset-groups", FULL, tuple(f">{group}<" for group in GROUPS)),
     ]
+    tick = latest_skipped_tick(home)
+    if tick is not None:  # the tick history says why a tick did nothing: ?tickId= opens that tick
+        tick_id, reason = tick
+        listed.append(
+            Page(
+                "7_sensor_tick_says_why",
+                f"/locations/synthkd/sensors/synth_raw_sensor?tickId={tick_id}",
+                FULL,
+                ("Skip reason:", reason[:60]),
+            )
+        )
     if run_id is not None:
         checks_only = "?logs=type%3AASSET_CHECK_EVALUATION"  # the run's event log filtered to its checks
         listed.append(
