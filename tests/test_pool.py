@@ -319,6 +319,11 @@ def test_a_shard_rebuilt_after_its_pool_part_warns_on_the_pool_manifest_until_th
     assert warned.description.startswith("needs action: the pool synth_pool_v1 predates the rebuild of 1 shard(s)")
     assert "Jobs > synth_pool_job > Materialize all, partition 'synth_002'" in warned.description
     assert warned.metadata["summary"].value == warned.description  # what the run's page shows
-    run(own_instance, layout, POOL_STEPS, "synth_002")
+    # another shard rebuilt: the warning names both
+    _tokenized_version(own_instance, "synth_004", "after")
+    run(own_instance, layout, ["synth_kd_v1"], "synth_004")
+    assert pool_current(own_instance).metadata["stale_shards"].value == ["synth_002", "synth_004"]
+    for shard in ("synth_002", "synth_004"):
+        run(own_instance, layout, POOL_STEPS, shard)
     run(own_instance, layout, POOL_MANIFEST_STEPS)
     assert pool_current(own_instance).passed

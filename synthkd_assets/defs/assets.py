@@ -365,7 +365,7 @@ def synth_kd_v1(
         "dataset_root": dg.MetadataValue.path(str(root)),
     }
     if paths.pool_manifest().is_file():  # a published pool whose part of this shard this run may have outdated
-        stale = pool_current_event(context.instance, shard_names(paths), paths.pool_name())
+        stale = pool_current_event(context.instance, key, paths.pool_name())
         if stale is not None:
             context.log_event(stale)
     return dg.MaterializeResult(

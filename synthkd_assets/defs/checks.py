@@ -345,17 +345,22 @@ def pool_current_result(stale: Sequence[str], pool: str) -> dg.AssetCheckResult:
     )
 
 
-def pool_current_event(
-    instance: dg.DagsterInstance, shards: Sequence[str], pool: str
-) -> dg.AssetCheckEvaluation | None:
-    """The failed `pool_current` evaluation a run reports (runless, on synth_pool_manifest) once it leaves a
-    published pool's part older than its shard; None while every part is current."""
-    stale = stale_pool_shards(instance, shards)
-    if not stale:
+def pool_current_event(instance: dg.DagsterInstance, shard: str, pool: str) -> dg.AssetCheckEvaluation | None:
+    """The failed `pool_current` evaluation a run that rebuilt `shard` reports (runless, on synth_pool_manifest)
+    when that left the shard's pool part older than the shard, naming it with the shards the previous failed
+    evaluation named (each shard's step checks its own shard only: a whole rebuild of N shards asks N small
+    questions, not N x N; synth_pool_manifest's own evaluation checks every shard); None when the part is current.
+    """
+    if not stale_pool_shards(instance, [shard]):
         return None
+    key = dg.AssetCheckKey(dg.AssetKey("synth_pool_manifest"), POOL_CURRENT)
+    history = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    previous = history[0].event.dagster_event.event_specific_data if history and history[0].event else None
+    named = previous.metadata.get("stale_shards") if previous is not None and not previous.passed else None
+    stale = sorted({shard, *(named.value if named is not None else [])})
     result = pool_current_result(stale, pool)
     return dg.AssetCheckEvaluation(
-        asset_key=dg.AssetKey("synth_pool_manifest"),
+        asset_key=key.asset_key,
         check_name=POOL_CURRENT,
         passed=False,
         severity=dg.AssetCheckSeverity.WARN,
