@@ -345,6 +345,18 @@ def pool_current_result(stale: Sequence[str], pool: str) -> dg.AssetCheckResult:
     )
 
 
+def runless_evaluation(result: dg.AssetCheckResult, asset_key: dg.AssetKey) -> dg.AssetCheckEvaluation:
+    """`result` as an evaluation a run logs for another asset's check (`context.log_event`), or a sensor reports."""
+    return dg.AssetCheckEvaluation(
+        asset_key=asset_key,
+        check_name=result.check_name,
+        passed=result.passed,
+        severity=result.severity,
+        description=result.description,
+        metadata=result.metadata,
+    )
+
+
 def pool_current_event(instance: dg.DagsterInstance, shard: str, pool: str) -> dg.AssetCheckEvaluation | None:
     """The failed `pool_current` evaluation a run that rebuilt `shard` reports (runless, on synth_pool_manifest)
     when that left the shard's pool part older than the shard, naming it with the shards the previous failed
@@ -358,15 +370,7 @@ def pool_current_event(instance: dg.DagsterInstance, shard: str, pool: str) -> d
     previous = history[0].event.dagster_event.event_specific_data if history and history[0].event else None
     named = previous.metadata.get("stale_shards") if previous is not None and not previous.passed else None
     stale = sorted({shard, *(named.value if named is not None else [])})
-    result = pool_current_result(stale, pool)
-    return dg.AssetCheckEvaluation(
-        asset_key=key.asset_key,
-        check_name=POOL_CURRENT,
-        passed=False,
-        severity=dg.AssetCheckSeverity.WARN,
-        description=result.description,
-        metadata=result.metadata,
-    )
+    return runless_evaluation(pool_current_result(stale, pool), key.asset_key)
 
 
 def pool_published_result(digest: str) -> dg.AssetCheckResult:
@@ -388,14 +392,7 @@ def pool_unpublished_events(paths: DataLayout, removed: list[Path], why: str) ->
         "with ./scripts/build.sh or the pool launches (docs/pool.md)",
         metadata={"removed_files": sorted(str(paths.recorded(p)) for p in removed)},
     )
-    evaluation = dg.AssetCheckEvaluation(
-        asset_key=unpublished.asset_key,
-        check_name=POOL_PUBLISHED,
-        passed=False,
-        description=unpublished.description,
-        metadata=unpublished.metadata,
-    )
-    return [evaluation]
+    return [runless_evaluation(unpublished, unpublished.asset_key)]
 
 
 NEAR_DUP_CONTROLLED = "near_dup_controlled"
