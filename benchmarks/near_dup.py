@@ -306,9 +306,9 @@ def recopied(path: Path, copy: int) -> pa.Table:
     import pyarrow.parquet as pq
 
     from synthkd_assets.core.near_dup import band_keys, salted_key
-    from synthkd_assets.core.sampling import is_valid
     from synthkd_contract import near_dup as nd
     from synthkd_contract.schemas import BAND_COLUMNS, SIGNATURES_SCHEMA
+    from synthkd_contract.splits import is_valid
 
     table = pq.read_table(path)
     ids = [f"{i}_{copy}" for i in table.column("synth_id").to_pylist()]

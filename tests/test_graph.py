@@ -10,11 +10,11 @@ import polars as pl
 import pytest
 
 from synthkd_assets.core.megatron_io import trio_alignment_problems
-from synthkd_assets.core.sampling import assign_split
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.splits import assign_split
 from synthkd_contract.trio import open_trio, shard_tokens_prefix
 from tests.helpers import MANIFEST_STEPS, SAMPLE_RAW_DIR, SHARD_STEPS, run
 

@@ -39,13 +39,13 @@ from synthkd_assets.core.near_dup import (
     word_grams,
 )
 from synthkd_assets.core.parquet_io import ParquetShardWriter
-from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.stages import harmonize_shard, select_rows_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.near_dup import large_cluster_result
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import BAND_COLUMNS, SIGNATURES_SCHEMA
+from synthkd_contract.splits import is_valid
 from synthkd_dev.harmony_rows import harmony_frame
 from synthkd_dev.make_sample_data import generate_rows, planted_near_duplicates, planted_negatives, rows_to_table
 

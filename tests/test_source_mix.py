@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synthkd_assets.core.sampling import stable_unit_interval
 from synthkd_assets.core.source_mix import (
     GROUP_SOURCES,
     GROUPS,
@@ -37,6 +36,7 @@ from synthkd_contract.sources import (
     SOURCE_TOKEN_CAPS,
     SYNTH_SHARE,
 )
+from synthkd_contract.splits import stable_unit_interval
 
 REL = 1e-9
 

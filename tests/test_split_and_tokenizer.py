@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from synthkd_assets.core import tokenizer as tokenizer_module
-from synthkd_assets.core.sampling import assign_split, stable_unit_interval
 from synthkd_assets.core.tokenizer import (
     TokenizerPinError,
     load_harmony_encoding,
@@ -28,6 +27,7 @@ from synthkd_assets.core.tokenizer import (
 from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
+from synthkd_contract.splits import assign_split, stable_unit_interval
 
 
 @given(st.text(min_size=1, max_size=40))

@@ -38,13 +38,13 @@ from synthkd_assets.core.parquet_io import iter_frames, list_column, streaming_p
 from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.render import completion_start
 from synthkd_assets.core.report import ShardReport
-from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.stages import DatasetStep, TokenizedRow
 from synthkd_assets.core.steps import Outputs, ParquetOutputs, Table, run_step
 from synthkd_contract import constants, drops, sources
 from synthkd_contract.labels import token_align
 from synthkd_contract.manifest_seal import file_record
 from synthkd_contract.schemas import DISTILL_SCHEMA, DISTILL_SOURCE_TYPE, DISTILL_SPANS_TYPE
+from synthkd_contract.splits import is_valid
 
 
 class DistillContractError(AssertionError):

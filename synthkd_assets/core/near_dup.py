@@ -50,11 +50,11 @@ from synthkd_assets.core.filters import answer_expr, constraints_expr, expected_
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.report import ShardReport
-from synthkd_assets.core.sampling import is_valid
 from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_contract import constants, drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHEMA, SIGNATURES_SCHEMA
+from synthkd_contract.splits import is_valid
 
 # the first user message's text, whatever precedes it: [system, user, ...] of raw SYNTH and the anchor sources,
 # [system, developer, user, ...] of the synth_harmony_v1 artifact

@@ -31,7 +31,6 @@ from synthkd_assets.core.near_dup import BySynthId, shard_cluster_columns
 from synthkd_assets.core.parquet_io import ParquetShardWriter, list_column_rows
 from synthkd_assets.core.quota import quota_keep
 from synthkd_assets.core.report import ShardReport
-from synthkd_assets.core.sampling import assign_split
 from synthkd_assets.core.source_mix import source_mix_keep
 from synthkd_assets.core.stages import DatasetStep, TokenizedRow
 from synthkd_assets.core.steps import Outputs, Table, run_step
@@ -46,6 +45,7 @@ from synthkd_contract.buckets import (
 )
 from synthkd_contract.labels import token_align
 from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
+from synthkd_contract.splits import assign_split
 
 # uniform within the quotas until a scorer sets exp(tau * utility) (docs/pool.md#what-the-pool-holds)
 POOL_SAMPLING_WEIGHT = 1.0

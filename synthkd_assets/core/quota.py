@@ -39,7 +39,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from synthkd_assets.core.buckets import Cell, nested_grid
-from synthkd_assets.core.sampling import stable_unit_interval
 from synthkd_contract.buckets import (
     CTX_BUCKET_MAX_TOKENS,
     CTX_BUCKETS,
@@ -51,6 +50,7 @@ from synthkd_contract.buckets import (
     ctx_bucket,
     skill_bucket,
 )
+from synthkd_contract.splits import stable_unit_interval
 
 QUOTA_RULE = (
     "keep iff stable_unit_interval(salt, synth_id) < rates[skill_bucket][ctx_bucket] and synth_id not in excluded; "

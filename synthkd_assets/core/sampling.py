@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -13,24 +12,7 @@ import polars as pl
 from synthkd_assets.core.filters import filter_config
 from synthkd_contract import constants, drops
 from synthkd_contract.labels import normalize_language
-
-
-def stable_unit_interval(salt: str, key: str) -> float:
-    """Uniform in [0, 1): the first 8 bytes of sha256(f"{salt}:{key}") as a big-endian fraction of 2**64."""
-    digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
-
-def is_valid(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION) -> bool:
-    return stable_unit_interval(salt, synth_id) < valid_fraction
-
-
-def assign_split(
-    synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION
-) -> str:
-    """'valid' or 'train' for one conversation, by the locked rule in `constants.SPLIT_RULE`."""
-    return constants.SPLITS[1] if is_valid(synth_id, salt, valid_fraction) else constants.SPLITS[0]
-
+from synthkd_contract.splits import stable_unit_interval
 
 # --- mixture sampling (001 "Exercise/language mixture") --------------------------------------
 #

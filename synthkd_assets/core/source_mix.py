@@ -58,7 +58,6 @@ from synthkd_assets.core.quota import (
     median_tokens,
     share_misses,
 )
-from synthkd_assets.core.sampling import stable_unit_interval
 from synthkd_contract.sources import (
     ANCHOR_CATEGORIES,
     ANCHOR_CATEGORY_SHARES,
@@ -69,6 +68,7 @@ from synthkd_contract.sources import (
     SYNTH_SOURCE,
     partition_source,
 )
+from synthkd_contract.splits import stable_unit_interval
 
 SOURCE_MIX_RULE = (
     "keep iff stable_unit_interval(salt, synth_id) < rates[source]; K is the largest kept total at which every "

@@ -35,13 +35,13 @@ from synthkd_assets.core.parquet_io import (
 from synthkd_assets.core.raw_read import RawRead, read_raw_shard
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
 from synthkd_assets.core.report import ShardReport
-from synthkd_assets.core.sampling import assign_split
 from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
 from synthkd_assets.core.validation import DuplicateIds, check_exercises, check_raw_schema, conform_raw_frame
 from synthkd_contract import constants, drops
 from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET
 from synthkd_contract.schemas import DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_SCHEMA
+from synthkd_contract.splits import assign_split
 
 Renderer = FastRenderer | HarmonyRenderer
 

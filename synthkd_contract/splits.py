@@ -1,0 +1,55 @@
+"""Stable hashing of `synth_id`: the 000 split and the mixture sampling never depend on row order or sharding.
+
+Shared by the build (which assigns every conversation its split) and training (which finds a pool row's trio by
+the split the build gave it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from synthkd_contract import constants
+
+
+def stable_unit_interval(salt: str, key: str) -> float:
+    """Uniform in [0, 1): the first 8 bytes of sha256(f"{salt}:{key}") as a big-endian fraction of 2**64.
+
+    Args:
+        salt: the rule's salt (`constants.SPLIT_SALT`, a sampling rule's own).
+        key: the conversation's `synth_id`.
+
+    Returns:
+        A float in [0, 1), the same for the same (salt, key) on every machine.
+    """
+    digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def is_valid(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION) -> bool:
+    """Whether the split rule (`constants.SPLIT_RULE`) puts a conversation in the valid split.
+
+    Args:
+        synth_id: the conversation's id.
+        salt: the split's salt.
+        valid_fraction: the share of conversations that go to valid.
+
+    Returns:
+        True for valid, False for train.
+    """
+    return stable_unit_interval(salt, synth_id) < valid_fraction
+
+
+def assign_split(
+    synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION
+) -> str:
+    """'valid' or 'train' for one conversation, by the locked rule in `constants.SPLIT_RULE`.
+
+    Args:
+        synth_id: the conversation's id.
+        salt: the split's salt.
+        valid_fraction: the share of conversations that go to valid.
+
+    Returns:
+        The split's name, one of `constants.SPLITS`.
+    """
+    return constants.SPLITS[1] if is_valid(synth_id, salt, valid_fraction) else constants.SPLITS[0]
