@@ -50,6 +50,10 @@ SOURCE_CATEGORY: Final = {
     "oasst1": "chat",
     "anthropic_helpfulness": "chat",
 }
+# the source mix's groups (SYNTH, then each anchor category), in the order every plan and report lists them
+SOURCE_GROUPS: Final = (SYNTH_SOURCE, *ANCHOR_CATEGORIES)
+_DATASET_SOURCE: Final = {dataset: source for source, dataset in SOURCE_DATASETS.items()}
+
 # personality: "TBD: curated personality pool" (002); the category and its share are declared, no source yet
 CATEGORY_SOURCES: Final = {
     category: tuple(key for key, c in SOURCE_CATEGORY.items() if c == category) for category in ANCHOR_CATEGORIES
@@ -70,6 +74,26 @@ def source_category(source: str) -> str:
         return SOURCE_CATEGORY[source]
     except KeyError:
         raise KeyError(f"source {source!r} has no category in synthkd_contract/sources.py SOURCE_CATEGORY") from None
+
+
+def dataset_group(dataset: str) -> str:
+    """The source mix's group of a pool row by its `source_dataset`.
+
+    Args:
+        dataset: the published dataset (`PleIAs/SYNTH`, an anchor source's Hugging Face name).
+
+    Returns:
+        `synth`, or the anchor source's category.
+
+    Raises:
+        KeyError: a dataset no source reads.
+    """
+    if dataset == SYNTH_DATASET:
+        return SYNTH_SOURCE
+    try:
+        return source_category(_DATASET_SOURCE[dataset])
+    except KeyError:
+        raise KeyError(f"dataset {dataset!r} is no source's in synthkd_contract/sources.py SOURCE_DATASETS") from None
 
 
 def source_exercise(source: str) -> str:

@@ -51,8 +51,9 @@ def read_per_split_data_args(path: Path) -> list:
             get_blend_from_list(per_split["test"])]  # fmt: skip
 
 
-def megatron_lm_args(line: str) -> argparse.Namespace:
-    """The Megatron-LM options a .args line sets, declared as megatron/training/arguments.py does."""
+def megatron_lm_args(text: str) -> argparse.Namespace:
+    """The Megatron-LM options a .args file sets, as `$(grep -v '^#' P1.args)` passes them, declared as
+    megatron/training/arguments.py does."""
     parser = argparse.ArgumentParser(exit_on_error=False)
     parser.add_argument("--per-split-data-args-path", type=str, default=None)
     parser.add_argument("--seq-length", type=int, default=None)
@@ -60,6 +61,9 @@ def megatron_lm_args(line: str) -> argparse.Namespace:
     parser.add_argument("--data-cache-path", type=str, default=None)
     parser.add_argument("--data-path", nargs="*", default=None)
     parser.add_argument("--split", type=str, default=None)
+    parser.add_argument("--tokenizer-type", type=str, default=None)
+    parser.add_argument("--vocab-size", type=int, default=None)
+    line = " ".join(row for row in text.splitlines() if not row.startswith("#"))
     return parser.parse_args(shlex.split(line))
 
 
@@ -308,6 +312,8 @@ def test_stage_files_load_in_megatron_and_name_only_existing_prefixes(pool, tmp_
     assert args.per_split_data_args_path == str(paths[0].absolute())
     assert (args.seq_length, args.train_samples) == (32, 2000)
     assert args.data_path is None and args.split is None  # megatron-core refuses split with blend_per_split
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", constants.EOD_TOKEN_ID)  # its EOD: 199999
+    assert "ignores the loss masks" in paths[1].read_text().split("\n--")[0]  # said before the arguments
     assert Path(args.data_cache_path) == (tmp_path / "cache").absolute() and not (tmp_path / "cache").is_relative_to(
         root
     )

@@ -68,6 +68,14 @@ from synthkd_assets.core.ownership import remove_replaced_output
 from synthkd_contract.buckets import CTX_BUCKETS, CURRICULUM_STAGES, SKILL_BUCKETS
 from synthkd_contract.constants import SPLITS
 from synthkd_contract.indexed_dataset import read_index
+from synthkd_contract.stage_stream import (
+    STAGE_ARGS_HEADER,
+    STAGE_TOKENIZER_ARGS,
+    StreamPolicy,
+    plan_stream,
+    read_stage_conversations,
+    stream_mix,
+)
 from synthkd_contract.trio import megatron_cache_dir
 
 # the splits of Megatron's blend_per_split, in its order (megatron.core.datasets.utils.Split)
@@ -361,9 +369,29 @@ def write_stage_files(plan: Mapping[str, Any], out_dir: Path, dataset_root: Path
         str(plan["expected_sequences"]),
         "--data-cache-path",
         str(cache_dir.absolute()),
+        *STAGE_TOKENIZER_ARGS,
     ]
-    atomic_write_text(args_path, shlex.join(args) + "\n")
+    header = "".join(f"# {line}\n" for line in STAGE_ARGS_HEADER)
+    atomic_write_text(args_path, header + shlex.join(args) + "\n")
     return [json_path, args_path]
+
+
+def stage_stream_report(stage_file: Path, plan: Mapping[str, Any]) -> dict[str, Any]:
+    """What the stage's stream (docs/pool.md#the-stream) holds with the default policy: its windows' tokens by skill
+    bucket, ctx bucket and source group against the stage's targets, the share of real tokens, the conversations
+    longer than the window.
+
+    Args:
+        stage_file: the stage's `.json`, written (`write_stage_files`) beside the pool's parts and trios.
+        plan: the stage's plan (`plan_stage`): its `seq_length` and `expected_sequences`.
+
+    Returns:
+        The policy and `stream_mix`'s report.
+    """
+    conversations = read_stage_conversations(stage_file)
+    policy = StreamPolicy()
+    stream = plan_stream(conversations, plan["seq_length"], plan["expected_sequences"], policy)
+    return {"policy": policy.to_dict(), **stream_mix(stream, conversations)}
 
 
 def scan_pool_prefixes(dataset_root: Path) -> dict[str, dict[str, list[tuple[str, int]]]]:

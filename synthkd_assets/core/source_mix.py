@@ -62,6 +62,7 @@ from synthkd_contract.sources import (
     ANCHOR_CATEGORIES,
     ANCHOR_CATEGORY_SHARES,
     CATEGORY_SOURCES,
+    SOURCE_GROUPS,
     SOURCE_MIX_SALT,
     SOURCE_TOKEN_CAPS,
     SYNTH_SHARE,
@@ -78,7 +79,7 @@ SOURCE_MIX_RULE = (
 )
 
 # the groups of the mix and their sources, in a fixed order: the plan's bytes never follow a dict's order
-GROUPS: tuple[str, ...] = (SYNTH_SOURCE, *ANCHOR_CATEGORIES)
+GROUPS: tuple[str, ...] = SOURCE_GROUPS
 GROUP_SOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {SYNTH_SOURCE: (SYNTH_SOURCE,), **{category: CATEGORY_SOURCES[category] for category in ANCHOR_CATEGORIES}}
 )

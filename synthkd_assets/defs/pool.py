@@ -11,6 +11,7 @@ from synthkd_assets.core.curriculum import (
     remove_other_stages_files,
     scan_pool_prefixes,
     stage_cache_dir,
+    stage_stream_report,
     write_stage_files,
 )
 from synthkd_assets.core.dataset_manifest import write_sealed_manifest
@@ -214,9 +215,11 @@ def synth_curriculum(
     removed = remove_other_stages_files(paths.curriculum_dir(), [plan["stage"] for plan in plans])
     written = []
     for plan in plans:
-        written += write_stage_files(
+        files = write_stage_files(
             plan, paths.curriculum_dir(), paths.pool_trio_root(), stage_cache_dir(paths.pool_name())
         )
+        plan["stream"] = stage_stream_report(files[0], plan) if files else None
+        written += files
     mf.write_manifest(paths.curriculum_plan(), {"stages": plans})
     metadata = {
         "stages_written": [plan["stage"] for plan in plans if plan["per_split_data_args"]],
@@ -231,6 +234,9 @@ def synth_curriculum(
                 metadata[f"{name}_{ctx}_epochs_needed"] = entry["epochs_needed"]
         if plan["reason"]:
             metadata[f"{name}_reason"] = plan["reason"]
+        if plan["stream"]:
+            for key in ("max_deviation_pp", "real_token_fraction", "long_conversations"):
+                metadata[f"{name}_stream_{key}"] = plan["stream"][key]
     metadata.update(files_metadata(written))
     return dg.MaterializeResult(metadata=metadata, data_version=content_version(metadata, paths.curriculum_plan()))
 

@@ -1,0 +1,319 @@
+"""The curated stream of a curriculum stage (docs/pool.md#the-stream), on the sample's built pool: whole
+conversations per window, position ids and attention reset per conversation, the stage's mix held on tokens,
+deterministic and resumable, utility-weighted with caps and a diversity tail. The oracles read the pool's parts
+(polars) and trios (megatron-core) themselves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+from synthkd_contract import constants
+from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
+from synthkd_contract.sources import dataset_group
+from synthkd_contract.splits import assign_split
+from synthkd_contract.stage_stream import (
+    ScorerPhase,
+    StageStreamError,
+    StreamPolicy,
+    best_fit_windows,
+    plan_stream,
+    read_stage_conversations,
+    stream_mix,
+)
+from synthkd_training.pool import PoolError
+from synthkd_training.stream import (
+    StageArgsError,
+    StageStream,
+    cu_seqlens,
+    read_stage_args,
+    stream_batches,
+    write_sampling_manifest,
+)
+
+
+@pytest.fixture(scope="module")
+def curriculum(built_sample) -> Path:
+    return built_sample[1].data_layout().curriculum_dir()
+
+
+def stage_args(curriculum: Path, stage: str):
+    return read_stage_args(curriculum / f"{stage}.args")
+
+
+# -- packing ------------------------------------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 120), min_size=1, max_size=60), st.integers(20, 100))
+def test_best_fit_places_every_item_once_and_never_overfills(lengths, window):
+    windows = best_fit_windows(lengths, window)
+    placed = sorted(i for w in windows for i in w)
+    assert placed == list(range(len(lengths)))
+    for w in windows:
+        assert len(w) == 1 or sum(lengths[i] for i in w) <= window
+    # a window is opened only when no open window has room: no two windows could be merged item by item
+    fits = [sum(lengths[i] for i in w) for w in windows if len(w) > 1 or lengths[w[0]] <= window]
+    assert len(windows) >= -(-sum(min(n, window) for n in lengths) // window)
+    smallest = min(lengths)
+    assert sum(window - f >= smallest for f in fits) <= len(fits)  # sanity of the sums
+
+
+# -- the windows ---------------------------------------------------------------------------------------------------
+def pool_documents(pool_root: Path) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every train document of every cell trio of the pool, read by megatron-core, by the sha256 of its tokens."""
+    documents = {}
+    for idx in sorted((pool_root / "megatron" / "train").glob("*/shard_*_tokens.idx")):
+        prefix = str(idx)[: -len(".idx")]
+        arrays = [IndexedDataset(prefix.replace("_tokens", f"_{kind}")) for kind in ("tokens", "lossmask", "span")]
+        for i in range(len(arrays[0])):
+            tokens, mask, span = (np.array(a[i], dtype=np.int64) for a in arrays)
+            documents[hashlib.sha256(tokens.tobytes()).hexdigest()] = (tokens, mask, span)
+    return documents
+
+
+def test_windows_hold_whole_conversations_from_their_first_token(curriculum):
+    args = stage_args(curriculum, "P1")
+    stream = StageStream.from_args(args)
+    pool_root = curriculum.parent
+    by_start: dict[bytes, list] = defaultdict(list)
+    for tokens, mask, span in pool_documents(pool_root).values():
+        by_start[tokens[:16].tobytes()].append((tokens, mask, span))
+    causal = torch.ones(args.seq_length, args.seq_length, dtype=torch.bool).tril()
+    supervised_without_prompt = 0
+    for index in range(0, len(stream), max(1, len(stream) // 150)):
+        item = stream[index]
+        assert set(item) >= {"tokens", "labels", "loss_mask", "span_id", "position_ids", "segment_ids"}
+        segments = item["segment_ids"]
+        bounds = cu_seqlens(segments).tolist()
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            tokens = item["tokens"][start:end].numpy()
+            assert item["position_ids"][start:end].tolist() == list(range(end - start))
+            if end == bounds[-1] and item["loss_mask"][start:end].sum() == 0 and tokens[0] == constants.EOD_TOKEN_ID:
+                assert (tokens == constants.EOD_TOKEN_ID).all() and (item["span_id"][start:end] == 0).all()
+                continue  # padding
+            matches = [d for d in by_start[tokens[:16].tobytes()] if np.array_equal(d[0], tokens)]
+            if not matches:  # a window's supervised tokens whose conversation does not start in it
+                supervised_without_prompt += int(item["loss_mask"][start:end].sum())
+                continue
+            document, mask, span = matches[0]
+            assert np.array_equal(item["labels"][start:end].numpy(), np.append(document[1:], constants.EOD_TOKEN_ID))
+            assert np.array_equal(item["loss_mask"][start:end].numpy(), mask.astype(np.float32))
+            assert np.array_equal(item["span_id"][start:end].numpy(), span)
+        # attention: causal, and nothing across two conversations (brute force)
+        same = segments[:, None] == segments[None, :]
+        assert torch.equal(item["attention_mask"][0], ~(causal & same))
+    assert supervised_without_prompt == 0
+    mix = stream_mix(stream.plan, stream.conversations)
+    assert mix["long_conversations"] == 0 and mix["real_token_fraction"] >= 0.95
+
+
+def measured_mix(stream: StageStream, pool_root: Path) -> dict[str, Counter]:
+    """Tokens by skill, ctx and source group over every window, each segment looked up by its tokens in the
+    pool's parts and trios (not through the stream's plan)."""
+    by_hash: dict[tuple[bytes, int], tuple[str, str, str]] = {}  # (first 64 tokens, length) -> skill, ctx, group
+    for idx in sorted((pool_root / "megatron" / "train").glob("*/shard_*_tokens.idx")):
+        prefix = str(idx)[: -len(".idx")]
+        skill, ctx = idx.parent.name.split("_")
+        shard = int(idx.name.split("_")[1])
+        part = pl.read_parquet(pool_root / "parts" / f"part-{shard:05d}.parquet")
+        rows = [
+            r
+            for r in part.iter_rows(named=True)
+            if (r["skill_bucket"], r["ctx_bucket"]) == (skill, ctx) and assign_split(r["source_example_id"]) == "train"
+        ]
+        tokens = IndexedDataset(prefix)
+        assert len(rows) == len(tokens)
+        for i, row in enumerate(rows):
+            document = np.array(tokens[i], dtype=np.int64)
+            key = (document[:64].tobytes(), len(document))
+            assert by_hash.get(key, (skill, ctx))[:2] == (skill, ctx)  # a key names one cell
+            by_hash[key] = (skill, ctx, dataset_group(row["source_dataset"]))
+    measured = {"skill_bucket": Counter(), "ctx_bucket": Counter(), "source_group": Counter()}
+    for index in range(len(stream)):
+        item = stream[index]
+        bounds = cu_seqlens(item["segment_ids"]).tolist()
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            tokens = item["tokens"][start:end].numpy()
+            key = by_hash.get((tokens[:64].astype(np.int64).tobytes(), end - start))
+            if key is None:
+                assert item["loss_mask"][start:end].sum() == 0  # padding only
+                continue
+            for dimension, value in zip(measured, key):
+                measured[dimension][value] += end - start
+    return measured
+
+
+def stage_targets(stage_file: Path, pool_root: Path) -> dict[str, dict[str, float]]:
+    """The stage's target shares from its file's weights: a prefix's weight goes to its cell's skill and ctx, and
+    to the source groups of its trio's rows in proportion to their tokens."""
+    blend = json.loads(stage_file.read_text())["train"]
+    weights = dict(zip(blend[1::2], blend[0::2]))
+    total = sum(weights.values())
+    targets = {"skill_bucket": Counter(), "ctx_bucket": Counter(), "source_group": Counter()}
+    cell_groups: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for part in sorted((pool_root / "parts").glob("*.parquet")):
+        for row in pl.read_parquet(part).iter_rows(named=True):
+            if assign_split(row["source_example_id"]) == "train":
+                cell_groups[(row["skill_bucket"], row["ctx_bucket"])][dataset_group(row["source_dataset"])] += row[
+                    "sequence_tokens"
+                ]
+    cell_weight: Counter = Counter()
+    for prefix, weight in weights.items():
+        skill, ctx = Path(prefix).parent.name.split("_")
+        cell_weight[(skill, ctx)] += weight / total
+    for (skill, ctx), weight in cell_weight.items():
+        targets["skill_bucket"][skill] += weight
+        targets["ctx_bucket"][ctx] += weight
+        groups = cell_groups[(skill, ctx)]
+        for group, tokens in groups.items():
+            targets["source_group"][group] += weight * tokens / sum(groups.values())
+    return targets
+
+
+@pytest.mark.parametrize("stage", ["P1", "P2"])
+def test_every_window_of_a_stage_drawn_holds_its_mix_within_one_point(curriculum, stage):
+    args = stage_args(curriculum, stage)
+    stream = StageStream.from_args(args, create_attention_mask=False)
+    pool_root = curriculum.parent
+    measured = measured_mix(stream, pool_root)
+    targets = stage_targets(curriculum / f"{stage}.json", pool_root)
+    for dimension, tokens in measured.items():
+        total = sum(tokens.values())
+        for name in set(tokens) | set(targets[dimension]):
+            assert abs(tokens[name] / total - targets[dimension][name]) * 100 <= 1.0, (stage, dimension, name)
+    # the curriculum's plan (sealed in the pool manifest) reports the same mix
+    plan = {s["stage"]: s for s in json.loads((curriculum / "plan.json").read_text())["stages"]}[stage]
+    reported = plan["stream"]
+    assert reported["within_tolerance"] and reported["windows"] == len(stream)
+    for dimension, tokens in measured.items():
+        assert {name: entry["tokens"] for name, entry in reported["by"][dimension].items()} == {
+            name: count for name, count in tokens.items() if count
+        }
+    assert sum(measured["ctx_bucket"].values()) / (len(stream) * args.seq_length) >= 0.95
+
+
+def test_the_stream_is_deterministic_and_resumes_at_consumed_samples(curriculum):
+    args = stage_args(curriculum, "P2")
+    first = StageStream.from_args(args, create_attention_mask=False, hash_files=False)
+    again = StageStream.from_args(args, create_attention_mask=False, hash_files=False)
+    assert np.array_equal(first.plan.conversations, again.plan.conversations)
+    assert np.array_equal(first.plan.offsets, again.plan.offsets)
+    whole = list(stream_batches(len(first), micro_batch_size=2, data_parallel_size=2, data_parallel_rank=1))
+    resumed = list(stream_batches(len(first), 2, consumed_samples=40, data_parallel_rank=1, data_parallel_size=2))
+    assert resumed == whole[10:]
+    for batch in resumed[:3]:
+        for index in batch:
+            assert torch.equal(first[index]["tokens"], again[index]["tokens"])
+    other_seed = plan_stream(first.conversations, args.seq_length, len(first), StreamPolicy(seed=1))
+    assert not np.array_equal(other_seed.conversations, first.plan.conversations)
+
+
+def test_utility_weights_caps_and_the_tail_decide_a_partial_epoch(curriculum):
+    conversations = read_stage_conversations(curriculum / "P2.json")
+    # C1 is drawn partly in every epoch of P2 (C2 is the scarce bucket): plant a utility on half its rows
+    c1 = conversations.ctx == CTX_BUCKETS.index("C1")
+    favoured = c1 & (np.arange(len(conversations)) % 2 == 0)
+    utility = np.where(favoured, 1.0, 0.0)
+    phase = ScorerPhase(0, utility, "a" * 64)
+    weighted = plan_stream(conversations, 8192, 400, StreamPolicy(tau=20.0), [phase])
+    uniform = plan_stream(conversations, 8192, 400, StreamPolicy(tau=0.0), [phase])
+
+    def favoured_share(plan) -> float:
+        picked = plan.conversations[c1[plan.conversations]]
+        return float(favoured[picked].mean())
+
+    assert favoured_share(weighted) > 0.9 > 0.6 > favoured_share(uniform)
+    tail = plan_stream(conversations, 8192, 400, StreamPolicy(tau=20.0, epsilon=0.5), [phase])
+    assert favoured_share(weighted) > favoured_share(tail) > favoured_share(uniform)
+    for plan in (weighted, tail):  # the quota units still hold the mix
+        assert stream_mix(plan, conversations)["max_deviation_pp"] <= 1.0
+    assert {e.scorer_sha256 for e in weighted.epochs} == {"a" * 64}
+
+    # a scorer from epoch 2 changes nothing before epoch 2's first window
+    later = plan_stream(conversations, 8192, 400, StreamPolicy(tau=20.0), [ScorerPhase(2, utility, "b" * 64)])
+    plain = plan_stream(conversations, 8192, 400, StreamPolicy(tau=20.0))
+    boundary = later.epochs[2].first_window
+    assert np.array_equal(
+        later.conversations[: later.offsets[boundary]], plain.conversations[: plain.offsets[boundary]]
+    )
+    assert [e.scorer_sha256 for e in later.epochs[:3]] == [None, None, "b" * 64]
+
+
+def test_the_cluster_cap_holds_per_epoch(curriculum):
+    conversations = read_stage_conversations(curriculum / "P1.json")
+    planted = conversations.cluster.copy()
+    planted[: len(planted) // 2] = 7  # one huge cluster
+    capped = type(conversations)(**{**conversations.__dict__, "cluster": planted})
+    plan = plan_stream(capped, 2048, 3000, StreamPolicy(cluster_cap=3))
+    bounds = [e.first_window for e in plan.epochs] + [len(plan)]
+    for first, end in zip(bounds[:-1], bounds[1:]):
+        members = plan.conversations[plan.offsets[first] : plan.offsets[end]]
+        assert np.count_nonzero(planted[members] == 7) <= 3
+
+
+def test_stage_args_name_megatrons_arguments_and_say_a_stock_run_ignores_the_masks(curriculum, tmp_path):
+    text = (curriculum / "P1.args").read_text()
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert any("ignores the loss masks" in line for line in comments)
+    args = read_stage_args(curriculum / "P1.args")
+    assert args.per_split_data_args_path == curriculum / "P1.json"
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", constants.EOD_TOKEN_ID)
+    bad = tmp_path / "bad.args"
+    bad.write_text(text.replace("--vocab-size 199999", "--vocab-size 50000"))
+    with pytest.raises(StageArgsError, match="EOD is 199999"):
+        read_stage_args(bad)
+    bad.write_text(
+        text.replace("NullTokenizer --vocab-size 199999", "HuggingFaceTokenizer --tokenizer-model x/gpt-oss-20b")
+    )
+    assert read_stage_args(bad).tokenizer_type == "HuggingFaceTokenizer"
+    bad.write_text("# nothing\n--seq-length 8\n")
+    with pytest.raises(StageArgsError, match="per-split-data-args-path"):
+        read_stage_args(bad)
+
+
+def test_the_sampling_manifest_records_grid_policy_scorers_and_mix(curriculum, tmp_path):
+    args = stage_args(curriculum, "P2")
+    conversations = read_stage_conversations(args.per_split_data_args_path)
+    phase = ScorerPhase(1, np.zeros(len(conversations)), "c" * 64)
+    stream = StageStream.from_args(
+        args, policy=StreamPolicy(tau=2.0, epsilon=0.1, cluster_cap=4), scorer_phases=[phase]
+    )
+    path = write_sampling_manifest(stream, tmp_path / "run" / "sampling.json")
+    manifest = json.loads(path.read_text())
+    assert manifest["policy"] == {"seed": 0, "tau": 2.0, "epsilon": 0.1, "cluster_cap": 4, "chunk_windows": 512}
+    assert manifest["scorers"] == [{"first_epoch": 1, "scorer_sha256": "c" * 64}]
+    assert sum(unit["target_share"] for unit in manifest["quota_grid"]) == pytest.approx(1.0)
+    assert {u["ctx_bucket"] for u in manifest["quota_grid"]} == {"C1", "C2"}
+    assert manifest["epochs"][0]["scorer_sha256"] is None and manifest["epochs"][1]["scorer_sha256"] == "c" * 64
+    assert manifest["mix"]["within_tolerance"] and manifest["windows"] == args.train_samples
+    assert manifest["stage_sha256"] == hashlib.sha256(args.per_split_data_args_path.read_bytes()).hexdigest()
+    assert all(b in SKILL_BUCKETS for b in manifest["mix"]["by"]["skill_bucket"])
+
+
+def test_a_stream_is_made_only_of_a_pool_that_verifies(built_sample, tmp_path):
+    """StageStream verifies the pool first (`stage_blends`: seal, blocking checks, the stage file and its trios):
+    a copied pool whose stage file names another root's trios, and an edited stage file, are refused."""
+    copy = tmp_path / "data"
+    shutil.copytree(built_sample[2], copy)
+    stage = copy / built_sample[1].data_layout().curriculum_dir().relative_to(built_sample[2]) / "P1.json"
+    with pytest.raises(PoolError, match="outside the pool"):
+        StageStream(stage, 2048, 10)
+    blends = json.loads(stage.read_text())
+    blends["train"] = [str(entry).replace(str(built_sample[2]), str(copy)) for entry in blends["train"]]
+    stage.write_text(json.dumps(blends))
+    with pytest.raises(PoolError, match="differs|has"):
+        StageStream(stage, 2048, 10)
+    bad = tmp_path / "P9.json"
+    bad.write_text('{"train": []}')
+    with pytest.raises(StageStreamError, match="no weighted prefix"):
+        read_stage_conversations(bad)
