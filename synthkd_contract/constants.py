@@ -44,6 +44,7 @@ SPLITS: Final = ("train", "valid")
 ARRAY_KINDS: Final = ("tokens", "lossmask", "span")
 ARRAY_DTYPES: Final = {"tokens": TOKENS_DTYPE, "lossmask": LOSSMASK_DTYPE, "span": SPAN_DTYPE}
 MANIFEST_FILENAME: Final = "manifest.json"
+CURRICULUM_PLAN_FILENAME: Final = "plan.json"  # <pool>/curriculum/: every stage's plan, beside the stage files
 PARTIAL_SUFFIX: Final = ".partial"  # a file being written (core/atomic.py): never a finished one
 # optional, user-provided, in the raw directory: the shards the inputs should be (README "Scheduled rebuilds")
 INPUT_MANIFEST_FILENAME: Final = "input_manifest.json"

@@ -26,7 +26,7 @@ import hashlib
 import json
 import shlex
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from synthkd_contract.stage_stream import (
     STAGE_TOKENIZER_ARGS,
     ScorerPhase,
     StageConversations,
+    StageStreamError,
     StreamPlan,
     StreamPolicy,
     plan_stream,
@@ -235,6 +236,41 @@ class StageStream(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.plan)
 
+    def epoch_of(self, sample: int) -> int:
+        """The stream epoch window `sample` belongs to."""
+        starts = [record.first_window for record in self.plan.epochs]
+        return max(0, int(np.searchsorted(starts, sample, side="right")) - 1)
+
+    def switch_scorer(self, phase: ScorerPhase, consumed_samples: int) -> int:
+        """Draw with a new scorer's utilities from the epoch after the one `consumed_samples` is in: the windows
+        up to that epoch's end stay exactly as they were (a run that resumes finds what it trained on), and the
+        switch is recorded in `sampling_manifest()`.
+
+        Args:
+            phase: the new scorer's utilities (`scorer_phase`); its `first_epoch` is replaced.
+            consumed_samples: the windows trained on so far.
+
+        Returns:
+            The epoch the new scorer starts at.
+
+        Raises:
+            StageStreamError: the windows already drawn would change (never for a plan of the same inputs).
+        """
+        first_epoch = self.epoch_of(consumed_samples) + 1
+        kept = self.plan.offsets[min(len(self.plan), self._first_window(first_epoch))]
+        phases = (
+            *[p for p in self.scorer_phases if p.first_epoch < first_epoch],
+            replace(phase, first_epoch=first_epoch),
+        )
+        plan = plan_stream(self.conversations, self.seq_length, len(self.plan), self.plan.policy, phases)
+        if not np.array_equal(plan.conversations[:kept], self.plan.conversations[:kept]):
+            raise StageStreamError("switching the scorer would change windows already drawn")
+        self.plan, self.scorer_phases = plan, phases
+        return first_epoch
+
+    def _first_window(self, epoch: int) -> int:
+        return self.plan.epochs[epoch].first_window if epoch < len(self.plan.epochs) else len(self.plan)
+
     def _trio(self, prefix_index: int) -> dict:
         if prefix_index not in self._trios:
             self._trios[prefix_index] = open_trio(self.conversations.prefixes[prefix_index])
@@ -306,8 +342,10 @@ class StageStream(torch.utils.data.Dataset):
         ]
         return {
             "format": STREAM_MANIFEST_FORMAT,
+            "stage": self.stage_file.stem,
             "stage_file": str(self.stage_file),
             "stage_sha256": file_sha256(self.stage_file),
+            "curriculum_plan_sha256": file_sha256(self.stage_file.parent / constants.CURRICULUM_PLAN_FILENAME),
             "pool_manifest_sha256": file_sha256(pool_root / constants.MANIFEST_FILENAME),
             "seq_length": self.seq_length,
             "windows": len(self),

@@ -317,3 +317,19 @@ def test_a_stream_is_made_only_of_a_pool_that_verifies(built_sample, tmp_path):
     bad.write_text('{"train": []}')
     with pytest.raises(StageStreamError, match="no weighted prefix"):
         read_stage_conversations(bad)
+
+
+def test_a_new_scorer_takes_effect_at_the_next_epoch_and_is_recorded(curriculum):
+    args = stage_args(curriculum, "P2")
+    stream = StageStream.from_args(args, policy=StreamPolicy(tau=20.0), create_attention_mask=False)
+    before = [stream[i]["tokens"] for i in range(0, 40)]
+    consumed = stream.plan.epochs[1].first_window + 3  # in epoch 1
+    conversations = stream.conversations
+    utility = np.where(conversations.ctx == CTX_BUCKETS.index("C1"), np.arange(len(conversations)) % 2, 0.0)
+    first_epoch = stream.switch_scorer(ScorerPhase(0, utility, "d" * 64), consumed_samples=consumed)
+    assert first_epoch == 2
+    assert all(torch.equal(stream[i]["tokens"], before[i]) for i in range(40) if i < stream.plan.epochs[2].first_window)
+    manifest = stream.sampling_manifest()
+    assert manifest["scorers"] == [{"first_epoch": 2, "scorer_sha256": "d" * 64}]
+    assert [e["scorer_sha256"] for e in manifest["epochs"][:3]] == [None, None, "d" * 64]
+    assert manifest["stage"] == "P2" and len(manifest["curriculum_plan_sha256"]) == 64

@@ -71,7 +71,7 @@ CURRICULUM_SUBDIR = "curriculum"
 # kept out of the inputs as part of the output tree; the curriculum's Megatron-LM index cache is per user, outside
 # the data root (core/curriculum.py, stage_cache_dir)
 VALUATION_SUFFIX = "_valuation"  # <pool name>_valuation/: the features of the pool's rows, beside its sealed root
-CURRICULUM_PLAN_FILENAME = "plan.json"
+CURRICULUM_PLAN_FILENAME = constants.CURRICULUM_PLAN_FILENAME
 QUOTA_PLAN_STAGE = "synth_quota_plan"
 QUOTA_PLAN_FILENAME = "plan.json"
 RAW_STATE_SUBDIR = "synth_raw"
