@@ -30,9 +30,10 @@ configured are removed, `remove_other_stages_files`):
 - `<stage>.json`: the `--per-split-data-args-path` file, exactly the keys Megatron-LM's
   `get_blend_and_blend_per_split` reads: {"train": [w, prefix, ...], "valid": [...] or null, "test": null},
   prefixes absolute;
-- `<stage>.args`: one line, `--per-split-data-args-path <abs>/<stage>.json --seq-length N --train-samples S
-  --data-cache-path <abs cache dir>` (shell-quoted), to append to a `pretrain_gpt.py` command line
-  (`$(cat P1.args)`). The cache directory (`stage_cache_dir`) is the building user's, outside the data root:
+- `<stage>.args`: comment lines (`STAGE_ARGS_HEADER`: a stock run ignores the masks and spans), then one line,
+  `--per-split-data-args-path <abs>/<stage>.json --seq-length N --train-samples S --data-cache-path <abs cache
+  dir> --tokenizer-type NullTokenizer --vocab-size 199999` (shell-quoted), to append to a `pretrain_gpt.py`
+  command line (`$(grep -v '^#' P1.args)`) or give to the stream (docs/pool.md#the-stream). The cache directory (`stage_cache_dir`) is the building user's, outside the data root:
   Megatron-LM's default, next to the `.bin` files, writes index caches into the sealed pool, which then no longer
   verifies, and a cache in a shared root is one anyone can plant a pickle in (megatron-core loads it with
   `allow_pickle=True`).
