@@ -13,11 +13,12 @@ KL(teacher || student) per supervised token over the held-out slice: by default 
 else (`--synthetic`, or no validation set built) the `valid/` trios. The run exits non-zero unless that KL falls.
 
 With `--lp-every N`, learning-progress labels (seed 002 §9) are computed during training: after `--lp-warmup`
-steps, every N steps, `--lp-candidates` single conversations of the train split (of the sequence pool's rows when
-the build made one: the prompts the scorer will value) each get `--lp-k` KD updates on a snapshot of the student,
-the held-out KL is measured and the student restored bit for bit;
-`lp_value = (KL before - KL after) / supervised tokens used`, written to `--lp-output` (Parquet: synth_id as
-`key`, the pool row's `id`), what examples/train_scorer.py trains on.
+steps, every N steps (a round), `--lp-candidates` single conversations of the train split (of the sequence pool's
+rows when the build made one: the prompts the scorer will value) and the run's `--lp-references` reference
+conversations (drawn once, the same in every round) each get `--lp-k` KD updates on a snapshot of the student, the
+held-out KL is measured and the student restored bit for bit; `lp_raw = (KL before - KL after) / supervised tokens
+used` drifts with the student's state, `lp_value = lp_raw / (the references' mean lp_raw) - 1` does not. Written to
+`--lp-output` (Parquet, `LP_SCHEMA`: synth_id as `key`, the pool row's `id`), what examples/train_scorer.py trains on.
 
 On CUDA the forwards run under bf16 autocast (`--precision auto`); on CPU in float32 (gloo world of one process).
 """
@@ -56,19 +57,29 @@ from synthkd_training.models import (
 )
 from synthkd_training.online_kd import KDStep, OnlineKDConfig, train_online_kd
 from synthkd_training.pool import PoolError, pool_parts
-from synthkd_training.progress import Candidate, LPCadence, LPConfig, learning_progress_labels
+from synthkd_training.progress import (
+    Candidate,
+    LPCadence,
+    LPConfig,
+    ReferencesMadeNoProgressError,
+    learning_progress_labels,
+)
 from synthkd_training.synthetic import write_synthetic_dataset
 
 DEFAULT_SEQ_LENGTH = 2048  # a CPU-sized default when the teacher takes longer sequences (GPT-OSS: 131,072)
-LP_SCHEMA = pa.schema(
+LP_SCHEMA = pa.schema(  # docs/distillation.md#learning-progress-labels
     [
         ("key", pa.string()),
         ("id", pa.string()),  # the pool row's id (what the valuation features are keyed by); null outside the pool
-        ("step", pa.int64()),
+        ("round", pa.int64()),  # 0, 1, ... in the order the rounds ran
+        ("step", pa.int64()),  # the training step the round ran at
+        ("reference", pa.bool_()),  # one of the run's reference conversations, labelled in every round
         ("kl_before", pa.float64()),
         ("kl_after", pa.float64()),
         ("tokens_used", pa.int64()),
-        ("lp_value", pa.float64()),
+        ("lp_raw", pa.float64()),  # (kl_before - kl_after) / tokens_used: drifts with the student's state
+        ("reference_lp_raw", pa.float64()),  # the round's mean lp_raw of the references
+        ("lp_value", pa.float64()),  # lp_raw / reference_lp_raw - 1: comparable across rounds
     ]
 )
 
@@ -108,6 +119,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lp-every", type=int, default=0, help="learning-progress labels every N steps (0: none)")
     parser.add_argument("--lp-warmup", type=int, default=0, help="no labels before this step")
     parser.add_argument("--lp-candidates", type=int, default=2, help="conversations labelled each time")
+    parser.add_argument(
+        "--lp-references", type=int, default=2, help="reference conversations labelled every round (lp_value's unit)"
+    )
     parser.add_argument("--lp-k", type=int, default=2, help="KD updates per candidate")
     parser.add_argument("--lp-output", type=Path, default=None, help="where the labels go (Parquet)")
     parser.add_argument(
@@ -131,6 +145,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--steps must be at least 1")
     if args.lp_every and args.lp_output is None:
         parser.error("--lp-every needs --lp-output")
+    if args.lp_references < 1:
+        parser.error("--lp-references must be at least 1: lp_value is relative to the references")
     return args
 
 
@@ -216,7 +232,8 @@ def _candidate_documents(data_root: Path, seed: int, wanted: dict[str, str]) -> 
 
 
 class LPRecorder:
-    """The after-step hook: learning-progress labels when the cadence says so."""
+    """The after-step hook: learning-progress labels when the cadence says so, every round relative to the same
+    reference conversations (the first `--lp-references` of the seeded candidate order, never candidates)."""
 
     def __init__(self, args, data_root, student, teacher, heldout, kd_config, seq_length, device) -> None:
         self.cadence = LPCadence(args.lp_warmup, args.lp_every, args.lp_candidates)
@@ -225,22 +242,47 @@ class LPRecorder:
         self.pool_ids = {} if args.synthetic else pool_ids(args.pool, not args.no_hash)
         self.pool = _candidate_documents(data_root, args.seed, self.pool_ids)
         self.seq_length, self.device = seq_length, device
+        self.references: list[Candidate] = []
+        while len(self.references) < args.lp_references and (candidate := self._next_candidate()) is not None:
+            self.references.append(candidate)
+        if len(self.references) < args.lp_references:
+            raise SystemExit(f"--lp-references {args.lp_references}: only {len(self.references)} train conversations")
         self.rows: list[dict] = []
+        self.rounds = 0
+        self.skipped: list[int] = []
+
+    def _next_candidate(self) -> Candidate | None:
+        """The next train conversation with a supervised token (one with none teaches nothing), or None."""
+        while self.pool:
+            key, prefix, index = self.pool.pop()
+            sample = document_sample(*trio_documents(prefix, [index])[0], self.seq_length)
+            if bool((sample["span_id"] != 0).any()):
+                return Candidate(key, [to_device(batches_of([sample], 1)[0], self.device)])
+        return None
 
     def __call__(self, step: int, optimizer) -> None:
         if not self.cadence.due(step):
             return
         candidates = []
-        while self.pool and len(candidates) < self.cadence.candidates_per_round:
-            key, prefix, index = self.pool.pop()
-            sample = document_sample(*trio_documents(prefix, [index])[0], self.seq_length)
-            if bool((sample["span_id"] != 0).any()):  # a conversation with nothing supervised teaches nothing
-                candidates.append(Candidate(key, [to_device(batches_of([sample], 1)[0], self.device)]))
+        while len(candidates) < self.cadence.candidates_per_round and (candidate := self._next_candidate()):
+            candidates.append(candidate)
         if not candidates:
             return
-        for label in learning_progress_labels(self.student, self.teacher, candidates, self.heldout, self.config):
-            self.rows.append({"step": step, "id": self.pool_ids.get(label.key), **label.__dict__})
-            print(f"lp    step {step} | {label.key} | lp_value {label.lp_value:.3e} ({label.tokens_used} tokens)")
+        round_id, self.rounds = self.rounds, self.rounds + 1
+        try:
+            labels = learning_progress_labels(
+                self.student, self.teacher, candidates, self.heldout, self.config, self.references, step
+            )
+        except ReferencesMadeNoProgressError as error:
+            self.skipped.append(step)
+            print(f"lp    step {step} | round skipped: {error}")
+            return
+        for label in labels:
+            self.rows.append({"round": round_id, "id": self.pool_ids.get(label.key), **label.__dict__})
+            print(
+                f"lp    step {step} | {label.key}{' (reference)' if label.reference else ''} | "
+                f"lp_value {label.lp_value:+.2%} (lp_raw {label.lp_raw:.3e} over {label.tokens_used} tokens)"
+            )
 
     def write(self, path: Path) -> None:
         with atomic_output(path) as partial:
@@ -334,7 +376,12 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
     )
     if recorder is not None:
         recorder.write(args.lp_output)
-        print(f"{len(recorder.rows)} learning-progress labels written to {args.lp_output}")
+        print(
+            f"{len(recorder.rows)} learning-progress labels of {recorder.rounds} rounds "
+            f"({len(recorder.references)} references each) written to {args.lp_output}"
+        )
+        if recorder.skipped:
+            print(f"rounds skipped, the references made no progress: steps {recorder.skipped}")
     result = {
         "steps": summary.steps,
         "heldout_before": before.kl,
@@ -342,6 +389,7 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         "heldout_trace": summary.heldout_trace,
         "heldout_source": heldout_source,
         "lp_labels": recorder.rows if recorder is not None else [],
+        "lp_skipped_steps": recorder.skipped if recorder is not None else [],
         "device": str(device),
     }
     if not summary.kl_fell:

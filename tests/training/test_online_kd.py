@@ -18,6 +18,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.stats import spearmanr
 
 from examples import train_online_kd as online_kd_example
 from examples import train_scorer as scorer_example
@@ -31,6 +32,7 @@ from synthkd_training.progress import (
     Candidate,
     LPCadence,
     LPConfig,
+    ReferencesMadeNoProgressError,
     StudentNotRestoredError,
     learning_progress_labels,
     restore,
@@ -65,9 +67,10 @@ def random_document(rng: np.random.Generator, length: int) -> tuple[np.ndarray, 
     return tokens, (span > 0).astype(np.uint8), span
 
 
-def batches(seed: int, count: int = 2, size: int = 2) -> list[dict]:
+def batches(seed: int, count: int = 2, size: int = 2, seq: int = SEQ) -> list[dict]:
     rng = np.random.default_rng(seed)
-    samples = [document_sample(*random_document(rng, int(rng.integers(8, 30))), SEQ) for _ in range(count * size)]
+    lengths = (8, 30) if seq == SEQ else (seq // 2, seq)
+    samples = [document_sample(*random_document(rng, int(rng.integers(*lengths))), seq) for _ in range(count * size)]
     return batches_of(samples, size)
 
 
@@ -162,22 +165,102 @@ def test_learning_progress_labels_restore_the_student_bit_for_bit_and_are_determ
     student, teacher = TinyLM(1), TinyLM(2)
     config = LPConfig(k_updates=3, kd=OnlineKDConfig(lr=5e-2), seed=7)
     candidates = [Candidate(f"c{i}", batches(10 + i, count=2)) for i in range(3)]
+    references = [Candidate(f"r{i}", batches(20 + i, count=2)) for i in range(2)]
     heldout = batches(4)
     before = snapshot(student)
-    labels = learning_progress_labels(student, teacher, candidates, heldout, config)
+    labels = learning_progress_labels(student, teacher, candidates, heldout, config, references, step=12)
     after = student.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())
+    assert [label.key for label in labels] == ["r0", "r1", "c0", "c1", "c2"]
+    assert [label.reference for label in labels] == [True, True, False, False, False]
     # deterministic, and independent of the order the candidates come in
-    again = learning_progress_labels(student, teacher, candidates[::-1], heldout, config)
-    assert {label.key: label.lp_value for label in labels} == {label.key: label.lp_value for label in again}
+    again = learning_progress_labels(student, teacher, candidates[::-1], heldout, config, references, step=12)
+    assert {label.key: label for label in labels} == {label.key: label for label in again}
+    reference_lp_raw = np.mean([label.lp_raw for label in labels if label.reference])
     for label in labels:
-        candidate = next(c for c in candidates if c.key == label.key)
-        # tokens_used: supervised tokens of the k updates, cycling through the candidate's batches
-        expected = sum(int((candidate.batches[u % 2]["span_id"] != 0).sum()) for u in range(3))
-        assert label.tokens_used == expected
-        assert label.lp_value == pytest.approx((label.kl_before - label.kl_after) / expected)
+        item = next(c for c in (*candidates, *references) if c.key == label.key)
+        # tokens_used: supervised tokens of the k updates, cycling through the item's batches
+        expected = sum(int((item.batches[u % 2]["span_id"] != 0).sum()) for u in range(3))
+        assert label.step == 12 and label.tokens_used == expected
+        assert label.lp_raw == pytest.approx((label.kl_before - label.kl_after) / expected)
+        assert label.reference_lp_raw == pytest.approx(reference_lp_raw)
+        assert label.lp_value == pytest.approx(label.lp_raw / reference_lp_raw - 1)
         assert label.kl_before == pytest.approx(heldout_kl(student, teacher, heldout).kl)
         assert label.kl_after < label.kl_before  # a few KD updates towards the teacher help on this toy
+
+
+def test_learning_progress_labels_refuse_a_round_they_cannot_make_comparable():
+    student, teacher = TinyLM(1), TinyLM(2)
+    config, heldout = LPConfig(k_updates=1, kd=OnlineKDConfig(lr=5e-2)), batches(4)
+    candidate = Candidate("c", batches(10))
+    with pytest.raises(ValueError, match="at least one reference"):
+        learning_progress_labels(student, teacher, [candidate], heldout, config, [])
+    with pytest.raises(ValueError, match=r"key\(s\) \['c'\] given twice"):
+        learning_progress_labels(student, teacher, [candidate], heldout, config, [candidate])
+    # references without a supervised token teach nothing: no progress to measure the candidates against
+    silent = Candidate("silent", [{**batch, "span_id": torch.zeros_like(batch["span_id"])} for batch in batches(11)])
+    with pytest.raises(ReferencesMadeNoProgressError, match="at step 3 the 1 reference"):
+        learning_progress_labels(student, teacher, [candidate], heldout, config, [silent], step=3)
+
+
+def heldout_enriched(heldout: list[dict], share: float, seed: int) -> list[dict]:
+    """Batches of the held-out slice's distribution (`batches(seed)`) with a `share` of their tokens replaced by
+    tokens drawn from the held-out slice's supervised positions: the larger the share, the more a KD update on
+    them lowers the held-out KL (TinyLM's logits at a position depend on its token only). The same draws for
+    every share, so the replaced positions of a smaller share are a subset of a larger one's."""
+    pool = torch.cat([batch["tokens"][batch["span_id"] != 0] for batch in heldout])
+    generator = torch.Generator().manual_seed(seed)
+    enriched = []
+    for batch in batches(seed, seq=32):
+        draw = torch.rand(batch["tokens"].shape, generator=generator)
+        picks = pool[torch.randint(len(pool), batch["tokens"].shape, generator=generator)]
+        replace = (draw < share) & (batch["tokens"] != constants.EOD_TOKEN_ID)
+        enriched.append({**batch, "tokens": torch.where(replace, picks, batch["tokens"])})
+    return enriched
+
+
+def round_share(values: np.ndarray) -> float:
+    """rounds x items: an item's spread over the rounds (its standard deviation, averaged over the items) over
+    the spread between the items (the standard deviation of their means). Near 0: the value measures the item;
+    1 or more: the round moves it as much as the item does."""
+    return float(values.std(axis=0, ddof=1).mean() / values.mean(axis=0).std(ddof=1))
+
+
+def test_lp_values_measure_the_candidate_not_the_round():
+    """Planted: four candidates of one family, each more useful than the last (a share of 5, 15, 25, 35 % of
+    their tokens drawn from the held-out slice), and two references of the same family (15 and 25 %, other
+    draws), labelled in three rounds: the student after 0, 10 and 30 KD steps on other batches. The raw progress
+    per token falls as the student trains, by as much as it differs between the candidates; relative to the
+    references, each round orders the candidates as planted and the round barely moves a candidate's value."""
+    student, teacher = TinyLM(1), TinyLM(2)
+    heldout = batches(4, seq=32)
+    candidates = [Candidate(f"c{share}", heldout_enriched(heldout, share, 20)) for share in (0.05, 0.15, 0.25, 0.35)]
+    references = [
+        Candidate(f"r{share}", heldout_enriched(heldout, share, 40 + i)) for i, share in enumerate((0.15, 0.25))
+    ]
+    config = LPConfig(k_updates=2, kd=OnlineKDConfig(lr=5e-2), seed=7)
+    training = OnlineKDConfig(lr=0.5)
+    optimizer = make_optimizer(student, training)
+    raw, comparable, trained = [], [], 0
+    for step in (0, 10, 30):
+        for batch in batches(100 + trained, count=step - trained, seq=32):  # trains the student to this step
+            kd_step(student, teacher, batch, optimizer, training)
+        trained = step
+        labels = learning_progress_labels(student, teacher, candidates, heldout, config, references, step)
+        labels = [label for label in labels if not label.reference]
+        assert [label.key for label in labels] == [c.key for c in candidates]
+        raw.append([label.lp_raw for label in labels])
+        comparable.append([label.lp_value for label in labels])
+    raw, comparable = np.array(raw), np.array(comparable)
+    # the drift the labels must not carry: raw values fall with the round as much as they differ by candidate
+    assert (np.diff(raw.mean(axis=1)) < 0).all()
+    assert round_share(raw) > 0.5
+    planted = np.tile(np.arange(len(candidates)), len(raw))
+    assert spearmanr(raw.ravel(), planted).statistic < 0.9
+    # comparable values: the planted order in every round, and pooled over the rounds the candidate explains them
+    assert all((np.diff(row) > 0).all() for row in comparable)
+    assert round_share(comparable) < 0.3
+    assert spearmanr(comparable.ravel(), planted).statistic >= 0.9
 
 
 def test_a_student_that_is_not_restored_is_an_error():
@@ -249,8 +332,23 @@ def test_online_kd_example_on_synthetic_trios(tmp_path, capsys):
     assert (spec["num_layers"], spec["hidden_size"], spec["seq_length"]) == (1, 32, 32)
     assert f"student checkpoint written to {tmp_path / 'student'}" in out
     assert out.count("analysis kd") == 8 and "n=" in out and "w=" in out
-    labels = pq.read_table(tmp_path / "lp.parquet").to_pylist()
-    assert [row["step"] for row in labels] == [4, 8] and all(row["tokens_used"] > 0 for row in labels)
+    table = pq.read_table(tmp_path / "lp.parquet")
+    assert table.schema == online_kd_example.LP_SCHEMA
+    labels = table.to_pylist()
+    # each round: the run's two references (the same conversations every round), then its one candidate
+    assert [(row["round"], row["step"], row["reference"]) for row in labels] == [
+        (0, 4, True), (0, 4, True), (0, 4, False), (1, 8, True), (1, 8, True), (1, 8, False)
+    ]  # fmt: skip
+    references = [[row["key"] for row in labels if row["reference"] and row["round"] == r] for r in (0, 1)]
+    assert references[0] == references[1] and len(set(references[0])) == 2
+    assert not {row["key"] for row in labels if not row["reference"]} & set(references[0])
+    for row in labels:
+        same_round = [other for other in labels if other["round"] == row["round"]]
+        assert row["tokens_used"] > 0 and row["kl_before"] == same_round[0]["kl_before"]
+        assert row["lp_raw"] == pytest.approx((row["kl_before"] - row["kl_after"]) / row["tokens_used"])
+        assert row["reference_lp_raw"] == pytest.approx(np.mean([o["lp_raw"] for o in same_round if o["reference"]]))
+        assert row["lp_value"] == pytest.approx(row["lp_raw"] / row["reference_lp_raw"] - 1)
+    assert out.count("(reference) | lp_value") == 4 and "6 learning-progress labels of 2 rounds" in out
     assert not torch.distributed.is_initialized()
 
 
@@ -273,7 +371,7 @@ def test_online_kd_lowers_the_heldout_kl_on_the_sample_and_its_labels_train_the_
     assert "heldout_kl.parquet (6 conversations)" in summary["heldout_source"]
     assert summary["heldout_after"] < summary["heldout_before"]
     labels = pq.read_table(tmp_path / "lp.parquet").to_pylist()
-    assert len(labels) == 6
+    assert len(labels) == 2 * (3 + 2)  # two rounds of 3 candidates and the 2 references
     pool = pl.concat(pl.read_parquet(p) for p in sorted((data_dir / "pool/synth_pool_v1/parts").glob("*.parquet")))
     pool_ids = dict(zip(pool["source_example_id"], pool["id"]))
     # keyed by synth_id: candidates are pool rows, labels carry the pool id
