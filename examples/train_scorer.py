@@ -56,10 +56,33 @@ def read_features(directory: Path, hash_files: bool = True) -> pl.DataFrame:
     return pl.concat([pl.read_parquet(part) for part in parts])
 
 
+LABEL_COLUMNS = ("id", "lp_value", "reference_lp_raw")
+"""What train_scorer needs of a label file: `lp_value` relative to the round's references (the column that says so)."""
+
+
 def read_labels(path: Path) -> pl.DataFrame:
-    """One label per pool row: the mean lp_value when a row was labelled more than once (several rounds)."""
+    """One label per pool row: its `lp_value`, averaged over the rounds that labelled it.
+
+    `lp_value` is relative to the references each round labels too (train_online_kd.py `LP_SCHEMA`), so rounds
+    measured at different training steps average and rank together.
+
+    Args:
+        path: Parquet written by examples/train_online_kd.py --lp-output.
+
+    Returns:
+        Columns `id` and `lp_value`, one row per labelled pool id, sorted by id.
+
+    Raises:
+        SystemExit: No file, a file without `LABEL_COLUMNS` (raw progress per round, which drifts with the
+            student's state), or no label of a pool row.
+    """
     if not path.is_file():
         raise SystemExit(f"no labels at {path}: write them with examples/train_online_kd.py --lp-output")
+    if missing := [column for column in LABEL_COLUMNS if column not in pl.read_parquet_schema(path)]:
+        raise SystemExit(
+            f"{path} has no {', '.join(missing)} column: its labels are not relative to per-round references and "
+            "do not compare across rounds; write them with examples/train_online_kd.py --lp-output"
+        )
     labels = pl.read_parquet(path, columns=["id", "lp_value"])
     unlabelled = labels["id"].null_count()
     if unlabelled == labels.height:

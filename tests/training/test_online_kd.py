@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -439,3 +440,22 @@ def test_online_kd_example_with_a_gpt_oss_checkpoint_as_teacher(gpt_oss_checkpoi
 def test_the_scorer_example_names_missing_labels(tmp_path):
     with pytest.raises(SystemExit, match=f"no labels at {tmp_path / 'lp.parquet'}"):
         scorer_example.read_labels(tmp_path / "lp.parquet")
+
+
+def test_the_scorer_example_averages_a_rows_lp_values_over_rounds(tmp_path, capsys):
+    """What train_scorer.py trains on is lp_value, relative to each round's references; a row labelled in two
+    rounds gets the mean of its two values, whatever their raw values."""
+    rows = [
+        {"key": "a", "id": "pa", "round": 0, "step": 4, "lp_raw": 1e-3, "reference_lp_raw": 1e-3, "lp_value": 0.0},
+        {"key": "a", "id": "pa", "round": 1, "step": 8, "lp_raw": 3e-3, "reference_lp_raw": 2e-3, "lp_value": 0.5},
+        {"key": "b", "id": "pb", "round": 1, "step": 8, "lp_raw": 1e-3, "reference_lp_raw": 2e-3, "lp_value": -0.5},
+        {"key": "c", "id": None, "round": 1, "step": 8, "lp_raw": 2e-3, "reference_lp_raw": 2e-3, "lp_value": 0.0},
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=online_kd_example.LP_SCHEMA), tmp_path / "lp.parquet")
+    labels = scorer_example.read_labels(tmp_path / "lp.parquet")
+    assert labels.to_dicts() == [{"id": "pa", "lp_value": 0.25}, {"id": "pb", "lp_value": -0.5}]
+    assert "1 of 4 labels are of conversations outside the pool" in capsys.readouterr().out
+    # progress per token alone drifts with the round it was measured in: refused, not averaged
+    pq.write_table(pa.Table.from_pylist(rows).drop(["reference_lp_raw"]), tmp_path / "raw.parquet")
+    with pytest.raises(SystemExit, match=r"raw.parquet has no reference_lp_raw column: .* do not compare across"):
+        scorer_example.read_labels(tmp_path / "raw.parquet")
