@@ -4,6 +4,14 @@
     python examples/train_online_kd.py --teacher-checkpoint teacher/ --steps 30 --save-checkpoint student/
     python examples/train_online_kd.py --synthetic --teacher-checkpoint teacher/      # no build needed
     python examples/train_online_kd.py --teacher-checkpoint /models/gpt-oss-20b --device cuda   # a real teacher
+    python examples/train_online_kd.py --teacher-checkpoint teacher/ --stage-args $POOL/curriculum/P1.args
+
+With `--stage-args`, the student trains on a curriculum stage of the sequence pool as its stream
+(docs/pool.md#the-stream): whole conversations packed per window, position ids and attention reset per
+conversation, the stage's mix held on tokens, drawn by `exp(--stream-tau * utility)` from `--scorer`'s utilities
+(else uniformly) with an `--stream-epsilon` tail and a `--stream-cluster-cap`; `--consumed-samples` resumes the
+stream, and the sampling manifest (quota grid, tau, epsilon, the stage, the scorer's sha256) is written to
+`--sampling-manifest`.
 
 The student (a `GPTSpec` from the flags, randomly initialised) is trained with `span_kd_loss` (forward / reverse /
 mix KL at a temperature) plus `--ce-weight` times the span-normalized CE, on `SpanGPTDataset` batches of the
@@ -42,6 +50,7 @@ from synthkd_assets.core.atomic import atomic_output
 from synthkd_assets.core.layout import DataLayout, documents_path
 from synthkd_contract.indexed_dataset import read_index
 from synthkd_contract.manifest_seal import ManifestError, heldout_mismatch, verify_manifest
+from synthkd_contract.stage_stream import StageStreamError, StreamPolicy
 from synthkd_training.cli import add_no_hash_argument
 from synthkd_training.dataset import SpanDatasetError, tokens_prefixes, train_valid_datasets
 from synthkd_training.documents import batches_of, document_ids, document_sample, trio_documents
@@ -63,6 +72,14 @@ from synthkd_training.progress import (
     LPConfig,
     ReferencesMadeNoProgressError,
     learning_progress_labels,
+)
+from synthkd_training.stream import (
+    StageArgsError,
+    StageStream,
+    read_stage_args,
+    scorer_phase,
+    stream_batches,
+    write_sampling_manifest,
 )
 from synthkd_training.synthetic import write_synthetic_dataset
 
@@ -104,8 +121,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hidden-size", type=int, default=32, help="student")
     parser.add_argument("--num-attention-heads", type=int, default=2, help="student")
     parser.add_argument(
-        "--seq-length", type=int, default=None, help=f"default: the teacher's positions, at most {DEFAULT_SEQ_LENGTH}"
+        "--seq-length",
+        type=int,
+        default=None,
+        help=f"default: the stage's --seq-length, else the teacher's positions, at most {DEFAULT_SEQ_LENGTH}",
     )
+    parser.add_argument("--stage-args", type=Path, default=None, help="a curriculum stage's .args: train on its stream")
+    parser.add_argument("--stream-tau", type=float, default=None, help="sampling_weight = exp(tau * utility)")
+    parser.add_argument("--stream-epsilon", type=float, default=0.0, help="share of each draw taken uniformly")
+    parser.add_argument("--stream-cluster-cap", type=int, default=None, help="conversations per cluster per epoch")
+    parser.add_argument("--scorer", type=Path, default=None, help="a sealed scorer (train_scorer.py): the utilities")
+    parser.add_argument("--consumed-samples", type=int, default=0, help="resume the stream after this many samples")
+    parser.add_argument("--sampling-manifest", type=Path, default=None, help="default: <work dir>/sampling.json")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -147,7 +174,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--lp-every needs --lp-output")
     if args.lp_references < 1:
         parser.error("--lp-references must be at least 1: lp_value is relative to the references")
+    if args.stage_args is None and (args.scorer or args.stream_tau is not None or args.consumed_samples):
+        parser.error("--scorer, --stream-tau and --consumed-samples need --stage-args")
+    if args.stage_args is not None and args.synthetic:
+        parser.error("--stage-args trains on the pool's stage, --synthetic on generated trios: give one")
     return args
+
+
+def _stage_stream(args: argparse.Namespace, work_dir: Path, max_positions: int) -> tuple[StageStream, Path]:
+    """The stage's stream (verified pool), the scorer's utilities when given, and where its manifest went."""
+    try:
+        stage = read_stage_args(args.stage_args)
+        seq_length = args.seq_length or stage.seq_length
+        if seq_length > max_positions:
+            raise SystemExit(f"the stage's --seq-length {seq_length} exceeds the teacher's {max_positions} positions")
+        stream = StageStream(
+            stage.per_split_data_args_path, seq_length, stage.train_samples, hash_files=not args.no_hash
+        )
+        tau = args.stream_tau
+        if args.scorer is not None:
+            valuation = DataLayout.from_environ(os.environ).valuation_root()
+            phase, scorer_tau = scorer_phase(args.scorer, valuation, stream.conversations)
+            tau = scorer_tau if tau is None else tau
+            stream.redraw(stream.plan.policy, (phase,))
+        policy = StreamPolicy(
+            seed=args.seed, tau=tau or 0.0, epsilon=args.stream_epsilon, cluster_cap=args.stream_cluster_cap
+        )
+        stream.redraw(policy, stream.scorer_phases)
+    except (StageArgsError, StageStreamError, ManifestError, ValueError) as error:
+        raise SystemExit(f"--stage-args {args.stage_args}: {error}") from None
+    manifest = write_sampling_manifest(stream, args.sampling_manifest or work_dir / "sampling.json")
+    return stream, manifest
 
 
 def _train_data(args: argparse.Namespace, work_dir: Path, seq_length: int) -> tuple[Path, object, object]:
@@ -188,9 +245,13 @@ def _rendered_heldout(path: Path, tokenizer_dir: Path, limit: int, data_root: Pa
     return documents
 
 
-def _heldout_batches(args, valid, seq_length: int, device: torch.device) -> tuple[str, list[dict]]:
+def _heldout_batches(
+    args, valid, seq_length: int, device: torch.device, checked_against: Path | None = None
+) -> tuple[str, list[dict]]:
+    """The held-out KL slice, held out of `checked_against` (default: the synth_kd_v1 root trained on)."""
     if not args.synthetic and args.heldout.is_file():
-        documents = _rendered_heldout(args.heldout, args.tokenizer_dir, args.heldout_size, args.data_root)
+        trained_on = checked_against or args.data_root
+        documents = _rendered_heldout(args.heldout, args.tokenizer_dir, args.heldout_size, trained_on)
         samples = [document_sample(*d, seq_length) for d in documents]
         source = f"{args.heldout} ({len(samples)} conversations)"
     elif valid is not None:
@@ -317,7 +378,10 @@ def main(argv: list[str] | None = None) -> dict:
 def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict:
     loaded = load_model(args.teacher_checkpoint, device, args.micro_batch_size)
     teacher = loaded.model
-    seq_length = args.seq_length or min(loaded.max_positions, DEFAULT_SEQ_LENGTH)
+    stream = manifest_path = None
+    if args.stage_args is not None:
+        stream, manifest_path = _stage_stream(args, work_dir, loaded.max_positions)
+    seq_length = stream.seq_length if stream else args.seq_length or min(loaded.max_positions, DEFAULT_SEQ_LENGTH)
     if seq_length > loaded.max_positions:
         raise SystemExit(f"--seq-length {seq_length} exceeds the teacher's {loaded.max_positions} positions")
     student_spec = GPTSpec(
@@ -328,8 +392,12 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         vocab_size=loaded.vocab_size,
     )
     student = build_gpt(student_spec, device, args.micro_batch_size)
-    data_root, train, valid = _train_data(args, work_dir, seq_length)
-    heldout_source, heldout = _heldout_batches(args, valid, seq_length, device)
+    if stream is None:
+        data_root, train, valid = _train_data(args, work_dir, seq_length)
+        heldout_source, heldout = _heldout_batches(args, valid, seq_length, device)
+    else:  # the pool's stage; held out of the clusters the pool was sampled after (verify_pool checked the sets)
+        data_root, train, valid = args.data_root, stream, None
+        heldout_source, heldout = _heldout_batches(args, valid, seq_length, device, checked_against=args.pool)
     bf16 = args.precision == "bf16" or (args.precision == "auto" and device.type == "cuda")
     config = OnlineKDConfig(
         loss=SpanLossConfig(
@@ -343,12 +411,19 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         lr=args.lr,
         autocast_dtype=torch.bfloat16 if bf16 else None,
     )
+    source = data_root if stream is None else f"{args.stage_args} ({len(stream)} windows, manifest {manifest_path})"
     print(
-        f"device {device} ({'bf16' if bf16 else 'fp32'}) | data {data_root} | held-out {heldout_source} | "
+        f"device {device} ({'bf16' if bf16 else 'fp32'}) | data {source} | held-out {heldout_source} | "
         f"teacher {_millions(teacher):.1f}M from {args.teacher_checkpoint} | student {_millions(student):.1f}M",
         flush=True,
     )
-    loader = torch.utils.data.DataLoader(train, batch_size=args.micro_batch_size, shuffle=False, drop_last=True)
+    if stream is None:
+        loader = torch.utils.data.DataLoader(train, batch_size=args.micro_batch_size, shuffle=False, drop_last=True)
+    else:  # Megatron's pretraining order from --consumed-samples on
+        batches = list(stream_batches(len(stream), args.micro_batch_size, args.consumed_samples))
+        if len(batches) < args.steps:
+            raise SystemExit(f"the stage has {len(batches)} batches after --consumed-samples, fewer than --steps")
+        loader = torch.utils.data.DataLoader(stream, batch_sampler=batches[: args.steps])
     recorder = None
     if args.lp_every:
         recorder = LPRecorder(args, data_root, student, teacher, heldout, config, seq_length, device)
@@ -391,6 +466,7 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         "lp_labels": recorder.rows if recorder is not None else [],
         "lp_skipped_steps": recorder.skipped if recorder is not None else [],
         "device": str(device),
+        "sampling_manifest": None if manifest_path is None else str(manifest_path),
     }
     if not summary.kl_fell:
         raise SystemExit(f"held-out KL did not fall: {before.kl:.4f} -> {after.kl:.4f}")

@@ -236,6 +236,16 @@ class StageStream(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.plan)
 
+    def redraw(self, policy: StreamPolicy, scorer_phases: Sequence[ScorerPhase] = ()) -> None:
+        """Plan the stream again with another policy or scorers (before training on it: windows change).
+
+        Args:
+            policy: the draw's settings.
+            scorer_phases: the scorers' utilities, by the epoch they start at.
+        """
+        self.scorer_phases = tuple(scorer_phases)
+        self.plan = plan_stream(self.conversations, self.seq_length, len(self.plan), policy, self.scorer_phases)
+
     def epoch_of(self, sample: int) -> int:
         """The stream epoch window `sample` belongs to."""
         starts = [record.first_window for record in self.plan.epochs]

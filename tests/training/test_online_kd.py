@@ -7,6 +7,7 @@ sample's real synth_kd_v1 and held-out KL slice.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -459,3 +460,41 @@ def test_the_scorer_example_averages_a_rows_lp_values_over_rounds(tmp_path, caps
     pq.write_table(pa.Table.from_pylist(rows).drop(["reference_lp_raw"]), tmp_path / "raw.parquet")
     with pytest.raises(SystemExit, match=r"raw.parquet has no reference_lp_raw column: .* do not compare across"):
         scorer_example.read_labels(tmp_path / "raw.parquet")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_online_kd_trains_on_a_pool_stage_drawn_by_a_sealed_scorer(built_sample, tmp_path, monkeypatch):
+    """The closed loop's last step: a scorer sealed by examples/train_scorer.py (here on planted labels) weighs the
+    draw of P1's stream; the example trains through the stream and records the scorer in its sampling manifest."""
+    _, layout, data_dir = built_sample
+    monkeypatch.setenv("SYNTHKD_DATA_DIR", str(data_dir))
+    paths = layout.data_layout()
+    pool = pl.concat(pl.read_parquet(p) for p in sorted((paths.pool_root() / "parts").glob("*.parquet")))
+    planted = pl.col("prompt_tokens_est").cast(pl.Float64) / 1000
+    labels = pool.select("id", lp_value=planted, reference_lp_raw=pl.lit(1.0))
+    labels.write_parquet(tmp_path / "labels.parquet")
+    scorer_example.main(
+        ["--labels", str(tmp_path / "labels.parquet"), "--output", str(tmp_path / "scorer"), "--epochs", "5"]
+    )
+    common = ["--device", "cpu", "--micro-batch-size", "1", "--seq-length", "2048"]  # P1's windows
+    train_tiny.main(
+        [*common, "--work-dir", str(tmp_path / "t"), "--steps", "2", "--num-layers", "1", "--hidden-size", "16",
+         "--num-attention-heads", "2", "--save-checkpoint", str(tmp_path / "teacher")]
+    )  # fmt: skip
+    manifest_path = tmp_path / "run" / "sampling.json"
+    summary = online_kd_example.main(
+        ["--device", "cpu", "--micro-batch-size", "1", "--work-dir", str(tmp_path / "s"),
+         "--teacher-checkpoint", str(tmp_path / "teacher"), "--stage-args", str(paths.curriculum_dir() / "P1.args"),
+         "--scorer", str(tmp_path / "scorer"), "--stream-tau", "4", "--stream-epsilon", "0.1",
+         "--sampling-manifest", str(manifest_path), "--steps", "1", "--lr", "1e-2", "--heldout-size", "1",
+         "--hidden-size", "16"]
+    )  # fmt: skip
+    assert summary["sampling_manifest"] == str(manifest_path) and summary["heldout_after"] < summary["heldout_before"]
+    manifest = json.loads(manifest_path.read_text())
+    scorer_sha = hashlib.sha256((tmp_path / "scorer" / constants.MANIFEST_FILENAME).read_bytes()).hexdigest()
+    assert manifest["scorers"] == [{"first_epoch": 0, "scorer_sha256": scorer_sha}]
+    assert manifest["policy"]["tau"] == 4.0 and manifest["policy"]["epsilon"] == 0.1
+    assert manifest["epochs"][0]["scorer_sha256"] == scorer_sha and manifest["mix"]["within_tolerance"]
+    assert manifest["stage"] == "P1" and manifest["seq_length"] == 2048
+    step = summary["steps"][0]  # trained on whole conversations: prompt and supervised tokens in the window
+    assert step["kd/prompt/tokens"] > 0 and step["kd/analysis/tokens"] + step["kd/final/tokens"] > 0
