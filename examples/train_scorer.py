@@ -10,7 +10,7 @@ directory against its sealed manifest (every part's sha256; `--no-hash`: sizes),
 heads are told so), writes the sealed artifact (`save_scorer`: heads, feature config, manifest with each file's
 sha256), loads it back (which verifies every sha256) and prints per bucket the labelled rows and the spread of
 the scores. `--scored` writes every pool row of the trained buckets with `utility_score` and
-`sampling_weight = exp(tau * utility_score)`, what `select_rows` samples an epoch from.
+`sampling_weight = exp(tau * utility_score)`, what a curriculum stage's stream draws by (docs/pool.md#the-stream).
 """
 
 from __future__ import annotations

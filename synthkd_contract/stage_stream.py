@@ -326,11 +326,23 @@ def _rng(seed: int, *keys: int) -> np.random.Generator:
     return np.random.default_rng([seed, *keys])
 
 
-def _epoch_order(
+def epoch_order(
     members: np.ndarray, weights: np.ndarray, clusters: np.ndarray, policy: StreamPolicy, rng: np.random.Generator
 ) -> np.ndarray:
-    """One epoch's order of a unit's conversations: weighted without replacement, an epsilon share uniform, at
-    most `cluster_cap` per cluster (the first ones in the order)."""
+    """One epoch's order of a unit's conversations: weighted without replacement (Efraimidis-Spirakis keys
+    `log(u) / w`, largest first: successive sampling, the first pick is i with probability w_i / sum(w)), an
+    `epsilon` share of the draws uniform, at most `cluster_cap` per cluster (the first ones in the order).
+
+    Args:
+        members: the unit's conversations (indices).
+        weights: every conversation's sampling weight (indexed by conversation).
+        clusters: every conversation's cluster (NO_CLUSTER: none).
+        policy: epsilon and the cluster cap.
+        rng: the epoch's and unit's generator.
+
+    Returns:
+        The order, a permutation of the members the cap leaves.
+    """
     n = len(members)
     keys = np.log(rng.random(n)) / weights[members]  # Efraimidis-Spirakis: larger key first
     weighted = members[np.argsort(-keys, kind="stable")]
@@ -438,7 +450,7 @@ def plan_stream(
         utility = np.zeros(len(lengths)) if phase is None else np.nan_to_num(np.asarray(phase.utility, float))
         weights = np.exp(policy.tau * utility)
         orders = {
-            u: _epoch_order(idx, weights, conversations.cluster, policy, _rng(policy.seed, epoch, u))
+            u: epoch_order(idx, weights, conversations.cluster, policy, _rng(policy.seed, epoch, u))
             for u, idx in members.items()
         }
         budget = min(lengths[order].sum() / share[u] for u, order in orders.items())

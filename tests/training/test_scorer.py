@@ -8,7 +8,6 @@ import json
 import math
 import subprocess
 import sys
-from collections import Counter
 
 import numpy as np
 import polars as pl
@@ -26,7 +25,6 @@ from synthkd_training.scorer import (
     WEIGHTS_FILE,
     FeatureError,
     Normalization,
-    SamplingPolicy,
     ScorerConfig,
     UnknownSkillBucket,
     feature_matrix,
@@ -34,7 +32,6 @@ from synthkd_training.scorer import (
     lp_targets,
     sampling_weights,
     save_scorer,
-    select_rows,
     train_scorer,
 )
 
@@ -253,141 +250,6 @@ def test_config_rejects_what_it_cannot_read():
         train_scorer(table, pl.DataFrame({"id": ["a"], "lp_value": [1.0]}), config, seed=1)
     with pytest.raises(FeatureError, match="without features"):
         train_scorer(table, pl.DataFrame({"id": ["z"], "lp_value": [1.0]}), config)
-
-
-# --- the sampler -------------------------------------------------------------------------------------------
-row_strategy = st.tuples(
-    st.sampled_from(SKILL_BUCKETS), st.integers(0, 6), st.integers(1, 40), st.floats(0.05, 20.0, allow_nan=False)
-)
-
-
-def rows_frame(rows: list[tuple[str, int, int, float]]) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "id": [f"id-{i:04d}" for i in range(len(rows))],
-            "skill_bucket": [r[0] for r in rows],
-            "cluster_id": [r[1] for r in rows],
-            "sequence_tokens": [r[2] for r in rows],
-            "sampling_weight": [r[3] for r in rows],
-        },
-        schema_overrides={"cluster_id": pl.Int64, "sequence_tokens": pl.Int32},
-    )
-
-
-@given(
-    st.lists(row_strategy, min_size=1, max_size=60),
-    st.lists(st.integers(0, 400), min_size=4, max_size=4),
-    st.floats(0.0, 1.0),
-    st.one_of(st.none(), st.integers(1, 5)),
-    st.one_of(st.none(), st.integers(1, 120)),
-    st.integers(0, 2**32 - 1),
-)
-@settings(deadline=None)
-def test_selection_respects_caps_and_quotas_and_is_reproducible(rows, quotas, epsilon, cap_rows, cap_tokens, seed):
-    frame = rows_frame(rows)
-    policy = SamplingPolicy(dict(zip(SKILL_BUCKETS, quotas)), epsilon, cap_rows, cap_tokens, seed)
-    selection = select_rows(frame, policy)
-    picked = frame.filter(pl.col("id").is_in(selection.ids))
-    assert len(set(selection.ids)) == len(selection.ids) == picked.height
-    per_cluster = picked.group_by("cluster_id").agg(rows=pl.len(), tokens=pl.col("sequence_tokens").sum())
-    if cap_rows is not None:
-        assert (per_cluster["rows"] <= cap_rows).all()
-    if cap_tokens is not None:
-        assert (per_cluster["tokens"] <= cap_tokens).all()
-    report = {row["skill_bucket"]: row for row in selection.report.iter_rows(named=True)}
-    for bucket, quota in policy.quotas.items():
-        mine = picked.filter(pl.col("skill_bucket") == bucket)
-        achieved = int(mine["sequence_tokens"].sum())
-        assert report[bucket]["achieved_tokens"] == achieved and report[bucket]["rows"] == mine.height
-        assert achieved == 0 or achieved < quota + mine["sequence_tokens"].max()  # over by less than one row
-        tail = selection.rows.filter((pl.col("skill_bucket") == bucket) & (pl.col("phase") == "tail"))
-        assert report[bucket]["tail_tokens"] == tail["sequence_tokens"].sum()
-        assert (
-            tail.height == 0
-            or tail["sequence_tokens"].sum() < policy.tail_quota(bucket) + tail["sequence_tokens"].max()
-        )
-    shuffled = frame.sample(fraction=1.0, shuffle=True, seed=seed % 1000)
-    assert select_rows(shuffled, policy).ids == selection.ids
-
-
-@given(
-    st.lists(row_strategy, min_size=1, max_size=60),
-    st.lists(st.integers(0, 400), min_size=4, max_size=4),
-    st.floats(0.0, 1.0),
-    st.integers(0, 2**32 - 1),
-)
-@settings(deadline=None)
-def test_without_caps_every_quota_and_tail_is_met_while_rows_last(rows, quotas, epsilon, seed):
-    frame = rows_frame(rows)
-    policy = SamplingPolicy(dict(zip(SKILL_BUCKETS, quotas)), epsilon, seed=seed)
-    report = {row["skill_bucket"]: row for row in select_rows(frame, policy).report.iter_rows(named=True)}
-    for bucket, quota in policy.quotas.items():
-        available = int(frame.filter(pl.col("skill_bucket") == bucket)["sequence_tokens"].sum())
-        assert report[bucket]["available_tokens"] == available
-        assert report[bucket]["achieved_tokens"] >= min(quota, available)
-        assert report[bucket]["tail_tokens"] >= min(policy.tail_quota(bucket), available)
-        assert report[bucket]["rows_refused_by_cap"] == 0
-
-
-def test_the_epsilon_tail_reaches_rows_the_weights_never_would():
-    """Light rows weigh e^-40 of the heavy ones: only the uniform tail picks them."""
-    heavy = [("B1", i, 1, math.exp(40.0)) for i in range(100)]
-    light = [("B1", 100 + i, 1, 1.0) for i in range(100)]
-    frame = rows_frame(heavy + light)
-    light_ids = set(frame["id"][100:].to_list())
-    without = select_rows(frame, SamplingPolicy({"B1": 50}, epsilon=0.0, seed=1))
-    assert not light_ids & set(without.ids)
-    with_tail = select_rows(frame, SamplingPolicy({"B1": 50}, epsilon=0.4, seed=1))
-    picked_light = light_ids & set(with_tail.ids)
-    assert picked_light and set(with_tail.rows.filter(pl.col("id").is_in(list(picked_light)))["phase"]) == {"tail"}
-    assert with_tail.report["tail_tokens"].item() == 20 and with_tail.report["achieved_tokens"].item() == 50
-
-
-def test_a_cluster_cap_is_reported():
-    frame = rows_frame([("B2", 0, 1, 1.0)] * 10 + [("B2", 1, 1, 1.0)] * 10)
-    selection = select_rows(frame, SamplingPolicy({"B2": 15}, epsilon=0.0, cluster_cap_rows=4, seed=0))
-    report = selection.report.row(0, named=True)
-    assert report["achieved_tokens"] == 8 and report["clusters_capped"] == 2 and selection.cap_hits == 12
-
-
-def test_a_bucket_without_a_quota_or_outside_the_contract_is_named():
-    frame = rows_frame([("B1", 0, 1, 1.0), ("B4", 0, 1, 1.0)])
-    with pytest.raises(UnknownSkillBucket, match="'B4' has rows but no quota"):
-        select_rows(frame, SamplingPolicy({"B1": 5}))
-    with pytest.raises(UnknownSkillBucket, match="'B7'"):
-        SamplingPolicy({"B7": 5})
-
-
-def test_a_single_pick_follows_the_weights():
-    """With one token of quota, Efraimidis-Spirakis picks row i with probability w_i / sum(w): over 800 fixed
-    seeds (4 buckets each, 1600 draws) every frequency lies within 0.05 of it (over 4 standard deviations)."""
-    weights = [1.0, 2.0, 5.0]
-    frame = rows_frame([(bucket, i, 1, w) for bucket in SKILL_BUCKETS for i, w in enumerate(weights)])
-    index = {row_id: i % 3 for i, row_id in enumerate(frame["id"])}
-    counts = Counter()
-    for seed in range(400):
-        counts.update(
-            index[row_id]
-            for row_id in select_rows(frame, SamplingPolicy(dict.fromkeys(SKILL_BUCKETS, 1), 0.0, seed=seed)).ids
-        )
-    draws = sum(counts.values())
-    assert draws == 1600
-    for i, w in enumerate(weights):
-        assert abs(counts[i] / draws - w / sum(weights)) < 0.05
-
-
-def test_heavier_rows_are_picked_as_often_as_successive_sampling_picks_them():
-    """Against numpy's weighted choice without replacement (successive sampling, the distribution
-    Efraimidis-Spirakis keys draw from): the mean number of heavy rows among 40 of 200 agrees, and heavy rows
-    are picked far more often than light ones."""
-    weights = np.array([math.e**2] * 100 + [1.0] * 100)
-    frame = rows_frame([("B3", i, 1, float(w)) for i, w in enumerate(weights)])
-    heavy_ids = set(frame["id"][:100].to_list())
-    mine = [len(heavy_ids & set(select_rows(frame, SamplingPolicy({"B3": 40}, 0.0, seed=s)).ids)) for s in range(60)]
-    oracle = np.random.default_rng(0)
-    numpy_counts = [(oracle.choice(200, 40, replace=False, p=weights / weights.sum()) < 100).sum() for _ in range(600)]
-    assert abs(np.mean(mine) - np.mean(numpy_counts)) < 1.0  # sd of the mean of 60 counts is about 0.3
-    assert np.mean(mine) > 30
 
 
 def test_the_scorer_imports_neither_dagster_nor_synthkd_assets():
