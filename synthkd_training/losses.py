@@ -26,10 +26,12 @@ are plain torch. Reductions run in float32 (float64 stays float64 on the plain p
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from synthkd_contract import constants
 
@@ -300,6 +302,32 @@ def per_token_kd(
 
 
 # -- the two losses ---------------------------------------------------------------------------
+CHUNK_POSITIONS = 256
+"""Positions whose vocab-wide terms (log-softmax, probabilities, KL terms) exist at once: a 2048-position window of a
+201,088-id vocab holds 1.6 GB per such tensor. Each chunk's terms are recomputed in the backward pass (activation
+checkpointing, as Megatron recomputes activations; under tensor parallelism every rank runs the same chunks, so
+their collectives pair up) instead of kept; the values are the same, row by row."""
+
+
+def _by_position_chunks(per_token, logits: Sequence[torch.Tensor], rest: Sequence[torch.Tensor]) -> torch.Tensor:
+    """`per_token(*logits, *rest)` computed over chunks of CHUNK_POSITIONS positions (the logits' leading dims
+    flattened; `rest` has those dims only), each chunk checkpointed when it needs a gradient."""
+    shape = logits[0].shape[:-1]
+    flat_logits = [x.reshape(-1, x.shape[-1]) for x in logits]
+    flat_rest = [x.reshape(-1) for x in rest]
+    count = flat_logits[0].shape[0]
+    if count <= CHUNK_POSITIONS:
+        return per_token(*logits, *rest)
+    parts = []
+    for start in range(0, count, CHUNK_POSITIONS):
+        chunk = [x[start : start + CHUNK_POSITIONS] for x in (*flat_logits, *flat_rest)]
+        if torch.is_grad_enabled() and any(x.requires_grad for x in chunk):
+            parts.append(checkpoint(per_token, *chunk, use_reentrant=False))
+        else:
+            parts.append(per_token(*chunk))
+    return torch.cat(parts).reshape(shape)
+
+
 def _check_span_shape(span_id: torch.Tensor, logits: torch.Tensor) -> None:
     if logits.shape[:-1] != span_id.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and span_id {tuple(span_id.shape)} do not match")
@@ -319,9 +347,13 @@ def span_ce_loss(
     # labels where nothing is learned (padding: Megatron maps them to 0, or anything else) are
     # made a harmless 0 so they can never produce an inf that a zero gradient would turn into NaN
     safe_labels = torch.where(span_id != constants.SPAN_PROMPT, labels.to(logits.device).long(), 0)
-    per_token = per_token_cross_entropy(
-        logits, safe_labels, vocab_size_valid=config.vocab_size_valid, tensor_parallel=tensor_parallel
-    )
+
+    def per_token_ce(chunk: torch.Tensor, chunk_labels: torch.Tensor) -> torch.Tensor:
+        return per_token_cross_entropy(
+            chunk, chunk_labels, vocab_size_valid=config.vocab_size_valid, tensor_parallel=tensor_parallel
+        )
+
+    per_token = _by_position_chunks(per_token_ce, [logits], [safe_labels])
     return span_normalized_loss(per_token, span_id, config)
 
 
@@ -335,5 +367,12 @@ def span_kd_loss(
 ) -> SpanLossResult:
     """Stages 2 and 3: span-normalized KD of the student towards the teacher over the same tokens."""
     _check_span_shape(span_id, student_logits)
-    per_token = per_token_kd(student_logits, teacher_logits, config=config, tensor_parallel=tensor_parallel)
+
+    def per_token_kd_of(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        return per_token_kd(student, teacher, config=config, tensor_parallel=tensor_parallel)
+
+    if student_logits.shape != teacher_logits.shape:
+        per_token = per_token_kd_of(student_logits, teacher_logits)  # per_token_kd names the mismatch
+    else:
+        per_token = _by_position_chunks(per_token_kd_of, [student_logits, teacher_logits], [])
     return span_normalized_loss(per_token, span_id.to(per_token.device), config)

@@ -309,3 +309,36 @@ def test_per_token_functions_keep_the_layout():
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), labels.reshape(-1), reduction="none")
     torch.testing.assert_close(per_token_cross_entropy(logits, labels, **PLAIN).reshape(-1), ce)
     assert torch.all(per_token_kd(logits, logits, **PLAIN).abs() < 1e-12)
+
+
+@pytest.mark.parametrize("divergence", ["forward", "reverse", "mix"])
+def test_losses_over_position_chunks_equal_the_whole_window_values_and_gradients(divergence, monkeypatch):
+    """A window longer than CHUNK_POSITIONS is reduced chunk by chunk (each checkpointed): the loss and the
+    student's gradient are those of the per-token losses over the whole window."""
+    from synthkd_training import losses
+
+    monkeypatch.setattr(losses, "CHUNK_POSITIONS", 7)  # 2 x 20 positions: 6 chunks, the last one short
+    generator = torch.Generator().manual_seed(3)
+    student = torch.randn(2, 20, 50, generator=generator, dtype=torch.float64, requires_grad=True)
+    teacher = torch.randn(2, 20, 50, generator=generator, dtype=torch.float64)
+    span = torch.randint(0, 3, (2, 20), generator=generator)
+    labels = torch.randint(0, 45, (2, 20), generator=generator)
+    config = SpanLossConfig(kd_divergence=divergence, kd_temperature=2.0, vocab_size_valid=45)
+    for chunked, whole in (
+        (
+            lambda: span_kd_loss(student, teacher, span, config, **PLAIN).loss,
+            lambda: span_normalized_loss(per_token_kd(student, teacher, config=config, **PLAIN), span, config).loss,
+        ),
+        (
+            lambda: span_ce_loss(student, labels, span, config, **PLAIN).loss,
+            lambda: span_normalized_loss(
+                per_token_cross_entropy(student, torch.where(span > 0, labels, 0), vocab_size_valid=45, **PLAIN),
+                span,
+                config,
+            ).loss,
+        ),
+    ):
+        (grad_chunked,) = torch.autograd.grad(chunked(), student)
+        (grad_whole,) = torch.autograd.grad(whole(), student)
+        torch.testing.assert_close(chunked(), whole(), rtol=0, atol=1e-12)
+        torch.testing.assert_close(grad_chunked, grad_whole, rtol=0, atol=1e-12)
