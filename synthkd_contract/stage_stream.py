@@ -314,6 +314,27 @@ def read_stage_conversations(stage_file: Path | str) -> StageConversations:
     return StageConversations(prefixes=tuple(prefixes), ids=tuple(ids), prefix_weight=weights, **arrays)
 
 
+def stage_token_budget(stage_file: Path | str) -> int:
+    """A stage's token budget, as the curriculum's plan (`plan.json` beside the stage file, sealed with it) says.
+
+    Args:
+        stage_file: `<pool>/curriculum/<stage>.json`.
+
+    Returns:
+        The stage's `tokens`.
+
+    Raises:
+        StageStreamError: no plan, or no stage of that name in it.
+    """
+    stage_file = Path(stage_file)
+    plan_file = stage_file.parent / constants.CURRICULUM_PLAN_FILENAME
+    try:
+        stages = json.loads(plan_file.read_text())["stages"]
+        return int(next(stage["tokens"] for stage in stages if stage["stage"] == stage_file.stem))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        raise StageStreamError(f"{plan_file} gives no token budget for the stage {stage_file.stem}") from None
+
+
 def _part_rows(part_path: Path) -> list[tuple]:
     """The train rows of a pool part: (id, source_dataset, source_example_id, skill, ctx, tokens, cluster)."""
     table = pq.read_table(part_path, columns=[*PART_COLUMNS, CLUSTER_COLUMN])
@@ -408,28 +429,36 @@ def _phase_at(phases: Sequence[ScorerPhase], epoch: int) -> ScorerPhase | None:
 def plan_stream(
     conversations: StageConversations,
     seq_length: int,
-    num_windows: int,
+    num_windows: int | None,
     policy: StreamPolicy | None = None,
     scorer_phases: Sequence[ScorerPhase] = (),
+    token_budget: int | None = None,
 ) -> StreamPlan:
-    """The first `num_windows` windows of a stage's stream (module docstring, steps 1-4).
+    """A stage's stream (module docstring, steps 1-4): its first `num_windows` windows, or the windows up to the one
+    in which the real tokens reach `token_budget` (the stage's budget: it stops there, less than a window over).
 
     Args:
         conversations: the stage's conversations (`read_stage_conversations`).
         seq_length: a window's positions (the stage's `--seq-length`).
-        num_windows: how many windows (the stage's `--train-samples`).
+        num_windows: how many windows (the stage's `--train-samples`); None: up to `token_budget`.
         policy: the draw's settings; None: `StreamPolicy()`.
         scorer_phases: the utilities each epoch draws with, by first epoch; none: every weight 1.
+        token_budget: the real tokens the windows hold at least, with `num_windows` None.
 
     Returns:
         The plan.
 
     Raises:
-        StageStreamError: no conversation, or a scorer phase whose utilities are not one per conversation.
+        StageStreamError: not exactly one of `num_windows` and `token_budget`, no conversation, or a scorer phase
+            whose utilities are not one per conversation.
     """
     policy = policy or StreamPolicy()
-    if seq_length < 1 or num_windows < 0:
-        raise StageStreamError(f"seq_length must be >= 1 and num_windows >= 0, got {seq_length}, {num_windows}")
+    if (num_windows is None) == (token_budget is None):
+        raise StageStreamError("give the stream its windows or its token budget, one of them")
+    if seq_length < 1 or (num_windows or 0) < 0 or (token_budget or 0) < 0:
+        raise StageStreamError(
+            f"seq_length must be >= 1, num_windows and token_budget >= 0: {seq_length}, {num_windows}, {token_budget}"
+        )
     if len(conversations) == 0:
         raise StageStreamError("the stage has no train conversation")
     for phase in scorer_phases:
@@ -444,8 +473,13 @@ def plan_stream(
     carry = dict.fromkeys(members, 0.0)
     chunk_tokens = policy.chunk_windows * seq_length
     offsets, flat, epochs = [0], [], []
+    held = 0  # real tokens in the windows so far
+
+    def done() -> bool:
+        return len(offsets) - 1 == num_windows if token_budget is None else held >= token_budget
+
     epoch = 0
-    while len(offsets) - 1 < num_windows:
+    while not done():
         phase = _phase_at(scorer_phases, epoch)
         utility = np.zeros(len(lengths)) if phase is None else np.nan_to_num(np.asarray(phase.utility, float))
         weights = np.exp(policy.tau * utility)
@@ -477,9 +511,10 @@ def plan_stream(
             for w in _rng(policy.seed, epoch, 1_000_000 + chunk_index).permutation(len(windows)).tolist():
                 flat.extend(chunk[windows[w]].tolist())
                 offsets.append(len(flat))
-                if len(offsets) - 1 == num_windows:
+                held += int(np.minimum(lengths[chunk[windows[w]]], seq_length).sum())
+                if done():
                     break
-            if len(offsets) - 1 == num_windows:
+            if done():
                 break
         epoch += 1
     return StreamPlan(

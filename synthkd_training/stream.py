@@ -44,6 +44,7 @@ from synthkd_contract.stage_stream import (
     StreamPolicy,
     plan_stream,
     read_stage_conversations,
+    stage_token_budget,
     stream_mix,
 )
 from synthkd_contract.trio import LOSSMASK_KIND, SPAN_KIND, TOKENS_KIND, open_trio
@@ -197,7 +198,9 @@ class StageStream(torch.utils.data.Dataset):
     Args:
         stage_file: `<pool>/curriculum/<stage>.json`.
         seq_length: a window's positions.
-        num_windows: the stage's windows (`--train-samples`).
+        num_windows: that many windows; None: up to the token budget.
+        token_budget: the real tokens the stream holds (it stops in the window that reaches them); None with
+            `num_windows` None: the stage's own budget (`stage_token_budget`, the curriculum's plan).
         policy: the draw's settings; None: `StreamPolicy()`.
         scorer_phases: the scorers' utilities, by the epoch they start at.
         create_attention_mask: add the [1, L, L] mask (off for long windows: use `segment_ids` / `cu_seqlens`).
@@ -212,26 +215,36 @@ class StageStream(torch.utils.data.Dataset):
         self,
         stage_file: Path | str,
         seq_length: int,
-        num_windows: int,
+        num_windows: int | None = None,
         policy: StreamPolicy | None = None,
         scorer_phases: Sequence[ScorerPhase] = (),
         create_attention_mask: bool = True,
         hash_files: bool = True,
+        token_budget: int | None = None,
     ) -> None:
         self.stage_file = Path(stage_file)
         stage_blends(self.stage_file, hash_files=hash_files)
         self.conversations = read_stage_conversations(self.stage_file)
         self.scorer_phases = tuple(scorer_phases)
-        self.plan: StreamPlan = plan_stream(self.conversations, seq_length, num_windows, policy, self.scorer_phases)
+        if num_windows is None and token_budget is None:
+            token_budget = stage_token_budget(self.stage_file)
+        self.num_windows, self.token_budget = num_windows, token_budget
         self.seq_length = seq_length
+        self.plan: StreamPlan = self._planned(policy, self.scorer_phases)
         self.create_attention_mask = create_attention_mask
         self._trios: dict[int, dict] = {}
         self._causal: torch.Tensor | None = None
 
     @classmethod
     def from_args(cls, args: StageArgs, **kwargs: Any) -> StageStream:
-        """The stream a stage's `.args` describe (`read_stage_args`)."""
-        return cls(args.per_split_data_args_path, args.seq_length, args.train_samples, **kwargs)
+        """The stream a stage's `.args` describe (`read_stage_args`), to the stage's token budget unless
+        `num_windows` or `token_budget` is given."""
+        return cls(args.per_split_data_args_path, args.seq_length, **kwargs)
+
+    def _planned(self, policy: StreamPolicy | None, phases: Sequence[ScorerPhase]) -> StreamPlan:
+        return plan_stream(
+            self.conversations, self.seq_length, self.num_windows, policy, phases, token_budget=self.token_budget
+        )
 
     def __len__(self) -> int:
         return len(self.plan)
@@ -244,7 +257,7 @@ class StageStream(torch.utils.data.Dataset):
             scorer_phases: the scorers' utilities, by the epoch they start at.
         """
         self.scorer_phases = tuple(scorer_phases)
-        self.plan = plan_stream(self.conversations, self.seq_length, len(self.plan), policy, self.scorer_phases)
+        self.plan = self._planned(policy, self.scorer_phases)
 
     def epoch_of(self, sample: int) -> int:
         """The stream epoch window `sample` belongs to."""
@@ -272,7 +285,7 @@ class StageStream(torch.utils.data.Dataset):
             *[p for p in self.scorer_phases if p.first_epoch < first_epoch],
             replace(phase, first_epoch=first_epoch),
         )
-        plan = plan_stream(self.conversations, self.seq_length, len(self.plan), self.plan.policy, phases)
+        plan = self._planned(self.plan.policy, phases)
         if not np.array_equal(plan.conversations[:kept], self.plan.conversations[:kept]):
             raise StageStreamError("switching the scorer would change windows already drawn")
         self.plan, self.scorer_phases = plan, phases
@@ -359,6 +372,7 @@ class StageStream(torch.utils.data.Dataset):
             "pool_manifest_sha256": file_sha256(pool_root / constants.MANIFEST_FILENAME),
             "seq_length": self.seq_length,
             "windows": len(self),
+            "token_budget": self.token_budget,
             "policy": self.plan.policy.to_dict(),
             "quota_grid": grid,
             "scorers": [

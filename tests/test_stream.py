@@ -297,7 +297,13 @@ def test_the_sampling_manifest_records_grid_policy_scorers_and_mix(curriculum, t
     assert sum(unit["target_share"] for unit in manifest["quota_grid"]) == pytest.approx(1.0)
     assert {u["ctx_bucket"] for u in manifest["quota_grid"]} == {"C1", "C2"}
     assert manifest["epochs"][0]["scorer_sha256"] is None and manifest["epochs"][1]["scorer_sha256"] == "c" * 64
-    assert manifest["mix"]["within_tolerance"] and manifest["windows"] == args.train_samples
+    assert manifest["mix"]["within_tolerance"] and manifest["windows"] == len(stream)
+    # the stage stops at its token budget: the last window reaches it, the one before does not
+    budget = manifest["token_budget"]
+    assert budget == 150_000_000 and stream.plan.policy.tau == 2.0
+    held = np.minimum(stream.conversations.length[stream.plan.conversations], args.seq_length)
+    before_last = held[: stream.plan.offsets[-2]].sum()
+    assert before_last < budget <= held.sum()
     assert manifest["stage_sha256"] == hashlib.sha256(args.per_split_data_args_path.read_bytes()).hexdigest()
     assert all(b in SKILL_BUCKETS for b in manifest["mix"]["by"]["skill_bucket"])
 

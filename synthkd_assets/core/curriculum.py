@@ -33,10 +33,10 @@ configured are removed, `remove_other_stages_files`):
 - `<stage>.args`: comment lines (`STAGE_ARGS_HEADER`: a stock run ignores the masks and spans), then one line,
   `--per-split-data-args-path <abs>/<stage>.json --seq-length N --train-samples S --data-cache-path <abs cache
   dir> --tokenizer-type NullTokenizer --vocab-size 199999` (shell-quoted), to append to a `pretrain_gpt.py`
-  command line (`$(grep -v '^#' P1.args)`) or give to the stream (docs/pool.md#the-stream). The cache directory (`stage_cache_dir`) is the building user's, outside the data root:
-  Megatron-LM's default, next to the `.bin` files, writes index caches into the sealed pool, which then no longer
-  verifies, and a cache in a shared root is one anyone can plant a pickle in (megatron-core loads it with
-  `allow_pickle=True`).
+  command line (`$(grep -v '^#' P1.args)`) or give to the stream (docs/pool.md#the-stream). The cache directory
+  (`stage_cache_dir`) is the building user's, outside the data root: Megatron-LM's default, next to the `.bin`
+  files, writes index caches into the sealed pool, which then no longer verifies, and a cache in a shared root is
+  one anyone can plant a pickle in (megatron-core loads it with `allow_pickle=True`).
 
 Why per-split and not `--data-path`: Megatron-LM given `--data-path` without `--split` falls back to
 `--split 969,30,1` and carves validation and test out of the *train* blend, leaving the pool's own valid
@@ -384,14 +384,14 @@ def stage_stream_report(stage_file: Path, plan: Mapping[str, Any]) -> dict[str, 
 
     Args:
         stage_file: the stage's `.json`, written (`write_stage_files`) beside the pool's parts and trios.
-        plan: the stage's plan (`plan_stage`): its `seq_length` and `expected_sequences`.
+        plan: the stage's plan (`plan_stage`): its `seq_length` and token budget (`tokens`).
 
     Returns:
         The policy and `stream_mix`'s report.
     """
     conversations = read_stage_conversations(stage_file)
     policy = StreamPolicy()
-    stream = plan_stream(conversations, plan["seq_length"], plan["expected_sequences"], policy)
+    stream = plan_stream(conversations, plan["seq_length"], None, policy, token_budget=plan["tokens"])
     return {"policy": policy.to_dict(), **stream_mix(stream, conversations)}
 
 
