@@ -6,19 +6,14 @@
     python examples/train_online_kd.py --teacher-checkpoint /models/gpt-oss-20b --device cuda   # a real teacher
     python examples/train_online_kd.py --teacher-checkpoint teacher/ --stage-args $POOL/curriculum/P1.args
 
-With `--stage-args`, the student trains on a curriculum stage of the sequence pool as its stream
-(docs/pool.md#the-stream): whole conversations packed per window, position ids and attention reset per
-conversation, the stage's mix held on tokens, drawn by `exp(--stream-tau * utility)` from `--scorer`'s utilities
-(else uniformly) with an `--stream-epsilon` tail and a `--stream-cluster-cap`; `--consumed-samples` resumes the
-stream, and the sampling manifest (quota grid, tau, epsilon, the stage, the scorer's sha256) is written to
-`--sampling-manifest`.
-
-The student (a `GPTSpec` from the flags, randomly initialised) is trained with `span_kd_loss` (forward / reverse /
-mix KL at a temperature) plus `--ce-weight` times the span-normalized CE, on `SpanGPTDataset` batches of the
-`train/` trios; every step logs the per-span token counts, losses and effective weights. Progress is the held-out
-KL(teacher || student) per supervised token over the held-out slice: by default the validation set
-`heldout_kl.parquet` that synth_clusters holds out of training (cluster-disjoint, rendered with openai-harmony),
-else (`--synthetic`, or no validation set built) the `valid/` trios. The run exits non-zero unless that KL falls.
+With `--stage-args` (repeatable: P1 then P2 ...), the student trains on curriculum stages of the sequence pool as
+their streams (docs/pool.md#the-stream), each to its token budget (`--stage-tokens` rehearses with a smaller one):
+whole conversations packed per window, position ids and attention reset per conversation, the stage's mix held on
+tokens, drawn by `exp(--stream-tau * utility)` from `--scorer`'s utilities (else uniformly) with an
+`--stream-epsilon` tail and a `--stream-cluster-cap`; `--consumed-samples` resumes the first stage. A stage's
+Megatron-LM arguments work as they are too: `python examples/train_online_kd.py $(grep -v '^#' P1.args)
+--teacher-checkpoint teacher/`. The sampling manifest (quota grid, tau, epsilon, each stage, the scorer's sha256)
+is written to `--sampling-manifest`, and beside `--save-checkpoint` with the pool's data manifest.
 
 With `--lp-every N`, learning-progress labels (seed 002 §9) are computed during training: after `--lp-warmup`
 steps, every N steps (a round), `--lp-candidates` single conversations of the train split (of the sequence pool's
@@ -34,6 +29,7 @@ On CUDA the forwards run under bf16 autocast (`--precision auto`); on CPU in flo
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -74,8 +70,11 @@ from synthkd_training.progress import (
     learning_progress_labels,
 )
 from synthkd_training.stream import (
+    StageArgs,
     StageArgsError,
     StageStream,
+    export_run_manifests,
+    parse_stage_words,
     read_stage_args,
     scorer_phase,
     stream_batches,
@@ -126,14 +125,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help=f"default: the stage's --seq-length, else the teacher's positions, at most {DEFAULT_SEQ_LENGTH}",
     )
-    parser.add_argument("--stage-args", type=Path, default=None, help="a curriculum stage's .args: train on its stream")
+    parser.add_argument(
+        "--stage-args", type=Path, action="append", default=None, help="a curriculum stage's .args (repeatable)"
+    )
+    parser.add_argument("--stage-tokens", type=int, default=None, help="every stage's token budget (a rehearsal)")
     parser.add_argument("--stream-tau", type=float, default=None, help="sampling_weight = exp(tau * utility)")
     parser.add_argument("--stream-epsilon", type=float, default=0.0, help="share of each draw taken uniformly")
     parser.add_argument("--stream-cluster-cap", type=int, default=None, help="conversations per cluster per epoch")
     parser.add_argument("--scorer", type=Path, default=None, help="a sealed scorer (train_scorer.py): the utilities")
     parser.add_argument("--consumed-samples", type=int, default=0, help="resume the stream after this many samples")
     parser.add_argument("--sampling-manifest", type=Path, default=None, help="default: <work dir>/sampling.json")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=None, help="default 20; with stages: every stage's budget")
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--kd-divergence", choices=("forward", "reverse", "mix"), default="forward")
@@ -167,44 +169,82 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto", help="auto: bf16 on CUDA")
+    megatron_stage, argv = megatron_stage_arguments(argv)
     args = parser.parse_args(argv)
+    args.stages = [megatron_stage] if megatron_stage else [read_stage_arguments(path) for path in args.stage_args or []]
+    if args.stages and args.steps is not None:
+        parser.error("stages train to their token budgets: give --stage-tokens for a shorter run, not --steps")
+    args.steps = 20 if args.steps is None else args.steps
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if args.stage_tokens is not None and args.stage_tokens < 1:
+        parser.error("--stage-tokens must be at least 1")
     if args.lp_every and args.lp_output is None:
         parser.error("--lp-every needs --lp-output")
     if args.lp_references < 1:
         parser.error("--lp-references must be at least 1: lp_value is relative to the references")
-    if args.stage_args is None and (args.scorer or args.stream_tau is not None or args.consumed_samples):
-        parser.error("--scorer, --stream-tau and --consumed-samples need --stage-args")
-    if args.stage_args is not None and args.synthetic:
-        parser.error("--stage-args trains on the pool's stage, --synthetic on generated trios: give one")
+    if not args.stages and (args.scorer or args.stream_tau is not None or args.consumed_samples or args.stage_tokens):
+        parser.error("--scorer, --stream-tau, --stage-tokens and --consumed-samples need --stage-args")
+    if args.stages and args.synthetic:
+        parser.error("--stage-args trains on the pool's stages, --synthetic on generated trios: give one")
     return args
 
 
-def _stage_stream(args: argparse.Namespace, work_dir: Path, max_positions: int) -> tuple[StageStream, Path]:
-    """The stage's stream (verified pool), the scorer's utilities when given, and where its manifest went."""
+def megatron_stage_arguments(argv: list[str] | None) -> tuple[StageArgs | None, list[str]]:
+    """A stage given by Megatron-LM's own arguments (`$(grep -v '^#' P1.args)`), and the rest of the command line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--per-split-data-args-path" not in argv:
+        return None, argv
     try:
-        stage = read_stage_args(args.stage_args)
-        seq_length = args.seq_length or stage.seq_length
-        if seq_length > max_positions:
-            raise SystemExit(f"the stage's --seq-length {seq_length} exceeds the teacher's {max_positions} positions")
-        stream = StageStream(
-            stage.per_split_data_args_path, seq_length, stage.train_samples, hash_files=not args.no_hash
-        )
-        tau = args.stream_tau
-        if args.scorer is not None:
-            valuation = DataLayout.from_environ(os.environ).valuation_root()
-            phase, scorer_tau = scorer_phase(args.scorer, valuation, stream.conversations)
-            tau = scorer_tau if tau is None else tau
-            stream.redraw(stream.plan.policy, (phase,))
-        policy = StreamPolicy(
-            seed=args.seed, tau=tau or 0.0, epsilon=args.stream_epsilon, cluster_cap=args.stream_cluster_cap
-        )
-        stream.redraw(policy, stream.scorer_phases)
-    except (StageArgsError, StageStreamError, ManifestError, ValueError) as error:
-        raise SystemExit(f"--stage-args {args.stage_args}: {error}") from None
-    manifest = write_sampling_manifest(stream, args.sampling_manifest or work_dir / "sampling.json")
-    return stream, manifest
+        return parse_stage_words(argv, "the command line")
+    except StageArgsError as error:
+        raise SystemExit(str(error)) from None
+
+
+def read_stage_arguments(path: Path) -> StageArgs:
+    try:
+        return read_stage_args(path)
+    except StageArgsError as error:
+        raise SystemExit(f"--stage-args {path}: {error}") from None
+
+
+def _stage_streams(args: argparse.Namespace, max_positions: int) -> list[StageStream]:
+    """Each stage's stream (its pool verified) to its token budget, drawn by the scorer's utilities when given."""
+    streams = []
+    for stage in args.stages:
+        where = stage.per_split_data_args_path
+        if stage.seq_length > max_positions:
+            raise SystemExit(f"{where}: its --seq-length {stage.seq_length} exceeds the teacher's {max_positions}")
+        try:
+            stream = StageStream(stage.per_split_data_args_path, stage.seq_length, token_budget=args.stage_tokens,
+                                 hash_files=not args.no_hash)  # fmt: skip
+            phases, tau = (), args.stream_tau
+            if args.scorer is not None:
+                valuation = DataLayout.from_environ(os.environ).valuation_root()
+                phase, scorer_tau = scorer_phase(args.scorer, valuation, stream.conversations)
+                phases, tau = (phase,), scorer_tau if tau is None else tau
+            policy = StreamPolicy(
+                seed=args.seed, tau=tau or 0.0, epsilon=args.stream_epsilon, cluster_cap=args.stream_cluster_cap
+            )
+            stream.redraw(policy, phases)
+        except (StageStreamError, ManifestError, ValueError) as error:
+            raise SystemExit(f"{where}: {error}") from None
+        streams.append(stream)
+    return streams
+
+
+def _stage_batches(streams: list[StageStream], micro_batch_size: int, consumed_samples: int) -> tuple[list, list]:
+    """Every stage's micro batches in order (the first from `consumed_samples`), and each stage's batch count."""
+    loaders, counts = [], []
+    for index, stream in enumerate(streams):
+        batches = list(stream_batches(len(stream), micro_batch_size, consumed_samples if index == 0 else 0))
+        if not batches:
+            raise SystemExit(
+                f"{stream.stage_file}: no whole micro batch of {micro_batch_size} windows left to train on"
+            )
+        loaders.append(torch.utils.data.DataLoader(stream, batch_sampler=batches))
+        counts.append(len(batches))
+    return loaders, counts
 
 
 def _train_data(args: argparse.Namespace, work_dir: Path, seq_length: int) -> tuple[Path, object, object]:
@@ -378,10 +418,12 @@ def main(argv: list[str] | None = None) -> dict:
 def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict:
     loaded = load_model(args.teacher_checkpoint, device, args.micro_batch_size)
     teacher = loaded.model
-    stream = manifest_path = None
-    if args.stage_args is not None:
-        stream, manifest_path = _stage_stream(args, work_dir, loaded.max_positions)
-    seq_length = stream.seq_length if stream else args.seq_length or min(loaded.max_positions, DEFAULT_SEQ_LENGTH)
+    streams = _stage_streams(args, loaded.max_positions)
+    if streams:
+        manifest_path = args.sampling_manifest or work_dir / "sampling.json"
+        write_sampling_manifest(manifest_path, [(stream, 0) for stream in streams])
+    seq_length = max(s.seq_length for s in streams) if streams else args.seq_length
+    seq_length = seq_length or min(loaded.max_positions, DEFAULT_SEQ_LENGTH)
     if seq_length > loaded.max_positions:
         raise SystemExit(f"--seq-length {seq_length} exceeds the teacher's {loaded.max_positions} positions")
     student_spec = GPTSpec(
@@ -392,11 +434,11 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         vocab_size=loaded.vocab_size,
     )
     student = build_gpt(student_spec, device, args.micro_batch_size)
-    if stream is None:
+    if not streams:
         data_root, train, valid = _train_data(args, work_dir, seq_length)
         heldout_source, heldout = _heldout_batches(args, valid, seq_length, device)
-    else:  # the pool's stage; held out of the clusters the pool was sampled after (verify_pool checked the sets)
-        data_root, train, valid = args.data_root, stream, None
+    else:  # the pool's stages; held out of the clusters the pool was sampled after (verify_pool checked the sets)
+        data_root, train, valid = args.data_root, None, None
         heldout_source, heldout = _heldout_batches(args, valid, seq_length, device, checked_against=args.pool)
     bf16 = args.precision == "bf16" or (args.precision == "auto" and device.type == "cuda")
     config = OnlineKDConfig(
@@ -411,19 +453,18 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         lr=args.lr,
         autocast_dtype=torch.bfloat16 if bf16 else None,
     )
-    source = data_root if stream is None else f"{args.stage_args} ({len(stream)} windows, manifest {manifest_path})"
+    stage_list = ", ".join(f"{s.stage_file.stem} ({len(s)} windows of {s.seq_length})" for s in streams)
+    source = f"stages {stage_list}, sampling manifest {manifest_path}" if streams else data_root
     print(
         f"device {device} ({'bf16' if bf16 else 'fp32'}) | data {source} | held-out {heldout_source} | "
         f"teacher {_millions(teacher):.1f}M from {args.teacher_checkpoint} | student {_millions(student):.1f}M",
         flush=True,
     )
-    if stream is None:
+    if not streams:
         loader = torch.utils.data.DataLoader(train, batch_size=args.micro_batch_size, shuffle=False, drop_last=True)
-    else:  # Megatron's pretraining order from --consumed-samples on
-        batches = list(stream_batches(len(stream), args.micro_batch_size, args.consumed_samples))
-        if len(batches) < args.steps:
-            raise SystemExit(f"the stage has {len(batches)} batches after --consumed-samples, fewer than --steps")
-        loader = torch.utils.data.DataLoader(stream, batch_sampler=batches[: args.steps])
+    else:  # stage after stage, each to its budget, in Megatron's pretraining order
+        loaders, stage_steps = _stage_batches(streams, args.micro_batch_size, args.consumed_samples)
+        loader, args.steps = itertools.chain(*loaders), sum(stage_steps)
     recorder = None
     if args.lp_every:
         recorder = LPRecorder(args, data_root, student, teacher, heldout, config, seq_length, device)
@@ -466,12 +507,21 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         "lp_labels": recorder.rows if recorder is not None else [],
         "lp_skipped_steps": recorder.skipped if recorder is not None else [],
         "device": str(device),
-        "sampling_manifest": None if manifest_path is None else str(manifest_path),
+        "sampling_manifest": str(manifest_path) if streams else None,
     }
     if not summary.kl_fell:
         raise SystemExit(f"held-out KL did not fall: {before.kl:.4f} -> {after.kl:.4f}")
+    if streams:
+        consumed = [
+            (stream, (args.consumed_samples if i == 0 else 0) + steps * args.micro_batch_size)
+            for i, (stream, steps) in enumerate(zip(streams, stage_steps))
+        ]
+        write_sampling_manifest(manifest_path, consumed)
+        result["stage_steps"] = dict(zip((s.stage_file.stem for s in streams), stage_steps))
     if args.save_checkpoint is not None:
         save_checkpoint(student, student_spec, args.save_checkpoint)
+        if streams:  # 002's export: the full data and sampling manifest beside the checkpoint
+            export_run_manifests(args.save_checkpoint, consumed)
         print(f"student checkpoint written to {args.save_checkpoint}")
     return result
 

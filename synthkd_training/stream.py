@@ -121,6 +121,41 @@ def tokenizer_problem(tokenizer_type: str | None, vocab_size: int | None, tokeni
     )
 
 
+def parse_stage_words(words: Sequence[str], where: str) -> tuple[StageArgs, list[str]]:
+    """A stage's arguments among Megatron-LM command-line words, and the words left.
+
+    Args:
+        words: the command line's words.
+        where: what they came from, for errors.
+
+    Returns:
+        The stage's data and tokenizer arguments, and the other words.
+
+    Raises:
+        StageArgsError: a required argument missing or not a number, or a tokenizer whose EOD is not the
+            contract's.
+    """
+    try:
+        known, rest = stage_args_parser().parse_known_args(list(words))
+    except SystemExit:
+        raise StageArgsError(
+            f"{where}: not a stage's arguments (needs --per-split-data-args-path, --seq-length, --train-samples)"
+        ) from None
+    if known.seq_length < 1 or known.train_samples < 0:
+        raise StageArgsError(f"{where}: --seq-length {known.seq_length}, --train-samples {known.train_samples}")
+    if problem := tokenizer_problem(known.tokenizer_type, known.vocab_size, known.tokenizer_model):
+        raise StageArgsError(f"{where}: {problem}")
+    stage = StageArgs(
+        per_split_data_args_path=known.per_split_data_args_path,
+        seq_length=known.seq_length,
+        train_samples=known.train_samples,
+        data_cache_path=known.data_cache_path,
+        tokenizer_type=known.tokenizer_type,
+        vocab_size=known.vocab_size,
+    )
+    return stage, rest
+
+
 def read_stage_args(path: Path | str) -> StageArgs:
     """A stage's `.args` file: `#` lines are comments, the rest shell words (`$(grep -v '^#' P1.args)`).
 
@@ -131,8 +166,7 @@ def read_stage_args(path: Path | str) -> StageArgs:
         The stage's data and tokenizer arguments.
 
     Raises:
-        StageArgsError: unreadable, a required argument missing or not a number, or a tokenizer whose EOD is not
-            the contract's.
+        StageArgsError: unreadable, or what `parse_stage_words` refuses.
     """
     path = Path(path)
     try:
@@ -140,24 +174,7 @@ def read_stage_args(path: Path | str) -> StageArgs:
     except OSError as error:
         raise StageArgsError(f"{path}: {error.strerror or error}") from None
     words = shlex.split(" ".join(line for line in lines if not line.lstrip().startswith("#")))
-    try:
-        known, _ = stage_args_parser().parse_known_args(words)
-    except SystemExit:
-        raise StageArgsError(
-            f"{path}: not a stage's arguments (needs --per-split-data-args-path, --seq-length, --train-samples)"
-        ) from None
-    if known.seq_length < 1 or known.train_samples < 0:
-        raise StageArgsError(f"{path}: --seq-length {known.seq_length}, --train-samples {known.train_samples}")
-    if problem := tokenizer_problem(known.tokenizer_type, known.vocab_size, known.tokenizer_model):
-        raise StageArgsError(f"{path}: {problem}")
-    return StageArgs(
-        per_split_data_args_path=known.per_split_data_args_path,
-        seq_length=known.seq_length,
-        train_samples=known.train_samples,
-        data_cache_path=known.data_cache_path,
-        tokenizer_type=known.tokenizer_type,
-        vocab_size=known.vocab_size,
-    )
+    return parse_stage_words(words, str(path))[0]
 
 
 def file_sha256(path: Path) -> str:
@@ -429,19 +446,50 @@ def stream_batches(
         yield list(range(first, first + micro_batch_size))
 
 
-def write_sampling_manifest(stream: StageStream, path: Path | str) -> Path:
-    """`stream.sampling_manifest()` as JSON, written to a temporary file and renamed into place.
+RUN_MANIFEST_FORMAT = "synthkd.run_sampling/1"
+SAMPLING_MANIFEST_FILENAME = "sampling_manifest.json"  # beside a checkpoint (export_run_manifests)
+DATA_MANIFEST_FILENAME = "data_manifest.json"  # beside a checkpoint: the pool's sealed manifest, as it was
+
+
+def write_sampling_manifest(path: Path | str, stages: Sequence[tuple[StageStream, int]]) -> Path:
+    """A run's sampling manifest: every stage's `sampling_manifest()` and the samples it consumed, in the order
+    trained, as JSON written to a temporary file and renamed into place.
 
     Args:
-        stream: the stream.
-        path: where (a training run's output directory, never inside the sealed pool).
+        path: where (a training run's directory, never inside the sealed pool).
+        stages: (stream, consumed samples) per stage, in order.
 
     Returns:
         The path written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "format": RUN_MANIFEST_FORMAT,
+        "stages": [{**stream.sampling_manifest(), "consumed_samples": consumed} for stream, consumed in stages],
+    }
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(stream.sampling_manifest(), indent=2, sort_keys=True) + "\n")
+    partial.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     partial.replace(path)
     return path
+
+
+def export_run_manifests(directory: Path | str, stages: Sequence[tuple[StageStream, int]]) -> list[Path]:
+    """The full data and sampling manifest beside a checkpoint (002's export): `sampling_manifest.json` (every
+    stage, what it drew and consumed) and `data_manifest.json`, the pool's sealed manifest the stages were read
+    from (its sha256 is each stage's `pool_manifest_sha256`).
+
+    Args:
+        directory: the checkpoint's directory.
+        stages: (stream, consumed samples) per stage, in order.
+
+    Returns:
+        The two paths.
+    """
+    directory = Path(directory)
+    pool_manifest = stages[0][0].stage_file.resolve().parent.parent / constants.MANIFEST_FILENAME
+    data = directory / DATA_MANIFEST_FILENAME
+    partial = data.with_name(f".{data.name}.partial")
+    partial.write_bytes(pool_manifest.read_bytes())
+    partial.replace(data)
+    return [write_sampling_manifest(directory / SAMPLING_MANIFEST_FILENAME, stages), data]

@@ -290,8 +290,10 @@ def test_the_sampling_manifest_records_grid_policy_scorers_and_mix(curriculum, t
     stream = StageStream.from_args(
         args, policy=StreamPolicy(tau=2.0, epsilon=0.1, cluster_cap=4), scorer_phases=[phase]
     )
-    path = write_sampling_manifest(stream, tmp_path / "run" / "sampling.json")
-    manifest = json.loads(path.read_text())
+    path = write_sampling_manifest(tmp_path / "run" / "sampling.json", [(stream, 12)])
+    run = json.loads(path.read_text())
+    assert run["format"] == "synthkd.run_sampling/1" and run["stages"][0]["consumed_samples"] == 12
+    manifest = run["stages"][0]
     assert manifest["policy"] == {"seed": 0, "tau": 2.0, "epsilon": 0.1, "cluster_cap": 4, "chunk_windows": 512}
     assert manifest["scorers"] == [{"first_epoch": 1, "scorer_sha256": "c" * 64}]
     assert sum(unit["target_share"] for unit in manifest["quota_grid"]) == pytest.approx(1.0)

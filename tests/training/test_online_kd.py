@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import shutil
 
 import numpy as np
@@ -482,19 +483,31 @@ def test_online_kd_trains_on_a_pool_stage_drawn_by_a_sealed_scorer(built_sample,
          "--num-attention-heads", "2", "--save-checkpoint", str(tmp_path / "teacher")]
     )  # fmt: skip
     manifest_path = tmp_path / "run" / "sampling.json"
+    stage_words = shlex.split(
+        " ".join(line for line in (paths.curriculum_dir() / "P1.args").read_text().splitlines() if line[:1] != "#")
+    )  # the stage as Megatron-LM's arguments: $(grep -v '^#' P1.args)
     summary = online_kd_example.main(
-        ["--device", "cpu", "--micro-batch-size", "1", "--work-dir", str(tmp_path / "s"),
-         "--teacher-checkpoint", str(tmp_path / "teacher"), "--stage-args", str(paths.curriculum_dir() / "P1.args"),
+        [*stage_words, "--device", "cpu", "--micro-batch-size", "1", "--work-dir", str(tmp_path / "s"),
+         "--teacher-checkpoint", str(tmp_path / "teacher"), "--stage-tokens", "3000",
          "--scorer", str(tmp_path / "scorer"), "--stream-tau", "4", "--stream-epsilon", "0.1",
-         "--sampling-manifest", str(manifest_path), "--steps", "1", "--lr", "1e-2", "--heldout-size", "1",
-         "--hidden-size", "16"]
+         "--sampling-manifest", str(manifest_path), "--lr", "1e-2", "--heldout-size", "1",
+         "--hidden-size", "16", "--save-checkpoint", str(tmp_path / "student")]
     )  # fmt: skip
     assert summary["sampling_manifest"] == str(manifest_path) and summary["heldout_after"] < summary["heldout_before"]
-    manifest = json.loads(manifest_path.read_text())
+    run = json.loads(manifest_path.read_text())
+    (manifest,) = run["stages"]
+    # the stage stopped at its (rehearsal) budget: every window trained, the last one reaching 3000 real tokens
+    assert summary["stage_steps"] == {"P1": manifest["windows"]} and manifest["consumed_samples"] == manifest["windows"]
+    assert manifest["token_budget"] == 3000 and 2 <= manifest["windows"] <= 3
     scorer_sha = hashlib.sha256((tmp_path / "scorer" / constants.MANIFEST_FILENAME).read_bytes()).hexdigest()
     assert manifest["scorers"] == [{"first_epoch": 0, "scorer_sha256": scorer_sha}]
     assert manifest["policy"]["tau"] == 4.0 and manifest["policy"]["epsilon"] == 0.1
-    assert manifest["epochs"][0]["scorer_sha256"] == scorer_sha and manifest["mix"]["within_tolerance"]
+    assert manifest["epochs"][0]["scorer_sha256"] == scorer_sha  # (3 windows are too few to hold the mix)
     assert manifest["stage"] == "P1" and manifest["seq_length"] == 2048
+    # 002's export: the data and sampling manifest beside the checkpoint
+    student = tmp_path / "student"
+    assert json.loads((student / "sampling_manifest.json").read_text()) == run
+    assert (student / "data_manifest.json").read_bytes() == paths.pool_manifest().read_bytes()
+    assert hashlib.sha256(paths.pool_manifest().read_bytes()).hexdigest() == manifest["pool_manifest_sha256"]
     step = summary["steps"][0]  # trained on whole conversations: prompt and supervised tokens in the window
     assert step["kd/prompt/tokens"] > 0 and step["kd/analysis/tokens"] + step["kd/final/tokens"] > 0
