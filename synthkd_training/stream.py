@@ -35,6 +35,8 @@ import polars as pl
 import torch
 
 from synthkd_contract import constants
+from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
+from synthkd_contract.sources import SOURCE_GROUPS
 from synthkd_contract.stage_stream import (
     STAGE_TOKENIZER_ARGS,
     ScorerPhase,
@@ -48,7 +50,8 @@ from synthkd_contract.stage_stream import (
     stream_mix,
 )
 from synthkd_contract.trio import LOSSMASK_KIND, SPAN_KIND, TOKENS_KIND, open_trio
-from synthkd_training.pool import stage_blends
+from synthkd_training.pool import stage_blends, valuation_parts
+from synthkd_training.scorer import load_scorer
 
 STREAM_MANIFEST_FORMAT = "synthkd.stream_sampling/1"
 NULL_TOKENIZER = STAGE_TOKENIZER_ARGS[1]  # Megatron-LM's tokenizer of pre-tokenized data: eod = --vocab-size
@@ -198,8 +201,6 @@ def scorer_phase(
     Raises:
         ManifestError / PoolError: the scorer or the features do not verify.
     """
-    from synthkd_training.pool import valuation_parts
-    from synthkd_training.scorer import load_scorer
 
     scorer = load_scorer(scorer_dir)
     features = pl.concat([pl.read_parquet(part) for part in valuation_parts(valuation_root)], how="vertical_relaxed")
@@ -367,8 +368,6 @@ class StageStream(torch.utils.data.Dataset):
         epoch, and the mix its windows hold against the targets."""
         pool_root = self.stage_file.resolve().parent.parent
         unit, share = self.conversations.units()
-        from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
-        from synthkd_contract.sources import SOURCE_GROUPS
 
         groups, ctxs = len(SOURCE_GROUPS), len(CTX_BUCKETS)
         grid = [

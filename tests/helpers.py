@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import dagster as dg
@@ -107,3 +108,15 @@ def partial_left_by_killed_writer(final: Path) -> Path:
     partial = PartialFile(final)
     partial.release()
     return partial.path
+
+
+def long_text(target_bytes: int, words: tuple[str, ...]) -> str:
+    """About `target_bytes` of sentences of varied `words` (a run of one character would only exercise the
+    tokenizer's limit): one huge row's reasoning, as a user's file might hold it."""
+    rng = random.Random(0)
+    parts, size = [], 0
+    while size < target_bytes:
+        sentence = " ".join(rng.choice(words) for _ in range(12)) + f" ({len(parts)}).\n"
+        parts.append(sentence)
+        size += len(sentence)
+    return "".join(parts)

@@ -10,7 +10,6 @@ The in-memory twin is tests/test_quota_selection.py::test_one_10mb_anchor_line_n
 from __future__ import annotations
 
 import json
-import random
 import shutil
 
 import dagster as dg
@@ -23,6 +22,7 @@ from synthkd_contract import drops, sources
 from synthkd_contract.manifest_seal import verify_manifest
 from synthkd_contract.splits import stable_unit_interval
 from synthkd_dev import SAMPLE_RAW_DIR, SAMPLE_SOURCES_DIR
+from tests.helpers import long_text
 
 # the row's own id: its id names it among the source's rows (synth_id `<source>:<uuid>-<sha256 of its content>`).
 # This one hashes first in the mix's order (below any rate the mix gives math), so the old rule, one rate for the
@@ -32,13 +32,7 @@ WORDS = ("integer", "modulo", "divisor", "prime", "residue", "lemma", "bound", "
 
 
 def long_reasoning(target_bytes: int) -> str:
-    rng = random.Random(0)  # varied words: a run of one character would only exercise the tokenizer's limit
-    parts, size = [], 0
-    while size < target_bytes:
-        sentence = " ".join(rng.choice(WORDS) for _ in range(12)) + f" ({len(parts)}).\n"
-        parts.append(sentence)
-        size += len(sentence)
-    return "".join(parts)
+    return long_text(target_bytes, WORDS)
 
 
 def test_one_10mb_math_jsonl_line_is_excluded_and_math_keeps_its_share(tmp_path):

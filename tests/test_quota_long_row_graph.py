@@ -7,7 +7,6 @@ The oracle is the pool's own parts: tokens summed per skill bucket with polars, 
 
 from __future__ import annotations
 
-import random
 import shutil
 
 import dagster as dg
@@ -18,20 +17,14 @@ import pyarrow.parquet as pq
 from synthkd_assets.defs.build import build_all
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_contract.manifest_seal import verify_manifest
-from tests.helpers import SAMPLE_RAW_DIR
+from tests.helpers import SAMPLE_RAW_DIR, long_text
 
 LONG_ID = "rag_long_reasoning_0001"
 WORDS = ("aqueduct", "pressure", "gradient", "masonry", "arch", "channel", "siphon", "reservoir", "flow", "stone")
 
 
 def long_reasoning(target_bytes: int) -> str:
-    rng = random.Random(0)  # varied words: a run of one character would only exercise the tokenizer's limit
-    parts, size = [], 0
-    while size < target_bytes:
-        sentence = " ".join(rng.choice(WORDS) for _ in range(12)) + f" ({len(parts)}).\n"
-        parts.append(sentence)
-        size += len(sentence)
-    return "".join(parts)
+    return long_text(target_bytes, WORDS)
 
 
 def test_one_2mb_reasoning_row_keeps_every_skill_share_within_a_point(tmp_path):
