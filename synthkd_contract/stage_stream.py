@@ -34,7 +34,7 @@ import bisect
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,13 +106,7 @@ class StreamPolicy:
             raise ValueError(f"chunk_windows must be >= 1, got {self.chunk_windows}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "seed": self.seed,
-            "tau": self.tau,
-            "epsilon": self.epsilon,
-            "cluster_cap": self.cluster_cap,
-            "chunk_windows": self.chunk_windows,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
