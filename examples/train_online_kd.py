@@ -70,6 +70,7 @@ from synthkd_training.progress import (
     learning_progress_labels,
 )
 from synthkd_training.stream import (
+    SAMPLING_MANIFEST_FILENAME,
     StageArgs,
     StageArgsError,
     StageStream,
@@ -134,7 +135,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stream-cluster-cap", type=int, default=None, help="conversations per cluster per epoch")
     parser.add_argument("--scorer", type=Path, default=None, help="a sealed scorer (train_scorer.py): the utilities")
     parser.add_argument("--consumed-samples", type=int, default=0, help="resume the stream after this many samples")
-    parser.add_argument("--sampling-manifest", type=Path, default=None, help="default: <work dir>/sampling.json")
+    parser.add_argument(
+        "--sampling-manifest", type=Path, default=None, help="default: <--work-dir>/sampling.json (and the export)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="default 20; with stages: every stage's budget")
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -419,9 +422,12 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
     loaded = load_model(args.teacher_checkpoint, device, args.micro_batch_size)
     teacher = loaded.model
     streams = _stage_streams(args, loaded.max_positions)
+    manifest_path = None
     if streams:
-        manifest_path = args.sampling_manifest or work_dir / "sampling.json"
-        write_sampling_manifest(manifest_path, [(stream, 0) for stream in streams])
+        # a temporary work dir goes with the run: then the manifest is only the one exported beside the checkpoint
+        manifest_path = args.sampling_manifest or (args.work_dir / "sampling.json" if args.work_dir else None)
+        if manifest_path is not None:
+            write_sampling_manifest(manifest_path, [(stream, 0) for stream in streams])
     seq_length = max(s.seq_length for s in streams) if streams else args.seq_length
     seq_length = seq_length or min(loaded.max_positions, DEFAULT_SEQ_LENGTH)
     if seq_length > loaded.max_positions:
@@ -454,7 +460,8 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         autocast_dtype=torch.bfloat16 if bf16 else None,
     )
     stage_list = ", ".join(f"{s.stage_file.stem} ({len(s)} windows of {s.seq_length})" for s in streams)
-    source = f"stages {stage_list}, sampling manifest {manifest_path}" if streams else data_root
+    where = manifest_path or (args.save_checkpoint and args.save_checkpoint / SAMPLING_MANIFEST_FILENAME) or "none"
+    source = f"stages {stage_list}, sampling manifest {where}" if streams else data_root
     print(
         f"device {device} ({'bf16' if bf16 else 'fp32'}) | data {source} | held-out {heldout_source} | "
         f"teacher {_millions(teacher):.1f}M from {args.teacher_checkpoint} | student {_millions(student):.1f}M",
@@ -507,7 +514,7 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         "lp_labels": recorder.rows if recorder is not None else [],
         "lp_skipped_steps": recorder.skipped if recorder is not None else [],
         "device": str(device),
-        "sampling_manifest": str(manifest_path) if streams else None,
+        "sampling_manifest": str(manifest_path) if manifest_path else None,
     }
     if not summary.kl_fell:
         raise SystemExit(f"held-out KL did not fall: {before.kl:.4f} -> {after.kl:.4f}")
@@ -516,7 +523,8 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
             (stream, (args.consumed_samples if i == 0 else 0) + steps * args.micro_batch_size)
             for i, (stream, steps) in enumerate(zip(streams, stage_steps))
         ]
-        write_sampling_manifest(manifest_path, consumed)
+        if manifest_path is not None:
+            write_sampling_manifest(manifest_path, consumed)
         result["stage_steps"] = dict(zip((s.stage_file.stem for s in streams), stage_steps))
     if args.save_checkpoint is not None:
         save_checkpoint(student, student_spec, args.save_checkpoint)
