@@ -285,25 +285,25 @@ def read_stage_conversations(stage_file: Path | str) -> StageConversations:
         if part_path is None:
             raise StageStreamError(f"{stage_file}: no shard record of {pool_root} lists the trio {prefix}")
         if part_path not in tables:
-            tables[part_path] = _part_rows(part_path)
+            tables[part_path] = _part_cells(part_path)
         cell = Path(relative).parent.name
         skill, ctx = cell.split("_")
-        rows = [row for row in tables[part_path] if row[3] == skill and row[4] == ctx]
+        rows = tables[part_path].get((skill, ctx), _EMPTY_CELL)
         lengths = np.asarray(read_index(prefix).sequence_lengths, dtype=np.int64)
-        if len(rows) != len(lengths) or any(row[5] != n for row, n in zip(rows, lengths.tolist())):
+        if len(rows.tokens) != len(lengths) or not np.array_equal(rows.tokens, lengths):
             raise StageStreamError(
-                f"{prefix}: its {len(lengths)} documents are not the {len(rows)} train rows of {part_path} in cell "
-                f"{cell} (counts or lengths differ): rebuild the pool"
+                f"{prefix}: its {len(lengths)} documents are not the {len(rows.tokens)} train rows of {part_path} in "
+                f"cell {cell} (counts or lengths differ): rebuild the pool"
             )
-        n = len(rows)
+        n = len(lengths)
         columns["prefix"].append(np.full(n, index, dtype=np.int64))
         columns["document"].append(np.arange(n, dtype=np.int64))
         columns["length"].append(lengths)
         columns["skill"].append(np.full(n, SKILL_BUCKETS.index(skill), dtype=np.int64))
         columns["ctx"].append(np.full(n, CTX_BUCKETS.index(ctx), dtype=np.int64))
-        columns["group"].append(np.asarray([SOURCE_GROUPS.index(dataset_group(r[1])) for r in rows], dtype=np.int64))
-        columns["cluster"].append(np.asarray([NO_CLUSTER if r[6] is None else r[6] for r in rows], dtype=np.int64))
-        ids.extend(row[0] for row in rows)
+        columns["group"].append(rows.group)
+        columns["cluster"].append(rows.cluster)
+        ids.extend(rows.ids)
     arrays = {name: np.concatenate(parts_) if parts_ else np.zeros(0, np.int64) for name, parts_ in columns.items()}
     return StageConversations(prefixes=tuple(prefixes), ids=tuple(ids), prefix_weight=weights, **arrays)
 
@@ -329,11 +329,39 @@ def stage_token_budget(stage_file: Path | str) -> int:
         raise StageStreamError(f"{plan_file} gives no token budget for the stage {stage_file.stem}") from None
 
 
-def _part_rows(part_path: Path) -> list[tuple]:
-    """The train rows of a pool part: (id, source_dataset, source_example_id, skill, ctx, tokens, cluster)."""
+@dataclass(frozen=True)
+class _PartCell:
+    """The train rows of one pool part in one cell, in part order: the trio's documents, in the same order."""
+
+    ids: list[str]
+    tokens: np.ndarray
+    group: np.ndarray
+    cluster: np.ndarray
+
+
+_EMPTY_CELL = _PartCell([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def _part_cells(part_path: Path) -> dict[tuple[str, str], _PartCell]:
+    """A pool part's train rows by (skill, ctx) cell, read and split once for every trio of the part."""
     table = pq.read_table(part_path, columns=[*PART_COLUMNS, CLUSTER_COLUMN])
-    rows = zip(*(table.column(name).to_pylist() for name in (*PART_COLUMNS, CLUSTER_COLUMN)))
-    return [row for row in rows if assign_split(row[2]) == TRAIN_SPLIT]
+    row_id, dataset, example_id, skill, ctx, tokens, cluster = (
+        table.column(name).to_pylist() for name in (*PART_COLUMNS, CLUSTER_COLUMN)
+    )
+    group_of = {name: SOURCE_GROUPS.index(dataset_group(name)) for name in set(dataset)}
+    rows_of: dict[tuple[str, str], list[int]] = {}
+    for i, synth_id in enumerate(example_id):
+        if assign_split(synth_id) == TRAIN_SPLIT:
+            rows_of.setdefault((skill[i], ctx[i]), []).append(i)
+    return {
+        cell: _PartCell(
+            ids=[row_id[i] for i in rows],
+            tokens=np.asarray([tokens[i] for i in rows], dtype=np.int64),
+            group=np.asarray([group_of[dataset[i]] for i in rows], dtype=np.int64),
+            cluster=np.asarray([NO_CLUSTER if cluster[i] is None else cluster[i] for i in rows], dtype=np.int64),
+        )
+        for cell, rows in rows_of.items()
+    }
 
 
 # -- drawing -------------------------------------------------------------------------------------------------------
