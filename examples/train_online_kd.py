@@ -218,18 +218,20 @@ def _stage_streams(args: argparse.Namespace, max_positions: int) -> list[StageSt
         where = stage.per_split_data_args_path
         if stage.seq_length > max_positions:
             raise SystemExit(f"{where}: its --seq-length {stage.seq_length} exceeds the teacher's {max_positions}")
-        try:
-            stream = StageStream(stage.per_split_data_args_path, stage.seq_length, token_budget=args.stage_tokens,
-                                 hash_files=not args.no_hash)  # fmt: skip
-            phases, tau = (), args.stream_tau
-            if args.scorer is not None:
-                valuation = DataLayout.from_environ(os.environ).valuation_root()
-                phase, scorer_tau = scorer_phase(args.scorer, valuation, stream.conversations)
-                phases, tau = (phase,), scorer_tau if tau is None else tau
-            policy = StreamPolicy(
+
+        def policy(tau: float | None) -> StreamPolicy:
+            return StreamPolicy(
                 seed=args.seed, tau=tau or 0.0, epsilon=args.stream_epsilon, cluster_cap=args.stream_cluster_cap
             )
-            stream.redraw(policy, phases)
+
+        try:
+            stream = StageStream(stage.per_split_data_args_path, stage.seq_length, token_budget=args.stage_tokens,
+                                 policy=policy(args.stream_tau), hash_files=not args.no_hash)  # fmt: skip
+            if args.scorer is not None:  # its utilities need the stage's conversations, its tau the scorer
+                valuation = DataLayout.from_environ(os.environ).valuation_root()
+                phase, scorer_tau = scorer_phase(args.scorer, valuation, stream.conversations)
+                tau = scorer_tau if args.stream_tau is None else args.stream_tau
+                stream.redraw(policy(tau), (phase,))
         except (StageStreamError, ManifestError, ValueError) as error:
             raise SystemExit(f"{where}: {error}") from None
         streams.append(stream)
