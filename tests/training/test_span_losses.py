@@ -331,11 +331,13 @@ def test_losses_over_position_chunks_equal_the_whole_window_values_and_gradients
         ),
         (
             lambda: span_ce_loss(student, labels, span, config, **PLAIN).loss,
-            lambda: span_normalized_loss(
-                per_token_cross_entropy(student, torch.where(span > 0, labels, 0), vocab_size_valid=45, **PLAIN),
-                span,
-                config,
-            ).loss,
+            lambda: (
+                span_normalized_loss(
+                    per_token_cross_entropy(student, torch.where(span > 0, labels, 0), vocab_size_valid=45, **PLAIN),
+                    span,
+                    config,
+                ).loss
+            ),
         ),
     ):
         (grad_chunked,) = torch.autograd.grad(chunked(), student)
