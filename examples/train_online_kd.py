@@ -297,7 +297,9 @@ def _heldout_batches(
     if not args.synthetic and args.heldout.is_file():
         trained_on = checked_against or args.data_root
         documents = _rendered_heldout(args.heldout, args.tokenizer_dir, args.heldout_size, trained_on)
-        samples = [document_sample(*d, seq_length) for d in documents]
+        # each window as long as the longest conversation needs: padding after a causal window changes no KL
+        window = min(seq_length, max((len(d[0]) - 1 for d in documents), default=seq_length))
+        samples = [document_sample(*d, window) for d in documents]
         source = f"{args.heldout} ({len(samples)} conversations)"
     elif valid is not None:
         samples = [valid[i] for i in range(min(len(valid), args.heldout_size))]
@@ -491,10 +493,14 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         config,
         steps=args.steps,
         eval_every=args.eval_every,
+        eval_at=set(itertools.accumulate(stage_steps)) if streams else (),
         log=log,
         after_step=recorder,
     )
     before, after = summary.heldout_before, summary.heldout_after
+    if streams:  # the held-out KL at each stage's end
+        ends = dict(zip(itertools.accumulate(stage_steps), (s.stage_file.stem for s in streams)))
+        print(" | ".join(f"after {ends[step]} {kl:.4f}" for step, kl in summary.heldout_trace if step in ends))
     print(
         f"held-out KL(teacher || student) per supervised token: {before.kl:.4f} -> {after.kl:.4f} "
         f"over {after.tokens} tokens (analysis {after.per_span['analysis']:.4f}, final {after.per_span['final']:.4f})"

@@ -35,6 +35,7 @@ from synthkd_training.models import (
     GPTSpec,
     NoCudaError,
     build_gpt,
+    forward_headed,
     save_checkpoint,
     to_device,
     training_session,
@@ -146,7 +147,7 @@ def _train(args: argparse.Namespace, device: torch.device, work_dir: Path) -> di
     for step in range(1, args.steps + 1):
         started = time.perf_counter()
         batch = to_device(next(batches), device)
-        logits = model(batch["tokens"], batch["position_ids"], batch["attention_mask"])  # [b, s, V]
+        logits = forward_headed(model, batch)  # [b, s, V], made chunk by chunk in the loss
         result = span_ce_loss(logits, batch["labels"], batch["span_id"], loss_config)
         optimizer.zero_grad(set_to_none=True)
         result.loss.backward()
@@ -159,7 +160,7 @@ def _train(args: argparse.Namespace, device: torch.device, work_dir: Path) -> di
         model.eval()
         with torch.no_grad():
             batch = to_device(next(iter(torch.utils.data.DataLoader(valid, batch_size=args.micro_batch_size))), device)
-            logits = model(batch["tokens"], batch["position_ids"], batch["attention_mask"])
+            logits = forward_headed(model, batch)
             print(f"valid    | {_describe(span_ce_loss(logits, batch['labels'], batch['span_id'], loss_config))}")
 
     supervised = [value for value in normalized if not math.isnan(value)]

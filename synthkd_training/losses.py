@@ -26,7 +26,7 @@ are plain torch. Reductions run in float32 (float64 stays float64 on the plain p
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -303,45 +303,92 @@ def per_token_kd(
 
 # -- the two losses ---------------------------------------------------------------------------
 CHUNK_POSITIONS = 256
-"""Positions whose vocab-wide terms (log-softmax, probabilities, KL terms) exist at once: a 2048-position window of a
-201,088-id vocab holds 1.6 GB per such tensor. Each chunk's terms are recomputed in the backward pass (activation
-checkpointing, as Megatron recomputes activations; under tensor parallelism every rank runs the same chunks, so
-their collectives pair up) instead of kept; the values are the same, row by row."""
+"""Positions whose vocab-wide terms (logits, log-softmax, probabilities, KL terms) exist at once: a 2048-position
+window of a 201,088-id vocab holds 1.6 GB per such tensor. Each chunk's terms are recomputed in the backward pass
+(activation checkpointing, as Megatron recomputes activations; under tensor parallelism every rank runs the same
+chunks, so their collectives pair up) instead of kept; the values are the same, row by row."""
 
 
-def _by_position_chunks(per_token, logits: Sequence[torch.Tensor], rest: Sequence[torch.Tensor]) -> torch.Tensor:
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+@dataclass(frozen=True)
+class HeadedLogits:
+    """A model's logits `[..., V]` kept as what makes them: the hidden states `[..., h]` its output layer takes and
+    that layer (`head`, `[n, h] -> [n, V]`). The losses apply the head to CHUNK_POSITIONS positions at a time, inside
+    each chunk's checkpoint, so a long window's logits never exist whole: an 8192-position window of a 201,088-id
+    vocab is 6.6 GB of float32 logits per model, and as many again for their gradient
+    (docs/distillation.md#long-windows). `models.forward_headed` makes them."""
+
+    hidden: torch.Tensor
+    head: Callable[[torch.Tensor], torch.Tensor] = _same
+
+    @property
+    def shape(self) -> torch.Size:
+        """The logits' shape: the hidden states' leading dims and the head's width (one position's logits made)."""
+        with torch.no_grad():
+            width = self.head(self.hidden.reshape(-1, self.hidden.shape[-1])[:1]).shape[-1]
+        return torch.Size((*self.hidden.shape[:-1], width))
+
+    @property
+    def device(self) -> torch.device:
+        return self.hidden.device
+
+    def logits(self) -> torch.Tensor:
+        """The whole logits tensor (what the model would have returned)."""
+        return self.head(self.hidden)
+
+
+Logits = torch.Tensor | HeadedLogits
+"""Logits whole, or as hidden states and the output layer that makes them (`HeadedLogits`)."""
+
+
+def _headed(logits: Logits) -> HeadedLogits:
+    return logits if isinstance(logits, HeadedLogits) else HeadedLogits(logits)
+
+
+def _by_position_chunks(per_token, logits: Sequence[Logits], rest: Sequence[torch.Tensor]) -> torch.Tensor:
     """`per_token(*logits, *rest)` computed over chunks of CHUNK_POSITIONS positions (the logits' leading dims
-    flattened; `rest` has those dims only), each chunk checkpointed when it needs a gradient."""
-    shape = logits[0].shape[:-1]
-    flat_logits = [x.reshape(-1, x.shape[-1]) for x in logits]
+    flattened; `rest` has those dims only), each chunk's logits made from its hidden states by their head there
+    (`HeadedLogits`), each chunk checkpointed when it needs a gradient."""
+    sources = [_headed(x) for x in logits]
+    heads = [source.head for source in sources]
+
+    def chunk_terms(*tensors: torch.Tensor) -> torch.Tensor:
+        return per_token(*(head(h) for head, h in zip(heads, tensors)), *tensors[len(heads) :])
+
+    shape = sources[0].hidden.shape[:-1]
+    flat_hidden = [x.hidden.reshape(-1, x.hidden.shape[-1]) for x in sources]
     flat_rest = [x.reshape(-1) for x in rest]
-    count = flat_logits[0].shape[0]
+    count = flat_hidden[0].shape[0]
     if count <= CHUNK_POSITIONS:
-        return per_token(*logits, *rest)
+        return chunk_terms(*(x.hidden for x in sources), *rest)
     parts = []
     for start in range(0, count, CHUNK_POSITIONS):
-        chunk = [x[start : start + CHUNK_POSITIONS] for x in (*flat_logits, *flat_rest)]
-        if torch.is_grad_enabled() and any(x.requires_grad for x in chunk):
-            parts.append(checkpoint(per_token, *chunk, use_reentrant=False))
+        chunk = [x[start : start + CHUNK_POSITIONS] for x in (*flat_hidden, *flat_rest)]
+        if torch.is_grad_enabled():  # a head's weights may need a gradient when its hidden states do not
+            parts.append(checkpoint(chunk_terms, *chunk, use_reentrant=False))
         else:
-            parts.append(per_token(*chunk))
+            parts.append(chunk_terms(*chunk))
     return torch.cat(parts).reshape(shape)
 
 
-def _check_span_shape(span_id: torch.Tensor, logits: torch.Tensor) -> None:
+def _check_span_shape(span_id: torch.Tensor, logits: Logits) -> None:
     if logits.shape[:-1] != span_id.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and span_id {tuple(span_id.shape)} do not match")
 
 
 def span_ce_loss(
-    logits: torch.Tensor,
+    logits: Logits,
     labels: torch.Tensor,
     span_id: torch.Tensor,
     config: SpanLossConfig = SpanLossConfig(),
     *,
     tensor_parallel: bool | None = None,
 ) -> SpanLossResult:
-    """Stage 1: span-normalized cross-entropy of `logits` `[..., V]` against `labels` `[...]`."""
+    """Stage 1: span-normalized cross-entropy of `logits` `[..., V]` (whole or `HeadedLogits`) against `labels`
+    `[...]`."""
     _check_span_shape(span_id, logits)
     span_id = span_id.to(logits.device)
     # labels where nothing is learned (padding: Megatron maps them to 0, or anything else) are
@@ -358,21 +405,22 @@ def span_ce_loss(
 
 
 def span_kd_loss(
-    student_logits: torch.Tensor,
-    teacher_logits: torch.Tensor,
+    student_logits: Logits,
+    teacher_logits: Logits,
     span_id: torch.Tensor,
     config: SpanLossConfig = SpanLossConfig(),
     *,
     tensor_parallel: bool | None = None,
 ) -> SpanLossResult:
-    """Stages 2 and 3: span-normalized KD of the student towards the teacher over the same tokens."""
+    """Stages 2 and 3: span-normalized KD of the student towards the teacher over the same tokens (either's logits
+    whole or `HeadedLogits`)."""
     _check_span_shape(span_id, student_logits)
 
     def per_token_kd_of(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
         return per_token_kd(student, teacher, config=config, tensor_parallel=tensor_parallel)
 
     if student_logits.shape != teacher_logits.shape:
-        per_token = per_token_kd_of(student_logits, teacher_logits)  # per_token_kd names the mismatch
+        per_token = per_token_kd_of(student_logits, teacher_logits)  # per_token_kd names the mismatch first
     else:
         per_token = _by_position_chunks(per_token_kd_of, [student_logits, teacher_logits], [])
     return span_normalized_loss(per_token, span_id.to(per_token.device), config)

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from synthkd_contract import constants
+from synthkd_training.losses import HeadedLogits
 
 SPEC_FILE = "gpt_spec.json"
 """The architecture of a checkpoint, beside megatron-core's distributed checkpoint files."""
@@ -165,6 +166,36 @@ def forward_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> to
     return model(batch["tokens"], batch["position_ids"], batch["attention_mask"])
 
 
+def forward_headed(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> HeadedLogits:
+    """The logits of `forward_logits` as `HeadedLogits`: for megatron-core's GPTModel, the decoder's hidden states
+    `[b, s, h]` (after its final layer norm) and the model's output layer, which the losses apply chunk by chunk;
+    for any other model (or a GPTModel with multi-token prediction or sequence parallelism, whose output layer
+    takes more than a slice of positions), its whole logits.
+
+    GPTModel's forward returns the decoder's hidden states when its `post_process` is off (a pipeline stage
+    without the output layer); the flag is off for this one call only."""
+    from megatron.core.models.gpt.gpt_model import GPTModel
+
+    if (
+        not isinstance(model, GPTModel)
+        or not model.post_process
+        or model.config.mtp_num_layers is not None
+        or model.config.sequence_parallel
+    ):
+        return HeadedLogits(forward_logits(model, batch))
+    model.post_process = False
+    try:
+        hidden = forward_logits(model, batch)  # [s, b, h]
+    finally:
+        model.post_process = True
+    weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
+
+    def output_layer(states: torch.Tensor) -> torch.Tensor:
+        return model.output_layer(states, weight=weight)[0]
+
+    return HeadedLogits(hidden.transpose(0, 1), output_layer)
+
+
 WEIGHTS_FILE = "model.pt"
 """The model's parameters: `torch.save` of its state dict without megatron's `_extra_state` entries."""
 
@@ -224,15 +255,38 @@ HF_CONFIG_FILE = "config.json"
 
 class CausalLMAdapter(torch.nn.Module):
     """A Hugging Face causal LM behind GPTModel's call convention: `(tokens, position_ids, attention_mask)` ->
-    `[b, s, V]` logits. The model applies its own causal mask, which is what megatron's mask says for these
-    batches (no reset of attention at EOD), so `attention_mask` is not passed on."""
+    `[b, s, V]` logits. The model builds its own mask from `position_ids`, which is what megatron's mask says for
+    every batch here: causal, and, where the position ids restart (the stream's packed conversations,
+    docs/pool.md#the-stream), nothing across conversations. `attention_mask` is not passed on.
+
+    Models with per-layer attention kinds (`config.layer_types`: GPT-OSS's sliding-window and full layers) build
+    their masks without the position ids, so the adapter builds them with transformers' own mask functions
+    (packed sequences detected from the position ids) and hands the model that mapping; others (Llama, ...) detect
+    packed sequences themselves."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=tokens, position_ids=position_ids, use_cache=False).logits
+        config = self.model.config
+        layer_types = getattr(config, "layer_types", None)
+        if not layer_types:
+            return self.model(input_ids=tokens, position_ids=position_ids, use_cache=False).logits
+        from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+        embeds = self.model.get_input_embeddings()(tokens)
+        arguments = {
+            "config": config,
+            "inputs_embeds": embeds,
+            "attention_mask": None,
+            "past_key_values": None,
+            "position_ids": position_ids,
+        }
+        masks = {"full_attention": create_causal_mask(**arguments)}
+        if "sliding_attention" in layer_types:
+            masks["sliding_attention"] = create_sliding_window_causal_mask(**arguments)
+        return self.model(inputs_embeds=embeds, attention_mask=masks, position_ids=position_ids, use_cache=False).logits
 
 
 @dataclass(frozen=True)

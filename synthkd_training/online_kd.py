@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from synthkd_contract import constants
-from synthkd_training.losses import SpanLossConfig, SpanLossResult, span_ce_loss, span_kd_loss
-from synthkd_training.models import forward_logits
+from synthkd_training.losses import HeadedLogits, SpanLossConfig, SpanLossResult, span_ce_loss, span_kd_loss
+from synthkd_training.models import forward_headed
 
 Batch = dict[str, torch.Tensor]
 
@@ -92,17 +92,30 @@ def _autocast(batch: Batch, dtype: torch.dtype | None):
     return torch.autocast(device_type=batch["tokens"].device.type, dtype=dtype)
 
 
-def teacher_logits(teacher: torch.nn.Module, batch: Batch, autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
+def _head_in_context(headed: HeadedLogits, batch: Batch, autocast_dtype: torch.dtype | None, frozen: bool):
+    """`headed` whose head runs as its forward did (under its autocast; without gradient for the frozen teacher),
+    wherever the losses call it."""
+
+    def head(states: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad() if frozen else contextlib.nullcontext(), _autocast(batch, autocast_dtype):
+            return headed.head(states)
+
+    return HeadedLogits(headed.hidden, head)
+
+
+def teacher_logits(teacher: torch.nn.Module, batch: Batch, autocast_dtype: torch.dtype | None = None) -> HeadedLogits:
+    """The frozen teacher's logits of `batch` (`HeadedLogits`: the losses make them chunk by chunk)."""
     with torch.no_grad(), _autocast(batch, autocast_dtype):
-        return forward_logits(teacher, batch)
+        return _head_in_context(forward_headed(teacher, batch), batch, autocast_dtype, frozen=True)
 
 
-def student_logits(student: torch.nn.Module, batch: Batch, autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
+def student_logits(student: torch.nn.Module, batch: Batch, autocast_dtype: torch.dtype | None = None) -> HeadedLogits:
+    """The student's logits of `batch` (`HeadedLogits`, differentiable)."""
     with _autocast(batch, autocast_dtype):
-        return forward_logits(student, batch)
+        return _head_in_context(forward_headed(student, batch), batch, autocast_dtype, frozen=False)
 
 
-def _check_vocab(student_logits: torch.Tensor, teacher_logits_: torch.Tensor) -> None:
+def _check_vocab(student_logits: HeadedLogits, teacher_logits_: HeadedLogits) -> None:
     if student_logits.shape != teacher_logits_.shape:
         raise ValueError(
             f"student logits {tuple(student_logits.shape)} and teacher logits {tuple(teacher_logits_.shape)} "
@@ -202,11 +215,13 @@ def train_online_kd(
     *,
     steps: int,
     eval_every: int = 0,
+    eval_at: Collection[int] = (),
     log: Callable[[int, KDStep], None] | None = None,
     after_step: Callable[[int, torch.optim.Optimizer], None] | None = None,
 ) -> OnlineKDSummary:
-    """`steps` KD updates of `student` on `batches`, with the held-out KL before, every `eval_every` steps and
-    after. `after_step(step, optimizer)` runs after each update (the learning-progress labels hook in there)."""
+    """`steps` KD updates of `student` on `batches`, with the held-out KL before, every `eval_every` steps, after
+    the steps of `eval_at` (a curriculum's stage ends) and after. `after_step(step, optimizer)` runs after each update
+    (the learning-progress labels hook in there)."""
     freeze(teacher)
     optimizer = make_optimizer(student, config)
     before = heldout_kl(student, teacher, heldout, config.autocast_dtype)
@@ -220,7 +235,7 @@ def train_online_kd(
             log(step, result)
         if after_step is not None:
             after_step(step, optimizer)
-        if eval_every and step % eval_every == 0 and step != steps:
+        if ((eval_every and step % eval_every == 0) or step in eval_at) and step != steps:
             trace.append((step, heldout_kl(student, teacher, heldout, config.autocast_dtype).kl))
     after = heldout_kl(student, teacher, heldout, config.autocast_dtype)
     trace.append((steps, after.kl))

@@ -21,10 +21,11 @@ def tp1_parallel_state(gloo_world):
     parallel_state.destroy_model_parallel()
 
 
-def write_tiny_gpt_oss(directory, seed: int = 0, max_positions: int = 64):
+def write_tiny_gpt_oss(directory, seed: int = 0, max_positions: int = 64, sliding_window: int | None = None):
     """A Hugging Face GPT-OSS checkpoint (GptOssForCausalLM: MoE, attention sinks) at toy size, created from a config
     and saved with save_pretrained, as a real openai/gpt-oss checkpoint directory is laid out (config.json +
-    safetensors); the vocabulary is o200k_harmony's padded 201,088."""
+    safetensors); the vocabulary is o200k_harmony's padded 201,088. With `sliding_window`, two layers alternate as
+    GPT-OSS's do: one attending to that many positions, one to all."""
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
@@ -34,15 +35,15 @@ def write_tiny_gpt_oss(directory, seed: int = 0, max_positions: int = 64):
         vocab_size=constants.PADDED_VOCAB_SIZE,
         hidden_size=16,
         intermediate_size=16,
-        num_hidden_layers=1,
+        num_hidden_layers=1 if sliding_window is None else 2,
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=8,
         num_local_experts=2,
         num_experts_per_tok=1,
         max_position_embeddings=max_positions,
-        sliding_window=max_positions,
-        layer_types=["full_attention"],
+        sliding_window=sliding_window or max_positions,
+        layer_types=["full_attention"] if sliding_window is None else ["sliding_attention", "full_attention"],
     )
     torch.manual_seed(seed)
     GptOssForCausalLM(config).save_pretrained(directory)

@@ -9,10 +9,13 @@ import pytest
 import torch
 
 from synthkd_contract import constants
+from synthkd_training import losses
+from synthkd_training.losses import HeadedLogits, SpanLossConfig, span_ce_loss, span_kd_loss
 from synthkd_training.models import (
     GPTSpec,
     NoCudaError,
     build_gpt,
+    forward_headed,
     forward_logits,
     load_checkpoint,
     load_model,
@@ -55,6 +58,39 @@ def test_a_saved_checkpoint_loads_to_the_same_model(tmp_path):
         assert (opened.kind, opened.vocab_size, opened.max_positions) == ("gpt_spec", constants.PADDED_VOCAB_SIZE, 16)
 
 
+def test_headed_logits_give_the_whole_logits_losses_and_gradients(monkeypatch):
+    """`forward_headed` keeps a GPTModel's logits as the decoder's hidden states and its output layer, which the
+    losses apply chunk by chunk (how an 8192-position window fits): the logits, both losses and every parameter's
+    gradient equal those of the whole logits that `forward_logits` returns."""
+    monkeypatch.setattr(losses, "CHUNK_POSITIONS", 5)  # 2 x 16 positions: 7 chunks, the last one short
+    config = SpanLossConfig(kd_divergence="mix", kd_temperature=2.0)
+    with megatron_world(CPU, seed=3):
+        student, teacher = build_gpt(SPEC, CPU, 2), build_gpt(SPEC, CPU, 2).eval()
+        data = batch(seed=1)
+        labels = torch.roll(data["tokens"], -1, dims=1)
+        span_id = torch.randint(0, 3, labels.shape, generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            target = forward_logits(teacher, data)
+            headed_target = forward_headed(teacher, data)
+            assert isinstance(headed_target, HeadedLogits) and headed_target.hidden.shape == (2, 16, SPEC.hidden_size)
+            assert headed_target.shape == target.shape
+            torch.testing.assert_close(headed_target.logits(), target, rtol=0, atol=1e-5)
+        assert student.post_process  # the flag forward_headed turns off for its call is back on
+
+        def loss_and_grads(logits, teacher_logits):
+            loss = span_kd_loss(logits, teacher_logits, span_id, config).loss
+            loss = loss + span_ce_loss(logits, labels, span_id, config).loss
+            grads = torch.autograd.grad(loss, [p for p in student.parameters() if p.requires_grad])
+            return loss, grads
+
+        whole_loss, whole_grads = loss_and_grads(forward_logits(student, data), target)
+        headed_loss, headed_grads = loss_and_grads(forward_headed(student, data), headed_target)
+        torch.testing.assert_close(headed_loss, whole_loss, rtol=1e-5, atol=1e-6)
+        assert len(headed_grads) == len(whole_grads) > 0
+        for headed, whole in zip(headed_grads, whole_grads):
+            torch.testing.assert_close(headed, whole, rtol=1e-4, atol=1e-6)
+
+
 def test_a_checkpoint_missing_a_parameter_is_refused(tmp_path):
     with megatron_world(CPU, seed=3):
         save_checkpoint(build_gpt(SPEC, CPU, 2), SPEC, tmp_path / "ckpt")
@@ -81,6 +117,36 @@ def test_a_hugging_face_gpt_oss_checkpoint_is_a_teacher(gpt_oss_checkpoint):
         expected = reference(input_ids=inputs["tokens"]).logits
         assert torch.equal(forward_logits(opened.model, inputs), expected)
     assert expected.shape == (2, 16, constants.PADDED_VOCAB_SIZE)
+
+
+def test_a_hugging_face_teacher_attends_within_each_conversation_of_a_packed_window(tmp_path):
+    """The stream packs whole conversations into a window with position ids restarting at each (docs/pool.md#the-
+    stream). A Hugging Face teacher behind `CausalLMAdapter` gets those position ids and no mask, and builds its own
+    per-conversation mask from them (transformers' packed-sequence detection), sliding-window layers included: each
+    conversation's logits in the packed window are its logits alone."""
+    from tests.training.conftest import write_tiny_gpt_oss
+
+    checkpoint = write_tiny_gpt_oss(tmp_path / "gpt-oss", sliding_window=3)
+    teacher = load_model(checkpoint, CPU, 1).model
+    generator = torch.Generator().manual_seed(4)
+    lengths = (6, 9, 4)
+    conversations = [torch.randint(0, 200_000, (n,), generator=generator) for n in lengths]
+    tokens = torch.cat(conversations)[None]
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]
+    segment = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    causal = torch.tril(torch.ones(len(segment), len(segment), dtype=torch.bool))
+    mask = ~(causal & (segment[:, None] == segment[None, :]))[None, None]  # megatron's: True where masked
+    with torch.no_grad():
+        packed = teacher(tokens, positions, mask)[0]
+        start = 0
+        for conversation in conversations:
+            n = len(conversation)
+            alone = teacher(conversation[None], torch.arange(n)[None], mask[..., :n, :n])[0]
+            torch.testing.assert_close(packed[start : start + n], alone, rtol=1e-5, atol=1e-5)
+            start += n
+        # the same window read as one sequence differs: the test can tell attention across conversations apart
+        one_sequence = teacher(tokens, torch.arange(tokens.shape[1])[None], mask)[0]
+        assert not torch.allclose(one_sequence[lengths[0] :], packed[lengths[0] :], atol=1e-4)
 
 
 def test_valuation_features_take_a_gpt_oss_teacher_path(gpt_oss_checkpoint, tmp_path):

@@ -30,6 +30,7 @@ from synthkd_contract import constants
 from synthkd_contract.manifest_seal import heldout_mismatch, verify_manifest, write_sealed
 from synthkd_training.documents import batches_of, document_sample, stack_samples, window_start
 from synthkd_training.losses import SpanLossConfig
+from synthkd_training.models import GPTSpec, build_gpt, megatron_world, save_checkpoint
 from synthkd_training.online_kd import OnlineKDConfig, heldout_kl, kd_step, make_optimizer, train_online_kd
 from synthkd_training.progress import (
     Candidate,
@@ -511,3 +512,36 @@ def test_online_kd_trains_on_a_pool_stage_drawn_by_a_sealed_scorer(built_sample,
     assert hashlib.sha256(paths.pool_manifest().read_bytes()).hexdigest() == manifest["pool_manifest_sha256"]
     step = summary["steps"][0]  # trained on whole conversations: prompt and supervised tokens in the window
     assert step["kd/prompt/tokens"] > 0 and step["kd/analysis/tokens"] + step["kd/final/tokens"] > 0
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_tiny_student_distills_on_the_pools_p1_then_p2_through_the_stream(built_sample, tmp_path, monkeypatch):
+    """The stream end to end: a tiny student distills from a tiny teacher on the pool's curriculum, P1's
+    2048-position windows then P2's 8192-position ones, each stage to its (rehearsal) budget; the KD loss and the
+    held-out KL fall over both. P2's windows train on this CPU because the losses make the logits chunk by chunk
+    (`HeadedLogits`): whole, one window's student logits and their gradient are 13 GB."""
+    _, layout, data_dir = built_sample
+    monkeypatch.setenv("SYNTHKD_DATA_DIR", str(data_dir))
+    curriculum = layout.data_layout().curriculum_dir()
+    spec = GPTSpec(num_layers=1, hidden_size=16, num_attention_heads=2, seq_length=8192)  # P2's window
+    with megatron_world(torch.device("cpu"), seed=5):
+        save_checkpoint(build_gpt(spec, torch.device("cpu"), 1), spec, tmp_path / "teacher")
+    summary = online_kd_example.main(
+        ["--stage-args", str(curriculum / "P1.args"), "--stage-args", str(curriculum / "P2.args"),
+         "--stage-tokens", "2500", "--device", "cpu", "--micro-batch-size", "1", "--work-dir", str(tmp_path / "s"),
+         "--teacher-checkpoint", str(tmp_path / "teacher"), "--lr", "1e-2", "--heldout-size", "2",
+         "--hidden-size", "16", "--save-checkpoint", str(tmp_path / "student")]
+    )  # fmt: skip
+    run = json.loads((tmp_path / "student" / "sampling_manifest.json").read_text())
+    assert [(stage["stage"], stage["seq_length"]) for stage in run["stages"]] == [("P1", 2048), ("P2", 8192)]
+    steps = summary["stage_steps"]
+    assert list(steps) == ["P1", "P2"] and steps["P1"] >= 2 and steps["P2"] >= 1
+    assert [stage["consumed_samples"] for stage in run["stages"]] == [steps["P1"], steps["P2"]]
+    kd = [step["kd/loss"] for step in summary["steps"]]
+    assert len(kd) == steps["P1"] + steps["P2"] and kd[-1] < kd[0]  # P2's last update against P1's first
+    p2 = summary["steps"][-1]  # whole conversations in an 8192-position window: prompts and supervised tokens
+    assert p2["kd/prompt/tokens"] + p2["kd/analysis/tokens"] + p2["kd/final/tokens"] == 8192
+    assert p2["kd/analysis/tokens"] + p2["kd/final/tokens"] > 2048  # more than P1's window could hold
+    (before, _), (p1_end, after_p1), (p2_end, after_p2) = summary["heldout_trace"]
+    assert (before, p1_end, p2_end) == (0, steps["P1"], steps["P1"] + steps["P2"])
+    assert summary["heldout_before"] > after_p1 > after_p2 == summary["heldout_after"]
