@@ -76,8 +76,8 @@ from synthkd_training.stream import (
     StageStream,
     export_run_manifests,
     parse_stage_words,
+    pool_utilities,
     read_stage_args,
-    scorer_phase,
     stream_batches,
     write_sampling_manifest,
 )
@@ -213,7 +213,12 @@ def read_stage_arguments(path: Path) -> StageArgs:
 
 def _stage_streams(args: argparse.Namespace, max_positions: int) -> list[StageStream]:
     """Each stage's stream (its pool verified) to its token budget, drawn by the scorer's utilities when given."""
-    streams = []
+    streams, utilities = [], None
+    if args.scorer is not None:  # read and predicted once, for every stage
+        try:
+            utilities = pool_utilities(args.scorer, DataLayout.from_environ(os.environ).valuation_root())
+        except (ManifestError, PoolError, ValueError) as error:
+            raise SystemExit(f"--scorer {args.scorer}: {error}") from None
     for stage in args.stages:
         where = stage.per_split_data_args_path
         if stage.seq_length > max_positions:
@@ -227,11 +232,9 @@ def _stage_streams(args: argparse.Namespace, max_positions: int) -> list[StageSt
         try:
             stream = StageStream(stage.per_split_data_args_path, stage.seq_length, token_budget=args.stage_tokens,
                                  policy=policy(args.stream_tau), hash_files=not args.no_hash)  # fmt: skip
-            if args.scorer is not None:  # its utilities need the stage's conversations, its tau the scorer
-                valuation = DataLayout.from_environ(os.environ).valuation_root()
-                phase, scorer_tau = scorer_phase(args.scorer, valuation, stream.conversations)
-                tau = scorer_tau if args.stream_tau is None else args.stream_tau
-                stream.redraw(policy(tau), (phase,))
+            if utilities is not None:  # its utilities need the stage's conversations, its tau the scorer
+                tau = utilities.tau if args.stream_tau is None else args.stream_tau
+                stream.redraw(policy(tau), (utilities.phase(stream.conversations),))
         except (StageStreamError, ManifestError, ValueError) as error:
             raise SystemExit(f"{where}: {error}") from None
         streams.append(stream)

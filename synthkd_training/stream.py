@@ -184,10 +184,49 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+@dataclass(frozen=True)
+class PoolUtilities:
+    """A sealed scorer's utility of every pool row that has valuation features: read once, then given to every
+    stage's stream (`phase`)."""
+
+    utility: dict[str, float]
+    """pool row id -> utility score."""
+    tau: float
+    """The scorer's own tau."""
+    scorer_sha256: str
+    """sha256 of the scorer's sealed manifest."""
+
+    def phase(self, conversations: StageConversations, first_epoch: int = 0) -> ScorerPhase:
+        """The utilities of a stage's conversations (NaN, weight 1, for one without features), from `first_epoch`."""
+        values = np.asarray([self.utility.get(row_id, np.nan) for row_id in conversations.ids], dtype=np.float64)
+        return ScorerPhase(first_epoch=first_epoch, utility=values, scorer_sha256=self.scorer_sha256)
+
+
+def pool_utilities(scorer_dir: Path | str, valuation_root: Path | str) -> PoolUtilities:
+    """A sealed scorer's utilities of the pool's rows, from the pool's sealed valuation features.
+
+    Args:
+        scorer_dir: `save_scorer`'s directory (verified by `load_scorer`).
+        valuation_root: the pool's valuation features (verified by `valuation_parts`).
+
+    Returns:
+        Every featured row's utility, the scorer's tau and its manifest's sha256.
+
+    Raises:
+        ManifestError / PoolError: the scorer or the features do not verify.
+    """
+    scorer = load_scorer(scorer_dir)
+    features = pl.concat([pl.read_parquet(part) for part in valuation_parts(valuation_root)], how="vertical_relaxed")
+    utility = dict(zip(features["id"].to_list(), scorer.predict(features).astype(np.float64).tolist()))
+    sha = file_sha256(Path(scorer_dir) / constants.MANIFEST_FILENAME)
+    return PoolUtilities(utility=utility, tau=scorer.config.tau, scorer_sha256=sha)
+
+
 def scorer_phase(
     scorer_dir: Path | str, valuation_root: Path | str, conversations: StageConversations, first_epoch: int = 0
 ) -> tuple[ScorerPhase, float]:
-    """A sealed scorer's utilities for a stage's conversations, from the pool's sealed valuation features.
+    """A sealed scorer's utilities for one stage's conversations (`pool_utilities(...).phase(...)`; for several
+    stages, read the utilities once with `pool_utilities`).
 
     Args:
         scorer_dir: `save_scorer`'s directory (verified by `load_scorer`).
@@ -201,13 +240,8 @@ def scorer_phase(
     Raises:
         ManifestError / PoolError: the scorer or the features do not verify.
     """
-
-    scorer = load_scorer(scorer_dir)
-    features = pl.concat([pl.read_parquet(part) for part in valuation_parts(valuation_root)], how="vertical_relaxed")
-    utility = dict(zip(features["id"].to_list(), scorer.predict(features).astype(np.float64).tolist()))
-    values = np.asarray([utility.get(row_id, np.nan) for row_id in conversations.ids], dtype=np.float64)
-    sha = file_sha256(Path(scorer_dir) / constants.MANIFEST_FILENAME)
-    return ScorerPhase(first_epoch=first_epoch, utility=values, scorer_sha256=sha), scorer.config.tau
+    utilities = pool_utilities(scorer_dir, valuation_root)
+    return utilities.phase(conversations, first_epoch), utilities.tau
 
 
 class StageStream(torch.utils.data.Dataset):

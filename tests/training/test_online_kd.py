@@ -512,6 +512,13 @@ def test_online_kd_trains_on_a_pool_stage_drawn_by_a_sealed_scorer(built_sample,
     assert hashlib.sha256(paths.pool_manifest().read_bytes()).hexdigest() == manifest["pool_manifest_sha256"]
     step = summary["steps"][0]  # trained on whole conversations: prompt and supervised tokens in the window
     assert step["kd/prompt/tokens"] > 0 and step["kd/analysis/tokens"] + step["kd/final/tokens"] > 0
+    # the scorer is read once for every stage, and one edited after it was sealed stops the run before it trains
+    (tmp_path / "scorer" / "heads.pt").write_bytes(b"edited")
+    with pytest.raises(SystemExit, match=r"^--scorer .*scorer: .*heads\.pt"):
+        online_kd_example.main(
+            [*stage_words, "--device", "cpu", "--work-dir", str(tmp_path / "s2"), "--teacher-checkpoint",
+             str(tmp_path / "teacher"), "--scorer", str(tmp_path / "scorer"), "--hidden-size", "16"]
+        )  # fmt: skip
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
