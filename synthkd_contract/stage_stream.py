@@ -401,15 +401,31 @@ def epoch_order(
     else:
         order = weighted
     if policy.cluster_cap is not None:
-        cluster = clusters[order]
-        by_cluster = np.lexsort((np.arange(n), cluster))
-        sorted_cluster = cluster[by_cluster]
-        starts = np.r_[0, np.flatnonzero(np.diff(sorted_cluster)) + 1]
-        rank_sorted = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
-        rank = np.empty(n, dtype=np.int64)
-        rank[by_cluster] = rank_sorted
-        order = order[(cluster == NO_CLUSTER) | (rank < policy.cluster_cap)]
+        order = order[within_cluster_cap(order, clusters, policy.cluster_cap)]
     return order
+
+
+def within_cluster_cap(order: np.ndarray, clusters: np.ndarray, cap: int) -> np.ndarray:
+    """Which conversations of `order` the cluster cap keeps: the first `cap` of each cluster in the order, and
+    every conversation of no cluster.
+
+    Args:
+        order: conversations (indices), in order.
+        clusters: every conversation's cluster (NO_CLUSTER: none).
+        cap: conversations kept per cluster.
+
+    Returns:
+        A boolean mask over `order`.
+    """
+    n = len(order)
+    cluster = clusters[order]
+    by_cluster = np.lexsort((np.arange(n), cluster))
+    sorted_cluster = cluster[by_cluster]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_cluster)) + 1]
+    rank_sorted = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_cluster] = rank_sorted
+    return (cluster == NO_CLUSTER) | (rank < cap)
 
 
 def best_fit_windows(lengths: Sequence[int] | np.ndarray, seq_length: int) -> list[list[int]]:
@@ -520,6 +536,12 @@ def plan_stream(
             times.append((cumulative[:take] - lengths[order[:take]] / 2) / share[u])
         merged = np.concatenate(picked)
         merged = merged[np.argsort(np.concatenate(times), kind="stable")]
+        if policy.cluster_cap is not None:  # per epoch, also for a cluster that spans units: the first ones stay
+            kept = within_cluster_cap(merged, conversations.cluster, policy.cluster_cap)
+            dropped = merged[~kept]
+            for u in np.unique(unit[dropped]).tolist():  # what a unit lost, its next epoch makes up
+                carry[u] += float(lengths[dropped[unit[dropped] == u]].sum())
+            merged = merged[kept]
         epochs.append(
             EpochRecord(epoch, float(budget), len(offsets) - 1, None if phase is None else phase.scorer_sha256)
         )

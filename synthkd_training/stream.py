@@ -452,16 +452,19 @@ def stream_batches(
     consumed_samples: int = 0,
     data_parallel_rank: int = 0,
     data_parallel_size: int = 1,
+    drop_last: bool = True,
 ) -> Iterator[list[int]]:
     """The sample indices of each micro batch from `consumed_samples` on, in Megatron-LM's pretraining sampler's
     order: global batches of `micro_batch_size * data_parallel_size` consecutive samples, each rank its slice; a
-    last incomplete global batch is dropped.
+    last incomplete global batch is dropped unless `drop_last` is False (as `MegatronPretrainingSampler`'s), when
+    each rank gets what is left of its slice (nothing when that is empty).
 
     Args:
         length: the stream's windows.
         micro_batch_size: samples per rank per step.
         consumed_samples: samples every rank together has consumed (a resumed run's count).
         data_parallel_rank, data_parallel_size: this rank and the ranks.
+        drop_last: drop a last incomplete global batch (a stage trained to its budget keeps it).
 
     Yields:
         This rank's micro batch indices.
@@ -474,9 +477,10 @@ def stream_batches(
     if not 0 <= consumed_samples <= length:
         raise ValueError(f"consumed_samples {consumed_samples} is outside the stream's {length} samples")
     global_batch = micro_batch_size * data_parallel_size
-    for start in range(consumed_samples, length - global_batch + 1, global_batch):
+    for start in range(consumed_samples, length - global_batch + 1 if drop_last else length, global_batch):
         first = start + data_parallel_rank * micro_batch_size
-        yield list(range(first, first + micro_batch_size))
+        if batch := list(range(first, min(first + micro_batch_size, length))):
+            yield batch
 
 
 RUN_MANIFEST_FORMAT = "synthkd.run_sampling/1"

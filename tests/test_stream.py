@@ -213,6 +213,10 @@ def test_the_stream_is_deterministic_and_resumes_at_consumed_samples(curriculum)
     whole = list(stream_batches(len(first), micro_batch_size=2, data_parallel_size=2, data_parallel_rank=1))
     resumed = list(stream_batches(len(first), 2, consumed_samples=40, data_parallel_rank=1, data_parallel_size=2))
     assert resumed == whole[10:]
+    # a stage trained to its budget keeps the last incomplete global batch: every window once, over the ranks
+    kept = [b for rank in range(2) for b in stream_batches(7, 2, 1, rank, 2, drop_last=False)]
+    assert sorted(kept) == [[1, 2], [3, 4], [5, 6]] and list(stream_batches(7, 2, 1, 0, 2)) == [[1, 2]]
+    assert list(stream_batches(9, 2, 0, 1, 2, drop_last=False)) == [[2, 3], [6, 7]]  # rank 1's last slice is empty
     for batch in resumed[:3]:
         for index in batch:
             assert torch.equal(first[index]["tokens"], again[index]["tokens"])
@@ -251,13 +255,20 @@ def test_utility_weights_caps_and_the_tail_decide_a_partial_epoch(curriculum):
     assert [e.scorer_sha256 for e in later.epochs[:3]] == [None, None, "b" * 64]
 
 
-def test_the_cluster_cap_holds_per_epoch(curriculum):
+@pytest.mark.parametrize("spread", ["within one unit", "across every unit"])
+def test_the_cluster_cap_holds_per_epoch(curriculum, spread):
     conversations = read_stage_conversations(curriculum / "P1.json")
+    unit, _ = conversations.units()
     planted = conversations.cluster.copy()
-    planted[: len(planted) // 2] = 7  # one huge cluster
+    if spread == "within one unit":
+        planted[: len(planted) // 2] = 7  # one huge cluster
+    else:  # near-duplicates in several skill / ctx / source-group units: the cap is the epoch's, not a unit's
+        planted[[np.flatnonzero(unit == u)[i] for u in np.unique(unit).tolist() for i in range(4)]] = 7
+        assert len(np.unique(unit[planted == 7])) > 1
     capped = type(conversations)(**{**conversations.__dict__, "cluster": planted})
     plan = plan_stream(capped, 2048, 3000, StreamPolicy(cluster_cap=3))
     bounds = [e.first_window for e in plan.epochs] + [len(plan)]
+    assert len(bounds) > 2  # several epochs
     for first, end in zip(bounds[:-1], bounds[1:]):
         members = plan.conversations[plan.offsets[first] : plan.offsets[end]]
         assert np.count_nonzero(planted[members] == 7) <= 3
