@@ -10,7 +10,8 @@ With `--stage-args` (repeatable: P1 then P2 ...), the student trains on curricul
 their streams (docs/pool.md#the-stream), each to its token budget (`--stage-tokens` rehearses with a smaller one):
 whole conversations packed per window, position ids and attention reset per conversation, the stage's mix held on
 tokens, drawn by `exp(--stream-tau * utility)` from `--scorer`'s utilities (else uniformly) with an
-`--stream-epsilon` tail and a `--stream-cluster-cap`; `--consumed-samples` resumes the first stage. A stage's
+`--stream-epsilon` tail and a `--stream-cluster-cap`; `--consumed-samples` resumes the first stage (with
+`--student-checkpoint`, the student saved then; the optimizer starts afresh). A stage's
 Megatron-LM arguments work as they are too: `python examples/train_online_kd.py $(grep -v '^#' P1.args)
 --teacher-checkpoint teacher/`. The sampling manifest (quota grid, tau, epsilon, each stage, the scorer's sha256)
 is written to `--sampling-manifest`, and beside `--save-checkpoint` with the pool's data manifest.
@@ -55,6 +56,7 @@ from synthkd_training.models import (
     GPTSpec,
     NoCudaError,
     build_gpt,
+    load_checkpoint,
     load_model,
     save_checkpoint,
     to_device,
@@ -136,6 +138,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scorer", type=Path, default=None, help="a sealed scorer (train_scorer.py): the utilities")
     parser.add_argument("--consumed-samples", type=int, default=0, help="resume the stream after this many samples")
     parser.add_argument(
+        "--student-checkpoint",
+        type=Path,
+        default=None,
+        help="continue this student (--save-checkpoint's format; its architecture, not --num-layers ...)",
+    )
+    parser.add_argument(
         "--sampling-manifest", type=Path, default=None, help="default: <--work-dir>/sampling.json (and the export)"
     )
     parser.add_argument("--steps", type=int, default=None, help="default 20; with stages: every stage's budget")
@@ -174,6 +182,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto", help="auto: bf16 on CUDA")
     megatron_stage, argv = megatron_stage_arguments(argv)
     args = parser.parse_args(argv)
+    if megatron_stage and args.stage_args:
+        parser.error("give the stage as Megatron-LM's arguments or as --stage-args files, not both")
     args.stages = [megatron_stage] if megatron_stage else [read_stage_arguments(path) for path in args.stage_args or []]
     if args.stages and args.steps is not None:
         parser.error("stages train to their token budgets: give --stage-tokens for a shorter run, not --steps")
@@ -245,11 +255,11 @@ def _stage_batches(streams: list[StageStream], micro_batch_size: int, consumed_s
     """Every stage's micro batches in order (the first from `consumed_samples`), and each stage's batch count."""
     loaders, counts = [], []
     for index, stream in enumerate(streams):
-        batches = list(stream_batches(len(stream), micro_batch_size, consumed_samples if index == 0 else 0))
+        start = consumed_samples if index == 0 else 0
+        # every window the stage planned to reach its budget, the last micro batch maybe smaller
+        batches = list(stream_batches(len(stream), micro_batch_size, start, drop_last=False))
         if not batches:
-            raise SystemExit(
-                f"{stream.stage_file}: no whole micro batch of {micro_batch_size} windows left to train on"
-            )
+            raise SystemExit(f"{stream.stage_file}: no window left to train on after {start} consumed samples")
         loaders.append(torch.utils.data.DataLoader(stream, batch_sampler=batches))
         counts.append(len(batches))
     return loaders, counts
@@ -439,14 +449,23 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
     seq_length = seq_length or min(loaded.max_positions, DEFAULT_SEQ_LENGTH)
     if seq_length > loaded.max_positions:
         raise SystemExit(f"--seq-length {seq_length} exceeds the teacher's {loaded.max_positions} positions")
-    student_spec = GPTSpec(
-        num_layers=args.num_layers,
-        hidden_size=args.hidden_size,
-        num_attention_heads=args.num_attention_heads,
-        seq_length=seq_length,
-        vocab_size=loaded.vocab_size,
-    )
-    student = build_gpt(student_spec, device, args.micro_batch_size)
+    if args.student_checkpoint is not None:  # a resumed run: its weights (the optimizer starts afresh)
+        student, student_spec = load_checkpoint(args.student_checkpoint, device, args.micro_batch_size)
+        if student_spec.seq_length < seq_length or student_spec.vocab_size != loaded.vocab_size:
+            raise SystemExit(
+                f"--student-checkpoint {args.student_checkpoint}: {student_spec.seq_length} positions and "
+                f"{student_spec.vocab_size} ids; the run needs {seq_length} positions and the teacher's "
+                f"{loaded.vocab_size} ids"
+            )
+    else:
+        student_spec = GPTSpec(
+            num_layers=args.num_layers,
+            hidden_size=args.hidden_size,
+            num_attention_heads=args.num_attention_heads,
+            seq_length=seq_length,
+            vocab_size=loaded.vocab_size,
+        )
+        student = build_gpt(student_spec, device, args.micro_batch_size)
     if not streams:
         data_root, train, valid = _train_data(args, work_dir, seq_length)
         heldout_source, heldout = _heldout_batches(args, valid, seq_length, device)
@@ -530,10 +549,7 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
     if not summary.kl_fell:
         raise SystemExit(f"held-out KL did not fall: {before.kl:.4f} -> {after.kl:.4f}")
     if streams:
-        consumed = [
-            (stream, (args.consumed_samples if i == 0 else 0) + steps * args.micro_batch_size)
-            for i, (stream, steps) in enumerate(zip(streams, stage_steps))
-        ]
+        consumed = [(stream, len(stream)) for stream in streams]  # each stage trained to its budget
         if manifest_path is not None:
             write_sampling_manifest(manifest_path, consumed)
         result["stage_steps"] = dict(zip((s.stage_file.stem for s in streams), stage_steps))

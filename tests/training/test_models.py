@@ -119,6 +119,42 @@ def test_a_hugging_face_gpt_oss_checkpoint_is_a_teacher(gpt_oss_checkpoint):
     assert expected.shape == (2, 16, constants.PADDED_VOCAB_SIZE)
 
 
+def test_a_gpt_model_given_the_streams_mask_attends_within_each_conversation():
+    """A window of the stream (position ids restarting at each conversation, Megatron's block-diagonal causal mask)
+    gives every conversation, through megatron-core's GPTModel, its logits alone: nothing leaks across."""
+    lengths = (5, 8, 3)
+    generator = torch.Generator().manual_seed(6)
+    conversations = [torch.randint(0, 200_000, (n,), generator=generator) for n in lengths]
+    segment = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    causal = torch.tril(torch.ones(len(segment), len(segment), dtype=torch.bool))
+    mask = ~(causal & (segment[:, None] == segment[None, :]))[None, None]  # True where masked
+    window = {
+        "tokens": torch.cat(conversations)[None],
+        "position_ids": torch.cat([torch.arange(n) for n in lengths])[None],
+        "attention_mask": mask,
+    }
+    with megatron_world(CPU, seed=3), torch.no_grad():
+        model = build_gpt(SPEC, CPU, 1).eval()
+        packed = forward_logits(model, window)[0]
+        start = 0
+        for conversation in conversations:
+            n = len(conversation)
+            alone = forward_logits(model, batch_of_one(conversation))[0]
+            torch.testing.assert_close(packed[start : start + n], alone, rtol=1e-5, atol=1e-5)
+            start += n
+        plain_causal = forward_logits(model, {**window, "attention_mask": ~causal[None, None]})[0]
+        assert not torch.allclose(plain_causal[lengths[0] :], packed[lengths[0] :], atol=1e-4)
+
+
+def batch_of_one(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    n = len(tokens)
+    return {
+        "tokens": tokens[None],
+        "position_ids": torch.arange(n)[None],
+        "attention_mask": (torch.tril(torch.ones(n, n)) < 0.5)[None, None],
+    }
+
+
 def test_a_hugging_face_teacher_attends_within_each_conversation_of_a_packed_window(tmp_path):
     """The stream packs whole conversations into a window with position ids restarting at each (docs/pool.md#the-
     stream). A Hugging Face teacher behind `CausalLMAdapter` gets those position ids and no mask, and builds its own

@@ -28,6 +28,7 @@ from examples import train_scorer as scorer_example
 from examples import train_tiny
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import heldout_mismatch, verify_manifest, write_sealed
+from synthkd_contract.stage_stream import read_stage_conversations
 from synthkd_training.documents import batches_of, document_sample, stack_samples, window_start
 from synthkd_training.losses import SpanLossConfig
 from synthkd_training.models import GPTSpec, build_gpt, megatron_world, save_checkpoint
@@ -43,6 +44,7 @@ from synthkd_training.progress import (
     snapshot,
 )
 from synthkd_training.scorer import load_scorer
+from synthkd_training.stream import pool_utilities
 
 V = constants.PADDED_VOCAB_SIZE
 SEQ = 12
@@ -512,6 +514,10 @@ def test_online_kd_trains_on_a_pool_stage_drawn_by_a_sealed_scorer(built_sample,
     assert hashlib.sha256(paths.pool_manifest().read_bytes()).hexdigest() == manifest["pool_manifest_sha256"]
     step = summary["steps"][0]  # trained on whole conversations: prompt and supervised tokens in the window
     assert step["kd/prompt/tokens"] > 0 and step["kd/analysis/tokens"] + step["kd/final/tokens"] > 0
+    # every conversation of the stage got the scorer's utility of its row (the features cover the pool)
+    utilities = pool_utilities(tmp_path / "scorer", paths.valuation_root())
+    phase = utilities.phase(read_stage_conversations(paths.curriculum_dir() / "P1.json"))
+    assert phase.scorer_sha256 == scorer_sha and np.isfinite(phase.utility).all() and np.ptp(phase.utility) > 0
     # the scorer is read once for every stage, and one edited after it was sealed stops the run before it trains
     (tmp_path / "scorer" / "heads.pt").write_bytes(b"edited")
     with pytest.raises(SystemExit, match=r"^--scorer .*scorer: .*heads\.pt"):
@@ -546,9 +552,19 @@ def test_a_tiny_student_distills_on_the_pools_p1_then_p2_through_the_stream(buil
     assert [stage["consumed_samples"] for stage in run["stages"]] == [steps["P1"], steps["P2"]]
     kd = [step["kd/loss"] for step in summary["steps"]]
     assert len(kd) == steps["P1"] + steps["P2"] and kd[-1] < kd[0]  # P2's last update against P1's first
-    p2 = summary["steps"][-1]  # whole conversations in an 8192-position window: prompts and supervised tokens
-    assert p2["kd/prompt/tokens"] + p2["kd/analysis/tokens"] + p2["kd/final/tokens"] == 8192
-    assert p2["kd/analysis/tokens"] + p2["kd/final/tokens"] > 2048  # more than P1's window could hold
+    p2 = summary["steps"][-1]  # whole conversations in an 8192-position window
+    assert p2["kd/analysis/tokens"] + p2["kd/final/tokens"] > 2048  # more supervised tokens than P1's window holds
     (before, _), (p1_end, after_p1), (p2_end, after_p2) = summary["heldout_trace"]
     assert (before, p1_end, p2_end) == (0, steps["P1"], steps["P1"] + steps["P2"])
     assert summary["heldout_before"] > after_p1 > after_p2 == summary["heldout_after"]
+    # resumed: the saved student, P1 after its first window, micro batches of 2 (the last one, of 1, trains too)
+    resumed = online_kd_example.main(
+        ["--stage-args", str(curriculum / "P1.args"), "--stage-tokens", "2500", "--consumed-samples", "1",
+         "--student-checkpoint", str(tmp_path / "student"), "--device", "cpu", "--micro-batch-size", "2",
+         "--work-dir", str(tmp_path / "r"), "--teacher-checkpoint", str(tmp_path / "teacher"), "--lr", "1e-3",
+         "--heldout-size", "2"]
+    )  # fmt: skip
+    assert resumed["stage_steps"] == {"P1": steps["P1"] - 1}
+    assert resumed["heldout_before"] == pytest.approx(summary["heldout_after"], rel=1e-4)  # not a new student
+    (stage,) = json.loads((tmp_path / "r" / "sampling.json").read_text())["stages"]
+    assert stage["consumed_samples"] == stage["windows"] == steps["P1"]
