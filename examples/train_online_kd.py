@@ -311,7 +311,7 @@ def _heldout_batches(
         trained_on = checked_against or args.data_root
         documents = _rendered_heldout(args.heldout, args.tokenizer_dir, args.heldout_size, trained_on)
         # each window as long as the longest conversation needs: padding after a causal window changes no KL
-        window = min(seq_length, max((len(d[0]) - 1 for d in documents), default=seq_length))
+        window = max(1, min(seq_length, max((len(d[0]) - 1 for d in documents), default=seq_length)))
         samples = [document_sample(*d, window) for d in documents]
         source = f"{args.heldout} ({len(samples)} conversations)"
     elif valid is not None:

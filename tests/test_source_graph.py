@@ -33,8 +33,10 @@ from synthkd_contract import constants, drops, sources
 from synthkd_contract.buckets import ctx_bucket, skill_bucket
 from synthkd_dev import SAMPLE_RAW_DIR, SAMPLE_SOURCES_DIR
 from synthkd_dev.sensor_ticks import tick_synth_raw_sensor
+from synthkd_training.stream import StageStream, read_stage_args
 from tests.helpers import build_everything, run
 from tests.test_bad_input import step_failures
+from tests.test_stream import measured_mix, stage_targets
 
 SYNTH_KEYS = [f"synth_{i:03d}" for i in range(1, 7)]  # synth_001 ... synth_006, as SYNTH names its files
 
@@ -278,6 +280,20 @@ def test_quota_plan_reports_the_source_mix_and_the_pool_meets_it_exactly(built_m
     # every row the mix drops is counted by reason in the pool's reports
     dropped = sum(r["report"]["dropped"].get("over_source_share", 0) for r in manifest["shards"])
     assert dropped > 0 and manifest["totals"]["dropped"]["over_source_share"] == dropped
+
+
+def test_a_stages_stream_holds_the_source_groups_mix_within_one_point(built_mixed):
+    """With anchor sources in the pool, every window of P2's stream drawn and looked up in the pool's parts and
+    trios: tokens by source group (and skill and ctx bucket) within 1 point of the stage's targets."""
+    curriculum = built_mixed[2].curriculum_dir()
+    stream = StageStream.from_args(read_stage_args(curriculum / "P2.args"), create_attention_mask=False)
+    measured = measured_mix(stream, curriculum.parent)
+    targets = stage_targets(curriculum / "P2.json", curriculum.parent)
+    assert len([g for g, share in targets["source_group"].items() if share > 0.01]) >= 3  # several groups to hold
+    for dimension, tokens in measured.items():
+        total = sum(tokens.values())
+        for name in set(tokens) | set(targets[dimension]):
+            assert abs(tokens[name] / total - targets[dimension][name]) * 100 <= 1.0, (dimension, name)
 
 
 def test_the_source_mix_is_plotted_in_the_ui_metadata(built_mixed):
