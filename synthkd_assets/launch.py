@@ -289,12 +289,29 @@ class PassRuns:
     runs: dict[str, str | None]
 
 
-def _terminal(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.DagsterRun | None:
+RETRY_TAG_GRACE_SECONDS = 30.0
+"""How long a failed run may go without Dagster's `will_retry` tag before it counts as not retried (the process
+that marked it failed died before tagging it)."""
+
+
+def deciding_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.DagsterRun | None:
     """The run that decides `run`'s partition: itself, or the retry Dagster launched for it (None: still to
-    come, or still running)."""
+    come, or still running).
+
+    With run retries on, Dagster marks a run failed and then, in a second write, tags it with whether it will be
+    retried: a failed run without the tag is undecided (a build that read it in between would give up a partition
+    whose retry is on its way), for at most RETRY_TAG_GRACE_SECONDS after its last update."""
     while True:
         if run.status in _UNFINISHED:
             return None
+        if (
+            run.status == dg.DagsterRunStatus.FAILURE
+            and WILL_RETRY_TAG not in run.tags
+            and instance.run_retries_enabled
+        ):
+            record = instance.get_run_record_by_id(run.run_id)
+            if record is not None and time.time() - record.update_timestamp.timestamp() < RETRY_TAG_GRACE_SECONDS:
+                return None
         if run.status != dg.DagsterRunStatus.FAILURE or run.tags.get(WILL_RETRY_TAG) != "true":
             return run
         retry_id = run.tags.get(AUTO_RETRY_RUN_ID_TAG)
@@ -333,7 +350,7 @@ def wait_for(
             if run_id in decided:
                 continue
             run = instance.get_run_by_id(run_id)
-            final = _terminal(instance, run) if run is not None else None
+            final = deciding_run(instance, run) if run is not None else None
             if final is None:
                 continue
             decided[run_id] = final

@@ -14,6 +14,7 @@ import pytest
 # no public constructor for a daemon heartbeat: the daemon writes them, and this test stands in for one
 from dagster._daemon.types import DaemonHeartbeat
 
+from synthkd_assets import launch
 from synthkd_assets.defs.passes import build_passes
 from synthkd_assets.launch import (
     REPAIR_HINT,
@@ -21,6 +22,7 @@ from synthkd_assets.launch import (
     PassFailed,
     PassRuns,
     daemon_running,
+    deciding_run,
     wait_for,
 )
 
@@ -50,6 +52,19 @@ def test_a_retried_run_counts_by_its_retry():
         done: list[str | None] = []
         decided = wait_for(instance, PassRuns(SCAN, {died: "synth_001"}), lambda key, _: done.append(key))
     assert [run.run_id for run in decided] == [retry] and done == ["synth_001"]
+
+
+def test_a_failed_run_waits_for_dagsters_word_on_its_retry(monkeypatch):
+    """Dagster marks a run failed, then tags whether its run retries will launch it again: in between, the run
+    decides nothing (the build once gave up a partition there and canceled the retry on its way)."""
+    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True}}) as instance:
+        failed = add(instance, dg.DagsterRunStatus.FAILURE, "synth_001")
+        assert deciding_run(instance, instance.get_run_by_id(failed)) is None
+        instance.add_run_tags(failed, {"dagster/will_retry": "false"})
+        assert deciding_run(instance, instance.get_run_by_id(failed)).run_id == failed
+        untagged = add(instance, dg.DagsterRunStatus.FAILURE, "synth_002")
+        monkeypatch.setattr(launch, "RETRY_TAG_GRACE_SECONDS", 0.0)  # a tag that never came
+        assert deciding_run(instance, instance.get_run_by_id(untagged)).run_id == untagged
 
 
 def test_the_first_failure_cancels_the_queued_runs_and_names_the_repair():
