@@ -119,40 +119,36 @@ def test_a_hugging_face_gpt_oss_checkpoint_is_a_teacher(gpt_oss_checkpoint):
     assert expected.shape == (2, 16, constants.PADDED_VOCAB_SIZE)
 
 
-def test_a_gpt_model_given_the_streams_mask_attends_within_each_conversation():
-    """A window of the stream (position ids restarting at each conversation, Megatron's block-diagonal causal mask)
-    gives every conversation, through megatron-core's GPTModel, its logits alone: nothing leaks across."""
-    lengths = (5, 8, 3)
-    generator = torch.Generator().manual_seed(6)
+def assert_each_packed_conversation_is_read_alone(model, lengths: tuple[int, ...], seed: int) -> None:
+    """A window as the stream packs it (position ids restarting at each conversation, Megatron's block-diagonal
+    causal mask, True where masked) gives every conversation the logits it gets alone; the same tokens read as one
+    sequence do not (so the comparison can tell attention across conversations apart)."""
+    generator = torch.Generator().manual_seed(seed)
     conversations = [torch.randint(0, 200_000, (n,), generator=generator) for n in lengths]
     segment = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
     causal = torch.tril(torch.ones(len(segment), len(segment), dtype=torch.bool))
-    mask = ~(causal & (segment[:, None] == segment[None, :]))[None, None]  # True where masked
-    window = {
-        "tokens": torch.cat(conversations)[None],
-        "position_ids": torch.cat([torch.arange(n) for n in lengths])[None],
-        "attention_mask": mask,
-    }
-    with megatron_world(CPU, seed=3), torch.no_grad():
-        model = build_gpt(SPEC, CPU, 1).eval()
-        packed = forward_logits(model, window)[0]
+
+    def window(tokens, positions, attend):
+        return {"tokens": tokens[None], "position_ids": positions[None], "attention_mask": ~attend[None, None]}
+
+    tokens = torch.cat(conversations)
+    with torch.no_grad():
+        restarting = torch.cat([torch.arange(n) for n in lengths])
+        packed = forward_logits(model, window(tokens, restarting, causal & (segment[:, None] == segment[None, :])))[0]
         start = 0
         for conversation in conversations:
             n = len(conversation)
-            alone = forward_logits(model, batch_of_one(conversation))[0]
+            alone = forward_logits(model, window(conversation, torch.arange(n), causal[:n, :n]))[0]
             torch.testing.assert_close(packed[start : start + n], alone, rtol=1e-5, atol=1e-5)
             start += n
-        plain_causal = forward_logits(model, {**window, "attention_mask": ~causal[None, None]})[0]
-        assert not torch.allclose(plain_causal[lengths[0] :], packed[lengths[0] :], atol=1e-4)
+        one_sequence = forward_logits(model, window(tokens, torch.arange(len(tokens)), causal))[0]
+        assert not torch.allclose(one_sequence[lengths[0] :], packed[lengths[0] :], atol=1e-4)
 
 
-def batch_of_one(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    n = len(tokens)
-    return {
-        "tokens": tokens[None],
-        "position_ids": torch.arange(n)[None],
-        "attention_mask": (torch.tril(torch.ones(n, n)) < 0.5)[None, None],
-    }
+def test_a_gpt_model_given_the_streams_mask_attends_within_each_conversation():
+    """Through megatron-core's GPTModel, nothing leaks across the conversations of a packed window."""
+    with megatron_world(CPU, seed=3):
+        assert_each_packed_conversation_is_read_alone(build_gpt(SPEC, CPU, 1).eval(), (5, 8, 3), seed=6)
 
 
 def test_a_hugging_face_teacher_attends_within_each_conversation_of_a_packed_window(tmp_path):
@@ -163,26 +159,7 @@ def test_a_hugging_face_teacher_attends_within_each_conversation_of_a_packed_win
     from tests.training.conftest import write_tiny_gpt_oss
 
     checkpoint = write_tiny_gpt_oss(tmp_path / "gpt-oss", sliding_window=3)
-    teacher = load_model(checkpoint, CPU, 1).model
-    generator = torch.Generator().manual_seed(4)
-    lengths = (6, 9, 4)
-    conversations = [torch.randint(0, 200_000, (n,), generator=generator) for n in lengths]
-    tokens = torch.cat(conversations)[None]
-    positions = torch.cat([torch.arange(n) for n in lengths])[None]
-    segment = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
-    causal = torch.tril(torch.ones(len(segment), len(segment), dtype=torch.bool))
-    mask = ~(causal & (segment[:, None] == segment[None, :]))[None, None]  # megatron's: True where masked
-    with torch.no_grad():
-        packed = teacher(tokens, positions, mask)[0]
-        start = 0
-        for conversation in conversations:
-            n = len(conversation)
-            alone = teacher(conversation[None], torch.arange(n)[None], mask[..., :n, :n])[0]
-            torch.testing.assert_close(packed[start : start + n], alone, rtol=1e-5, atol=1e-5)
-            start += n
-        # the same window read as one sequence differs: the test can tell attention across conversations apart
-        one_sequence = teacher(tokens, torch.arange(tokens.shape[1])[None], mask)[0]
-        assert not torch.allclose(one_sequence[lengths[0] :], packed[lengths[0] :], atol=1e-4)
+    assert_each_packed_conversation_is_read_alone(load_model(checkpoint, CPU, 1).model, (6, 9, 4), seed=4)
 
 
 def test_valuation_features_take_a_gpt_oss_teacher_path(gpt_oss_checkpoint, tmp_path):
