@@ -493,11 +493,13 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         f"teacher {_millions(teacher):.1f}M from {args.teacher_checkpoint} | student {_millions(student):.1f}M",
         flush=True,
     )
+    stage_ends: dict[int, str] = {}  # the step each stage ends at -> the stage
     if not streams:
         loader = torch.utils.data.DataLoader(train, batch_size=args.micro_batch_size, shuffle=False, drop_last=True)
     else:  # stage after stage, each to its budget, in Megatron's pretraining order
         loaders, stage_steps = _stage_batches(streams, args.micro_batch_size, args.consumed_samples)
         loader, args.steps = itertools.chain(*loaders), sum(stage_steps)
+        stage_ends = dict(zip(itertools.accumulate(stage_steps), (s.stage_file.stem for s in streams)))
     recorder = None
     if args.lp_every:
         recorder = LPRecorder(args, data_root, student, teacher, heldout, config, seq_length, device)
@@ -515,14 +517,13 @@ def _run(args: argparse.Namespace, device: torch.device, work_dir: Path) -> dict
         config,
         steps=args.steps,
         eval_every=args.eval_every,
-        eval_at=set(itertools.accumulate(stage_steps)) if streams else (),
+        eval_at=set(stage_ends),
         log=log,
         after_step=recorder,
     )
     before, after = summary.heldout_before, summary.heldout_after
-    if streams:  # the held-out KL at each stage's end
-        ends = dict(zip(itertools.accumulate(stage_steps), (s.stage_file.stem for s in streams)))
-        print(" | ".join(f"after {ends[step]} {kl:.4f}" for step, kl in summary.heldout_trace if step in ends))
+    if stage_ends:  # the held-out KL at each stage's end
+        print(" | ".join(f"after {stage_ends[s]} {kl:.4f}" for s, kl in summary.heldout_trace if s in stage_ends))
     print(
         f"held-out KL(teacher || student) per supervised token: {before.kl:.4f} -> {after.kl:.4f} "
         f"over {after.tokens} tokens (analysis {after.per_span['analysis']:.4f}, final {after.per_span['final']:.4f})"
