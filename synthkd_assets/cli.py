@@ -54,8 +54,8 @@ from synthkd_assets.launch import (
     launch_services,
     new_build_tags,
     stop_runs,
-    unfinished_runs_of_build,
-    unfinished_runs_of_dead_builds,
+    stoppable_runs_of_build,
+    stoppable_runs_of_dead_builds,
 )
 from synthkd_contract import constants
 from synthkd_contract.settings import CLUSTER_EXECUTORS, SettingError, Settings
@@ -408,13 +408,14 @@ def run_build(smoke: bool, log: Path | None) -> int:
     try:
         with instance, build_lock(layout.data_layout().build_lock()):
             try:
-                stop_runs(instance, unfinished_runs_of_dead_builds(instance, tags), DEAD_BUILD_GRACE_SECONDS)
+                stop_runs(instance, stoppable_runs_of_dead_builds(instance, tags), DEAD_BUILD_GRACE_SECONDS)
                 with launch_services(instance, logfile) as (server, daemon):
                     try:
                         passes = build_passes()
                         launch_build(instance, run_config, tags, passes, PASS_JOB_NAMES, progress, server, daemon)
                     except BaseException:
-                        stop_runs(instance, unfinished_runs_of_build(instance, tags[BUILD_TAG]), STOP_GRACE_SECONDS)
+                        server.close()  # a launch still in flight lands first: its run is then stopped too
+                        stop_runs(instance, stoppable_runs_of_build(instance, tags[BUILD_TAG]), STOP_GRACE_SECONDS)
                         raise
             except (PassFailed, LaunchFailed) as error:
                 partition = error.partition if isinstance(error, PassFailed) else None

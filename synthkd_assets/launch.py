@@ -41,7 +41,7 @@ from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
 from synthkd_assets.defs.instances import REPO_ROOT
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass
-from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, PARTITION_TAG, WILL_RETRY_TAG
+from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, PARTITION_TAG, RETRY_NUMBER_TAG, WILL_RETRY_TAG
 
 WORKSPACE_YAML = REPO_ROOT / "workspace.yaml"  # the code location, as `dg dev` and the daemon load it
 LOCATION_NAME = "synthkd"  # workspace.yaml's location_name (pyproject's [tool.dg.project] code_location_name)
@@ -55,6 +55,7 @@ POLL_SECONDS = 0.5  # how often the build asks the instance for its runs' status
 DAEMON_FRESH_SECONDS = 65.0  # a daemon whose last heartbeat is older is not running (it beats every 30 s)
 DAEMON_CHECK_SECONDS = 5.0  # how often a waiting build asks whether a daemon still serves its queue
 STOP_GRACE_SECONDS = 45.0  # runs still going this long after the build asked them to stop are marked canceled
+STOP_SETTLE_SECONDS = 3.0  # a stop is over once its runs have been stopped for this long (no late dequeue or retry)
 DEAD_BUILD_GRACE_SECONDS = 10.0  # the same for the runs of a killed earlier build, found by the next one
 
 # what repairs a failed run once its cause is fixed: a new build, whose inventory rescans the inputs (a run
@@ -80,6 +81,7 @@ _UNFINISHED = (
     dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
 )
+_STOPPABLE = (*_UNFINISHED, dg.DagsterRunStatus.FAILURE)  # a failed run may still be retried
 
 
 class LaunchFailed(RuntimeError):
@@ -385,43 +387,67 @@ def cancel_queued(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> None:
             instance.report_run_canceled(run, "the build stopped: another run of its pass failed, or it was stopped")
 
 
+def _awaiting_retry(run: dg.DagsterRun) -> bool:
+    """A failed run that Dagster's run retries may still re-launch: not told otherwise, no retry launched yet."""
+    return (
+        run.status == dg.DagsterRunStatus.FAILURE
+        and run.tags.get(WILL_RETRY_TAG) != "false"
+        and AUTO_RETRY_RUN_ID_TAG not in run.tags
+    )
+
+
 def stop_runs(instance: dg.DagsterInstance, runs: Callable[[], list[dg.DagsterRun]], grace: float) -> None:
-    """Stop the unfinished runs `runs()` lists: queued ones are canceled, launched ones terminated through the
-    instance's run launcher (as the UI's "Terminate"); a run still going `grace` seconds later is marked
-    canceled."""
-    cancel_queued(instance, [run.run_id for run in runs()])
-    for run in runs():
-        if run.status in (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED):
-            instance.report_run_canceling(run)
-            try:
-                instance.run_launcher.terminate(run.run_id)
-            except Exception:  # noqa: BLE001 - its code server is gone: marked canceled below
-                pass
+    """Stop the runs `runs()` lists (unfinished or failed) until, for STOP_SETTLE_SECONDS, none is unfinished or
+    awaiting a retry: queued ones are canceled, started ones terminated through the instance's run launcher (as
+    the UI's "Terminate"), and a failed one is tagged not to be retried. Asked again at every poll: a daemon
+    that was dequeuing a run as it was canceled starts it anyway, and the retry of a run that failed just before
+    can still be submitted. A run still unfinished `grace` seconds later is marked canceled. Call with the
+    daemon still serving the queue (a run is terminated through the code server that launched it) and nothing
+    left launching runs."""
     deadline = time.monotonic() + grace
-    while runs() and time.monotonic() < deadline:
+    quiet_since: float | None = None
+    while time.monotonic() < deadline:
+        listed = runs()
+        for run in listed:
+            if _awaiting_retry(run):
+                instance.add_run_tags(run.run_id, {WILL_RETRY_TAG: "false"})
+        unfinished = [run for run in listed if run.status in _UNFINISHED]
+        cancel_queued(instance, [run.run_id for run in unfinished])
+        for run in unfinished:
+            if run.status == dg.DagsterRunStatus.STARTED:  # a STARTING one: once its worker has started
+                instance.report_run_canceling(run)
+                try:
+                    instance.run_launcher.terminate(run.run_id)
+                except Exception:  # noqa: BLE001 - its code server is gone: marked canceled below
+                    pass
+        now = time.monotonic()
+        quiet_since = (quiet_since or now) if not unfinished and not any(map(_awaiting_retry, listed)) else None
+        if quiet_since is not None and now - quiet_since >= STOP_SETTLE_SECONDS:
+            return
         time.sleep(POLL_SECONDS)
     for run in runs():
-        instance.report_run_canceled(run, "the build that launched it stopped, and the run did not stop in time")
+        if run.status in _UNFINISHED:
+            instance.report_run_canceled(run, "the build that launched it stopped, and the run did not stop in time")
 
 
-def unfinished_runs_of_build(instance: dg.DagsterInstance, build_id: str) -> Callable[[], list[dg.DagsterRun]]:
-    """The unfinished runs of build `build_id` (for stop_runs)."""
-    unfinished = dg.RunsFilter(tags={BUILD_TAG: build_id}, statuses=list(_UNFINISHED))
-    return lambda: list(instance.get_runs(filters=unfinished))
+def stoppable_runs_of_build(instance: dg.DagsterInstance, build_id: str) -> Callable[[], list[dg.DagsterRun]]:
+    """The unfinished and failed runs of build `build_id` (for stop_runs)."""
+    stoppable = dg.RunsFilter(tags={BUILD_TAG: build_id}, statuses=list(_STOPPABLE))
+    return lambda: list(instance.get_runs(filters=stoppable))
 
 
-def unfinished_runs_of_dead_builds(
+def stoppable_runs_of_dead_builds(
     instance: dg.DagsterInstance, tags: Mapping[str, str]
 ) -> Callable[[], list[dg.DagsterRun]]:
-    """The unfinished runs that earlier builds of this build's data root (`tags`: its run tags) launched: asked
-    while holding the root's build lock, so those builds are dead (killed: SIGKILL, a lost machine), and their
-    runs would otherwise still be launched from the queue, or show in progress for ever. A run re-executed from
-    the UI, which carries its parent's tags, is not theirs."""
-    unfinished = dg.RunsFilter(tags={DATA_ROOT_TAG: tags[DATA_ROOT_TAG]}, statuses=list(_UNFINISHED))
+    """The unfinished and failed runs that earlier builds of this build's data root (`tags`: its run tags)
+    launched, or Dagster retried for them: asked while holding the root's build lock, so those builds are dead
+    (killed: SIGKILL, a lost machine), and their runs would otherwise still be launched from the queue, or show
+    in progress for ever. A run re-executed from the UI, which carries its parent's tags, is not theirs."""
+    stoppable = dg.RunsFilter(tags={DATA_ROOT_TAG: tags[DATA_ROOT_TAG]}, statuses=list(_STOPPABLE))
     return lambda: [
         run
-        for run in instance.get_runs(filters=unfinished)
-        if run.tags.get(BUILD_TAG) != tags[BUILD_TAG] and run.parent_run_id is None
+        for run in instance.get_runs(filters=stoppable)
+        if run.tags.get(BUILD_TAG) != tags[BUILD_TAG] and (run.parent_run_id is None or RETRY_NUMBER_TAG in run.tags)
     ]
 
 

@@ -283,6 +283,7 @@ def test_the_run_tags_we_spell_are_dagsters_own():
     assert tags.MAX_RETRIES_TAG == dagster_tags.MAX_RETRIES_TAG
     assert tags.WILL_RETRY_TAG == dagster_tags.WILL_RETRY_TAG
     assert tags.AUTO_RETRY_RUN_ID_TAG == dagster_tags.AUTO_RETRY_RUN_ID_TAG
+    assert tags.RETRY_NUMBER_TAG == dagster_tags.RETRY_NUMBER_TAG
     assert tags.EPHEMERAL_JOB_NAME == EPHEMERAL_JOB_NAME
 
 

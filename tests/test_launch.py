@@ -5,6 +5,7 @@ daemon, launcher) is tested through build.sh: tests/test_build_script.py."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -98,3 +99,32 @@ def test_a_daemon_is_running_only_while_its_heartbeat_is_fresh():
         assert keeper.process is None
         keeper.close()
         assert daemon_running(instance, now)  # another's heartbeats are left alone
+
+
+def test_a_stop_outlasts_a_run_started_as_it_was_canceled_and_a_late_retry():
+    """Stopping a build while Dagster's daemon works its queue: a queued run the daemon was dequeuing as the
+    build canceled it starts anyway (its STARTING event lands after the cancel), and the retry of a run that
+    failed just before is submitted after the stop began. The stop keeps asking until nothing of the build has
+    been unfinished for a while: the late run is terminated (here: no code server, so marked canceled at the
+    grace), the late retry canceled, and a failed run is told not to retry. It once returned at once and left
+    the late run in progress."""
+    build = {launch.BUILD_TAG: uuid.uuid4().hex}
+    with dg.DagsterInstance.ephemeral() as instance:
+        dequeued = add(instance, dg.DagsterRunStatus.NOT_STARTED, "synth_001", **build)  # as queued
+        failed = add(instance, dg.DagsterRunStatus.FAILURE, "synth_002", **build)
+
+        def the_daemon() -> None:  # as QueuedRunCoordinatorDaemon and the run worker report a dequeued run
+            time.sleep(0.3)
+            for event_type in (dg.DagsterEventType.PIPELINE_STARTING, dg.DagsterEventType.PIPELINE_START):
+                event = dg.DagsterEvent(event_type_value=event_type.value, job_name="synth_scan_job")
+                instance.report_dagster_event(event, run_id=dequeued)
+                time.sleep(1.0)
+            add(instance, dg.DagsterRunStatus.NOT_STARTED, "synth_002", **build, **{"dagster/retry_number": "1"})
+
+        daemon = threading.Thread(target=the_daemon)
+        daemon.start()
+        launch.stop_runs(instance, launch.stoppable_runs_of_build(instance, build[launch.BUILD_TAG]), grace=8.0)
+        daemon.join()
+        runs = instance.get_runs(filters=dg.RunsFilter(tags=build))
+        assert {run.status for run in runs} == {dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE}
+        assert len(runs) == 3 and instance.get_run_by_id(failed).tags["dagster/will_retry"] == "false"

@@ -1,8 +1,8 @@
 """Dagster's documented run tags, named once. Dagster documents them ("Run tags" and "Run retries" in its docs:
-`dagster/partition`, `dagster/run_key`, `dagster/max_retries`, `dagster/will_retry`, `dagster/auto_retry_run_id`)
-but exports no public constant for them (only `MAX_RUNTIME_SECONDS_TAG`), so the shipped code spells them here
-instead of importing `dagster._core.storage.tags`; tests/test_dagster_conventions.py checks them against Dagster's
-own values, so an upgrade that renames one fails there, not in a run."""
+`dagster/partition`, `dagster/run_key`, `dagster/max_retries`, `dagster/will_retry`, `dagster/auto_retry_run_id`,
+`dagster/retry_number`) but exports no public constant for them (only `MAX_RUNTIME_SECONDS_TAG`), so the shipped
+code spells them here instead of importing `dagster._core.storage.tags`; tests/test_dagster_conventions.py checks
+them against Dagster's own values, so an upgrade that renames one fails there, not in a run."""
 
 from typing import Final
 
@@ -11,5 +11,6 @@ RUN_KEY_TAG: Final = "dagster/run_key"  # a sensor's or schedule's run key
 MAX_RETRIES_TAG: Final = "dagster/max_retries"  # run retries allowed (the instance's run_retries)
 WILL_RETRY_TAG: Final = "dagster/will_retry"  # "true" on a failed run the retry daemon will re-launch
 AUTO_RETRY_RUN_ID_TAG: Final = "dagster/auto_retry_run_id"  # on a failed run: the id of its retry
+RETRY_NUMBER_TAG: Final = "dagster/retry_number"  # on a run the retry daemon launched: which retry it is
 DATA_VERSION_TAG: Final = "dagster/data_version"  # on a materialization: its data version
 EPHEMERAL_JOB_NAME: Final = "__ephemeral_asset_job__"  # the job `dg.materialize` runs steps of no job as
