@@ -41,7 +41,13 @@ from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
 from synthkd_assets.defs.instances import REPO_ROOT
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass
-from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, PARTITION_TAG, RETRY_NUMBER_TAG, WILL_RETRY_TAG
+from synthkd_assets.defs.tags import (
+    AUTO_RETRY_RUN_ID_TAG,
+    PARTITION_TAG,
+    RETRY_NUMBER_TAG,
+    RETRY_TAG_GRACE_SECONDS,
+    WILL_RETRY_TAG,
+)
 
 WORKSPACE_YAML = REPO_ROOT / "workspace.yaml"  # the code location, as `dg dev` and the daemon load it
 LOCATION_NAME = "synthkd"  # workspace.yaml's location_name (pyproject's [tool.dg.project] code_location_name)
@@ -289,11 +295,6 @@ class PassRuns:
 
     build_pass: Pass
     runs: dict[str, str | None]
-
-
-RETRY_TAG_GRACE_SECONDS = 30.0
-"""How long a failed run may go without Dagster's `will_retry` tag before it counts as not retried (the process
-that marked it failed died before tagging it)."""
 
 
 def deciding_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.DagsterRun | None:

@@ -18,14 +18,10 @@ from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobO
 from synthkd_assets.core.layout import DATA_DIR_ENV, RAW_DIR_ENV
 from synthkd_assets.definitions import build_definitions
 from synthkd_assets.defs.build import build_all, materialize_steps
-from synthkd_assets.defs.conditions import (
-    AUTO_RETRY_RUN_ID_TAG,
-    RETRY_GRACE_S,
-    WILL_RETRY_TAG,
-    runs_awaiting_retry,
-)
+from synthkd_assets.defs.conditions import RETRY_GRACE_S, runs_awaiting_retry
 from synthkd_assets.defs.passes import MANIFEST_STEPS, SHARD_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
+from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, RETRY_TAG_GRACE_SECONDS, WILL_RETRY_TAG
 from synthkd_assets.defs.upstream import first_missing_shard_record
 
 # where a daemon-launched run came from (a run of `dg launch` or `dg.materialize` has none)
@@ -72,6 +68,15 @@ def test_a_run_just_failed_and_to_be_retried_is_awaited(instance):
 def test_runs_no_retry_will_follow_are_not_awaited(instance, tags, launched):
     failed_run(instance, tags, launched)
     assert runs_awaiting_retry(instance) == []
+
+
+def test_a_failed_run_not_yet_tagged_is_awaited_while_dagster_may_still_tag_it():
+    """Dagster tags whether it will retry a run in a second write after the failure: with run retries on, a run
+    read in between is awaited, for RETRY_TAG_GRACE_SECONDS."""
+    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True}}) as instance:
+        untold = failed_run(instance, {})
+        assert runs_awaiting_retry(instance) == [untold]
+        assert runs_awaiting_retry(instance, now=time.time() + RETRY_TAG_GRACE_SECONDS + 1) == []
 
 
 def test_a_retry_that_never_came_is_not_awaited_for_ever(instance):

@@ -30,7 +30,7 @@ from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.passes import SHARD_STEPS
 
 # Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
-from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
+from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, RETRY_TAG_GRACE_SECONDS, WILL_RETRY_TAG
 from synthkd_assets.defs.upstream import first_missing_shard_record
 
 
@@ -86,22 +86,24 @@ RETRY_GRACE_S = 120.0
 
 def runs_awaiting_retry(instance: dg.DagsterInstance, now: float | None = None) -> list[str]:
     """Ids of the runs that failed in the last RETRY_GRACE_S seconds and that Dagster's run retries will launch
-    again but have not yet: tagged to be retried, no retry named, and launched from a code location (a run of
-    `dg launch` or `dg.materialize` has no origin to relaunch, and the retry daemon gives up on it; build.sh's
-    cluster route gives its runs one, marked not to be retried first)."""
+    again but have not yet: tagged to be retried (or, with run retries on, not yet tagged either way, for
+    RETRY_TAG_GRACE_SECONDS), no retry named, and launched from a code location (a run of `dg launch` or
+    `dg.materialize` has no origin to relaunch, and the retry daemon gives up on it)."""
     now = time.time() if now is None else now
     failed = instance.get_run_records(
         dg.RunsFilter(
             statuses=[dg.DagsterRunStatus.FAILURE],
-            tags={WILL_RETRY_TAG: "true"},
             updated_after=datetime.fromtimestamp(now - RETRY_GRACE_S, tz=UTC),
         )
     )
-    return [
-        record.dagster_run.run_id
-        for record in failed
-        if AUTO_RETRY_RUN_ID_TAG not in record.dagster_run.tags and record.dagster_run.remote_job_origin is not None
-    ]
+
+    def awaiting(record: dg.RunRecord) -> bool:
+        run, told = record.dagster_run, record.dagster_run.tags.get(WILL_RETRY_TAG)
+        untold = told is None and instance.run_retries_enabled
+        recent = now - record.update_timestamp.timestamp() < RETRY_TAG_GRACE_SECONDS
+        return (told == "true" or (untold and recent)) and AUTO_RETRY_RUN_ID_TAG not in run.tags
+
+    return [r.dagster_run.run_id for r in failed if awaiting(r) and r.dagster_run.remote_job_origin is not None]
 
 
 class NoRunAwaitsItsRetry(_TrueUnless):

@@ -12,5 +12,8 @@ MAX_RETRIES_TAG: Final = "dagster/max_retries"  # run retries allowed (the insta
 WILL_RETRY_TAG: Final = "dagster/will_retry"  # "true" on a failed run the retry daemon will re-launch
 AUTO_RETRY_RUN_ID_TAG: Final = "dagster/auto_retry_run_id"  # on a failed run: the id of its retry
 RETRY_NUMBER_TAG: Final = "dagster/retry_number"  # on a run the retry daemon launched: which retry it is
+# Dagster marks a run failed, then, in a second write, tags WILL_RETRY_TAG: with run retries on, a failed run without
+# the tag may still be retried for this long after its last update (then the process that failed it died first)
+RETRY_TAG_GRACE_SECONDS: Final = 30.0
 DATA_VERSION_TAG: Final = "dagster/data_version"  # on a materialization: its data version
 EPHEMERAL_JOB_NAME: Final = "__ephemeral_asset_job__"  # the job `dg.materialize` runs steps of no job as
