@@ -225,13 +225,16 @@ def make_raw(plan: RawPlan, raw_dir: Path, scratch: Path, workers: int) -> dict:
 
 
 # --- 2. the build, and the memory of every process under it ---------------------------------------------------
-def _proc_stat(pid: str) -> tuple[int, int, int] | None:
-    """(ppid, session, start time in clock ticks) of a live process."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: str) -> tuple[int, int, int, float] | None:
+    """(ppid, session, start time in clock ticks, user + system CPU seconds) of a live process."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return int(fields[1]), int(fields[3]), int(fields[19])
+    return int(fields[1]), int(fields[3]), int(fields[19]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def _proc_memory(pid: str) -> tuple[int, int] | None:
@@ -287,6 +290,7 @@ class ProcessPeak:
     peak_rss: int = 0  # the largest VmRSS sampled
     first_seen: float = 0.0
     last_seen: float = 0.0
+    cpu_seconds: float = 0.0  # user + system at the last sample
 
 
 @dataclass
@@ -325,7 +329,7 @@ class TreeSampler:
             if entry.isdigit() and (stat := _proc_stat(entry)) is not None:
                 stats[int(entry)] = stat
         children: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in stats.items():
+        for pid, (ppid, *_) in stats.items():
             children.setdefault(ppid, []).append(pid)
         tree, todo = set(), [self.root]
         while todo:  # descendants of the root, plus anything left in its session (reparented)
@@ -333,7 +337,7 @@ class TreeSampler:
             if pid in stats and pid not in tree:
                 tree.add(pid)
                 todo.extend(children.get(pid, ()))
-        tree |= {pid for pid, (_, session, _) in stats.items() if session == self.session}
+        tree |= {pid for pid, (_, session, *_) in stats.items() if session == self.session}
         total = 0
         for pid in tree:
             memory = _proc_memory(str(pid))
@@ -348,6 +352,7 @@ class TreeSampler:
             if (command := _command(str(pid))) not in ("", "?"):  # each time: a forked shell's changes at exec
                 peak.command = command
             peak.peak_hwm, peak.peak_rss, peak.last_seen = max(peak.peak_hwm, hwm), max(peak.peak_rss, rss), now
+            peak.cpu_seconds = stats[pid][3]
         if total > self.peak_total_rss:
             self.peak_total_rss, self.peak_total_at = total, now
         self.samples += 1
@@ -375,6 +380,7 @@ class TreeSampler:
                     "command": p.command[:300],
                     "peak_bytes": p.peak_hwm,
                     "peak_rss_sampled_bytes": p.peak_rss,
+                    "cpu_seconds_sampled": p.cpu_seconds,
                     "seen_s": [round(p.first_seen, 1), round(p.last_seen, 1)],
                 }
                 for p in peaks
