@@ -399,7 +399,8 @@ def _awaiting_retry(run: dg.DagsterRun) -> bool:
 
 def stop_runs(instance: dg.DagsterInstance, runs: Callable[[], list[dg.DagsterRun]], grace: float) -> None:
     """Stop the runs `runs()` lists (unfinished or failed) until, for STOP_SETTLE_SECONDS, none is unfinished or
-    awaiting a retry: queued ones are canceled, started ones terminated through the instance's run launcher (as
+    awaiting a retry (at once when the first look finds none of them: no queued run to race a dequeue, no failure
+    to retry): queued ones are canceled, started ones terminated through the instance's run launcher (as
     the UI's "Terminate"), and a failed one is tagged not to be retried. Asked again at every poll: a daemon
     that was dequeuing a run as it was canceled starts it anyway, and the retry of a run that failed just before
     can still be submitted. A run still unfinished `grace` seconds later is marked canceled. Call with the
@@ -407,6 +408,7 @@ def stop_runs(instance: dg.DagsterInstance, runs: Callable[[], list[dg.DagsterRu
     left launching runs."""
     deadline = time.monotonic() + grace
     quiet_since: float | None = None
+    stopped_any = False  # nothing to stop at the first look: nothing queued to race a dequeue, no failure to retry
     while time.monotonic() < deadline:
         listed = runs()
         for run in listed:
@@ -423,7 +425,8 @@ def stop_runs(instance: dg.DagsterInstance, runs: Callable[[], list[dg.DagsterRu
                     pass
         now = time.monotonic()
         quiet_since = (quiet_since or now) if not unfinished and not any(map(_awaiting_retry, listed)) else None
-        if quiet_since is not None and now - quiet_since >= STOP_SETTLE_SECONDS:
+        stopped_any = stopped_any or quiet_since is None
+        if quiet_since is not None and (not stopped_any or now - quiet_since >= STOP_SETTLE_SECONDS):
             return
         time.sleep(POLL_SECONDS)
     for run in runs():

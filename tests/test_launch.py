@@ -128,3 +128,14 @@ def test_a_stop_outlasts_a_run_started_as_it_was_canceled_and_a_late_retry():
         runs = instance.get_runs(filters=dg.RunsFilter(tags=build))
         assert {run.status for run in runs} == {dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE}
         assert len(runs) == 3 and instance.get_run_by_id(failed).tags["dagster/will_retry"] == "false"
+
+
+def test_a_stop_with_nothing_to_stop_returns_at_once(monkeypatch):
+    """A build starts by stopping what dead builds of its data root left: when they left nothing, it does not wait
+    for the stop to settle."""
+    monkeypatch.setattr(launch, "STOP_SETTLE_SECONDS", 60.0)
+    with dg.DagsterInstance.ephemeral() as instance:
+        add(instance, dg.DagsterRunStatus.FAILURE, "synth_001", **{"dagster/will_retry": "false"})
+        start = time.monotonic()
+        launch.stop_runs(instance, lambda: instance.get_runs(), grace=120.0)
+        assert time.monotonic() - start < 30.0
