@@ -122,8 +122,11 @@ def floor_read(raw_files: list[Path]) -> float:
     return sum(_cpu(pq.read_table, path)[0] for path in raw_files)
 
 
+FLOOR_BATCH_ROWS = 8192  # rows hashed or encoded at a time: a whole file's word grams as Python strings are ~8 GB
+
+
 def floor_minhash(raw_files: list[Path]) -> tuple[float, int]:
-    import polars as pl
+    import pyarrow.parquet as pq
     from rensa import RMinHash
 
     from synthkd_assets.core.near_dup import normalize_prompt, signature_text, word_grams
@@ -131,16 +134,17 @@ def floor_minhash(raw_files: list[Path]) -> tuple[float, int]:
 
     seconds, rows = 0.0, 0
     for path in raw_files:
-        frame = pl.read_parquet(path, columns=["query", "synthetic_answer"])
-        grams = [word_grams(normalize_prompt(signature_text(q or "", a or ""))) for q, a in frame.iter_rows()]
-        spent, _ = _cpu(RMinHash.digest_matrix_from_token_sets, grams, nd.NUM_PERM, nd.MINHASH_SEED)
-        seconds, rows = seconds + spent, rows + len(grams)
+        for batch in pq.ParquetFile(path).iter_batches(FLOOR_BATCH_ROWS, columns=["query", "synthetic_answer"]):
+            pairs = zip(batch.column("query").to_pylist(), batch.column("synthetic_answer").to_pylist(), strict=True)
+            grams = [word_grams(normalize_prompt(signature_text(q or "", a or ""))) for q, a in pairs]
+            spent, _ = _cpu(RMinHash.digest_matrix_from_token_sets, grams, nd.NUM_PERM, nd.MINHASH_SEED)
+            seconds, rows = seconds + spent, rows + len(grams)
     return seconds, rows
 
 
-def written_texts(data_dir: Path, raw_dir: Path) -> tuple[list[str], object]:
-    """The texts of the conversations synth_kd_v1 holds: every document of every trio, decoded without its
-    special tokens."""
+def floor_bpe(data_dir: Path, raw_dir: Path) -> tuple[float, int, int]:
+    """CPU seconds of one-thread BPE of the texts of every synth_kd_v1 document (decoded without their special
+    tokens, a batch at a time), the tokens it made and the documents."""
     import numpy as np
 
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex")
@@ -153,18 +157,17 @@ def written_texts(data_dir: Path, raw_dir: Path) -> tuple[list[str], object]:
     layout = DataLayout(raw_dir, data_dir)
     encoding = load_tiktoken_o200k(layout.tokenizer_dir())  # the build's own, verified
     ordinary = min(map(encoding.encode_single_token, encoding.special_tokens_set))  # ids below: mergeable ranks
-    texts = []
+    seconds, tokens, documents = 0.0, 0, 0
     for bin_path in sorted(layout.megatron_root().rglob(f"*{TOKENS_SUFFIX}.bin")):  # not the masks and spans
         dataset = IndexedDataset(str(bin_path.with_suffix("")))
-        for i in range(len(dataset)):
-            tokens = np.asarray(dataset[i])
-            texts.append(encoding.decode_bytes(tokens[tokens < ordinary].tolist()).decode("utf-8", "replace"))
-    return texts, encoding
-
-
-def floor_bpe(texts: list[str], encoding) -> tuple[float, int]:
-    seconds, encoded = _cpu(lambda: encoding.encode_ordinary_batch(texts, num_threads=1))
-    return seconds, sum(map(len, encoded))
+        for first in range(0, len(dataset), FLOOR_BATCH_ROWS):
+            texts = []
+            for i in range(first, min(first + FLOOR_BATCH_ROWS, len(dataset))):
+                ids = np.asarray(dataset[i])
+                texts.append(encoding.decode_bytes(ids[ids < ordinary].tolist()).decode("utf-8", "replace"))
+            spent, encoded = _cpu(lambda batch=texts: encoding.encode_ordinary_batch(batch, num_threads=1))
+            seconds, tokens, documents = seconds + spent, tokens + sum(map(len, encoded)), documents + len(texts)
+    return seconds, tokens, documents
 
 
 def spread(values: list[float]) -> str:
@@ -193,10 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     for repeat in range(args.repeats):
         print(f"build {repeat + 1}/{args.repeats} (load {load_average()}) ...", flush=True)
         cost = build_cost(raw_dir, work, args.interval)
-        texts, encoding = written_texts(cost["data_dir"], raw_dir)
         read_s = floor_read(raw_files)
         minhash_s, rows = floor_minhash(raw_files)
-        bpe_s, tokens = floor_bpe(texts, encoding)
+        bpe_s, tokens, documents = floor_bpe(cost["data_dir"], raw_dir)
         floor = read_s + minhash_s + bpe_s
         runs.append(
             {
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 "floor_cpu_s": floor,
                 "floor_parts_cpu_s": {"read": read_s, "minhash": minhash_s, "bpe": bpe_s},
                 "input_rows": rows,
-                "documents": len(texts),
+                "documents": documents,
                 "bpe_tokens": tokens,
                 "ratio": cost["cost_cpu_s"] / floor,
                 "load_after": load_average(),
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  cost {last['cost_cpu_s']:.1f} CPU s (wall {last['wall_s']:.1f} s), floor {floor:.1f} CPU s "
             f"(read {read_s:.1f}, MinHash {minhash_s:.1f}, BPE {bpe_s:.1f}: {tokens:,} tokens of "
-            f"{len(texts):,} documents): ratio {last['ratio']:.2f}",
+            f"{documents:,} documents): ratio {last['ratio']:.2f}",
             flush=True,
         )
     ratios = [run["ratio"] for run in runs]
