@@ -45,8 +45,8 @@ from synthkd_assets.defs.tags import (
     AUTO_RETRY_RUN_ID_TAG,
     PARTITION_TAG,
     RETRY_NUMBER_TAG,
-    RETRY_TAG_GRACE_SECONDS,
     WILL_RETRY_TAG,
+    retry_tag_pending,
 )
 
 WORKSPACE_YAML = REPO_ROOT / "workspace.yaml"  # the code location, as `dg dev` and the daemon load it
@@ -307,13 +307,9 @@ def deciding_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.Dagster
     while True:
         if run.status in _UNFINISHED:
             return None
-        if (
-            run.status == dg.DagsterRunStatus.FAILURE
-            and WILL_RETRY_TAG not in run.tags
-            and instance.run_retries_enabled
-        ):
+        if run.status == dg.DagsterRunStatus.FAILURE and WILL_RETRY_TAG not in run.tags:  # a record only then
             record = instance.get_run_record_by_id(run.run_id)
-            if record is not None and time.time() - record.update_timestamp.timestamp() < RETRY_TAG_GRACE_SECONDS:
+            if record is not None and retry_tag_pending(record, instance.run_retries_enabled):
                 return None
         if run.status != dg.DagsterRunStatus.FAILURE or run.tags.get(WILL_RETRY_TAG) != "true":
             return run
@@ -411,9 +407,9 @@ def stop_runs(instance: dg.DagsterInstance, runs: Callable[[], list[dg.DagsterRu
     stopped_any = False  # nothing to stop at the first look: nothing queued to race a dequeue, no failure to retry
     while time.monotonic() < deadline:
         listed = runs()
-        for run in listed:
-            if _awaiting_retry(run):
-                instance.add_run_tags(run.run_id, {WILL_RETRY_TAG: "false"})
+        awaiting = [run for run in listed if _awaiting_retry(run)]
+        for run in awaiting:
+            instance.add_run_tags(run.run_id, {WILL_RETRY_TAG: "false"})
         unfinished = [run for run in listed if run.status in _UNFINISHED]
         cancel_queued(instance, [run.run_id for run in unfinished])
         for run in unfinished:
@@ -424,7 +420,7 @@ def stop_runs(instance: dg.DagsterInstance, runs: Callable[[], list[dg.DagsterRu
                 except Exception:  # noqa: BLE001 - its code server is gone: marked canceled below
                     pass
         now = time.monotonic()
-        quiet_since = (quiet_since or now) if not unfinished and not any(map(_awaiting_retry, listed)) else None
+        quiet_since = (quiet_since or now) if not unfinished and not awaiting else None
         stopped_any = stopped_any or quiet_since is None
         if quiet_since is not None and (not stopped_any or now - quiet_since >= STOP_SETTLE_SECONDS):
             return

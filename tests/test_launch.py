@@ -16,6 +16,7 @@ import pytest
 from dagster._daemon.types import DaemonHeartbeat
 
 from synthkd_assets import launch
+from synthkd_assets.defs import tags
 from synthkd_assets.defs.passes import build_passes
 from synthkd_assets.launch import (
     REPAIR_HINT,
@@ -64,7 +65,7 @@ def test_a_failed_run_waits_for_dagsters_word_on_its_retry(monkeypatch):
         instance.add_run_tags(failed, {"dagster/will_retry": "false"})
         assert deciding_run(instance, instance.get_run_by_id(failed)).run_id == failed
         untagged = add(instance, dg.DagsterRunStatus.FAILURE, "synth_002")
-        monkeypatch.setattr(launch, "RETRY_TAG_GRACE_SECONDS", 0.0)  # a tag that never came
+        monkeypatch.setattr(tags, "RETRY_TAG_GRACE_SECONDS", 0.0)  # a tag that never came
         assert deciding_run(instance, instance.get_run_by_id(untagged)).run_id == untagged
 
 

@@ -30,7 +30,7 @@ from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.passes import SHARD_STEPS
 
 # Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
-from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, RETRY_TAG_GRACE_SECONDS, WILL_RETRY_TAG
+from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG, retry_tag_pending
 from synthkd_assets.defs.upstream import first_missing_shard_record
 
 
@@ -98,10 +98,9 @@ def runs_awaiting_retry(instance: dg.DagsterInstance, now: float | None = None) 
     )
 
     def awaiting(record: dg.RunRecord) -> bool:
-        run, told = record.dagster_run, record.dagster_run.tags.get(WILL_RETRY_TAG)
-        untold = told is None and instance.run_retries_enabled
-        recent = now - record.update_timestamp.timestamp() < RETRY_TAG_GRACE_SECONDS
-        return (told == "true" or (untold and recent)) and AUTO_RETRY_RUN_ID_TAG not in run.tags
+        told = record.dagster_run.tags.get(WILL_RETRY_TAG) == "true"
+        pending = told or retry_tag_pending(record, instance.run_retries_enabled, now)
+        return pending and AUTO_RETRY_RUN_ID_TAG not in record.dagster_run.tags
 
     return [r.dagster_run.run_id for r in failed if awaiting(r) and r.dagster_run.remote_job_origin is not None]
 

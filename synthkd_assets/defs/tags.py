@@ -4,7 +4,10 @@
 code spells them here instead of importing `dagster._core.storage.tags`; tests/test_dagster_conventions.py checks
 them against Dagster's own values, so an upgrade that renames one fails there, not in a run."""
 
+import time
 from typing import Final
+
+import dagster as dg
 
 PARTITION_TAG: Final = "dagster/partition"  # the partition key a run was launched for
 RUN_KEY_TAG: Final = "dagster/run_key"  # a sensor's or schedule's run key
@@ -17,3 +20,15 @@ RETRY_NUMBER_TAG: Final = "dagster/retry_number"  # on a run the retry daemon la
 RETRY_TAG_GRACE_SECONDS: Final = 30.0
 DATA_VERSION_TAG: Final = "dagster/data_version"  # on a materialization: its data version
 EPHEMERAL_JOB_NAME: Final = "__ephemeral_asset_job__"  # the job `dg.materialize` runs steps of no job as
+
+
+def retry_tag_pending(record: dg.RunRecord, retries_enabled: bool, now: float | None = None) -> bool:
+    """Whether the failed run of `record` may still be tagged WILL_RETRY_TAG "true": run retries are on, it has
+    no tag either way yet, and it was last updated less than RETRY_TAG_GRACE_SECONDS before `now`."""
+    now = time.time() if now is None else now
+    return (
+        retries_enabled
+        and record.dagster_run.status == dg.DagsterRunStatus.FAILURE
+        and WILL_RETRY_TAG not in record.dagster_run.tags
+        and now - record.update_timestamp.timestamp() < RETRY_TAG_GRACE_SECONDS
+    )
