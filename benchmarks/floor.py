@@ -44,7 +44,7 @@ for path in (REPO_ROOT, Path(__file__).resolve().parent):  # synthkd_dev at the 
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from scale_run import load_average, run_build, step_times  # noqa: E402
+from scale_run import fresh_build_environment, load_average, run_build, step_times  # noqa: E402
 from throughput import REAL_FILE_ROWS, REAL_FILE_SEED  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are reparented to this process
@@ -82,16 +82,8 @@ def cpu_by_kind(memory_report: dict) -> dict[str, float]:
 
 def build_cost(raw_dir: Path, work: Path, interval: float) -> dict:
     data_dir, home = work / "data", work / "home"
-    for fresh in (data_dir, home):
-        shutil.rmtree(fresh, ignore_errors=True)
+    env = fresh_build_environment(raw_dir, data_dir, home)
     home.mkdir(parents=True)
-    env = {
-        **os.environ,
-        "SYNTHKD_RAW_DIR": str(raw_dir),
-        "SYNTHKD_DATA_DIR": str(data_dir),
-        "DAGSTER_HOME": str(home),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-    }
     reap_all()
     before = children_cpu()
     build = run_build(env, work / "build.log", interval, echo=False)

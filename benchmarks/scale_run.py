@@ -395,6 +395,24 @@ PASS_START = re.compile(r"^(\w+) pass over (\d+) shards")  # "scan pass over 10 
 SHARD_LINE = re.compile(r"^\s+(\w+) (.+) \((\d+)/(\d+)\): .* \((\d+)s\)$")
 
 
+def fresh_build_environment(
+    raw_dir: Path, data_dir: Path, home: Path, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """build.sh's environment for a fresh build of `raw_dir` (every step and every check runs): `data_dir` and
+    `home` (its DAGSTER_HOME) are removed first."""
+    for fresh in (data_dir, home):
+        shutil.rmtree(fresh, ignore_errors=True)
+    return {
+        **os.environ,
+        "SYNTHKD_RAW_DIR": str(raw_dir),
+        "SYNTHKD_DATA_DIR": str(data_dir),
+        "DAGSTER_HOME": str(home),
+        # this checkout's code, also where .venv's editable install points at another one (a git worktree)
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        **(extra or {}),
+    }
+
+
 def run_build(env: dict[str, str], log: Path, interval: float | None, echo: bool) -> dict:
     """./scripts/build.sh in its own session, its console lines timestamped into `log` (and echoed); with an
     `interval`, the memory of its process tree sampled that often. A pass's `wall_s` is the time between its
@@ -794,18 +812,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generating {args.rows:,} rows in {args.shards} shards under {raw_dir} ...", flush=True)
         result["raw"] = make_raw(plan, raw_dir, work / "scratch", cores)
         keys = sorted(p.stem for p in raw_dir.glob("*.parquet"))
-        for fresh in (data_dir, home):  # a fresh build: every step and every check runs
-            shutil.rmtree(fresh, ignore_errors=True)
         parallel = os.environ.get("SYNTHKD_PARALLEL_RUNS") or str(cores)
-        env = {
-            **os.environ,
-            "SYNTHKD_RAW_DIR": str(raw_dir),
-            "SYNTHKD_DATA_DIR": str(data_dir),
-            "DAGSTER_HOME": str(home),
-            "SYNTHKD_PARALLEL_RUNS": parallel,
-            # this checkout's code, also where .venv's editable install points at another one (a git worktree)
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-        }
+        env = fresh_build_environment(raw_dir, data_dir, home, {"SYNTHKD_PARALLEL_RUNS": parallel})
         result["parallel_runs"] = parallel
         print(f"building (log {work / 'build.log'}) ...", flush=True)
         result["build"] = run_build(env, work / "build.log", args.interval, echo=not args.quiet)
