@@ -311,6 +311,7 @@ def deciding_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.Dagster
             record = instance.get_run_record_by_id(run.run_id)
             if record is not None and retry_tag_pending(record, instance.run_retries_enabled):
                 return None
+            run = record.dagster_run if record is not None else run  # its tag may have been written since
         if run.status != dg.DagsterRunStatus.FAILURE or run.tags.get(WILL_RETRY_TAG) != "true":
             return run
         retry_id = run.tags.get(AUTO_RETRY_RUN_ID_TAG)

@@ -69,6 +69,18 @@ def test_a_failed_run_waits_for_dagsters_word_on_its_retry(monkeypatch):
         assert deciding_run(instance, instance.get_run_by_id(untagged)).run_id == untagged
 
 
+def test_a_failed_run_read_before_its_retry_tag_is_decided_on_the_tag():
+    """The build read a run just failed, without its tag; Dagster then tags it to be retried and submits the
+    retry: the run decides on what Dagster wrote, not on the read before (the build once gave up a partition
+    there, its retry on the way)."""
+    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True}}) as instance:
+        failed = add(instance, dg.DagsterRunStatus.FAILURE, "synth_001")
+        read_before_the_tag = instance.get_run_by_id(failed)
+        retry = add(instance, dg.DagsterRunStatus.SUCCESS, "synth_001")
+        instance.add_run_tags(failed, {"dagster/will_retry": "true", "dagster/auto_retry_run_id": retry})
+        assert deciding_run(instance, read_before_the_tag).run_id == retry
+
+
 def test_the_first_failure_cancels_the_queued_runs_and_names_the_repair():
     with dg.DagsterInstance.ephemeral() as instance:
         failed = add(instance, dg.DagsterRunStatus.FAILURE, "synth_002")

@@ -1,7 +1,8 @@
 """The Python parts of the manifests' automation condition (synthkd_assets/defs/conditions.py), on a real
-instance: which failed runs Dagster's run retries are about to launch again, and which manifests have every
-shard built in the code location's layout (Dagster's own evaluation of the condition). The daemon honouring
-the whole condition: tests/test_automation_daemon.py."""
+instance: which failed runs Dagster's run retries are about to launch again (and so which shards the raw
+sensor leaves to their retry), and which manifests have every shard built in the code location's layout
+(Dagster's own evaluation of the condition). The daemon honouring the whole condition:
+tests/test_automation_daemon.py."""
 
 from __future__ import annotations
 
@@ -17,11 +18,18 @@ from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobO
 
 from synthkd_assets.core.layout import DATA_DIR_ENV, RAW_DIR_ENV
 from synthkd_assets.definitions import build_definitions
+from synthkd_assets.defs import tags
+from synthkd_assets.defs.automation import last_shard_run_failed
 from synthkd_assets.defs.build import build_all, materialize_steps
 from synthkd_assets.defs.conditions import RETRY_GRACE_S, runs_awaiting_retry
 from synthkd_assets.defs.passes import MANIFEST_STEPS, SHARD_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
-from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, RETRY_TAG_GRACE_SECONDS, WILL_RETRY_TAG
+from synthkd_assets.defs.tags import (
+    AUTO_RETRY_RUN_ID_TAG,
+    PARTITION_TAG,
+    RETRY_TAG_GRACE_SECONDS,
+    WILL_RETRY_TAG,
+)
 from synthkd_assets.defs.upstream import first_missing_shard_record
 
 # where a daemon-launched run came from (a run of `dg launch` or `dg.materialize` has none)
@@ -77,6 +85,21 @@ def test_a_failed_run_not_yet_tagged_is_awaited_while_dagster_may_still_tag_it()
         untold = failed_run(instance, {})
         assert runs_awaiting_retry(instance) == [untold]
         assert runs_awaiting_retry(instance, now=time.time() + RETRY_TAG_GRACE_SECONDS + 1) == []
+
+
+def test_the_raw_sensor_rebuilds_a_shard_only_once_its_last_run_failed_for_good(monkeypatch):
+    """The raw sensor rebuilds a shard whose last run failed (last_shard_run_failed), not one Dagster is about to
+    retry: told so, or failed moments ago and not yet tagged either way."""
+    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True}}) as instance:
+        untold = failed_run(instance, {PARTITION_TAG: "synth_001"})
+        assert not last_shard_run_failed(instance, "synth_001")
+        instance.add_run_tags(untold, {WILL_RETRY_TAG: "true"})
+        assert not last_shard_run_failed(instance, "synth_001")
+        instance.add_run_tags(untold, {WILL_RETRY_TAG: "false"})
+        assert last_shard_run_failed(instance, "synth_001")
+        failed_run(instance, {PARTITION_TAG: "synth_002"})
+        monkeypatch.setattr(tags, "RETRY_TAG_GRACE_SECONDS", 0.0)  # a tag that never came
+        assert last_shard_run_failed(instance, "synth_002")
 
 
 def test_a_retry_that_never_came_is_not_awaited_for_ever(instance):

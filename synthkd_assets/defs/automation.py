@@ -35,7 +35,7 @@ from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_
 from synthkd_assets.defs.near_dup import synth_signatures
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
-from synthkd_assets.defs.tags import PARTITION_TAG, RUN_KEY_TAG, WILL_RETRY_TAG
+from synthkd_assets.defs.tags import PARTITION_TAG, RUN_KEY_TAG, may_be_retried
 from synthkd_contract import constants
 from synthkd_contract import settings as env
 from synthkd_contract.manifest_seal import sha256_file
@@ -93,8 +93,9 @@ def last_shard_run_failed(instance: dg.DagsterInstance, partition: str) -> bool:
     ]
     if not records:
         return False
-    newest = max(records, key=lambda record: record.create_timestamp).dagster_run
-    return newest.status == dg.DagsterRunStatus.FAILURE and newest.tags.get(WILL_RETRY_TAG) != "true"
+    newest = max(records, key=lambda record: record.create_timestamp)
+    failed = newest.dagster_run.status == dg.DagsterRunStatus.FAILURE
+    return failed and not may_be_retried(newest, instance.run_retries_enabled)
 
 
 def _wait_for_build(paths: DataLayout) -> dg.SkipReason | None:
@@ -202,10 +203,11 @@ def ended_rebuilds(instance: dg.DagsterInstance, run_keys: dict[str, str]) -> di
     ended without succeeding (canceled, or failed with no retry to come): asking again would launch nothing."""
     ended = {}
     for shard, run_key in run_keys.items():
-        runs = instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: run_key}), limit=1)
-        if runs and runs[0].is_finished and runs[0].status != dg.DagsterRunStatus.SUCCESS:
-            if runs[0].tags.get(WILL_RETRY_TAG) != "true":
-                ended[shard] = runs[0]
+        records = instance.get_run_records(dg.RunsFilter(tags={RUN_KEY_TAG: run_key}), limit=1)
+        run = records[0].dagster_run if records else None
+        if run is not None and run.is_finished and run.status != dg.DagsterRunStatus.SUCCESS:
+            if not may_be_retried(records[0], instance.run_retries_enabled):
+                ended[shard] = run
     return ended
 
 

@@ -30,7 +30,7 @@ from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.passes import SHARD_STEPS
 
 # Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
-from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG, retry_tag_pending
+from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, may_be_retried
 from synthkd_assets.defs.upstream import first_missing_shard_record
 
 
@@ -98,8 +98,7 @@ def runs_awaiting_retry(instance: dg.DagsterInstance, now: float | None = None) 
     )
 
     def awaiting(record: dg.RunRecord) -> bool:
-        told = record.dagster_run.tags.get(WILL_RETRY_TAG) == "true"
-        pending = told or retry_tag_pending(record, instance.run_retries_enabled, now)
+        pending = may_be_retried(record, instance.run_retries_enabled, now)
         return pending and AUTO_RETRY_RUN_ID_TAG not in record.dagster_run.tags
 
     return [r.dagster_run.run_id for r in failed if awaiting(r) and r.dagster_run.remote_job_origin is not None]

@@ -32,3 +32,12 @@ def retry_tag_pending(record: dg.RunRecord, retries_enabled: bool, now: float | 
         and WILL_RETRY_TAG not in record.dagster_run.tags
         and now - record.update_timestamp.timestamp() < RETRY_TAG_GRACE_SECONDS
     )
+
+
+def may_be_retried(record: dg.RunRecord, retries_enabled: bool, now: float | None = None) -> bool:
+    """Whether the failed run of `record` is, or may still be, tagged WILL_RETRY_TAG "true" (retry_tag_pending):
+    not failed for good."""
+    told = record.dagster_run.tags.get(WILL_RETRY_TAG) == "true"
+    return record.dagster_run.status == dg.DagsterRunStatus.FAILURE and (
+        told or retry_tag_pending(record, retries_enabled, now)
+    )
