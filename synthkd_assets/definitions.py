@@ -23,6 +23,7 @@ from synthkd_assets.defs.resources import (
     ValuationModelsResource,
     synthkd_resources,
 )
+from synthkd_assets.defs.retries import synth_retry_watchdog
 from synthkd_contract.settings import Settings
 
 
@@ -33,7 +34,7 @@ def build_definitions(environ: Mapping[str, str]) -> dg.Definitions:
         assets=with_code_versions(ASSETS),
         asset_checks=ASSET_CHECKS,
         jobs=JOBS,
-        sensors=[synth_raw_sensor, synth_manifests_automation],
+        sensors=[synth_raw_sensor, synth_manifests_automation, synth_retry_watchdog],
         schedules=[nightly_rebuild_schedule(settings.rebuild_cron)],
         resources=synthkd_resources(
             SynthKDLayout.from_settings(settings),

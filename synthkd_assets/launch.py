@@ -41,6 +41,7 @@ from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
 from synthkd_assets.defs.instances import REPO_ROOT
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import Pass
+from synthkd_assets.defs.retries import RETRY_GRACE_S
 from synthkd_assets.defs.tags import (
     AUTO_RETRY_RUN_ID_TAG,
     PARTITION_TAG,
@@ -303,7 +304,8 @@ def deciding_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.Dagster
 
     With run retries on, Dagster marks a run failed and then, in a second write, tags it with whether it will be
     retried: a failed run without the tag is undecided (a build that read it in between would give up a partition
-    whose retry is on its way), for at most RETRY_TAG_GRACE_SECONDS after its last update."""
+    whose retry is on its way), for at most RETRY_TAG_GRACE_SECONDS after its last update. A run tagged to be
+    retried whose retry Dagster has not launched RETRY_GRACE_S after its last update decides as failed."""
     while True:
         if run.status in _UNFINISHED:
             return None
@@ -317,8 +319,15 @@ def deciding_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.Dagster
         retry_id = run.tags.get(AUTO_RETRY_RUN_ID_TAG)
         retry = instance.get_run_by_id(retry_id) if retry_id else None
         if retry is None:
-            return None
+            return run if retry_id is None and _retry_overdue(instance, run) else None
         run = retry
+
+
+def _retry_overdue(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """Whether the retry `run` was tagged for is still not launched RETRY_GRACE_S after its last update (lost,
+    and synth_retry_watchdog's announcement did not bring it either: defs/retries.py)."""
+    record = instance.get_run_record_by_id(run.run_id)
+    return record is not None and time.time() - record.update_timestamp.timestamp() >= RETRY_GRACE_S
 
 
 def failed_run_lines(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[str]:

@@ -81,6 +81,16 @@ def test_a_failed_run_read_before_its_retry_tag_is_decided_on_the_tag():
         assert deciding_run(instance, read_before_the_tag).run_id == retry
 
 
+def test_a_retry_dagster_promised_but_never_launched_is_not_waited_for_ever(monkeypatch):
+    """Tagged to be retried, no retry named: awaited, until RETRY_GRACE_S after its last update (the retry
+    watchdog announces a lost retry's failure again well before: defs/retries.py); then it decides as failed."""
+    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True}}) as instance:
+        promised = add(instance, dg.DagsterRunStatus.FAILURE, "synth_001", **{"dagster/will_retry": "true"})
+        assert deciding_run(instance, instance.get_run_by_id(promised)) is None
+        monkeypatch.setattr(launch, "RETRY_GRACE_S", 0.0)
+        assert deciding_run(instance, instance.get_run_by_id(promised)).run_id == promised
+
+
 def test_the_first_failure_cancels_the_queued_runs_and_names_the_repair():
     with dg.DagsterInstance.ephemeral() as instance:
         failed = add(instance, dg.DagsterRunStatus.FAILURE, "synth_002")

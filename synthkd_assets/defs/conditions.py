@@ -30,6 +30,7 @@ from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.passes import SHARD_STEPS
 
 # Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
+from synthkd_assets.defs.retries import RETRY_GRACE_S
 from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, may_be_retried
 from synthkd_assets.defs.upstream import first_missing_shard_record
 
@@ -78,10 +79,6 @@ class EveryShardBuiltHere(_TrueUnless):
             return first_missing_shard_record(DataLayout.from_environ(os.environ), asset) is not None
         except InputFileError:
             return True
-
-
-# the run-retry daemon launches a retry within seconds; a failed run still without one after this is not waited for
-RETRY_GRACE_S = 120.0
 
 
 def runs_awaiting_retry(instance: dg.DagsterInstance, now: float | None = None) -> list[str]:
