@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+import uuid
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
+from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 
 from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the tests)
     all_definitions,
@@ -120,3 +122,25 @@ def long_text(target_bytes: int, words: tuple[str, ...]) -> str:
         parts.append(sentence)
         size += len(sentence)
     return "".join(parts)
+
+
+# where a daemon-launched run came from (no public constructor; a run of `dg launch` or `dg.materialize` has none)
+DAEMON_ORIGIN = RemoteJobOrigin(
+    repository_origin=RemoteRepositoryOrigin(
+        code_location_origin=GrpcServerCodeLocationOrigin(host="localhost", port=4000, location_name="synthkd"),
+        repository_name="__repository__",
+    ),
+    job_name="synth_shard_job",
+)
+
+
+def add_failed_run(instance: dg.DagsterInstance, tags: dict[str, str], launched: bool = True) -> str:
+    """A failed synth_shard_job run with `tags`, launched from the code location (DAEMON_ORIGIN) or not."""
+    run = dg.DagsterRun(
+        job_name="synth_shard_job",
+        run_id=str(uuid.uuid4()),
+        status=dg.DagsterRunStatus.FAILURE,
+        tags=tags,
+        remote_job_origin=DAEMON_ORIGIN if launched else None,
+    )
+    return instance.add_run(run).run_id

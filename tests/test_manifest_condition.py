@@ -9,12 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 
 import dagster as dg
 import pytest
-from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 
 from synthkd_assets.core.layout import DATA_DIR_ENV, RAW_DIR_ENV
 from synthkd_assets.definitions import build_definitions
@@ -31,15 +29,7 @@ from synthkd_assets.defs.tags import (
     WILL_RETRY_TAG,
 )
 from synthkd_assets.defs.upstream import first_missing_shard_record
-
-# where a daemon-launched run came from (a run of `dg launch` or `dg.materialize` has none)
-ORIGIN = RemoteJobOrigin(
-    repository_origin=RemoteRepositoryOrigin(
-        code_location_origin=GrpcServerCodeLocationOrigin(host="localhost", port=4000, location_name="synthkd"),
-        repository_name="__repository__",
-    ),
-    job_name="synth_shard_job",
-)
+from tests.helpers import add_failed_run
 
 
 @pytest.fixture
@@ -48,19 +38,8 @@ def instance() -> Iterator[dg.DagsterInstance]:
         yield instance
 
 
-def failed_run(instance: dg.DagsterInstance, tags: dict[str, str], launched: bool = True) -> str:
-    run = dg.DagsterRun(
-        job_name="synth_shard_job",
-        run_id=str(uuid.uuid4()),
-        status=dg.DagsterRunStatus.FAILURE,
-        tags=tags,
-        remote_job_origin=ORIGIN if launched else None,
-    )
-    return instance.add_run(run).run_id
-
-
 def test_a_run_just_failed_and_to_be_retried_is_awaited(instance):
-    waiting = failed_run(instance, {WILL_RETRY_TAG: "true"})
+    waiting = add_failed_run(instance, {WILL_RETRY_TAG: "true"})
     assert runs_awaiting_retry(instance) == [waiting]
 
 
@@ -74,7 +53,7 @@ def test_a_run_just_failed_and_to_be_retried_is_awaited(instance):
     ],
 )
 def test_runs_no_retry_will_follow_are_not_awaited(instance, tags, launched):
-    failed_run(instance, tags, launched)
+    add_failed_run(instance, tags, launched)
     assert runs_awaiting_retry(instance) == []
 
 
@@ -82,7 +61,7 @@ def test_a_failed_run_not_yet_tagged_is_awaited_while_dagster_may_still_tag_it()
     """Dagster tags whether it will retry a run in a second write after the failure: with run retries on, a run
     read in between is awaited, for RETRY_TAG_GRACE_SECONDS."""
     with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True}}) as instance:
-        untold = failed_run(instance, {})
+        untold = add_failed_run(instance, {})
         assert runs_awaiting_retry(instance) == [untold]
         assert runs_awaiting_retry(instance, now=time.time() + RETRY_TAG_GRACE_SECONDS + 1) == []
 
@@ -91,19 +70,19 @@ def test_the_raw_sensor_rebuilds_a_shard_only_once_its_last_run_failed_for_good(
     """The raw sensor rebuilds a shard whose last run failed (last_shard_run_failed), not one Dagster is about to
     retry: told so, or failed moments ago and not yet tagged either way."""
     with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True}}) as instance:
-        untold = failed_run(instance, {PARTITION_TAG: "synth_001"})
+        untold = add_failed_run(instance, {PARTITION_TAG: "synth_001"})
         assert not last_shard_run_failed(instance, "synth_001")
         instance.add_run_tags(untold, {WILL_RETRY_TAG: "true"})
         assert not last_shard_run_failed(instance, "synth_001")
         instance.add_run_tags(untold, {WILL_RETRY_TAG: "false"})
         assert last_shard_run_failed(instance, "synth_001")
-        failed_run(instance, {PARTITION_TAG: "synth_002"})
+        add_failed_run(instance, {PARTITION_TAG: "synth_002"})
         monkeypatch.setattr(tags, "RETRY_TAG_GRACE_SECONDS", 0.0)  # a tag that never came
         assert last_shard_run_failed(instance, "synth_002")
 
 
 def test_a_retry_that_never_came_is_not_awaited_for_ever(instance):
-    failed_run(instance, {WILL_RETRY_TAG: "true"})
+    add_failed_run(instance, {WILL_RETRY_TAG: "true"})
     assert runs_awaiting_retry(instance, now=time.time() + RETRY_GRACE_S + 1) == []
 
 

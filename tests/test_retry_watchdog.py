@@ -5,10 +5,8 @@ launches the retry: tests/test_automation_daemon.py (a run failed by run monitor
 from __future__ import annotations
 
 import time
-import uuid
 
 import dagster as dg
-from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 
 from synthkd_assets.defs.retries import (
     LOST_RETRY_AFTER_S,
@@ -19,28 +17,10 @@ from synthkd_assets.defs.retries import (
     synth_retry_watchdog,
 )
 from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
+from tests.helpers import add_failed_run
 
-# where a daemon-launched run came from (no public constructor: a run of `dg launch` or `dg.materialize` has none)
-ORIGIN = RemoteJobOrigin(
-    repository_origin=RemoteRepositoryOrigin(
-        code_location_origin=GrpcServerCodeLocationOrigin(host="localhost", port=4000, location_name="synthkd"),
-        repository_name="__repository__",
-    ),
-    job_name="synth_shard_job",
-)
 LATER = LOST_RETRY_AFTER_S + 1
 RETRIES = {"run_retries": {"enabled": True, "max_retries": 2}}  # as dagster.yaml
-
-
-def failed_run(instance: dg.DagsterInstance, launched: bool = True, **tags: str) -> str:
-    run = dg.DagsterRun(
-        job_name="synth_shard_job",
-        run_id=str(uuid.uuid4()),
-        status=dg.DagsterRunStatus.FAILURE,
-        tags=tags,
-        remote_job_origin=ORIGIN if launched else None,
-    )
-    return instance.add_run(run).run_id
 
 
 def failures(instance: dg.DagsterInstance, run_id: str) -> list[str]:
@@ -49,11 +29,11 @@ def failures(instance: dg.DagsterInstance, run_id: str) -> list[str]:
 
 def test_a_run_tagged_to_be_retried_without_a_retry_is_lost_only_after_a_while():
     with dg.DagsterInstance.ephemeral(settings=RETRIES) as instance:
-        lost = failed_run(instance, **{WILL_RETRY_TAG: "true"})
-        failed_run(instance, **{WILL_RETRY_TAG: "true", AUTO_RETRY_RUN_ID_TAG: "its-retry"})  # retried
-        failed_run(instance, **{WILL_RETRY_TAG: "false"})  # failed for good
-        failed_run(instance)  # not tagged yet
-        failed_run(instance, launched=False, **{WILL_RETRY_TAG: "true"})  # no origin: the daemon cannot relaunch it
+        lost = add_failed_run(instance, {WILL_RETRY_TAG: "true"})
+        add_failed_run(instance, {WILL_RETRY_TAG: "true", AUTO_RETRY_RUN_ID_TAG: "its-retry"})  # retried
+        add_failed_run(instance, {WILL_RETRY_TAG: "false"})  # failed for good
+        add_failed_run(instance, {})  # not tagged yet
+        add_failed_run(instance, {WILL_RETRY_TAG: "true"}, launched=False)  # no origin: the daemon cannot relaunch it
         assert lost_retries(instance) == []  # Dagster is still about to launch it
         assert [run.run_id for run in lost_retries(instance, now=time.time() + LATER)] == [lost]
         assert lost_retries(instance, now=time.time() + LOST_RETRY_WINDOW_S + 1) == []  # history
@@ -64,7 +44,7 @@ def test_the_watchdog_reports_a_lost_retrys_failure_again_once_and_dagster_tags_
     (Dagster computes it again), and a retry of it (which copies its tags) can still be announced again."""
     monkeypatch.setattr("synthkd_assets.defs.retries.LOST_RETRY_AFTER_S", 0.0)
     with dg.DagsterInstance.ephemeral(settings=RETRIES) as instance:
-        lost = failed_run(instance, **{WILL_RETRY_TAG: "true"})
+        lost = add_failed_run(instance, {WILL_RETRY_TAG: "true"})
         skip = synth_retry_watchdog(dg.build_sensor_context(instance=instance))
         assert lost[:8] in skip.skip_message and REANNOUNCED_MESSAGE in skip.skip_message
         assert failures(instance, lost) == [REANNOUNCED_MESSAGE]
@@ -74,13 +54,13 @@ def test_the_watchdog_reports_a_lost_retrys_failure_again_once_and_dagster_tags_
         assert skip.skip_message == "no failed run's retry is overdue" and failures(instance, lost) == [
             REANNOUNCED_MESSAGE
         ]
-        its_retry = failed_run(instance, **{WILL_RETRY_TAG: "true", REANNOUNCED_TAG: lost})
+        its_retry = add_failed_run(instance, {WILL_RETRY_TAG: "true", REANNOUNCED_TAG: lost})
         assert [run.run_id for run in lost_retries(instance)] == [its_retry]
 
 
 def test_with_run_retries_off_the_watchdog_does_nothing(monkeypatch):
     monkeypatch.setattr("synthkd_assets.defs.retries.LOST_RETRY_AFTER_S", 0.0)
     with dg.DagsterInstance.ephemeral() as instance:
-        run = failed_run(instance, **{WILL_RETRY_TAG: "true"})
+        run = add_failed_run(instance, {WILL_RETRY_TAG: "true"})
         skip = synth_retry_watchdog(dg.build_sensor_context(instance=instance))
         assert "run retries are off" in skip.skip_message and failures(instance, run) == []

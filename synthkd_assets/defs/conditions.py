@@ -28,10 +28,8 @@ from synthkd_assets.core.buildlock import build_in_progress
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.parquet_io import InputFileError
 from synthkd_assets.defs.passes import SHARD_STEPS
-
-# Dagster's run retries: the tag a failed run gets when it will be retried, and the one naming its retry once launched
-from synthkd_assets.defs.retries import RETRY_GRACE_S
-from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, may_be_retried
+from synthkd_assets.defs.retries import RETRY_GRACE_S  # how long a failed run's promised retry is waited for
+from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, may_be_retried  # Dagster's run-retry tags, read
 from synthkd_assets.defs.upstream import first_missing_shard_record
 
 
