@@ -16,12 +16,17 @@ import dagster as dg
 import pytest
 from dagster._core.scheduler.instigation import TickStatus
 
+# the keys under which Dagster's retry daemon (its event log consumer) keeps its cursors: no public API
+from dagster._daemon.auto_run_reexecution.event_log_consumer import DAGSTER_EVENT_TYPES as RETRY_EVENTS
+from dagster._daemon.auto_run_reexecution.event_log_consumer import _create_cursor_key as retry_daemon_cursor
+
 from synthkd_assets.core.buildlock import build_lock
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.core.manifest import read_json
 from synthkd_assets.defs.build import build_all, materialize_steps
 from synthkd_assets.defs.passes import MANIFEST_STEPS, SHARD_STEPS
 from synthkd_assets.defs.resources import SynthKDLayout
+from synthkd_assets.defs.retries import REANNOUNCED_MESSAGE, REANNOUNCED_TAG
 from synthkd_contract.manifest_seal import sha256_file, verify_manifest
 from tests.daemon import DAGSTER_DAEMON, REPO_ROOT, dagster_home, open_instance, running_daemon
 from tests.helpers import SAMPLE_RAW_DIR
@@ -122,6 +127,29 @@ def run_worker_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
     return records[0].event_log_entry.dagster_event.pid if records else None
 
 
+SHARD_003_RUNS = dg.RunsFilter(job_name="synth_shard_job", tags={"dagster/partition": "synth_003"})
+
+
+def a_shard_run_left_started(ws: Workspace, instance: dg.DagsterInstance) -> tuple[str, int]:
+    """synth_003 changed, a daemon's sensor launches its run, and once that run has started the daemon's whole
+    process group (daemon, code server, run worker) is SIGKILLed: the run stays STARTED. Its id and worker pid."""
+    edit_shard(ws.raw / "synth_003.parquet")
+
+    def started_worker() -> tuple[str, int] | None:
+        for run in instance.get_runs(SHARD_003_RUNS):
+            pid = run_worker_pid(instance, run.run_id) if run.status == dg.DagsterRunStatus.STARTED else None
+            if pid:
+                return run.run_id, pid
+        return None
+
+    with running_daemon(ws.home, ws.env(), ws.root / "daemon.log") as daemon:
+        run_id, pid = daemon.wait_for("the sensor's synth_003 run to start", started_worker, 240, every_s=0.1)
+        os.killpg(daemon.process.pid, signal.SIGKILL)
+        daemon.process.wait(timeout=30)
+    assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED  # what nothing could correct
+    return run_id, pid
+
+
 def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace):
     """The machine's way of dying: the daemon's whole process group (daemon, code server, the run worker of a
     changed shard's run) is SIGKILLed mid-run, so nothing is left to say the run ended and it stays STARTED. The
@@ -129,23 +157,8 @@ def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace)
     it again from its failed step, the retry rebuilds the shard, and then the manifests are rewritten. Without
     both, the run stays STARTED for ever and the sensor never requests the shard again."""
     ws = workspace
-    edit_shard(ws.raw / "synth_003.parquet")
-    new_sha = sha256_file(ws.raw / "synth_003.parquet")
-    shard_runs = dg.RunsFilter(job_name="synth_shard_job", tags={"dagster/partition": "synth_003"})
-
-    def started_worker() -> tuple[str, int] | None:
-        for run in instance.get_runs(shard_runs):
-            pid = run_worker_pid(instance, run.run_id) if run.status == dg.DagsterRunStatus.STARTED else None
-            if pid:
-                return run.run_id, pid
-        return None
-
     with open_instance(ws.home) as instance:
-        with running_daemon(ws.home, ws.env(), ws.root / "daemon.log") as daemon:
-            run_id, pid = daemon.wait_for("the sensor's synth_003 run to start", started_worker, 240, every_s=0.1)
-            os.killpg(daemon.process.pid, signal.SIGKILL)
-            daemon.process.wait(timeout=30)
-        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED  # what nothing could correct
+        run_id, pid = a_shard_run_left_started(ws, instance)
         with running_daemon(ws.home, ws.env(), ws.root / "daemon_restarted.log") as daemon:
             daemon.wait_for(
                 "run monitoring to mark the killed run failed",
@@ -167,11 +180,42 @@ def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace)
         retry_end = instance.get_run_record_by_id(retry.run_id).end_time
         assert instance.get_run_record_by_id(manifests.run_id).create_timestamp.timestamp() >= retry_end
         harmony = read_json(ws.paths.harmony_manifest())
+        new_sha = sha256_file(ws.raw / "synth_003.parquet")
         assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_003"] == new_sha
         said = [e.message for e in events(instance, run_id, dg.DagsterEventType.RUN_FAILURE)]
         assert len(said) == 1 and f"run worker process {pid} on " in said[0] and "is gone" in said[0], said
         assert (retry.tags["dagster/retry_number"], retry.tags["dagster/partition"]) == ("1", "synth_003")
-        assert {run.run_id for run in instance.get_runs(shard_runs)} == {run_id, retry.run_id}
+        assert {run.run_id for run in instance.get_runs(SHARD_003_RUNS)} == {run_id, retry.run_id}
+    assert read_json(ws.paths.stage_report("synth_harmony", "synth_003"))["source_sha256"] == new_sha
+
+
+def test_a_retry_dagsters_retry_daemon_lost_is_launched_once_the_watchdog_reports_the_failure_again(workspace):
+    """Dagster's retry daemon reads a run-failure event, then the run; a tick between Dagster's two writes (the
+    event, then the run's status) passes the event for good, and the run, tagged `dagster/will_retry=true`, is never
+    retried (seen in a daemon restarted as above). That state is made here: the killed run marked failed as run
+    monitoring marks it, and the retry daemon's cursor past its failure event. The restarted daemon's
+    synth_retry_watchdog reports the failure again, the retry daemon launches the retry, and it rebuilds the shard."""
+    ws = workspace
+    with open_instance(ws.home) as instance:
+        run_id, _ = a_shard_run_left_started(ws, instance)
+        instance.report_run_failed(instance.get_run_by_id(run_id), "run worker gone (the test's word)")
+        assert instance.get_run_by_id(run_id).tags["dagster/will_retry"] == "true"
+        last = instance.event_log_storage.get_maximum_record_id()
+        instance.daemon_cursor_storage.set_cursor_values(
+            {retry_daemon_cursor(kind): str(last) for kind in RETRY_EVENTS}
+        )
+        with running_daemon(ws.home, ws.env(), ws.root / "daemon_restarted.log") as daemon:
+            retry = daemon.wait_for(
+                "the retry of the run whose retry was lost to succeed",
+                lambda: finished_run(instance, tags={"dagster/parent_run_id": run_id}),
+                timeout_s=240,
+            )
+        said = [e.message for e in events(instance, run_id, dg.DagsterEventType.RUN_FAILURE)]
+        assert said == ["run worker gone (the test's word)", REANNOUNCED_MESSAGE]
+        assert instance.get_run_by_id(run_id).tags[REANNOUNCED_TAG] == run_id
+        assert (retry.tags["dagster/retry_number"], retry.tags["dagster/partition"]) == ("1", "synth_003")
+        assert {run.run_id for run in instance.get_runs(SHARD_003_RUNS)} == {run_id, retry.run_id}
+    new_sha = sha256_file(ws.raw / "synth_003.parquet")
     assert read_json(ws.paths.stage_report("synth_harmony", "synth_003"))["source_sha256"] == new_sha
 
 
