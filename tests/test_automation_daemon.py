@@ -183,7 +183,8 @@ def test_a_run_left_started_by_a_killed_daemon_is_failed_then_retried(workspace)
         new_sha = sha256_file(ws.raw / "synth_003.parquet")
         assert {s["name"]: s["source"]["sha256"] for s in harmony["shards"]}["synth_003"] == new_sha
         said = [e.message for e in events(instance, run_id, dg.DagsterEventType.RUN_FAILURE)]
-        assert len(said) == 1 and f"run worker process {pid} on " in said[0] and "is gone" in said[0], said
+        assert f"run worker process {pid} on " in said[0] and "is gone" in said[0], said
+        assert said[1:] in ([], [REANNOUNCED_MESSAGE]), said  # the watchdog's, when Dagster's retry daemon lost it
         assert (retry.tags["dagster/retry_number"], retry.tags["dagster/partition"]) == ("1", "synth_003")
         assert {run.run_id for run in instance.get_runs(SHARD_003_RUNS)} == {run_id, retry.run_id}
     assert read_json(ws.paths.stage_report("synth_harmony", "synth_003"))["source_sha256"] == new_sha
