@@ -8,6 +8,8 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+
+# a run's code-location origin (DAEMON_ORIGIN below): Dagster exports no constructor for one
 from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 
 from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the tests)
