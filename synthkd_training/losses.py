@@ -17,10 +17,11 @@ layout (Megatron's GPTModel returns `[b, s, V]` logits when called without label
 dataset's `[b, s]` `labels` / `span_id`). Columns with id >= `vocab_size_valid` are padding and
 get no probability, in the student and in the teacher.
 
-With megatron-core's parallel state initialized, CE goes through
-`megatron.core.tensor_parallel.vocab_parallel_cross_entropy` and KD through the same vocab-parallel
-reductions (max / sum-exp / KL terms all-reduced over the tensor-parallel group); otherwise both
-are plain torch. Reductions run in float32 (float64 stays float64 on the plain path).
+With megatron-core's parallel state initialized over more than one tensor-parallel rank, CE goes
+through `megatron.core.tensor_parallel.vocab_parallel_cross_entropy` and KD through the same
+vocab-parallel reductions (max / sum-exp / KL terms all-reduced over the tensor-parallel group);
+otherwise (no parallel state, or one tensor-parallel rank) both are plain torch. Reductions run in
+float32 (float64 stays float64 on the plain path).
 """
 
 from __future__ import annotations
@@ -174,11 +175,14 @@ def span_normalized_loss(
 
 # -- per-token losses -------------------------------------------------------------------------
 def _use_tensor_parallel(tensor_parallel: bool | None) -> bool:
+    """`tensor_parallel` as given; None: whether megatron-core's parallel state splits the vocabulary over more
+    than one tensor-parallel rank (with one rank, the plain path's fused log-softmax computes the same loss in one
+    pass instead of the vocab-parallel max / sum-exp / log passes)."""
     if tensor_parallel is not None:
         return tensor_parallel
     from megatron.core import parallel_state
 
-    return parallel_state.model_parallel_is_initialized()
+    return parallel_state.model_parallel_is_initialized() and parallel_state.get_tensor_model_parallel_world_size() > 1
 
 
 def _compute_dtype(logits: torch.Tensor) -> torch.dtype:
@@ -204,8 +208,9 @@ def per_token_cross_entropy(
 ) -> torch.Tensor:
     """-log softmax(logits)[label] at every position, padding columns excluded from the softmax.
 
-    `tensor_parallel` None: Megatron's vocab-parallel CE when its parallel state is initialized
-    (then `logits` is this rank's vocab slice), plain torch otherwise. `logits` is never modified.
+    `tensor_parallel` None: Megatron's vocab-parallel CE when its parallel state splits the vocabulary over more
+    than one tensor-parallel rank (then `logits` is this rank's vocab slice), plain torch otherwise. `logits` is
+    never modified.
     """
     if logits.shape[:-1] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not match")

@@ -12,9 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
-from synthkd_training.losses import SpanLossConfig, span_ce_loss, span_kd_loss
+from synthkd_training.losses import SpanLossConfig, _use_tensor_parallel, span_ce_loss, span_kd_loss
 from tests.training import tp_worker
 
 
@@ -48,7 +49,11 @@ CASES = {
 }
 
 
-def test_tp1_matches_plain_torch(tp1_parallel_state):
+@pytest.mark.parametrize("tensor_parallel", [True, None], ids=["vocab_parallel_path", "chosen_from_parallel_state"])
+def test_tp1_matches_plain_torch(tp1_parallel_state, tensor_parallel):
+    """At TP = 1 the vocab-parallel path (forced) equals plain torch, and left to the parallel state (None) the
+    losses take the plain path: one rank splits nothing."""
+    assert _use_tensor_parallel(None) is False and _use_tensor_parallel(True) is True
     logits, teacher, span_id, generator = _inputs()
     labels = torch.randint(0, 5, (3, 4), generator=generator)
     for name, (kind, fields) in CASES.items():
@@ -57,10 +62,10 @@ def test_tp1_matches_plain_torch(tp1_parallel_state):
         for dtype in (torch.float32, torch.float64):
             student = logits.detach().to(dtype).clone().requires_grad_()
             before = student.detach().clone()
-            if kind == "ce":  # tensor_parallel=None: picked up from the initialized parallel state
-                result = span_ce_loss(student, labels, span_id, config)
+            if kind == "ce":
+                result = span_ce_loss(student, labels, span_id, config, tensor_parallel=tensor_parallel)
             else:
-                result = span_kd_loss(student, teacher.to(dtype), span_id, config)
+                result = span_kd_loss(student, teacher.to(dtype), span_id, config, tensor_parallel=tensor_parallel)
             result.loss.backward()
             assert torch.equal(student.detach(), before), f"{name}: logits modified in place"
             torch.testing.assert_close(result.loss.double(), expected.loss, rtol=1e-5, atol=1e-6, msg=name)
