@@ -43,8 +43,6 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rensa import RMinHash
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from synthkd_assets.core.filters import answer_expr, constraints_expr, expected_answer
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
@@ -440,6 +438,10 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
         verified = len(edges)
     else:
         edges = np.zeros((0, 2), dtype=np.int64)
+    # scipy (~0.2 s to import) loads here, in the plan pass, not in every run worker that imports this module
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     graph = coo_matrix((np.ones(len(edges), dtype=np.int8), (edges[:, 0], edges[:, 1])), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
     order = np.lexsort((rank_key, labels))
