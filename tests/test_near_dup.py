@@ -28,12 +28,14 @@ from synthkd_assets.core.near_dup import (
     candidate_pairs,
     cluster_shards,
     cluster_summary,
+    merged_codes,
     minhash_signatures,
     normalize_prompt,
     removed_by_clusters,
     shingles,
     signature_table,
     signatures_shard,
+    sorted_distinct,
     value_slices,
     verified_pairs,
     word_grams,
@@ -141,6 +143,19 @@ def test_candidate_pairs_star_and_chain_each_keys_group_in_rank_order(rows):
         for j in range(1, len(group)):
             expected |= {tuple(sorted((group[0][1], group[j][1]))), tuple(sorted((group[j - 1][1], group[j][1])))}
     assert found == expected
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=200), st.lists(st.integers(0, 50), max_size=200))
+def test_sorted_distinct_and_merged_codes_are_numpys_unique_and_union(values, more):
+    """The clustering's own unique and union (numpy 2's hash first) give exactly what np.unique and np.union1d
+    give, for any int64 values, repeated or not, and for any two sorted distinct code arrays."""
+    array = np.array(values, dtype=np.int64)
+    before = array.copy()
+    assert np.array_equal(sorted_distinct(array), np.unique(array)) and np.array_equal(array, before)
+    assert np.array_equal(sorted_distinct(array.copy(), in_place=True), np.unique(array))
+    codes, other = np.unique(array), np.unique(np.array(more, dtype=np.int64))
+    merged = merged_codes(codes, other)
+    assert merged.dtype == np.int64 and np.array_equal(merged, np.union1d(codes, other))
 
 
 def test_a_pair_hidden_behind_a_dissimilar_first_row_is_found_on_any_layout(tmp_path):

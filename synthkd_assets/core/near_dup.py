@@ -329,9 +329,37 @@ def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray) -> np.ndarray:
     return np.concatenate([star, chain]).astype(np.int64)
 
 
+def sorted_distinct(values: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """`np.unique` of a 1-D integer array (its distinct values, sorted), by a sort and a comparison of neighbours.
+
+    numpy 2's `np.unique` hashes the values before sorting them, many times slower on the millions of pair codes
+    and rows of the clustering (benchmarks/README.md, "Near-duplicate control"). The sort is stable (timsort for
+    int64): two sorted runs concatenated, as `merged_codes` gives it, are merged in linear time.
+
+    Args:
+        values: a 1-D integer array.
+        in_place: sort `values` itself (a temporary of the caller's) instead of a copy.
+
+    Returns:
+        The distinct values in ascending order.
+    """
+    ordered = values if in_place else values.copy()
+    ordered.sort(kind="stable")
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def merged_codes(codes: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """The sorted distinct union of two sorted distinct code arrays (`np.union1d`, as `sorted_distinct`)."""
+    return sorted_distinct(np.concatenate([codes, more]), in_place=True)
+
+
 def _pair_codes(pairs: np.ndarray, n_rows: int) -> np.ndarray:
     """Sorted distinct codes low * n_rows + high of the pairs (one int64 a pair: the unordered pair)."""
-    return np.unique(np.minimum(pairs[:, 0], pairs[:, 1]) * n_rows + np.maximum(pairs[:, 0], pairs[:, 1]))
+    codes = np.minimum(pairs[:, 0], pairs[:, 1]) * n_rows + np.maximum(pairs[:, 0], pairs[:, 1])
+    return sorted_distinct(codes, in_place=True)
 
 
 def _code_pairs(codes: np.ndarray, n_rows: int) -> np.ndarray:
@@ -382,7 +410,7 @@ def verified_pairs(
     in memory when they would not fit the budget (every slice re-reads the signature files)."""
     if len(pairs) == 0:
         return pairs
-    rows = np.unique(pairs)
+    rows = sorted_distinct(pairs.ravel())
     index = np.int32 if len(rows) < 2**31 else np.int64
     a, b = np.searchsorted(rows, pairs[:, 0]).astype(index), np.searchsorted(rows, pairs[:, 1]).astype(index)
     equal = np.zeros(len(pairs), dtype=np.uint8)
@@ -428,7 +456,7 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
         codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged band by band
         for column in BAND_COLUMNS:
             band = candidate_pairs(np.concatenate([_shard_column(p, column) for p in paths]), rank_key)
-            codes = np.union1d(codes, _pair_codes(band, n))
+            codes = merged_codes(codes, _pair_codes(band, n))
             del band
         unique = _code_pairs(codes, n)
         del codes
