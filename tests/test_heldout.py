@@ -11,6 +11,7 @@ import shutil
 import unicodedata
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
@@ -24,6 +25,7 @@ from synthkd_assets.core.near_dup import (
     heldout_prompts_trained,
     normalize_prompt,
 )
+from synthkd_assets.core.validation_sets import row_groups_holding
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_assets.defs.upstream import shard_names
 from synthkd_contract import drops
@@ -151,6 +153,22 @@ def trained_ids(paths) -> set[str]:
     for table in (paths.megatron_root() / "shards").glob("*_documents.parquet"):
         ids |= set(pq.read_table(table, columns=["synth_id"]).column("synth_id").to_pylist())
     return ids
+
+
+@given(st.integers(1, 40), st.integers(1, 9), st.sets(st.integers(0, 45), max_size=8))
+def test_the_validation_sets_read_only_the_row_groups_holding_their_rows(tmp_path_factory, rows, group_rows, wanted):
+    """`row_groups_holding` (the validation sets read the messages of those row groups only) names exactly the
+    row groups that hold a wanted synth_id, by brute force over the file's row groups; ids not in the file name
+    none."""
+    path = tmp_path_factory.mktemp("groups") / "filtered.parquet"
+    pq.write_table(pa.table({"synth_id": [f"id-{i}" for i in range(rows)]}), path, row_group_size=group_rows)
+    file = pq.ParquetFile(path)
+    expected = [
+        group
+        for group in range(file.metadata.num_row_groups)
+        if {f"id-{i}" for i in wanted} & set(file.read_row_group(group, columns=["synth_id"])["synth_id"].to_pylist())
+    ]
+    assert row_groups_holding(path, {f"id-{i}" for i in wanted}) == expected
 
 
 def test_held_out_rows_renamed_in_place_and_rebuilt_are_never_trained_on(copy_of_build):

@@ -6,17 +6,18 @@ dropped from training as `heldout`, so both are cluster-disjoint from everything
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from synthkd_assets.core.distill_io import completion_prefix, prompt_messages
 from synthkd_assets.core.filters import constraints_expr, expected_answer
 from synthkd_assets.core.near_dup import FORMAT_SET, KL_SET
-from synthkd_assets.core.parquet_io import iter_frames
+from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_contract.schemas import VALIDATION_SCHEMA
 
 
@@ -30,8 +31,10 @@ def validation_rows(
         wanted.setdefault(entry["shard"], []).append(entry["synth_id"])
     found: dict[str, dict[str, Any]] = {}
     for shard, ids in wanted.items():
-        # streamed: a whole synth_filtered shard (its messages) would be held at once for a few rows of it
-        for frame in iter_frames(filtered[shard], ("synth_id", "messages_json", "metadata_json")):
+        # streamed: a whole synth_filtered shard (its messages) would be held at once for a few rows of it; and
+        # only the row groups holding those rows are read past their synth_id
+        groups = row_groups_holding(filtered[shard], ids)
+        for frame in iter_frames(filtered[shard], ("synth_id", "messages_json", "metadata_json"), row_groups=groups):
             frame = frame.filter(pl.col("synth_id").is_in(ids)).with_columns(constraints_expr().alias("constraints"))
             for row in frame.select("synth_id", "messages_json", "constraints").iter_rows(named=True):
                 found[row["synth_id"]] = row
@@ -56,6 +59,29 @@ def validation_rows(
             }
         )
     return sets
+
+
+def row_groups_holding(path: Path, synth_ids: Collection[str]) -> list[int]:
+    """The row groups of the Parquet file `path` that hold a row whose `synth_id` is one of `synth_ids`, in file
+    order, found by reading its `synth_id` column alone.
+
+    Args:
+        path: a Parquet file with a `synth_id` column (synth_filtered's).
+        synth_ids: the ids looked for.
+
+    Returns:
+        Row group indices, ascending, each once.
+
+    Raises:
+        InputFileError: the file is unreadable or has no `synth_id` column (`iter_frames`).
+    """
+    ids = [frame["synth_id"] for frame in iter_frames(path, ("synth_id",))]
+    if not ids:
+        return []
+    rows = np.flatnonzero(pl.concat(ids).is_in(list(synth_ids)).to_numpy())
+    metadata = streaming_parquet_file(path).metadata
+    ends = np.cumsum([metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)])
+    return sorted(set(np.searchsorted(ends, rows, side="right").tolist()))
 
 
 def validation_table(rows: list[dict[str, Any]]) -> pa.Table:
