@@ -466,7 +466,8 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
         verified = len(edges)
     else:
         edges = np.zeros((0, 2), dtype=np.int64)
-    # scipy (~0.2 s to import) loads here, in the plan pass, not in every run worker that imports this module
+    # scipy loads here, in the plan pass, not in every run worker that imports this module (its import is part of
+    # each run's start-up otherwise: benchmarks/README.md, "Launching through the instance")
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
