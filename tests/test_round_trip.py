@@ -3,6 +3,7 @@ the built sample and on hostile text; one corrupted token fails it, and the bloc
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 
@@ -17,6 +18,7 @@ from openai_harmony import ReasoningEffort, SystemContent
 from synthkd_assets.core import round_trip
 from synthkd_assets.core.render import FastRenderer, RenderError
 from synthkd_assets.core.round_trip import WHOLE, RoundTripChecker, paired_conversations, round_trip_shard
+from synthkd_assets.core.stages import tokenize_and_round_trip_shard
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
 from synthkd_assets.defs.passes import INVENTORY_STEPS, PLAN_STEPS, SCAN_STEPS
@@ -182,6 +184,17 @@ def test_any_structure_the_renderer_accepts_round_trips(renderer, checker, messa
     assert checker.check("structure", rendered.tokens, messages) == []
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(structure=any_structure(), system=system_contents, user=hostile_text, final=hostile_text)
+def test_rendering_leaves_the_messages_the_step_checks_against_unchanged(fast, structure, system, user, final):
+    """The tokenize step checks the tokens against the very message dicts the renderer read
+    (`tokenize_and_round_trip_shard`): rendering them, by the fast way or handed to openai-harmony's, changes none."""
+    batch = [structure, conversation(system, user, None, final)]
+    before = copy.deepcopy(batch)
+    fast.render_many(batch)
+    assert batch == before
+
+
 @pytest.mark.parametrize("recipient", [None, "functions.lookup"])
 @pytest.mark.parametrize("channel", [None, "analysis", "commentary", "final"])
 @pytest.mark.parametrize("role", ["assistant", "user", "tool"])
@@ -279,6 +292,28 @@ def test_the_system_message_is_compared_as_harmony_renders_it(encoding, checker,
     [mismatch] = checker.check(synth_id, tokens, [other, *messages[1:]])
     assert (mismatch.message_index, mismatch.field.split()[0]) == (0, "text")
     assert "Reasoning: medium" in mismatch.got and "Reasoning: high" in mismatch.expected
+
+
+def test_the_steps_round_trip_is_the_one_of_its_file_read_back(tmp_path, built_sample, encoding, fast, checker):
+    """The step checks the arrays it writes; read back from the written file and paired with its input by synth_id
+    (`round_trip_shard`), the same conversations give the same result, a corrupted one included."""
+    _, layout, _ = built_sample
+    sampled = layout.data_layout().stage_output("synth_sampled", SMALL_SHARD)
+    render_many = fast.render_many
+
+    def corrupting(conversations):
+        results = render_many(conversations)
+        results[7].tokens[-3] += 1
+        return results
+
+    fast.render_many = corrupting
+    try:
+        report, in_step = tokenize_and_round_trip_shard(sampled, tmp_path / "t.parquet", fast, checker, SMALL_SHARD)
+    finally:
+        del fast.render_many
+    read_back = round_trip_shard(tmp_path / "t.parquet", sampled, encoding)
+    assert in_step == read_back and in_step.conversations == report.rows_out > 10
+    assert [m.synth_id for m in in_step.mismatches] == [pl.read_parquet(sampled)["synth_id"][7]]
 
 
 def test_a_tokenized_row_without_its_harmony_row_is_a_pairing_mismatch(tmp_path, built_sample, encoding):

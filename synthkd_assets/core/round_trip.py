@@ -1,6 +1,7 @@
 """The Harmony round-trip (docs/contract.md#checks): the tokens written for a conversation, parsed back by
 openai-harmony, give exactly the messages of synth_harmony it was rendered from. It catches a renderer (fast or
-reference) that drifts from Harmony, and any token of a written conversation changed on its way to disk."""
+reference) that drifts from Harmony. The build checks the arrays it writes (`stages.tokenize_and_round_trip_shard`);
+`round_trip_shard` checks a written file, read back."""
 
 from __future__ import annotations
 
@@ -79,6 +80,10 @@ class RoundTrip:
 
     conversations: int
     mismatches: list[Mismatch]
+
+    def plus(self, later: RoundTrip) -> RoundTrip:
+        """This check followed by `later`'s (its conversations come after these)."""
+        return RoundTrip(self.conversations + later.conversations, [*self.mismatches, *later.mismatches])
 
 
 class RoundTripChecker:

@@ -35,6 +35,7 @@ from synthkd_assets.core.parquet_io import (
 from synthkd_assets.core.raw_read import RawRead, read_raw_shard
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
 from synthkd_assets.core.report import ShardReport
+from synthkd_assets.core.round_trip import RoundTrip, RoundTripChecker
 from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
 from synthkd_assets.core.validation import DuplicateIds, check_exercises, check_raw_schema, conform_raw_frame
@@ -246,10 +247,13 @@ class TokenizeStep(ShardStep):
         out_path: Path,
         renderer: Renderer,
         exercise_table: Mapping[str, str] = EXERCISE_SKILL_BUCKET,
+        checker: RoundTripChecker | None = None,
     ) -> None:
         self.harmony_path, self.out_path, self.renderer = harmony_path, out_path, renderer
         self.exercise_table = exercise_table
         self.routed_before = renderer.routed_to_reference
+        self.checker = checker
+        self.round_trip = RoundTrip(0, [])  # of the rows written, when `checker` is given
 
     def open_outputs(self) -> Outputs:
         return ParquetOutputs({SHARD: (self.out_path, TOKENIZED_SCHEMA)})
@@ -268,6 +272,10 @@ class TokenizeStep(ShardStep):
             kept.append(i)
             rendered.append(result)
             report.span_tokens.update(result.span_token_counts())
+        if self.checker is not None:  # the tokens as written, against the messages they were rendered from
+            written = zip(frame["synth_id"][kept], (c.tokens for c in rendered), map(conversations.__getitem__, kept))
+            found = self.checker.check_many(written)
+            self.round_trip = self.round_trip.plus(found)
         frame = frame[kept]
         report.language.update(frame["language"].to_list())
         report.exercise.update(frame["exercise"].to_list())
@@ -296,6 +304,34 @@ def tokenize_shard(
     Streams batch by batch; `render_path` counts rows the fast renderer had to hand to openai-harmony.
     """
     return run_step(TokenizeStep(harmony_path, out_path, renderer, exercise_table), shard, errors_log)
+
+
+def tokenize_and_round_trip_shard(
+    harmony_path: Path,
+    out_path: Path,
+    renderer: Renderer,
+    checker: RoundTripChecker,
+    shard: str,
+    errors_log: Path | None = None,
+    exercise_table: Mapping[str, str] = EXERCISE_SKILL_BUCKET,
+) -> tuple[ShardReport, RoundTrip]:
+    """`tokenize_shard`, and the Harmony round-trip of every conversation it writes (docs/contract.md
+    "Harmony round-trip"), checked batch by batch on the arrays written rather than read back from the file.
+
+    Args:
+        harmony_path: the step's input, synth_harmony_v1 rows.
+        out_path: the synth_tokenized file to write.
+        renderer: renders each conversation's tokens and masks.
+        checker: parses the tokens back and compares them with the conversation's messages.
+        shard: the shard's name, for the report and the errors.
+        errors_log: where to write the dropped rows.
+        exercise_table: exercise -> skill bucket, for the report's sequence counts.
+
+    Returns:
+        The shard's report and the round-trip of the rows written, in their order.
+    """
+    step = TokenizeStep(harmony_path, out_path, renderer, exercise_table, checker)
+    return run_step(step, shard, errors_log), step.round_trip
 
 
 @dataclass(frozen=True)

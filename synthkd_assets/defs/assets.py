@@ -31,7 +31,7 @@ from synthkd_assets.core.near_dup import (
 )
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
-from synthkd_assets.core.round_trip import round_trip_shard
+from synthkd_assets.core.round_trip import RoundTripChecker
 from synthkd_assets.core.sampling import sampling_rule
 from synthkd_assets.core.sources import source_adapter
 from synthkd_assets.core.sources.base import harmonize_source_shard
@@ -41,7 +41,7 @@ from synthkd_assets.core.stages import (
     harmonize_shard,
     keep_everything,
     select_rows_shard,
-    tokenize_shard,
+    tokenize_and_round_trip_shard,
     write_megatron_shard,
 )
 from synthkd_assets.core.synth import system_message_dict
@@ -330,8 +330,11 @@ def synth_tokenized(
     renderer = FastRenderer(encoding, vocabulary, build.encode_threads)
     in_path, out_path = stage_files(paths, "synth_sampled", key)[0], stage_files(paths, "synth_tokenized", key)[0]
     errors = paths.error_log("synth_tokenized", key)
-    report = tokenize_shard(in_path, out_path, renderer, key, errors, build.exercise_table())
-    round_trip = harmony_round_trip_result(round_trip_shard(out_path, in_path, encoding, vocabulary))
+    checker = RoundTripChecker(encoding, vocabulary)
+    report, checked = tokenize_and_round_trip_shard(
+        in_path, out_path, renderer, checker, key, errors, build.exercise_table()
+    )
+    round_trip = harmony_round_trip_result(checked)
     return_freed_heap()  # the round trip's numpy temporaries, a batch at a time (core/memory.py)
     return stage_result(paths, report, "synth_tokenized", (round_trip,), **bucket_report_metadata(report.to_dict()))
 
