@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
 from openai_harmony import ReasoningEffort
 
 from synthkd_assets.core import manifest as mf
@@ -43,3 +44,20 @@ def test_config_hash_changes_exactly_when_the_output_could():
     selection = base.kd_config()["selection"]
     low_effort = system_message_dict(default_system_content().with_reasoning_effort(ReasoningEffort.LOW))
     assert mf.config_hash(kd_build_config(low_effort, None, None, selection)) != digest
+
+
+def test_the_inputs_fingerprint_moves_with_a_replaced_file_or_the_config(tmp_path):
+    """Equal while nothing changes; another after the file is republished with the same bytes (an atomic rename, as
+    every output is written) or with the config changed; a missing file is an error, not a fingerprint."""
+    data = tmp_path / "part.parquet"
+    data.write_bytes(b"rows")
+    first = mf.inputs_fingerprint([data], {"rate": 0.5})
+    assert mf.inputs_fingerprint([data], {"rate": 0.5}) == first
+    assert mf.inputs_fingerprint([data], {"rate": 0.25}) != first
+    replacement = tmp_path / "part.parquet.partial"
+    replacement.write_bytes(b"rows")
+    replacement.replace(data)
+    assert mf.inputs_fingerprint([data], {"rate": 0.5}) != first
+    data.unlink()
+    with pytest.raises(FileNotFoundError):
+        mf.inputs_fingerprint([data], {"rate": 0.5})

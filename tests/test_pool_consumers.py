@@ -18,7 +18,8 @@ import pytest
 from examples import train_online_kd as online_kd_example
 from examples import train_scorer as scorer_example
 from synthkd_assets.core.cleanup import pool_publication_files
-from synthkd_assets.defs.passes import PLAN_STEPS, POOL_MANIFEST_STEPS, POOL_STEPS
+from synthkd_assets.defs import pool as pool_defs
+from synthkd_assets.defs.passes import PLAN_STEPS, POOL_MANIFEST_STEPS, POOL_STEPS, QUOTA_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract.manifest_seal import verify_manifest, write_sealed
 from synthkd_training.dataset import SpanDatasetError, SpanGPTDatasetConfig, build_span_datasets
@@ -148,21 +149,59 @@ def test_the_pool_manifest_refuses_validation_sets_of_another_plan(built_sample,
     )
 
 
-def test_a_hand_edited_quota_plan_is_not_built_into_a_verifying_pool(built_sample, own_instance, copied):
-    """The plan's targets left as configured, its rates edited, and every shard's pool rebuilt under it (as the
-    attack did): the curriculum and the pool manifest refuse, naming the rates; nothing is published."""
+def refusals_of_the_quota_plan(instance, layout: SynthKDLayout, plan_path: Path) -> list[str]:
+    """The failure message of each step of the pool-manifest pass, run one at a time."""
+    messages = []
+    for step in POOL_MANIFEST_STEPS:
+        failed = run(instance, layout, [step], raise_on_error=False)
+        assert not failed.success
+        [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+        messages.append(str(failure.step_failure_data.error))
+    assert all(f"the quota plan {plan_path} is not the one the configured targets give" in m for m in messages)
+    return messages
+
+
+def test_a_recorded_quota_plan_is_verified_without_reading_the_shards(built_sample, own_instance, copied, monkeypatch):
+    """synth_quota_plan records what its plan was made from: while the plan's bytes and the shards' synth_tokenized
+    files are those, the curriculum and the pool manifest take it as current without computing it again."""
     layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copied.data_root))
+    before = copied.quota_plan().read_bytes()
+    run(own_instance, layout, QUOTA_STEPS)
+    assert copied.quota_plan().read_bytes() == before  # the same plan, now recorded in this instance
+
+    def not_again(*args):
+        raise AssertionError("the quota plan was computed again")
+
+    monkeypatch.setattr(pool_defs, "quota_plan_of", not_again)
+    assert run(own_instance, layout, POOL_MANIFEST_STEPS).success
+
+
+def test_a_shard_rebuilt_after_the_recorded_quota_plan_is_refused(built_sample, own_instance, copied):
+    """A shard's synth_tokenized file replaced after synth_quota_plan recorded its inputs (one row fewer): the
+    plan is computed again, differs, and the pass refuses."""
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copied.data_root))
+    run(own_instance, layout, QUOTA_STEPS)
+    tokenized = copied.stage_output("synth_tokenized", "synth_002")
+    table = pq.read_table(tokenized)
+    pq.write_table(table.slice(1), tokenized)
+    refusals_of_the_quota_plan(own_instance, layout, copied.quota_plan())
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["never-recorded", "recorded-then-edited"])
+def test_a_hand_edited_quota_plan_is_not_built_into_a_verifying_pool(built_sample, own_instance, copied, recorded):
+    """The plan's targets left as configured, its rates edited, and every shard's pool rebuilt under it (as the
+    attack did): the curriculum and the pool manifest refuse, naming the rates; nothing is published. Whether or
+    not this instance recorded the plan synth_quota_plan wrote before the edit."""
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(copied.data_root))
+    if recorded:
+        run(own_instance, layout, QUOTA_STEPS)
     plan = json.loads(copied.quota_plan().read_text())
     plan["rates"]["B1"] = {ctx: rate / 2 for ctx, rate in plan["rates"]["B1"].items()}
     copied.quota_plan().write_text(json.dumps(plan, indent=2))
     for shard in [f"synth_{i:03d}" for i in range(1, 7)]:  # every shard of the sample
         run(own_instance, layout, POOL_STEPS, shard)
-    for step in POOL_MANIFEST_STEPS:  # neither the curriculum's blends nor the manifest are written from it
-        failed = run(own_instance, layout, [step], raise_on_error=False)
-        assert not failed.success
-        [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
-        message = str(failure.step_failure_data.error)
-        assert f"the quota plan {copied.quota_plan()} is not the one the configured targets give" in message
+    # neither the curriculum's blends nor the manifest are written from it
+    for message in refusals_of_the_quota_plan(own_instance, layout, copied.quota_plan()):
         assert "(its rates differ)" in message
 
 

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,25 @@ def canonical_json(value: Any) -> str:
 def config_hash(config: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of everything that can change the output bytes."""
     return hashlib.sha256(canonical_json(config).encode("utf-8")).hexdigest()
+
+
+def inputs_fingerprint(files: Iterable[Path], config: dict[str, Any]) -> str:
+    """sha256 of what identifies a computation's inputs without reading them: each file's path, size, modification
+    time (ns) and inode, and the configuration it applies. Outputs are published by an atomic rename, never
+    rewritten in place, so a file rebuilt since has another inode or time.
+
+    Args:
+        files: the files the computation reads.
+        config: the settings it applies (JSON-serializable).
+
+    Returns:
+        A hex digest: equal for the same files, unchanged, and the same settings.
+
+    Raises:
+        FileNotFoundError: a file is missing.
+    """
+    stats = [(str(path), st.st_size, st.st_mtime_ns, st.st_ino) for path in files for st in [path.stat()]]
+    return config_hash({"files": stats, "config": config})
 
 
 @functools.cache

@@ -30,9 +30,15 @@ from synthkd_assets.core.quota import (
     keeps_nothing_reason,
     plan_quota_selection,
     planned_bucket_tokens,
+    quota_config,
     tokenized_quota_rows,
 )
-from synthkd_assets.core.source_mix import reports_by_source, source_mix_plan, tokenized_row_lengths
+from synthkd_assets.core.source_mix import (
+    reports_by_source,
+    source_mix_config,
+    source_mix_plan,
+    tokenized_row_lengths,
+)
 from synthkd_assets.core.valuation import valuation_manifest
 from synthkd_assets.defs.assets import publish_plan, shard_step, synth_sampled, synth_tokenized
 from synthkd_assets.defs.checks import (
@@ -90,6 +96,37 @@ def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig) -> dict:
     return plan
 
 
+QUOTA_INPUTS_FINGERPRINT = "quota_inputs_fingerprint"  # synth_quota_plan's metadata: what its plan was made from
+
+
+def quota_inputs_fingerprint(paths: DataLayout, build: SynthKDBuildConfig) -> str:
+    """`mf.inputs_fingerprint` of what `quota_plan_of` reads (every shard's synth_tokenized file and report) and
+    the settings it applies."""
+    files = [path for name in shard_names(paths) for path in stage_files(paths, "synth_tokenized", name)]
+    config = {
+        "quota": quota_config(build.quota_targets(), build.exercise_table()),
+        "source_mix": source_mix_config(build.source_mix_targets()),
+    }
+    return mf.inputs_fingerprint(files, config)
+
+
+def require_current_quota_plan(
+    context: dg.AssetExecutionContext, paths: DataLayout, build: SynthKDBuildConfig, plan: dict, plan_sha: str
+) -> None:
+    """ManifestInputError unless `plan` (sha256 `plan_sha`) is the one the configured targets give over the current
+    shards (`require_quota_plan`). It is, without reading the shards again, when synth_quota_plan's latest
+    materialization wrote these bytes from inputs of the same fingerprint; otherwise it is computed afresh and
+    compared (docs/pool.md "The quota grid on tokens")."""
+    event = context.instance.get_latest_materialization_event(synth_quota_plan.key)
+    recorded = event.asset_materialization.metadata if event and event.asset_materialization else {}
+    made_from, wrote = recorded.get(QUOTA_INPUTS_FINGERPRINT), recorded.get("plan_sha256")
+    if made_from is not None and wrote is not None and wrote.value == plan_sha:
+        if made_from.value == quota_inputs_fingerprint(paths, build):
+            context.log.info(f"quota plan {plan_sha[:12]}: the one synth_quota_plan wrote, from these inputs")
+            return
+    require_quota_plan(plan, quota_plan_of(paths, build), paths.quota_plan())
+
+
 @synthkd_asset("quota", {"json"}, deps=[synth_tokenized], group_name="pool")
 def synth_quota_plan(
     context: dg.AssetExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
@@ -102,6 +139,7 @@ def synth_quota_plan(
     synth_id; not automated, like the sampling plan: its "Upstream data" / "Unsynced" in the UI after a shard is
     rebuilt is by design, no action needed unless you mean to re-plan (synth_quota_job, then the pool pass)."""
     paths = layout.data_layout(build.smoke)
+    made_from = quota_inputs_fingerprint(paths, build)  # taken first: a shard rebuilt while reading shows later
     plan = quota_plan_of(paths, build)
     if reason := keeps_nothing_reason(plan):
         raise ValueError(f"invalid quota targets: {reason}")
@@ -118,6 +156,7 @@ def synth_quota_plan(
         **bucket_grid_metadata(plan["available"]["tokens"], "available"),
         **bucket_grid_metadata(plan["expected"]["tokens"], "expected"),
         **{f"rate_{b}": next(iter(cells.values())) for b, cells in plan["rates"].items()},
+        **{QUOTA_INPUTS_FINGERPRINT: made_from},
     )
 
 
@@ -208,7 +247,7 @@ def synth_curriculum(
     paths = layout.data_layout(build.smoke)
     records = pool_shard_records(paths, shard_names(paths))
     plan, plan_sha = read_quota_plan(paths, build.quota_targets())
-    require_quota_plan(plan, quota_plan_of(paths, build), paths.quota_plan())  # no blend of a hand-edited plan
+    require_current_quota_plan(context, paths, build, plan, plan_sha)  # no blend of a hand-edited plan
     require_one_quota_plan(records.values(), plan_sha)
     prefixes = scan_pool_prefixes(paths.pool_trio_root())
     plans = [plan_stage(stage, prefixes) for stage in build.curriculum_stages()]
@@ -269,7 +308,7 @@ def synth_pool_manifest(
     with_sources = any(sources.partition_source(n) != sources.SYNTH_SOURCE for n in names)
     origin, sampling, reports = dataset_inputs(paths, build, build.pool_config(with_sources), names)
     plan, plan_sha = read_quota_plan(paths, build.quota_targets())
-    require_quota_plan(plan, quota_plan_of(paths, build), paths.quota_plan())
+    require_current_quota_plan(context, paths, build, plan, plan_sha)
     curriculum = mf.read_json(paths.curriculum_plan())
     records = list(records.values())
     files = pool_dataset_files(paths.pool_root(), paths.pool_trio_root(), records)
