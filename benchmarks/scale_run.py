@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/scale_run.py                         # 1M rows in 10 shards (~1.4B tokens)
     .venv/bin/python benchmarks/scale_run.py --rows 20000 --shards 4 # a few minutes: the same path, small
     .venv/bin/python benchmarks/scale_run.py --verify-only --work-dir W   # the 1% check again on a kept build
+    .venv/bin/python benchmarks/scale_run.py --real-files 7          # 1.09M rows in 7 files shaped as SYNTH's
 
 1. generates `--rows` long SYNTH-like rows into `--shards` raw Parquet files: `rows / copies` distinct rows from
    synthkd_dev.make_sample_data (`generate_rows(long=True)`, ~0.9 ms a row, so 1M distinct rows would cost
@@ -21,7 +22,8 @@
    that live less than one interval) and VmRSS summed over the tree (the machine's peak, by sampling).
 3. reports rows in and out, tokens written (the synth_kd_v1 manifest), tokens/s, output bytes per dataset,
    the build's step and pass times (its console lines), the peak RSS per process, and projects hours for
-   79.6M rows on this machine and on a 64-core Celery pool.
+   the real corpus (500 files, 77.9M rows) on this machine and on a 64-core Celery pool (`projection`: its
+   assumptions; issue #45's target is <= 1 h on the pool).
 4. verifies a seeded random 1% (`--verify-fraction`) of the written documents: their tokens / loss_mask /
    span_id read from the synth_kd_v1 trio with megatron-core's IndexedDataset, against openai-harmony's own
    render (`HarmonyRenderer`) of the same conversation's synth_harmony messages, found by synth_id through the
@@ -51,9 +53,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as `python benchmarks/scale_run.py`: synthkd_dev is at the root
     sys.path.insert(0, str(REPO_ROOT))
 
-FULL_CORPUS_ROWS = 79_600_000
-FULL_CORPUS_TOKENS = (80e9, 100e9)  # SYNTH's own token count, as the issue states it
+from throughput import REAL_FILE_ROWS, REAL_FILE_SEED  # noqa: E402  (a file as SYNTH publishes them)
+
+REAL_CORPUS_ROWS = 77_908_583  # the rows of SYNTH's 500 files (../shared/SYNTH-facts.md; its card says 79.6M)
+REAL_CORPUS_FILES = 500
 CELERY_POOL_CORES = 64
+PROJECTION_TARGET_HOURS = 1.0  # issue #45, target 5: the real corpus in <= 1 h on a 64-core pool
+CLUSTER_STEP = "synth_clusters"  # the one global step that grows faster than the rows (n log n)
 GIB = 1 << 30
 PERTURB_PERIOD = 4  # every 4th word of a copy's answer is replaced
 _LETTERS = re.compile(r"[^\W\d_]+")  # a word's letters: what perturb replaces
@@ -171,6 +177,24 @@ def _take(base_path: str, indices: list[int]):
         _BASE_CACHE.clear()
         _BASE_CACHE[base_path] = pq.read_table(base_path)
     return _BASE_CACHE[base_path].take(pa.array(indices))
+
+
+def make_real_files(files: int, raw_dir: Path) -> dict:
+    """`files` raw files shaped as SYNTH publishes them (REAL_FILE_ROWS rows each in one row group, the sample's
+    generator at its real lengths and exercise mix: what benchmarks/floor.py builds), unless already there."""
+    from synthkd_dev.make_sample_data import write_shards
+
+    started = time.monotonic()
+    reused = raw_dir.is_dir() and len(list(raw_dir.glob("*.parquet"))) == files
+    if not reused:
+        shutil.rmtree(raw_dir, ignore_errors=True)
+        raw_dir.mkdir(parents=True)
+        write_shards(raw_dir, files, REAL_FILE_ROWS, REAL_FILE_SEED)
+    return {
+        "raw_bytes": sum(p.stat().st_size for p in raw_dir.glob("*.parquet")),
+        "seconds": time.monotonic() - started,
+        "reused": reused,
+    }
 
 
 def make_raw(plan: RawPlan, raw_dir: Path, scratch: Path, workers: int) -> dict:
@@ -636,42 +660,83 @@ def cluster_figures(layout) -> dict:
 GLOBAL_STEPS = ("inventory", "plan", "manifest", "quota", "pool_manifest")  # one run each, not per shard
 
 
-def projection(build: dict, figures: dict, cores: int) -> dict:
-    """Hours for the full corpus. Assumptions: the shard passes (scan, build, pool) used every core and their
-    per-core rate holds at any scale and on any number of cores (shards are independent: a 64-core Celery
-    pool is 64 of this machine's cores); the global steps (inventory, plan = near-duplicate clustering +
-    sampling plan + validation sets, manifests, quota, pool manifests) run once on one machine and grow
-    linearly with the rows (the clustering is n log n: benchmarks/README.md, "Near-duplicate control", has its
-    own projection); the rest of the wall time (startup, summaries) is a constant."""
-    steps = {name: build["steps"][name]["wall_s"] for name in GLOBAL_STEPS if name in build["steps"]}
+def global_step_work(dagster_home: Path) -> dict[str, float]:
+    """Per global pass (its run's `synthkd/pass` tag): the seconds its steps ran (Dagster's step events), the part of
+    its wall time that grows with the corpus; the rest (queue, launch, the run process starting) does not. The
+    clustering step on its own (CLUSTER_STEP), which grows faster."""
+    import dagster as dg
+
+    work: dict[str, float] = {}
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        for run in instance.get_runs():
+            name = run.tags.get("synthkd/pass")
+            if name not in GLOBAL_STEPS:
+                continue
+            for stat in instance.get_run_step_stats(run.run_id):
+                if stat.start_time is not None and stat.end_time is not None:
+                    key = CLUSTER_STEP if stat.step_key == CLUSTER_STEP else name
+                    work[key] = work.get(key, 0.0) + stat.end_time - stat.start_time
+    return work
+
+
+def projection(build: dict, figures: dict, cores: int, work: dict[str, float] | None = None) -> dict:
+    """Hours for the real corpus (REAL_CORPUS_FILES files of REAL_CORPUS_ROWS rows in all) on this machine and on a
+    CELERY_POOL_CORES-core pool, from this build. Assumptions:
+
+    - a shard pass runs one run per core at a time, each file's run as long as this build's mean run of that pass
+      (scaled by rows when this build's shards are not real-sized): ceil(files / cores) waves of it. Shards are
+      independent; a worker needs ~1 GiB (docs/design.md), so the pool machine has the memory for one per core;
+    - a global pass (`work`: its steps' seconds) costs its measured start-up (wall less work) once, and its work
+      scaled by rows, on one process whatever the cores (pessimistic for the manifests, which read their per-file
+      inputs on one thread per core); the clustering by rows x log(rows);
+    - the rest of the build's wall time (the services starting, the summary) is a constant.
+    Without `work`, every global pass's wall time is scaled by rows."""
+    work = work or {}
+    rows = figures["rows_in"]
+    row_factor = REAL_CORPUS_ROWS / rows
+    rows_per_file = REAL_CORPUS_ROWS / REAL_CORPUS_FILES
     passes = {name: p["wall_s"] for name, p in build["passes"].items() if "wall_s" in p}
-    global_s, shard_s = sum(steps.values()), sum(passes.values())
-    other_s = max(0.0, build["seconds"] - global_s - shard_s)
-    rows, tokens = figures["rows_in"], figures["tokens"]
-    row_factor = FULL_CORPUS_ROWS / rows
-    per_core = tokens / (shard_s * cores) if shard_s else float("nan")
-    targets = {f"{FULL_CORPUS_ROWS / 1e6:.1f}M rows x {tokens / rows:.0f} tokens/row": tokens * row_factor}
-    targets |= {f"{t / 1e9:.0f}B tokens": t for t in FULL_CORPUS_TOKENS}
-    out = {}
-    for name, target in targets.items():
-        shard_core_s = shard_s * cores * target / tokens
-        global_full_s = global_s * row_factor
-        out[name] = {
-            "tokens": target,
-            "shard_pass_core_hours": shard_core_s / 3600,
-            "global_steps_hours": global_full_s / 3600,
-            "this_machine_hours": (shard_core_s / cores + global_full_s + other_s) / 3600,
-            f"celery_{CELERY_POOL_CORES}_cores_hours": (shard_core_s / CELERY_POOL_CORES + global_full_s + other_s)
-            / 3600,
+    steps = {name: build["steps"][name]["wall_s"] for name in GLOBAL_STEPS if name in build["steps"]}
+    other_s = max(0.0, build["seconds"] - sum(steps.values()) - sum(passes.values()))
+    shards = figures["shards"]
+    file_run_s = {}  # one real-sized file's run of each shard pass
+    for name, runs in build["shard_runs"].items():
+        if runs:
+            file_run_s[name] = sum(runs.values()) / len(runs) * rows_per_file / (rows / shards)
+    clusters = work.get(CLUSTER_STEP, 0.0)  # a step of the plan pass, projected on its own line
+    global_full_s = {}
+    for name, wall in steps.items():
+        grows = work.get(name, wall)
+        global_full_s[name] = wall - grows - (clusters if name == "plan" else 0.0) + grows * row_factor
+    if clusters:
+        global_full_s[CLUSTER_STEP] = clusters * row_factor * math.log(REAL_CORPUS_ROWS) / math.log(rows)
+    global_total_s = sum(global_full_s.values())
+
+    def hours_on(pool_cores: int) -> dict[str, float]:
+        waves = math.ceil(REAL_CORPUS_FILES / pool_cores)
+        shard_s = {name: waves * seconds for name, seconds in file_run_s.items()}
+        return {
+            "shard_passes_hours": sum(shard_s.values()) / 3600,
+            "global_steps_hours": global_total_s / 3600,
+            "hours": (sum(shard_s.values()) + global_total_s + other_s) / 3600,
         }
+
+    here, pool = hours_on(cores), hours_on(CELERY_POOL_CORES)
     return {
         "cores": cores,
+        "files": REAL_CORPUS_FILES,
+        "rows": REAL_CORPUS_ROWS,
+        "file_run_s": file_run_s,
         "global_steps_s": steps,
-        "shard_passes_s": passes,
+        "global_step_work_s": work,
+        "global_steps_full_corpus_s": global_full_s,
         "other_s": other_s,
-        "shard_pass_tok_s_per_core": per_core,
-        "global_steps_full_corpus_s": {k: v * row_factor for k, v in steps.items()},
-        "targets": out,
+        "shard_passes_s": passes,
+        "shard_pass_tok_s_per_core": figures["tokens"] / (sum(passes.values()) * cores) if passes else float("nan"),
+        "this_machine": here,
+        f"celery_{CELERY_POOL_CORES}_cores": pool,
+        "target_hours": PROJECTION_TARGET_HOURS,
+        "target_met": pool["hours"] <= PROJECTION_TARGET_HOURS,
     }
 
 
@@ -694,9 +759,14 @@ def report_lines(result: dict) -> list[str]:
     raw, build, figures = result["raw"], result["build"], result.get("figures", {})
     lines = [
         f"machine: {result['machine']}; load average before / after: {result['load_before']} / {result['load_after']}",
-        f"raw: {result['plan']['rows']:,} rows in {result['plan']['shards']} shards ({raw['distinct_rows']:,} "
-        f"distinct x {result['plan']['copies']} copies, {raw['planted_rows']:,} planted near-duplicates), "
-        f"{_gib(raw['raw_bytes'])}, generated in {raw['seconds']:.0f} s" + (" (reused)" if raw["reused"] else ""),
+        (
+            f"raw: {result['plan']['rows']:,} rows in {result['plan']['shards']} shards ({raw['distinct_rows']:,} "
+            f"distinct x {result['plan']['copies']} copies, {raw['planted_rows']:,} planted near-duplicates), "
+            if "distinct_rows" in raw
+            else f"raw: {result['plan']['rows']:,} rows in {result['plan']['shards']} files shaped as SYNTH's, "
+        )
+        + f"{_gib(raw['raw_bytes'])}, generated in {raw['seconds']:.0f} s"
+        + (" (reused)" if raw["reused"] else ""),
         f"build: exit {build['returncode']}, {build['seconds']:.0f} s wall "
         f"(SYNTHKD_PARALLEL_RUNS={result['parallel_runs']})",
     ]
@@ -736,20 +806,25 @@ def report_lines(result: dict) -> list[str]:
     if "verification" in result:
         lines += verification_lines(result["verification"])
     if "projection" in result:
-        p = result["projection"]
-        lines.append(
-            f"projection ({p['cores']} cores here; global steps x{FULL_CORPUS_ROWS / figures['rows_in']:.1f}, "
-            f"linear in rows: "
-            + ", ".join(f"{k} {v / 3600:.2f} h" for k, v in p["global_steps_full_corpus_s"].items())
-            + ")"
-        )
-        for name, t in p["targets"].items():
-            lines.append(
-                f"  {name}: {t['shard_pass_core_hours']:.0f} core-hours of shard passes + "
-                f"{t['global_steps_hours']:.1f} h of global steps -> {t['this_machine_hours']:.1f} h on this machine, "
-                f"{t[f'celery_{CELERY_POOL_CORES}_cores_hours']:.1f} h on a {CELERY_POOL_CORES}-core Celery pool"
-            )
+        lines += projection_lines(result["projection"])
     return lines
+
+
+def projection_lines(p: dict) -> list[str]:
+    """The projection as the report prints it: each file's run per shard pass, each global step at full scale,
+    then the hours here and on the pool, against the target."""
+    pool, here = p[f"celery_{CELERY_POOL_CORES}_cores"], p["this_machine"]
+    verdict = "met" if p["target_met"] else "NOT met"
+    return [
+        f"projection for the real corpus ({p['files']} files, {p['rows']:,} rows):",
+        "  one file's run per shard pass: " + ", ".join(f"{k} {v:.1f} s" for k, v in p["file_run_s"].items()),
+        "  global steps at full scale, one process: "
+        + ", ".join(f"{k} {v / 60:.1f} min" for k, v in p["global_steps_full_corpus_s"].items()),
+        f"  this machine ({p['cores']} cores): {here['hours']:.1f} h (shard passes {here['shard_passes_hours']:.1f} h, "
+        f"global {here['global_steps_hours']:.2f} h)",
+        f"  a {CELERY_POOL_CORES}-core pool: {pool['hours']:.2f} h (shard passes {pool['shard_passes_hours']:.2f} h, "
+        f"global {pool['global_steps_hours']:.2f} h): target <= {p['target_hours']:g} h {verdict}",
+    ]
 
 
 def _memory_total() -> int:
@@ -779,6 +854,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verify-only", action="store_true", help="only the verification, on the build kept in --work-dir"
     )
+    parser.add_argument(
+        "--real-files",
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"instead of --rows/--shards/--copies: N files shaped as SYNTH publishes them ({REAL_FILE_ROWS:,} rows "
+        "in one row group each, benchmarks/floor.py's input)",
+    )
     args = parser.parse_args(argv)
     if args.rows < args.shards or args.shards < 1 or args.copies < 1 or not 0 < args.verify_fraction <= 1:
         parser.error("need --rows >= --shards >= 1, --copies >= 1, 0 < --verify-fraction <= 1")
@@ -801,6 +884,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if verification["mismatches"] else 0
 
     plan = RawPlan(args.rows, args.shards, args.copies, args.near_dup_share, args.seed)
+    if args.real_files:
+        plan = RawPlan(args.real_files * REAL_FILE_ROWS, args.real_files, 1, 0.0, REAL_FILE_SEED)
     result: dict = {
         "machine": f"{cores} cores, {os.uname().machine}, {_memory_total() / GIB:.0f} GiB",
         "load_before": load_average(),
@@ -809,8 +894,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     status = 0
     try:
-        print(f"generating {args.rows:,} rows in {args.shards} shards under {raw_dir} ...", flush=True)
-        result["raw"] = make_raw(plan, raw_dir, work / "scratch", cores)
+        print(f"generating {plan.rows:,} rows in {plan.shards} files under {raw_dir} ...", flush=True)
+        if args.real_files:
+            result["raw"] = make_real_files(args.real_files, raw_dir)
+        else:
+            result["raw"] = make_raw(plan, raw_dir, work / "scratch", cores)
         keys = sorted(p.stem for p in raw_dir.glob("*.parquet"))
         parallel = os.environ.get("SYNTHKD_PARALLEL_RUNS") or str(cores)
         env = fresh_build_environment(raw_dir, data_dir, home, {"SYNTHKD_PARALLEL_RUNS": parallel})
@@ -826,7 +914,7 @@ def main(argv: list[str] | None = None) -> int:
             result["clusters"] = cluster_figures(layout)
             result["step_times"] = step_times(home)
             result["bytes"] = dataset_bytes(layout)
-            result["projection"] = projection(result["build"], result["figures"], cores)
+            result["projection"] = projection(result["build"], result["figures"], cores, global_step_work(home))
             print("verifying ...", flush=True)
             result["verification"] = verify_documents(layout, keys, args.verify_fraction, args.seed)
             status = 1 if result["verification"]["mismatches"] else 0

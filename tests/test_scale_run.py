@@ -6,6 +6,7 @@ prompts for the copies, planted near-duplicates) are checked in process, without
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -83,8 +84,10 @@ def test_the_proof_runs_end_to_end_and_reports_every_figure(kept_run):
     assert verification["documents_written"] == counts["rows_out"]
     assert verification["documents_verified"] == -(-counts["rows_out"] // 100)  # ceil(1%)
     assert verification["mismatches"] == 0 and verification["tokens_compared"] > 0
-    for target in figures["projection"]["targets"].values():
-        assert target["this_machine_hours"] > target["celery_64_cores_hours"] > 0
+    projection = figures["projection"]
+    assert projection["this_machine"]["hours"] > projection["celery_64_cores"]["hours"] > 0
+    assert {"scan", "build", "pool"} == set(projection["file_run_s"])
+    assert {"inventory", "plan", "manifest", "synth_clusters"} <= set(projection["global_step_work_s"])
     for line in ("rows in / out: 300 /", "tokens written (synth_kd_v1):", "peak RSS (VmHWM", "verification:"):
         assert line in stdout, line
 
@@ -106,3 +109,28 @@ def test_a_flipped_trio_byte_fails_the_verification(kept_run, tmp_path, kind):
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 DIFFER" in done.stdout and f"{kind} differs at 1 positions" in done.stdout
+
+
+def test_the_projection_waves_the_shard_runs_and_scales_only_the_global_work():
+    """Against the arithmetic done by hand: 2 real-sized files, each pass's runs averaged; the global passes'
+    start-up kept, their work scaled by rows, the clustering by rows x log(rows)."""
+    rows = 2 * scale_run.REAL_CORPUS_ROWS // scale_run.REAL_CORPUS_FILES  # two files of the corpus's mean size
+    build = {
+        "seconds": 200.0,
+        "passes": {"scan": {"wall_s": 40.0}, "build": {"wall_s": 50.0}},
+        "shard_runs": {"scan": {"synth_001": 30, "synth_002": 40}, "build": {"synth_001": 50, "synth_002": 50}},
+        "steps": {"inventory": {"wall_s": 10.0}, "plan": {"wall_s": 30.0}},
+    }
+    figures = {"rows_in": rows, "shards": 2, "tokens": 10**6}
+    p = scale_run.projection(build, figures, cores=2, work={"inventory": 4.0, "plan": 5.0, "synth_clusters": 20.0})
+    factor = scale_run.REAL_CORPUS_ROWS / rows  # 250
+    assert p["file_run_s"] == pytest.approx({"scan": 35.0, "build": 50.0}, rel=1e-5)  # rows: whole numbers
+    clusters = 20.0 * factor * math.log(scale_run.REAL_CORPUS_ROWS) / math.log(rows)
+    assert p["global_steps_full_corpus_s"] == pytest.approx(
+        {"inventory": 6 + 4 * factor, "plan": 5 + 5 * factor, "synth_clusters": clusters}
+    )
+    other = 200 - 40 - 50 - 10 - 30
+    global_s = 6 + 4 * factor + 5 + 5 * factor + clusters
+    assert p["this_machine"]["hours"] == pytest.approx((250 * 85 + global_s + other) / 3600)
+    assert p["celery_64_cores"]["hours"] == pytest.approx((8 * 85 + global_s + other) / 3600)  # ceil(500 / 64) waves
+    assert p["target_met"] == (p["celery_64_cores"]["hours"] <= 1.0)
