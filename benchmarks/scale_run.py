@@ -660,6 +660,25 @@ def cluster_figures(layout) -> dict:
 GLOBAL_STEPS = ("inventory", "plan", "manifest", "quota", "pool_manifest")  # one run each, not per shard
 
 
+SHARD_PASSES = ("scan", "build", "pool")  # one run per shard each
+
+
+def shard_run_seconds(dagster_home: Path) -> dict[str, list[float]]:
+    """Per shard pass: each of its runs' seconds from launch (the launcher starting its process) to its end: a
+    file's run as the run queue sees it, start-up included, queueing not. (The build's console lines give each
+    shard's time since its pass began, not its run's.)"""
+    import dagster as dg
+
+    seconds: dict[str, list[float]] = {}
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        for run in instance.get_runs():
+            name = run.tags.get("synthkd/pass")
+            stats = instance.get_run_stats(run.run_id)
+            if name in SHARD_PASSES and stats.launch_time is not None and stats.end_time is not None:
+                seconds.setdefault(name, []).append(stats.end_time - stats.launch_time)
+    return seconds
+
+
 def global_step_work(dagster_home: Path) -> dict[str, float]:
     """Per global pass (its run's `synthkd/pass` tag): the seconds its steps ran (Dagster's step events), the part of
     its wall time that grows with the corpus; the rest (queue, launch, the run process starting) does not. The
@@ -679,19 +698,20 @@ def global_step_work(dagster_home: Path) -> dict[str, float]:
     return work
 
 
-def projection(build: dict, figures: dict, cores: int, work: dict[str, float] | None = None) -> dict:
+def projection(
+    build: dict, figures: dict, cores: int, work: dict[str, float], run_seconds: dict[str, list[float]]
+) -> dict:
     """Hours for the real corpus (REAL_CORPUS_FILES files of REAL_CORPUS_ROWS rows in all) on this machine and on a
     CELERY_POOL_CORES-core pool, from this build. Assumptions:
 
     - a shard pass runs one run per core at a time, each file's run as long as this build's mean run of that pass
-      (scaled by rows when this build's shards are not real-sized): ceil(files / cores) waves of it. Shards are
-      independent; a worker needs ~1 GiB (docs/design.md), so the pool machine has the memory for one per core;
+      (`run_seconds`, launch to end; scaled by rows when this build's shards are not real-sized): ceil(files /
+      cores) waves of it. Shards are independent; a worker needs ~1 GiB (docs/design.md), so the pool machine has
+      the memory for one per core;
     - a global pass (`work`: its steps' seconds) costs its measured start-up (wall less work) once, and its work
       scaled by rows, on one process whatever the cores (pessimistic for the manifests, which read their per-file
       inputs on one thread per core); the clustering by rows x log(rows);
-    - the rest of the build's wall time (the services starting, the summary) is a constant.
-    Without `work`, every global pass's wall time is scaled by rows."""
-    work = work or {}
+    - the rest of the build's wall time (the services starting, the summary) is a constant."""
     rows = figures["rows_in"]
     row_factor = REAL_CORPUS_ROWS / rows
     rows_per_file = REAL_CORPUS_ROWS / REAL_CORPUS_FILES
@@ -699,10 +719,9 @@ def projection(build: dict, figures: dict, cores: int, work: dict[str, float] | 
     steps = {name: build["steps"][name]["wall_s"] for name in GLOBAL_STEPS if name in build["steps"]}
     other_s = max(0.0, build["seconds"] - sum(steps.values()) - sum(passes.values()))
     shards = figures["shards"]
-    file_run_s = {}  # one real-sized file's run of each shard pass
-    for name, runs in build["shard_runs"].items():
-        if runs:
-            file_run_s[name] = sum(runs.values()) / len(runs) * rows_per_file / (rows / shards)
+    file_run_s = {  # one real-sized file's run of each shard pass
+        name: sum(runs) / len(runs) * rows_per_file / (rows / shards) for name, runs in run_seconds.items() if runs
+    }
     clusters = work.get(CLUSTER_STEP, 0.0)  # a step of the plan pass, projected on its own line
     global_full_s = {}
     for name, wall in steps.items():
@@ -726,6 +745,7 @@ def projection(build: dict, figures: dict, cores: int, work: dict[str, float] | 
         "cores": cores,
         "files": REAL_CORPUS_FILES,
         "rows": REAL_CORPUS_ROWS,
+        "run_seconds": run_seconds,
         "file_run_s": file_run_s,
         "global_steps_s": steps,
         "global_step_work_s": work,
@@ -772,9 +792,10 @@ def report_lines(result: dict) -> list[str]:
     ]
     for name, step in build["steps"].items():
         lines.append(f"  step {name}: {step['wall_s']:.1f} s ({step['assets']})")
+    run_seconds = result.get("projection", {}).get("run_seconds", {})
     for name, p in build["passes"].items():
-        runs = build["shard_runs"].get(name, {})
-        detail = f", shard runs {min(runs.values())}-{max(runs.values())} s, sum {sum(runs.values())} s" if runs else ""
+        runs = run_seconds.get(name, [])
+        detail = f", its runs {min(runs):.1f}-{max(runs):.1f} s (launch to end)" if runs else ""
         lines.append(f"  {name} pass: {p.get('wall_s', float('nan')):.1f} s{detail}")
     if figures:
         seconds = build["seconds"]
@@ -914,7 +935,8 @@ def main(argv: list[str] | None = None) -> int:
             result["clusters"] = cluster_figures(layout)
             result["step_times"] = step_times(home)
             result["bytes"] = dataset_bytes(layout)
-            result["projection"] = projection(result["build"], result["figures"], cores, global_step_work(home))
+            runs, work = shard_run_seconds(home), global_step_work(home)
+            result["projection"] = projection(result["build"], result["figures"], cores, work, runs)
             print("verifying ...", flush=True)
             result["verification"] = verify_documents(layout, keys, args.verify_fraction, args.seed)
             status = 1 if result["verification"]["mismatches"] else 0

@@ -118,11 +118,11 @@ def test_the_projection_waves_the_shard_runs_and_scales_only_the_global_work():
     build = {
         "seconds": 200.0,
         "passes": {"scan": {"wall_s": 40.0}, "build": {"wall_s": 50.0}},
-        "shard_runs": {"scan": {"synth_001": 30, "synth_002": 40}, "build": {"synth_001": 50, "synth_002": 50}},
         "steps": {"inventory": {"wall_s": 10.0}, "plan": {"wall_s": 30.0}},
     }
     figures = {"rows_in": rows, "shards": 2, "tokens": 10**6}
-    p = scale_run.projection(build, figures, cores=2, work={"inventory": 4.0, "plan": 5.0, "synth_clusters": 20.0})
+    work = {"inventory": 4.0, "plan": 5.0, "synth_clusters": 20.0}
+    p = scale_run.projection(build, figures, 2, work, {"scan": [30.0, 40.0], "build": [50.0, 50.0]})
     factor = scale_run.REAL_CORPUS_ROWS / rows  # 250
     assert p["file_run_s"] == pytest.approx({"scan": 35.0, "build": 50.0}, rel=1e-5)  # rows: whole numbers
     clusters = 20.0 * factor * math.log(scale_run.REAL_CORPUS_ROWS) / math.log(rows)
