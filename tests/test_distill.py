@@ -15,8 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 from openai_harmony import Conversation, Message, RenderConversationConfig, Role, SystemContent
 
-from synthkd_assets.core.distill_io import distill_part_problems, distill_split, split_leakage
+from synthkd_assets.core.distill_io import (
+    distill_part_problems,
+    distill_split,
+    parts_checked_when_written,
+    rows_valid_for,
+    split_leakage,
+)
 from synthkd_assets.core.parquet_io import list_column_rows
+from synthkd_assets.defs import checks
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
@@ -415,3 +422,65 @@ def test_split_leakage_names_the_parts_an_id_is_in(tmp_path):
         "a appears 2 times (train/part-00001.parquet, validation/part-00004.parquet)",
         "b appears 2 times (train/part-00001.parquet, train/part-00006.parquet)",
     ]
+
+
+# --- the manifest's row checks read only what no shard's check passed on ---------------------------------------
+
+
+def test_a_part_is_taken_as_checked_only_for_the_bytes_and_settings_its_check_passed_on():
+    settings = rows_valid_for(8192, 0.01)
+    listed = {"train/part-00001.parquet": "a", "validation/part-00001.parquet": "b"}
+    written = dict(listed)
+    assert parts_checked_when_written(listed, dict(listed), written, settings, settings) == set(listed)
+    changed = {**listed, "train/part-00001.parquet": "edited"}
+    assert parts_checked_when_written(listed, changed, written, settings, settings) == {"validation/part-00001.parquet"}
+    rewritten = {**written, "validation/part-00001.parquet": "another build"}
+    kept = parts_checked_when_written(listed, dict(listed), rewritten, settings, settings)
+    assert kept == {"train/part-00001.parquet"}
+    assert parts_checked_when_written(listed, dict(listed), written, None, settings) == set()  # its check failed
+    assert parts_checked_when_written(listed, dict(listed), written, rows_valid_for(4096, 0.01), settings) == set()
+
+
+def test_the_manifests_row_checks_read_only_parts_no_shard_check_passed_on(
+    built_sample, own_instance, tmp_path, monkeypatch
+):
+    """Built in this instance, every part's bytes are those its shard's distill_rows_valid passed on: the four row
+    checks read none of them. One part edited since (a label): that part alone is read, and the labels check fails."""
+    instance, (_, _, data_dir) = own_instance, built_sample
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
+    paths = layout.data_layout()
+    shutil.copytree(data_dir, paths.data_root, ignore=shutil.ignore_patterns(paths.distill_root().parent.name))
+    for key in ("synth_001", "synth_002", "synth_003", "synth_004", "synth_005", "synth_006"):
+        run(instance, layout, ["synth_distill"], key)
+    run(instance, layout, ["synth_distill_manifest"])
+
+    def not_read(*args, **kwargs):
+        raise AssertionError("a part was read again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(checks, "distill_part_problems", not_read)
+        result = dg.materialize(
+            ALL_ASSETS,
+            selection=dg.AssetSelection.checks_for_assets("synth_distill_manifest"),
+            instance=instance,
+            resources=synthkd_resources(layout),
+        )
+    row_checks = [e for e in result.get_asset_check_evaluations() if e.check_name in checks.DISTILL_ROW_CHECKS]
+    assert len(row_checks) == 4 and all(e.passed and e.metadata["parts_read"].value == 0 for e in row_checks)
+
+    def edit(rows):
+        start = rows[3]["spans"]["assistant_token_start"]
+        rows[3]["labels"][start + 5] += 1
+
+    rewrite(paths.distill_root() / "train" / "part-00002.parquet", edit)
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=dg.AssetSelection.checks_for_assets("synth_distill_manifest"),
+        instance=instance,
+        resources=synthkd_resources(layout),
+        raise_on_error=False,
+    )
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert not evaluations["distill_labels_match_input_ids"].passed
+    assert evaluations["distill_spans_consistent"].passed
+    assert {evaluations[name].metadata["parts_read"].value for name in checks.DISTILL_ROW_CHECKS} == {1}

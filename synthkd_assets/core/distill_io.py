@@ -33,6 +33,7 @@ import polars as pl
 import pyarrow as pa
 from openai_harmony import Conversation, Message, Role
 
+from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.parquet_io import iter_frames, list_column, streaming_parquet_file
 from synthkd_assets.core.problems import Problems
@@ -421,6 +422,45 @@ def distill_part_problems(
                     )
         row_base += n_rows
     return problems
+
+
+def rows_valid_for(max_seq_len: int, valid_fraction: float) -> str:
+    """What identifies the settings a part's row check applies (`distill_part_problems`): recorded with a shard's
+    parts when the check passed, so that a later check under the same settings need not read them again.
+
+    Args:
+        max_seq_len: the longest row allowed.
+        valid_fraction: the validation split's share of the salted hash.
+
+    Returns:
+        The sha256 of those settings.
+    """
+    return mf.config_hash({"max_seq_len": max_seq_len, "valid_fraction": valid_fraction})
+
+
+def parts_checked_when_written(
+    listed: Mapping[str, str],
+    on_disk: Mapping[str, str],
+    written: Mapping[str, str],
+    valid_for: str | None,
+    settings: str,
+) -> set[str]:
+    """The parts whose rows need no reading again: their bytes on disk are the ones the manifest lists and the
+    ones a shard's row check passed on when it wrote them, under the same settings.
+
+    Args:
+        listed: {part path: sha256} as the manifest lists the shard's parts.
+        on_disk: {part path: sha256} of the files now.
+        written: {part path: sha256} of what the shard's step wrote (its materialization's record).
+        valid_for: `rows_valid_for` of the settings its row check passed under; None when it did not pass.
+        settings: `rows_valid_for` of the settings of the check asking.
+
+    Returns:
+        The part paths of `listed` that are verified.
+    """
+    if valid_for != settings:
+        return set()
+    return {path for path, sha in listed.items() if on_disk.get(path) == sha == written.get(path)}
 
 
 def split_leakage(parts: Mapping[str, list[Path]]) -> Problems:

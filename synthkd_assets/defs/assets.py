@@ -7,7 +7,7 @@ import dagster as dg
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.build_summary import plan_keeps
-from synthkd_assets.core.distill_io import write_distill_shard
+from synthkd_assets.core.distill_io import rows_valid_for, write_distill_shard
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.harmony_artifact import find_range, harmonize_artifact_range
 from synthkd_assets.core.inventory import (
@@ -65,6 +65,7 @@ from synthkd_assets.defs.checks import (
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import latest_raw_versions, o200k_tokenizer, synth_raw
 from synthkd_assets.defs.metadata import (
+    ROWS_VALID_FOR,
     bucket_report_metadata,
     content_version,
     files_metadata,
@@ -417,6 +418,7 @@ def synth_distill(
     )
     record_path = paths.distill_records_dir() / f"{key}.json"
     mf.write_manifest(record_path, result.record(key, shard_index, paths.recorded(root)))
+    rows_valid = distill_rows_result(root, result.files, build)
     metadata = {
         **report_metadata(result.report.to_dict(), "synth_distill"),
         **files_metadata([root / f["path"] for f in result.files], root),
@@ -424,8 +426,10 @@ def synth_distill(
         "prefix_rendered_by_openai_harmony": result.prefixes_checked,
         "dataset_root": dg.MetadataValue.path(str(root)),
     }
+    if rows_valid.passed:  # what the manifest's row checks need not read again (distill_row_checks)
+        metadata[ROWS_VALID_FOR] = rows_valid_for(build.max_seq_len, build.distill_valid_fraction)
     return dg.MaterializeResult(
         metadata=metadata,
         data_version=content_version(metadata, record_path),
-        check_results=[rows_accounted_result(result.report), distill_rows_result(root, result.files, build)],
+        check_results=[rows_accounted_result(result.report), rows_valid],
     )

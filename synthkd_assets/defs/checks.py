@@ -24,7 +24,7 @@ from synthkd_assets.core.checks import (
     validation_rows_trained,
 )
 from synthkd_assets.core.dataset_manifest import record_check_verdict, sealed_digest, write_sealed_manifest
-from synthkd_assets.core.distill_io import distill_part_problems
+from synthkd_assets.core.distill_io import distill_part_problems, parts_checked_when_written, rows_valid_for
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.harmony_artifact import dataset_config, layout_artifact
 from synthkd_assets.core.inventory import built_from_sha256, scan_inputs, shard_index_from_name
@@ -40,13 +40,14 @@ from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.defs.jobs import repair_action
-from synthkd_assets.defs.metadata import readable_metadata
+from synthkd_assets.defs.metadata import FILES_SHA256, ROWS_VALID_FOR, files_sha256_of, readable_metadata
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.tags import DATA_VERSION_TAG
 from synthkd_assets.defs.upstream import shard_names
 from synthkd_contract import constants
 from synthkd_contract.buckets import BUCKET_IMBALANCE_RATIO
+from synthkd_contract.manifest_seal import sha256_files
 from synthkd_contract.sources import SYNTH_SOURCE, partition_source
 
 ROWS_ACCOUNTED = "rows_accounted"
@@ -772,7 +773,9 @@ def distill_row_checks(
 ) -> Iterator[dg.AssetCheckResult]:
     """The DistillKit row checks over every part the manifest lists, each part read once for all of them
     (`distill_part_problems` finds every kind of problem in one pass; parts on one thread per core): four separate
-    reads were most of the manifests pass. Each check reports the schema problems and its own kind, part by part."""
+    reads were most of the manifests pass. A part is not read at all when its bytes are those its shard's
+    distill_rows_valid passed on, under the same settings (`_distill_parts_checked_when_written`; docs/contract.md
+    "Checks"). Each check reports the schema problems and its own kind, part by part."""
     paths = layout.data_layout(build.smoke)
     wanted = {key.name for key in context.selected_asset_check_keys}
     checks = {name: spec for name, spec in DISTILL_ROW_CHECKS.items() if name in wanted}
@@ -784,19 +787,49 @@ def distill_row_checks(
         if "distill_no_split_leakage" in problems:
             problems["distill_no_split_leakage"].merge(_leakage_across_parts(parts))
         kinds = tuple(dict.fromkeys(["schema", *(kind for kind, _, _ in checks.values())]))
+        verified = _distill_parts_checked_when_written(context.instance, root, manifest, build)
+        unread = [part for part in parts if part[0] not in verified]
 
         def part_problems(part: tuple[Path, str]) -> dict[str, list[str]]:
             return distill_part_problems(*part, build.max_seq_len, build.distill_valid_fraction, kinds)
 
-        for found in thread_map(part_problems, parts):
+        for found in thread_map(part_problems, unread):
             for name, (kind, _, _) in checks.items():
                 problems[name].merge(found["schema"])
                 problems[name].merge(found[kind])
         for name, (_, _, passed) in checks.items():
             result = _result(
-                problems[name], check_name=name, passed_summary=f"{len(parts)} parts{passed}", parts=len(parts)
+                problems[name],
+                check_name=name,
+                passed_summary=f"{len(parts)} parts{passed}",
+                parts=len(parts),
+                parts_read=len(unread),  # the others: their bytes are those their shard's check passed on
             )
             yield records[name](result)
+
+
+def _distill_parts_checked_when_written(
+    instance: dg.DagsterInstance, root: Path, manifest: dict, build: SynthKDBuildConfig
+) -> set[Path]:
+    """The parts the manifest lists whose rows need no reading again (`parts_checked_when_written`): each shard's
+    latest synth_distill materialization records the sha256 of what it wrote and, when its distill_rows_valid check
+    passed, the settings it passed under; the files on disk are hashed (every byte once, not decoded)."""
+    settings = rows_valid_for(build.max_seq_len, build.distill_valid_fraction)
+    listed = {shard["partition"]: {f["path"]: f["sha256"] for f in shard["files"]} for shard in manifest["shards"]}
+    on_disk_paths = [root / path for files in listed.values() for path in files if (root / path).is_file()]
+    on_disk = {p.relative_to(root).as_posix(): sha for p, sha in zip(on_disk_paths, sha256_files(on_disk_paths))}
+    verified: set[Path] = set()
+    for partition, files in listed.items():
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("synth_distill"), asset_partitions=[partition]), limit=1
+        ).records
+        metadata = records[0].asset_materialization.metadata if records and records[0].asset_materialization else {}
+        if FILES_SHA256 not in metadata or ROWS_VALID_FOR not in metadata:
+            continue
+        valid_for = metadata[ROWS_VALID_FOR].value
+        checked = parts_checked_when_written(files, on_disk, files_sha256_of(metadata), valid_for, settings)
+        verified.update(root / path for path in checked)
+    return verified
 
 
 def _distill_parts_as_splits(manifest: dict) -> dict:

@@ -27,6 +27,7 @@ PARTITION_ROW_COUNT = "dagster/partition_row_count"
 COLUMN_SCHEMA = "dagster/column_schema"
 URI = "dagster/uri"
 FILES_SHA256 = "files_sha256"  # {path under dagster/uri: sha256} of the files a step wrote
+ROWS_VALID_FOR = "rows_valid_for"  # synth_distill: the settings its parts' row check passed under
 
 # keys a step reports even when nothing happened (0), beside its drop reasons
 STEP_SPLITS = {
