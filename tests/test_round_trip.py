@@ -18,7 +18,8 @@ from openai_harmony import ReasoningEffort, SystemContent
 from synthkd_assets.core import round_trip
 from synthkd_assets.core.render import FastRenderer, RenderError
 from synthkd_assets.core.round_trip import WHOLE, RoundTripChecker, paired_conversations, round_trip_shard
-from synthkd_assets.core.stages import tokenize_and_round_trip_shard
+from synthkd_assets.core.stages import TokenizeStep
+from synthkd_assets.core.steps import run_step
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_tiktoken_o200k
 from synthkd_assets.defs.passes import INVENTORY_STEPS, PLAN_STEPS, SCAN_STEPS
@@ -188,7 +189,7 @@ def test_any_structure_the_renderer_accepts_round_trips(renderer, checker, messa
 @given(structure=any_structure(), system=system_contents, user=hostile_text, final=hostile_text)
 def test_rendering_leaves_the_messages_the_step_checks_against_unchanged(fast, structure, system, user, final):
     """The tokenize step checks the tokens against the very message dicts the renderer read
-    (`tokenize_and_round_trip_shard`): rendering them, by the fast way or handed to openai-harmony's, changes none."""
+    (`TokenizeStep` with a checker): rendering them, by the fast way or handed to openai-harmony's, changes none."""
     batch = [structure, conversation(system, user, None, final)]
     before = copy.deepcopy(batch)
     fast.render_many(batch)
@@ -308,7 +309,8 @@ def test_the_steps_round_trip_is_the_one_of_its_file_read_back(tmp_path, built_s
 
     fast.render_many = corrupting
     try:
-        report, in_step = tokenize_and_round_trip_shard(sampled, tmp_path / "t.parquet", fast, checker, SMALL_SHARD)
+        step = TokenizeStep(sampled, tmp_path / "t.parquet", fast, checker=checker)
+        report, in_step = run_step(step, SMALL_SHARD), step.round_trip
     finally:
         del fast.render_many
     read_back = round_trip_shard(tmp_path / "t.parquet", sampled, encoding)

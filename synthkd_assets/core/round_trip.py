@@ -1,6 +1,6 @@
 """The Harmony round-trip (docs/contract.md#checks): the tokens written for a conversation, parsed back by
 openai-harmony, give exactly the messages of synth_harmony it was rendered from. It catches a renderer (fast or
-reference) that drifts from Harmony. The build checks the arrays it writes (`stages.tokenize_and_round_trip_shard`);
+reference) that drifts from Harmony. The build checks the arrays it writes (`stages.TokenizeStep` with a checker);
 `round_trip_shard` checks a written file, read back."""
 
 from __future__ import annotations

@@ -239,7 +239,11 @@ def select_rows_shard(
 
 
 class TokenizeStep(ShardStep):
-    """synth_harmony_v1 rows -> tokens / loss_mask / span_id; a conversation the renderer refuses is dropped."""
+    """synth_harmony_v1 rows -> tokens / loss_mask / span_id; a conversation the renderer refuses is dropped.
+
+    With a `checker`, the Harmony round-trip (docs/contract.md "Harmony round-trip") of every conversation it
+    writes, batch by batch on the arrays written rather than read back from the file: `round_trip` after
+    `run_step`."""
 
     def __init__(
         self,
@@ -304,34 +308,6 @@ def tokenize_shard(
     Streams batch by batch; `render_path` counts rows the fast renderer had to hand to openai-harmony.
     """
     return run_step(TokenizeStep(harmony_path, out_path, renderer, exercise_table), shard, errors_log)
-
-
-def tokenize_and_round_trip_shard(
-    harmony_path: Path,
-    out_path: Path,
-    renderer: Renderer,
-    checker: RoundTripChecker,
-    shard: str,
-    errors_log: Path | None = None,
-    exercise_table: Mapping[str, str] = EXERCISE_SKILL_BUCKET,
-) -> tuple[ShardReport, RoundTrip]:
-    """`tokenize_shard`, and the Harmony round-trip of every conversation it writes (docs/contract.md
-    "Harmony round-trip"), checked batch by batch on the arrays written rather than read back from the file.
-
-    Args:
-        harmony_path: the step's input, synth_harmony_v1 rows.
-        out_path: the synth_tokenized file to write.
-        renderer: renders each conversation's tokens and masks.
-        checker: parses the tokens back and compares them with the conversation's messages.
-        shard: the shard's name, for the report and the errors.
-        errors_log: where to write the dropped rows.
-        exercise_table: exercise -> skill bucket, for the report's sequence counts.
-
-    Returns:
-        The shard's report and the round-trip of the rows written, in their order.
-    """
-    step = TokenizeStep(harmony_path, out_path, renderer, exercise_table, checker)
-    return run_step(step, shard, errors_log), step.round_trip
 
 
 @dataclass(frozen=True)

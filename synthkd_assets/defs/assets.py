@@ -37,13 +37,14 @@ from synthkd_assets.core.sources import source_adapter
 from synthkd_assets.core.sources.base import harmonize_source_shard
 from synthkd_assets.core.stages import (
     RowRule,
+    TokenizeStep,
     first_reason,
     harmonize_shard,
     keep_everything,
     select_rows_shard,
-    tokenize_and_round_trip_shard,
     write_megatron_shard,
 )
+from synthkd_assets.core.steps import run_step
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.core.tokenizer import load_harmony_encoding, load_tiktoken_o200k
 from synthkd_assets.defs.checks import (
@@ -331,11 +332,9 @@ def synth_tokenized(
     renderer = FastRenderer(encoding, vocabulary, build.encode_threads)
     in_path, out_path = stage_files(paths, "synth_sampled", key)[0], stage_files(paths, "synth_tokenized", key)[0]
     errors = paths.error_log("synth_tokenized", key)
-    checker = RoundTripChecker(encoding, vocabulary)
-    report, checked = tokenize_and_round_trip_shard(
-        in_path, out_path, renderer, checker, key, errors, build.exercise_table()
-    )
-    round_trip = harmony_round_trip_result(checked)
+    step = TokenizeStep(in_path, out_path, renderer, build.exercise_table(), RoundTripChecker(encoding, vocabulary))
+    report = run_step(step, key, errors)
+    round_trip = harmony_round_trip_result(step.round_trip)
     return_freed_heap()  # the round trip's numpy temporaries, a batch at a time (core/memory.py)
     return stage_result(paths, report, "synth_tokenized", (round_trip,), **bucket_report_metadata(report.to_dict()))
 
