@@ -245,3 +245,12 @@ def test_a_build_stopped_between_its_plan_pass_and_its_pool_pass_is_refused(buil
         online_kd_example.pool_ids(copied.pool_root())
     failed = run(own_instance, layout, ["synth_pool_manifest"], build=replan, raise_on_error=False)
     assert not failed.success
+
+
+def test_the_quota_inputs_have_no_fingerprint_while_a_shard_is_missing(built_sample, copied):
+    """A shard's synth_tokenized file gone: no fingerprint (a plan is then computed, and fails naming the file),
+    rather than an error of the fingerprint's own before it."""
+    build = SynthKDBuildConfig()
+    assert pool_defs.quota_inputs_fingerprint(copied, build) is not None
+    copied.stage_output("synth_tokenized", "synth_003").unlink()
+    assert pool_defs.quota_inputs_fingerprint(copied, build) is None

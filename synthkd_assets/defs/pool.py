@@ -99,15 +99,18 @@ def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig) -> dict:
 QUOTA_INPUTS_FINGERPRINT = "quota_inputs_fingerprint"  # synth_quota_plan's metadata: what its plan was made from
 
 
-def quota_inputs_fingerprint(paths: DataLayout, build: SynthKDBuildConfig) -> str:
+def quota_inputs_fingerprint(paths: DataLayout, build: SynthKDBuildConfig) -> str | None:
     """`mf.inputs_fingerprint` of what `quota_plan_of` reads (every shard's synth_tokenized file and report) and
-    the settings it applies."""
+    the settings it applies; None while one of those files is missing (`quota_plan_of` says which)."""
     files = [path for name in shard_names(paths) for path in stage_files(paths, "synth_tokenized", name)]
     config = {
         "quota": quota_config(build.quota_targets(), build.exercise_table()),
         "source_mix": source_mix_config(build.source_mix_targets()),
     }
-    return mf.inputs_fingerprint(files, config)
+    try:
+        return mf.inputs_fingerprint(files, config)
+    except FileNotFoundError:
+        return None
 
 
 def require_current_quota_plan(
@@ -116,7 +119,7 @@ def require_current_quota_plan(
     """ManifestInputError unless `plan` (sha256 `plan_sha`) is the one the configured targets give over the current
     shards (`require_quota_plan`). It is, without reading the shards again, when synth_quota_plan's latest
     materialization wrote these bytes from inputs of the same fingerprint; otherwise it is computed afresh and
-    compared (docs/pool.md "The quota grid on tokens")."""
+    compared (docs/contract.md "What each consumer verifies")."""
     event = context.instance.get_latest_materialization_event(synth_quota_plan.key)
     recorded = event.asset_materialization.metadata if event and event.asset_materialization else {}
     made_from, wrote = recorded.get(QUOTA_INPUTS_FINGERPRINT), recorded.get("plan_sha256")
@@ -156,7 +159,7 @@ def synth_quota_plan(
         **bucket_grid_metadata(plan["available"]["tokens"], "available"),
         **bucket_grid_metadata(plan["expected"]["tokens"], "expected"),
         **{f"rate_{b}": next(iter(cells.values())) for b, cells in plan["rates"].items()},
-        **{QUOTA_INPUTS_FINGERPRINT: made_from},
+        **({QUOTA_INPUTS_FINGERPRINT: made_from} if made_from is not None else {}),
     )
 
 
