@@ -40,7 +40,13 @@ from synthkd_assets.core.stages import documents_path
 from synthkd_assets.core.tokenizer import TokenizerPinError, verify_tokenizer
 from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.defs.jobs import repair_action
-from synthkd_assets.defs.metadata import FILES_SHA256, ROWS_VALID_FOR, files_sha256_of, readable_metadata
+from synthkd_assets.defs.metadata import (
+    FILES_SHA256,
+    ROWS_VALID_FOR,
+    files_sha256_of,
+    latest_partition_materialization,
+    readable_metadata,
+)
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.tags import DATA_VERSION_TAG
@@ -310,9 +316,8 @@ def stale_pool_shards(instance: dg.DagsterInstance, shards: Sequence[str]) -> li
     pool = instance.get_latest_storage_id_by_partition(pool_key, materialized, wanted)
 
     def version(shard: str, before: int | None = None) -> str | None:
-        where = dg.AssetRecordsFilter(asset_key=tokenized_key, asset_partitions=[shard], before_storage_id=before)
-        records = instance.fetch_materializations(where, limit=1).records
-        return records[0].event_log_entry.asset_materialization.tags.get(DATA_VERSION_TAG) if records else None
+        materialization = latest_partition_materialization(instance, tokenized_key, shard, before)
+        return materialization.tags.get(DATA_VERSION_TAG) if materialization else None
 
     stale = []
     for shard in shards:
@@ -820,10 +825,8 @@ def _distill_parts_checked_when_written(
     on_disk = {p.relative_to(root).as_posix(): sha for p, sha in zip(on_disk_paths, sha256_files(on_disk_paths))}
     verified: set[Path] = set()
     for partition, files in listed.items():
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("synth_distill"), asset_partitions=[partition]), limit=1
-        ).records
-        metadata = records[0].asset_materialization.metadata if records and records[0].asset_materialization else {}
+        materialization = latest_partition_materialization(instance, dg.AssetKey("synth_distill"), partition)
+        metadata = materialization.metadata if materialization else {}
         if FILES_SHA256 not in metadata or ROWS_VALID_FOR not in metadata:
             continue
         valid_for = metadata[ROWS_VALID_FOR].value

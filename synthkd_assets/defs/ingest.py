@@ -17,6 +17,7 @@ from synthkd_assets.core.tokenizer import materialize_tokenizer, vocabulary_sour
 from synthkd_assets.core.validation import labels_by_file, unknown_exercise_files, unknown_exercises_message
 from synthkd_assets.defs.checks import pool_unpublished_events
 from synthkd_assets.defs.conventions import OWNERS, pass_tags, synthkd_asset
+from synthkd_assets.defs.metadata import latest_partition_materialization
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.tags import DATA_VERSION_TAG
@@ -62,10 +63,8 @@ def latest_raw_versions(instance: dg.DagsterInstance, keys: list[str]) -> dict[s
     """The content hash last reported for each synth_raw partition (None: never reported)."""
     versions: dict[str, str | None] = {}
     for key in keys:
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=synth_raw.key, asset_partitions=[key]), limit=1
-        ).records
-        versions[key] = records[0].asset_materialization.tags.get(DATA_VERSION_TAG) if records else None
+        materialization = latest_partition_materialization(instance, synth_raw.key, key)
+        versions[key] = materialization.tags.get(DATA_VERSION_TAG) if materialization else None
     return versions
 
 

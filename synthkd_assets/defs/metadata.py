@@ -361,6 +361,15 @@ def readable_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any] | No
     return None if metadata is None else {key: readable_value(key, value) for key, value in metadata.items()}
 
 
+def latest_partition_materialization(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: str, before: int | None = None
+) -> dg.AssetMaterialization | None:
+    """The latest materialization of `asset_key`'s `partition` (before the storage id `before` when given), or None."""
+    where = dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition], before_storage_id=before)
+    records = instance.fetch_materializations(where, limit=1).records
+    return records[0].asset_materialization if records else None
+
+
 def files_sha256_of(metadata: Mapping[str, Any]) -> dict[str, str]:
     """The {file: sha256} a materialization's `files_sha256` entry lists (a table in the UI, `readable_value`)."""
     value = metadata[FILES_SHA256]
