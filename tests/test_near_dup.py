@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rensa import RMinHash
 
+from synthkd_assets.core import near_dup
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.near_dup import (
     BySynthId,
@@ -29,8 +30,10 @@ from synthkd_assets.core.near_dup import (
     cluster_shards,
     cluster_summary,
     merged_codes,
+    min_equal_values,
     minhash_signatures,
     normalize_prompt,
+    rank_order,
     removed_by_clusters,
     shingles,
     signature_table,
@@ -132,17 +135,19 @@ def test_normalization_is_idempotent_and_blind_to_case_and_spacing(text):
 
 
 # --- LSH candidates -------------------------------------------------------------------------------------------
-@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 2**64 - 1)), max_size=60, unique_by=lambda v: v[1]))
+@given(st.lists(st.tuples(st.integers(0, 6), st.one_of(st.integers(0, 3), st.integers(0, 2**64 - 1))), max_size=60))
 def test_candidate_pairs_star_and_chain_each_keys_group_in_rank_order(rows):
+    """Ties of rank_key (possible only for repeated synth_ids) are broken by row, with or without the rank order
+    computed once for every band."""
     keys = np.array([k for k, _ in rows], dtype=np.uint64)
     ranks = np.array([r for _, r in rows], dtype=np.uint64)
-    found = {tuple(sorted(map(int, pair))) for pair in candidate_pairs(keys, ranks)}
-    expected = set()  # brute force: per key, the rows by rank; each to the first and to the one before it
+    expected = set()  # brute force: per key, the rows by rank then row; each to the first and to the one before it
     for key in set(keys.tolist()):
         group = sorted((r, i) for i, (k, r) in enumerate(rows) if k == key)
         for j in range(1, len(group)):
             expected |= {tuple(sorted((group[0][1], group[j][1]))), tuple(sorted((group[j - 1][1], group[j][1])))}
-    assert found == expected
+    for pairs in (candidate_pairs(keys, ranks), candidate_pairs(keys, ranks, rank_order(ranks))):
+        assert {tuple(sorted(map(int, pair))) for pair in pairs} == expected
 
 
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=200), st.lists(st.integers(0, 50), max_size=200))
@@ -388,6 +393,53 @@ def test_bounded_memory_paths_change_nothing(tmp_path):
     assert len(pairs) and value_slices(len(np.unique(pairs)), budget=1 << 10) > 1
     sliced = verified_pairs(pairs, paths, whole.offsets, THRESHOLD, budget=1 << 10)
     assert (sliced == verified_pairs(pairs, paths, whole.offsets, THRESHOLD)).all()
+
+
+def test_verification_reads_the_row_groups_of_its_rows_only_and_decides_as_the_whole_signatures(tmp_path, monkeypatch):
+    """Signature files of many row groups, pairs whose rows leave most of them out (and pairs across files):
+    each pair is verified on its own rows' values, as counted here over the whole signature arrays."""
+    rows, planted = planted_corpus(seed=23)
+    index = {row["synth_id"]: i for i, row in enumerate(rows)}
+    parts = [rows[:200], rows[200:]]
+    paths = []
+    for i, part in enumerate(parts):
+        whole = tmp_path / f"whole_{i}.parquet"
+        write_signatures(part, whole)
+        paths.append(tmp_path / f"synth_{i}.parquet")
+        pq.write_table(pq.read_table(whole), paths[-1], row_group_size=7)
+    assert pq.ParquetFile(paths[0]).metadata.num_row_groups > 20
+    offsets = np.array([0, len(parts[0]), len(rows)], dtype=np.int64)
+    values = np.array([v for p in paths for v in pq.read_table(p)["signature"].to_pylist()], dtype=np.uint32)
+    rng = random.Random(3)
+    some = [(index[a], index[b]) for a, b in rng.sample(planted, 12)] + [
+        tuple(rng.sample(range(len(rows)), 2)) for _ in range(12)
+    ]
+    pairs = np.array(some, dtype=np.int64)
+    equal = (values[pairs[:, 0]] == values[pairs[:, 1]]).sum(axis=1)
+    expected = {tuple(p) for p, e in zip(pairs.tolist(), equal) if e >= min_equal_values(THRESHOLD)}
+    assert 0 < len(expected) < len(pairs)
+    read: dict[str, set[int]] = {}
+
+    class Recorded(pq.ParquetFile):  # what verification's reader reads
+        def __init__(self, source, **kwargs):
+            super().__init__(source, **kwargs)
+            self.name = Path(source).name
+
+        def iter_batches(self, *args, row_groups=None, **kwargs):
+            read.setdefault(self.name, set()).update(row_groups)
+            return super().iter_batches(*args, row_groups=row_groups, **kwargs)
+
+    monkeypatch.setattr(near_dup, "streaming_parquet_file", Recorded)
+    groups = {p.name: set() for p in paths}  # the row groups (7 rows each) of the pairs' rows
+    for row in pairs.ravel().tolist():
+        shard = int(row >= offsets[1])
+        groups[paths[shard].name].add((row - offsets[shard]) // 7)
+    assert len(groups["synth_0.parquet"]) < pq.ParquetFile(paths[0]).metadata.num_row_groups / 2
+    for budget in (1 << 30, 1 << 10):  # the signatures whole, and slice by slice of their values
+        read.clear()
+        found = verified_pairs(pairs, paths, offsets, THRESHOLD, budget=budget)
+        assert {tuple(p) for p in found.tolist()} == expected
+        assert read == groups
 
 
 class SameHash(BySynthId):

@@ -20,7 +20,8 @@ Memory is bounded for the full corpus (benchmarks/README.md "Near-duplicate cont
 the clustering holds one band's keys of every row at a time, the distinct candidate pairs (one int64 each,
 merged band by band), the per-row cluster arrays, and at most SIGNATURE_BUDGET bytes of the candidate rows'
 signatures (verification counts equal values slice by slice of the signature); the held-out sets and the
-summary keep, shard by shard, only the rows they can use. It reads the signature files column by column.
+summary keep, shard by shard, only the rows they can use. It reads the signature files column by column, one
+file a core at once (`thread_map`), and verification compares one chunk of pairs a core at once.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import pyarrow.parquet as pq
 from rensa import RMinHash
 
 from synthkd_assets.core.filters import answer_expr, constraints_expr, expected_answer
+from synthkd_assets.core.parallel import available_cores, thread_map
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.report import ShardReport
@@ -312,12 +314,29 @@ class ClusterSettings:
         }
 
 
-def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray) -> np.ndarray:
+def rank_order(rank_key: np.ndarray) -> np.ndarray:
+    """The rows in rank_key order, ties in row order (a stable argsort): what `candidate_pairs` orders each band
+    by, computed once for every band."""
+    return np.argsort(rank_key, kind="stable")
+
+
+def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray, by_rank: np.ndarray | None = None) -> np.ndarray:
     """(pairs, 2) int64 row indices with equal keys. Within a key's group, ordered by rank_key (a salted hash of
     synth_id, so the same on any shard layout and row order), each row is paired with the group's first row (a
     star) and with the row before it (a chain): at most two pairs per row and band, and a near-duplicate pair is
-    missed only when neither its members nor their neighbours in that order verify in any band."""
-    order = np.lexsort((rank_key, keys))
+    missed only when neither its members nor their neighbours in that order verify in any band.
+
+    Args:
+        keys: one band's key of every row.
+        rank_key: every row's rank_key.
+        by_rank: `rank_order(rank_key)`, when the caller has it (one band after another): the rows are then
+            ordered by a stable sort of one key, the same order as by (keys, rank_key, row).
+
+    Returns:
+        The pairs, stars first, then chains.
+    """
+    by_rank = rank_order(rank_key) if by_rank is None else by_rank
+    order = by_rank[np.argsort(keys[by_rank], kind="stable")]
     ordered = keys[order]
     starts = np.ones(len(ordered), dtype=bool)
     starts[1:] = ordered[1:] != ordered[:-1]
@@ -370,27 +389,47 @@ def _shard_column(path: Path, column: str) -> np.ndarray:
     return pq.read_table(path, columns=[column]).column(column).to_numpy()
 
 
+def _every_shards_column(paths: Sequence[Path], column: str) -> np.ndarray:
+    """A column of every shard's file, in shard order (each file read on its own thread)."""
+    return np.concatenate(thread_map(functools.partial(_shard_column, column=column), paths))
+
+
 def _signature_rows(
     paths: Sequence[Path], offsets: np.ndarray, rows: np.ndarray, values: slice = slice(None)
 ) -> np.ndarray:
     """The given signature values (a slice of the NUM_PERM) of the given global rows (sorted), reading each
-    shard's signature column once."""
+    shard's signature column once, in the row groups that hold them only."""
     width = len(range(nd.NUM_PERM)[values])
     out = np.empty((len(rows), width), dtype=np.uint32)
-    for shard, path in enumerate(paths):
+
+    def read_shard(shard: int) -> None:  # into its own rows of `out`
         lo, hi = np.searchsorted(rows, [offsets[shard], offsets[shard + 1]])
         if lo == hi:
-            continue
-        wanted = rows[lo:hi] - offsets[shard]  # this shard's rows, sorted
-        start = 0  # the file's row of the batch's first row
-        batches = streaming_parquet_file(path).iter_batches(batch_size=SIGNATURE_READ_ROWS, columns=["signature"])
+            return
+        file = streaming_parquet_file(paths[shard])
+        groups, wanted = _row_groups_holding(file.metadata, rows[lo:hi] - offsets[shard])
+        start = 0  # the row, among the row groups read, of the batch's first row
+        batches = file.iter_batches(batch_size=SIGNATURE_READ_ROWS, row_groups=groups, columns=["signature"])
         for batch in batches:
             first, end = np.searchsorted(wanted, [start, start + batch.num_rows])
             if first < end:
-                flat = batch.column(0).flatten().to_numpy().reshape(-1, nd.NUM_PERM)
-                out[lo + first : lo + end] = flat[wanted[first:end] - start, values]
+                flat = batch.column(0).flatten().to_numpy().reshape(-1, nd.NUM_PERM)[:, values]
+                np.take(flat, wanted[first:end] - start, axis=0, out=out[lo + first : lo + end])
             start += batch.num_rows
+
+    thread_map(read_shard, range(len(paths)))
     return out
+
+
+def _row_groups_holding(metadata: pq.FileMetaData, rows: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The row groups of a file that hold these rows (sorted file rows), and each row's place among those row
+    groups' rows read one after another (the rows of the groups skipped left out)."""
+    sizes = np.array([metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)], dtype=np.int64)
+    group_start = np.concatenate([[0], np.cumsum(sizes)])
+    group_of = np.searchsorted(group_start, rows, side="right") - 1
+    groups = sorted_distinct(group_of)
+    skipped = group_start[groups] - np.concatenate([[0], np.cumsum(sizes[groups])[:-1]])  # rows before, not read
+    return groups.tolist(), rows - skipped[np.searchsorted(groups, group_of)]
 
 
 def value_slices(candidate_rows: int, budget: int = SIGNATURE_BUDGET) -> int:
@@ -411,16 +450,23 @@ def verified_pairs(
     if len(pairs) == 0:
         return pairs
     rows = sorted_distinct(pairs.ravel())
-    index = np.int32 if len(rows) < 2**31 else np.int64
-    a, b = np.searchsorted(rows, pairs[:, 0]).astype(index), np.searchsorted(rows, pairs[:, 1]).astype(index)
+    # each candidate row's place in `rows`, looked up by row (a gather, not a search per pair member)
+    place = np.empty(int(rows[-1]) + 1, dtype=np.int32 if len(rows) < 2**31 else np.int64)
+    place[rows] = np.arange(len(rows), dtype=place.dtype)
+    a, b = place[pairs[:, 0]], place[pairs[:, 1]]
+    del place
     equal = np.zeros(len(pairs), dtype=np.uint8)
+    chunk = max(EDGE_CHUNK // available_cores(), 1)  # one chunk a core at once: EDGE_CHUNK pairs' transient in all
     slices = value_slices(len(rows), budget)
     width = nd.NUM_PERM // slices
     for start in range(0, nd.NUM_PERM, width):
         signatures = _signature_rows(paths, offsets, rows, slice(start, start + width))
-        for lo in range(0, len(pairs), EDGE_CHUNK):
-            hi = lo + EDGE_CHUNK
-            equal[lo:hi] += (signatures[a[lo:hi]] == signatures[b[lo:hi]]).sum(axis=1, dtype=np.uint8)
+
+        def count_equal(lo: int, values: np.ndarray = signatures) -> None:
+            hi = lo + chunk
+            equal[lo:hi] += (values[a[lo:hi]] == values[b[lo:hi]]).sum(axis=1, dtype=np.uint8)
+
+        thread_map(count_equal, range(0, len(pairs), chunk))
         del signatures
     return pairs[equal >= min_equal_values(threshold)]
 
@@ -450,12 +496,13 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
     sizes = [pq.ParquetFile(path).metadata.num_rows for path in paths]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(offsets[-1])
-    rank_key = np.concatenate([_shard_column(p, "rank_key") for p in paths]) if n else np.zeros(0, np.uint64)
+    rank_key = _every_shards_column(paths, "rank_key") if n else np.zeros(0, np.uint64)
     candidates = verified = 0
     if n:  # clusters are computed (and reported) with the cap off too; `enabled` decides only the cap
         codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged band by band
+        by_rank = rank_order(rank_key)
         for column in BAND_COLUMNS:
-            band = candidate_pairs(np.concatenate([_shard_column(p, column) for p in paths]), rank_key)
+            band = candidate_pairs(_every_shards_column(paths, column), rank_key, by_rank)
             codes = merged_codes(codes, _pair_codes(band, n))
             del band
         unique = _code_pairs(codes, n)
