@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from synthkd_assets.cli import build_run_config
 from synthkd_assets.core.buckets import bucket_counts, grid_from_nested, grids_from_reports, nested_grid
 from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, InputFileError
+from synthkd_assets.core.quota import QuotaRow, tokenized_quota_rows
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import harmonize_shard, select_rows_shard, tokenize_shard
@@ -161,6 +162,30 @@ def test_bucket_counts_agree_with_plain_loops(rows):
 def test_bucket_counts_refuse_an_unknown_exercise():
     with pytest.raises(UnknownExercise, match="'code_review'"):
         bucket_counts([("rag", "en", 10), ("code_review", "en", 10)])
+
+
+def test_quota_rows_are_every_files_rows_in_order_with_each_rows_own_buckets(tmp_path):
+    """tokenized_quota_rows (each file on a thread, each bucket asked once per exercise and length) gives, file by
+    file and row by row, what the bucket functions give for that row; an exercise no table maps is refused."""
+    exercises = ["rag", "memorization", "math exercise", "mcq", "creative writing"]
+    lengths = [1, 2048, 2049, 8192, 8193, 40000, 7]
+    paths, expected = [], []
+    for f in range(3):
+        rows = [(f"s{f}_{i}", exercises[(i + f) % 5], lengths[(i * 3 + f) % 7]) for i in range(5000 + f)]
+        table = pa.table(
+            {
+                "synth_id": [r[0] for r in rows],
+                "exercise": [r[1] for r in rows],
+                "loss_mask": pa.array([[1] * n for _, _, n in rows], pa.list_(pa.uint8())),
+            }
+        )
+        paths.append(tmp_path / f"synth_{f}.parquet")
+        pq.write_table(table, paths[-1])
+        expected += [QuotaRow(i, skill_bucket(e), ctx_bucket(n), n) for i, e, n in rows]
+    assert tokenized_quota_rows(paths) == expected
+    pq.write_table(pa.table({"synth_id": ["x"], "exercise": ["code_review"], "loss_mask": [[1]]}), paths[1])
+    with pytest.raises(UnknownExercise, match="'code_review'"):
+        tokenized_quota_rows(paths)
 
 
 def test_report_counters_nest_like_exercise_language_and_are_absent_while_empty():

@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from synthkd_assets.core.buckets import Cell, nested_grid
+from synthkd_assets.core.parallel import thread_map
 from synthkd_contract.buckets import (
     CTX_BUCKET_MAX_TOKENS,
     CTX_BUCKETS,
@@ -281,16 +282,28 @@ def tokenized_quota_rows(paths: Iterable[Path], exercise_table: Mapping[str, str
     Returns:
         One QuotaRow per row: synth_id, skill bucket, ctx bucket (by its token count) and token count.
     """
+    skills: dict[str, str] = {}  # each exercise's bucket, and each length's, asked once
+    ctxs: dict[int, str] = {}
     rows: list[QuotaRow] = []
-    for path in paths:
-        # loss_mask (uint8) is as long as tokens (int32): its lengths for a quarter of the bytes read
-        for batch in pq.ParquetFile(path).iter_batches(columns=["synth_id", "exercise", "loss_mask"], batch_size=4096):
-            lengths = pc.list_value_length(batch.column("loss_mask")).to_pylist()
-            for synth_id, exercise, length in zip(
-                batch.column("synth_id").to_pylist(), batch.column("exercise").to_pylist(), lengths
-            ):
-                rows.append(QuotaRow(synth_id, skill_bucket(exercise, exercise_table), ctx_bucket(length), length))
+    for ids, exercises, lengths in thread_map(_quota_columns, paths):  # one file a core at once
+        for synth_id, exercise, length in zip(ids, exercises, lengths):
+            skill = skills.get(exercise) or skills.setdefault(exercise, skill_bucket(exercise, exercise_table))
+            ctx = ctxs.get(length) or ctxs.setdefault(length, ctx_bucket(length))
+            rows.append(QuotaRow(synth_id, skill, ctx, length))
     return rows
+
+
+def _quota_columns(path: Path) -> tuple[list[str], list[str], list[int]]:
+    """synth_id, exercise and token count of every row of a synth_tokenized file, read in bounded batches."""
+    ids: list[str] = []
+    exercises: list[str] = []
+    lengths: list[int] = []
+    # loss_mask (uint8) is as long as tokens (int32): its lengths for a quarter of the bytes read
+    for batch in pq.ParquetFile(path).iter_batches(columns=["synth_id", "exercise", "loss_mask"], batch_size=4096):
+        ids += batch.column("synth_id").to_pylist()
+        exercises += batch.column("exercise").to_pylist()
+        lengths += pc.list_value_length(batch.column("loss_mask")).to_pylist()
+    return ids, exercises, lengths
 
 
 def _row_grids(rows: Iterable[QuotaRow]) -> tuple[dict[Cell, int], dict[Cell, int]]:
