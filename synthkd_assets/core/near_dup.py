@@ -911,10 +911,8 @@ def heldout_prompts_trained(
         held, threshold = summary_heldout_prompts(summary, summary_path)
     except ClustersTooOld as error:
         return Problems([str(error)])
-    matched: set[str] = set()
-    for path in signature_files:
-        if path.is_file():
-            matched |= heldout_matches(path, held, threshold)
+    present = [path for path in signature_files if path.is_file()]
+    matched: set[str] = set().union(*thread_map(lambda path: heldout_matches(path, held, threshold), present))
     if not matched or not document_tables:
         return Problems()
     trained = pl.concat(

@@ -17,6 +17,7 @@ import pyarrow as pa
 from synthkd_assets.core.distill_io import completion_prefix, prompt_messages
 from synthkd_assets.core.filters import constraints_expr, expected_answer
 from synthkd_assets.core.near_dup import FORMAT_SET, KL_SET
+from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_contract.schemas import VALIDATION_SCHEMA
 
@@ -29,15 +30,19 @@ def validation_rows(
     wanted: dict[str, list[str]] = {}
     for entry in heldout:
         wanted.setdefault(entry["shard"], []).append(entry["synth_id"])
-    found: dict[str, dict[str, Any]] = {}
-    for shard, ids in wanted.items():
+
+    def shard_rows(shard: str) -> list[dict[str, Any]]:
         # streamed: a whole synth_filtered shard (its messages) would be held at once for a few rows of it; and
         # only the row groups holding those rows are read past their synth_id
+        ids = wanted[shard]
         groups = row_groups_holding(filtered[shard], ids)
+        rows: list[dict[str, Any]] = []
         for frame in iter_frames(filtered[shard], ("synth_id", "messages_json", "metadata_json"), row_groups=groups):
             frame = frame.filter(pl.col("synth_id").is_in(ids)).with_columns(constraints_expr().alias("constraints"))
-            for row in frame.select("synth_id", "messages_json", "constraints").iter_rows(named=True):
-                found[row["synth_id"]] = row
+            rows += frame.select("synth_id", "messages_json", "constraints").iter_rows(named=True)
+        return rows
+
+    found = {row["synth_id"]: row for rows in thread_map(shard_rows, wanted) for row in rows}  # a shard a core
     sets: dict[str, list[dict[str, Any]]] = {KL_SET: [], FORMAT_SET: []}
     for entry in heldout:
         row = found[entry["synth_id"]]
