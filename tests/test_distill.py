@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from openai_harmony import Conversation, Message, RenderConversationConfig, Role, SystemContent
 
+from synthkd_assets.core import distill_io
 from synthkd_assets.core.distill_io import (
     distill_part_problems,
     distill_split,
@@ -23,6 +25,7 @@ from synthkd_assets.core.distill_io import (
     split_leakage,
 )
 from synthkd_assets.core.parquet_io import list_column_rows
+from synthkd_assets.core.tokenizer import load_harmony_encoding
 from synthkd_assets.defs import checks
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, synthkd_resources
 from synthkd_contract import constants
@@ -319,6 +322,39 @@ def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(b
     assert manifest["encoding_errors_log"] == {"path": str(tmp_path / "enc.jsonl"), "records": 1}
     over = [json.loads(line) for line in paths.error_log(paths.distill_name(), "synth_001").read_text().splitlines()]
     assert over and {e["reason"] for e in over} == {"over_max_seq_len"}
+
+
+@pytest.mark.parametrize("broken", [None, "labels", "spans"])
+def test_the_shard_check_on_the_rows_as_written_finds_what_reading_the_parts_back_finds(
+    built_sample, tmp_path, monkeypatch, broken
+):
+    """distill_rows_valid checks the tables synth_distill hands to Parquet, not the parts decoded again: on a sound
+    shard and on one whose rows were broken before they were written, it lists exactly what reading the written
+    parts back lists."""
+    _, layout, _ = built_sample
+    paths = layout.data_layout()
+    split_row, made = distill_io._split_row, []
+
+    def breaking(input_ids, spans, start, synth_id):
+        row = split_row(input_ids, spans, start, synth_id)
+        made.append(synth_id)
+        if len(made) in (3, 40) and broken == "labels":
+            row.labels[start + 1] += 1
+        if len(made) in (3, 40) and broken == "spans":
+            row = dataclasses.replace(row, analysis_token_count=row.analysis_token_count + 1)
+        return row
+
+    monkeypatch.setattr(distill_io, "_split_row", breaking)
+    tokenized, sampled = (paths.stage_output(stage, "synth_002") for stage in ("synth_tokenized", "synth_sampled"))
+    encoding = load_harmony_encoding(paths.tokenizer_dir())
+    result = distill_io.write_distill_shard(tokenized, sampled, tmp_path / "root", 2, "synth_002", encoding)
+    read_back = []
+    for record in result.files:
+        part = tmp_path / "root" / record["path"]
+        for problems in distill_part_problems(part, record["split"], constants.MAX_SEQ_LEN, 0.01).values():
+            read_back += problems
+    assert sorted(result.row_problems) == sorted(read_back)
+    assert len(read_back) == (0 if broken is None else 2) and len(made) > 40
 
 
 # --- the blocking checks on a corrupted copy -------------------------------------------------------

@@ -24,13 +24,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 from openai_harmony import Conversation, Message, Role
 
 from synthkd_assets.core import manifest as mf
@@ -185,6 +186,7 @@ class DistillShardResult:
     files: list[dict[str, Any]]  # per split: path (relative to the dataset root), rows, bytes, sha256
     lengths: dict[str, Counter]  # per split: len(input_ids) -> rows
     prefixes_checked: int = 0  # rows whose completion prefix openai-harmony rendered (CompletionPrefixes)
+    row_problems: Problems = field(default_factory=Problems)  # the parts' row invariants as written
 
     def record(self, partition: str, shard_index: int, root: str) -> dict[str, Any]:
         """The per-shard record; `root` is the dataset root as manifests record it (data-root relative)."""
@@ -222,6 +224,10 @@ class DistillStep(DatasetStep):
         self.max_seq_len, self.valid_fraction = max_seq_len, valid_fraction
         self.messages = sampled_messages(sampled_path)
         self.lengths: dict[str, Counter] = {split: Counter() for split in constants.DISTILL_SPLITS}
+        # the row invariants, on the tables as they are handed to Parquet (`written_rows_problems`)
+        self.row_checks = {
+            split: DistillRowCheck(path.name, split, max_seq_len, valid_fraction) for split, path in paths.items()
+        }
 
     def open_outputs(self) -> Outputs:
         return ParquetOutputs({split: (path, DISTILL_SCHEMA) for split, path in self.paths.items()})
@@ -248,7 +254,22 @@ class DistillStep(DatasetStep):
 
     def tables(self, arrow: pa.Table, kept: dict[str, list[tuple[str, str, str, DistillRow]]]) -> dict[str, Table]:
         dataset = sources.source_dataset(sources.partition_source(self.shard))
-        return {split: distill_table(rows, dataset) for split, rows in kept.items()}
+        tables = {split: distill_table(rows, dataset) for split, rows in kept.items()}
+        for split, table in tables.items():
+            self.row_checks[split].check(table)
+        return tables
+
+    def written_rows_problems(self) -> Problems:
+        """After `run_step`: what breaks the DistillKit row invariants in the parts written (every kind of
+        `distill_part_problems`), from the rows checked as they were written and each part's footer read back."""
+        problems = Problems()
+        for split, check in self.row_checks.items():
+            schema_problem = part_schema_problem(self.paths[split])
+            if schema_problem is not None:
+                check.add("schema", schema_problem)
+            for kind_problems in check.problems.values():
+                problems.merge(kind_problems)
+        return problems
 
 
 def write_distill_shard(
@@ -272,7 +293,7 @@ def write_distill_shard(
     files = [
         {**file_record(root, path), "split": split, "rows": report.sequences[split]} for split, path in paths.items()
     ]
-    return DistillShardResult(report, files, step.lengths, step.prefixes.checked)
+    return DistillShardResult(report, files, step.lengths, step.prefixes.checked, step.written_rows_problems())
 
 
 def distill_table(rows: list[tuple[str, str, str, DistillRow]], dataset: str = constants.SOURCE_DATASET) -> pa.Table:
@@ -322,42 +343,34 @@ def _flat(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return np.diff(offsets), values
 
 
-def distill_part_problems(
-    path: Path,
-    split: str,
-    max_seq_len: int,
-    valid_fraction: float,
-    kinds: tuple[str, ...] = PROBLEM_KINDS,
-    limit: int = 50,
-) -> dict[str, Problems]:
-    """Re-read one written part and list what breaks the DistillKit contract, by kind (at most `limit` lines of a
-    kind listed, every problem counted):
+class DistillRowCheck:
+    """The row invariants of one DistillKit part (`distill_part_problems` lists them), checked table by table in
+    the part's row order: on a part read back, or on the tables a writer hands to Parquet (`DistillStep`), so that
+    the rows just written need not be decoded again. `problems`: by kind, at most `limit` lines of a kind listed,
+    every problem counted; each line names the part (`name`), its split and the row in the part."""
 
-    - labels: labels[i] != input_ids[i] where labels[i] != -100; labels / attention_mask lengths differ
-      from input_ids; attention_mask not all 1
-    - spans: not (0 < assistant_token_start < len), -100 not exactly at the positions before it,
-      analysis + final != len - assistant_token_start
-    - max_length: len(input_ids) > max_seq_len
-    - split: a row whose hash split is not this part's split; id != sources.distill_row_id(dataset, synth_id)
-    """
-    problems: dict[str, Problems] = {kind: Problems() for kind in kinds}
+    def __init__(
+        self,
+        name: str,
+        split: str,
+        max_seq_len: int,
+        valid_fraction: float,
+        kinds: tuple[str, ...] = PROBLEM_KINDS,
+        limit: int = 50,
+    ) -> None:
+        self.name, self.split, self.max_seq_len, self.valid_fraction = name, split, max_seq_len, valid_fraction
+        self.limit = limit
+        self.problems: dict[str, Problems] = {kind: Problems() for kind in kinds}
+        self.row_base = 0  # the part's row of the next table's first row
 
-    def add(kind: str, message: str) -> None:
-        if kind in problems:
-            problems[kind].add(f"{path.name} ({split}): {message}", limit)
+    def add(self, kind: str, message: str) -> None:
+        if kind in self.problems:
+            self.problems[kind].add(f"{self.name} ({self.split}): {message}", self.limit)
 
-    try:
-        parquet = streaming_parquet_file(path)
-    except Exception as error:
-        add("schema", f"unreadable ({type(error).__name__}: {error})")
-        return problems
-    if not parquet.schema_arrow.equals(DISTILL_SCHEMA):
-        add("schema", f"schema {parquet.schema_arrow} is not the DistillKit schema")
-        return problems
-    row_base = 0
-    for batch in parquet.iter_batches(batch_size=2048):
-        table = pa.Table.from_batches([batch])
-        n_rows = table.num_rows
+    def check(self, table: pa.Table) -> None:
+        """The invariants of the next rows of the part (a table of DISTILL_SCHEMA)."""
+        add, problems, row_base, n_rows = self.add, self.problems, self.row_base, table.num_rows
+        self.row_base += n_rows
         lengths, ids = _flat(table.column("input_ids"))
         label_lengths, labels = _flat(table.column("labels"))
         mask_lengths, mask = _flat(table.column("attention_mask"))
@@ -401,8 +414,8 @@ def distill_part_problems(
                 for row in np.unique(np.searchsorted(np.cumsum(lengths), wrong, side="right")):
                     add("spans", f"row {row_base + row}: labels are not -100 exactly before assistant_token_start")
         if "max_length" in problems:
-            for row in np.flatnonzero(lengths > max_seq_len):
-                add("max_length", f"row {row_base + row}: {lengths[row]} tokens > max_seq_len {max_seq_len}")
+            for row in np.flatnonzero(lengths > self.max_seq_len):
+                add("max_length", f"row {row_base + row}: {lengths[row]} tokens > max_seq_len {self.max_seq_len}")
         if "split" in problems:
             source = table.column("source").combine_chunks()
             for row, (row_id, synth_id, dataset) in enumerate(
@@ -414,14 +427,53 @@ def distill_part_problems(
             ):
                 if row_id != (want := sources.distill_row_id(dataset, synth_id)):
                     add("split", f"row {row_base + row}: id {row_id!r} is not {want!r}")
-                if distill_split(synth_id, valid_fraction) != split:
+                if distill_split(synth_id, self.valid_fraction) != self.split:
                     add(
                         "split",
                         f"row {row_base + row}: synth_id {synth_id!r} belongs to "
-                        f"{distill_split(synth_id, valid_fraction)}",
+                        f"{distill_split(synth_id, self.valid_fraction)}",
                     )
-        row_base += n_rows
-    return problems
+
+
+def part_schema_problem(path: Path) -> str | None:
+    """Why a written part is not a DistillKit part by its footer alone (unreadable, or another schema); None when
+    it is one. Reads the footer only."""
+    try:
+        schema = pq.read_schema(path)
+    except Exception as error:
+        return f"unreadable ({type(error).__name__}: {error})"
+    if not schema.equals(DISTILL_SCHEMA):
+        return f"schema {schema} is not the DistillKit schema"
+    return None
+
+
+def distill_part_problems(
+    path: Path,
+    split: str,
+    max_seq_len: int,
+    valid_fraction: float,
+    kinds: tuple[str, ...] = PROBLEM_KINDS,
+    limit: int = 50,
+) -> dict[str, Problems]:
+    """Re-read one written part and list what breaks the DistillKit contract, by kind (at most `limit` lines of a
+    kind listed, every problem counted):
+
+    - schema: the part is unreadable, or its schema is not DISTILL_SCHEMA (then nothing else is checked)
+    - labels: labels[i] != input_ids[i] where labels[i] != -100; labels / attention_mask lengths differ
+      from input_ids; attention_mask not all 1
+    - spans: not (0 < assistant_token_start < len), -100 not exactly at the positions before it,
+      analysis + final != len - assistant_token_start
+    - max_length: len(input_ids) > max_seq_len
+    - split: a row whose hash split is not this part's split; id != sources.distill_row_id(dataset, synth_id)
+    """
+    check = DistillRowCheck(path.name, split, max_seq_len, valid_fraction, kinds, limit)
+    schema_problem = part_schema_problem(path)
+    if schema_problem is not None:
+        check.add("schema", schema_problem)
+        return check.problems
+    for batch in streaming_parquet_file(path).iter_batches(batch_size=2048):
+        check.check(pa.Table.from_batches([batch]))
+    return check.problems
 
 
 def rows_valid_for(max_seq_len: int, valid_fraction: float) -> str:

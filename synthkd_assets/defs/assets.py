@@ -417,7 +417,7 @@ def synth_distill(
     )
     record_path = paths.distill_records_dir() / f"{key}.json"
     mf.write_manifest(record_path, result.record(key, shard_index, paths.recorded(root)))
-    rows_valid = distill_rows_result(root, result.files, build)
+    rows_valid = distill_rows_result(result)
     metadata = {
         **report_metadata(result.report.to_dict(), "synth_distill"),
         **files_metadata([root / f["path"] for f in result.files], root),

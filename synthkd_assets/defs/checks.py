@@ -24,7 +24,12 @@ from synthkd_assets.core.checks import (
     validation_rows_trained,
 )
 from synthkd_assets.core.dataset_manifest import record_check_verdict, sealed_digest, write_sealed_manifest
-from synthkd_assets.core.distill_io import distill_part_problems, parts_checked_when_written, rows_valid_for
+from synthkd_assets.core.distill_io import (
+    DistillShardResult,
+    distill_part_problems,
+    parts_checked_when_written,
+    rows_valid_for,
+)
 from synthkd_assets.core.distill_io import split_leakage as distill_split_leakage
 from synthkd_assets.core.harmony_artifact import dataset_config, layout_artifact
 from synthkd_assets.core.inventory import built_from_sha256, scan_inputs, shard_index_from_name
@@ -74,8 +79,9 @@ SHARD_CHECK_DESCRIPTIONS = {
     HARMONY_ROUND_TRIP: "Every conversation just written, parsed back by openai-harmony "
     "(parse_messages_from_completion_tokens, after its EOD), gives exactly its synth_harmony messages: role, name, "
     "channel, recipient, content_type and text; the system message as harmony renders it; <|return|> before the EOD.",
-    DISTILL_ROWS_VALID: "The DistillKit parts just written for this shard, re-read: schema, labels == input_ids "
-    "where labels != -100, -100 exactly before assistant_token_start, span counts, max_seq_len, split rule, ids.",
+    DISTILL_ROWS_VALID: "The DistillKit parts just written for this shard, their rows checked as they were handed "
+    "to Parquet and their schema read back from each footer: schema, labels == input_ids where labels != -100, -100 "
+    "exactly before assistant_token_start, span counts, max_seq_len, split rule, ids.",
 }
 PROBLEMS_IN_TEXT = 5  # problems quoted in a result's description
 PROBLEMS_IN_METADATA = 50  # problems listed in a result's metadata ('problems'); problem_count counts them all
@@ -483,18 +489,12 @@ def bucket_balance_result(
     )
 
 
-def distill_rows_result(root: Path, files: list[dict], build: SynthKDBuildConfig) -> dg.AssetCheckResult:
-    """The parts just written, re-read: labels, spans, max length, split rule and ids (all kinds)."""
-    problems = Problems()
-    for record in files:
-        found = distill_part_problems(
-            root / record["path"], record["split"], build.max_seq_len, build.distill_valid_fraction
-        )
-        for kind_problems in found.values():
-            problems.merge(kind_problems)
-    rows = sum(record["rows"] for record in files)
-    checked = ", ".join(f"{record['path']} ({record['rows']} rows)" for record in files)
-    return _result(problems, DISTILL_ROWS_VALID, f"{checked or 'no parts written'} valid", rows=rows)
+def distill_rows_result(result: DistillShardResult) -> dg.AssetCheckResult:
+    """The parts just written: labels, spans, max length, split rule and ids (all kinds), on the rows as they were
+    written, and each part's schema in its footer (`DistillStep.written_rows_problems`)."""
+    rows = sum(record["rows"] for record in result.files)
+    checked = ", ".join(f"{record['path']} ({record['rows']} rows)" for record in result.files)
+    return _result(result.row_problems, DISTILL_ROWS_VALID, f"{checked or 'no parts written'} valid", rows=rows)
 
 
 @dg.asset_check(asset="o200k_tokenizer", blocking=True, description="The file on disk has the pinned sha256.")
