@@ -37,9 +37,10 @@ def parallel_runs(settings: Settings) -> int:
 
 
 def thread_map(function: Callable[[Item], Result], items: Iterable[Item]) -> list[Result]:
-    """`function` of each item, in order, on one thread per available core: for the per-file work of a global
-    step (reading Parquet, hashing, counting in polars or numpy), which releases the GIL, so that a manifest over
-    many shards uses the machine's cores instead of one."""
+    """`function` of each item, in order, on one thread per available core: for work that releases the GIL, the
+    per-file work of a global step (reading Parquet, hashing, counting in polars or numpy) or the chunks of one
+    numpy computation (the clustering's pair comparison), so that a global step uses the machine's cores instead
+    of one."""
     items = list(items)
     if len(items) < 2:
         return [function(item) for item in items]
