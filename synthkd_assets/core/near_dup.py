@@ -407,7 +407,7 @@ def _signature_rows(
         if lo == hi:
             return
         file = streaming_parquet_file(paths[shard])
-        groups, wanted = _row_groups_holding(file.metadata, rows[lo:hi] - offsets[shard])
+        groups, wanted = rows_in_row_groups(file.metadata, rows[lo:hi] - offsets[shard])
         start = 0  # the row, among the row groups read, of the batch's first row
         batches = file.iter_batches(batch_size=SIGNATURE_READ_ROWS, row_groups=groups, columns=["signature"])
         for batch in batches:
@@ -421,9 +421,17 @@ def _signature_rows(
     return out
 
 
-def _row_groups_holding(metadata: pq.FileMetaData, rows: np.ndarray) -> tuple[list[int], np.ndarray]:
-    """The row groups of a file that hold these rows (sorted file rows), and each row's place among those row
-    groups' rows read one after another (the rows of the groups skipped left out)."""
+def rows_in_row_groups(metadata: pq.FileMetaData, rows: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """Where a file's rows are, by row group.
+
+    Args:
+        metadata: the Parquet file's metadata (its row groups' sizes).
+        rows: rows of the file, sorted.
+
+    Returns:
+        The row groups that hold them (ascending, each once), and each row's place among those row groups' rows
+        read one after another (the rows of the groups skipped left out).
+    """
     sizes = np.array([metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)], dtype=np.int64)
     group_start = np.concatenate([[0], np.cumsum(sizes)])
     group_of = np.searchsorted(group_start, rows, side="right") - 1

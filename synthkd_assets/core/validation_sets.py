@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from synthkd_assets.core.distill_io import completion_prefix, prompt_messages
 from synthkd_assets.core.filters import constraints_expr, expected_answer
-from synthkd_assets.core.near_dup import FORMAT_SET, KL_SET
+from synthkd_assets.core.near_dup import FORMAT_SET, KL_SET, rows_in_row_groups
 from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_contract.schemas import VALIDATION_SCHEMA
@@ -84,9 +84,7 @@ def row_groups_holding(path: Path, synth_ids: Collection[str]) -> list[int]:
     if not ids:
         return []
     rows = np.flatnonzero(pl.concat(ids).is_in(list(synth_ids)).to_numpy())
-    metadata = streaming_parquet_file(path).metadata
-    ends = np.cumsum([metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)])
-    return sorted(set(np.searchsorted(ends, rows, side="right").tolist()))
+    return rows_in_row_groups(streaming_parquet_file(path).metadata, rows)[0]
 
 
 def validation_table(rows: list[dict[str, Any]]) -> pa.Table:
