@@ -106,14 +106,33 @@ def megatron_world(device: torch.device, seed: int) -> Iterator[None]:
             dist.destroy_process_group()
 
 
+CPU_HUGE_PAGES_VARIABLE = "THP_MEM_ALLOC_ENABLE"
+"""PyTorch's switch that backs its large CPU tensors with transparent huge pages (2 MiB, `madvise`)."""
+
+
+def cpu_tensors_on_huge_pages() -> None:
+    """Back large CPU tensors with transparent huge pages (CPU_HUGE_PAGES_VARIABLE=1, unless it is set already).
+
+    The losses' chunk tensors on a CPU are ~200 MB each (docs/distillation.md#long-windows). malloc maps every
+    block that large afresh, and on 4 KiB pages the kernel faults and zeroes each one page by page, which takes
+    longer than the arithmetic. PyTorch reads the variable once, at the process's first CPU tensor, so this is
+    called before any tensor exists: by `training_session` on a CPU, and by tests/conftest.py for the test workers.
+    It changes no value, only where the bytes live; with huge pages off in the kernel
+    (/sys/kernel/mm/transparent_hugepage/enabled: never) it does nothing.
+    """
+    os.environ.setdefault(CPU_HUGE_PAGES_VARIABLE, "1")
+
+
 @contextmanager
 def training_session(
     device_name: str, seed: int, work_dir: Path | None, prefix: str
 ) -> Iterator[tuple[torch.device, Path]]:
     """What an example's run needs around it: the device (`pick_device`, so NoCudaError comes before anything is
-    written), its work directory (a temporary one named `prefix...`, removed afterwards, when none is given) and
-    `megatron_world`."""
+    written; on a CPU, `cpu_tensors_on_huge_pages`), its work directory (a temporary one named `prefix...`,
+    removed afterwards, when none is given) and `megatron_world`."""
     device = pick_device(device_name)
+    if device.type == "cpu":
+        cpu_tensors_on_huge_pages()
     with contextlib.ExitStack() as stack:
         if work_dir is None:
             work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))

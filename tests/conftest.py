@@ -14,7 +14,10 @@ from synthkd_assets.core.tokenizer import load_harmony_encoding, materialize_tok
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDLayout
 from synthkd_dev import SAMPLE_RAW_DIR
+from synthkd_training.models import cpu_tensors_on_huge_pages
 from tests.helpers import build_everything
+
+cpu_tensors_on_huge_pages()  # before this worker's first tensor: the training tests' long windows on the CPU
 
 # CI runs every property briefly; HYPOTHESIS_PROFILE=fuzz runs them for real (docs/development.md, "Fuzzing").
 # No deadline: a per-example time limit is a timed test, and one failed a 2-core CI run under load (265 ms)

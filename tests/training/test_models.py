@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +16,7 @@ from synthkd_contract import constants
 from synthkd_training import losses
 from synthkd_training.losses import HeadedLogits, SpanLossConfig, span_ce_loss, span_kd_loss
 from synthkd_training.models import (
+    CPU_HUGE_PAGES_VARIABLE,
     GPTSpec,
     NoCudaError,
     build_gpt,
@@ -205,3 +210,33 @@ def test_a_training_session_without_a_work_dir_removes_its_temporary_one():
         assert device == CPU and work_dir.is_dir() and work_dir.name.startswith("session-test-")
         (work_dir / "checkpoint").write_text("written during the run")
     assert not work_dir.exists()
+
+
+HUGE_PAGES_PROBE = """
+import os, sys
+import torch
+from synthkd_training.models import CPU_HUGE_PAGES_VARIABLE, training_session
+
+with training_session("cpu", 0, None, "huge-pages-test-"):
+    chunk = torch.ones(64 * 2**20 // 4)  # a 64 MiB tensor, as the losses make on a CPU
+    rollup = open("/proc/self/smaps_rollup").read().split()
+    huge_kib = int(rollup[rollup.index("AnonHugePages:") + 1])
+    print(os.environ.get(CPU_HUGE_PAGES_VARIABLE), huge_kib)
+"""
+
+
+@pytest.mark.parametrize("asked", [None, "0"])
+def test_a_cpu_session_backs_large_tensors_with_huge_pages_unless_told_not_to(asked):
+    """In a new process (PyTorch reads the variable at its first tensor): a CPU session turns huge pages on when
+    the variable is unset, and then a 64 MiB tensor sits on them where the kernel offers them; a value the user
+    set is left as it is."""
+    env = {key: value for key, value in os.environ.items() if key != CPU_HUGE_PAGES_VARIABLE}
+    if asked is not None:
+        env[CPU_HUGE_PAGES_VARIABLE] = asked
+    done = subprocess.run([sys.executable, "-c", HUGE_PAGES_PROBE], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    value, huge_kib = done.stdout.split()
+    assert value == (asked or "1")
+    kernel_offers = "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    if asked is None and kernel_offers:
+        assert int(huge_kib) >= 32 * 1024
