@@ -317,12 +317,13 @@ class ConsoleProgress(BuildProgress):
     def __init__(self, out: TextIO, layout: DataLayout):
         self.out, self.layout = out, layout
         self.current: Pass | None = None
-        self.started = time.monotonic()
+        self.started: dict[str, float] = {}  # by pass name: when it began
         self.index: dict[str, int] = {}
 
     def pass_started(self, build_pass: Pass, keys) -> None:
-        self.current, self.started = build_pass, time.monotonic()
-        self.index = {key: i for i, key in enumerate(keys, 1)}
+        self.current, self.started[build_pass.name] = build_pass, time.monotonic()
+        if build_pass.per_shard:
+            self.index = {key: i for i, key in enumerate(keys, 1)}
         print(f"=== {build_pass.name}: {','.join(build_pass.steps)}", file=sys.stderr, flush=True)
         if build_pass.per_shard:
             self.say(f"{build_pass.name} pass over {len(keys)} shards: {','.join(build_pass.steps)}")
@@ -344,10 +345,12 @@ class ConsoleProgress(BuildProgress):
     def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
-    def failing(self, partition: str | None) -> str:
-        """`<pass> [<shard>] (after Ns)`: what was running when the build failed."""
-        name = self.current.name if self.current else "build"
-        return f"{name}{f' {partition}' if partition else ''} (after {time.monotonic() - self.started:.0f}s)"
+    def failing(self, partition: str | None, build_pass: Pass | None = None) -> str:
+        """`<pass> [<shard>] (after Ns)`: what failed (`build_pass`, when known), else the pass started last."""
+        failed = build_pass or self.current
+        name = failed.name if failed else "build"
+        started = self.started.get(name, time.monotonic())
+        return f"{name}{f' {partition}' if partition else ''} (after {time.monotonic() - started:.0f}s)"
 
 
 LOW_DISK_BYTES = 256 * 2**20  # free space under which a failed build says the disk is (nearly) full
@@ -418,9 +421,11 @@ def run_build(smoke: bool, log: Path | None) -> int:
                         stop_runs(instance, stoppable_runs_of_build(instance, tags[BUILD_TAG]), STOP_GRACE_SECONDS)
                         raise
             except (PassFailed, LaunchFailed) as error:
-                partition = error.partition if isinstance(error, PassFailed) else None
-                lines = error.lines if isinstance(error, PassFailed) else [f"Dagster refused the launch: {error}"]
-                failed = [f"FAILED: {progress.failing(partition)}", *lines, *low_disk_lines(disk), *tail]
+                if isinstance(error, PassFailed):
+                    failing, lines = progress.failing(error.partition, error.build_pass), error.lines
+                else:
+                    failing, lines = progress.failing(None), [f"Dagster refused the launch: {error}"]
+                failed = [f"FAILED: {failing}", *lines, *low_disk_lines(disk), *tail]
                 print("\n".join(failed), file=err)
                 return 1
             built = progress.layout

@@ -340,50 +340,80 @@ def failed_run_lines(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[s
     return run_failure_lines(instance, run.run_id) or ["(no check or step error recorded)"]
 
 
+class PassWait:
+    """Waiting for the runs of one launched pass, one look at a time (`poll`): a run Dagster retried is followed
+    by its retry; `on_done(partition, seconds)` as each succeeds; at the first failure the pass's queued runs are
+    canceled, the running ones finish."""
+
+    def __init__(
+        self,
+        instance: dg.DagsterInstance,
+        runs: PassRuns,
+        on_done: Callable[[str | None, float], None] | None = None,
+    ):
+        self.instance, self.runs, self.on_done = instance, runs, on_done
+        self.start = time.monotonic()
+        self.decided: dict[str, dg.DagsterRun] = {}
+        self.failures: list[str] = []
+        self.canceled: list[str] = []
+        self.failed_partition: str | None = None
+
+    def poll(self) -> bool:
+        """Look once at each run not yet decided.
+
+        Returns:
+            Whether every run has decided (each succeeded).
+
+        Raises:
+            PassFailed: every run has decided and one failed, naming each failed run's partition and reasons.
+        """
+        for run_id, partition in self.runs.runs.items():
+            if run_id in self.decided:
+                continue
+            run = self.instance.get_run_by_id(run_id)
+            final = deciding_run(self.instance, run) if run is not None else None
+            if final is None:
+                continue
+            self.decided[run_id] = final
+            problems = failed_run_lines(self.instance, final)
+            if final.status == dg.DagsterRunStatus.CANCELED and self.failures:  # canceled below, after a failure
+                self.canceled.append(partition or final.run_id[:8])
+            elif problems:
+                where = f" (partition {partition})" if partition else ""
+                self.failures += [f"run {final.run_id[:8]} of {final.job_name}{where} failed:"]
+                self.failures += [f"  {problem}" for problem in problems]
+                self.failures.append(f"  repair: {REPAIR_HINT.format(run_id=final.run_id)}")
+                if self.failed_partition is None:
+                    self.failed_partition = partition
+                    cancel_queued(self.instance, [r for r in self.runs.runs if r not in self.decided])
+            elif self.on_done is not None:
+                self.on_done(partition, time.monotonic() - self.start)
+        if len(self.decided) < len(self.runs.runs):
+            return False
+        if self.failures:
+            canceled = [f"not run (canceled after the failure): {', '.join(self.canceled)}"] if self.canceled else []
+            raise PassFailed(self.runs.build_pass, self.failed_partition, self.failures + canceled)
+        return True
+
+    @property
+    def finished(self) -> list[dg.DagsterRun]:
+        """The runs that decided (a retried run's retry in its place)."""
+        return list(self.decided.values())
+
+
 def wait_for(
     instance: dg.DagsterInstance,
     runs: PassRuns,
     on_done: Callable[[str | None, float], None] | None = None,
     keep_daemon: Callable[[], None] = lambda: None,
 ) -> list[dg.DagsterRun]:
-    """Wait until every run of `runs` (or its retry) has finished; `on_done(partition, seconds)` as each
-    succeeds. At the first failure the pass's queued runs are canceled, the running ones finish. Raises
-    PassFailed naming each failed run's partition and reasons; returns the runs that decided."""
-    start = time.monotonic()
-    decided: dict[str, dg.DagsterRun] = {}
-    failures: list[str] = []
-    canceled: list[str] = []
-    failed_partition: str | None = None
-    while len(decided) < len(runs.runs):
-        for run_id, partition in runs.runs.items():
-            if run_id in decided:
-                continue
-            run = instance.get_run_by_id(run_id)
-            final = deciding_run(instance, run) if run is not None else None
-            if final is None:
-                continue
-            decided[run_id] = final
-            problems = failed_run_lines(instance, final)
-            if final.status == dg.DagsterRunStatus.CANCELED and failures:  # canceled below, after a failure
-                canceled.append(partition or final.run_id[:8])
-            elif problems:
-                where = f" (partition {partition})" if partition else ""
-                failures += [f"run {final.run_id[:8]} of {final.job_name}{where} failed:"]
-                failures += [f"  {problem}" for problem in problems]
-                failures.append(f"  repair: {REPAIR_HINT.format(run_id=final.run_id)}")
-                if failed_partition is None:
-                    failed_partition = partition
-                    cancel_queued(instance, [r for r in runs.runs if r not in decided])
-            elif on_done is not None:
-                on_done(partition, time.monotonic() - start)
-        if len(decided) < len(runs.runs):
-            keep_daemon()
-            time.sleep(POLL_SECONDS)
-    if canceled:
-        failures.append(f"not run (canceled after the failure): {', '.join(canceled)}")
-    if failures:
-        raise PassFailed(runs.build_pass, failed_partition, failures)
-    return list(decided.values())
+    """Wait until every run of `runs` (or its retry) has finished (`PassWait`, asked every POLL_SECONDS);
+    returns the runs that decided. Raises PassFailed naming each failed run's partition and reasons."""
+    waiting = PassWait(instance, runs, on_done)
+    while not waiting.poll():
+        keep_daemon()
+        time.sleep(POLL_SECONDS)
+    return waiting.finished
 
 
 def cancel_queued(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> None:
@@ -470,6 +500,15 @@ def shard_partitions(instance: dg.DagsterInstance) -> list[str]:
     return list(instance.get_dynamic_partitions(SYNTH_SHARDS.name))
 
 
+@dataclass
+class LaunchedPass:
+    """A pass whose runs are launched: what waits for them, and when the pass began (its launches included)."""
+
+    build_pass: Pass
+    waiting: PassWait
+    start: float
+
+
 def launch_build(
     instance: dg.DagsterInstance,
     run_config: dict,
@@ -480,12 +519,16 @@ def launch_build(
     server: GraphQLServer,
     daemon: DaemonKeeper,
 ) -> list[str]:
-    """Launch each of `passes` in order (`job_names`: each pass's job) with `run_config` and `tags`, each waited
-    for before the next; returns the shard partitions. `progress` hears of each pass and shard (defs/build.py's
-    BuildProgress); `daemon` is kept serving the queue while the build waits. Raises PassFailed at the first pass
-    with a failed run or check, LaunchFailed when Dagster refuses a launch."""
+    """Launch each of `passes` (`job_names`: each pass's job) with `run_config` and `tags` once the passes it
+    runs after (`Pass.after`) are through, then wait for every pass; returns the shard partitions. Passes that
+    do not need each other run at once (the manifests beside the quota plan and the pool pass). `progress`
+    hears of each pass and shard (defs/build.py's BuildProgress); `daemon` is kept serving the queue while the
+    build waits. Raises PassFailed at the first pass with a failed run or check, LaunchFailed when Dagster
+    refuses a launch."""
     keys: list[str] = []
+    launched: dict[str, LaunchedPass] = {}  # not yet through
     for build_pass in passes:
+        await_passes(instance, launched, set(build_pass.after), progress, daemon)
         start = time.monotonic()
         job = job_names[build_pass.name]
         # as the pass's job tags its runs (said here too: a job's run tags reach only some launch routes)
@@ -495,16 +538,39 @@ def launch_build(
             progress.pass_started(build_pass, keys)
             runs = launch_shard_runs(server, job, keys, run_config, pass_run_tags)
             done = lambda key, seconds, p=build_pass: progress.shard_done(p, key, seconds)  # noqa: E731
-            wait_for(instance, PassRuns(build_pass, runs), done, daemon.keep)
         else:
             progress.pass_started(build_pass, [])
-            run_id = launch_run(server, job, run_config, pass_run_tags)
-            (finished,) = wait_for(instance, PassRuns(build_pass, {run_id: None}), keep_daemon=daemon.keep)
-            warnings = materialization_warnings(instance, finished.run_id)
-            if warnings:
-                progress.warned(build_pass, warnings)
-        progress.pass_done(build_pass, time.monotonic() - start)
+            runs, done = {launch_run(server, job, run_config, pass_run_tags): None}, None
+        waiting = PassWait(instance, PassRuns(build_pass, runs), done)
+        launched[build_pass.name] = LaunchedPass(build_pass, waiting, start)
+    await_passes(instance, launched, set(launched), progress, daemon)
     return keys
+
+
+def await_passes(
+    instance: dg.DagsterInstance,
+    launched: dict[str, LaunchedPass],
+    needed: set[str],
+    progress,
+    daemon: DaemonKeeper,
+) -> None:
+    """Poll every pass of `launched` until none of `needed` is left in it: a pass whose runs are through leaves
+    it as it is seen to, after its warnings (the inventory's) and `progress.pass_done`. Raises PassFailed as soon
+    as the runs of any of them, needed or not, have all decided and one failed (`PassWait.poll`)."""
+    while True:
+        for name, each in list(launched.items()):
+            if not each.waiting.poll():
+                continue
+            del launched[name]
+            if not each.build_pass.per_shard:
+                (finished,) = each.waiting.finished
+                if warnings := materialization_warnings(instance, finished.run_id):
+                    progress.warned(each.build_pass, warnings)
+            progress.pass_done(each.build_pass, time.monotonic() - each.start)
+        if not needed & launched.keys():
+            return
+        daemon.keep()
+        time.sleep(POLL_SECONDS)
 
 
 def materialization_warnings(instance: dg.DagsterInstance, run_id: str) -> list[str]:

@@ -161,7 +161,8 @@ def test_every_pass_is_launched_through_the_instance_as_runs_of_its_job(tmp_path
     its run queue and launcher (the daemon the build starts), as runs of the pass's job with the code location's
     origin (what the UI re-executes); a shard pass is a run of its job per shard; every run is
     in a process of its own, none in build.sh's; no more run at once than the queue admits; every run succeeded,
-    one per pass and shard; the build's daemon and webserver are gone afterwards."""
+    one per pass and shard; a pass submitted only once the passes it runs after are through, and the quota plan
+    before the manifests' run has ended (they run at once); the build's daemon and webserver are gone afterwards."""
     cores = available_cores()
     keys = ["synth_001", "synth_002", "synth_003"]
     for source, key in enumerate(keys, 1):
@@ -191,6 +192,15 @@ def test_every_pass_is_launched_through_the_instance_as_runs_of_its_job(tmp_path
         assert sorted(r.tags["dagster/partition"] for r in ran) == keys, build_pass.name
         assert all(assets[r.run_id] == set(build_pass.steps) for r in ran)
     assert process.pid not in pid.values() and len(set(pid.values())) == len(runs)  # a process per run
+    # each pass is submitted once the passes it runs after are through (Pass.after); the manifests run beside the
+    # quota plan, whose run is submitted before theirs has ended
+    submitted = {
+        p.name: [stats[r.run_id].enqueued_time for r in runs if r.tags["synthkd/pass"] == p.name] for p in passes
+    }
+    ended = {p.name: [stats[r.run_id].end_time for r in runs if r.tags["synthkd/pass"] == p.name] for p in passes}
+    for build_pass in passes:
+        assert all(min(submitted[build_pass.name]) >= max(ended[name]) for name in build_pass.after), build_pass.name
+    assert submitted["quota"][0] < ended["manifest"][0]
     spans = sorted((stats[r].start_time, stats[r].end_time) for r in pid)
     at_once = max(sum(1 for s, e in spans if s <= start_ < e) for start_, _ in spans)
     assert at_once <= cores

@@ -33,6 +33,34 @@ def test_every_pass_runs_as_its_own_job_and_the_code_location_has_every_job():
     }
 
 
+def test_each_pass_runs_after_every_pass_that_builds_an_asset_it_reads():
+    """`Pass.after`, against the asset graph: every upstream asset of a pass's steps is its own or built by a pass
+    it runs after (directly or through them), and `after` names only earlier passes (the in-process build runs
+    the list in order). The manifests and the quota plan need neither the other, so a launched build runs them at
+    once; the pool's manifest waits for both."""
+    passes = build_passes()
+    graph = defs().resolve_asset_graph()
+    builder = {step: p.name for p in passes for step in p.steps}
+    after = {p.name: set(p.after) for p in passes}
+    seen: list[str] = []
+    for build_pass in passes:
+        assert set(build_pass.after) <= set(seen), build_pass.name
+        before = set(build_pass.after)
+        while more := set().union(*(after[name] for name in before)) - before:
+            before |= more
+        after[build_pass.name] = before
+        for step in build_pass.steps:
+            for parent in graph.get(dg.AssetKey(step)).parent_keys:
+                built_by = builder.get(parent.to_user_string())
+                if built_by is None:  # an input (synth_raw): built by no pass
+                    assert not graph.get(parent).is_materializable, parent
+                    continue
+                assert built_by == build_pass.name or built_by in before, (step, parent.to_user_string())
+        seen.append(build_pass.name)
+    assert "manifest" not in after["quota"] | after["pool"] and "quota" not in after["manifest"]
+    assert {"pool", "manifest"} <= after["pool_manifest"]
+
+
 @pytest.mark.parametrize(
     ("steps", "job"),
     [

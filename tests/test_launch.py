@@ -17,6 +17,7 @@ from dagster._daemon.types import DaemonHeartbeat
 
 from synthkd_assets import launch
 from synthkd_assets.defs import tags
+from synthkd_assets.defs.build import BuildProgress
 from synthkd_assets.defs.passes import build_passes
 from synthkd_assets.launch import (
     REPAIR_HINT,
@@ -162,3 +163,40 @@ def test_a_stop_with_nothing_to_stop_returns_at_once(monkeypatch):
         start = time.monotonic()
         launch.stop_runs(instance, lambda: instance.get_runs(), grace=120.0)
         assert time.monotonic() - start < 30.0
+
+
+class Heard(BuildProgress):
+    def __init__(self) -> None:
+        self.done: list[str] = []
+
+    def pass_done(self, build_pass, seconds: float) -> None:
+        self.done.append(build_pass.name)
+
+
+class NoDaemon:
+    def keep(self) -> None:
+        pass
+
+
+def test_a_pass_waits_only_for_the_passes_it_runs_after_and_a_failure_beside_it_stops_the_build(monkeypatch):
+    """The quota plan runs after the build pass, not after the manifests: launched beside a manifests run still
+    going, its wait ends when its own `after` passes are through, the manifests still waited for. When the
+    manifests run then fails, the next wait raises it at once, whatever pass it waits for."""
+    monkeypatch.setattr(launch, "POLL_SECONDS", 0.05)
+    passes = {p.name: p for p in build_passes()}
+    assert passes["quota"].after == ("build",) and set(passes["pool_manifest"].after) == {"pool", "manifest"}
+    with dg.DagsterInstance.ephemeral() as instance:
+        manifests = add(instance, dg.DagsterRunStatus.STARTED, "")
+        quota = add(instance, dg.DagsterRunStatus.SUCCESS, "")
+        launched = {
+            name: launch.LaunchedPass(passes[name], launch.PassWait(instance, PassRuns(passes[name], {run: None})), 0)
+            for name, run in (("manifest", manifests), ("quota", quota))
+        }
+        heard = Heard()
+        launch.await_passes(instance, launched, set(passes["pool"].after), heard, NoDaemon())
+        assert heard.done == ["quota"] and list(launched) == ["manifest"]
+        instance.report_run_failed(instance.get_run_by_id(manifests), "a manifest step failed")
+        instance.add_run_tags(manifests, {"dagster/will_retry": "false"})
+        with pytest.raises(PassFailed) as raised:
+            launch.await_passes(instance, launched, set(), heard, NoDaemon())
+    assert raised.value.build_pass == passes["manifest"] and heard.done == ["quota"]

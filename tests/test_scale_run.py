@@ -134,3 +134,35 @@ def test_the_projection_waves_the_shard_runs_and_scales_only_the_global_work():
     assert p["this_machine"]["hours"] == pytest.approx((250 * 85 + global_s + other) / 3600)
     assert p["celery_64_cores"]["hours"] == pytest.approx((8 * 85 + global_s + other) / 3600)  # ceil(500 / 64) waves
     assert p["target_met"] == (p["celery_64_cores"]["hours"] <= 1.0)
+
+
+def test_the_projection_takes_the_critical_path_of_passes_that_run_at_once():
+    """The manifests run beside the quota plan and the pool pass (`Pass.after`): the build takes its longest
+    chain of passes, each global pass projected as above; here the manifests are the longer branch on 64 cores
+    and the quota plan and pool pass the longer one in this build. By hand: `after` as defs/passes.py says it."""
+    rows = 2 * scale_run.REAL_CORPUS_ROWS // scale_run.REAL_CORPUS_FILES
+    walls = {"inventory": 10.0, "plan": 30.0, "manifest": 12.0, "quota": 6.0, "pool_manifest": 4.0}
+    build = {
+        "seconds": 300.0,
+        "passes": {"scan": {"wall_s": 40.0}, "build": {"wall_s": 50.0}, "pool": {"wall_s": 20.0}},
+        "steps": {name: {"wall_s": wall} for name, wall in walls.items()},
+    }
+    figures = {"rows_in": rows, "shards": 2, "tokens": 10**6}
+    work = {name: wall / 2 for name, wall in walls.items()}  # half of each global pass grows with the rows
+    runs = {"scan": [40.0], "build": [50.0], "pool": [10.0]}
+    p = scale_run.projection(build, figures, 2, work, runs)
+    factor = scale_run.REAL_CORPUS_ROWS / rows
+    full = {name: wall / 2 + wall / 2 * factor for name, wall in walls.items()}
+    assert p["global_steps_full_corpus_s"] == pytest.approx(full)
+    # this build: manifest (12) beside quota + pool (6 + 20): the chain through the pool is the longer one
+    other = 300 - (10 + 40 + 30 + 50 + max(12, 6 + 20) + 4)
+    assert p["other_s"] == pytest.approx(other)
+    run = p["file_run_s"]  # one real-sized file's run: the two files are of the corpus's mean size, to rounding
+    assert run == pytest.approx({"scan": 40.0, "build": 50.0, "pool": 10.0}, rel=1e-5)
+    for cores, key in ((2, "this_machine"), (64, "celery_64_cores")):
+        waves = math.ceil(scale_run.REAL_CORPUS_FILES / cores)
+        shards = waves * (run["scan"] + run["build"] + run["pool"])
+        branch = max(full["manifest"], full["quota"] + waves * run["pool"])
+        path = full["inventory"] + full["plan"] + branch + full["pool_manifest"] + waves * (run["scan"] + run["build"])
+        assert p[key]["hours"] == pytest.approx((path + other) / 3600)
+        assert p[key]["shard_passes_hours"] == pytest.approx(shards / 3600)

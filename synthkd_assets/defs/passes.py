@@ -33,32 +33,40 @@ OUTPUTS = {
 
 @dataclass(frozen=True)
 class Pass:
-    """One pass of a build: its name (what the build prints), the assets it materializes (with their checks) and
-    whether it is one run per shard partition (`per_shard`) or one run over every shard."""
+    """One pass of a build: its name (what the build prints), the assets it materializes (with their checks),
+    whether it is one run per shard partition (`per_shard`) or one run over every shard, and the passes whose
+    runs must all have finished before its own are launched (`after`: earlier passes of the build's list)."""
 
     name: str
     steps: tuple[str, ...]
     per_shard: bool = False
+    after: tuple[str, ...] = ()
 
 
 def build_passes(outputs: Iterable[str] = tuple(OUTPUTS)) -> list[Pass]:
-    """The passes of a build of `outputs` (synth_kd_v1, synth_distill, synth_pool), in order: the tokenizer and
-    inventory, the scan pass, the plan, the build pass, the manifests, then with synth_pool its quota plan, the
-    pool pass and its curriculum and manifest."""
+    """The passes of a build of `outputs` (synth_kd_v1, synth_distill, synth_pool), in an order that runs each
+    after the passes it needs: the tokenizer and inventory, the scan pass, the plan, the build pass, the
+    manifests, then with synth_pool its quota plan, the pool pass and its curriculum and manifest.
+
+    Each pass needs the one before it, except that the quota plan needs only the build pass: the manifests (which
+    read the build pass's outputs, and nothing the quota plan or the pool writes) run beside the quota plan and
+    the pool pass, and the pool's manifest (which seals synth_harmony_manifest's record with it) waits for both.
+    A launched build (synthkd_assets/launch.py) starts a pass as soon as its `after` passes are through; the
+    in-process build (defs/build.py) runs the list in order."""
     wanted = set(outputs)
     build_steps = [s for s in BUILD_STEPS if s not in OUTPUTS or s in wanted]
     manifests = [m for m in MANIFEST_STEPS if m not in OUTPUTS.values() or any(OUTPUTS[o] == m for o in wanted)]
     passes = [
         Pass("inventory", tuple(INVENTORY_STEPS)),
-        Pass("scan", tuple(SCAN_STEPS), per_shard=True),
-        Pass("plan", tuple(PLAN_STEPS)),
-        Pass("build", tuple(build_steps), per_shard=True),
-        Pass("manifest", tuple(manifests)),
+        Pass("scan", tuple(SCAN_STEPS), per_shard=True, after=("inventory",)),
+        Pass("plan", tuple(PLAN_STEPS), after=("scan",)),
+        Pass("build", tuple(build_steps), per_shard=True, after=("plan",)),
+        Pass("manifest", tuple(manifests), after=("build",)),
     ]
     if "synth_pool" in wanted:
         passes += [
-            Pass("quota", tuple(QUOTA_STEPS)),
-            Pass("pool", tuple(POOL_STEPS), per_shard=True),
-            Pass("pool_manifest", tuple(POOL_MANIFEST_STEPS)),
+            Pass("quota", tuple(QUOTA_STEPS), after=("build",)),
+            Pass("pool", tuple(POOL_STEPS), per_shard=True, after=("quota",)),
+            Pass("pool_manifest", tuple(POOL_MANIFEST_STEPS), after=("pool", "manifest")),
         ]
     return passes
