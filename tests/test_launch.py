@@ -5,6 +5,7 @@ daemon, launcher) is tested through build.sh: tests/test_build_script.py."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 import uuid
@@ -16,6 +17,8 @@ import pytest
 from dagster._daemon.types import DaemonHeartbeat
 
 from synthkd_assets import launch
+from synthkd_assets.cli import ConsoleProgress
+from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs import tags
 from synthkd_assets.defs.build import BuildProgress
 from synthkd_assets.defs.passes import build_passes
@@ -200,3 +203,13 @@ def test_a_pass_waits_only_for_the_passes_it_runs_after_and_a_failure_beside_it_
         with pytest.raises(PassFailed) as raised:
             launch.await_passes(instance, launched, set(), heard, NoDaemon())
     assert raised.value.build_pass == passes["manifest"] and heard.done == ["quota"]
+
+
+def test_the_console_names_the_pass_that_failed_not_the_one_started_last(tmp_path):
+    """The manifests fail while the pool pass runs beside them: build.sh's FAILED line names the manifests."""
+    passes = {p.name: p for p in build_passes()}
+    progress = ConsoleProgress(io.StringIO(), DataLayout(tmp_path / "raw", tmp_path / "data"))
+    for name in ("manifest", "quota", "pool"):
+        progress.pass_started(passes[name], ["synth_001"] if passes[name].per_shard else [])
+    assert progress.failing(None, passes["manifest"]).startswith("manifest (after ")
+    assert progress.failing("synth_001").startswith("pool synth_001 (after ")
