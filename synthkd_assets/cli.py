@@ -317,6 +317,7 @@ class ConsoleProgress(BuildProgress):
     def __init__(self, out: TextIO, layout: DataLayout):
         self.out, self.layout = out, layout
         self.current: Pass | None = None
+        self.created = time.monotonic()  # what a failure before any pass counts from
         self.started: dict[str, float] = {}  # by pass name: when it began
         self.index: dict[str, int] = {}
 
@@ -349,7 +350,7 @@ class ConsoleProgress(BuildProgress):
         """`<pass> [<shard>] (after Ns)`: what failed (`build_pass`, when known), else the pass started last."""
         failed = build_pass or self.current
         name = failed.name if failed else "build"
-        started = self.started.get(name, time.monotonic())
+        started = self.started.get(name, self.created)
         return f"{name}{f' {partition}' if partition else ''} (after {time.monotonic() - started:.0f}s)"
 
 
