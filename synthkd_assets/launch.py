@@ -1,5 +1,5 @@
-"""A build launched through the Dagster instance: every pass of defs/passes.py, in order, submitted to the
-instance's run queue as runs of the pass's job and waited for.
+"""A build launched through the Dagster instance: every pass of defs/passes.py, each once the passes it runs
+after are through, submitted to the instance's run queue as runs of the pass's job and waited for.
 
 This is what scripts/build.sh runs (`python -m synthkd_assets.cli build`), locally as on a cluster: the runs go
 through the run coordinator, launcher, run monitoring and run retries that $DAGSTER_HOME/dagster.yaml
