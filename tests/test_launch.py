@@ -181,7 +181,7 @@ class NoDaemon:
         pass
 
 
-def test_a_pass_waits_only_for_the_passes_it_runs_after_and_a_failure_beside_it_stops_the_build(monkeypatch):
+def test_a_pass_waits_only_for_the_passes_it_runs_after_and_a_failure_beside_it_is_raised_at_once(monkeypatch):
     """The quota plan runs after the build pass, not after the manifests: launched beside a manifests run still
     going, its wait ends when its own `after` passes are through, the manifests still waited for. When the
     manifests run then fails, the next wait raises it at once, whatever pass it waits for."""
