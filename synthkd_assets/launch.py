@@ -401,21 +401,6 @@ class PassWait:
         return list(self.decided.values())
 
 
-def wait_for(
-    instance: dg.DagsterInstance,
-    runs: PassRuns,
-    on_done: Callable[[str | None, float], None] | None = None,
-    keep_daemon: Callable[[], None] = lambda: None,
-) -> list[dg.DagsterRun]:
-    """Wait until every run of `runs` (or its retry) has finished (`PassWait`, asked every POLL_SECONDS);
-    returns the runs that decided. Raises PassFailed naming each failed run's partition and reasons."""
-    waiting = PassWait(instance, runs, on_done)
-    while not waiting.poll():
-        keep_daemon()
-        time.sleep(POLL_SECONDS)
-    return waiting.finished
-
-
 def cancel_queued(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> None:
     """Cancel those of `run_ids` that are still queued (not yet launched)."""
     for run_id in run_ids:

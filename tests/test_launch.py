@@ -27,9 +27,9 @@ from synthkd_assets.launch import (
     DaemonKeeper,
     PassFailed,
     PassRuns,
+    PassWait,
     daemon_running,
     deciding_run,
-    wait_for,
 )
 
 SCAN = next(p for p in build_passes() if p.name == "scan")
@@ -56,8 +56,9 @@ def test_a_retried_run_counts_by_its_retry():
             **{"dagster/will_retry": "true", "dagster/auto_retry_run_id": retry},
         )
         done: list[str | None] = []
-        decided = wait_for(instance, PassRuns(SCAN, {died: "synth_001"}), lambda key, _: done.append(key))
-    assert [run.run_id for run in decided] == [retry] and done == ["synth_001"]
+        waiting = PassWait(instance, PassRuns(SCAN, {died: "synth_001"}), lambda key, _: done.append(key))
+        assert waiting.poll()
+    assert [run.run_id for run in waiting.finished] == [retry] and done == ["synth_001"]
 
 
 def test_a_failed_run_waits_for_dagsters_word_on_its_retry(monkeypatch):
@@ -102,7 +103,7 @@ def test_the_first_failure_cancels_the_queued_runs_and_names_the_repair():
         succeeded = add(instance, dg.DagsterRunStatus.SUCCESS, "synth_001")
         runs = PassRuns(SCAN, {succeeded: "synth_001", failed: "synth_002", queued: "synth_003"})
         with pytest.raises(PassFailed) as raised:
-            wait_for(instance, runs)
+            PassWait(instance, runs).poll()
         assert instance.get_run_by_id(queued).status == dg.DagsterRunStatus.CANCELED
     assert raised.value.partition == "synth_002" and raised.value.build_pass == SCAN
     assert raised.value.lines == [
