@@ -664,10 +664,9 @@ GLOBAL_STEPS = ("inventory", "plan", "manifest", "quota", "pool_manifest")  # on
 SHARD_PASSES = ("scan", "build", "pool")  # one run per shard each
 
 
-def shard_run_seconds(dagster_home: Path) -> dict[str, list[float]]:
-    """Per shard pass: each of its runs' seconds from launch (the launcher starting its process) to its end: a
-    file's run as the run queue sees it, start-up included, queueing not. (The build's console lines give each
-    shard's time since its pass began, not its run's.)"""
+def pass_run_seconds(dagster_home: Path, passes: tuple[str, ...], since: str) -> dict[str, list[float]]:
+    """Per pass of `passes` (its runs' `synthkd/pass` tag): each of its runs' seconds from `since` (a RunStats
+    time: `launch_time`, `enqueued_time`) to its end."""
     import dagster as dg
 
     seconds: dict[str, list[float]] = {}
@@ -675,24 +674,23 @@ def shard_run_seconds(dagster_home: Path) -> dict[str, list[float]]:
         for run in instance.get_runs():
             name = run.tags.get("synthkd/pass")
             stats = instance.get_run_stats(run.run_id)
-            if name in SHARD_PASSES and stats.launch_time is not None and stats.end_time is not None:
-                seconds.setdefault(name, []).append(stats.end_time - stats.launch_time)
+            began = getattr(stats, since)
+            if name in passes and began is not None and stats.end_time is not None:
+                seconds.setdefault(name, []).append(stats.end_time - began)
     return seconds
+
+
+def shard_run_seconds(dagster_home: Path) -> dict[str, list[float]]:
+    """Per shard pass: each of its runs' seconds from launch (the launcher starting its process) to its end: a
+    file's run as the run queue sees it, start-up included, queueing not. (The build's console lines give each
+    shard's time since its pass began, not its run's.)"""
+    return pass_run_seconds(dagster_home, SHARD_PASSES, "launch_time")
 
 
 def global_pass_walls(dagster_home: Path) -> dict[str, float]:
     """Per global pass: its run's seconds from its submission (RUN_ENQUEUED) to its end, what the build waits for
     it (the queue and the run's start-up included)."""
-    import dagster as dg
-
-    walls: dict[str, float] = {}
-    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-        for run in instance.get_runs():
-            name = run.tags.get("synthkd/pass")
-            stats = instance.get_run_stats(run.run_id)
-            if name in GLOBAL_STEPS and stats.enqueued_time is not None and stats.end_time is not None:
-                walls[name] = walls.get(name, 0.0) + stats.end_time - stats.enqueued_time
-    return walls
+    return {name: sum(runs) for name, runs in pass_run_seconds(dagster_home, GLOBAL_STEPS, "enqueued_time").items()}
 
 
 def critical_path_s(seconds: dict[str, float]) -> float:

@@ -70,6 +70,8 @@ def test_the_proof_runs_end_to_end_and_reports_every_figure(kept_run):
     _, figures, stdout = kept_run
     assert figures["build"]["returncode"] == 0
     assert {"inventory", "plan", "manifest"} <= set(figures["build"]["steps"])
+    # each global pass's wall, read from the build's instance (its run, submitted to ended)
+    assert all(figures["build"]["steps"][name]["wall_s"] > 0 for name in scale_run.GLOBAL_STEPS)
     assert {"scan", "build", "pool"} <= set(figures["build"]["passes"])
     assert {"synth_harmony", "synth_tokenized", "synth_kd_v1", "synth_pool"} <= set(figures["step_times"])
     counts = figures["figures"]
