@@ -261,6 +261,7 @@ def test_the_manifests_wait_while_a_build_holds_the_data_root(workspace):
                 timeout_s=180,
             )
     assert run.tags.get("dagster/partition") is None  # the global manifests, not a shard
+    assert run.job_name == "synth_manifests_job"  # the UI files it under the pass job, not "jobless"
 
 
 def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
@@ -282,6 +283,7 @@ def test_daemon_rebuilds_a_changed_shard_then_the_manifests(workspace):
                 timeout_s=180,
             )
         assert shard_run.tags["dagster/sensor_name"] == "synth_raw_sensor"
+        assert manifests_run.job_name == "synth_manifests_job"  # the UI files it under the pass job
         assert instance.get_runs(dg.RunsFilter(job_name="synth_shard_job")) == [shard_run]  # only synth_003 rebuilt
         # one run for the three, after the whole shard run (not one per manifest as its direct dependency finished)
         assert instance.get_runs(dg.RunsFilter(tags={"dagster/sensor_name": "synth_manifests_automation"})) == [

@@ -57,6 +57,7 @@ def test_after_a_smoke_build_alone_every_run_the_daemon_launches_succeeds(tmp_pa
             )
         assert sorted(run.tags["dagster/partition"] for run in scans) == shards
         assert instance.get_runs(dg.RunsFilter(tags=automation)) == [manifests_run]
+        assert manifests_run.job_name == "synth_manifests_job"
         materialized = {
             e.asset_key.to_user_string()
             for e in events(instance, manifests_run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)

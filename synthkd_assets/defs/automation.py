@@ -2,7 +2,7 @@
 what, and when."""
 
 import json
-import warnings
+import os
 
 import dagster as dg
 
@@ -23,6 +23,7 @@ from synthkd_assets.defs.assets import (
     synth_filtered,
     synth_harmony,
 )
+from synthkd_assets.defs.conditions import ACTIVE_RUN_STATUSES, manifests_decision
 from synthkd_assets.defs.ingest import raw_reports, synth_raw_inventory
 from synthkd_assets.defs.jobs import (
     synth_build_job,
@@ -31,7 +32,7 @@ from synthkd_assets.defs.jobs import (
     synth_scan_job,
     synth_shard_job,
 )
-from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_manifest, synth_kd_v1_manifest
+from synthkd_assets.defs.manifests import synth_harmony_manifest, synth_kd_v1_manifest
 from synthkd_assets.defs.near_dup import synth_signatures
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
@@ -248,23 +249,24 @@ def _last_written_harmony_manifest(instance: dg.DagsterInstance) -> str | None:
     return written.value if written is not None else None
 
 
-MANIFEST_ASSETS = [synth_harmony_manifest, synth_kd_v1_manifest, synth_distill_manifest]
+@dg.sensor(
+    job=synth_manifests_job,
+    name="synth_manifests_automation",
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="After the shards the manifests list are rebuilt (by the raw sensor, the schedule, a backfill or by "
+    "hand), requests one run of synth_manifests_job rewriting the due manifests, with their checks: once no run "
+    "or backfill writing what they read is queued or in progress, no failed run awaits its retry, no build holds "
+    "the data root and every shard is built in the code location's layout (not only by a smoke build). Each tick "
+    "says which manifests are due and what they wait for.",
+)
+def synth_manifests_automation(context: dg.SensorEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+    decision = manifests_decision(context.instance, DataLayout.from_environ(os.environ))
+    if not decision.due:
+        return dg.SkipReason(decision.reason)
+    context.log.info(decision.reason)
+    return dg.RunRequest(run_key=decision.run_key, asset_selection=[dg.AssetKey(m) for m in decision.due])
 
-# Open-source Dagster creates its default automation sensor STOPPED; this one is on from the start, so the
-# manifests' eager conditions are evaluated (every 30 s) and they are rewritten, then checked, after their
-# shards are rebuilt, with nothing to switch on.
-with warnings.catch_warnings():  # `use_user_code_server` is beta in Dagster 1.13: said here, not in every log
-    warnings.simplefilter("ignore", dg.BetaWarning)
-    synth_manifests_automation = dg.AutomationConditionSensorDefinition(
-        "synth_manifests_automation",
-        target=dg.AssetSelection.assets(*MANIFEST_ASSETS),
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=30,
-        use_user_code_server=True,  # the manifests' condition reads the data root's build lock (conditions.py)
-        description="Evaluates the eager automation conditions of the three manifests: after the shards they list are "
-        "rebuilt (and no shard run is still in progress, no build holds the data root and every shard is built in "
-        "the code location's layout, not only by a smoke build) it requests one run rewriting them, with their checks.",
-    )
 
 REBUILD_CRON_ENV = env.REBUILD_CRON.name
 
@@ -334,14 +336,6 @@ def nightly_rebuild_schedule(cron: str) -> dg.ScheduleDefinition:
         "nothing changed; fails, naming "
         "each file, when the input manifest and the raw files disagree.",
     )(evaluate_nightly_rebuild)
-
-
-ACTIVE_RUN_STATUSES = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 
 
 def _has_active_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> bool:

@@ -79,7 +79,7 @@ synth_shard_job = steps_job(
     SHARD_STEPS,
     "One raw shard through Harmony, the filters, the current sampling plan, tokens/masks, the Megatron "
     "trio and the DistillKit parts. Backfill it over all partitions to build every shard; the manifests follow "
-    "(eager automation, or synth_manifests_job). Needs a sampling plan (synth_plan_job).",
+    "(synth_manifests_automation, or synth_manifests_job). Needs a sampling plan (synth_plan_job).",
 )
 synth_manifests_job = steps_job(
     "synth_manifests_job",
@@ -166,6 +166,12 @@ def job_for_steps(steps: list[str] | tuple[str, ...]) -> AssetJob | None:
     a build without synth_distill runs a subset), or None when no job has them all."""
     covering = [job for job in JOBS if set(steps) <= set(_JOB_STEPS[job.name])]
     return min(covering, key=lambda job: len(_JOB_STEPS[job.name])) if covering else None
+
+
+def job_steps(job_name: str) -> tuple[str, ...] | None:
+    """The assets of the code location's job `job_name`, or None for a job not defined here (Dagster's implicit
+    asset job)."""
+    return _JOB_STEPS.get(job_name)
 
 
 def is_whole_job(job: AssetJob, steps: list[str] | tuple[str, ...]) -> bool:

@@ -23,7 +23,6 @@ from synthkd_assets.core.report import merge_error_logs
 from synthkd_assets.core.synth import system_message_dict
 from synthkd_assets.defs.assets import synth_distill, synth_harmony, synth_kd_v1, synth_sampling_plan
 from synthkd_assets.defs.checks import write_gated_manifest
-from synthkd_assets.defs.conditions import MANIFEST_CONDITION
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
 from synthkd_assets.defs.metadata import dataset_manifest_metadata, drops_by_exercise_table, manifest_rows_metadata
@@ -42,8 +41,8 @@ from synthkd_contract.manifest_seal import sha256_file
 
 
 def manifest_asset(deps: list, group_name: str, kinds: set[str]) -> Callable[[Callable], dg.AssetsDefinition]:
-    """A manifest's asset: rewritten eagerly once no shard step is in progress."""
-    return synthkd_asset("manifest", kinds, deps=deps, group_name=group_name, automation_condition=MANIFEST_CONDITION)
+    """A manifest's asset (rewritten after its shards by synth_manifests_automation, defs/conditions.py)."""
+    return synthkd_asset("manifest", kinds, deps=deps, group_name=group_name)
 
 
 @manifest_asset([synth_harmony], "synth", {"json"})

@@ -2,7 +2,7 @@
 
 The build (defs/build.py: `build_passes`, which scripts/build.sh runs through `python -m synthkd_assets.cli
 build`), each pass's job (defs/jobs.py), build.sh's `dg launch --job` route for a cluster executor
-(tests/test_jobs.py holds its order to `build_passes`), the manifests' automation condition and the hint an
+(tests/test_jobs.py holds its order to `build_passes`), the manifests' automation sensor and the hint an
 asset gives when its upstream is missing all follow these lists.
 """
 
