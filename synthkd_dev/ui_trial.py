@@ -233,6 +233,36 @@ def scenario_pages(refused_run_id: str) -> list[Page]:
     ]
 
 
+AUTOMATION_SENSOR = "synth_manifests_automation"
+
+
+def automation_page(run_id: str) -> Page:
+    """The manifests' job page once the daemon's automation has rewritten them (run `run_id`): the run is filed
+    under synth_manifests_job, launched by the sensor, not under Dagster's implicit job."""
+    return Page(
+        "8_manifests_rewritten_by_the_daemon",
+        "/locations/synthkd/jobs/synth_manifests_job/runs",
+        SCENARIO,
+        (run_id[:8], AUTOMATION_SENSOR, "Latest run"),
+        ("Jobless",),
+    )
+
+
+def finished_automation_run(home: Path, timeout_s: float = 300.0) -> str:
+    """The id of the first successful run `AUTOMATION_SENSOR` requested in the instance of `home` (the daemon of
+    the scenario's UI requests it: the scenario rebuilt a shard after the manifests), waited for."""
+    deadline = time.monotonic() + timeout_s
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        while time.monotonic() < deadline:
+            runs = instance.get_runs(
+                dg.RunsFilter(tags={"dagster/sensor_name": AUTOMATION_SENSOR}, statuses=[dg.DagsterRunStatus.SUCCESS])
+            )
+            if runs:
+                return runs[-1].run_id
+            time.sleep(2)
+    raise RuntimeError(f"no successful run of {AUTOMATION_SENSOR} in {home} within {timeout_s:.0f} s")
+
+
 def build_scenario(root: Path) -> tuple[dict[str, str], str]:
     """A third instance, in `root`: `./scripts/build.sh` on a copy of the sample with the anchor sources (one of
     whose shards has every row dropped), then one shard's raw bytes changed and the shard rebuilt as the raw
@@ -280,7 +310,10 @@ def run_trial(out: Path, environ: dict[str, str], browser: str, say: Callable[[s
     environments = {FULL: environ, SMOKE: environ, SCENARIO: scenario}
     for ui, ui_environ in environments.items():
         with running_ui(ui == SMOKE, work / f"ui_{ui}.log", ui_environ) as url:
-            for page in (p for p in listed if p.ui == ui):
+            here = [p for p in listed if p.ui == ui]
+            if ui == SCENARIO:  # the scenario's UI runs the daemon: its automation rewrites the manifests
+                here.append(automation_page(finished_automation_run(Path(ui_environ["DAGSTER_HOME"]))))
+            for page in here:
                 dom = render(browser, url + page.path, out / f"{page.name}.png")
                 missing = [text for text in page.expect if text not in dom]
                 present = [text for text in page.forbid if text in dom]
