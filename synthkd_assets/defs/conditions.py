@@ -102,7 +102,9 @@ def backfills_in_flight(instance: dg.DagsterInstance) -> list[str]:
 
 def _run_started_at(instance: dg.DagsterInstance, record: dg.EventLogRecord) -> float:
     """When the run of `record` started (the run's record: storage ids of a sqlite instance are per run, not
-    comparable across runs), or `record`'s own time when it has none (an event reported outside a run)."""
+    comparable across runs), or `record`'s own time when it has none (an event reported outside a run). On a
+    cluster the times come from the workers' clocks: a skew shorter than a shard run's start-up cannot hide an
+    update, since no shard run is in flight when the manifests' run is requested."""
     run = instance.get_run_record_by_id(record.run_id) if record.run_id else None
     if run is None:
         return record.timestamp
