@@ -103,7 +103,14 @@ def test_sensor_follows_added_and_removed_files_and_the_input_manifest(workspace
     assert requested(result) == [("synth_inventory_job", None), ("synth_shard_job", "synth_07")]
     [cleanup] = [r for r in result.run_requests if r.job_name == "synth_inventory_job"]
     materialize_steps(instance, layout, INVENTORY_STEPS, tags={"dagster/run_key": cleanup.run_key})
-    tidied = tick(instance, layout, result.cursor)
+    # a manifests run in flight (the automation's): the removal's run waits for it, never beside it
+    writing = instance.add_run(
+        dg.DagsterRun(job_name="synth_manifests_job", run_id="m" * 36, status=dg.DagsterRunStatus.STARTED)
+    )
+    deferred = tick(instance, layout, result.cursor)
+    assert requested(deferred) == []
+    instance.report_run_canceled(writing)
+    tidied = tick(instance, layout, deferred.cursor)
     assert requested(tidied) == [("synth_manifests_job", None)]
 
     manifest = paths.harmony_manifest()

@@ -23,7 +23,7 @@ from synthkd_assets.defs.assets import (
     synth_filtered,
     synth_harmony,
 )
-from synthkd_assets.defs.conditions import ACTIVE_RUN_STATUSES, manifests_decision
+from synthkd_assets.defs.conditions import ACTIVE_RUN_STATUSES, manifests_decision, runs_in_flight
 from synthkd_assets.defs.ingest import raw_reports, synth_raw_inventory
 from synthkd_assets.defs.jobs import (
     synth_build_job,
@@ -35,6 +35,7 @@ from synthkd_assets.defs.jobs import (
 from synthkd_assets.defs.manifests import synth_harmony_manifest, synth_kd_v1_manifest
 from synthkd_assets.defs.near_dup import synth_signatures
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
+from synthkd_assets.defs.passes import MANIFEST_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.tags import PARTITION_TAG, RUN_KEY_TAG, may_be_retried
 from synthkd_contract import constants
@@ -184,11 +185,14 @@ def synth_raw_sensor(
         run_key = f"removed:{removal}:{after_suffix(tidied)}"  # the same files may be orphaned again later
         run_requests.append(dg.RunRequest(job_name=synth_inventory_job.name, run_key=run_key))
     elif removal is not None:
-        if not rebuild and paths.sampling_plan().is_file():  # a rebuild is followed by synth_manifests_automation
+        writing = runs_in_flight(context.instance, frozenset(MANIFEST_STEPS))  # two runs would write the same manifests
+        if writing:
+            context.log.info(f"the manifests' run {writing[0].run_id[:8]} is in flight: they follow the removal after")
+        elif not rebuild and paths.sampling_plan().is_file():  # a rebuild is followed by synth_manifests_automation
             written = latest_materializations(context.instance, synth_kd_v1_manifest.key).get(None)
             run_key = f"removed:{removal}:manifests:{after_suffix(written)}"
             run_requests.append(dg.RunRequest(job_name=synth_manifests_job.name, run_key=run_key))
-        removal = None
+        removal = removal if writing else None
     return dg.SensorResult(
         run_requests=run_requests,
         # what the tick history shows for a tick that launched nothing, instead of only its cursor
