@@ -46,6 +46,7 @@ from synthkd_assets.defs.tags import (
     AUTO_RETRY_RUN_ID_TAG,
     PARTITION_TAG,
     RETRY_NUMBER_TAG,
+    UNFINISHED_RUN_STATUSES,
     WILL_RETRY_TAG,
     retry_tag_pending,
 )
@@ -81,14 +82,7 @@ mutation($params: ExecutionParams!) {
     ... on Error { message }
   }
 }"""
-_UNFINISHED = (
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-    dg.DagsterRunStatus.CANCELING,
-)
-_STOPPABLE = (*_UNFINISHED, dg.DagsterRunStatus.FAILURE)  # a failed run may still be retried
+_STOPPABLE = (*UNFINISHED_RUN_STATUSES, dg.DagsterRunStatus.FAILURE)  # a failed run may still be retried
 
 
 class LaunchFailed(RuntimeError):
@@ -307,7 +301,7 @@ def deciding_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.Dagster
     whose retry is on its way), for at most RETRY_TAG_GRACE_SECONDS after its last update. A run tagged to be
     retried whose retry Dagster has not launched RETRY_GRACE_S after its last update decides as failed."""
     while True:
-        if run.status in _UNFINISHED:
+        if run.status in UNFINISHED_RUN_STATUSES:
             return None
         if run.status == dg.DagsterRunStatus.FAILURE and WILL_RETRY_TAG not in run.tags:  # a record only then
             record = instance.get_run_record_by_id(run.run_id)
@@ -435,7 +429,7 @@ def stop_runs(instance: dg.DagsterInstance, runs: Callable[[], list[dg.DagsterRu
         awaiting = [run for run in listed if _awaiting_retry(run)]
         for run in awaiting:
             instance.add_run_tags(run.run_id, {WILL_RETRY_TAG: "false"})
-        unfinished = [run for run in listed if run.status in _UNFINISHED]
+        unfinished = [run for run in listed if run.status in UNFINISHED_RUN_STATUSES]
         cancel_queued(instance, [run.run_id for run in unfinished])
         for run in unfinished:
             if run.status == dg.DagsterRunStatus.STARTED:  # a STARTING one: once its worker has started
@@ -451,7 +445,7 @@ def stop_runs(instance: dg.DagsterInstance, runs: Callable[[], list[dg.DagsterRu
             return
         time.sleep(POLL_SECONDS)
     for run in runs():
-        if run.status in _UNFINISHED:
+        if run.status in UNFINISHED_RUN_STATUSES:
             instance.report_run_canceled(run, "the build that launched it stopped, and the run did not stop in time")
 
 

@@ -23,7 +23,7 @@ from synthkd_assets.defs.assets import (
     synth_filtered,
     synth_harmony,
 )
-from synthkd_assets.defs.conditions import ACTIVE_RUN_STATUSES, manifests_decision, runs_in_flight
+from synthkd_assets.defs.conditions import manifests_decision, runs_in_flight
 from synthkd_assets.defs.ingest import raw_reports, synth_raw_inventory
 from synthkd_assets.defs.jobs import (
     synth_build_job,
@@ -37,7 +37,7 @@ from synthkd_assets.defs.near_dup import synth_signatures
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
 from synthkd_assets.defs.passes import MANIFEST_STEPS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
-from synthkd_assets.defs.tags import PARTITION_TAG, RUN_KEY_TAG, may_be_retried
+from synthkd_assets.defs.tags import ACTIVE_RUN_STATUSES, PARTITION_TAG, RUN_KEY_TAG, may_be_retried
 from synthkd_contract import constants
 from synthkd_contract import settings as env
 from synthkd_contract.manifest_seal import sha256_file
@@ -344,4 +344,4 @@ def nightly_rebuild_schedule(cron: str) -> dg.ScheduleDefinition:
 
 def _has_active_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> bool:
     """Whether a run with `tags` is queued or running."""
-    return bool(instance.get_runs(dg.RunsFilter(tags=tags, statuses=ACTIVE_RUN_STATUSES), limit=1))
+    return bool(instance.get_runs(dg.RunsFilter(tags=tags, statuses=list(ACTIVE_RUN_STATUSES)), limit=1))

@@ -38,7 +38,11 @@ from synthkd_assets.defs.jobs import job_steps
 from synthkd_assets.defs.manifests import synth_distill_manifest, synth_harmony_manifest, synth_kd_v1_manifest
 from synthkd_assets.defs.passes import SHARD_STEPS
 from synthkd_assets.defs.retries import RETRY_GRACE_S  # how long a failed run's promised retry is waited for
-from synthkd_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, may_be_retried  # Dagster's run-retry tags, read
+from synthkd_assets.defs.tags import (  # Dagster's run-retry tags, read
+    AUTO_RETRY_RUN_ID_TAG,
+    UNFINISHED_RUN_STATUSES,
+    may_be_retried,
+)
 from synthkd_assets.defs.upstream import first_missing_shard_record
 
 MANIFEST_ASSETS = [synth_harmony_manifest, synth_kd_v1_manifest, synth_distill_manifest]
@@ -50,13 +54,6 @@ MANIFEST_PARENTS: dict[str, frozenset[dg.AssetKey]] = {
 WATCHED_STEPS = frozenset(
     [*SHARD_STEPS, *MANIFEST_PARENTS, *(key.to_user_string() for keys in MANIFEST_PARENTS.values() for key in keys)]
 )
-
-ACTIVE_RUN_STATUSES = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 
 
 def runs_awaiting_retry(instance: dg.DagsterInstance, now: float | None = None) -> list[str]:
@@ -90,7 +87,7 @@ def run_steps(run: dg.DagsterRun) -> frozenset[str] | None:
 
 def runs_in_flight(instance: dg.DagsterInstance, steps: frozenset[str] = WATCHED_STEPS) -> list[dg.DagsterRun]:
     """The queued or running runs that materialize any of `steps` (or whose assets are not known)."""
-    runs = instance.get_runs(dg.RunsFilter(statuses=[*ACTIVE_RUN_STATUSES, dg.DagsterRunStatus.CANCELING]))
+    runs = instance.get_runs(dg.RunsFilter(statuses=list(UNFINISHED_RUN_STATUSES)))
     return [run for run in runs if (written := run_steps(run)) is None or written & steps]
 
 

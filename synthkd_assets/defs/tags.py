@@ -1,8 +1,9 @@
-"""Dagster's documented run tags, named once. Dagster documents them ("Run tags" and "Run retries" in its docs:
-`dagster/partition`, `dagster/run_key`, `dagster/max_retries`, `dagster/will_retry`, `dagster/auto_retry_run_id`,
-`dagster/retry_number`) but exports no public constant for them (only `MAX_RUNTIME_SECONDS_TAG`), so the shipped
-code spells them here instead of importing `dagster._core.storage.tags`; tests/test_dagster_conventions.py checks
-them against Dagster's own values, so an upgrade that renames one fails there, not in a run."""
+"""Dagster's documented run tags, and the run statuses the code groups, named once. Dagster documents the tags
+("Run tags" and "Run retries" in its docs: `dagster/partition`, `dagster/run_key`, `dagster/max_retries`,
+`dagster/will_retry`, `dagster/auto_retry_run_id`, `dagster/retry_number`) but exports no public constant for them
+(only `MAX_RUNTIME_SECONDS_TAG`), so the shipped code spells them here instead of importing
+`dagster._core.storage.tags`; tests/test_dagster_conventions.py checks them against Dagster's own values, so an
+upgrade that renames one fails there, not in a run."""
 
 import time
 from typing import Final
@@ -20,6 +21,15 @@ RETRY_NUMBER_TAG: Final = "dagster/retry_number"  # on a run the retry daemon la
 RETRY_TAG_GRACE_SECONDS: Final = 30.0
 DATA_VERSION_TAG: Final = "dagster/data_version"  # on a materialization: its data version
 EPHEMERAL_JOB_NAME: Final = "__ephemeral_asset_job__"  # the job `dg.materialize` runs steps of no job as
+
+# a run queued or running; and a run not ended yet (those, or being canceled: its steps may still write)
+ACTIVE_RUN_STATUSES: Final = (
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+)
+UNFINISHED_RUN_STATUSES: Final = (*ACTIVE_RUN_STATUSES, dg.DagsterRunStatus.CANCELING)
 
 
 def retry_tag_pending(record: dg.RunRecord, retries_enabled: bool, now: float | None = None) -> bool:
