@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from synthkd_assets.core.filters import (
+    answer_expr,
     filter_config,
     first_line,
     parse_letter,
@@ -333,3 +335,25 @@ def test_filters_on_the_sample_match_a_plain_python_reading_of_the_raw_rows(tmp_
 
 def test_the_written_out_whitespace_is_exactly_what_str_isspace_accepts():
     assert python_whitespace() == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+
+
+_TEXT = st.one_of(st.none(), st.text(max_size=20))
+_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"])},
+    optional={"content": st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}), max_size=3)},
+)
+
+
+@given(st.lists(st.one_of(st.none(), st.fixed_dictionaries({}, optional={"messages": st.lists(_MESSAGE, max_size=4)}))))
+def test_the_answer_is_the_text_of_the_last_messages_first_content_as_json_reads_it(documents):
+    """answer_expr's one JSON path against Python's json module, per row: the last message's first content's text,
+    null where there is no message, no content or no text."""
+
+    def oracle(document: dict | None) -> str | None:
+        messages = (document or {}).get("messages") or []
+        content = messages[-1].get("content") or [] if messages else []
+        return content[0]["text"] if content else None
+
+    payloads = [None if d is None else json.dumps(d, ensure_ascii=i % 2 == 0) for i, d in enumerate(documents)]
+    found = pl.DataFrame({"messages_json": payloads}, schema={"messages_json": pl.String})
+    assert found.select(answer_expr())["messages_json"].to_list() == [oracle(d) for d in documents]

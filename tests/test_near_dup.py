@@ -29,10 +29,12 @@ from synthkd_assets.core.near_dup import (
     candidate_pairs,
     cluster_shards,
     cluster_summary,
+    grams_of_words,
     merged_codes,
     min_equal_values,
     minhash_signatures,
     normalize_prompt,
+    normalized_words,
     rank_order,
     removed_by_clusters,
     shingles,
@@ -132,6 +134,17 @@ def test_normalization_is_idempotent_and_blind_to_case_and_spacing(text):
     once = normalize_prompt(text)
     assert normalize_prompt(once) == once
     assert normalize_prompt(f"  {text.upper()}  ") == normalize_prompt(f"\n{text.upper()}")
+
+
+@given(st.text(max_size=200), st.integers(1, 4))
+def test_the_words_hashed_are_the_normalized_texts_words_and_their_grams_its_grams(text, k):
+    """The signatures take their grams from `normalized_words`, never joined into the normalized text and split
+    again: the same words and grams as that text's (`word_grams` reads them off the text itself)."""
+    normalized = normalize_prompt(text)
+    words = normalized_words(text)
+    assert words == (normalized.split(" ") if normalized else [])
+    expected = [" ".join(words[i : i + k]) for i in range(len(words) - k + 1)] if len(words) >= k else [normalized]
+    assert grams_of_words(words, k) == word_grams(normalized, k) == expected
 
 
 # --- LSH candidates -------------------------------------------------------------------------------------------

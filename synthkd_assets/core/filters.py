@@ -34,34 +34,15 @@ import polars as pl
 from synthkd_assets.core.synth import python_whitespace
 from synthkd_contract import constants, drops
 
-# just what the filters read from messages_json (json_decode ignores every other field)
-_MESSAGES_DTYPE = pl.Struct(
-    {
-        "messages": pl.List(
-            pl.Struct(
-                {
-                    "role": pl.String,
-                    "channel": pl.String,
-                    "content": pl.List(pl.Struct({"type": pl.String, "text": pl.String})),
-                }
-            )
-        )
-    }
-)
+# the text of a synth_harmony_v1 row's last message: one JSON path, not the whole conversation decoded
+LAST_MESSAGE_TEXT_PATH = "$.messages[-1:].content[0].text"
 
 
 def answer_expr() -> pl.Expr:
     """`synthetic_answer` (after NUL removal) of a synth_harmony_v1 row: the text of its last message,
-    which is always the assistant `final` message in that schema."""
-    return (
-        pl.col("messages_json")
-        .str.json_decode(_MESSAGES_DTYPE)
-        .struct.field("messages")
-        .list.last()
-        .struct.field("content")
-        .list.first()
-        .struct.field("text")
-    )
+    which is always the assistant `final` message in that schema (null when the row has no message or the
+    message no content)."""
+    return pl.col("messages_json").str.json_path_match(LAST_MESSAGE_TEXT_PATH)
 
 
 def constraints_expr() -> pl.Expr:

@@ -145,15 +145,28 @@ def normalize_prompt(text: str) -> str:
     Returns:
         The normalized text: normalizing it again returns it unchanged.
     """
+    return " ".join(normalized_words(text))
+
+
+def normalized_words(text: str) -> list[str]:
+    """The words of `normalize_prompt(text)` (its space-separated parts; none for an empty text), without
+    joining them into that text and splitting it again: what the signatures hash their word grams of.
+
+    Args:
+        text: The signature text of a row.
+
+    Returns:
+        `normalize_prompt(text).split(" ")`, but `[]` where that text is empty.
+    """
     if text.isascii():
-        return " ".join(text.casefold().split())
+        return text.casefold().split()
     table, folded = fold_table(), _folded_characters()
     text = unicodedata.normalize(nd.UNICODE_FORM, text).casefold()
     for _ in range(FOLD_PASSES):
         if folded.isdisjoint(text):
             break
         text = unicodedata.normalize(nd.UNICODE_FORM, "".join([table.get(c, c) for c in text])).casefold()
-    return " ".join(text.split())
+    return text.split()
 
 
 def shingles(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
@@ -169,9 +182,13 @@ def shingles(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
 def word_grams(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
     """`shingles` with repeats left in: a MinHash is a minimum per permutation, which repeats cannot change, and
     not removing them saves ~20% of the signature step."""
-    words = normalized.split(" ")
+    return grams_of_words(normalized.split(" ") if normalized else [], k)
+
+
+def grams_of_words(words: list[str], k: int = nd.SHINGLE_WORDS) -> list[str]:
+    """`word_grams` of the text `" ".join(words)`, from its words (`normalized_words`)."""
     if len(words) < k:
-        return [normalized]
+        return [" ".join(words)]
     return list(map(" ".join, zip(*(words[i:] for i in range(k)))))
 
 
@@ -179,7 +196,7 @@ def minhash_signatures(prompts: Sequence[str]) -> np.ndarray:
     """(rows, NUM_PERM) uint32 MinHash signatures of the prompts (normalized here), by rensa in one call."""
     if not prompts:
         return np.zeros((0, nd.NUM_PERM), dtype=np.uint32)
-    token_sets = [word_grams(normalize_prompt(p)) for p in prompts]
+    token_sets = [grams_of_words(normalized_words(p)) for p in prompts]
     matrix = RMinHash.digest_matrix_from_token_sets(token_sets, nd.NUM_PERM, nd.MINHASH_SEED)
     return np.asarray(matrix.to_rows(), dtype=np.uint32)
 
