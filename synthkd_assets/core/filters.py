@@ -52,7 +52,9 @@ def constraints_expr() -> pl.Expr:
 
 # what a reader cannot see: whitespace, format characters (Cf: ZWSP U+200B, ZWJ, soft hyphen, BOM ...), every
 # separator (Z*) and control (Cc), and the blank fillers (braille blank, Hangul fillers) that render as nothing
-INVISIBLE_PATTERN = r"[\s\p{Cf}\p{Cc}\p{Z}\x{2800}\x{115F}\x{1160}\x{3164}\x{FFA0}]"
+_INVISIBLE_CHARACTERS = r"\s\p{Cf}\p{Cc}\p{Z}\x{2800}\x{115F}\x{1160}\x{3164}\x{FFA0}"
+INVISIBLE_PATTERN = f"[{_INVISIBLE_CHARACTERS}]"
+VISIBLE_PATTERN = f"[^{_INVISIBLE_CHARACTERS}]"  # one character INVISIBLE_PATTERN does not match
 _INVISIBLE = re.compile(r"[\s\u0000-\u001f\u007f-\u009f\u2800\u115f\u1160\u3164\uffa0]")
 
 
@@ -73,7 +75,8 @@ def is_invisible(text: str | None) -> bool:
 
 def is_blank_expr(column: str) -> pl.Expr:
     """Vectorized `is_invisible`: the value has no visible character (null counts as blank)."""
-    return pl.col(column).fill_null("").str.replace_all(INVISIBLE_PATTERN, "").str.len_bytes() == 0
+    # no visible character: the search stops at the first one, where removing every invisible one read it all
+    return ~pl.col(column).fill_null("").str.contains(VISIBLE_PATTERN)
 
 
 def _marker_pattern(marker: str) -> str:
