@@ -121,14 +121,14 @@ def floor_minhash(raw_files: list[Path]) -> tuple[float, int]:
     import pyarrow.parquet as pq
     from rensa import RMinHash
 
-    from synthkd_assets.core.near_dup import normalize_prompt, signature_text, word_grams
+    from synthkd_assets.core.near_dup import signature_grams, signature_text
     from synthkd_contract import near_dup as nd
 
     seconds, rows = 0.0, 0
     for path in raw_files:
         for batch in pq.ParquetFile(path).iter_batches(FLOOR_BATCH_ROWS, columns=["query", "synthetic_answer"]):
             pairs = zip(batch.column("query").to_pylist(), batch.column("synthetic_answer").to_pylist(), strict=True)
-            grams = [word_grams(normalize_prompt(signature_text(q or "", a or ""))) for q, a in pairs]
+            grams = [signature_grams(signature_text(q or "", a or "")) for q, a in pairs]
             spent, _ = _cpu(RMinHash.digest_matrix_from_token_sets, grams, nd.NUM_PERM, nd.MINHASH_SEED)
             seconds, rows = seconds + spent, rows + len(grams)
     return seconds, rows

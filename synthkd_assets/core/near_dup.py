@@ -172,11 +172,7 @@ def normalized_words(text: str) -> list[str]:
 def shingles(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
     """The distinct word k-grams of a normalized prompt (words: its space-separated parts); a prompt of fewer
     than k words is one shingle (itself, possibly empty)."""
-    words = normalized.split(" ")
-    if len(words) < k:
-        return [normalized]
-    # zip of k shifted word lists, joined by map: ~1.5x the per-gram slice-and-join (benchmarks/near_dup.py)
-    return list(dict.fromkeys(map(" ".join, zip(*(words[i:] for i in range(k))))))
+    return list(dict.fromkeys(word_grams(normalized, k)))
 
 
 def word_grams(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
@@ -189,14 +185,20 @@ def grams_of_words(words: list[str], k: int = nd.SHINGLE_WORDS) -> list[str]:
     """`word_grams` of the text `" ".join(words)`, from its words (`normalized_words`)."""
     if len(words) < k:
         return [" ".join(words)]
+    # zip of k shifted word lists, joined by map: ~1.5x the per-gram slice-and-join (benchmarks/near_dup.py)
     return list(map(" ".join, zip(*(words[i:] for i in range(k)))))
+
+
+def signature_grams(prompt: str) -> list[str]:
+    """The word grams the signatures hash for one row's signature text: its normalized words, never joined."""
+    return grams_of_words(normalized_words(prompt))
 
 
 def minhash_signatures(prompts: Sequence[str]) -> np.ndarray:
     """(rows, NUM_PERM) uint32 MinHash signatures of the prompts (normalized here), by rensa in one call."""
     if not prompts:
         return np.zeros((0, nd.NUM_PERM), dtype=np.uint32)
-    token_sets = [grams_of_words(normalized_words(p)) for p in prompts]
+    token_sets = [signature_grams(p) for p in prompts]
     matrix = RMinHash.digest_matrix_from_token_sets(token_sets, nd.NUM_PERM, nd.MINHASH_SEED)
     return np.asarray(matrix.to_rows(), dtype=np.uint32)
 
