@@ -75,7 +75,7 @@ def is_invisible(text: str | None) -> bool:
 
 def is_blank_expr(column: str) -> pl.Expr:
     """Vectorized `is_invisible`: the value has no visible character (null counts as blank)."""
-    # no visible character: the search stops at the first one, where removing every invisible one read it all
+    # searching for one visible character stops at the first, rather than reading the whole answer
     return ~pl.col(column).fill_null("").str.contains(VISIBLE_PATTERN)
 
 
