@@ -12,3 +12,6 @@ python="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 .venv/bin/python -m pip install --quiet --require-hashes --requirement requirements.lock
 # -qq: setuptools' notice about editable installs is a warning to no one here; errors still print
 .venv/bin/python -m pip install -qq --no-deps --no-build-isolation --editable .
+# the packages' bytecode, written once here: a process that may not write it (PYTHONDONTWRITEBYTECODE, a read-only
+# checkout) would otherwise compile every module again each time it starts, and a build starts a process per run
+.venv/bin/python -m compileall -q -j 0 synthkd_assets synthkd_contract synthkd_training synthkd_dev >/dev/null

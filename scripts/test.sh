@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-exec .venv/bin/python -m pytest -n auto --maxprocesses=4 --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n auto --maxprocesses=4 --dist loadfile --no-loadscope-reorder "$@"

@@ -25,6 +25,35 @@ settings.register_profile("ci", max_examples=60, deadline=None)
 settings.register_profile("fuzz", max_examples=5000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# The test files that take minutes (build.sh and its services, the daemon, the cluster, online KD), longest first.
+# pytest-xdist hands each worker whole files (`--dist loadfile`, `--no-loadscope-reorder`: scripts/test.sh) in
+# this order; a long file handed out last would keep one core busy long after the others had finished.
+LONG_FILES_FIRST = (
+    "tests/test_build_script.py",
+    "tests/test_automation_daemon.py",
+    "tests/test_harmony_artifact.py",
+    "tests/training/test_online_kd.py",
+    "tests/test_cli_and_webserver.py",
+    "tests/test_cluster.py",
+    "tests/test_scale_run.py",
+    "tests/test_smoke_daemon.py",
+    "tests/test_crash_safety.py",
+    "tests/test_sensor.py",
+    "tests/test_raw_inventory.py",
+    "tests/test_source_graph.py",
+    "tests/test_stream.py",
+    "tests/test_floor_benchmark.py",
+    "tests/test_anchor_long_line_graph.py",
+    "tests/test_output_bytes.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files of LONG_FILES_FIRST first, in its order; every other file after them as collected (a stable
+    sort: each file's tests keep their order)."""
+    rank = {name: position for position, name in enumerate(LONG_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.relative_to(config.rootpath).as_posix(), len(rank)))
+
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
