@@ -43,7 +43,7 @@ from synthkd_dev.make_harmony_artifact import (
     text_message,
     write_artifact,
 )
-from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR, check_evaluations
+from tests.helpers import REPO_ROOT, SAMPLE_RAW_DIR, build_everything, check_evaluations
 
 ROW_GROUP_ROWS = 8
 
@@ -214,18 +214,24 @@ def build_from_artifact(root: Path, artifact: Path, **env: str) -> subprocess.Co
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, artifact_rows):
     """The sample converted into an artifact (2 files of 190 row groups), built by build.sh in ranges of 100 row
-    groups (4 partitions) and, for comparison, as whole files (2 partitions)."""
+    groups (4 partitions) and, for comparison, as whole files (2 partitions) by the same passes in process."""
     root = tmp_path_factory.mktemp("artifact_build")
     artifact = make_artifact(root / "artifact", artifact_rows)
     ranged = build_from_artifact(root / "ranged", artifact)
     assert ranged.returncode == 0, ranged.stdout[-3000:] + ranged.stderr[-3000:]
-    whole = build_from_artifact(root / "whole", artifact, SYNTHKD_HARMONY_RANGE_ROW_GROUPS="1000")
-    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+    build_in_process(layout_of(root / "whole", artifact, harmony_range_row_groups=1000))
     return artifact, root / "ranged", root / "whole", ranged.stdout
 
 
 def layout_of(root: Path, artifact: Path, **fields) -> SynthKDLayout:
     return SynthKDLayout(raw_dir=str(root / "empty"), data_dir=str(root / "data"), harmony_dir=str(artifact), **fields)
+
+
+def build_in_process(layout: SynthKDLayout) -> None:
+    """Every pass of build.sh's build, in this process (tests/helpers.py), on a fresh instance."""
+    Path(layout.raw_dir).mkdir(parents=True, exist_ok=True)
+    with dg.DagsterInstance.ephemeral() as instance:
+        build_everything(instance, layout)
 
 
 def test_build_sh_builds_every_dataset_from_the_artifact_every_row_accounted(built):
@@ -375,7 +381,8 @@ def test_the_near_duplicate_question_is_the_user_message_after_system_and_develo
 
 
 def test_a_raw_shard_and_artifact_ranges_build_together(tmp_path, artifact_rows):
-    """Raw SYNTH beside the artifact: one build, one sampling plan over both (their rows are SYNTH's)."""
+    """Raw SYNTH beside the artifact: one build, one sampling plan over both (their rows are SYNTH's). Built in
+    process: build.sh's own route from an artifact is test_build_sh_builds_every_dataset_from_the_artifact_..."""
     rows = [dict(r) for r in artifact_rows[-300:]]
     for row in rows:  # other conversations than the raw shard's (a row in both would be a cross-shard duplicate)
         row["synth_id"] = "artifact_" + row["synth_id"]
@@ -383,17 +390,7 @@ def test_a_raw_shard_and_artifact_ranges_build_together(tmp_path, artifact_rows)
     raw = tmp_path / "raw"
     raw.mkdir()
     pq.write_table(pq.read_table(SAMPLE_RAW_DIR / "synth_001.parquet").slice(0, 200), raw / "synth_001.parquet")
-    environment = {
-        **os.environ,
-        "DAGSTER_HOME": str(tmp_path / "home"),
-        "SYNTHKD_RAW_DIR": str(raw),
-        "SYNTHKD_DATA_DIR": str(tmp_path / "data"),
-        "SYNTHKD_HARMONY_DIR": str(artifact),
-    }
-    done = subprocess.run(
-        ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=900
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    build_in_process(SynthKDLayout(raw_dir=str(raw), data_dir=str(tmp_path / "data"), harmony_dir=str(artifact)))
     paths = DataLayout(raw, tmp_path / "data", harmony_root=artifact)
     manifest = verify_manifest(paths.megatron_root())
     assert [s["partition"] for s in manifest["shards"]] == [
