@@ -196,7 +196,7 @@ def test_bad_rows_are_dropped_counted_and_named_with_file_and_row(tmp_path, arti
 # --- build.sh on an artifact alone ------------------------------------------------------------------------------
 
 
-def build_from_artifact(root: Path, artifact: Path, **env: str) -> subprocess.CompletedProcess:
+def build_from_artifact(root: Path, artifact: Path) -> subprocess.CompletedProcess:
     (root / "empty").mkdir(parents=True)
     environment = {
         **os.environ,
@@ -204,7 +204,6 @@ def build_from_artifact(root: Path, artifact: Path, **env: str) -> subprocess.Co
         "SYNTHKD_RAW_DIR": str(root / "empty"),
         "SYNTHKD_DATA_DIR": str(root / "data"),
         "SYNTHKD_HARMONY_DIR": str(artifact),
-        **env,
     }
     return subprocess.run(
         ["bash", "scripts/build.sh"], cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=900
