@@ -41,6 +41,7 @@ from synthkd_assets.core.near_dup import (
     signature_table,
     signatures_shard,
     sorted_distinct,
+    stable_argsort,
     value_slices,
     verified_pairs,
     word_grams,
@@ -163,6 +164,14 @@ def test_candidate_pairs_star_and_chain_each_keys_group_in_rank_order(rows):
         assert {tuple(sorted(map(int, pair))) for pair in pairs} == expected
 
 
+@given(st.lists(st.one_of(st.integers(0, 5), st.integers(0, 2**64 - 1)), max_size=300))
+def test_stable_argsort_is_numpys_stable_argsort(values):
+    """polars' sort of (value, position) orders as numpy's stable sort: equal keys (a band's candidates) by
+    position, over the whole uint64 range."""
+    array = np.array(values, dtype=np.uint64)
+    assert np.array_equal(stable_argsort(array), np.argsort(array, kind="stable"))
+
+
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=200), st.lists(st.integers(0, 50), max_size=200))
 def test_sorted_distinct_and_merged_codes_are_numpys_unique_and_union(values, more):
     """The clustering's own unique and union (numpy 2's hash first) give exactly what np.unique and np.union1d
@@ -171,6 +180,7 @@ def test_sorted_distinct_and_merged_codes_are_numpys_unique_and_union(values, mo
     before = array.copy()
     assert np.array_equal(sorted_distinct(array), np.unique(array)) and np.array_equal(array, before)
     assert np.array_equal(sorted_distinct(array.copy(), in_place=True), np.unique(array))
+    assert np.array_equal(sorted_distinct(np.sort(array), runs=True), np.unique(array))
     codes, other = np.unique(array), np.unique(np.array(more, dtype=np.int64))
     merged = merged_codes(codes, other)
     assert merged.dtype == np.int64 and np.array_equal(merged, np.union1d(codes, other))

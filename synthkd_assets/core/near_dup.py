@@ -333,10 +333,24 @@ class ClusterSettings:
         }
 
 
+def stable_argsort(values: np.ndarray) -> np.ndarray:
+    """`np.argsort(values, kind="stable")` of a 1-D integer array, by polars' multi-threaded sort of (value,
+    position): ~2.5x faster on the clustering's ~1M-row bands (benchmarks/README.md, "Near-duplicate control").
+
+    Args:
+        values: a 1-D integer array.
+
+    Returns:
+        The positions of `values` in ascending order of value, equal values in position order (int64).
+    """
+    frame = pl.DataFrame({"value": values, "position": np.arange(len(values), dtype=np.int64)})
+    return frame.sort("value", "position")["position"].to_numpy()
+
+
 def rank_order(rank_key: np.ndarray) -> np.ndarray:
     """The rows in rank_key order, ties in row order (a stable argsort): what `candidate_pairs` orders each band
     by, computed once for every band."""
-    return np.argsort(rank_key, kind="stable")
+    return stable_argsort(rank_key)
 
 
 def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray, by_rank: np.ndarray | None = None) -> np.ndarray:
@@ -355,7 +369,7 @@ def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray, by_rank: np.ndarray 
         The pairs, stars first, then chains.
     """
     by_rank = rank_order(rank_key) if by_rank is None else by_rank
-    order = by_rank[np.argsort(keys[by_rank], kind="stable")]
+    order = by_rank[stable_argsort(keys[by_rank])]
     ordered = keys[order]
     starts = np.ones(len(ordered), dtype=bool)
     starts[1:] = ordered[1:] != ordered[:-1]
@@ -367,22 +381,24 @@ def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray, by_rank: np.ndarray 
     return np.concatenate([star, chain]).astype(np.int64)
 
 
-def sorted_distinct(values: np.ndarray, in_place: bool = False) -> np.ndarray:
+def sorted_distinct(values: np.ndarray, in_place: bool = False, runs: bool = False) -> np.ndarray:
     """`np.unique` of a 1-D integer array (its distinct values, sorted), by a sort and a comparison of neighbours.
 
     numpy 2's `np.unique` hashes the values before sorting them, many times slower on the millions of pair codes
-    and rows of the clustering (benchmarks/README.md, "Near-duplicate control"). The sort is stable (timsort for
-    int64): two sorted runs concatenated, as `merged_codes` gives it, are merged in linear time.
+    and rows of the clustering (benchmarks/README.md, "Near-duplicate control"). Values in no order are sorted by
+    numpy's default sort (its vectorized quicksort: ~10x the stable sort on millions of int64); sorted runs
+    concatenated (`runs`, as `merged_codes` gives them) by its stable sort, timsort, which merges them in linear time.
 
     Args:
         values: a 1-D integer array.
         in_place: sort `values` itself (a temporary of the caller's) instead of a copy.
+        runs: `values` is a few sorted runs one after the other.
 
     Returns:
         The distinct values in ascending order.
     """
     ordered = values if in_place else values.copy()
-    ordered.sort(kind="stable")
+    ordered.sort(kind="stable" if runs else None)
     keep = np.empty(len(ordered), dtype=bool)
     keep[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
@@ -391,7 +407,7 @@ def sorted_distinct(values: np.ndarray, in_place: bool = False) -> np.ndarray:
 
 def merged_codes(codes: np.ndarray, more: np.ndarray) -> np.ndarray:
     """The sorted distinct union of two sorted distinct code arrays (`np.union1d`, as `sorted_distinct`)."""
-    return sorted_distinct(np.concatenate([codes, more]), in_place=True)
+    return sorted_distinct(np.concatenate([codes, more]), in_place=True, runs=True)
 
 
 def _pair_codes(pairs: np.ndarray, n_rows: int) -> np.ndarray:
