@@ -53,6 +53,20 @@ TOKENIZED_SCHEMA: Final = pa.schema(
     ]
 )
 
+# synth_tokenized/<key>.rows.parquet: each synth_tokenized row's sizes, written with it (same rows, same order), so
+# that the global steps needing only those (the quota plan, the manifest's length statistics) never decode the
+# token lists: tokens in the conversation, and its label positions of span analysis and of span final
+TOKENIZED_ROWS_SCHEMA: Final = pa.schema(
+    [
+        ("synth_id", pa.string()),
+        ("language", pa.string()),
+        ("exercise", pa.string()),
+        ("tokens", pa.int64()),
+        ("analysis_tokens", pa.int64()),
+        ("final_tokens", pa.int64()),
+    ]
+)
+
 # synth_kd_v1 shards/shard_XX_documents.parquet: which synth_id is which document of which split
 DOCUMENTS_SCHEMA: Final = pa.schema([("split", pa.string()), ("document_index", pa.int64()), ("synth_id", pa.string())])
 

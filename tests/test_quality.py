@@ -4,6 +4,7 @@ built sample, and as plotted metadata of synth_kd_v1_manifest."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import defaultdict
 
 import dagster as dg
@@ -13,9 +14,12 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from synthkd_assets.core.layout import rows_summary_path
 from synthkd_assets.core.manifest_builders import PERCENTILES
 from synthkd_assets.core.quality import STAT_COLUMNS, length_stats, markdown_table
+from synthkd_assets.core.quota import tokenized_quota_rows
 from synthkd_contract import constants
+from synthkd_contract.schemas import TOKENIZED_ROWS_SCHEMA
 from tests.helpers import SAMPLE_RAW_DIR
 
 ALL = ("all", "all")
@@ -97,7 +101,8 @@ def test_the_sample_against_the_oracle_and_the_manifest(built_sample):
         table = pq.read_table(path, columns=["language", "exercise", "span_id"])
         spans = [np.array(v, dtype=np.uint8) for v in table.column("span_id").to_pylist()]
         rows.extend(zip(table.column("language").to_pylist(), table.column("exercise").to_pylist(), spans))
-    found = computed(files)
+    found = computed(files)  # from the row sizes written with each file
+    assert all(rows_summary_path(path).is_file() for path in files)
     assert found == oracle(rows) and found[ALL]["rows"] == 1153
     # every analysis / final label position of the written dataset is one conversation's
     totals = json.loads(paths.megatron_manifest().read_text())["totals"]["span_tokens"]
@@ -108,3 +113,28 @@ def test_the_sample_against_the_oracle_and_the_manifest(built_sample):
     assert {k: metadata[k].value for k in STAT_COLUMNS} == {k: found[ALL][k] for k in STAT_COLUMNS}
     table = metadata["span_lengths"].value
     assert table.splitlines()[-1].startswith("| all | all | 1153 |") and "| en | memorization |" in table
+
+
+def test_the_row_sizes_written_with_synth_tokenized_are_its_rows(built_sample, tmp_path):
+    """Each synth_tokenized shard's row sizes (`<key>.rows.parquet`, written with it) are, row for row, its
+    synth_id, language, exercise, token count and analysis / final label positions; the quota plan's rows and the
+    length statistics read from them are those the token lists give (the same files copied without them)."""
+    _, layout, _ = built_sample
+    paths = layout.data_layout()
+    files = [paths.stage_output("synth_tokenized", p.stem) for p in sorted(SAMPLE_RAW_DIR.glob("*.parquet"))]
+    copies = []
+    for path in files:
+        sizes = pq.read_table(rows_summary_path(path))
+        assert sizes.schema == TOKENIZED_ROWS_SCHEMA and sizes.num_rows > 0
+        table = pq.read_table(path)
+        for column in ("synth_id", "language", "exercise"):
+            assert sizes[column].to_pylist() == table[column].to_pylist()
+        assert sizes["tokens"].to_pylist() == [len(tokens) for tokens in table["tokens"].to_pylist()]
+        spans = [np.array(v, dtype=np.uint8) for v in table["span_id"].to_pylist()]
+        assert sizes["analysis_tokens"].to_pylist() == [int((s == constants.SPAN_ANALYSIS).sum()) for s in spans]
+        assert sizes["final_tokens"].to_pylist() == [int((s == constants.SPAN_FINAL).sum()) for s in spans]
+        copies.append(tmp_path / path.name)
+        shutil.copy(path, copies[-1])
+    assert not any(rows_summary_path(copy).exists() for copy in copies)
+    assert tokenized_quota_rows(files) == tokenized_quota_rows(copies)
+    assert computed(files) == computed(copies)

@@ -479,8 +479,13 @@ def test_orphans_include_unique_partials_and_both_build_roots(tmp_path):
         data / "smoke" / "errors" / "synth_harmony" / "synth_004.jsonl",
         data / "smoke" / constants.DISTILL_SMOKE_DATASET_NAME / "synth_004.json",
         paths.valuation_part(4),
+        paths.stage_rows("synth_tokenized", "synth_004"),
     ]
-    kept = [data / "smoke" / "synth_harmony" / "synth_001.parquet", paths.both_builds()[1].valuation_part(1)]
+    kept = [
+        data / "smoke" / "synth_harmony" / "synth_001.parquet",
+        paths.both_builds()[1].valuation_part(1),
+        paths.stage_rows("synth_tokenized", "synth_001"),  # a present shard's row sizes: not a shard "synth_001.rows"
+    ]
     for path in gone + kept:
         write_as_build(path)
     megatron, distill = paths.megatron_root() / "train", paths.distill_root() / "train"

@@ -36,6 +36,7 @@ from synthkd_assets.core.layout import (
     POOL_TRIOS_SUBDIR,
     RECORD_SUFFIX,
     REPORT_SUFFIX,
+    ROWS_SUFFIX,
     SOURCES_DIR_ENV,
     STAGE_SUFFIX,
     DataLayout,
@@ -106,7 +107,7 @@ def orphaned_outputs(layout: DataLayout, present: Collection[str]) -> list[Path]
     # not the clusters: the plan's decisions for every shard it clustered, in force until the next re-plan
     # (`stale_cluster_files`), so a shard that comes back gets its rows' cap and held-out decisions again
     stage_dirs = [d for d in layout.all_stage_dirs() if d.name != CLUSTERS_STAGE]
-    key_dirs = [(d, (REPORT_SUFFIX, STAGE_SUFFIX)) for d in stage_dirs]
+    key_dirs = [(d, (REPORT_SUFFIX, ROWS_SUFFIX, STAGE_SUFFIX)) for d in stage_dirs]  # the longest suffix first
     key_dirs += [(d, (RECORD_SUFFIX,)) for d in layout.all_distill_records_dirs()]
     for errors_dir in layout.all_errors_dirs():
         if errors_dir.is_dir():

@@ -11,6 +11,7 @@ CLI, tests and benchmarks, so that no path is spelled out anywhere else.
     <data>/.build.lock                            one build per data root
     <data>/.synthkd/written.jsonl                 every file the build wrote (core/ownership.py): all it removes
     <build>/<stage>/<key>.parquet, .report.json   intermediate stages (synth_harmony ... synth_tokenized)
+    <build>/synth_tokenized/<key>.rows.parquet    each synth_tokenized row's token counts, written with it
     <build>/synth_harmony/manifest.json
     <build>/synth_sampling_plan/plan.json
     <build>/errors/<step>/<key>.jsonl             dropped rows of one shard step (first 1000)
@@ -57,6 +58,7 @@ DEFAULT_DATA_DIR = env.DATA_DIR.unset
 STAGE_NAMES = ("synth_harmony", "synth_filtered", "synth_sampled", "synth_tokenized")
 STAGE_SUFFIX = ".parquet"
 REPORT_SUFFIX = ".report.json"
+ROWS_SUFFIX = ".rows.parquet"  # synth_tokenized's row sizes beside its shard (TOKENIZED_ROWS_SCHEMA)
 RECORD_SUFFIX = ".json"  # DistillKit per-shard records
 ERROR_LOG_SUFFIX = ".jsonl"
 SMOKE_SUBDIR = "smoke"
@@ -97,6 +99,18 @@ def shard_record_path(dataset_root: Path, shard_index: int) -> Path:
 def documents_path(dataset_root: Path, shard_index: int) -> Path:
     """Which synth_id is which document of which split: for debugging, and for the leakage check."""
     return dataset_root / MEGATRON_SHARDS_SUBDIR / f"shard_{shard_index:02d}_documents.parquet"
+
+
+def rows_summary_path(tokenized_path: Path) -> Path:
+    """Where the row sizes of a synth_tokenized shard file are (`<key>.rows.parquet` beside `<key>.parquet`).
+
+    Args:
+        tokenized_path: a synth_tokenized shard's `<key>.parquet`.
+
+    Returns:
+        The path of its TOKENIZED_ROWS_SCHEMA file, written together with it.
+    """
+    return tokenized_path.with_name(tokenized_path.name.removesuffix(STAGE_SUFFIX) + ROWS_SUFFIX)
 
 
 class LayoutError(env.SettingError):
@@ -265,6 +279,10 @@ class DataLayout:
 
     def stage_report(self, stage: str, key: str) -> Path:
         return self.stage_dir(stage) / f"{key}{REPORT_SUFFIX}"
+
+    def stage_rows(self, stage: str, key: str) -> Path:
+        """synth_tokenized's row sizes of shard `key` (`rows_summary_path` of its output)."""
+        return rows_summary_path(self.stage_output(stage, key))
 
     def harmony_manifest(self) -> Path:
         return self.stage_dir(HARMONY_STAGE) / constants.MANIFEST_FILENAME

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from synthkd_assets.core.layout import rows_summary_path
 from synthkd_assets.core.manifest_builders import PERCENTILES
 from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.parquet_io import iter_frames
@@ -61,12 +62,16 @@ def span_lengths(tokenized: pl.LazyFrame) -> pl.LazyFrame:
 
 def length_stats(tokenized_paths: Sequence[Path]) -> LengthStats:
     """Rows and min / pXX / max of analysis and final tokens per conversation, per (language, exercise) and
-    overall, over synth_tokenized files (one thread per core): each frame's span ids are reduced to their counts as
-    it is read, so only the per-row counts are ever held (polars' streaming scan of the span_id column held ~0.15
-    GiB)."""
+    overall, over synth_tokenized files (one thread per core). Each file's counts are read from its row sizes
+    (`rows_summary_path`, written with it); a file without them (written before they existed) has its span ids
+    counted as they are read, so only the per-row counts are ever held (polars' streaming scan of the span_id
+    column held ~0.15 GiB)."""
     schema = {"language": pl.String, "exercise": pl.String, "span_id": pl.List(pl.UInt8)}
+    recorded = [pl.col(f"{constants.SPAN_NAMES[s]}_tokens").alias(constants.SPAN_NAMES[s]) for s in LENGTH_SPANS]
 
     def counted_file(path: Path) -> list[pl.DataFrame]:
+        if (rows := rows_summary_path(path)).is_file():
+            return [pl.read_parquet(rows).select(*GROUP_COLUMNS, *recorded)]
         return [span_lengths(frame.lazy().select(*schema)).collect() for frame in iter_frames(path, tuple(schema))]
 
     counted = [frame for frames in thread_map(counted_file, tokenized_paths) for frame in frames]

@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps, SmokeBudget
-from synthkd_assets.core.layout import documents_path
+from synthkd_assets.core.layout import documents_path, rows_summary_path
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.parquet_io import (
     ParquetShardWriter,
@@ -41,7 +41,7 @@ from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remo
 from synthkd_assets.core.validation import DuplicateIds, check_exercises, check_raw_schema, conform_raw_frame
 from synthkd_contract import constants, drops
 from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET
-from synthkd_contract.schemas import DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_SCHEMA
+from synthkd_contract.schemas import DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_ROWS_SCHEMA, TOKENIZED_SCHEMA
 from synthkd_contract.splits import assign_split
 
 Renderer = FastRenderer | HarmonyRenderer
@@ -238,6 +238,10 @@ def select_rows_shard(
     return run_step(SelectRowsStep(in_path, out_path, drop_reason), shard, errors_log)
 
 
+ROWS = "rows"  # TokenizeStep's second output: its rows' sizes (TOKENIZED_ROWS_SCHEMA)
+SIZED_SPANS = tuple(constants.SPAN_NAMES[span] for span in (constants.SPAN_ANALYSIS, constants.SPAN_FINAL))
+
+
 class TokenizeStep(ShardStep):
     """synth_harmony_v1 rows -> tokens / loss_mask / span_id; a conversation the renderer refuses is dropped.
 
@@ -259,8 +263,11 @@ class TokenizeStep(ShardStep):
         self.checker = checker
         self.round_trip = RoundTrip(0, [])  # of the rows written, when `checker` is given
 
+    summary_outputs = frozenset({ROWS})
+
     def open_outputs(self) -> Outputs:
-        return ParquetOutputs({SHARD: (self.out_path, TOKENIZED_SCHEMA)})
+        rows = (rows_summary_path(self.out_path), TOKENIZED_ROWS_SCHEMA)
+        return ParquetOutputs({SHARD: (self.out_path, TOKENIZED_SCHEMA), ROWS: rows})
 
     def frames(self) -> Iterator[pl.DataFrame]:
         return iter_frames(self.harmony_path, ("synth_id", "language", "exercise", "source_row", "messages_json"))
@@ -269,13 +276,15 @@ class TokenizeStep(ShardStep):
         conversations = [json.loads(payload)["messages"] for payload in frame["messages_json"]]
         kept: list[int] = []
         rendered = []
+        spans: list[dict[str, int]] = []
         for i, result in enumerate(self.renderer.render_many(conversations)):
             if isinstance(result, RenderError):
                 report.drop(result.reason, frame["source_row"][i], frame["synth_id"][i], str(result))
                 continue
             kept.append(i)
             rendered.append(result)
-            report.span_tokens.update(result.span_token_counts())
+            spans.append(result.span_token_counts())
+            report.span_tokens.update(spans[-1])
         if self.checker is not None:  # the tokens as written, against the messages they were rendered from
             written = zip(frame["synth_id"][kept], (c.tokens for c in rendered), map(conversations.__getitem__, kept))
             found = self.checker.check_many(written)
@@ -288,7 +297,16 @@ class TokenizeStep(ShardStep):
         table = frame.select("synth_id", "language", "exercise", "source_row").to_arrow()
         table = table.append_column("tokens", list_column([c.tokens for c in rendered], np.int32))
         table = table.append_column("loss_mask", list_column([c.loss_mask for c in rendered], np.uint8))
-        return {SHARD: table.append_column("span_id", list_column([c.span_id for c in rendered], np.uint8))}
+        table = table.append_column("span_id", list_column([c.span_id for c in rendered], np.uint8))
+        sizes = {
+            "tokens": [len(c.tokens) for c in rendered],
+            **{f"{name}_tokens": [counts[name] for counts in spans] for name in SIZED_SPANS},
+        }
+        rows = pa.table(
+            {name: table.column(name) for name in ("synth_id", "language", "exercise")} | sizes,
+            schema=TOKENIZED_ROWS_SCHEMA,
+        )
+        return {SHARD: table, ROWS: rows}
 
     def finish(self, report: ShardReport) -> None:
         routed = self.renderer.routed_to_reference - self.routed_before

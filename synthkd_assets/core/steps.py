@@ -72,7 +72,10 @@ class ParquetOutputs(Outputs):
 
 
 class ShardStep(ABC):
-    """One per-shard step, as `run_step` runs it."""
+    """One per-shard step, as `run_step` runs it. `summary_outputs`: the names of outputs that only describe rows
+    another output holds (a row's sizes): their rows are not counted again in the report's `rows_out`."""
+
+    summary_outputs: frozenset[str] = frozenset()
 
     @abstractmethod
     def open_outputs(self) -> Outputs:
@@ -105,7 +108,8 @@ def run_step(step: ShardStep, shard: str, errors_log: Path | None = None) -> Sha
             if report.rows_in > window_end:
                 raise ValueError(f"{shard}: a frame of {frame.height} rows straddles two output windows")
             for name, table in step.apply(frame, report).items():
-                report.rows_out += table.num_rows if isinstance(table, pa.Table) else table.height
+                if name not in step.summary_outputs:
+                    report.rows_out += table.num_rows if isinstance(table, pa.Table) else table.height
                 window.setdefault(name, []).append(table)
             if report.rows_in == window_end:
                 _write_window(outputs, window)

@@ -51,7 +51,7 @@ RULE_VERSIONS = {
     "synth_validation_sets": "1",
     "synth_sampling_plan": "3",
     "synth_sampled": "3",
-    "synth_tokenized": "2",
+    "synth_tokenized": "3",
     "synth_kd_v1": "1",
     "synth_kd_v1_manifest": "1",
     "synth_distill": "1",

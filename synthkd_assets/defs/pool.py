@@ -100,9 +100,10 @@ QUOTA_INPUTS_FINGERPRINT = "quota_inputs_fingerprint"  # synth_quota_plan's meta
 
 
 def quota_inputs_fingerprint(paths: DataLayout, build: SynthKDBuildConfig) -> str | None:
-    """`mf.inputs_fingerprint` of what `quota_plan_of` reads (every shard's synth_tokenized file and report) and
-    the settings it applies; None while one of those files is missing (`quota_plan_of` says which)."""
+    """`mf.inputs_fingerprint` of what `quota_plan_of` reads (every shard's synth_tokenized file, report and row
+    sizes) and the settings it applies; None while one of those files is missing (`quota_plan_of` says which)."""
     files = [path for name in shard_names(paths) for path in stage_files(paths, "synth_tokenized", name)]
+    files += [rows for name in shard_names(paths) if (rows := paths.stage_rows("synth_tokenized", name)).is_file()]
     config = {
         "quota": quota_config(build.quota_targets(), build.exercise_table()),
         "source_mix": source_mix_config(build.source_mix_targets()),
