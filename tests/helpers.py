@@ -12,6 +12,7 @@ import polars as pl
 # a run's code-location origin (DAEMON_ORIGIN below): Dagster exports no constructor for one
 from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 
+from synthkd_assets.core.layout import ROWS_SUFFIX, STAGE_SUFFIX
 from synthkd_assets.defs.build import (  # noqa: F401  (re-exported for the tests)
     all_definitions,
     build_all,
@@ -77,10 +78,15 @@ def location_dependent(root: Path, path: Path) -> bool:
     return False
 
 
+def stage_shard_files(paths, stage: str) -> list[Path]:
+    """Every shard output (`<key>.parquet`) of `stage`, sorted: not synth_tokenized's row sizes beside them."""
+    return sorted(p for p in paths.stage_dir(stage).glob(f"*{STAGE_SUFFIX}") if not p.name.endswith(ROWS_SUFFIX))
+
+
 def rows_after_clusters(paths, columns: list[str]):
     """The synth_filtered rows the near-duplicate clusters keep (no cap, not held out): what the plan counts."""
     frames = []
-    for filtered in sorted(paths.stage_dir("synth_filtered").glob("*.parquet")):
+    for filtered in stage_shard_files(paths, "synth_filtered"):
         decisions = pl.read_parquet(
             paths.stage_output("synth_clusters", filtered.stem), columns=["synth_id", "decision"]
         )

@@ -31,7 +31,7 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout, syn
 from synthkd_contract import constants
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import DISTILL_SCHEMA
-from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes, rows_after_clusters, run
+from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_outcomes, rows_after_clusters, run, stage_shard_files
 
 DISTILL_CHECKS = {
     "distill_labels_match_input_ids",
@@ -136,7 +136,7 @@ def test_every_row_keeps_the_contract(distill, built_sample):
     paths = built_sample[1].data_layout()
     assert pq.read_schema(root / "train" / "part-00001.parquet").equals(DISTILL_SCHEMA)
     assert rows["id"].n_unique() == rows.height == manifest["totals"]["rows_out"]
-    tokenized = pl.concat([pl.read_parquet(p) for p in sorted(paths.stage_dir("synth_tokenized").glob("*.parquet"))])
+    tokenized = pl.concat([pl.read_parquet(p) for p in stage_shard_files(paths, "synth_tokenized")])
     tokens = dict(zip(tokenized["synth_id"].to_list(), list_column_rows(tokenized.to_arrow().column("tokens"))))
     spans_of = dict(zip(tokenized["synth_id"].to_list(), list_column_rows(tokenized.to_arrow().column("span_id"))))
     for row in rows.iter_rows(named=True):
@@ -311,7 +311,7 @@ def test_long_conversations_and_render_failures_are_dropped_counted_and_logged(b
     result = run(instance, layout, ["synth_distill_manifest"], build=build)
     assert set(check_outcomes(result).values()) == {True}
     manifest = json.loads(paths.distill_manifest().read_text())
-    tokenized = pl.concat([pl.read_parquet(p) for p in sorted(paths.stage_dir("synth_tokenized").glob("*.parquet"))])
+    tokenized = pl.concat([pl.read_parquet(p) for p in stage_shard_files(paths, "synth_tokenized")])
     too_long = tokenized.filter(pl.col("tokens").list.len() - 1 > 1000).height
     assert too_long > 0 and manifest["totals"]["dropped"]["over_max_seq_len"] == too_long
     assert manifest["totals"]["rows_out"] == tokenized.height - too_long

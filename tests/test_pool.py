@@ -24,7 +24,7 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_contract.buckets import SKILL_BUCKETS
 from synthkd_contract.manifest_seal import verify_manifest
 from synthkd_contract.schemas import POOL_NULL_COLUMNS, POOL_SCHEMA
-from tests.helpers import SAMPLE_RAW_DIR, pool_published, run
+from tests.helpers import SAMPLE_RAW_DIR, pool_published, run, stage_shard_files
 
 # the contract restated by hand (an oracle must not import what it checks)
 SKILL = {
@@ -59,7 +59,7 @@ def pool(built_sample):
 
 
 def tokenized(paths) -> pl.DataFrame:
-    return pl.read_parquet(sorted(paths.stage_dir("synth_tokenized").glob("*.parquet")))
+    return pl.read_parquet(stage_shard_files(paths, "synth_tokenized"))
 
 
 def test_pool_rows_agree_with_synth_tokenized_and_the_harmony_render(pool, encoding):
