@@ -7,6 +7,7 @@ the split the build gave it).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 from synthkd_contract import constants
 
@@ -21,8 +22,22 @@ def stable_unit_interval(salt: str, key: str) -> float:
     Returns:
         A float in [0, 1), the same for the same (salt, key) on every machine.
     """
-    digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
+    return stable_unit_intervals(salt, [key])[0]
+
+
+def stable_unit_intervals(salt: str, keys: Iterable[str]) -> list[float]:
+    """`stable_unit_interval(salt, key)` of every key, in one comprehension (the quota plan orders ~300k rows a
+    million-row build by it).
+
+    Args:
+        salt: the rule's salt.
+        keys: the conversations' `synth_id`s.
+
+    Returns:
+        One float in [0, 1) per key, in order.
+    """
+    sha256, prefix = hashlib.sha256, f"{salt}:"
+    return [int.from_bytes(sha256(f"{prefix}{key}".encode()).digest()[:8], "big") / 2**64 for key in keys]
 
 
 def is_valid(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION) -> bool:

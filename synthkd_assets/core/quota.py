@@ -52,7 +52,7 @@ from synthkd_contract.buckets import (
     ctx_bucket,
     skill_bucket,
 )
-from synthkd_contract.splits import stable_unit_interval
+from synthkd_contract.splits import stable_unit_interval, stable_unit_intervals
 
 QUOTA_RULE = (
     "keep iff stable_unit_interval(salt, synth_id) < rates[skill_bucket][ctx_bucket] and synth_id not in excluded; "
@@ -106,12 +106,16 @@ def hash_ordered_prefix(
         rows, the skipped oversized rows below the rate, and the kept tokens.
     """
     read = tokens_of or (lambda row: (row[0], row[-1]))
-    ordered = sorted((stable_unit_interval(salt, read(row)[0]), read(row)[0], i, row) for i, row in enumerate(rows))
+    rows = list(rows)
+    ids, lengths = zip(*map(read, rows)) if rows else ((), ())
+    units = stable_unit_intervals(salt, ids)
+    # by hash, then synth_id, then input order (a stable sort of the positions)
+    ordered = sorted(range(len(rows)), key=lambda i: (units[i], ids[i]))
     kept: list[tuple[float, Any]] = []
     skipped: list[Any] = []
     total = 0
-    for unit, _, _, row in ordered:
-        length = int(read(row)[1])
+    for i in ordered:
+        unit, row, length = units[i], rows[i], int(lengths[i])
         if total + length <= budget:
             kept.append((unit, row))
             total += length
@@ -312,11 +316,12 @@ def _quota_columns(path: Path) -> tuple[list[str], list[str], list[int]]:
 
 
 def _row_grids(rows: Iterable[QuotaRow]) -> tuple[dict[Cell, int], dict[Cell, int]]:
+    """Tokens and rows per (skill, ctx) cell, the cells in the order the rows first hold them."""
     tokens: dict[Cell, int] = {}
     counts: dict[Cell, int] = {}
-    for row in rows:
-        tokens[row.skill, row.ctx] = tokens.get((row.skill, row.ctx), 0) + row.tokens
-        counts[row.skill, row.ctx] = counts.get((row.skill, row.ctx), 0) + 1
+    for _, skill, ctx, length in rows:
+        tokens[skill, ctx] = tokens.get((skill, ctx), 0) + length
+        counts[skill, ctx] = counts.get((skill, ctx), 0) + 1
     return tokens, counts
 
 
@@ -344,10 +349,14 @@ def plan_quota_selection(rows: Sequence[QuotaRow], targets: QuotaTargets) -> tup
         `share_misses` (buckets whose kept share misses its target by more than `share_allowance`); and the kept
         rows.
     """
-    grid_plan = plan_quota_grid(*_row_grids(rows), targets)
+    all_tokens, all_rows = _row_grids(rows)
+    grid_plan = plan_quota_grid(all_tokens, all_rows, targets)
     shares = grid_plan["targets"]["shares"]
     kept_total = math.fsum(grid_plan["skill_tokens"]["expected"].values())
-    by_bucket = {b: [row for row in rows if row.skill == b] for b in SKILL_BUCKETS}
+    by_bucket: dict[str, list[QuotaRow]] = {b: [] for b in SKILL_BUCKETS}
+    for row in rows:
+        if row.skill in by_bucket:
+            by_bucket[row.skill].append(row)
     unusable: dict[str, QuotaRow] = {}
     for _ in range(MAX_SELECTION_ROUNDS):
         oversized = OVERSIZED_ROW_SHARE * kept_total
@@ -386,7 +395,6 @@ def plan_quota_selection(rows: Sequence[QuotaRow], targets: QuotaTargets) -> tup
         for row in selections[b].skipped
     ]
     excluded.sort(key=lambda entry: (-entry["tokens"], entry["synth_id"]))
-    all_tokens, all_rows = _row_grids(rows)
     kept_tokens, kept_rows = _row_grids(kept)
     cells = [(b, c) for b in SKILL_BUCKETS for c in CTX_BUCKETS]
     expected = {b: sum(kept_tokens.get((b, c), 0) for c in CTX_BUCKETS) for b in SKILL_BUCKETS}
