@@ -166,8 +166,8 @@ def test_candidate_pairs_star_and_chain_each_keys_group_in_rank_order(rows):
 
 @given(st.lists(st.one_of(st.integers(0, 5), st.integers(0, 2**64 - 1)), max_size=300))
 def test_stable_argsort_is_numpys_stable_argsort(values):
-    """polars' sort of (value, position) orders as numpy's stable sort: equal keys (a band's candidates) by
-    position, over the whole uint64 range."""
+    """The two quicksorts (dense rank, then rank and position) order as numpy's stable sort: equal keys (a band's
+    candidates) by position, over the whole uint64 range."""
     array = np.array(values, dtype=np.uint64)
     assert np.array_equal(stable_argsort(array), np.argsort(array, kind="stable"))
 
