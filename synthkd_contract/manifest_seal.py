@@ -116,7 +116,16 @@ def seal_text(manifest_path: Path, digest: str, held: bool = False) -> str:
 
 def file_record(root: Path, path: Path) -> dict[str, Any]:
     """{path (relative to root), bytes, sha256} of a file as it is now: a manifest's record of it."""
-    return {"path": str(path.relative_to(root)), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    return file_records(root, [path])[0]
+
+
+def file_records(root: Path, paths: list[Path]) -> list[dict[str, Any]]:
+    """`file_record` of each path, in order, the files hashed on a thread a core (`sha256_files`)."""
+    digests = sha256_files(paths)
+    return [
+        {"path": str(path.relative_to(root)), "bytes": path.stat().st_size, "sha256": digest}
+        for path, digest in zip(paths, digests)
+    ]
 
 
 def write_sealed(manifest_path: Path, manifest: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ from synthkd_assets.defs.upstream import (
     stage_files,
     stage_reports,
 )
-from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.manifest_seal import sha256_files
 
 
 def manifest_asset(deps: list, group_name: str, kinds: set[str]) -> Callable[[Callable], dg.AssetsDefinition]:
@@ -54,11 +54,16 @@ def synth_harmony_manifest(
     shards = scan_inputs(paths)
     names = [shard.name for shard in shards]
     reports = partition_records(HARMONY_STAGE, manifest_shard_records(paths, HARMONY_MANIFEST, names)[HARMONY_STAGE])
-    entries = []
-    for shard in shards:
-        out = stage_files(paths, "synth_harmony", shard.name)[0]
-        output = {"path": paths.recorded(out), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
-        entries.append(harmony_shard_entry(shard.name, shard.path, reports[shard.name], output))
+    outputs = [stage_files(paths, "synth_harmony", shard.name)[0] for shard in shards]
+    entries = [
+        harmony_shard_entry(
+            shard.name,
+            shard.path,
+            reports[shard.name],
+            {"path": paths.recorded(out), "bytes": out.stat().st_size, "sha256": digest},
+        )
+        for shard, out, digest in zip(shards, outputs, sha256_files(outputs))  # a thread a core
+    ]
     found = layout_artifact(paths)
     artifact = None if found is None else {"path": paths.recorded(found.manifest_path), "sha256": found.manifest_sha256}
     manifest = harmony_manifest(system_message_dict(), entries, artifact)

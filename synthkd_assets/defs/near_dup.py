@@ -33,7 +33,7 @@ from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import partition_records, require_upstream, shard_names, stage_files
 from synthkd_contract import drops
 from synthkd_contract import near_dup as nd
-from synthkd_contract.manifest_seal import file_record, sha256_file
+from synthkd_contract.manifest_seal import file_record, file_records, sha256_file
 from synthkd_contract.schemas import CLUSTERS_SCHEMA, SIGNATURES_SCHEMA, VALIDATION_SCHEMA
 
 LARGE_CLUSTER = "large_cluster"
@@ -105,7 +105,7 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
     stale = remove_stale_cluster_files(paths, names)  # shards removed since the last clustering: not in this one
     summary = {
         "settings": settings.to_dict(),
-        "shards": {n: file_record(paths.build_root(), f) for n, f in zip(names, signature_files)},
+        "shards": dict(zip(names, file_records(paths.build_root(), signature_files))),
         **cluster_summary(clusters, signature_files),
     }
     example = example_pair(paths, summary)
