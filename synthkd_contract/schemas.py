@@ -16,7 +16,10 @@ from synthkd_contract.constants import (
     LOSSMASK_DTYPE,
     RAW_COLUMNS,
     RAW_INT_COLUMNS,
+    SPAN_ANALYSIS,
     SPAN_DTYPE,
+    SPAN_FINAL,
+    SPAN_NAMES,
     TOKENS_DTYPE,
 )
 from synthkd_contract.near_dup import LSH_BANDS, NUM_PERM
@@ -56,14 +59,14 @@ TOKENIZED_SCHEMA: Final = pa.schema(
 # synth_tokenized/<key>.rows.parquet: each synth_tokenized row's sizes, written with it (same rows, same order), so
 # that the global steps needing only those (the quota plan, the manifest's length statistics) never decode the
 # token lists: tokens in the conversation, and its label positions of span analysis and of span final
+SPAN_SIZE_COLUMNS: Final = {span: f"{SPAN_NAMES[span]}_tokens" for span in (SPAN_ANALYSIS, SPAN_FINAL)}
 TOKENIZED_ROWS_SCHEMA: Final = pa.schema(
     [
         ("synth_id", pa.string()),
         ("language", pa.string()),
         ("exercise", pa.string()),
         ("tokens", pa.int64()),
-        ("analysis_tokens", pa.int64()),
-        ("final_tokens", pa.int64()),
+        *((column, pa.int64()) for column in SPAN_SIZE_COLUMNS.values()),
     ]
 )
 

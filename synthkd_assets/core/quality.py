@@ -18,6 +18,7 @@ from synthkd_assets.core.manifest_builders import PERCENTILES
 from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.parquet_io import iter_frames
 from synthkd_contract import constants
+from synthkd_contract.schemas import SPAN_SIZE_COLUMNS
 
 GROUP_COLUMNS = ("language", "exercise")
 LENGTH_SPANS = (constants.SPAN_ANALYSIS, constants.SPAN_FINAL)
@@ -67,11 +68,12 @@ def length_stats(tokenized_paths: Sequence[Path]) -> LengthStats:
     counted as they are read, so only the per-row counts are ever held (polars' streaming scan of the span_id
     column held ~0.15 GiB)."""
     schema = {"language": pl.String, "exercise": pl.String, "span_id": pl.List(pl.UInt8)}
-    recorded = [pl.col(f"{constants.SPAN_NAMES[s]}_tokens").alias(constants.SPAN_NAMES[s]) for s in LENGTH_SPANS]
+    sizes = {constants.SPAN_NAMES[s]: SPAN_SIZE_COLUMNS[s] for s in LENGTH_SPANS}  # a count's name: its column
 
     def counted_file(path: Path) -> list[pl.DataFrame]:
         if (rows := rows_summary_path(path)).is_file():
-            return [pl.read_parquet(rows).select(*GROUP_COLUMNS, *recorded)]
+            frame = pl.read_parquet(rows, columns=[*GROUP_COLUMNS, *sizes.values()])
+            return [frame.select(*GROUP_COLUMNS, *(pl.col(column).alias(name) for name, column in sizes.items()))]
         return [span_lengths(frame.lazy().select(*schema)).collect() for frame in iter_frames(path, tuple(schema))]
 
     counted = [frame for frames in thread_map(counted_file, tokenized_paths) for frame in frames]

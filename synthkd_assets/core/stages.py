@@ -41,7 +41,13 @@ from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remo
 from synthkd_assets.core.validation import DuplicateIds, check_exercises, check_raw_schema, conform_raw_frame
 from synthkd_contract import constants, drops
 from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET
-from synthkd_contract.schemas import DOCUMENTS_SCHEMA, HARMONY_SCHEMA, TOKENIZED_ROWS_SCHEMA, TOKENIZED_SCHEMA
+from synthkd_contract.schemas import (
+    DOCUMENTS_SCHEMA,
+    HARMONY_SCHEMA,
+    SPAN_SIZE_COLUMNS,
+    TOKENIZED_ROWS_SCHEMA,
+    TOKENIZED_SCHEMA,
+)
 from synthkd_contract.splits import assign_split
 
 Renderer = FastRenderer | HarmonyRenderer
@@ -239,7 +245,6 @@ def select_rows_shard(
 
 
 ROWS = "rows"  # TokenizeStep's second output: its rows' sizes (TOKENIZED_ROWS_SCHEMA)
-SIZED_SPANS = tuple(constants.SPAN_NAMES[span] for span in (constants.SPAN_ANALYSIS, constants.SPAN_FINAL))
 
 
 class TokenizeStep(ShardStep):
@@ -247,7 +252,8 @@ class TokenizeStep(ShardStep):
 
     With a `checker`, the Harmony round-trip (docs/contract.md "Harmony round-trip") of every conversation it
     writes, batch by batch on the arrays written rather than read back from the file: `round_trip` after
-    `run_step`."""
+    `run_step`. Beside the shard, and published with it, each written row's sizes (`rows_summary_path`,
+    TOKENIZED_ROWS_SCHEMA): what the quota plan and the length statistics read instead of the token lists."""
 
     def __init__(
         self,
@@ -300,7 +306,7 @@ class TokenizeStep(ShardStep):
         table = table.append_column("span_id", list_column([c.span_id for c in rendered], np.uint8))
         sizes = {
             "tokens": [len(c.tokens) for c in rendered],
-            **{f"{name}_tokens": [counts[name] for counts in spans] for name in SIZED_SPANS},
+            **{column: [c[constants.SPAN_NAMES[span]] for c in spans] for span, column in SPAN_SIZE_COLUMNS.items()},
         }
         rows = pa.table(
             {name: table.column(name) for name in ("synth_id", "language", "exercise")} | sizes,
