@@ -60,6 +60,8 @@ TOKENIZED_SCHEMA: Final = pa.schema(
 # that the global steps needing only those (the quota plan, the manifest's length statistics) never decode the
 # token lists: tokens in the conversation, and its label positions of span analysis and of span final
 SPAN_SIZE_COLUMNS: Final = {span: f"{SPAN_NAMES[span]}_tokens" for span in (SPAN_ANALYSIS, SPAN_FINAL)}
+# the footer key of the sha256 of the synth_tokenized file the row sizes describe: they are read only while it holds
+ROWS_OF_SHA256_KEY: Final = "synthkd.rows_of_sha256"
 TOKENIZED_ROWS_SCHEMA: Final = pa.schema(
     [
         ("synth_id", pa.string()),

@@ -18,6 +18,7 @@ from synthkd_assets.core.layout import rows_summary_path
 from synthkd_assets.core.manifest_builders import PERCENTILES
 from synthkd_assets.core.quality import STAT_COLUMNS, length_stats, markdown_table
 from synthkd_assets.core.quota import tokenized_quota_rows
+from synthkd_assets.core.row_sizes import current_row_sizes
 from synthkd_contract import constants
 from synthkd_contract.schemas import TOKENIZED_ROWS_SCHEMA
 from tests.helpers import SAMPLE_RAW_DIR
@@ -118,7 +119,8 @@ def test_the_sample_against_the_oracle_and_the_manifest(built_sample):
 def test_the_row_sizes_written_with_synth_tokenized_are_its_rows(built_sample, tmp_path):
     """Each synth_tokenized shard's row sizes (`<key>.rows.parquet`, written with it) are, row for row, its
     synth_id, language, exercise, token count and analysis / final label positions; the quota plan's rows and the
-    length statistics read from them are those the token lists give (the same files copied without them)."""
+    length statistics read from them are those the token lists give (the same files copied without them); once
+    the shard's bytes change, its row sizes are no longer read."""
     _, layout, _ = built_sample
     paths = layout.data_layout()
     files = [paths.stage_output("synth_tokenized", p.stem) for p in sorted(SAMPLE_RAW_DIR.glob("*.parquet"))]
@@ -136,5 +138,13 @@ def test_the_row_sizes_written_with_synth_tokenized_are_its_rows(built_sample, t
         copies.append(tmp_path / path.name)
         shutil.copy(path, copies[-1])
     assert not any(rows_summary_path(copy).exists() for copy in copies)
+    assert all(current_row_sizes(path) == rows_summary_path(path) for path in files)
     assert tokenized_quota_rows(files) == tokenized_quota_rows(copies)
     assert computed(files) == computed(copies)
+    # a shard replaced after its row sizes were written (one row fewer): they no longer describe it, and are not read
+    edited = tmp_path / "edited" / files[0].name
+    edited.parent.mkdir()
+    shutil.copy(rows_summary_path(files[0]), rows_summary_path(edited))
+    pq.write_table(pq.read_table(files[0]).slice(1), edited)
+    assert current_row_sizes(edited) is None
+    assert tokenized_quota_rows([edited]) == tokenized_quota_rows(files[:1])[1:]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -265,6 +265,15 @@ class ParquetShardWriter:
             self._writer.write_table(buffered.slice(start, min(WRITE_ROW_GROUP_ROWS, whole - start)))
         rest = buffered.slice(whole)
         self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+    @property
+    def partial_path(self) -> Path:
+        """Where the file is written until it is published (finished, it holds the file's final bytes)."""
+        return self._partial
+
+    def add_footer_metadata(self, metadata: Mapping[str, str]) -> None:
+        """Key-value metadata for the file's footer; before `finish`."""
+        self._writer.add_key_value_metadata(metadata)
 
     def finish(self) -> None:
         """Write the last row group and the footer; the file stays under its partial name (see `publish_together`)."""

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import polars as pl
 
-from synthkd_assets.core.layout import rows_summary_path
 from synthkd_assets.core.manifest_builders import PERCENTILES
 from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.parquet_io import iter_frames
+from synthkd_assets.core.row_sizes import current_row_sizes
 from synthkd_contract import constants
 from synthkd_contract.schemas import SPAN_SIZE_COLUMNS
 
@@ -64,14 +64,15 @@ def span_lengths(tokenized: pl.LazyFrame) -> pl.LazyFrame:
 def length_stats(tokenized_paths: Sequence[Path]) -> LengthStats:
     """Rows and min / pXX / max of analysis and final tokens per conversation, per (language, exercise) and
     overall, over synth_tokenized files (one thread per core). Each file's counts are read from its row sizes
-    (`rows_summary_path`, written with it); a file without them (written before they existed) has its span ids
+    (`current_row_sizes`, written with it); a file without current ones (written before they existed, or replaced
+    since) has its span ids
     counted as they are read, so only the per-row counts are ever held (polars' streaming scan of the span_id
     column held ~0.15 GiB)."""
     schema = {"language": pl.String, "exercise": pl.String, "span_id": pl.List(pl.UInt8)}
     sizes = {constants.SPAN_NAMES[s]: SPAN_SIZE_COLUMNS[s] for s in LENGTH_SPANS}  # a count's name: its column
 
     def counted_file(path: Path) -> list[pl.DataFrame]:
-        if (rows := rows_summary_path(path)).is_file():
+        if (rows := current_row_sizes(path)) is not None:
             frame = pl.read_parquet(rows, columns=[*GROUP_COLUMNS, *sizes.values()])
             return [frame.select(*GROUP_COLUMNS, *(pl.col(column).alias(name) for name, column in sizes.items()))]
         return [span_lengths(frame.lazy().select(*schema)).collect() for frame in iter_frames(path, tuple(schema))]

@@ -39,8 +39,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from synthkd_assets.core.buckets import Cell, nested_grid
-from synthkd_assets.core.layout import rows_summary_path
 from synthkd_assets.core.parallel import thread_map
+from synthkd_assets.core.row_sizes import current_row_sizes
 from synthkd_contract.buckets import (
     CTX_BUCKET_MAX_TOKENS,
     CTX_BUCKETS,
@@ -300,8 +300,8 @@ def tokenized_quota_rows(paths: Iterable[Path], exercise_table: Mapping[str, str
 
 def _quota_columns(path: Path) -> tuple[list[str], list[str], list[int]]:
     """synth_id, exercise and token count of every row of a synth_tokenized file: from its row sizes
-    (`rows_summary_path`, written with it), or, for a file without them, its own columns read in bounded batches."""
-    if (sizes := rows_summary_path(path)).is_file():
+    (`current_row_sizes`), or, for a file without current ones, its own columns read in bounded batches."""
+    if (sizes := current_row_sizes(path)) is not None:
         table = pq.read_table(sizes, columns=["synth_id", "exercise", "tokens"])
         return table["synth_id"].to_pylist(), table["exercise"].to_pylist(), table["tokens"].to_pylist()
     ids: list[str] = []

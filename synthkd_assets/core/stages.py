@@ -41,9 +41,11 @@ from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remo
 from synthkd_assets.core.validation import DuplicateIds, check_exercises, check_raw_schema, conform_raw_frame
 from synthkd_contract import constants, drops
 from synthkd_contract.buckets import EXERCISE_SKILL_BUCKET
+from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.schemas import (
     DOCUMENTS_SCHEMA,
     HARMONY_SCHEMA,
+    ROWS_OF_SHA256_KEY,
     SPAN_SIZE_COLUMNS,
     TOKENIZED_ROWS_SCHEMA,
     TOKENIZED_SCHEMA,
@@ -247,6 +249,18 @@ def select_rows_shard(
 ROWS = "rows"  # TokenizeStep's second output: its rows' sizes (TOKENIZED_ROWS_SCHEMA)
 
 
+class TokenizedOutputs(ParquetOutputs):
+    """synth_tokenized's shard and its row sizes, published together; the row sizes' footer records the sha256 of
+    the finished shard (ROWS_OF_SHA256_KEY), so that they are read only while the shard keeps those bytes
+    (`current_row_sizes`)."""
+
+    def publish(self) -> None:
+        shard = self.writers[SHARD]
+        shard.finish()
+        self.writers[ROWS].add_footer_metadata({ROWS_OF_SHA256_KEY: sha256_file(shard.partial_path)})
+        super().publish()
+
+
 class TokenizeStep(ShardStep):
     """synth_harmony_v1 rows -> tokens / loss_mask / span_id; a conversation the renderer refuses is dropped.
 
@@ -273,7 +287,7 @@ class TokenizeStep(ShardStep):
 
     def open_outputs(self) -> Outputs:
         rows = (rows_summary_path(self.out_path), TOKENIZED_ROWS_SCHEMA)
-        return ParquetOutputs({SHARD: (self.out_path, TOKENIZED_SCHEMA), ROWS: rows})
+        return TokenizedOutputs({SHARD: (self.out_path, TOKENIZED_SCHEMA), ROWS: rows})
 
     def frames(self) -> Iterator[pl.DataFrame]:
         return iter_frames(self.harmony_path, ("synth_id", "language", "exercise", "source_row", "messages_json"))
