@@ -65,9 +65,8 @@ def length_stats(tokenized_paths: Sequence[Path]) -> LengthStats:
     """Rows and min / pXX / max of analysis and final tokens per conversation, per (language, exercise) and
     overall, over synth_tokenized files (one thread per core). Each file's counts are read from its row sizes
     (`current_row_sizes`, written with it); a file without current ones (written before they existed, or replaced
-    since) has its span ids
-    counted as they are read, so only the per-row counts are ever held (polars' streaming scan of the span_id
-    column held ~0.15 GiB)."""
+    since) has its span ids counted as they are read, so only the per-row counts are ever held (polars' streaming
+    scan of the span_id column held ~0.15 GiB)."""
     schema = {"language": pl.String, "exercise": pl.String, "span_id": pl.List(pl.UInt8)}
     sizes = {constants.SPAN_NAMES[s]: SPAN_SIZE_COLUMNS[s] for s in LENGTH_SPANS}  # a count's name: its column
 
