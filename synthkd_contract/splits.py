@@ -7,7 +7,6 @@ the split the build gave it).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 
 from synthkd_contract import constants
 
@@ -24,20 +23,6 @@ def stable_unit_interval(salt: str, key: str) -> float:
     """
     digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
-
-
-def stable_unit_intervals(salt: str, keys: Iterable[str]) -> list[float]:
-    """`stable_unit_interval(salt, key)` of every key (the quota plan orders ~300k rows of a million-row build by
-    it, computing each once).
-
-    Args:
-        salt: the rule's salt.
-        keys: the conversations' `synth_id`s.
-
-    Returns:
-        One float in [0, 1) per key, in order.
-    """
-    return [stable_unit_interval(salt, key) for key in keys]
 
 
 def is_valid(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION) -> bool:

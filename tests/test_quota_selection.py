@@ -168,14 +168,7 @@ def test_rows_sharing_the_stopping_hash_are_left_out_with_it(monkeypatch):
     import synthkd_assets.core.quota as quota
 
     real = quota.stable_unit_interval
-
-    def coarse(salt: str, key: str) -> float:
-        return int(real(salt, key) * 16) / 16
-
-    monkeypatch.setattr(quota, "stable_unit_interval", coarse)  # the pool's rule, row by row
-    monkeypatch.setattr(
-        quota, "stable_unit_intervals", lambda salt, keys: [coarse(salt, k) for k in keys]
-    )  # the plan's
+    monkeypatch.setattr(quota, "stable_unit_interval", lambda salt, key: int(real(salt, key) * 16) / 16)
     rows = small_rows(11, 400)
     plan, kept = plan_quota_selection(rows, QuotaTargets())
     assert sorted(r.synth_id for r in kept) == sorted(kept_ids(rows, plan))

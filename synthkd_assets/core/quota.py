@@ -52,7 +52,7 @@ from synthkd_contract.buckets import (
     ctx_bucket,
     skill_bucket,
 )
-from synthkd_contract.splits import stable_unit_interval, stable_unit_intervals
+from synthkd_contract.splits import stable_unit_interval
 
 QUOTA_RULE = (
     "keep iff stable_unit_interval(salt, synth_id) < rates[skill_bucket][ctx_bucket] and synth_id not in excluded; "
@@ -108,7 +108,7 @@ def hash_ordered_prefix(
     read = tokens_of or (lambda row: (row[0], row[-1]))
     rows = list(rows)
     ids, lengths = zip(*map(read, rows)) if rows else ((), ())
-    units = stable_unit_intervals(salt, ids)
+    units = [stable_unit_interval(salt, synth_id) for synth_id in ids]  # each hashed once
     # by hash, then synth_id, then input order (a stable sort of the positions)
     ordered = sorted(range(len(rows)), key=lambda i: (units[i], ids[i]))
     kept: list[tuple[float, Any]] = []
