@@ -23,10 +23,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from synthkd_contract.constants import MANIFEST_FILENAME, PARTIAL_SUFFIX
 
@@ -49,6 +49,54 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
         while chunk := handle.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_stat(path: Path) -> str:
+    """What tells a file's bytes apart without reading them: its inode, size, mtime and ctime (nanoseconds).
+
+    Writing a file changes its mtime and ctime, user space cannot set a ctime back, and replacing a file changes
+    its inode. So a file whose stat is the one it had when it was hashed still holds the bytes that were hashed:
+    the rule of git's index and of Bazel's digest cache (docs/contract.md "Checks").
+
+    Args:
+        path: the file.
+
+    Returns:
+        `<inode>:<bytes>:<mtime_ns>:<ctime_ns>`.
+
+    Raises:
+        OSError: the file cannot be stat'ed (missing, say).
+    """
+    stat = path.stat()
+    return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
+
+
+class HashedFile(NamedTuple):
+    """A file's sha256 and its `file_stat` when it was hashed: the hash holds while the stat does."""
+
+    sha256: str
+    stat: str
+
+
+def unchanged_since_hashed(path: Path, sha256: str, hashed: Mapping[Path, HashedFile]) -> bool:
+    """Whether `path` holds bytes of the sha256 `sha256` without reading it: `hashed` records that sha256 for it,
+    with the stat it still has.
+
+    Args:
+        path: the file.
+        sha256: the sha256 it should have (a manifest's record of it, say).
+        hashed: what was hashed before, by path.
+
+    Returns:
+        True when the file is there with the recorded stat and sha256; False otherwise (then it must be read).
+    """
+    record = hashed.get(path)
+    if record is None or record.sha256 != sha256:
+        return False
+    try:
+        return file_stat(path) == record.stat
+    except OSError:
+        return False
 
 
 def sidecar_path(manifest_path: Path) -> Path:
@@ -173,10 +221,15 @@ def manifest_files(manifest: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def listed_file_problems(
-    root: Path, manifest: dict[str, Any], only: Iterable[str] | None = None, hash_files: bool = True
+    root: Path,
+    manifest: dict[str, Any],
+    only: Iterable[str] | None = None,
+    hash_files: bool = True,
+    hashed: Mapping[Path, HashedFile] | None = None,
 ) -> list[str]:
     """Each listed file (or the `only` paths, which must be listed) exists with the recorded bytes and the
-    recorded sha256: every file with `hash_files`, else only those of at most `SMALL_FILE_BYTES`."""
+    recorded sha256: every file with `hash_files`, else only those of at most `SMALL_FILE_BYTES`. A file of
+    `hashed` whose stat is still the one recorded there keeps the sha256 recorded with it (`sha256_files`)."""
     listed = {record["path"]: record for record in manifest_files(manifest) or []}
     wanted = sorted(listed) if only is None else list(only)
     problems, to_hash = [], []
@@ -191,19 +244,46 @@ def listed_file_problems(
             problems.append(f"{path} has {path.stat().st_size} bytes, the manifest records {record['bytes']}")
         elif hash_files or record["bytes"] <= SMALL_FILE_BYTES:
             to_hash.append((path, record["sha256"]))
-    for (path, recorded), digest in zip(to_hash, sha256_files([path for path, _ in to_hash])):
+    for (path, recorded), digest in zip(to_hash, sha256_files([path for path, _ in to_hash], hashed)):
         if digest != recorded:
             problems.append(f"{path} differs from the manifest (sha256 {digest[:12]}, recorded {recorded[:12]})")
     return problems
 
 
-def sha256_files(paths: list[Path]) -> list[str]:
-    """`sha256_file` of each path, in order, hashed on as many threads as there are cores (hashlib and file reads
-    release the GIL): a manifest check of a large dataset is bound by hashing every byte once."""
-    if len(paths) < 2:
-        return [sha256_file(path) for path in paths]
-    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
-        return list(pool.map(sha256_file, paths))
+def sha256_files(paths: list[Path], hashed: Mapping[Path, HashedFile] | None = None) -> list[str]:
+    """The sha256 of each path, in order.
+
+    A file `hashed` lists with its current stat (`file_stat`) keeps the sha256 recorded there: the step that wrote
+    it hashed those bytes. Every other file is read, on as many threads as there are cores (hashlib and file
+    reads release the GIL): a manifest check of a large dataset is bound by hashing every byte once.
+
+    Args:
+        paths: the files.
+        hashed: what was hashed before, by path (as `paths` name them).
+
+    Returns:
+        Their sha256, in order.
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    known = hashed or {}
+    digests = [""] * len(paths)
+    unread = []
+    for index, path in enumerate(paths):
+        record = known.get(path)
+        if record is not None and file_stat(path) == record.stat:
+            digests[index] = record.sha256
+        else:
+            unread.append(index)
+    if len(unread) < 2:
+        found = [sha256_file(paths[index]) for index in unread]
+    else:
+        with ThreadPoolExecutor(max_workers=min(len(unread), os.cpu_count() or 1)) as pool:
+            found = list(pool.map(sha256_file, [paths[index] for index in unread]))
+    for index, digest in zip(unread, found):
+        digests[index] = digest
+    return digests
 
 
 def unlisted_files(root: Path, manifest: dict[str, Any]) -> list[str]:
@@ -222,14 +302,15 @@ def unlisted_files(root: Path, manifest: dict[str, Any]) -> list[str]:
     return found
 
 
-def dataset_problems(root: Path, hash_files: bool = True) -> list[str]:
-    """Everything that makes the dataset at `root` differ from its sealed manifest."""
+def dataset_problems(root: Path, hash_files: bool = True, hashed: Mapping[Path, HashedFile] | None = None) -> list[str]:
+    """Everything that makes the dataset at `root` differ from its sealed manifest (`hashed`: as for
+    `listed_file_problems`)."""
     manifest, problems = read_sealed_manifest(root / MANIFEST_FILENAME)
     if manifest is None:
         return problems
     if manifest_files(manifest) is None:
         return problems + [f"{root / MANIFEST_FILENAME} has no `files` list"]
-    problems += listed_file_problems(root, manifest, hash_files=hash_files)
+    problems += listed_file_problems(root, manifest, hash_files=hash_files, hashed=hashed)
     problems += [f"{root / name} is not listed in the manifest" for name in unlisted_files(root, manifest)]
     return problems
 

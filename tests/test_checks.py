@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import time
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -15,7 +18,7 @@ import pytest
 from synthkd_assets.core.tokenizer import TokenizerPinError, load_harmony_encoding
 from synthkd_assets.defs.checks import gating_checks
 from synthkd_assets.defs.resources import SynthKDLayout, synthkd_resources
-from synthkd_contract import constants, drops
+from synthkd_contract import constants, drops, manifest_seal
 from synthkd_contract.manifest_seal import ManifestError, sha256_file, verify_manifest
 from tests.helpers import ALL_ASSETS, SAMPLE_RAW_DIR, check_evaluations, check_outcomes, run
 
@@ -439,3 +442,48 @@ def test_a_shard_added_after_the_clusters_warns_that_it_is_sampled_whole(copy_of
     run(instance, layout, ["synth_harmony", "synth_filtered", "synth_signatures"], "synth_002")
     evaluation = near_dup_controlled("synth_002")
     assert not evaluation.passed and 0 < evaluation.metadata["rows_unseen_by_clusters"].value <= 10
+
+
+def test_the_kd_manifest_checks_read_no_trio_its_shards_hashed_and_validated_when_written(
+    built_sample, own_instance, tmp_path, monkeypatch
+):
+    """Built in this instance, every trio's bytes are those its shard hashed and its trio_alignment passed on:
+    manifest_provenance hashes none of the trio files and shards_readable_by_megatron reads no split. One .bin
+    rewritten in place since (a token id's high byte flipped, size and mtime kept): that file is hashed, that split
+    read, and both checks fail."""
+    instance, (_, _, data_dir) = own_instance, built_sample
+    layout = SynthKDLayout(raw_dir=str(SAMPLE_RAW_DIR), data_dir=str(tmp_path / "data"))
+    paths = layout.data_layout()
+    root = paths.megatron_root()
+    shutil.copytree(data_dir, paths.data_root, ignore=shutil.ignore_patterns(root.parent.name))
+    shards = ["synth_001", "synth_002", "synth_003", "synth_004", "synth_005", "synth_006"]
+    for key in shards:
+        run(instance, layout, ["synth_kd_v1"], key)
+    run(instance, layout, ["synth_kd_v1_manifest"])
+    hashed: list[str] = []
+
+    def counted(path, *args, **kwargs):
+        hashed.append(Path(path).relative_to(root).as_posix() if Path(path).is_relative_to(root) else str(path))
+        return sha256_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(manifest_seal, "sha256_file", counted)
+    evaluations = check_evaluations(instance, layout, "synth_kd_v1_manifest")
+    assert {name: e.passed for name, e in evaluations.items()} == dict.fromkeys(MANIFEST_CHECKS, True)
+    assert [name for name in hashed if name.endswith((".bin", ".idx"))] == []
+    assert evaluations["shards_readable_by_megatron"].metadata["splits_read"].value == 0
+    assert evaluations["manifest_provenance"].metadata["files_hashed_when_written"].value > 0
+
+    tokens = root / "train" / "shard_03_tokens.bin"
+    before = tokens.stat()
+    time.sleep(0.05)  # past the kernel's timestamp tick: the rewrite gets a new ctime
+    data = bytearray(tokens.read_bytes())
+    data[len(data) // 8 * 4 + 3] ^= 0xFF  # the high byte of an int32 token id: now outside the vocabulary
+    with open(tokens, "r+b") as handle:
+        handle.write(bytes(data))
+    os.utime(tokens, ns=(before.st_atime_ns, before.st_mtime_ns))
+    hashed.clear()
+    evaluations = check_evaluations(instance, layout, "synth_kd_v1_manifest")
+    assert not evaluations["manifest_provenance"].passed and not evaluations["shards_readable_by_megatron"].passed
+    assert "train/shard_03_tokens.bin" in evaluations["manifest_provenance"].description
+    assert [name for name in hashed if name.endswith((".bin", ".idx"))] == ["train/shard_03_tokens.bin"]
+    assert evaluations["shards_readable_by_megatron"].metadata["splits_read"].value == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from synthkd_assets.core.megatron_io import trio_alignment_problems
 from synthkd_assets.core.parquet_io import InputFileError, read_arrow_schema
 from synthkd_assets.core.problems import Problems
 from synthkd_contract import constants
-from synthkd_contract.manifest_seal import dataset_problems, sha256_file
+from synthkd_contract.manifest_seal import HashedFile, dataset_problems, sha256_file, unchanged_since_hashed
 from synthkd_contract.schemas import (
     CLUSTERS_SCHEMA,
     DISTILL_SCHEMA,
@@ -46,12 +47,20 @@ REQUIRED_MANIFEST_KEYS = (
 )
 
 
-def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash: str, layout: DataLayout) -> list[str]:
+def manifest_problems(
+    root: Path,
+    manifest: dict[str, Any],
+    expected_config_hash: str,
+    layout: DataLayout,
+    hashed: Mapping[Path, HashedFile] | None = None,
+) -> list[str]:
     """Provenance complete, the manifest matching its sealed sha256, every recorded hash and size still
     matching the bytes on disk, and no file under `root` that the manifest does not list.
 
     Dataset files are recorded relative to the dataset `root`; the tokenizer and input manifest as
-    `layout.recorded` wrote them (relative to the data root, or absolute when they live outside it)."""
+    `layout.recorded` wrote them (relative to the data root, or absolute when they live outside it). A file of
+    `hashed` (what the shards' steps hashed as they wrote them) whose stat is unchanged keeps its recorded sha256
+    without being read (`sha256_files`)."""
     problems = [f"manifest lacks {key!r}" for key in REQUIRED_MANIFEST_KEYS if key not in manifest]
     if problems:
         return problems
@@ -81,7 +90,7 @@ def manifest_problems(root: Path, manifest: dict[str, Any], expected_config_hash
     if any(f"{r['path']}" not in listed for s in manifest["shards"] for sp in s["splits"] for r in sp["files"]):
         problems.append("the manifest's `files` does not list every shard file")
     # the seal, every listed file's bytes and sha256, and no file under the root that is not listed
-    return problems + dataset_problems(root)
+    return problems + dataset_problems(root, hashed=hashed)
 
 
 def split_leakage(document_tables: list[Path]) -> Problems:
@@ -114,14 +123,33 @@ def validation_rows_trained(document_tables: list[Path], validation_sets: list[P
     return Problems(listed, total=found.height)
 
 
-def unreadable_shards(root: Path, manifest: dict[str, Any]) -> list[str]:
-    """Every shard/split the manifest lists, validated as a trio (`validate_trio`: readable by megatron-core too)."""
+def unreadable_shards(
+    root: Path, manifest: dict[str, Any], aligned_when_written: Mapping[Path, HashedFile] | None = None
+) -> tuple[list[str], int]:
+    """Every shard/split the manifest lists, validated as a trio (`validate_trio`: readable by megatron-core too),
+    but those whose files are all in `aligned_when_written` (what the shards' steps hashed as they wrote trios
+    their trio_alignment check passed on) with the manifest's sha256 and an unchanged stat: the same bytes.
+
+    Args:
+        root: the dataset root.
+        manifest: its manifest.
+        aligned_when_written: the files of trios validated when they were written, by path.
+
+    Returns:
+        (the problems, how many shard/splits were read).
+    """
+    aligned = aligned_when_written or {}
     problems: list[str] = []
+    read = 0
     for shard in manifest.get("shards", []):
         for split in shard["splits"]:
-            if split["sequences"]:
-                problems.extend(trio_alignment_problems(root / split["split"], split["shard_index"]))
-    return problems
+            if not split["sequences"]:
+                continue
+            if all(unchanged_since_hashed(root / f["path"], f["sha256"], aligned) for f in split["files"]):
+                continue
+            read += 1
+            problems.extend(trio_alignment_problems(root / split["split"], split["shard_index"]))
+    return problems, read
 
 
 def input_drift(recorded_shards: list[dict[str, Any]], current_sha256: dict[str, str]) -> list[str]:

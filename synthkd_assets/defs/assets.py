@@ -67,6 +67,7 @@ from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import latest_raw_versions, o200k_tokenizer, synth_raw
 from synthkd_assets.defs.metadata import (
     ROWS_VALID_FOR,
+    TRIO_ALIGNED,
     bucket_report_metadata,
     content_version,
     files_metadata,
@@ -362,11 +363,16 @@ def synth_kd_v1(
     report, inventories = write_megatron_shard(tokenized, root, shard_index, key, build.caps(), errors_log=errors)
     mf.write_manifest(paths.shard_record(shard_index), kd_shard_record(key, report, inventories))
     written = [path for split in constants.SPLITS for path in trio_files(root / split, shard_index)]
+    records = [paths.shard_record(shard_index), paths.documents_table(shard_index)]
+    hashed = {root / f.path: f.sha256 for inventory in inventories for f in inventory.files}  # as they were published
+    aligned = trio_alignment_result(root, inventories)
     metadata = {
         **report_metadata(report.to_dict(), "synth_kd_v1"),
-        **files_metadata(written, root, [paths.shard_record(shard_index), paths.documents_table(shard_index)]),
+        **files_metadata(written, root, records, hashed),
         "dataset_root": dg.MetadataValue.path(str(root)),
     }
+    if aligned.passed:  # what shards_readable_by_megatron need not read again
+        metadata[TRIO_ALIGNED] = True
     if paths.pool_manifest().is_file():  # a published pool whose part of this shard this run may have outdated
         stale = pool_current_event(context.instance, key, paths.pool_name())
         if stale is not None:
@@ -376,7 +382,7 @@ def synth_kd_v1(
         data_version=content_version(metadata, paths.shard_record(shard_index)),
         check_results=[
             rows_accounted_result(report),
-            trio_alignment_result(root, inventories),
+            aligned,
             shard_not_empty_result(key, {**shard_stage_reports(paths, key), "synth_kd_v1": report.to_dict()}),
         ],
     )

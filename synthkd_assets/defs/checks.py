@@ -48,7 +48,10 @@ from synthkd_assets.defs.jobs import repair_action
 from synthkd_assets.defs.metadata import (
     FILES_SHA256,
     ROWS_VALID_FOR,
+    TRIO_ALIGNED,
+    URI,
     files_sha256_of,
+    hashed_files_of,
     latest_partition_materialization,
     readable_metadata,
 )
@@ -58,7 +61,7 @@ from synthkd_assets.defs.tags import DATA_VERSION_TAG
 from synthkd_assets.defs.upstream import shard_names
 from synthkd_contract import constants
 from synthkd_contract.buckets import BUCKET_IMBALANCE_RATIO
-from synthkd_contract.manifest_seal import sha256_files
+from synthkd_contract.manifest_seal import HashedFile, sha256_files
 from synthkd_contract.sources import SYNTH_SOURCE, partition_source
 
 ROWS_ACCOUNTED = "rows_accounted"
@@ -601,31 +604,38 @@ def dataset_manifest_checks(
     load: Callable[[DataLayout], tuple[Path, dict]],
     config: Callable[[SynthKDBuildConfig], dict],
     noun: str,
+    shard_asset: str,
     shards_as_splits: Callable[[dict], dict] = lambda manifest: manifest,
 ) -> list[dg.AssetChecksDefinition]:
     """The two checks of a dataset manifest (`load` reads it, `config` is the config it must hash to): its
     provenance (`<prefix>manifest_provenance`) and its rows (`<prefix>dataset_rows_accounted`). Shard files
-    are checked as synth_kd_v1 lists them, per split (`shards_as_splits` lists another layout that way)."""
+    are checked as synth_kd_v1 lists them, per split (`shards_as_splits` lists another layout that way); a file
+    `shard_asset`'s step hashed as it wrote it, with its stat unchanged since, is not read again
+    (`hashed_when_written`)."""
 
     @dg.asset_check(
         asset=asset,
         name=f"{prefix}manifest_provenance",
         blocking=True,
         description=f"Provenance complete; the manifest matches its seal (manifest.json.sha256); every {noun}'s bytes "
-        "and sha256, the tokenizer and the input manifest still match what the manifest records; no file under the "
-        "dataset root is unlisted; the config hash is the current config's.",
+        "and sha256, the tokenizer and the input manifest still match what the manifest records (a file whose "
+        "inode, size, mtime and ctime are those it had when its shard's step hashed it keeps that sha256 unread); "
+        "no file under the dataset root is unlisted; the config hash is the current config's.",
     )
-    def provenance(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    def provenance(
+        context: dg.AssetCheckExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+    ) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
         with gate(paths, asset, f"{prefix}manifest_provenance") as record:
             root, manifest = load(paths)
             listed = shards_as_splits(manifest)
+            hashed = hashed_when_written(context.instance, shard_asset, manifest, root)
+            expected = mf.config_hash(dataset_config(config(build), layout_artifact(paths)))
             result = _result(
-                manifest_problems(
-                    root, listed, mf.config_hash(dataset_config(config(build), layout_artifact(paths))), paths
-                ),
+                manifest_problems(root, listed, expected, paths, hashed.files),
                 passed_summary=f"{_file_count(listed)} {noun}s, tokenizer, input manifest and config hash match "
                 f"{root / constants.MANIFEST_FILENAME}",
+                files_hashed_when_written=len(hashed.files),  # their stat unchanged: not read again
             )
             return record(result)
 
@@ -712,16 +722,22 @@ validation_sets_not_trained = documents_check(
     description=(
         "Every shard and split the manifest lists is readable by megatron-core's IndexedDataset (read_index: what it "
         "opens, without importing it) and is an aligned trio, every value of its three .bin files read: token ids "
-        "within the padded vocabulary, masks and spans in their ranges, each document ending with EOD."
+        "within the padded vocabulary, masks and spans in their ranges, each document ending with EOD. A split whose "
+        "files are those its shard's trio_alignment passed on (the sha256 and stat recorded then) is not read again."
     ),
 )
-def shards_readable_by_megatron(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+def shards_readable_by_megatron(
+    context: dg.AssetCheckExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+) -> dg.AssetCheckResult:
     paths = layout.data_layout(build.smoke)
     with gate(paths, "synth_kd_v1_manifest", "shards_readable_by_megatron") as record:
         root, manifest = _dataset_manifest(paths)
+        hashed = hashed_when_written(context.instance, "synth_kd_v1", manifest, root)
+        problems, read = unreadable_shards(root, manifest, hashed.files_flagged(TRIO_ALIGNED))
         result = _result(
-            unreadable_shards(root, manifest),
+            problems,
             passed_summary=f"{len(manifest.get('shards', []))} shards readable as IndexedDatasets and aligned",
+            splits_read=read,  # the others: their bytes are those their shard's trio_alignment passed on
         )
         return record(result)
 
@@ -818,15 +834,17 @@ def _distill_parts_checked_when_written(
 ) -> set[Path]:
     """The parts the manifest lists whose rows need no reading again (`parts_checked_when_written`): each shard's
     latest synth_distill materialization records the sha256 of what it wrote and, when its distill_rows_valid check
-    passed, the settings it passed under; the files on disk are hashed (every byte once, not decoded)."""
+    passed, the settings it passed under; a file on disk is hashed (every byte once, not decoded) unless its stat
+    is the one recorded when the step hashed it (`hashed_when_written`)."""
     settings = rows_valid_for(build.max_seq_len, build.distill_valid_fraction)
     listed = {shard["partition"]: {f["path"]: f["sha256"] for f in shard["files"]} for shard in manifest["shards"]}
+    hashed = hashed_when_written(instance, "synth_distill", manifest, root)
     on_disk_paths = [root / path for files in listed.values() for path in files if (root / path).is_file()]
-    on_disk = {p.relative_to(root).as_posix(): sha for p, sha in zip(on_disk_paths, sha256_files(on_disk_paths))}
+    digests = sha256_files(on_disk_paths, hashed.files)
+    on_disk = {p.relative_to(root).as_posix(): sha for p, sha in zip(on_disk_paths, digests)}
     verified: set[Path] = set()
     for partition, files in listed.items():
-        materialization = latest_partition_materialization(instance, dg.AssetKey("synth_distill"), partition)
-        metadata = materialization.metadata if materialization else {}
+        metadata = hashed.metadata.get(partition, {})
         if FILES_SHA256 not in metadata or ROWS_VALID_FOR not in metadata:
             continue
         valid_for = metadata[ROWS_VALID_FOR].value
@@ -835,12 +853,50 @@ def _distill_parts_checked_when_written(
     return verified
 
 
+@dataclasses.dataclass(frozen=True)
+class HashedWhenWritten:
+    """What the latest materialization of each shard a dataset manifest lists hashed as it wrote its files."""
+
+    metadata: dict[str, Mapping[str, Any]]  # by partition: its materialization's metadata
+    by_partition: dict[str, dict[Path, HashedFile]]  # by partition: its files, by path under the dataset root
+
+    @property
+    def files(self) -> dict[Path, HashedFile]:
+        """Every shard's files."""
+        return {path: digest for files in self.by_partition.values() for path, digest in files.items()}
+
+    def files_flagged(self, flag: str) -> dict[Path, HashedFile]:
+        """The files of the shards whose materialization records `flag` (a check that passed on what it wrote)."""
+        flagged = [files for partition, files in self.by_partition.items() if flag in self.metadata[partition]]
+        return {path: digest for files in flagged for path, digest in files.items()}
+
+
+def hashed_when_written(instance: dg.DagsterInstance, asset: str, manifest: dict, root: Path) -> HashedWhenWritten:
+    """The files the shards of `manifest` wrote into the dataset `root`, as their latest `asset` materializations
+    hashed them (`files_sha256` with `files_stat`, `hashed_files_of`): a materialization of another root (an
+    instance that built elsewhere) gives none."""
+    metadata: dict[str, Mapping[str, Any]] = {}
+    by_partition: dict[str, dict[Path, HashedFile]] = {}
+    for shard in manifest.get("shards", []):
+        partition = shard.get("partition")
+        if partition is None:
+            continue
+        materialization = latest_partition_materialization(instance, dg.AssetKey(asset), partition)
+        if materialization is None:
+            continue
+        metadata[partition] = materialization.metadata
+        uri = materialization.metadata.get(URI)
+        if uri is not None and uri.value == root.resolve().as_uri():
+            by_partition[partition] = hashed_files_of(materialization.metadata, root)
+    return HashedWhenWritten(metadata, by_partition)
+
+
 def _distill_parts_as_splits(manifest: dict) -> dict:
     return {**manifest, "shards": [{"splits": [{"files": shard["files"]}]} for shard in manifest.get("shards", [])]}
 
 
 KD_MANIFEST_CHECKS = dataset_manifest_checks(
-    "synth_kd_v1_manifest", "", _dataset_manifest, SynthKDBuildConfig.kd_config, "file"
+    "synth_kd_v1_manifest", "", _dataset_manifest, SynthKDBuildConfig.kd_config, "file", "synth_kd_v1"
 )
 DISTILL_MANIFEST_CHECKS = dataset_manifest_checks(
     "synth_distill_manifest",
@@ -848,6 +904,7 @@ DISTILL_MANIFEST_CHECKS = dataset_manifest_checks(
     _distill_manifest,
     SynthKDBuildConfig.distill_config,
     "part",
+    "synth_distill",
     _distill_parts_as_splits,
 )
 DISTILL_CHECKS = [

@@ -19,7 +19,7 @@ from synthkd_assets.core.manifest import config_hash
 from synthkd_assets.core.sampling import mix_table_markdown
 from synthkd_contract import constants, drops
 from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
-from synthkd_contract.manifest_seal import sha256_file
+from synthkd_contract.manifest_seal import HashedFile, file_stat, sha256_file
 from synthkd_contract.schemas import TRIO_COLUMN_DESCRIPTIONS, TRIO_SCHEMA
 
 ROW_COUNT = "dagster/row_count"
@@ -27,6 +27,8 @@ PARTITION_ROW_COUNT = "dagster/partition_row_count"
 COLUMN_SCHEMA = "dagster/column_schema"
 URI = "dagster/uri"
 FILES_SHA256 = "files_sha256"  # {path under dagster/uri: sha256} of the files a step wrote
+FILES_STAT = "files_stat"  # {path under dagster/uri: file_stat} of each file when it was hashed (files_sha256)
+TRIO_ALIGNED = "trio_aligned"  # synth_kd_v1: True when its trio_alignment check passed on the files it wrote
 ROWS_VALID_FOR = "rows_valid_for"  # synth_distill: the settings its parts' row check passed under
 
 # keys a step reports even when nothing happened (0), beside its drop reasons
@@ -118,8 +120,12 @@ def drops_by_exercise_table(reports: Iterable[dict[str, Any]], step: str) -> dg.
     return dg.MetadataValue.md(drops_by_exercise_markdown(summed))
 
 
-def files_metadata(paths: list[Path], root: Path | None = None, records: Sequence[Path] = ()) -> dict[str, Any]:
-    """bytes written and the sha256 of every file, so a later edit is visible against the UI; where they are
+def files_metadata(
+    paths: list[Path], root: Path | None = None, records: Sequence[Path] = (), hashed: Mapping[Path, str] | None = None
+) -> dict[str, Any]:
+    """bytes written and the sha256 of every file (taken from `hashed` when the step hashed it as it wrote it), so
+    a later edit is visible against the UI, with each file's stat when it was hashed (`files_stat`: a later check
+    need not read a file whose stat is unchanged, `hashed_files_of`); where they are
     (`dagster/uri`: `root`, a dataset's root, whatever splits a shard wrote; else the file, or the directory
     holding all of them) and the column schema of what was written (read back from the Parquet footer; the trio's
     for Megatron .bin/.idx files; not from `records`, the shard's record and documents table beside its data,
@@ -135,7 +141,13 @@ def files_metadata(paths: list[Path], root: Path | None = None, records: Sequenc
     else:
         where = existing[0] if len(existing) == 1 else Path(os.path.commonpath([p.parent for p in existing]))
         base = where.parent if where == existing[0] else where
-    metadata[FILES_SHA256] = dg.MetadataValue.json({p.relative_to(base).as_posix(): sha256_file(p) for p in existing})
+    known = {Path(path).resolve(): digest for path, digest in (hashed or {}).items()}
+    stats = {path: file_stat(path) for path in existing}
+    digests = {path: known.get(path) or sha256_file(path) for path in existing}
+    metadata[FILES_SHA256] = dg.MetadataValue.json({p.relative_to(base).as_posix(): digests[p] for p in existing})
+    # a file changed while it was hashed has no stat here: a later check reads it
+    unchanged = [path for path in existing if file_stat(path) == stats[path]]
+    metadata[FILES_STAT] = dg.MetadataValue.json({p.relative_to(base).as_posix(): stats[p] for p in unchanged})
     metadata[URI] = where.as_uri()
     parquet = [p for p in data if p.suffix == ".parquet"]
     if parquet:
@@ -290,6 +302,7 @@ SIGNIFICANT_DIGITS = 4  # a float as the UI shows it: 0.7042, 981.7, 1137 (the f
 # the columns a {key: value} metadata dict becomes, by metadata key (others: key / value)
 DICT_TABLE_COLUMNS = {
     FILES_SHA256: ("file", "sha256"),
+    FILES_STAT: ("file", "stat"),
     "exercise_rows": ("exercise", "rows"),
     "heldout_kl_by_exercise": ("exercise", "rows"),
 }
@@ -370,10 +383,20 @@ def latest_partition_materialization(
     return records[0].asset_materialization if records else None
 
 
-def files_sha256_of(metadata: Mapping[str, Any]) -> dict[str, str]:
-    """The {file: sha256} a materialization's `files_sha256` entry lists (a table in the UI, `readable_value`)."""
-    value = metadata[FILES_SHA256]
+def files_sha256_of(metadata: Mapping[str, Any], key: str = FILES_SHA256) -> dict[str, str]:
+    """The {file: sha256} a materialization's `files_sha256` entry lists (a table in the UI, `readable_value`), or
+    the {file: stat} of its `files_stat` with `key`; {} without the entry."""
+    value = metadata.get(key)
+    if value is None:
+        return {}
     if isinstance(value, dg.TableMetadataValue):
-        file_column, sha_column = DICT_TABLE_COLUMNS[FILES_SHA256]
-        return {record.data[file_column]: record.data[sha_column] for record in value.records}
+        file_column, value_column = DICT_TABLE_COLUMNS[key]
+        return {record.data[file_column]: record.data[value_column] for record in value.records}
     return dict(value.value)
+
+
+def hashed_files_of(metadata: Mapping[str, Any], base: Path) -> dict[Path, HashedFile]:
+    """What a step hashed when it wrote its files (`files_sha256` with `files_stat`), by path under `base` (its
+    `dagster/uri`): a file with no stat recorded (changed while hashed, or an older materialization) is left out."""
+    digests, stats = files_sha256_of(metadata), files_sha256_of(metadata, FILES_STAT)
+    return {base / name: HashedFile(digest, stats[name]) for name, digest in digests.items() if name in stats}
