@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from synthkd_assets.core import manifest as mf
+from synthkd_assets.core import near_dup
 from synthkd_assets.core.near_dup import (
     ClusterSettings,
     cluster_summary,
@@ -171,7 +172,7 @@ def test_the_validation_sets_read_only_the_row_groups_holding_their_rows(tmp_pat
     assert row_groups_holding(path, {f"id-{i}" for i in wanted}) == expected
 
 
-def test_held_out_rows_renamed_in_place_and_rebuilt_are_never_trained_on(copy_of_build):
+def test_held_out_rows_renamed_in_place_and_rebuilt_are_never_trained_on(copy_of_build, monkeypatch):
     instance, layout, paths, raw = copy_of_build
     summary = mf.read_json(paths.clusters_summary())
     shard = summary["heldout_prompts"][0]["shard"]
@@ -195,6 +196,24 @@ def test_held_out_rows_renamed_in_place_and_rebuilt_are_never_trained_on(copy_of
     assert check_evaluations(instance, layout, "synth_kd_v1_manifest")["validation_sets_not_trained"].passed
     documents = sorted((paths.megatron_root() / "shards").glob("*_documents.parquet"))
     leaked = sorted(new_ids)[0]
+
+    # the rebuilt shard's synth_sampled recorded its matches under these clusters and signatures: the check takes
+    # them from there (and matches only the shards this instance never sampled), and still finds the copy
+    matched_now: list[str] = []
+
+    def counted(signatures_path, *args):
+        matched_now.append(signatures_path.stem)
+        return heldout_matches(signatures_path, *args)
+
+    table, kept = documents[0], documents[0].read_bytes()
+    rows = pl.read_parquet(table)
+    pl.concat([rows, rows.head(1).with_columns(synth_id=pl.lit(leaked))]).write_parquet(table)
+    with monkeypatch.context() as patched:
+        patched.setattr(near_dup, "heldout_matches", counted)
+        check = check_evaluations(instance, layout, "synth_kd_v1_manifest")["validation_sets_not_trained"]
+    assert not check.passed and f"synth_id {leaked!r} in {table.name}" in check.description
+    assert shard not in matched_now and sorted(matched_now) == sorted(set(shard_names(paths)) - {shard})
+    table.write_bytes(kept)
     signatures = [paths.stage_output("synth_signatures", name) for name in shard_names(paths)]
     forged = paths.data_root / "forged_documents.parquet"
     pl.DataFrame({"synth_id": [leaked]}).write_parquet(forged)

@@ -952,16 +952,23 @@ def summary_heldout_prompts(summary: Mapping[str, Any], summary_path: Path) -> t
 
 
 def heldout_prompts_trained(
-    document_tables: Sequence[Path], signature_files: Sequence[Path], summary: Mapping[str, Any], summary_path: Path
+    document_tables: Sequence[Path],
+    signature_files: Sequence[Path],
+    summary: Mapping[str, Any],
+    summary_path: Path,
+    matched: Collection[str] = (),
 ) -> Problems:
     """Rows a dataset trains on whose prompt is a held-out one, by content (`heldout_matches`), whatever their
     synth_ids: the validation sets' guarantee checked on what was written.
 
     Args:
         document_tables: The dataset's documents tables (a synth_id column: the rows it trains on).
-        signature_files: Every shard's synth_signatures Parquet (where a row's signature is read).
+        signature_files: The synth_signatures Parquet of every shard whose matches are not in `matched` (where a
+            row's signature is read).
         summary: The clusters summary in force (its `heldout_prompts` and the threshold in its `settings`).
         summary_path: Where the summary was read.
+        matched: The matches of the other shards, found by `heldout_matches` on their signatures as they are now
+            under this summary (each shard's synth_sampled records them: docs/near-dup.md "Rebuilds").
 
     Returns:
         One line a trained row matching a held-out prompt (the first 20 listed, all counted); one line naming the
@@ -972,7 +979,8 @@ def heldout_prompts_trained(
     except ClustersTooOld as error:
         return Problems([str(error)])
     present = [path for path in signature_files if path.is_file()]
-    matched: set[str] = set().union(*thread_map(lambda path: heldout_matches(path, held, threshold), present))
+    found_now = thread_map(lambda path: heldout_matches(path, held, threshold), present)
+    matched = set(matched).union(*found_now)
     if not matched or not document_tables:
         return Problems()
     trained = pl.concat(

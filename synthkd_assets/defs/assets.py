@@ -1,7 +1,8 @@
 """The per-shard steps and the sampling plan: each asset calls its core rule and reports what it did."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -70,7 +71,9 @@ from synthkd_assets.defs.metadata import (
     TRIO_ALIGNED,
     bucket_report_metadata,
     content_version,
+    current_sha256,
     files_metadata,
+    heldout_matched_record,
     mix_metadata,
     report_metadata,
     table_definition_metadata,
@@ -190,13 +193,16 @@ def select_rows(
     rule: RowRule,
     plan_sha256: str | None = None,
     checks: tuple[dg.AssetCheckResult, ...] = (),
+    metadata: Mapping[str, Any] | None = None,
 ):
-    """A row-selection step (filters, sampling): the rows of `source` that `rule` keeps."""
+    """A row-selection step (filters, sampling): the rows of `source` that `rule` keeps (`metadata`: reported
+    with them)."""
     require_upstream(paths, stage, key, source)
     in_path, out_path = stage_files(paths, source, key)[0], stage_files(paths, stage, key)[0]
     report = select_rows_shard(in_path, out_path, key, rule, paths.error_log(stage, key))
     report.plan_sha256 = plan_sha256
-    return stage_result(paths, report, stage, checks, **({"plan_sha256": plan_sha256} if plan_sha256 else {}))
+    extra = {**({"plan_sha256": plan_sha256} if plan_sha256 else {}), **(metadata or {})}
+    return stage_result(paths, report, stage, checks, **extra)
 
 
 @shard_step([synth_harmony], {"parquet", "polars"}, "scan", "synth", table_definition_metadata(HARMONY_SCHEMA))
@@ -309,7 +315,13 @@ def synth_sampled(
     rule = first_reason(synth_ids_rule(matches, drops.DROP_HELDOUT), rule)
     copies = matches - {entry["synth_id"] for entry in held}  # held out here, not by the clusters' decisions
     warning = near_dup_controlled_result(key, len(unseen), rows, len(copies))
-    return select_rows(paths, key, "synth_filtered", "synth_sampled", rule, plan_sha, (warning,))
+    # what validation_sets_not_trained need not match again while the clusters and these signatures stand
+    matched = heldout_matched_record(
+        plan["near_dup"]["clusters_sha256"],
+        current_sha256(context.instance, "synth_signatures", key, signatures),
+        matches,
+    )
+    return select_rows(paths, key, "synth_filtered", "synth_sampled", rule, plan_sha, (warning,), matched)
 
 
 @shard_step(

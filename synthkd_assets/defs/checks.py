@@ -47,11 +47,14 @@ from synthkd_assets.core.validation import cross_shard_duplicates
 from synthkd_assets.defs.jobs import repair_action
 from synthkd_assets.defs.metadata import (
     FILES_SHA256,
+    HELDOUT_MATCHED,
     ROWS_VALID_FOR,
     TRIO_ALIGNED,
     URI,
+    current_sha256,
     files_sha256_of,
     hashed_files_of,
+    heldout_matched_of,
     latest_partition_materialization,
     readable_metadata,
 )
@@ -61,7 +64,7 @@ from synthkd_assets.defs.tags import DATA_VERSION_TAG
 from synthkd_assets.defs.upstream import shard_names
 from synthkd_contract import constants
 from synthkd_contract.buckets import BUCKET_IMBALANCE_RATIO
-from synthkd_contract.manifest_seal import HashedFile, sha256_files
+from synthkd_contract.manifest_seal import HashedFile, sha256_file, sha256_files
 from synthkd_contract.sources import SYNTH_SOURCE, partition_source
 
 ROWS_ACCOUNTED = "rows_accounted"
@@ -664,19 +667,25 @@ def _dataset_rows_result(manifest: dict) -> dg.AssetCheckResult:
 
 
 def documents_check(
-    name: str, find: Callable[[list[Path], DataLayout], list[str]], passed: str, description: str
+    name: str,
+    find: Callable[[list[Path], DataLayout, dg.DagsterInstance], list[str]],
+    passed: str,
+    description: str,
 ) -> dg.AssetChecksDefinition:
     """A check of `find`'s problems over the documents tables of every shard the synth_kd_v1 manifest lists (and
-    the build's layout, for what they are checked against)."""
+    the build's layout and instance, for what they are checked against)."""
 
     @dg.asset_check(asset="synth_kd_v1_manifest", name=name, blocking=True, description=description)
-    def check(layout: SynthKDLayout, build: SynthKDBuildConfig) -> dg.AssetCheckResult:
+    def check(
+        context: dg.AssetCheckExecutionContext, layout: SynthKDLayout, build: SynthKDBuildConfig
+    ) -> dg.AssetCheckResult:
         paths = layout.data_layout(build.smoke)
         with gate(paths, "synth_kd_v1_manifest", name) as record:
             root, manifest = _dataset_manifest(paths)
             tables = [documents_path(root, shard_index_from_name(s["partition"])) for s in manifest["shards"]]
             tables = [table for table in tables if table.is_file()]
-            result = _result(find(tables, paths), passed_summary=f"{passed} ({len(tables)} document tables)")
+            problems = find(tables, paths, context.instance)
+            result = _result(problems, passed_summary=f"{passed} ({len(tables)} document tables)")
             return record(result)
 
     return check
@@ -684,26 +693,40 @@ def documents_check(
 
 no_split_leakage = documents_check(
     "no_split_leakage",
-    lambda tables, _: split_leakage(tables),
+    lambda tables, *_: split_leakage(tables),
     "no synth_id in both splits",
     "No synth_id is in both train and valid.",
 )
 no_duplicate_synth_ids = documents_check(
     "no_duplicate_synth_ids",
-    lambda tables, _: cross_shard_duplicates(tables),
+    lambda tables, *_: cross_shard_duplicates(tables),
     "no synth_id in two shards",
     "No synth_id is in two shards (within a shard, later duplicates are dropped as duplicate_synth_id).",
 )
 
 
-def _validation_rows_trained(tables: list[Path], paths: DataLayout) -> Problems:
-    """The validation sets' rows by synth_id, and the held-out prompts by content whatever the synth_id."""
+def _validation_rows_trained(tables: list[Path], paths: DataLayout, instance: dg.DagsterInstance) -> Problems:
+    """The validation sets' rows by synth_id, and the held-out prompts by content whatever the synth_id: a
+    shard's matches as its synth_sampled recorded them under the same clusters and signatures, else found now."""
     problems = validation_rows_trained(tables, [paths.heldout_kl(), paths.format_suite()])
     if not paths.clusters_summary().is_file():  # no near-duplicate control in this build: nothing held out
         return problems
     summary = mf.read_json(paths.clusters_summary())
-    signatures = [paths.stage_output("synth_signatures", name) for name in shard_names(paths)]
-    return problems + heldout_prompts_trained(tables, signatures, summary, paths.clusters_summary())
+    clusters_sha256 = sha256_file(paths.clusters_summary())
+    matched: set[str] = set()
+    unmatched: list[Path] = []
+    for name in shard_names(paths):
+        signatures = paths.stage_output("synth_signatures", name)
+        sampled = latest_partition_materialization(instance, dg.AssetKey("synth_sampled"), name)
+        recorded = None
+        if sampled is not None and HELDOUT_MATCHED in sampled.metadata and signatures.is_file():
+            signatures_sha256 = current_sha256(instance, "synth_signatures", name, signatures)
+            recorded = heldout_matched_of(sampled.metadata, clusters_sha256, signatures_sha256)
+        if recorded is None:
+            unmatched.append(signatures)
+        else:
+            matched.update(recorded)
+    return problems + heldout_prompts_trained(tables, unmatched, summary, paths.clusters_summary(), matched)
 
 
 validation_sets_not_trained = documents_check(
@@ -712,7 +735,8 @@ validation_sets_not_trained = documents_check(
     "no row of the validation sets and no copy of a held-out prompt",
     "No synth_id of the validation sets (heldout_kl, format_suite: rows of held-out clusters) is in the dataset, "
     "and no row whose prompt is a held-out one (its MinHash signature, as the clusters kept it, matched at the "
-    "near-duplicate threshold), whatever its synth_id.",
+    "near-duplicate threshold), whatever its synth_id. A shard's matches are those its synth_sampled recorded when "
+    "the clusters summary and its signatures are still the ones it matched (by sha256); else matched again.",
 )
 
 

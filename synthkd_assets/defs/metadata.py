@@ -19,7 +19,7 @@ from synthkd_assets.core.manifest import config_hash
 from synthkd_assets.core.sampling import mix_table_markdown
 from synthkd_contract import constants, drops
 from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
-from synthkd_contract.manifest_seal import HashedFile, file_stat, sha256_file
+from synthkd_contract.manifest_seal import HashedFile, file_stat, sha256_file, unchanged_since_hashed
 from synthkd_contract.schemas import TRIO_COLUMN_DESCRIPTIONS, TRIO_SCHEMA
 
 ROW_COUNT = "dagster/row_count"
@@ -29,6 +29,7 @@ URI = "dagster/uri"
 FILES_SHA256 = "files_sha256"  # {path under dagster/uri: sha256} of the files a step wrote
 FILES_STAT = "files_stat"  # {path under dagster/uri: file_stat} of each file when it was hashed (files_sha256)
 TRIO_ALIGNED = "trio_aligned"  # synth_kd_v1: True when its trio_alignment check passed on the files it wrote
+HELDOUT_MATCHED = "heldout_matched"  # synth_sampled: the rows it found with a held-out prompt, and under what
 ROWS_VALID_FOR = "rows_valid_for"  # synth_distill: the settings its parts' row check passed under
 
 # keys a step reports even when nothing happened (0), beside its drop reasons
@@ -393,6 +394,40 @@ def files_sha256_of(metadata: Mapping[str, Any], key: str = FILES_SHA256) -> dic
         file_column, value_column = DICT_TABLE_COLUMNS[key]
         return {record.data[file_column]: record.data[value_column] for record in value.records}
     return dict(value.value)
+
+
+def heldout_matched_record(clusters_sha256: str, signatures_sha256: str, synth_ids: Iterable[str]) -> dict[str, Any]:
+    """synth_sampled's metadata entry of the rows whose prompt is a held-out one (`heldout_matches`): a function
+    of the clusters summary and the shard's signatures alone, so a later check under the same two (by sha256)
+    takes them from here (`heldout_matched_of`)."""
+    record = {"clusters_sha256": clusters_sha256, "signatures_sha256": signatures_sha256}
+    return {HELDOUT_MATCHED: dg.MetadataValue.json({**record, "synth_ids": sorted(synth_ids)})}
+
+
+def heldout_matched_of(metadata: Mapping[str, Any], clusters_sha256: str, signatures_sha256: str) -> list[str] | None:
+    """The synth_ids a synth_sampled materialization matched under these clusters and signatures; None when it
+    recorded none, or matched under others."""
+    entry = metadata.get(HELDOUT_MATCHED)
+    record = entry.value if entry is not None else None
+    if not isinstance(record, dict):
+        return None
+    if record.get("clusters_sha256") != clusters_sha256 or record.get("signatures_sha256") != signatures_sha256:
+        return None
+    return list(record["synth_ids"])
+
+
+def current_sha256(instance: dg.DagsterInstance, asset: str, partition: str, path: Path) -> str:
+    """The sha256 of the one file `path` that `asset`'s step writes for `partition`: as its latest materialization
+    recorded it when the file's stat is still the recorded one (`unchanged_since_hashed`), else hashed now."""
+    materialization = latest_partition_materialization(instance, dg.AssetKey(asset), partition)
+    metadata = materialization.metadata if materialization is not None else {}
+    uri = metadata.get(URI)
+    if uri is not None and uri.value == path.resolve().as_uri():
+        hashed = hashed_files_of(metadata, path.parent)
+        record = hashed.get(path)
+        if record is not None and unchanged_since_hashed(path, record.sha256, hashed):
+            return record.sha256
+    return sha256_file(path)
 
 
 def hashed_files_of(metadata: Mapping[str, Any], base: Path) -> dict[Path, HashedFile]:
