@@ -422,9 +422,9 @@ def sorted_distinct(values: np.ndarray, in_place: bool = False, runs: bool = Fal
     return ordered[keep]
 
 
-def merged_codes(codes: np.ndarray, more: np.ndarray) -> np.ndarray:
-    """The sorted distinct union of two sorted distinct code arrays (`np.union1d`, as `sorted_distinct`)."""
-    return sorted_distinct(np.concatenate([codes, more]), in_place=True, runs=True)
+def merged_codes(codes: np.ndarray, *more: np.ndarray) -> np.ndarray:
+    """The sorted distinct union of sorted distinct code arrays (`np.union1d`, as `sorted_distinct`)."""
+    return sorted_distinct(np.concatenate([codes, *more]), in_place=True, runs=True)
 
 
 def _pair_codes(pairs: np.ndarray, n_rows: int) -> np.ndarray:
@@ -559,12 +559,15 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
     rank_key = _every_shards_column(paths, "rank_key") if n else np.zeros(0, np.uint64)
     candidates = verified = 0
     if n:  # clusters are computed (and reported) with the cap off too; `enabled` decides only the cap
-        codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged band by band
         by_rank = rank_order(rank_key)
-        for column in BAND_COLUMNS:
-            band = candidate_pairs(_every_shards_column(paths, column), rank_key, by_rank)
-            codes = merged_codes(codes, _pair_codes(band, n))
-            del band
+
+        def band_codes(column: str) -> np.ndarray:
+            return _pair_codes(candidate_pairs(_every_shards_column(paths, column), rank_key, by_rank), n)
+
+        codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged a round of bands at a time
+        cores = available_cores()
+        for first in range(0, len(BAND_COLUMNS), cores):  # a band a core at once (numpy's sorts release the GIL)
+            codes = merged_codes(codes, *thread_map(band_codes, BAND_COLUMNS[first : first + cores]))
         unique = _code_pairs(codes, n)
         del codes
         candidates = len(unique)
