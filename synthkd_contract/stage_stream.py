@@ -33,12 +33,14 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from synthkd_contract import constants
@@ -249,7 +251,9 @@ def _part_of_trios(pool_root: Path) -> dict[str, Path]:
     return parts
 
 
-def read_stage_conversations(stage_file: Path | str) -> StageConversations:
+def read_stage_conversations(
+    stage_file: Path | str, parts_read: MutableMapping[Path, Any] | None = None
+) -> StageConversations:
     """The train conversations a stage file weights, with what the stream draws them by.
 
     The caller verifies the pool first (`synthkd_training.pool.stage_blends`); this reads the stage file, every
@@ -258,6 +262,8 @@ def read_stage_conversations(stage_file: Path | str) -> StageConversations:
 
     Args:
         stage_file: `<pool>/curriculum/<stage>.json`.
+        parts_read: the pool parts' rows read so far, filled in as parts are read: the stages of one pool, read
+            one after another with the same mapping, read each part once.
 
     Returns:
         The stage's conversations.
@@ -271,7 +277,7 @@ def read_stage_conversations(stage_file: Path | str) -> StageConversations:
     trio_root = pool_root / TRIO_ROOT
     prefixes, weights = _train_blend(stage_file)
     parts = _part_of_trios(pool_root)
-    tables: dict[Path, Any] = {}
+    tables = {} if parts_read is None else parts_read
     columns: dict[str, list[np.ndarray]] = {
         name: [] for name in ("prefix", "document", "length", "skill", "ctx", "group", "cluster")
     }
@@ -343,25 +349,28 @@ _EMPTY_CELL = _PartCell([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zer
 
 
 def _part_cells(part_path: Path) -> dict[tuple[str, str], _PartCell]:
-    """A pool part's train rows by (skill, ctx) cell, read and split once for every trio of the part."""
+    """A pool part's train rows by (skill, ctx) cell, read and split once for every trio of the part (the split
+    hashed per row, the rest by Arrow and numpy over the columns)."""
     table = pq.read_table(part_path, columns=[*PART_COLUMNS, CLUSTER_COLUMN])
-    row_id, dataset, example_id, skill, ctx, tokens, cluster = (
-        table.column(name).to_pylist() for name in (*PART_COLUMNS, CLUSTER_COLUMN)
-    )
-    group_of = {name: SOURCE_GROUPS.index(dataset_group(name)) for name in set(dataset)}
-    rows_of: dict[tuple[str, str], list[int]] = {}
-    for i, synth_id in enumerate(example_id):
-        if assign_split(synth_id) == TRAIN_SPLIT:
-            rows_of.setdefault((skill[i], ctx[i]), []).append(i)
-    return {
-        cell: _PartCell(
-            ids=[row_id[i] for i in rows],
-            tokens=np.asarray([tokens[i] for i in rows], dtype=np.int64),
-            group=np.asarray([group_of[dataset[i]] for i in rows], dtype=np.int64),
-            cluster=np.asarray([NO_CLUSTER if cluster[i] is None else cluster[i] for i in rows], dtype=np.int64),
+    example_ids = table.column("source_example_id").to_pylist()
+    table = table.filter(pa.array([assign_split(synth_id) == TRAIN_SPLIT for synth_id in example_ids], pa.bool_()))
+    datasets = pc.unique(table.column("source_dataset"))
+    group_of = np.asarray([SOURCE_GROUPS.index(dataset_group(name)) for name in datasets.to_pylist()], np.int64)
+    group = group_of[pc.index_in(table.column("source_dataset"), value_set=datasets).to_numpy()]
+    tokens = table.column("sequence_tokens").to_numpy().astype(np.int64)
+    cluster = pc.fill_null(table.column(CLUSTER_COLUMN), NO_CLUSTER).to_numpy().astype(np.int64)
+    cell_names = pc.binary_join_element_wise(table.column("skill_bucket"), table.column("ctx_bucket"), "_")
+    cells = pc.unique(cell_names)
+    cell_of_row = pc.index_in(cell_names, value_set=cells).to_numpy()
+    row_ids = table.column("id")
+    found = {}
+    for index, name in enumerate(cells.to_pylist()):
+        rows = np.flatnonzero(cell_of_row == index)
+        skill, ctx = name.split("_")
+        found[skill, ctx] = _PartCell(
+            ids=row_ids.take(rows).to_pylist(), tokens=tokens[rows], group=group[rows], cluster=cluster[rows]
         )
-        for cell, rows in rows_of.items()
-    }
+    return found
 
 
 # -- drawing -------------------------------------------------------------------------------------------------------

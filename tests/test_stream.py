@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-from synthkd_contract import constants
+from synthkd_contract import constants, stage_stream
 from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
 from synthkd_contract.sources import dataset_group
 from synthkd_contract.splits import assign_split
@@ -391,3 +391,24 @@ def test_heavier_conversations_come_first_as_often_as_successive_sampling_picks_
         for s in range(200)
     ]
     assert abs(np.mean(uniform) - 20) < 1.5
+
+
+def test_the_stages_of_one_pool_read_each_part_once_and_draw_the_same_conversations(curriculum, monkeypatch):
+    """Two stages read with one `parts_read` mapping read each pool part once, and each stage's conversations are
+    those it reads alone (field by field)."""
+    alone = [read_stage_conversations(curriculum / f"{stage}.json") for stage in ("P1", "P2")]
+    opened: list[str] = []
+    real_read = stage_stream.pq.read_table
+
+    def counted(path, *args, **kwargs):
+        opened.append(Path(path).name)
+        return real_read(path, *args, **kwargs)
+
+    monkeypatch.setattr(stage_stream.pq, "read_table", counted)
+    parts_read: dict = {}
+    shared = [read_stage_conversations(curriculum / f"{stage}.json", parts_read) for stage in ("P1", "P2")]
+    assert opened and sorted(opened) == sorted(set(opened)) and len(parts_read) == len(opened)
+    for one, other in zip(alone, shared):
+        assert one.ids == other.ids and one.prefixes == other.prefixes
+        for name in ("prefix", "document", "length", "skill", "ctx", "group", "cluster"):
+            assert np.array_equal(getattr(one, name), getattr(other, name)), name

@@ -55,7 +55,7 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
@@ -377,7 +377,9 @@ def write_stage_files(plan: Mapping[str, Any], out_dir: Path, dataset_root: Path
     return [json_path, args_path]
 
 
-def stage_stream_report(stage_file: Path, plan: Mapping[str, Any]) -> dict[str, Any]:
+def stage_stream_report(
+    stage_file: Path, plan: Mapping[str, Any], parts_read: MutableMapping[Path, Any] | None = None
+) -> dict[str, Any]:
     """What the stage's stream (docs/pool.md#the-stream) holds with the default policy: its windows' tokens by skill
     bucket, ctx bucket and source group against the stage's targets, the share of real tokens, the conversations
     longer than the window.
@@ -385,11 +387,12 @@ def stage_stream_report(stage_file: Path, plan: Mapping[str, Any]) -> dict[str, 
     Args:
         stage_file: the stage's `.json`, written (`write_stage_files`) beside the pool's parts and trios.
         plan: the stage's plan (`plan_stage`): its `seq_length` and token budget (`tokens`).
+        parts_read: the pool parts read for an earlier stage's report (`read_stage_conversations`).
 
     Returns:
         The policy and `stream_mix`'s report.
     """
-    conversations = read_stage_conversations(stage_file)
+    conversations = read_stage_conversations(stage_file, parts_read)
     policy = StreamPolicy()
     stream = plan_stream(conversations, plan["seq_length"], None, policy, token_budget=plan["tokens"])
     return {"policy": policy.to_dict(), **stream_mix(stream, conversations)}

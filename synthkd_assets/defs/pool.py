@@ -2,6 +2,9 @@
 its sampling manifest. Each asset calls its core rule (core/quota.py, core/pool.py, core/curriculum.py,
 core/manifest_builders.py) and reports tokens per bucket as metadata."""
 
+from pathlib import Path
+from typing import Any
+
 import dagster as dg
 
 from synthkd_assets.core import manifest as mf
@@ -257,11 +260,12 @@ def synth_curriculum(
     plans = [plan_stage(stage, prefixes) for stage in build.curriculum_stages()]
     removed = remove_other_stages_files(paths.curriculum_dir(), [plan["stage"] for plan in plans])
     written = []
+    parts_read: dict[Path, Any] = {}  # each pool part read once for every stage's report
     for plan in plans:
         files = write_stage_files(
             plan, paths.curriculum_dir(), paths.pool_trio_root(), stage_cache_dir(paths.pool_name())
         )
-        plan["stream"] = stage_stream_report(files[0], plan) if files else None
+        plan["stream"] = stage_stream_report(files[0], plan, parts_read) if files else None
         written += files
     mf.write_manifest(paths.curriculum_plan(), {"stages": plans})
     metadata = {
