@@ -16,10 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synthkd_assets.core.quota import (
+    QUOTA_SALT,
     QUOTA_SHARE_TOLERANCE,
+    PrefixSelection,
     QuotaRow,
     QuotaTargets,
     excluded_ids,
+    hash_ordered_prefix,
     plan_quota_grid,
     plan_quota_selection,
     quota_keep,
@@ -27,6 +30,7 @@ from synthkd_assets.core.quota import (
 )
 from synthkd_assets.core.source_mix import SourceMixTargets, plan_source_mix, source_mix_keep
 from synthkd_contract.buckets import SKILL_BUCKETS, SKILL_MIX, ctx_bucket
+from synthkd_contract.splits import stable_unit_interval
 
 
 def small_rows(seed: int, n: int) -> list[QuotaRow]:
@@ -173,3 +177,35 @@ def test_rows_sharing_the_stopping_hash_are_left_out_with_it(monkeypatch):
     plan, kept = plan_quota_selection(rows, QuotaTargets())
     assert sorted(r.synth_id for r in kept) == sorted(kept_ids(rows, plan))
     assert plan["skill_tokens"]["expected"] == {b: sum(r.tokens for r in kept if r.skill == b) for b in SKILL_BUCKETS}
+
+
+def walked_prefix(rows: list[tuple[str, int]], salt: str, budget: float, oversized: float) -> PrefixSelection:
+    """The rule walked row by row, as written: rows sorted by (hash, synth_id) with Python's stable sort, each
+    kept while it fits, an oversized one that does not fit skipped, the first other one that does not fit ending
+    the prefix (with the kept rows sharing its hash)."""
+    ordered = sorted(rows, key=lambda row: (stable_unit_interval(salt, row[0]), row[0]))
+    kept: list[tuple[str, int]] = []
+    skipped: list[tuple[str, int]] = []
+    for row in ordered:
+        unit = stable_unit_interval(salt, row[0])
+        if sum(n for _, n in kept) + row[1] <= budget:
+            kept.append(row)
+        elif row[1] > oversized:
+            skipped.append(row)
+        else:
+            kept = [k for k in kept if stable_unit_interval(salt, k[0]) != unit]
+            return PrefixSelection(unit, kept, skipped, sum(n for _, n in kept))
+    return PrefixSelection(1.0, kept, skipped, sum(n for _, n in kept))
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.integers(0, 400)), max_size=40),
+    st.floats(0, 6000, allow_nan=False),
+    st.floats(0, 500, allow_nan=False),
+)
+def test_the_hash_ordered_prefix_is_the_rule_walked_row_by_row(rows, budget, oversized):
+    """Repeated ids (one hash, several rows) included: the same rate, kept rows in order, skipped rows, tokens."""
+    rows = [(f"id-{key}", length) for key, length in rows]
+    expected = walked_prefix(rows, QUOTA_SALT, budget, oversized)
+    assert hash_ordered_prefix(rows, QUOTA_SALT, budget, oversized) == expected

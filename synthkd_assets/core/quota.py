@@ -35,6 +35,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -108,25 +109,31 @@ def hash_ordered_prefix(
     read = tokens_of or (lambda row: (row[0], row[-1]))
     rows = list(rows)
     ids, lengths = zip(*map(read, rows)) if rows else ((), ())
-    units = [stable_unit_interval(salt, synth_id) for synth_id in ids]  # each hashed once
-    # by hash, then synth_id, then input order (a stable sort of the positions)
-    ordered = sorted(range(len(rows)), key=lambda i: (units[i], ids[i]))
-    kept: list[tuple[float, Any]] = []
+    units = np.fromiter((stable_unit_interval(salt, synth_id) for synth_id in ids), np.float64, len(ids))
+    # by hash, then synth_id, then input order: numpy's stable sort by hash, unless two rows share a hash (a
+    # repeated id, or two ids on one float), which Python's sort of (hash, synth_id) then orders
+    order = np.argsort(units, kind="stable")
+    if np.any(units[order][1:] == units[order][:-1]):
+        order = np.asarray(sorted(range(len(rows)), key=lambda i: (units[i], ids[i])), dtype=np.int64)
+    positions = order.tolist()
+    ordered_units = units[order].tolist()
+    ordered_lengths = [int(lengths[i]) for i in positions]
+    kept: list[int] = []  # places in the hash order
     skipped: list[Any] = []
     total = 0
-    for i in ordered:
-        unit, row, length = units[i], rows[i], int(lengths[i])
+    for place, length in enumerate(ordered_lengths):
         if total + length <= budget:
-            kept.append((unit, row))
+            kept.append(place)
             total += length
         elif length > oversized:
-            skipped.append(row)
+            skipped.append(rows[positions[place]])
         else:
             # the rule keeps hash < rate: rows sharing the stopping row's hash (two ids, one float) go with it
-            while kept and kept[-1][0] == unit:
-                total -= int(read(kept.pop()[1])[1])
-            return PrefixSelection(unit, [row for _, row in kept], skipped, total)
-    return PrefixSelection(1.0, [row for _, row in kept], skipped, total)
+            unit = ordered_units[place]
+            while kept and ordered_units[kept[-1]] == unit:
+                total -= ordered_lengths[kept.pop()]
+            return PrefixSelection(unit, [rows[positions[k]] for k in kept], skipped, total)
+    return PrefixSelection(1.0, [rows[positions[k]] for k in kept], skipped, total)
 
 
 @dataclass(frozen=True)
