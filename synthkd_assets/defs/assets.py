@@ -74,6 +74,7 @@ from synthkd_assets.defs.metadata import (
     current_sha256,
     files_metadata,
     heldout_matched_record,
+    latest_partition_materialization,
     mix_metadata,
     report_metadata,
     table_definition_metadata,
@@ -316,11 +317,8 @@ def synth_sampled(
     copies = matches - {entry["synth_id"] for entry in held}  # held out here, not by the clusters' decisions
     warning = near_dup_controlled_result(key, len(unseen), rows, len(copies))
     # what validation_sets_not_trained need not match again while the clusters and these signatures stand
-    matched = heldout_matched_record(
-        plan["near_dup"]["clusters_sha256"],
-        current_sha256(context.instance, "synth_signatures", key, signatures),
-        matches,
-    )
+    signed = latest_partition_materialization(context.instance, dg.AssetKey("synth_signatures"), key)
+    matched = heldout_matched_record(plan["near_dup"]["clusters_sha256"], current_sha256(signed, signatures), matches)
     return select_rows(paths, key, "synth_filtered", "synth_sampled", rule, plan_sha, (warning,), matched)
 
 

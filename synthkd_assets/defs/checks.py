@@ -56,6 +56,7 @@ from synthkd_assets.defs.metadata import (
     hashed_files_of,
     heldout_matched_of,
     latest_partition_materialization,
+    latest_partition_materializations,
     readable_metadata,
 )
 from synthkd_assets.defs.partitions import SYNTH_SHARDS
@@ -713,14 +714,17 @@ def _validation_rows_trained(tables: list[Path], paths: DataLayout, instance: dg
         return problems
     summary = mf.read_json(paths.clusters_summary())
     clusters_sha256 = sha256_file(paths.clusters_summary())
+    names = shard_names(paths)
+    sampled_of = latest_partition_materializations(instance, dg.AssetKey("synth_sampled"), names)
+    signed_of = latest_partition_materializations(instance, dg.AssetKey("synth_signatures"), names)
     matched: set[str] = set()
     unmatched: list[Path] = []
-    for name in shard_names(paths):
+    for name in names:
         signatures = paths.stage_output("synth_signatures", name)
-        sampled = latest_partition_materialization(instance, dg.AssetKey("synth_sampled"), name)
+        sampled = sampled_of.get(name)
         recorded = None
         if sampled is not None and HELDOUT_MATCHED in sampled.metadata and signatures.is_file():
-            signatures_sha256 = current_sha256(instance, "synth_signatures", name, signatures)
+            signatures_sha256 = current_sha256(signed_of.get(name), signatures)
             recorded = heldout_matched_of(sampled.metadata, clusters_sha256, signatures_sha256)
         if recorded is None:
             unmatched.append(signatures)
@@ -901,13 +905,9 @@ def hashed_when_written(instance: dg.DagsterInstance, asset: str, manifest: dict
     instance that built elsewhere) gives none."""
     metadata: dict[str, Mapping[str, Any]] = {}
     by_partition: dict[str, dict[Path, HashedFile]] = {}
-    for shard in manifest.get("shards", []):
-        partition = shard.get("partition")
-        if partition is None:
-            continue
-        materialization = latest_partition_materialization(instance, dg.AssetKey(asset), partition)
-        if materialization is None:
-            continue
+    partitions = [shard["partition"] for shard in manifest.get("shards", []) if shard.get("partition")]
+    latest = latest_partition_materializations(instance, dg.AssetKey(asset), partitions)
+    for partition, materialization in latest.items():
         metadata[partition] = materialization.metadata
         uri = materialization.metadata.get(URI)
         if uri is not None and uri.value == root.resolve().as_uri():

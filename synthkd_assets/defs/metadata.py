@@ -384,6 +384,31 @@ def latest_partition_materialization(
     return records[0].asset_materialization if records else None
 
 
+MATERIALIZATIONS_PER_FETCH = 1000  # records one event-log query returns when the latest of many partitions is asked
+
+
+def latest_partition_materializations(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partitions: Iterable[str]
+) -> dict[str, dg.AssetMaterialization]:
+    """The latest materialization of each of `partitions` of `asset_key` (a partition never materialized is left
+    out), newest records first a thousand a query: a check over every shard asks the event log a few times, not
+    once per shard."""
+    wanted = set(partitions)
+    latest: dict[str, dg.AssetMaterialization] = {}
+    cursor = None
+    while wanted - set(latest):
+        where = dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=sorted(wanted))
+        found = instance.fetch_materializations(where, limit=MATERIALIZATIONS_PER_FETCH, cursor=cursor)
+        for record in found.records:
+            materialization = record.asset_materialization
+            if materialization is not None and materialization.partition not in latest:
+                latest[materialization.partition] = materialization
+        if not found.has_more:
+            break
+        cursor = found.cursor
+    return latest
+
+
 def files_sha256_of(metadata: Mapping[str, Any], key: str = FILES_SHA256) -> dict[str, str]:
     """The {file: sha256} a materialization's `files_sha256` entry lists (a table in the UI, `readable_value`), or
     the {file: stat} of its `files_stat` with `key`; {} without the entry."""
@@ -416,10 +441,9 @@ def heldout_matched_of(metadata: Mapping[str, Any], clusters_sha256: str, signat
     return list(record["synth_ids"])
 
 
-def current_sha256(instance: dg.DagsterInstance, asset: str, partition: str, path: Path) -> str:
-    """The sha256 of the one file `path` that `asset`'s step writes for `partition`: as its latest materialization
-    recorded it when the file's stat is still the recorded one (`unchanged_since_hashed`), else hashed now."""
-    materialization = latest_partition_materialization(instance, dg.AssetKey(asset), partition)
+def current_sha256(materialization: dg.AssetMaterialization | None, path: Path) -> str:
+    """The sha256 of the one file `path` a step wrote: as its materialization recorded it when the file's stat is
+    still the recorded one (`unchanged_since_hashed`), else (no materialization, or another stat) hashed now."""
     metadata = materialization.metadata if materialization is not None else {}
     uri = metadata.get(URI)
     if uri is not None and uri.value == path.resolve().as_uri():
