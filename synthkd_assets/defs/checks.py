@@ -65,7 +65,13 @@ from synthkd_assets.defs.tags import DATA_VERSION_TAG
 from synthkd_assets.defs.upstream import shard_names
 from synthkd_contract import constants
 from synthkd_contract.buckets import BUCKET_IMBALANCE_RATIO
-from synthkd_contract.manifest_seal import HashedFile, sha256_file, sha256_files
+from synthkd_contract.manifest_seal import (
+    HashedFile,
+    manifest_files,
+    sha256_file,
+    sha256_files,
+    unchanged_since_hashed,
+)
 from synthkd_contract.sources import SYNTH_SOURCE, partition_source
 
 ROWS_ACCOUNTED = "rows_accounted"
@@ -633,13 +639,15 @@ def dataset_manifest_checks(
         with gate(paths, asset, f"{prefix}manifest_provenance") as record:
             root, manifest = load(paths)
             listed = shards_as_splits(manifest)
-            hashed = hashed_when_written(context.instance, shard_asset, manifest, root)
+            hashed = hashed_when_written(context.instance, shard_asset, manifest, root).files
             expected = mf.config_hash(dataset_config(config(build), layout_artifact(paths)))
+            records = manifest_files(manifest) or []
+            unread = sum(unchanged_since_hashed(root / r["path"], r["sha256"], hashed) for r in records)
             result = _result(
-                manifest_problems(root, listed, expected, paths, hashed.files),
+                manifest_problems(root, listed, expected, paths, hashed),
                 passed_summary=f"{_file_count(listed)} {noun}s, tokenizer, input manifest and config hash match "
                 f"{root / constants.MANIFEST_FILENAME}",
-                files_hashed_when_written=len(hashed.files),  # their stat unchanged: not read again
+                files_read=len(records) - unread,  # the others: their shard's step hashed them, stat unchanged since
             )
             return record(result)
 
