@@ -113,10 +113,11 @@ def hash_ordered_prefix(
     # by hash, then synth_id, then input order: numpy's stable sort by hash, unless two rows share a hash (a
     # repeated id, or two ids on one float), which Python's sort of (hash, synth_id) then orders
     order = np.argsort(units, kind="stable")
-    if np.any(units[order][1:] == units[order][:-1]):
+    ordered = units[order]
+    if np.any(ordered[1:] == ordered[:-1]):
         order = np.asarray(sorted(range(len(rows)), key=lambda i: (units[i], ids[i])), dtype=np.int64)
-    positions = order.tolist()
-    ordered_units = units[order].tolist()
+        ordered = units[order]
+    positions, ordered_units = order.tolist(), ordered.tolist()
     ordered_lengths = [int(lengths[i]) for i in positions]
     kept: list[int] = []  # places in the hash order
     skipped: list[Any] = []

@@ -19,7 +19,7 @@ from synthkd_assets.core.manifest import config_hash
 from synthkd_assets.core.sampling import mix_table_markdown
 from synthkd_contract import constants, drops
 from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
-from synthkd_contract.manifest_seal import HashedFile, file_stat, sha256_file, unchanged_since_hashed
+from synthkd_contract.manifest_seal import HashedFile, file_stat, sha256_file, sha256_files
 from synthkd_contract.schemas import TRIO_COLUMN_DESCRIPTIONS, TRIO_SCHEMA
 
 ROW_COUNT = "dagster/row_count"
@@ -446,12 +446,8 @@ def current_sha256(materialization: dg.AssetMaterialization | None, path: Path) 
     still the recorded one (`unchanged_since_hashed`), else (no materialization, or another stat) hashed now."""
     metadata = materialization.metadata if materialization is not None else {}
     uri = metadata.get(URI)
-    if uri is not None and uri.value == path.resolve().as_uri():
-        hashed = hashed_files_of(metadata, path.parent)
-        record = hashed.get(path)
-        if record is not None and unchanged_since_hashed(path, record.sha256, hashed):
-            return record.sha256
-    return sha256_file(path)
+    written_here = uri is not None and uri.value == path.resolve().as_uri()
+    return sha256_files([path], hashed_files_of(metadata, path.parent) if written_here else None)[0]
 
 
 def hashed_files_of(metadata: Mapping[str, Any], base: Path) -> dict[Path, HashedFile]:
