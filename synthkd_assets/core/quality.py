@@ -7,7 +7,7 @@ span add up. Percentiles are nearest-rank, as the DistillKit manifest's token le
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from synthkd_assets.core.parallel import thread_map
 from synthkd_assets.core.parquet_io import iter_frames
 from synthkd_assets.core.row_sizes import current_row_sizes
 from synthkd_contract import constants
+from synthkd_contract.manifest_seal import HashedFile
 from synthkd_contract.schemas import SPAN_SIZE_COLUMNS
 
 GROUP_COLUMNS = ("language", "exercise")
@@ -61,17 +62,17 @@ def span_lengths(tokenized: pl.LazyFrame) -> pl.LazyFrame:
     return tokenized.select(*GROUP_COLUMNS, **counts)
 
 
-def length_stats(tokenized_paths: Sequence[Path]) -> LengthStats:
+def length_stats(tokenized_paths: Sequence[Path], hashed: Mapping[Path, HashedFile] | None = None) -> LengthStats:
     """Rows and min / pXX / max of analysis and final tokens per conversation, per (language, exercise) and
     overall, over synth_tokenized files (one thread per core). Each file's counts are read from its row sizes
-    (`current_row_sizes`, written with it); a file without current ones (written before they existed, or replaced
-    since) has its span ids counted as they are read, so only the per-row counts are ever held (polars' streaming
-    scan of the span_id column held ~0.15 GiB)."""
+    (`current_row_sizes`, written with it; the file's sha256 taken from `hashed` while its stat is unchanged); a
+    file without current ones (written before they existed, or replaced since) has its span ids counted as they are
+    read, so only the per-row counts are ever held (polars' streaming scan of the span_id column held ~0.15 GiB)."""
     schema = {"language": pl.String, "exercise": pl.String, "span_id": pl.List(pl.UInt8)}
     sizes = {constants.SPAN_NAMES[s]: SPAN_SIZE_COLUMNS[s] for s in LENGTH_SPANS}  # a count's name: its column
 
     def counted_file(path: Path) -> list[pl.DataFrame]:
-        if (rows := current_row_sizes(path)) is not None:
+        if (rows := current_row_sizes(path, hashed)) is not None:
             frame = pl.read_parquet(rows, columns=[*GROUP_COLUMNS, *sizes.values()])
             return [frame.select(*GROUP_COLUMNS, *(pl.col(column).alias(name) for name, column in sizes.items()))]
         return [span_lengths(frame.lazy().select(*schema)).collect() for frame in iter_frames(path, tuple(schema))]

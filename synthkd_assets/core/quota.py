@@ -27,6 +27,7 @@ distribution (within one typical row of a tiny pool), or the plan says which row
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,6 +54,7 @@ from synthkd_contract.buckets import (
     ctx_bucket,
     skill_bucket,
 )
+from synthkd_contract.manifest_seal import HashedFile
 from synthkd_contract.splits import stable_unit_interval
 
 QUOTA_RULE = (
@@ -285,12 +287,18 @@ def quota_config(targets: QuotaTargets, exercise_table: Mapping[str, str] = EXER
     }
 
 
-def tokenized_quota_rows(paths: Iterable[Path], exercise_table: Mapping[str, str] | None = None) -> list[QuotaRow]:
-    """Every row of these synth_tokenized files as the quota sees it, read in bounded record batches.
+def tokenized_quota_rows(
+    paths: Iterable[Path],
+    exercise_table: Mapping[str, str] | None = None,
+    hashed: Mapping[Path, HashedFile] | None = None,
+) -> list[QuotaRow]:
+    """Every row of these synth_tokenized files as the quota sees it: from each file's row sizes while they are
+    current (`current_row_sizes`), else from its own columns read in bounded record batches.
 
     Args:
         paths: synth_tokenized Parquet files.
         exercise_table: the build's exercise table (exercise_skill_table); the contract's if None.
+        hashed: what the tokenize steps hashed as they wrote these files (`current_row_sizes`).
 
     Returns:
         One QuotaRow per row: synth_id, skill bucket, ctx bucket (by its token count) and token count.
@@ -298,7 +306,8 @@ def tokenized_quota_rows(paths: Iterable[Path], exercise_table: Mapping[str, str
     skills: dict[str, str] = {}  # each exercise's bucket, and each length's, asked once
     ctxs: dict[int, str] = {}
     rows: list[QuotaRow] = []
-    for ids, exercises, lengths in thread_map(_quota_columns, paths):  # one file a core at once
+    columns = functools.partial(_quota_columns, hashed=hashed)
+    for ids, exercises, lengths in thread_map(columns, paths):  # one file a core at once
         for synth_id, exercise, length in zip(ids, exercises, lengths):
             skill = skills.get(exercise) or skills.setdefault(exercise, skill_bucket(exercise, exercise_table))
             ctx = ctxs.get(length) or ctxs.setdefault(length, ctx_bucket(length))
@@ -306,10 +315,12 @@ def tokenized_quota_rows(paths: Iterable[Path], exercise_table: Mapping[str, str
     return rows
 
 
-def _quota_columns(path: Path) -> tuple[list[str], list[str], list[int]]:
+def _quota_columns(
+    path: Path, hashed: Mapping[Path, HashedFile] | None = None
+) -> tuple[list[str], list[str], list[int]]:
     """synth_id, exercise and token count of every row of a synth_tokenized file: from its row sizes
     (`current_row_sizes`), or, for a file without current ones, its own columns read in bounded batches."""
-    if (sizes := current_row_sizes(path)) is not None:
+    if (sizes := current_row_sizes(path, hashed)) is not None:
         table = pq.read_table(sizes, columns=["synth_id", "exercise", "tokens"])
         return table["synth_id"].to_pylist(), table["exercise"].to_pylist(), table["tokens"].to_pylist()
     ids: list[str] = []

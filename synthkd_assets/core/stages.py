@@ -254,10 +254,13 @@ class TokenizedOutputs(ParquetOutputs):
     the finished shard (ROWS_OF_SHA256_KEY), so that they are read only while the shard keeps those bytes
     (`current_row_sizes`)."""
 
+    shard_sha256: str | None = None  # once published: the finished shard's, as its row sizes record it
+
     def publish(self) -> None:
         shard = self.writers[SHARD]
         shard.finish()
-        self.writers[ROWS].add_footer_metadata({ROWS_OF_SHA256_KEY: sha256_file(shard.partial_path)})
+        self.shard_sha256 = sha256_file(shard.partial_path)
+        self.writers[ROWS].add_footer_metadata({ROWS_OF_SHA256_KEY: self.shard_sha256})
         super().publish()
 
 
@@ -282,12 +285,21 @@ class TokenizeStep(ShardStep):
         self.routed_before = renderer.routed_to_reference
         self.checker = checker
         self.round_trip = RoundTrip(0, [])  # of the rows written, when `checker` is given
+        self.outputs: TokenizedOutputs | None = None
 
     summary_outputs = frozenset({ROWS})
 
     def open_outputs(self) -> Outputs:
         rows = (rows_summary_path(self.out_path), TOKENIZED_ROWS_SCHEMA)
-        return TokenizedOutputs({SHARD: (self.out_path, TOKENIZED_SCHEMA), ROWS: rows})
+        self.outputs = TokenizedOutputs({SHARD: (self.out_path, TOKENIZED_SCHEMA), ROWS: rows})
+        return self.outputs
+
+    @property
+    def hashed(self) -> dict[Path, str]:
+        """The published shard's sha256, taken as it was published (none before): its materialization records it
+        without reading the shard again (`files_metadata`)."""
+        digest = self.outputs.shard_sha256 if self.outputs is not None else None
+        return {self.out_path: digest} if digest is not None else {}
 
     def frames(self) -> Iterator[pl.DataFrame]:
         return iter_frames(self.harmony_path, ("synth_id", "language", "exercise", "source_row", "messages_json"))

@@ -135,13 +135,16 @@ def stage_result(
     stage: str,
     checks: tuple[dg.AssetCheckResult, ...] = (),
     step: str | None = None,
+    hashed: Mapping[Path, str] | None = None,
     **extra,
 ) -> dg.MaterializeResult:
     """Publish a stage step's report (after its output and error log) and report it as metadata and checks
-    (rows accounted, and `checks`); `step` names the drop reasons reported when they are not the stage's."""
+    (rows accounted, and `checks`); `step` names the drop reasons reported when they are not the stage's, `hashed`
+    the sha256 of its output when the step took it as it published it (`files_metadata`)."""
     out_path, report_path = stage_files(paths, stage, report.shard)
     report.write_json(report_path)
-    metadata = {**report_metadata(report.to_dict(), step or stage), **files_metadata([out_path]), **extra}
+    written = files_metadata([out_path], hashed=hashed)
+    metadata = {**report_metadata(report.to_dict(), step or stage), **written, **extra}
     return dg.MaterializeResult(
         metadata=metadata,
         data_version=content_version(metadata, report_path),
@@ -347,7 +350,8 @@ def synth_tokenized(
     report = run_step(step, key, errors)
     round_trip = harmony_round_trip_result(step.round_trip)
     return_freed_heap()  # the round trip's numpy temporaries, a batch at a time (core/memory.py)
-    return stage_result(paths, report, "synth_tokenized", (round_trip,), **bucket_report_metadata(report.to_dict()))
+    bucket_metadata = bucket_report_metadata(report.to_dict())
+    return stage_result(paths, report, "synth_tokenized", (round_trip,), hashed=step.hashed, **bucket_metadata)
 
 
 @shard_step(

@@ -21,11 +21,16 @@ from synthkd_assets.core.manifest_builders import (
 from synthkd_assets.core.quality import STAT_COLUMNS, length_stats, markdown_table
 from synthkd_assets.core.report import merge_error_logs
 from synthkd_assets.core.synth import system_message_dict
-from synthkd_assets.defs.assets import synth_distill, synth_harmony, synth_kd_v1, synth_sampling_plan
+from synthkd_assets.defs.assets import synth_distill, synth_harmony, synth_kd_v1, synth_sampling_plan, synth_tokenized
 from synthkd_assets.defs.checks import write_gated_manifest
 from synthkd_assets.defs.conventions import synthkd_asset
 from synthkd_assets.defs.ingest import o200k_tokenizer
-from synthkd_assets.defs.metadata import dataset_manifest_metadata, drops_by_exercise_table, manifest_rows_metadata
+from synthkd_assets.defs.metadata import (
+    dataset_manifest_metadata,
+    drops_by_exercise_table,
+    manifest_rows_metadata,
+    partitions_hashed_files,
+)
 from synthkd_assets.defs.passes import HARMONY_MANIFEST, OUTPUTS
 from synthkd_assets.defs.resources import SynthKDBuildConfig, SynthKDLayout
 from synthkd_assets.defs.upstream import (
@@ -115,7 +120,8 @@ def synth_kd_v1_manifest(
     manifest = kd_manifest(root.name, origin, sampling, reports, records, kd_dataset_files(root, records))
     digest = write_gated_manifest(context, paths, manifest)
     totals = manifest["totals"]
-    lengths = length_stats([stage_files(paths, "synth_tokenized", n)[0] for n in names])
+    tokenized = partitions_hashed_files(context.instance, synth_tokenized.key, names)
+    lengths = length_stats([stage_files(paths, "synth_tokenized", n)[0] for n in names], tokenized)
     return dg.MaterializeResult(
         metadata={
             **dataset_manifest_metadata(manifest, digest, root),

@@ -4,6 +4,7 @@ standard table keys (`dagster/row_count`, `dagster/column_schema`, `dagster/uri`
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -444,10 +445,28 @@ def heldout_matched_of(metadata: Mapping[str, Any], clusters_sha256: str, signat
 def current_sha256(materialization: dg.AssetMaterialization | None, path: Path) -> str:
     """The sha256 of the one file `path` a step wrote: as its materialization recorded it when the file's stat is
     still the recorded one (`unchanged_since_hashed`), else (no materialization, or another stat) hashed now."""
-    metadata = materialization.metadata if materialization is not None else {}
+    hashed = hashed_files_written(materialization.metadata) if materialization is not None else None
+    return sha256_files([path.resolve()], hashed)[0]
+
+
+def hashed_files_written(metadata: Mapping[str, Any]) -> dict[Path, HashedFile]:
+    """What a step hashed when it wrote its files (`hashed_files_of`), by absolute path: under its `dagster/uri`,
+    the directory holding them, or the one file's directory when it wrote one (`files_metadata`)."""
     uri = metadata.get(URI)
-    written_here = uri is not None and uri.value == path.resolve().as_uri()
-    return sha256_files([path], hashed_files_of(metadata, path.parent) if written_here else None)[0]
+    if uri is None:
+        return {}
+    where = Path(urllib.parse.unquote(urllib.parse.urlparse(uri.value).path))
+    return hashed_files_of(metadata, where if where.is_dir() else where.parent)
+
+
+def partitions_hashed_files(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partitions: Iterable[str]
+) -> dict[Path, HashedFile]:
+    """What the latest materializations of `partitions` of `asset_key` hashed as they wrote their files
+    (`hashed_files_written`), by absolute path: a global step that reads those files takes their sha256 from here
+    while their stat is unchanged (`sha256_files`)."""
+    latest = latest_partition_materializations(instance, asset_key, partitions)
+    return {path: record for m in latest.values() for path, record in hashed_files_written(m.metadata).items()}
 
 
 def hashed_files_of(metadata: Mapping[str, Any], base: Path) -> dict[Path, HashedFile]:

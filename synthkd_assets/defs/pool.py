@@ -68,6 +68,7 @@ from synthkd_assets.defs.metadata import (
     dataset_manifest_metadata,
     files_metadata,
     language_exercise_metadata,
+    partitions_hashed_files,
     report_metadata,
     skill_share_metadata,
     source_mix_metadata,
@@ -80,15 +81,17 @@ from synthkd_contract.manifest_seal import file_record, read_sealed_manifest
 from synthkd_contract.schemas import POOL_SCHEMA
 
 
-def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig) -> dict:
+def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig, instance: dg.DagsterInstance) -> dict:
     """The quota plan the configured targets give over every shard's synth_tokenized report: the skill grid
     (SYNTH's), and with anchor sources the source mix on top. What synth_quota_plan writes, and what the pool
-    manifest checks the plan in force against."""
+    manifest checks the plan in force against. Each shard's row sizes are trusted by the sha256 its tokenize step
+    recorded in `instance` while the shard's stat is unchanged (`current_row_sizes`), not by hashing it again."""
     names = shard_names(paths)
     reports = partition_records("synth_tokenized", {n: stage_files(paths, "synth_tokenized", n)[1] for n in names})
     by_source = reports_by_source(reports)
     files = {s: [stage_files(paths, "synth_tokenized", n)[0] for n in parts] for s, parts in by_source.items()}
-    rows = tokenized_quota_rows(files.get(sources.SYNTH_SOURCE, []), build.exercise_table())
+    hashed = partitions_hashed_files(instance, synth_tokenized.key, by_source.get(sources.SYNTH_SOURCE, []))
+    rows = tokenized_quota_rows(files.get(sources.SYNTH_SOURCE, []), build.exercise_table(), hashed)
     selected, kept = plan_quota_selection(rows, build.quota_targets())  # docs/pool.md "How the quota selects rows"
     plan = {**selected, "shards": sorted(reports)}
     if keeps_nothing_reason(plan) is None and set(by_source) - {sources.SYNTH_SOURCE}:
@@ -131,7 +134,7 @@ def require_current_quota_plan(
         if made_from.value == quota_inputs_fingerprint(paths, build):
             context.log.info(f"quota plan {plan_sha[:12]}: the one synth_quota_plan wrote, from these inputs")
             return
-    require_quota_plan(plan, quota_plan_of(paths, build), paths.quota_plan())
+    require_quota_plan(plan, quota_plan_of(paths, build, context.instance), paths.quota_plan())
 
 
 @synthkd_asset("quota", {"json"}, deps=[synth_tokenized], group_name="pool")
@@ -147,7 +150,7 @@ def synth_quota_plan(
     rebuilt is by design, no action needed unless you mean to re-plan (synth_quota_job, then the pool pass)."""
     paths = layout.data_layout(build.smoke)
     made_from = quota_inputs_fingerprint(paths, build)  # taken first: a shard rebuilt while reading shows later
-    plan = quota_plan_of(paths, build)
+    plan = quota_plan_of(paths, build, context.instance)
     if reason := keeps_nothing_reason(plan):
         raise ValueError(f"invalid quota targets: {reason}")
     mix_metadata = source_mix_metadata(plan["source_mix"]) if "source_mix" in plan else {}
