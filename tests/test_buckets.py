@@ -14,17 +14,18 @@ import uuid
 from collections import Counter
 
 import dagster as dg
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synthkd_assets.cli import build_run_config
 from synthkd_assets.core.buckets import bucket_counts, grid_from_nested, grids_from_reports, nested_grid
 from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, InputFileError
-from synthkd_assets.core.quota import QuotaRow, tokenized_quota_rows
+from synthkd_assets.core.quota import QuotaRow, ctx_codes, tokenized_quota_rows
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import harmonize_shard, select_rows_shard, tokenize_shard
@@ -182,7 +183,7 @@ def test_quota_rows_are_every_files_rows_in_order_with_each_rows_own_buckets(tmp
         paths.append(tmp_path / f"synth_{f}.parquet")
         pq.write_table(table, paths[-1])
         expected += [QuotaRow(i, skill_bucket(e), ctx_bucket(n), n) for i, e, n in rows]
-    assert tokenized_quota_rows(paths) == expected
+    assert tokenized_quota_rows(paths).rows() == expected
     pq.write_table(pa.table({"synth_id": ["x"], "exercise": ["code_review"], "loss_mask": [[1]]}), paths[1])
     with pytest.raises(UnknownExercise, match="'code_review'"):
         tokenized_quota_rows(paths)
@@ -376,3 +377,16 @@ def test_the_build_config_variable_maps_labels_for_build_sh_dg_and_the_code_loca
         with pytest.raises(ValueError, match=re.escape(says)) as caught:
             build_run_config(Settings.read({BUILD_CONFIG_ENV: text}), smoke=False)
         assert str(caught.value).startswith(f"${BUILD_CONFIG_ENV}")
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(0, 100_000) | st.sampled_from([2047, 2048, 2049, 8192, 8193, 32768, 32769]), max_size=50))
+def test_ctx_codes_are_ctx_bucket_of_every_length(lengths):
+    """The quota's vectorized ctx buckets (`ctx_codes`) against `ctx_bucket` row by row, bounds included."""
+    codes = ctx_codes(np.array(lengths, dtype=np.int64))
+    assert [CTX_BUCKETS[code] for code in codes.tolist()] == [ctx_bucket(n) for n in lengths]
+
+
+def test_ctx_codes_refuse_a_negative_length():
+    with pytest.raises(ValueError, match="-3"):
+        ctx_codes(np.array([5, -3], dtype=np.int64))

@@ -19,6 +19,7 @@ from synthkd_assets.core.quota import (
     QUOTA_SALT,
     QUOTA_SHARE_TOLERANCE,
     PrefixSelection,
+    QuotaColumns,
     QuotaRow,
     QuotaTargets,
     excluded_ids,
@@ -31,6 +32,13 @@ from synthkd_assets.core.quota import (
 from synthkd_assets.core.source_mix import SourceMixTargets, plan_source_mix, source_mix_keep
 from synthkd_contract.buckets import SKILL_BUCKETS, SKILL_MIX, ctx_bucket
 from synthkd_contract.splits import stable_unit_interval
+
+
+def select(rows: list[QuotaRow], targets: QuotaTargets) -> tuple[dict, list[QuotaRow]]:
+    """`plan_quota_selection` over these rows' columns: the plan and the kept rows."""
+    columns = QuotaColumns.from_rows(rows)
+    plan, kept = plan_quota_selection(columns, targets)
+    return plan, columns.rows(kept)
 
 
 def small_rows(seed: int, n: int) -> list[QuotaRow]:
@@ -65,7 +73,7 @@ def test_one_2mb_reasoning_row_no_longer_takes_b1_off_its_share():
     shares = old_plan["targets"]["shares"]
     assert max(abs(old[b] - shares[b]) for b in SKILL_BUCKETS) > QUOTA_SHARE_TOLERANCE  # the injected failure
 
-    plan, kept = plan_quota_selection(rows, QuotaTargets(mix))
+    plan, kept = select(rows, QuotaTargets(mix))
     achieved = kept_shares(rows, plan)
     for b in SKILL_BUCKETS:
         assert abs(achieved[b] - plan["targets"]["shares"][b]) <= QUOTA_SHARE_TOLERANCE, (b, achieved[b])
@@ -101,21 +109,21 @@ def test_every_share_is_within_a_point_whatever_the_long_rows(long_rows, mix, se
     the plan does not depend on the rows' order."""
     rows = small_rows(seed, 3000)
     rows += [QuotaRow(f"long_{i}", skill, ctx_bucket(n), n) for i, (skill, n) in enumerate(long_rows)]
-    plan, _ = plan_quota_selection(rows, QuotaTargets(mix))
+    plan, _ = select(rows, QuotaTargets(mix))
     achieved = kept_shares(rows, plan)
     for b in SKILL_BUCKETS:
         assert abs(achieved[b] - plan["targets"]["shares"][b]) <= QUOTA_SHARE_TOLERANCE, (b, achieved, plan["notes"])
     assert plan["share_misses"] == []
     shuffled = rows[:]
     random.Random(seed).shuffle(shuffled)
-    assert json.dumps(plan_quota_selection(shuffled, QuotaTargets(mix))[0]) == json.dumps(plan)
+    assert json.dumps(select(shuffled, QuotaTargets(mix))[0]) == json.dumps(plan)
 
 
 def test_a_bucket_only_one_long_row_fills_is_a_miss_naming_that_row():
     """B2 holds a single row, too long for its share of what B1 holds: no selection meets B2's target. The plan
     says so (share_misses), and the problems name the row (synth_id, tokens) that causes it."""
     rows = [*[QuotaRow(f"b1_{i}", "B1", "C1", 1000) for i in range(100)], QuotaRow("b2_only", "B2", "C4", 900_000)]
-    plan, _ = plan_quota_selection(rows, QuotaTargets({"B1": 0.5, "B2": 0.5}))
+    plan, _ = select(rows, QuotaTargets({"B1": 0.5, "B2": 0.5}))
     assert [m["key"] for m in plan["share_misses"]] == ["B1"]  # B2's one row is its granularity: B1 is off
     achieved = {b: plan["skill_tokens"]["expected"][b] for b in SKILL_BUCKETS}
     problems = share_miss_problems(achieved, plan["targets"]["shares"], plan["excluded"], plan["granularity"])
@@ -125,7 +133,7 @@ def test_a_bucket_only_one_long_row_fills_is_a_miss_naming_that_row():
 
 def test_default_mix_on_ordinary_rows_keeps_its_shares_and_excludes_nothing():
     rows = small_rows(3, 8000)
-    plan, _ = plan_quota_selection(rows, QuotaTargets())
+    plan, _ = select(rows, QuotaTargets())
     achieved = kept_shares(rows, plan)
     assert all(abs(achieved[b] - SKILL_MIX[b]) <= QUOTA_SHARE_TOLERANCE for b in SKILL_BUCKETS)
     assert plan["share_misses"] == []
@@ -174,7 +182,7 @@ def test_rows_sharing_the_stopping_hash_are_left_out_with_it(monkeypatch):
     real = quota.stable_unit_interval
     monkeypatch.setattr(quota, "stable_unit_interval", lambda salt, key: int(real(salt, key) * 16) / 16)
     rows = small_rows(11, 400)
-    plan, kept = plan_quota_selection(rows, QuotaTargets())
+    plan, kept = select(rows, QuotaTargets())
     assert sorted(r.synth_id for r in kept) == sorted(kept_ids(rows, plan))
     assert plan["skill_tokens"]["expected"] == {b: sum(r.tokens for r in kept if r.skill == b) for b in SKILL_BUCKETS}
 

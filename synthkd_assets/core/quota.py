@@ -30,13 +30,14 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -82,6 +83,60 @@ class QuotaRow(NamedTuple):
     tokens: int
 
 
+@dataclass(frozen=True)
+class QuotaColumns:
+    """Every SYNTH row the quota draws from, a column a field (row i is `rows([i])[0]`): a plan over tens of
+    millions of rows holds a few arrays, not a Python object per row (benchmarks/README.md, "The quota plan's
+    rows as columns")."""
+
+    synth_id: pa.ChunkedArray  # string
+    skill: np.ndarray  # int16: the row's skill bucket, an index into `skills`
+    ctx: np.ndarray  # int16: the row's ctx bucket, an index into CTX_BUCKETS
+    tokens: np.ndarray  # int64
+    skills: tuple[str, ...] = SKILL_BUCKETS  # the names the skill codes stand for (SKILL_BUCKETS first)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[QuotaRow]) -> QuotaColumns:
+        """The columns of these rows, in order."""
+        skills = tuple(dict.fromkeys([*SKILL_BUCKETS, *(row.skill for row in rows)]))
+        code = {name: i for i, name in enumerate(skills)}
+        return cls(
+            pa.chunked_array([pa.array([row.synth_id for row in rows], pa.string())]),
+            np.fromiter((code[row.skill] for row in rows), np.int16, len(rows)),
+            np.fromiter((CTX_BUCKETS.index(row.ctx) for row in rows), np.int16, len(rows)),
+            np.fromiter((row.tokens for row in rows), np.int64, len(rows)),
+            skills,
+        )
+
+    def ids(self, indices: np.ndarray) -> list[str]:
+        """The synth_ids of these rows, in that order."""
+        return self.synth_id.take(pa.array(np.asarray(indices, dtype=np.int64))).to_pylist()
+
+    def rows(self, indices: np.ndarray | None = None) -> list[QuotaRow]:
+        """These rows (every row when None) as QuotaRows, in that order."""
+        indices = np.arange(len(self)) if indices is None else np.asarray(indices, dtype=np.int64)
+        skills, ctxs = self.skill[indices].tolist(), self.ctx[indices].tolist()
+        return [
+            QuotaRow(synth_id, self.skills[skill], CTX_BUCKETS[ctx], tokens)
+            for synth_id, skill, ctx, tokens in zip(self.ids(indices), skills, ctxs, self.tokens[indices].tolist())
+        ]
+
+    def grids(self, indices: np.ndarray | None = None) -> tuple[dict[Cell, int], dict[Cell, int]]:
+        """Tokens and rows per (skill, ctx) cell of these rows (every row when None): the cells they hold."""
+        chosen = slice(None) if indices is None else indices
+        cells = self.skill[chosen].astype(np.int64) * len(CTX_BUCKETS) + self.ctx[chosen]
+        size = len(self.skills) * len(CTX_BUCKETS)
+        rows = np.bincount(cells, minlength=size)
+        tokens = np.zeros(size, dtype=np.int64)
+        np.add.at(tokens, cells, self.tokens[chosen])  # exact integer sums
+        held = np.flatnonzero(rows).tolist()
+        names = [(self.skills[i // len(CTX_BUCKETS)], CTX_BUCKETS[i % len(CTX_BUCKETS)]) for i in held]
+        return dict(zip(names, tokens[held].tolist())), dict(zip(names, rows[held].tolist()))
+
+
 class PrefixSelection(NamedTuple):
     """The rows a hash-ordered prefix keeps within a token budget (`hash_ordered_prefix`)."""
 
@@ -89,6 +144,56 @@ class PrefixSelection(NamedTuple):
     kept: list[Any]  # the kept rows, in hash order
     skipped: list[Any]  # rows below `rate` that did not fit and were oversized: excluded by id
     tokens: int  # the kept rows' tokens
+
+
+def hash_order(units: np.ndarray, id_of: Callable[[int], str]) -> np.ndarray:
+    """The rows by hash, then synth_id (`id_of` a row's place), then input order: numpy's stable sort by hash,
+    unless two rows share a hash (a repeated id, or two ids on one float), which Python's sort of (hash, synth_id)
+    then orders."""
+    order = np.argsort(units, kind="stable")
+    ordered = units[order]
+    if np.any(ordered[1:] == ordered[:-1]):
+        order = np.asarray(sorted(range(len(units)), key=lambda i: (units[i], id_of(i))), dtype=np.int64)
+    return order
+
+
+def prefix_places(
+    units: np.ndarray, lengths: np.ndarray, budget: float, oversized: float
+) -> tuple[float, np.ndarray, np.ndarray, int]:
+    """`hash_ordered_prefix` of rows already in hash order, by their places in that order.
+
+    Args:
+        units: each row's hash, ascending.
+        lengths: each row's tokens (>= 0).
+        budget: the most tokens the kept rows may hold.
+        oversized: a row that does not fit and holds more tokens than this is skipped instead of ending the prefix.
+
+    Returns:
+        (rate, kept places, skipped places, kept tokens): the hash of the first row left out (1.0 when every row
+        fits), the kept and skipped places in order, and the kept rows' tokens.
+    """
+    n = len(lengths)
+    sums = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=sums[1:])  # sums[j]: the tokens of the rows before place j
+    limit = math.floor(budget) if math.isfinite(budget) else None  # an integer total fits iff <= floor(budget)
+    skipped: list[int] = []
+    skipped_tokens = 0
+    while True:
+        # the first place j whose row does not fit: the kept rows before it, plus it, exceed the budget
+        j = n if limit is None else int(np.searchsorted(sums, limit + skipped_tokens, side="right")) - 1
+        if j >= n:
+            kept = np.setdiff1d(np.arange(n), skipped, assume_unique=True)
+            return 1.0, kept, np.asarray(skipped, dtype=np.int64), int(sums[n]) - skipped_tokens
+        if lengths[j] > oversized:
+            skipped.append(j)
+            skipped_tokens += int(lengths[j])
+            continue
+        # the rule keeps hash < rate: rows sharing the stopping row's hash (two ids, one float) go with it
+        unit, end = units[j], j
+        while end > 0 and units[end - 1] == unit:
+            end -= 1
+        kept = np.setdiff1d(np.arange(end), skipped, assume_unique=True)
+        return float(unit), kept, np.asarray(skipped, dtype=np.int64), int(lengths[kept].sum())
 
 
 def hash_ordered_prefix(
@@ -112,31 +217,11 @@ def hash_ordered_prefix(
     rows = list(rows)
     ids, lengths = zip(*map(read, rows)) if rows else ((), ())
     units = np.fromiter((stable_unit_interval(salt, synth_id) for synth_id in ids), np.float64, len(ids))
-    # by hash, then synth_id, then input order: numpy's stable sort by hash, unless two rows share a hash (a
-    # repeated id, or two ids on one float), which Python's sort of (hash, synth_id) then orders
-    order = np.argsort(units, kind="stable")
-    ordered = units[order]
-    if np.any(ordered[1:] == ordered[:-1]):
-        order = np.asarray(sorted(range(len(rows)), key=lambda i: (units[i], ids[i])), dtype=np.int64)
-        ordered = units[order]
-    positions, ordered_units = order.tolist(), ordered.tolist()
-    ordered_lengths = [int(lengths[i]) for i in positions]
-    kept: list[int] = []  # places in the hash order
-    skipped: list[Any] = []
-    total = 0
-    for place, length in enumerate(ordered_lengths):
-        if total + length <= budget:
-            kept.append(place)
-            total += length
-        elif length > oversized:
-            skipped.append(rows[positions[place]])
-        else:
-            # the rule keeps hash < rate: rows sharing the stopping row's hash (two ids, one float) go with it
-            unit = ordered_units[place]
-            while kept and ordered_units[kept[-1]] == unit:
-                total -= ordered_lengths[kept.pop()]
-            return PrefixSelection(unit, [rows[positions[k]] for k in kept], skipped, total)
-    return PrefixSelection(1.0, [rows[positions[k]] for k in kept], skipped, total)
+    order = hash_order(units, ids.__getitem__)
+    rate, kept, skipped, tokens = prefix_places(
+        units[order], np.fromiter(lengths, np.int64, len(lengths))[order], budget, oversized
+    )
+    return PrefixSelection(rate, [rows[i] for i in order[kept]], [rows[i] for i in order[skipped]], tokens)
 
 
 @dataclass(frozen=True)
@@ -291,9 +376,9 @@ def tokenized_quota_rows(
     paths: Iterable[Path],
     exercise_table: Mapping[str, str] | None = None,
     hashed: Mapping[Path, HashedFile] | None = None,
-) -> list[QuotaRow]:
-    """Every row of these synth_tokenized files as the quota sees it: from each file's row sizes while they are
-    current (`current_row_sizes`), else from its own columns read in bounded record batches.
+) -> QuotaColumns:
+    """Every row of these synth_tokenized files as the quota sees it, file by file and row by row: from each file's
+    row sizes while they are current (`current_row_sizes`), else from its own columns read in bounded batches.
 
     Args:
         paths: synth_tokenized Parquet files.
@@ -301,54 +386,116 @@ def tokenized_quota_rows(
         hashed: what the tokenize steps hashed as they wrote these files (`current_row_sizes`).
 
     Returns:
-        One QuotaRow per row: synth_id, skill bucket, ctx bucket (by its token count) and token count.
+        Their QuotaColumns: synth_id, skill bucket, ctx bucket (by its token count) and token count of every row.
+
+    Raises:
+        UnknownExercise: a row's exercise is in no table (`skill_bucket`).
     """
-    skills: dict[str, str] = {}  # each exercise's bucket, and each length's, asked once
-    ctxs: dict[int, str] = {}
-    rows: list[QuotaRow] = []
     columns = functools.partial(_quota_columns, hashed=hashed)
-    for ids, exercises, lengths in thread_map(columns, paths):  # one file a core at once
-        for synth_id, exercise, length in zip(ids, exercises, lengths):
-            skill = skills.get(exercise) or skills.setdefault(exercise, skill_bucket(exercise, exercise_table))
-            ctx = ctxs.get(length) or ctxs.setdefault(length, ctx_bucket(length))
-            rows.append(QuotaRow(synth_id, skill, ctx, length))
-    return rows
+    read = thread_map(columns, paths)  # one file a core at once
+    ids = pa.chunked_array([chunk for file_ids, _, _ in read for chunk in file_ids.chunks], pa.string())
+    exercises = pa.chunked_array(
+        [chunk for _, file_exercises, _ in read for chunk in file_exercises.chunks], pa.string()
+    )
+    tokens = np.concatenate([lengths for _, _, lengths in read]) if read else np.zeros(0, dtype=np.int64)
+    # each exercise's bucket and each length's asked once, then given to every row by its index
+    exercise_index = pc.dictionary_encode(exercises).combine_chunks() if len(exercises) else None
+    names = [skill_bucket(e, exercise_table) for e in exercise_index.dictionary.to_pylist()] if exercise_index else []
+    skills = tuple(dict.fromkeys([*SKILL_BUCKETS, *names]))
+    skill_of = np.array([skills.index(name) for name in names], dtype=np.int16)
+    skill = skill_of[exercise_index.indices.to_numpy()] if exercise_index else np.zeros(0, dtype=np.int16)
+    return QuotaColumns(ids, skill, ctx_codes(tokens), tokens, skills)
+
+
+def ctx_codes(lengths: np.ndarray) -> np.ndarray:
+    """`ctx_bucket` of each length, as its index in CTX_BUCKETS (int16): the first bucket whose inclusive upper
+    bound holds it, the last for a length above every bound.
+
+    Args:
+        lengths: full rendered sequence lengths (token counts).
+
+    Returns:
+        One index into CTX_BUCKETS a length.
+
+    Raises:
+        ValueError: a length < 0 (`ctx_bucket`'s refusal).
+    """
+    if len(lengths) and int(lengths.min()) < 0:
+        ctx_bucket(int(lengths.min()))  # raises, naming it
+    bounds = np.array([CTX_BUCKET_MAX_TOKENS[c] for c in CTX_BUCKETS[:-1]], dtype=np.int64)
+    return np.searchsorted(bounds, lengths, side="left").astype(np.int16)
 
 
 def _quota_columns(
     path: Path, hashed: Mapping[Path, HashedFile] | None = None
-) -> tuple[list[str], list[str], list[int]]:
+) -> tuple[pa.ChunkedArray, pa.ChunkedArray, np.ndarray]:
     """synth_id, exercise and token count of every row of a synth_tokenized file: from its row sizes
     (`current_row_sizes`), or, for a file without current ones, its own columns read in bounded batches."""
     if (sizes := current_row_sizes(path, hashed)) is not None:
         table = pq.read_table(sizes, columns=["synth_id", "exercise", "tokens"])
-        return table["synth_id"].to_pylist(), table["exercise"].to_pylist(), table["tokens"].to_pylist()
-    ids: list[str] = []
-    exercises: list[str] = []
-    lengths: list[int] = []
+        return table["synth_id"], table["exercise"], table["tokens"].to_numpy().astype(np.int64)
+    ids, exercises, lengths = [], [], []
     # loss_mask (uint8) is as long as tokens (int32): its lengths for a quarter of the bytes read
     for batch in pq.ParquetFile(path).iter_batches(columns=["synth_id", "exercise", "loss_mask"], batch_size=4096):
-        ids += batch.column("synth_id").to_pylist()
-        exercises += batch.column("exercise").to_pylist()
-        lengths += pc.list_value_length(batch.column("loss_mask")).to_pylist()
-    return ids, exercises, lengths
-
-
-def _row_grids(rows: Iterable[QuotaRow]) -> tuple[dict[Cell, int], dict[Cell, int]]:
-    """Tokens and rows per (skill, ctx) cell, the cells in the order the rows first hold them."""
-    tokens: dict[Cell, int] = {}
-    counts: dict[Cell, int] = {}
-    for _, skill, ctx, length in rows:
-        tokens[skill, ctx] = tokens.get((skill, ctx), 0) + length
-        counts[skill, ctx] = counts.get((skill, ctx), 0) + 1
-    return tokens, counts
+        ids.append(batch.column("synth_id"))
+        exercises.append(batch.column("exercise"))
+        lengths.append(pc.list_value_length(batch.column("loss_mask")).to_numpy().astype(np.int64))
+    joined = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    return pa.chunked_array(ids, pa.string()), pa.chunked_array(exercises, pa.string()), joined
 
 
 def _excluded_entry(row: QuotaRow, why: str) -> dict[str, Any]:
     return {"synth_id": row.synth_id, "skill": row.skill, "ctx": row.ctx, "tokens": row.tokens, "why": why}
 
 
-def plan_quota_selection(rows: Sequence[QuotaRow], targets: QuotaTargets) -> tuple[dict[str, Any], list[QuotaRow]]:
+HASHED_IDS_AT_ONCE = 65_536  # synth_ids made Python strings at a time to hash them (`_BucketRows.units`)
+
+
+class _BucketRows:
+    """One skill bucket's rows (their indices among every row, in input order) and their quota hashes, taken
+    once, when a prefix of them is first needed, a slice of ids at a time (no Python string kept per row)."""
+
+    def __init__(self, rows: QuotaColumns, indices: np.ndarray) -> None:
+        self.rows, self.indices = rows, indices
+        self._units: np.ndarray | None = None
+
+    def units(self) -> np.ndarray:
+        if self._units is None:
+            units = np.empty(len(self.indices), dtype=np.float64)
+            for lo in range(0, len(self.indices), HASHED_IDS_AT_ONCE):
+                ids = self.rows.ids(self.indices[lo : lo + HASHED_IDS_AT_ONCE])
+                units[lo : lo + len(ids)] = [stable_unit_interval(QUOTA_SALT, synth_id) for synth_id in ids]
+            self._units = units
+        return self._units
+
+    def usable(self, unusable: Mapping[str, int]) -> np.ndarray:
+        """The places (in this bucket) of the rows whose synth_id is not unusable."""
+        if not unusable:
+            return np.arange(len(self.indices))
+        ids = self.rows.synth_id.take(pa.array(self.indices))
+        return np.flatnonzero(~pc.is_in(ids, value_set=pa.array(list(unusable), pa.string())).to_numpy(False))
+
+    def tokens(self, places: np.ndarray) -> int:
+        """The tokens of the rows at these places."""
+        return int(self.rows.tokens[self.indices[places]].sum())
+
+    def prefix(self, places: np.ndarray, budget: float, oversized: float) -> tuple[float, np.ndarray, np.ndarray, int]:
+        """`hash_ordered_prefix` of the rows at these places: (rate, kept and skipped row indices, kept tokens)."""
+        tied: list[str] = []  # the rows' synth_ids, read only when two of them share a hash
+
+        def id_of(place: int) -> str:
+            if not tied:
+                tied.extend(self.rows.ids(self.indices[places]))
+            return tied[place]
+
+        order = places[hash_order(self.units()[places], id_of)]
+        rate, kept, skipped, tokens = prefix_places(
+            self.units()[order], self.rows.tokens[self.indices[order]], budget, oversized
+        )
+        return rate, self.indices[order[kept]], self.indices[order[skipped]], tokens
+
+
+def plan_quota_selection(rows: QuotaColumns, targets: QuotaTargets) -> tuple[dict[str, Any], np.ndarray]:
     """The quota plan that selects rows: keep rates that are hash thresholds of token-budget prefixes.
 
     The grid solver (`plan_quota_grid`) gives the kept total K and the shares t_b; each bucket below its whole keeps
@@ -366,58 +513,57 @@ def plan_quota_selection(rows: Sequence[QuotaRow], targets: QuotaTargets) -> tup
         its expected tokens and rows the exact ones of the selection, `excluded` (every row dropped by id, with its
         cell, tokens and why), `granularity` (each bucket's median row tokens), `oversized_tokens` and
         `share_misses` (buckets whose kept share misses its target by more than `share_allowance`); and the kept
-        rows.
+        rows' indices in `rows` (each bucket's in turn, SKILL_BUCKETS order; in hash order below its whole).
     """
-    all_tokens, all_rows = _row_grids(rows)
+    all_tokens, all_rows = rows.grids()
     grid_plan = plan_quota_grid(all_tokens, all_rows, targets)
     shares = grid_plan["targets"]["shares"]
     kept_total = math.fsum(grid_plan["skill_tokens"]["expected"].values())
-    by_bucket: dict[str, list[QuotaRow]] = {b: [] for b in SKILL_BUCKETS}
-    for row in rows:
-        if row.skill in by_bucket:
-            by_bucket[row.skill].append(row)
-    unusable: dict[str, QuotaRow] = {}
+    by_bucket = {b: _BucketRows(rows, np.flatnonzero(rows.skill == rows.skills.index(b))) for b in SKILL_BUCKETS}
+    none = np.zeros(0, dtype=np.int64)
+    unusable: dict[str, int] = {}  # by synth_id: the row excluded for it
     for _ in range(MAX_SELECTION_ROUNDS):
         oversized = OVERSIZED_ROW_SHARE * kept_total
-        usable = {b: [row for row in by_bucket[b] if row.synth_id not in unusable] for b in SKILL_BUCKETS}
-        selections: dict[str, PrefixSelection] = {}
+        selections: dict[str, tuple[float, np.ndarray, np.ndarray, int]] = {}  # rate, kept, skipped, tokens
         budgets: dict[str, float] = {}
         for b in SKILL_BUCKETS:
-            held = sum(row.tokens for row in usable[b])
+            usable = by_bucket[b].usable(unusable)
+            held = by_bucket[b].tokens(usable)
             budgets[b] = kept_total * shares[b]
             if shares[b] <= 0 or budgets[b] <= 0:
-                selections[b] = PrefixSelection(0.0, [], [], 0)
+                selections[b] = (0.0, none, none, 0)
             elif budgets[b] >= held:
-                selections[b] = PrefixSelection(1.0, usable[b], [], held)
+                selections[b] = (1.0, by_bucket[b].indices[usable], none, held)
             else:
-                selections[b] = hash_ordered_prefix(usable[b], QUOTA_SALT, budgets[b], oversized)
-        short = [b for b in SKILL_BUCKETS if budgets[b] - selections[b].tokens > oversized and selections[b].skipped]
+                selections[b] = by_bucket[b].prefix(usable, budgets[b], oversized)
+        short = [b for b in SKILL_BUCKETS if budgets[b] - selections[b][3] > oversized and len(selections[b][2])]
         if not short:
             break
-        lumpy = [b for b in short if selections[b].tokens < budgets[b] / 2]
+        lumpy = [b for b in short if selections[b][3] < budgets[b] / 2]
         if lumpy:  # its long rows cannot be kept at any share near its target: solve K without them
-            unusable.update({row.synth_id: row for b in lumpy for row in selections[b].skipped})
-            held = {b: sum(r.tokens for r in by_bucket[b] if r.synth_id not in unusable) for b in SKILL_BUCKETS}
+            skipped = np.concatenate([selections[b][2] for b in lumpy])
+            unusable.update(zip(rows.ids(skipped), skipped.tolist()))
+            held = {
+                b: int(rows.tokens[by_bucket[b].indices[by_bucket[b].usable(unusable)]].sum()) for b in SKILL_BUCKETS
+            }
             capacities = [held[b] / shares[b] for b in SKILL_BUCKETS if shares[b] > 0 and held[b] > 0]
             kept_total = min([kept_total, *capacities]) if capacities else 0.0
         else:
-            lowered = min(selections[b].tokens / shares[b] for b in short)
+            lowered = min(selections[b][3] / shares[b] for b in short)
             if lowered >= kept_total:
                 break
             kept_total = lowered
 
-    kept = [row for b in SKILL_BUCKETS for row in selections[b].kept]
-    excluded = [_excluded_entry(row, "unusable: too long for any share near its target") for row in unusable.values()]
-    excluded += [
-        _excluded_entry(row, "oversized: does not fit its bucket's budget")
-        for b in SKILL_BUCKETS
-        for row in selections[b].skipped
-    ]
+    kept = np.concatenate([selections[b][1] for b in SKILL_BUCKETS])
+    unusable_rows = rows.rows(np.fromiter(unusable.values(), np.int64, len(unusable)))
+    excluded = [_excluded_entry(row, "unusable: too long for any share near its target") for row in unusable_rows]
+    oversized_rows = rows.rows(np.concatenate([selections[b][2] for b in SKILL_BUCKETS]))
+    excluded += [_excluded_entry(row, "oversized: does not fit its bucket's budget") for row in oversized_rows]
     excluded.sort(key=lambda entry: (-entry["tokens"], entry["synth_id"]))
-    kept_tokens, kept_rows = _row_grids(kept)
+    kept_tokens, kept_rows = rows.grids(kept)
     cells = [(b, c) for b in SKILL_BUCKETS for c in CTX_BUCKETS]
     expected = {b: sum(kept_tokens.get((b, c), 0) for c in CTX_BUCKETS) for b in SKILL_BUCKETS}
-    granularity = {b: median_tokens(row.tokens for row in by_bucket[b]) for b in SKILL_BUCKETS}
+    granularity = {b: median_tokens(rows.tokens[by_bucket[b].indices]) for b in SKILL_BUCKETS}
     misses = share_misses(expected, shares, granularity)
     notes = list(grid_plan["notes"])
     if excluded:
@@ -429,7 +575,7 @@ def plan_quota_selection(rows: Sequence[QuotaRow], targets: QuotaTargets) -> tup
     plan = {
         **grid_plan,
         "rule": QUOTA_RULE,
-        "rates": {b: dict.fromkeys(CTX_BUCKETS, selections[b].rate) for b in SKILL_BUCKETS},
+        "rates": {b: dict.fromkeys(CTX_BUCKETS, selections[b][0]) for b in SKILL_BUCKETS},
         "notes": notes,
         "available": {"tokens": nested_grid(all_tokens), "rows": nested_grid(all_rows)},
         "expected": {
@@ -451,10 +597,10 @@ def plan_quota_selection(rows: Sequence[QuotaRow], targets: QuotaTargets) -> tup
     return plan, kept
 
 
-def median_tokens(lengths: Iterable[int]) -> int:
+def median_tokens(lengths: Iterable[int] | np.ndarray) -> int:
     """The median (lower middle) of token counts, 0 for none: a bucket's typical row."""
-    ordered = sorted(lengths)
-    return ordered[(len(ordered) - 1) // 2] if ordered else 0
+    values = np.fromiter(lengths, np.int64) if not isinstance(lengths, np.ndarray) else lengths
+    return int(np.partition(values, (len(values) - 1) // 2)[(len(values) - 1) // 2]) if len(values) else 0
 
 
 def share_allowance(granularity: float, total: float) -> float:

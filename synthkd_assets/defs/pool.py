@@ -97,7 +97,7 @@ def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig, instance: dg.Dag
     if keeps_nothing_reason(plan) is None and set(by_source) - {sources.SYNTH_SOURCE}:
         # anchor sources: the source mix on top (a SYNTH-only plan has none), every source's rows selected exactly
         rows_of = {s: tokenized_row_lengths(found) for s, found in files.items() if s != sources.SYNTH_SOURCE}
-        rows_of[sources.SYNTH_SOURCE] = [(row.synth_id, row.tokens) for row in kept]
+        rows_of[sources.SYNTH_SOURCE] = list(zip(rows.ids(kept), rows.tokens[kept].tolist()))
         plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets(), rows_of)
     return plan
 
