@@ -7,6 +7,9 @@ the split the build gave it).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
+
+import numpy as np
 
 from synthkd_contract import constants
 
@@ -23,6 +26,23 @@ def stable_unit_interval(salt: str, key: str) -> float:
     """
     digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def stable_unit_intervals(salt: str, keys: Iterable[str]) -> np.ndarray:
+    """`stable_unit_interval(salt, key)` of every key, as one array: the digests' first 8 bytes gathered, then
+    converted and scaled by numpy (a uint64 rounded to the nearest float64, then divided by 2**64, exactly as
+    Python's int division rounds the quotient).
+
+    Args:
+        salt: the rule's salt.
+        keys: the conversations' `synth_id`s.
+
+    Returns:
+        A float64 array of values in [0, 1), in the keys' order.
+    """
+    prefix, sha256 = f"{salt}:", hashlib.sha256
+    heads = b"".join([sha256((prefix + key).encode()).digest()[:8] for key in keys])
+    return np.frombuffer(heads, dtype=">u8").astype(np.float64) / 2.0**64
 
 
 def is_valid(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION) -> bool:

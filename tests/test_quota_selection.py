@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -179,8 +180,9 @@ def test_rows_sharing_the_stopping_hash_are_left_out_with_it(monkeypatch):
     ties, the plan's kept rows are exactly the rule's, row for row."""
     import synthkd_assets.core.quota as quota
 
-    real = quota.stable_unit_interval
+    real, reals = quota.stable_unit_interval, quota.stable_unit_intervals
     monkeypatch.setattr(quota, "stable_unit_interval", lambda salt, key: int(real(salt, key) * 16) / 16)
+    monkeypatch.setattr(quota, "stable_unit_intervals", lambda salt, keys: np.floor(reals(salt, keys) * 16) / 16)
     rows = small_rows(11, 400)
     plan, kept = select(rows, QuotaTargets())
     assert sorted(r.synth_id for r in kept) == sorted(kept_ids(rows, plan))

@@ -24,6 +24,7 @@ from synthkd_assets.core.sampling import (
 from synthkd_assets.core.stages import select_rows_shard
 from synthkd_contract import constants
 from synthkd_contract.schemas import HARMONY_SCHEMA
+from synthkd_contract.splits import stable_unit_intervals
 
 EXERCISES = ("memorization", "rag", "mcq", "math exercise")
 LANGUAGES = ("en", "fr", "de", "unknown")
@@ -240,3 +241,9 @@ def test_plan_bytes_do_not_depend_on_count_order():
     cells = {(ex, lang): 10 * i + 1 for i, (ex, lang) in enumerate(itertools.product(EXERCISES, LANGUAGES))}
     reversed_cells = dict(reversed(list(cells.items())))
     assert plan_keep_rates(cells, MixTargets()) == plan_keep_rates(reversed_cells, MixTargets())
+
+
+@given(st.text(max_size=3), st.lists(st.text(max_size=40), max_size=30))
+def test_stable_unit_intervals_are_the_rule_key_by_key(salt, keys):
+    """The vectorized hash (numpy's uint64 to float64, scaled) against sha256 taken key by key, as written."""
+    assert stable_unit_intervals(salt, keys).tolist() == [unit(salt, key) for key in keys]

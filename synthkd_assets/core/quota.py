@@ -56,7 +56,7 @@ from synthkd_contract.buckets import (
     skill_bucket,
 )
 from synthkd_contract.manifest_seal import HashedFile
-from synthkd_contract.splits import stable_unit_interval
+from synthkd_contract.splits import stable_unit_interval, stable_unit_intervals
 
 QUOTA_RULE = (
     "keep iff stable_unit_interval(salt, synth_id) < rates[skill_bucket][ctx_bucket] and synth_id not in excluded; "
@@ -216,7 +216,7 @@ def hash_ordered_prefix(
     read = tokens_of or (lambda row: (row[0], row[-1]))
     rows = list(rows)
     ids, lengths = zip(*map(read, rows)) if rows else ((), ())
-    units = np.fromiter((stable_unit_interval(salt, synth_id) for synth_id in ids), np.float64, len(ids))
+    units = stable_unit_intervals(salt, ids)
     order = hash_order(units, ids.__getitem__)
     rate, kept, skipped, tokens = prefix_places(
         units[order], np.fromiter(lengths, np.int64, len(lengths))[order], budget, oversized
@@ -464,7 +464,7 @@ class _BucketRows:
             units = np.empty(len(self.indices), dtype=np.float64)
             for lo in range(0, len(self.indices), HASHED_IDS_AT_ONCE):
                 ids = self.rows.ids(self.indices[lo : lo + HASHED_IDS_AT_ONCE])
-                units[lo : lo + len(ids)] = [stable_unit_interval(QUOTA_SALT, synth_id) for synth_id in ids]
+                units[lo : lo + len(ids)] = stable_unit_intervals(QUOTA_SALT, ids)
             self._units = units
         return self._units
 
