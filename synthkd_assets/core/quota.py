@@ -89,7 +89,7 @@ class QuotaColumns:
     millions of rows holds a few arrays, not a Python object per row (benchmarks/README.md, "The quota plan's
     rows as columns")."""
 
-    synth_id: pa.ChunkedArray  # string
+    synth_id: pa.LargeStringArray  # one array: taking rows from a chunked one combines its chunks every time
     skill: np.ndarray  # int16: the row's skill bucket, an index into `skills`
     ctx: np.ndarray  # int16: the row's ctx bucket, an index into CTX_BUCKETS
     tokens: np.ndarray  # int64
@@ -104,7 +104,7 @@ class QuotaColumns:
         skills = tuple(dict.fromkeys([*SKILL_BUCKETS, *(row.skill for row in rows)]))
         code = {name: i for i, name in enumerate(skills)}
         return cls(
-            pa.chunked_array([pa.array([row.synth_id for row in rows], pa.string())]),
+            pa.array([row.synth_id for row in rows], pa.large_string()),
             np.fromiter((code[row.skill] for row in rows), np.int16, len(rows)),
             np.fromiter((CTX_BUCKETS.index(row.ctx) for row in rows), np.int16, len(rows)),
             np.fromiter((row.tokens for row in rows), np.int64, len(rows)),
@@ -393,7 +393,8 @@ def tokenized_quota_rows(
     """
     columns = functools.partial(_quota_columns, hashed=hashed)
     read = thread_map(columns, paths)  # one file a core at once
-    ids = pa.chunked_array([chunk for file_ids, _, _ in read for chunk in file_ids.chunks], pa.string())
+    chunks = [chunk.cast(pa.large_string()) for file_ids, _, _ in read for chunk in file_ids.chunks]
+    ids = pa.concat_arrays(chunks) if chunks else pa.array([], pa.large_string())
     exercises = pa.chunked_array(
         [chunk for _, file_exercises, _ in read for chunk in file_exercises.chunks], pa.string()
     )
