@@ -10,6 +10,7 @@ every share within QUOTA_SHARE_TOLERANCE, or the plan names the rows that preven
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy as np
@@ -211,8 +212,8 @@ def walked_prefix(rows: list[tuple[str, int]], salt: str, budget: float, oversiz
 @settings(max_examples=300)
 @given(
     st.lists(st.tuples(st.integers(0, 12), st.integers(0, 400)), max_size=40),
-    st.floats(0, 6000, allow_nan=False),
-    st.floats(0, 500, allow_nan=False),
+    st.floats(-10, 6000, allow_nan=False) | st.just(math.inf),
+    st.floats(-10, 500, allow_nan=False) | st.just(math.inf),
 )
 def test_the_hash_ordered_prefix_is_the_rule_walked_row_by_row(rows, budget, oversized):
     """Repeated ids (one hash, several rows) included: the same rate, kept rows in order, skipped rows, tokens."""

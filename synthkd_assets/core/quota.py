@@ -179,8 +179,10 @@ def prefix_places(
     skipped: list[int] = []
     skipped_tokens = 0
     while True:
-        # the first place j whose row does not fit: the kept rows before it, plus it, exceed the budget
-        j = n if limit is None else int(np.searchsorted(sums, limit + skipped_tokens, side="right")) - 1
+        # the first place j (from the one after the last skipped) whose row does not fit: the kept rows before it,
+        # plus it, exceed the budget
+        start = skipped[-1] + 1 if skipped else 0
+        j = n if limit is None else max(int(np.searchsorted(sums, limit + skipped_tokens, side="right")) - 1, start)
         if j >= n:
             kept = np.setdiff1d(np.arange(n), skipped, assume_unique=True)
             return 1.0, kept, np.asarray(skipped, dtype=np.int64), int(sums[n]) - skipped_tokens
