@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -152,3 +154,14 @@ def add_failed_run(instance: dg.DagsterInstance, tags: dict[str, str], launched:
         remote_job_origin=DAEMON_ORIGIN if launched else None,
     )
     return instance.add_run(run).run_id
+
+
+def run_benchmark(name: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`benchmarks/<name>` with `args`, run as the README says (this interpreter, from the repository root)."""
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / name), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

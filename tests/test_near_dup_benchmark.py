@@ -3,21 +3,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import run_benchmark
 
 
 def test_near_dup_benchmark_quick_prints_its_table():
-    done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / "near_dup.py"), "--quick"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_benchmark("near_dup.py", "--quick")
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
     for start in ("1. MinHash library", "   rensa vs datasketch:", "   Jaccard vs exact", "2. signatures_shard"):

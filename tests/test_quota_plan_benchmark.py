@@ -3,21 +3,11 @@ plan's figures in benchmarks/README.md come from stays runnable (its figures are
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO_ROOT, run_benchmark
 
 
 def test_quota_plan_benchmark_quick_compares_two_trees():
-    done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / "quota_plan.py"), "--quick", "--baseline-tree", str(REPO_ROOT)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_benchmark("quota_plan.py", "--quick", "--baseline-tree", str(REPO_ROOT))
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("quota plan over 200,000 rows in 8 shards")
