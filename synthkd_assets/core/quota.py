@@ -83,7 +83,7 @@ class QuotaRow(NamedTuple):
     tokens: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: compare `rows()`
 class QuotaColumns:
     """Every SYNTH row the quota draws from, a column a field (row i is `rows([i])[0]`): a plan over tens of
     millions of rows holds a few arrays, not a Python object per row (benchmarks/README.md, "The quota plan's
@@ -476,7 +476,7 @@ class _BucketRows:
         if not unusable:
             return np.arange(len(self.indices))
         ids = self.rows.synth_id.take(pa.array(self.indices))
-        return np.flatnonzero(~pc.is_in(ids, value_set=pa.array(list(unusable), pa.string())).to_numpy(False))
+        return np.flatnonzero(~pc.is_in(ids, value_set=pa.array(list(unusable), pa.large_string())).to_numpy(False))
 
     def tokens(self, places: np.ndarray) -> int:
         """The tokens of the rows at these places."""
