@@ -465,6 +465,35 @@ def test_verification_reads_the_row_groups_of_its_rows_only_and_decides_as_the_w
         assert read == groups
 
 
+def test_a_sliced_verification_stops_reading_the_pairs_that_can_no_longer_verify(tmp_path, monkeypatch):
+    """Planted near-duplicate pairs beside unrelated ones, the values compared 4 at a time: once an unrelated
+    pair has differed in more values than the threshold allows it is no longer read, so the last slice reads
+    only the rows of pairs that still can verify, and the pairs kept are those the whole signatures keep."""
+    rows, planted = planted_corpus(seed=29)
+    index = {row["synth_id"]: i for i, row in enumerate(rows)}
+    path = tmp_path / "synth_0.parquet"
+    write_signatures(rows, path)
+    offsets = np.array([0, len(rows)], dtype=np.int64)
+    rng = random.Random(4)
+    near = [(index[a], index[b]) for a, b in rng.sample(planted, 6)]
+    pairs = np.array(near + [tuple(rng.sample(range(len(rows)), 2)) for _ in range(30)], dtype=np.int64)
+    whole = verified_pairs(pairs, [path], offsets, THRESHOLD)
+    asked: list[np.ndarray] = []
+    real = near_dup._signature_rows
+
+    def recorded(paths, offsets, wanted, values=slice(None)):
+        asked.append(wanted.copy())
+        return real(paths, offsets, wanted, values)
+
+    monkeypatch.setattr(near_dup, "_signature_rows", recorded)
+    budget = 1 << 11
+    assert value_slices(len(np.unique(pairs)), budget) == 32  # 4 values a slice
+    sliced = verified_pairs(pairs, [path], offsets, THRESHOLD, budget=budget)
+    assert sliced.tolist() == whole.tolist() and len(whole)
+    assert len(asked) == 32 and len(asked[-1]) < len(asked[0]) == len(np.unique(pairs))
+    assert set(asked[-1].tolist()) >= set(whole.ravel().tolist())
+
+
 class SameHash(BySynthId):
     """Every id hashes alike: each lookup must fall back to comparing ids."""
 

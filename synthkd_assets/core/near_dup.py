@@ -504,31 +504,68 @@ def value_slices(candidate_rows: int, budget: int = SIGNATURE_BUDGET) -> int:
 def verified_pairs(
     pairs: np.ndarray, paths: Sequence[Path], offsets: np.ndarray, threshold: float, budget: int = SIGNATURE_BUDGET
 ) -> np.ndarray:
-    """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold. Equal values
-    are counted slice by slice of the signature (`value_slices`): the candidate rows' signatures are never all
-    in memory when they would not fit the budget (every slice re-reads the signature files)."""
+    """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold.
+
+    Equal values are counted slice by slice of the signature (`value_slices`): the candidate rows' signatures are
+    never all in memory when they would not fit the budget. After each slice a pair that could not reach the
+    threshold even if every value left were equal is dropped, and the next slice reads only the rows of the pairs
+    left, in the row groups that hold them: an unrelated pair is read only until it has differed in more values
+    than the threshold allows (26 of 128 at 0.8), not for every slice (docs/near-dup.md, "Signatures, candidates,
+    clusters").
+
+    Args:
+        pairs: (pairs, 2) candidate row pairs (global rows: the shards in order).
+        paths: every shard's signature file, in shard order.
+        offsets: the global row of each shard's first row (and the total last).
+        threshold: the estimated Jaccard at or above which a pair is kept.
+        budget: the most bytes of signature values held at once.
+
+    Returns:
+        The pairs kept, in their order.
+    """
     if len(pairs) == 0:
         return pairs
-    rows = sorted_distinct(pairs.ravel())
-    # each candidate row's place in `rows`, looked up by row (a gather, not a search per pair member)
-    place = np.empty(int(rows[-1]) + 1, dtype=np.int32 if len(rows) < 2**31 else np.int64)
-    place[rows] = np.arange(len(rows), dtype=place.dtype)
-    a, b = place[pairs[:, 0]], place[pairs[:, 1]]
-    del place
+    need = min_equal_values(threshold)
     equal = np.zeros(len(pairs), dtype=np.uint8)
-    chunk = max(EDGE_CHUNK // available_cores(), 1)  # one chunk a core at once: EDGE_CHUNK pairs' transient in all
-    slices = value_slices(len(rows), budget)
-    width = nd.NUM_PERM // slices
+    alive: np.ndarray | None = None  # the pairs that can still reach `need`; None while that is every pair
+    rows = sorted_distinct(pairs.ravel())
+    width = nd.NUM_PERM // value_slices(len(rows), budget)
     for start in range(0, nd.NUM_PERM, width):
-        signatures = _signature_rows(paths, offsets, rows, slice(start, start + width))
+        live = pairs if alive is None else pairs[alive]
+        if alive is not None:
+            rows = sorted_distinct(live.ravel())
+        # each candidate row's place in `rows`, looked up by row (a gather, not a search per pair member)
+        place = np.empty(int(rows[-1]) + 1, dtype=np.int32 if len(rows) < 2**31 else np.int64)
+        place[rows] = np.arange(len(rows), dtype=place.dtype)
+        a, b = place[live[:, 0]], place[live[:, 1]]
+        del place, live
+        counts = _equal_values(_signature_rows(paths, offsets, rows, slice(start, start + width)), a, b)
+        del a, b
+        left = nd.NUM_PERM - (start + width)  # values not compared yet: equal + left <= NUM_PERM fits a uint8
+        if alive is None:
+            equal += counts
+            possible = equal + left >= need
+        else:
+            equal[alive] += counts
+            possible = equal[alive] + left >= need
+        if not possible.all():
+            alive = np.flatnonzero(possible) if alive is None else alive[possible]
+            if len(alive) == 0:
+                break
+    return pairs if alive is None else pairs[alive]
 
-        def count_equal(lo: int, values: np.ndarray = signatures) -> None:
-            hi = lo + chunk
-            equal[lo:hi] += (values[a[lo:hi]] == values[b[lo:hi]]).sum(axis=1, dtype=np.uint8)
 
-        thread_map(count_equal, range(0, len(pairs), chunk))
-        del signatures
-    return pairs[equal >= min_equal_values(threshold)]
+def _equal_values(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many values rows a[i] and b[i] of `values` share, for each i (uint8), a chunk of pairs a core at once."""
+    counts = np.zeros(len(a), dtype=np.uint8)
+    chunk = max(EDGE_CHUNK // available_cores(), 1)  # one chunk a core at once: EDGE_CHUNK pairs' transient in all
+
+    def count(lo: int) -> None:
+        hi = lo + chunk
+        counts[lo:hi] = (values[a[lo:hi]] == values[b[lo:hi]]).sum(axis=1, dtype=np.uint8)
+
+    thread_map(count, range(0, len(a), chunk))
+    return counts
 
 
 @dataclass
