@@ -381,7 +381,10 @@ def child_cluster(directory: str) -> dict:
     merged = "_code_pairs" if hasattr(near_dup, "_code_pairs") else "_unique_pairs"  # before the bounds: all bands
     setattr(near_dup, merged, hooked(getattr(near_dup, merged), "band keys + candidate pairs", "unique pairs"))
     near_dup._signature_rows = hooked(
-        near_dup._signature_rows, None, None, lambda a, r: counts.__setitem__("candidate_rows", len(r))
+        near_dup._signature_rows,
+        None,
+        None,
+        lambda a, r: counts.__setitem__("candidate_rows", max(counts.get("candidate_rows", 0), len(r))),
     )
     near_dup.verified_pairs = hooked(near_dup.verified_pairs, None, "verification")
     near_dup.connected_components = hooked(connected_components, None, "components")

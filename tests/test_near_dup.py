@@ -465,10 +465,12 @@ def test_verification_reads_the_row_groups_of_its_rows_only_and_decides_as_the_w
         assert read == groups
 
 
-def test_a_sliced_verification_stops_reading_the_pairs_that_can_no_longer_verify(tmp_path, monkeypatch):
-    """Planted near-duplicate pairs beside unrelated ones, the values compared 4 at a time: once an unrelated
-    pair has differed in more values than the threshold allows it is no longer read, so the last slice reads
-    only the rows of pairs that still can verify, and the pairs kept are those the whole signatures keep."""
+def test_a_verification_past_its_budget_drops_the_pairs_that_can_no_longer_verify(tmp_path, monkeypatch):
+    """Planted near-duplicate pairs beside unrelated ones, a budget their whole values exceed: the values' low
+    bytes are compared first, slice by slice, and once an unrelated pair has differed in more of them than the
+    threshold allows it is no longer read; the pairs left are compared on their whole values. The pairs kept are
+    those counted here over the whole signature arrays, and the last read holds only rows of pairs that still can
+    verify."""
     rows, planted = planted_corpus(seed=29)
     index = {row["synth_id"]: i for i, row in enumerate(rows)}
     path = tmp_path / "synth_0.parquet"
@@ -477,21 +479,24 @@ def test_a_sliced_verification_stops_reading_the_pairs_that_can_no_longer_verify
     rng = random.Random(4)
     near = [(index[a], index[b]) for a, b in rng.sample(planted, 6)]
     pairs = np.array(near + [tuple(rng.sample(range(len(rows)), 2)) for _ in range(30)], dtype=np.int64)
-    whole = verified_pairs(pairs, [path], offsets, THRESHOLD)
-    asked: list[np.ndarray] = []
+    values = np.array(pq.read_table(path)["signature"].to_pylist(), dtype=np.uint32)
+    whole = pairs[(values[pairs[:, 0]] == values[pairs[:, 1]]).sum(axis=1) >= min_equal_values(THRESHOLD)]
+    asked: list[tuple[np.ndarray, bool]] = []
     real = near_dup._signature_rows
 
-    def recorded(paths, offsets, wanted, values=slice(None)):
-        asked.append(wanted.copy())
-        return real(paths, offsets, wanted, values)
+    def recorded(paths, offsets, wanted, values=slice(None), low_bytes=False):
+        asked.append((wanted.copy(), low_bytes))
+        return real(paths, offsets, wanted, values, low_bytes)
 
     monkeypatch.setattr(near_dup, "_signature_rows", recorded)
     budget = 1 << 11
-    assert value_slices(len(np.unique(pairs)), budget) == 32  # 4 values a slice
+    candidates = len(np.unique(pairs))
+    assert value_slices(candidates, budget) == 32 and value_slices(candidates, budget, value_bytes=1) == 8
     sliced = verified_pairs(pairs, [path], offsets, THRESHOLD, budget=budget)
     assert sliced.tolist() == whole.tolist() and len(whole)
-    assert len(asked) == 32 and len(asked[-1]) < len(asked[0]) == len(np.unique(pairs))
-    assert set(asked[-1].tolist()) >= set(whole.ravel().tolist())
+    assert [low for _, low in asked[:8]] == [True] * 8 and not asked[-1][1]  # low bytes first, then whole values
+    assert len(asked[0][0]) == candidates and len(asked[-1][0]) < candidates
+    assert set(asked[-1][0].tolist()) >= set(whole.ravel().tolist())
 
 
 class SameHash(BySynthId):

@@ -447,12 +447,13 @@ def _every_shards_column(paths: Sequence[Path], column: str) -> np.ndarray:
 
 
 def _signature_rows(
-    paths: Sequence[Path], offsets: np.ndarray, rows: np.ndarray, values: slice = slice(None)
+    paths: Sequence[Path], offsets: np.ndarray, rows: np.ndarray, values: slice = slice(None), low_bytes: bool = False
 ) -> np.ndarray:
     """The given signature values (a slice of the NUM_PERM) of the given global rows (sorted), reading each
-    shard's signature column once, in the row groups that hold them only."""
+    shard's signature column once, in the row groups that hold them only; with `low_bytes`, each value's low
+    byte only (uint8, a quarter of the memory: equal values have equal low bytes)."""
     width = len(range(nd.NUM_PERM)[values])
-    out = np.empty((len(rows), width), dtype=np.uint32)
+    out = np.empty((len(rows), width), dtype=np.uint8 if low_bytes else np.uint32)
 
     def read_shard(shard: int) -> None:  # into its own rows of `out`
         lo, hi = np.searchsorted(rows, [offsets[shard], offsets[shard + 1]])
@@ -466,7 +467,10 @@ def _signature_rows(
             first, end = np.searchsorted(wanted, [start, start + batch.num_rows])
             if first < end:
                 flat = batch.column(0).flatten().to_numpy().reshape(-1, nd.NUM_PERM)[:, values]
-                np.take(flat, wanted[first:end] - start, axis=0, out=out[lo + first : lo + end])
+                if low_bytes:  # numpy's assignment keeps a uint32's low byte in a uint8
+                    out[lo + first : lo + end] = np.take(flat, wanted[first:end] - start, axis=0)
+                else:
+                    np.take(flat, wanted[first:end] - start, axis=0, out=out[lo + first : lo + end])
             start += batch.num_rows
 
     thread_map(read_shard, range(len(paths)))
@@ -492,11 +496,12 @@ def rows_in_row_groups(metadata: pq.FileMetaData, rows: np.ndarray) -> tuple[lis
     return groups.tolist(), rows - skipped[np.searchsorted(groups, group_of)]
 
 
-def value_slices(candidate_rows: int, budget: int = SIGNATURE_BUDGET) -> int:
+def value_slices(candidate_rows: int, budget: int = SIGNATURE_BUDGET, value_bytes: int = 4) -> int:
     """How many slices of the NUM_PERM values verification reads (a power of two), so the candidate rows'
-    share of signature values in memory at once stays within `budget` bytes."""
+    share of signature values in memory at once (`value_bytes` a value: 4, or 1 for their low bytes) stays within
+    `budget` bytes."""
     slices = 1
-    while slices < nd.NUM_PERM and candidate_rows * 4 * nd.NUM_PERM > budget * slices:
+    while slices < nd.NUM_PERM and candidate_rows * value_bytes * nd.NUM_PERM > budget * slices:
         slices *= 2
     return slices
 
@@ -506,12 +511,11 @@ def verified_pairs(
 ) -> np.ndarray:
     """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold.
 
-    Equal values are counted slice by slice of the signature (`value_slices`): the candidate rows' signatures are
-    never all in memory when they would not fit the budget. After each slice a pair that could not reach the
-    threshold even if every value left were equal is dropped, and the next slice reads only the rows of the pairs
-    left, in the row groups that hold them: an unrelated pair is read only until it has differed in more values
-    than the threshold allows (26 of 128 at 0.8), not for every slice (docs/near-dup.md, "Signatures, candidates,
-    clusters").
+    A first pass compares only each value's low byte (a quarter of the memory, and of the slices when the
+    budget asks for them: `_pairs_reaching`): equal values have equal low bytes, so no pair that verifies is
+    dropped there, and unrelated values share a low byte one time in 256. The pairs it leaves are then compared on
+    their whole values, reading only their rows (docs/near-dup.md, "Signatures, candidates, clusters"). The pairs
+    kept are those a comparison of the whole values keeps.
 
     Args:
         pairs: (pairs, 2) candidate row pairs (global rows: the shards in order).
@@ -523,13 +527,30 @@ def verified_pairs(
     Returns:
         The pairs kept, in their order.
     """
+    low_bytes_reaching = _pairs_reaching(pairs, paths, offsets, threshold, budget, low_bytes=True)
+    return _pairs_reaching(low_bytes_reaching, paths, offsets, threshold, budget)
+
+
+def _pairs_reaching(
+    pairs: np.ndarray,
+    paths: Sequence[Path],
+    offsets: np.ndarray,
+    threshold: float,
+    budget: int,
+    low_bytes: bool = False,
+) -> np.ndarray:
+    """The pairs with at least `min_equal_values(threshold)` equal values (or equal low bytes), counted a slice of
+    the values at a time within `budget` (`value_slices`). After each slice a pair that could not reach the
+    threshold even if every value left were equal is dropped, and the next slice reads only the rows of the pairs
+    left, in the row groups that hold them: an unrelated pair is read only until it has differed in more values
+    than the threshold allows (26 of 128 at 0.8)."""
     if len(pairs) == 0:
         return pairs
     need = min_equal_values(threshold)
     equal = np.zeros(len(pairs), dtype=np.uint8)
     alive: np.ndarray | None = None  # the pairs that can still reach `need`; None while that is every pair
     rows = sorted_distinct(pairs.ravel())
-    width = nd.NUM_PERM // value_slices(len(rows), budget)
+    width = nd.NUM_PERM // value_slices(len(rows), budget, 1 if low_bytes else 4)
     for start in range(0, nd.NUM_PERM, width):
         live = pairs if alive is None else pairs[alive]
         if alive is not None:
@@ -539,8 +560,9 @@ def verified_pairs(
         place[rows] = np.arange(len(rows), dtype=place.dtype)
         a, b = place[live[:, 0]], place[live[:, 1]]
         del place, live
-        counts = _equal_values(_signature_rows(paths, offsets, rows, slice(start, start + width)), a, b)
-        del a, b
+        values = _signature_rows(paths, offsets, rows, slice(start, start + width), low_bytes)
+        counts = _equal_values(values, a, b)
+        del values, a, b
         left = nd.NUM_PERM - (start + width)  # values not compared yet: equal + left <= NUM_PERM fits a uint8
         if alive is None:
             equal += counts
