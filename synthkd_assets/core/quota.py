@@ -147,9 +147,16 @@ class PrefixSelection(NamedTuple):
 
 
 def hash_order(units: np.ndarray, id_of: Callable[[int], str]) -> np.ndarray:
-    """The rows by hash, then synth_id (`id_of` a row's place), then input order: numpy's stable sort by hash,
-    unless two rows share a hash (a repeated id, or two ids on one float), which Python's sort of (hash, synth_id)
-    then orders."""
+    """The rows by hash, then synth_id, then input order: numpy's stable sort by hash, unless two rows share a
+    hash (a repeated id, or two ids on one float), which Python's sort of (hash, synth_id) then orders.
+
+    Args:
+        units: each row's hash (`stable_unit_intervals`), in input order.
+        id_of: a row's synth_id by its place in the input (asked only when two hashes are equal).
+
+    Returns:
+        The rows' places in that order (int64).
+    """
     order = np.argsort(units, kind="stable")
     ordered = units[order]
     if np.any(ordered[1:] == ordered[:-1]):
