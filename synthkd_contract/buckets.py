@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Final
 
+import numpy as np
+
 # --- skill buckets (docs/pool.md#buckets) -------------------------------------------------------------------
 SKILL_BUCKETS: Final = ("B1", "B2", "B3", "B4")
 SKILL_BUCKET_NAMES: Final = {
@@ -149,6 +151,25 @@ def ctx_bucket(sequence_length: int) -> str:
         if sequence_length <= max_tokens:
             return bucket
     return CTX_BUCKETS[-1]
+
+
+def ctx_codes(lengths: np.ndarray) -> np.ndarray:
+    """`ctx_bucket` of an array of lengths, each as its index in CTX_BUCKETS (int16): the first bucket whose
+    inclusive upper bound holds it, the last for a length above every bound.
+
+    Args:
+        lengths: full rendered sequence lengths (token counts).
+
+    Returns:
+        One index into CTX_BUCKETS a length.
+
+    Raises:
+        ValueError: a length < 0 (`ctx_bucket`'s refusal).
+    """
+    if len(lengths) and int(lengths.min()) < 0:
+        ctx_bucket(int(lengths.min()))  # raises, naming it
+    bounds = np.array([CTX_BUCKET_MAX_TOKENS[c] for c in CTX_BUCKETS[:-1]], dtype=np.int64)
+    return np.searchsorted(bounds, lengths, side="left").astype(np.int16)
 
 
 def pool_row_id(source_dataset: str, synth_id: str) -> str:

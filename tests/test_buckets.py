@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from synthkd_assets.cli import build_run_config
 from synthkd_assets.core.buckets import bucket_counts, grid_from_nested, grids_from_reports, nested_grid
 from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, InputFileError
-from synthkd_assets.core.quota import QuotaRow, ctx_codes, tokenized_quota_rows
+from synthkd_assets.core.quota import QuotaRow, tokenized_quota_rows
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import harmonize_shard, select_rows_shard, tokenize_shard
@@ -46,6 +46,7 @@ from synthkd_contract.buckets import (
     SKILL_MIX,
     UnknownExercise,
     ctx_bucket,
+    ctx_codes,
     exercise_skill_table,
     pool_row_id,
     skill_bucket,
@@ -382,7 +383,7 @@ def test_the_build_config_variable_maps_labels_for_build_sh_dg_and_the_code_loca
 @settings(max_examples=200)
 @given(st.lists(st.integers(0, 100_000) | st.sampled_from([2047, 2048, 2049, 8192, 8193, 32768, 32769]), max_size=50))
 def test_ctx_codes_are_ctx_bucket_of_every_length(lengths):
-    """The quota's vectorized ctx buckets (`ctx_codes`) against `ctx_bucket` row by row, bounds included."""
+    """The vectorized ctx buckets (`ctx_codes`, the quota's) against `ctx_bucket` row by row, bounds included."""
     codes = ctx_codes(np.array(lengths, dtype=np.int64))
     assert [CTX_BUCKETS[code] for code in codes.tolist()] == [ctx_bucket(n) for n in lengths]
 

@@ -52,7 +52,7 @@ from synthkd_contract.buckets import (
     SKILL_BUCKET_NAMES,
     SKILL_BUCKETS,
     SKILL_MIX,
-    ctx_bucket,
+    ctx_codes,
     skill_bucket,
 )
 from synthkd_contract.manifest_seal import HashedFile
@@ -408,32 +408,14 @@ def tokenized_quota_rows(
         [chunk for _, file_exercises, _ in read for chunk in file_exercises.chunks], pa.string()
     )
     tokens = np.concatenate([lengths for _, _, lengths in read]) if read else np.zeros(0, dtype=np.int64)
-    # each exercise's bucket and each length's asked once, then given to every row by its index
-    exercise_index = pc.dictionary_encode(exercises).combine_chunks() if len(exercises) else None
-    names = [skill_bucket(e, exercise_table) for e in exercise_index.dictionary.to_pylist()] if exercise_index else []
+    if not len(tokens):
+        return QuotaColumns(ids, np.zeros(0, dtype=np.int16), np.zeros(0, dtype=np.int16), tokens)
+    # each exercise's bucket asked once, then given to every row by its index
+    exercise_index = pc.dictionary_encode(exercises).combine_chunks()
+    names = [skill_bucket(e, exercise_table) for e in exercise_index.dictionary.to_pylist()]
     skills = tuple(dict.fromkeys([*SKILL_BUCKETS, *names]))
     skill_of = np.array([skills.index(name) for name in names], dtype=np.int16)
-    skill = skill_of[exercise_index.indices.to_numpy()] if exercise_index else np.zeros(0, dtype=np.int16)
-    return QuotaColumns(ids, skill, ctx_codes(tokens), tokens, skills)
-
-
-def ctx_codes(lengths: np.ndarray) -> np.ndarray:
-    """`ctx_bucket` of each length, as its index in CTX_BUCKETS (int16): the first bucket whose inclusive upper
-    bound holds it, the last for a length above every bound.
-
-    Args:
-        lengths: full rendered sequence lengths (token counts).
-
-    Returns:
-        One index into CTX_BUCKETS a length.
-
-    Raises:
-        ValueError: a length < 0 (`ctx_bucket`'s refusal).
-    """
-    if len(lengths) and int(lengths.min()) < 0:
-        ctx_bucket(int(lengths.min()))  # raises, naming it
-    bounds = np.array([CTX_BUCKET_MAX_TOKENS[c] for c in CTX_BUCKETS[:-1]], dtype=np.int64)
-    return np.searchsorted(bounds, lengths, side="left").astype(np.int16)
+    return QuotaColumns(ids, skill_of[exercise_index.indices.to_numpy()], ctx_codes(tokens), tokens, skills)
 
 
 def _quota_columns(
