@@ -8,8 +8,9 @@ million rows, against a baseline tree measured in the same run, and the projecti
 
 The rows are generated as the tokenize steps leave them: FILES synth_tokenized shards, each with its row sizes
 (`<key>.rows.parquet`, their footer recording the shard's sha256, so `current_row_sizes` reads them), exercises
-drawn with SYNTH's mix and lognormal token counts. Each measurement is a child process (one tree's code; peak RSS
-is its VmHWM above the process's start), run alternately with the baseline, REPEATS times: min and median.
+drawn with SYNTH's mix after 001's sampling (memorization at its cap, the other labels as FACTS_OTHER_ROWS) and
+lognormal token counts. Each measurement is a child process (one tree's code; peak RSS is its VmHWM above the
+process's start), run alternately with the baseline, REPEATS times: min and median.
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_CORPUS_ROWS = 77_900_000  # real SYNTH's rows (../shared/SYNTH-facts.md); the quota sees fewer, after 001
 REPEATS = 3
-EXERCISE_MIX = {  # of SYNTH's rows after 001's filters (memorization capped), roughly
-    "memorization": 0.40,
-    "rag": 0.15,
-    "math exercise": 0.12,
-    "mcq": 0.10,
-    "creative writing": 0.08,
-    "constrained writing": 0.05,
-    "editing": 0.05,
-    "cooking": 0.05,
+# the rows the quota sees, after 001's sampling: memorization at its cap (MEMORIZATION_CAP of the rows), every
+# other label in the proportions of ../shared/SYNTH-facts.md's 20k-row sample of 5 files
+FACTS_OTHER_ROWS = {
+    "mcq": 414,
+    "math exercise": 333,
+    "constrained writing": 316,
+    "rag": 206,
+    "math mcq": 177,
+    "editing": 159,
+    "creative writing": 148,
+    "cooking": 95,
 }
 
 
@@ -49,11 +52,17 @@ def write_shards(directory: Path, rows: int, files: int) -> list[Path]:
     import pyarrow.parquet as pq
 
     from synthkd_assets.core.layout import rows_summary_path
+    from synthkd_contract.constants import MEMORIZATION_CAP, MEMORIZATION_EXERCISE
     from synthkd_contract.manifest_seal import sha256_file
     from synthkd_contract.schemas import ROWS_OF_SHA256_KEY, TOKENIZED_ROWS_SCHEMA
 
+    others = sum(FACTS_OTHER_ROWS.values())
+    mix = {
+        MEMORIZATION_EXERCISE: MEMORIZATION_CAP,
+        **{name: (1 - MEMORIZATION_CAP) * rows / others for name, rows in FACTS_OTHER_ROWS.items()},
+    }
     rng = np.random.default_rng(45)
-    names = list(EXERCISE_MIX)
+    names = list(mix)
     paths = []
     for f in range(files):
         n = rows // files + (f < rows % files)
@@ -64,7 +73,7 @@ def write_shards(directory: Path, rows: int, files: int) -> list[Path]:
             {
                 "synth_id": pa.array([f"synth_{f:03d}_{i:09d}" for i in range(n)]),
                 "language": pa.array(["en"] * n),
-                "exercise": pa.array(np.array(names)[rng.choice(len(names), n, p=list(EXERCISE_MIX.values()))]),
+                "exercise": pa.array(np.array(names)[rng.choice(len(names), n, p=list(mix.values()))]),
                 "tokens": tokens,
                 **{name: tokens // 3 for name in TOKENIZED_ROWS_SCHEMA.names[4:]},
             },
