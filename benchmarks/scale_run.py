@@ -725,8 +725,54 @@ def global_step_work(dagster_home: Path) -> dict[str, float]:
     return work
 
 
+def verification_at_scale(layout, keys: list[str], rows_in: int, repeats: int = 2) -> dict:
+    """The near-duplicate verification of this build's signatures, timed in this process (the fastest of
+    `repeats`): at SIGNATURE_BUDGET, as the build ran it, and at that budget shrunk by the real corpus's rows over
+    this build's, so that `value_slices` gives the slices it gives at the real corpus's size (verification reads
+    the signature files once a slice: its cost grows with the slices, not only the rows). The kept pairs must be
+    the same at both budgets."""
+    import numpy as np
+
+    from synthkd_assets.core import near_dup
+    from synthkd_assets.core.layout import SIGNATURES_STAGE
+
+    paths = [layout.stage_output(SIGNATURES_STAGE, key) for key in keys]
+    offsets = near_dup.shard_row_offsets(paths)
+    pairs = near_dup.distinct_candidate_pairs(paths, near_dup.every_shards_column(paths, "rank_key"))
+    candidate_rows = len(near_dup.sorted_distinct(pairs.ravel()))
+    row_factor = REAL_CORPUS_ROWS / rows_in
+    budgets = {"build": near_dup.SIGNATURE_BUDGET, "real_corpus": int(near_dup.SIGNATURE_BUDGET / row_factor)}
+    threshold = near_dup.ClusterSettings().threshold
+    seconds: dict[str, float] = {}
+    kept: dict[str, np.ndarray] = {}
+    for name, budget in budgets.items():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            kept[name] = near_dup.verified_pairs(pairs, paths, offsets, threshold, budget=budget)
+            seconds[name] = min(seconds.get(name, math.inf), time.perf_counter() - start)
+    if not np.array_equal(kept["build"], kept["real_corpus"]):
+        raise AssertionError("verification kept other pairs at the smaller budget")
+    return {
+        "candidate_pairs": len(pairs),
+        "candidate_rows": candidate_rows,
+        "budgets": budgets,
+        "low_byte_slices": {
+            "build": near_dup.value_slices(candidate_rows, value_bytes=1),
+            "real_corpus": near_dup.value_slices(round(candidate_rows * row_factor), value_bytes=1),
+            "at_the_smaller_budget": near_dup.value_slices(candidate_rows, budgets["real_corpus"], value_bytes=1),
+        },
+        "seconds": seconds,
+        "verified_pairs": len(kept["build"]),
+    }
+
+
 def projection(
-    build: dict, figures: dict, cores: int, work: dict[str, float], run_seconds: dict[str, list[float]]
+    build: dict,
+    figures: dict,
+    cores: int,
+    work: dict[str, float],
+    run_seconds: dict[str, list[float]],
+    verification: dict | None = None,
 ) -> dict:
     """Hours for the real corpus (REAL_CORPUS_FILES files of REAL_CORPUS_ROWS rows in all) on this machine and on a
     CELERY_POOL_CORES-core pool, from this build. Assumptions:
@@ -737,7 +783,9 @@ def projection(
       the memory for one per core;
     - a global pass (`work`: its steps' seconds) costs its measured start-up (wall less work) once, and its work
       scaled by rows, on one process whatever the cores (pessimistic for the manifests, which read their per-file
-      inputs on one thread per core); the clustering by rows x log(rows);
+      inputs on one thread per core); the clustering by rows x log(rows), its verification first counted at
+      the slices it takes at the real corpus's size (`verification`, from `verification_at_scale`: the seconds
+      at the smaller budget replace those at the build's);
     - passes that need not wait for each other run at once, as the build runs them (`Pass.after`: the manifests
       beside the quota plan and the pool pass): the build takes its passes' critical path (`critical_path_s`);
     - the rest of the build's wall time (the services starting, the summary) is a constant: the wall less this
@@ -758,7 +806,10 @@ def projection(
         grows = work.get(name, wall)
         global_full_s[name] = wall - grows - (clusters if name == "plan" else 0.0) + grows * row_factor
     if clusters:
-        global_full_s[CLUSTER_STEP] = clusters * row_factor * math.log(REAL_CORPUS_ROWS) / math.log(rows)
+        sliced = clusters
+        if verification:  # the verification's slices at the real corpus's size
+            sliced += verification["seconds"]["real_corpus"] - verification["seconds"]["build"]
+        global_full_s[CLUSTER_STEP] = sliced * row_factor * math.log(REAL_CORPUS_ROWS) / math.log(rows)
     global_pass_s = {name: seconds for name, seconds in global_full_s.items() if name != CLUSTER_STEP}
     global_pass_s["plan"] = global_pass_s.get("plan", 0.0) + global_full_s.get(CLUSTER_STEP, 0.0)
 
@@ -782,6 +833,7 @@ def projection(
         "global_steps_s": steps,
         "global_step_work_s": work,
         "global_steps_full_corpus_s": global_full_s,
+        "verification_at_scale": verification,
         "other_s": other_s,
         "shard_passes_s": passes,
         "shard_pass_tok_s_per_core": figures["tokens"] / (sum(passes.values()) * cores) if passes else float("nan"),
@@ -877,6 +929,18 @@ def report_lines(result: dict) -> list[str]:
     return lines
 
 
+def verification_at_scale_lines(v: dict | None) -> list[str]:
+    if not v:
+        return []
+    slices, seconds = v["low_byte_slices"], v["seconds"]
+    return [
+        f"  near-duplicate verification ({v['candidate_pairs']:,} pairs over {v['candidate_rows']:,} rows): "
+        f"{slices['build']} slice(s) of low bytes here {seconds['build']:.2f} s; at the real corpus's "
+        f"{slices['real_corpus']} ({slices['at_the_smaller_budget']} at the smaller budget) "
+        f"{seconds['real_corpus']:.2f} s"
+    ]
+
+
 def projection_lines(p: dict) -> list[str]:
     """The projection as the report prints it: each file's run per shard pass, each global step at full scale,
     then the hours here and on the pool, against the target."""
@@ -885,6 +949,7 @@ def projection_lines(p: dict) -> list[str]:
     return [
         f"projection for the real corpus ({p['files']} files, {p['rows']:,} rows):",
         "  one file's run per shard pass: " + ", ".join(f"{k} {v:.1f} s" for k, v in p["file_run_s"].items()),
+        *verification_at_scale_lines(p.get("verification_at_scale")),
         "  global steps at full scale, one process: "
         + ", ".join(f"{k} {v / 60:.1f} min" for k, v in p["global_steps_full_corpus_s"].items()),
         f"  this machine ({p['cores']} cores): {here['hours']:.1f} h (shard passes {here['shard_passes_hours']:.1f} h, "
@@ -982,7 +1047,9 @@ def main(argv: list[str] | None = None) -> int:
             result["step_times"] = step_times(home)
             result["bytes"] = dataset_bytes(layout)
             runs, work = shard_run_seconds(home), global_step_work(home)
-            result["projection"] = projection(result["build"], result["figures"], cores, work, runs)
+            print("timing the near-duplicate verification at the real corpus's slices ...", flush=True)
+            sliced = verification_at_scale(layout, keys, result["figures"]["rows_in"])
+            result["projection"] = projection(result["build"], result["figures"], cores, work, runs, sliced)
             print("verifying ...", flush=True)
             result["verification"] = verify_documents(layout, keys, args.verify_fraction, args.seed)
             status = 1 if result["verification"]["mismatches"] else 0

@@ -90,6 +90,10 @@ def test_the_proof_runs_end_to_end_and_reports_every_figure(kept_run):
     assert projection["this_machine"]["hours"] > projection["celery_64_cores"]["hours"] > 0
     assert {"scan", "build", "pool"} == set(projection["file_run_s"])
     assert {"inventory", "plan", "manifest", "synth_clusters"} <= set(projection["global_step_work_s"])
+    sliced = projection["verification_at_scale"]  # the budget shrunk so as to read as many slices as 500 files
+    assert sliced["low_byte_slices"]["at_the_smaller_budget"] == sliced["low_byte_slices"]["real_corpus"] >= 1
+    assert sliced["candidate_pairs"] == figures["clusters"]["candidate_pairs"]
+    assert sliced["verified_pairs"] == figures["clusters"]["verified_pairs"]
     for line in ("rows in / out: 300 /", "tokens written (synth_kd_v1):", "peak RSS (VmHWM", "verification:"):
         assert line in stdout, line
 
@@ -136,6 +140,23 @@ def test_the_projection_waves_the_shard_runs_and_scales_only_the_global_work():
     assert p["this_machine"]["hours"] == pytest.approx((250 * 85 + global_s + other) / 3600)
     assert p["celery_64_cores"]["hours"] == pytest.approx((8 * 85 + global_s + other) / 3600)  # ceil(500 / 64) waves
     assert p["target_met"] == (p["celery_64_cores"]["hours"] <= 1.0)
+
+
+def test_the_projection_counts_the_verification_slices_of_the_real_corpus():
+    """The clustering's verification at the real corpus's slices: the extra seconds measured at the smaller budget
+    are added to the clustering's before it is scaled (rows x log(rows))."""
+    rows = 2 * scale_run.REAL_CORPUS_ROWS // scale_run.REAL_CORPUS_FILES
+    build = {"seconds": 100.0, "passes": {"scan": {"wall_s": 40.0}}, "steps": {"plan": {"wall_s": 30.0}}}
+    figures = {"rows_in": rows, "shards": 2, "tokens": 10**6}
+    work = {"plan": 25.0, "synth_clusters": 20.0}
+    sliced = {"seconds": {"build": 2.0, "real_corpus": 5.0}}
+    plain = scale_run.projection(build, figures, 2, work, {"scan": [40.0]})
+    p = scale_run.projection(build, figures, 2, work, {"scan": [40.0]}, sliced)
+    scale = scale_run.REAL_CORPUS_ROWS / rows * math.log(scale_run.REAL_CORPUS_ROWS) / math.log(rows)
+    assert plain["global_steps_full_corpus_s"]["synth_clusters"] == pytest.approx(20.0 * scale)
+    assert p["global_steps_full_corpus_s"]["synth_clusters"] == pytest.approx(23.0 * scale)
+    assert p["celery_64_cores"]["hours"] - plain["celery_64_cores"]["hours"] == pytest.approx(3.0 * scale / 3600)
+    assert p["verification_at_scale"] is sliced
 
 
 def test_the_projection_takes_the_critical_path_of_passes_that_run_at_once():

@@ -441,9 +441,30 @@ def _shard_column(path: Path, column: str) -> np.ndarray:
     return pq.read_table(path, columns=[column]).column(column).to_numpy()
 
 
-def _every_shards_column(paths: Sequence[Path], column: str) -> np.ndarray:
-    """A column of every shard's file, in shard order (each file read on its own thread)."""
+def every_shards_column(paths: Sequence[Path], column: str) -> np.ndarray:
+    """A column of every shard's file, in shard order (each file read on its own thread).
+
+    Args:
+        paths: every shard's file, in shard order.
+        column: a column of plain values (e.g. "rank_key", a band column).
+
+    Returns:
+        The column's values, the shards' rows in order.
+    """
     return np.concatenate(thread_map(functools.partial(_shard_column, column=column), paths))
+
+
+def shard_row_offsets(paths: Sequence[Path]) -> np.ndarray:
+    """The global row of each shard's first row, and the total last (from the files' footers).
+
+    Args:
+        paths: every shard's file, in shard order.
+
+    Returns:
+        int64 offsets, one more than the shards.
+    """
+    sizes = [pq.ParquetFile(path).metadata.num_rows for path in paths]
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
 def _signature_rows(
@@ -610,25 +631,37 @@ class Clusters:
         return int(self.offsets[-1])
 
 
+def distinct_candidate_pairs(paths: Sequence[Path], rank_key: np.ndarray) -> np.ndarray:
+    """Every distinct pair of rows that share a band key in any band (`candidate_pairs`), over every shard.
+
+    Args:
+        paths: every shard's signature file, in shard order.
+        rank_key: every row's rank key, the shards' rows in order (`every_shards_column(paths, "rank_key")`).
+
+    Returns:
+        (pairs, 2) global rows, sorted by their pair code, each pair once.
+    """
+    n = len(rank_key)
+    by_rank = rank_order(rank_key)
+
+    def band_codes(column: str) -> np.ndarray:
+        return _pair_codes(candidate_pairs(every_shards_column(paths, column), rank_key, by_rank), n)
+
+    codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged a round of bands at a time
+    cores = available_cores()
+    for first in range(0, len(BAND_COLUMNS), cores):  # a band a core at once (numpy's sorts release the GIL)
+        codes = merged_codes(codes, *thread_map(band_codes, BAND_COLUMNS[first : first + cores]))
+    return _code_pairs(codes, n)
+
+
 def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: ClusterSettings) -> Clusters:
     """Clusters over every shard's signature file; then the held-out clusters and the cap."""
-    sizes = [pq.ParquetFile(path).metadata.num_rows for path in paths]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    offsets = shard_row_offsets(paths)
     n = int(offsets[-1])
-    rank_key = _every_shards_column(paths, "rank_key") if n else np.zeros(0, np.uint64)
+    rank_key = every_shards_column(paths, "rank_key") if n else np.zeros(0, np.uint64)
     candidates = verified = 0
     if n:  # clusters are computed (and reported) with the cap off too; `enabled` decides only the cap
-        by_rank = rank_order(rank_key)
-
-        def band_codes(column: str) -> np.ndarray:
-            return _pair_codes(candidate_pairs(_every_shards_column(paths, column), rank_key, by_rank), n)
-
-        codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged a round of bands at a time
-        cores = available_cores()
-        for first in range(0, len(BAND_COLUMNS), cores):  # a band a core at once (numpy's sorts release the GIL)
-            codes = merged_codes(codes, *thread_map(band_codes, BAND_COLUMNS[first : first + cores]))
-        unique = _code_pairs(codes, n)
-        del codes
+        unique = distinct_candidate_pairs(paths, rank_key)
         candidates = len(unique)
         edges = verified_pairs(unique, paths, offsets, settings.threshold)
         del unique
