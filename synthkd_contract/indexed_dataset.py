@@ -69,6 +69,27 @@ class IndexedDatasetWriter:
         self.sequence_lengths.extend(int(n) for n in lengths)
         self.document_indices.append(len(self.sequence_lengths))
 
+    def add_documents(self, values: np.ndarray, lengths: np.ndarray) -> None:
+        """Documents of one sequence each, in order: `values` holds their values one after another and `lengths`
+        each one's length. The same bytes as `add_document(values[a:b], [b - a])` for each, in one write.
+
+        Args:
+            values: every document's values, concatenated (cast as `add_document` casts them).
+            lengths: each document's length (>= 0); they sum to `len(values)`.
+
+        Raises:
+            ValueError: the lengths do not sum to the values' count, or one is negative.
+        """
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if (lengths < 0).any() or int(lengths.sum()) != len(values):
+            raise ValueError(
+                f"{len(values)} values cannot be {len(lengths)} documents of lengths summing to {int(lengths.sum())}"
+            )
+        self.data_file.write(np.array(values, dtype=self.dtype).tobytes(order="C"))
+        first = len(self.sequence_lengths)
+        self.sequence_lengths.extend(lengths.tolist())
+        self.document_indices.extend(range(first + 1, first + len(lengths) + 1))
+
     def finalize(self, idx_path: str | Path) -> None:
         """Close the .bin and write the .idx."""
         self.data_file.close()

@@ -123,6 +123,36 @@ def test_writer_bytes_equal_megatron_builder_for_every_dtype_code(dtype, data):
         assert_same_reading(ours)
 
 
+@pytest.mark.parametrize("kind", constants.ARRAY_KINDS)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_documents_written_at_once_equal_megatron_builder_one_by_one(kind, data):
+    """`add_documents` (documents of one sequence each, values concatenated, calls of any size) against
+    megatron-core's builder given the same documents one `add_document` at a time."""
+    dtype = constants.ARRAY_DTYPES[kind]
+    docs = [(values, [len(values)]) for values, _ in data.draw(documents(dtype))]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(docs)), max_size=4)))
+    with tempfile.TemporaryDirectory() as directory:
+        megatron, ours = write_both(Path(directory), dtype, docs)
+        writer = IndexedDatasetWriter(f"{ours}.bin", dtype=dtype)
+        for lo, hi in zip([0, *cuts], [*cuts, len(docs)]):
+            batch = docs[lo:hi]
+            values = np.concatenate([v for v, _ in batch]) if batch else np.zeros(0, dtype)
+            writer.add_documents(values, np.array([n for _, (n,) in batch], dtype=np.int64))
+        writer.finalize(f"{ours}.idx")
+        same_bytes(megatron, ours)
+        assert_same_reading(ours)
+
+
+def test_documents_whose_lengths_do_not_add_up_are_refused(tmp_path):
+    writer = IndexedDatasetWriter(tmp_path / "a.bin")
+    with pytest.raises(ValueError, match="3 values cannot be 2 documents"):
+        writer.add_documents(np.arange(3), np.array([1, 1]))
+    with pytest.raises(ValueError, match="cannot be 2 documents"):
+        writer.add_documents(np.arange(3), np.array([4, -1]))
+    writer.data_file.close()
+
+
 def test_values_are_cast_as_megatron_casts_them(tmp_path):
     """A document handed over in another dtype (int64 tokens, bool masks, a Python list) is cast the same way."""
     docs = [

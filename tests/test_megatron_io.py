@@ -7,6 +7,7 @@ import errno
 import os
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
@@ -69,10 +70,30 @@ def test_empty_split_publishes_nothing_and_removes_stale_files(tmp_path):
     assert list((tmp_path / "valid").iterdir()) == []
 
 
+def test_a_table_written_at_once_is_the_same_bytes_as_its_rows_one_by_one(tmp_path):
+    """`add_table` (what the trio and pool writers call) against `add` row by row; a table sliced from a larger
+    one (offsets not starting at 0), as a frame's rows are."""
+    rng = np.random.default_rng(5)
+    conversations = [random_conversation(rng) for _ in range(40)]
+    write_shard(tmp_path / "rows" / "train", 0, conversations[3:31])
+    columns = ("tokens", "loss_mask", "span_id")
+    table = pa.table({c: pa.array([conv[i] for conv in conversations]) for i, c in enumerate(columns)})
+    with MegatronShardWriter(tmp_path / "table" / "train", 0, "train") as writer:
+        writer.add_table(table.slice(3, 20))
+        writer.add_table(table.slice(23, 8))
+        inventory = writer.commit()
+    assert inventory.sequences == 28
+    for name in trio_files(tmp_path / "rows" / "train", 0):
+        assert (tmp_path / "table" / "train" / name.name).read_bytes() == name.read_bytes(), name.name
+
+
 def test_unequal_lengths_are_refused(tmp_path):
     with MegatronShardWriter(tmp_path / "train", 0, "train") as writer:
         with pytest.raises(ValueError, match="equal length"):
             writer.add(np.array([1, 2]), np.array([0]), np.array([0, 0]))
+        table = pa.table({"tokens": [[1, 2], [3]], "loss_mask": [[0, 1], [1]], "span_id": [[0, 1], []]})
+        with pytest.raises(ValueError, match=r"got 1/1/0 \(row 1 of 2\)"):
+            writer.add_table(table)
         writer.commit()
 
 

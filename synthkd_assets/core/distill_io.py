@@ -36,7 +36,7 @@ from openai_harmony import Conversation, Message, Role
 
 from synthkd_assets.core import manifest as mf
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
-from synthkd_assets.core.parquet_io import iter_frames, list_column, streaming_parquet_file
+from synthkd_assets.core.parquet_io import iter_frames, list_column, list_column_flat, streaming_parquet_file
 from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.render import completion_start
 from synthkd_assets.core.report import ShardReport
@@ -335,14 +335,6 @@ def distill_table(rows: list[tuple[str, str, str, DistillRow]], dataset: str = c
 PROBLEM_KINDS = ("schema", "labels", "spans", "max_length", "split")
 
 
-def _flat(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(lengths, values) of a list column."""
-    array = column.combine_chunks()
-    offsets = array.offsets.to_numpy()
-    values = array.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
-    return np.diff(offsets), values
-
-
 class DistillRowCheck:
     """The row invariants of one DistillKit part (`distill_part_problems` lists them), checked table by table in
     the part's row order: on a part read back, or on the tables a writer hands to Parquet (`DistillStep`), so that
@@ -371,9 +363,9 @@ class DistillRowCheck:
         """The invariants of the next rows of the part (a table of DISTILL_SCHEMA)."""
         add, problems, row_base, n_rows = self.add, self.problems, self.row_base, table.num_rows
         self.row_base += n_rows
-        lengths, ids = _flat(table.column("input_ids"))
-        label_lengths, labels = _flat(table.column("labels"))
-        mask_lengths, mask = _flat(table.column("attention_mask"))
+        lengths, ids = list_column_flat(table.column("input_ids"))
+        label_lengths, labels = list_column_flat(table.column("labels"))
+        mask_lengths, mask = list_column_flat(table.column("attention_mask"))
         spans = table.column("spans").combine_chunks()
         start = spans.field("assistant_token_start").to_numpy(zero_copy_only=False).astype(np.int64)
         analysis = spans.field("analysis_token_count").to_numpy(zero_copy_only=False).astype(np.int64)

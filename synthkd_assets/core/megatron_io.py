@@ -15,14 +15,17 @@ from pathlib import Path
 from types import TracebackType
 
 import numpy as np
+import pyarrow as pa
 
 from synthkd_assets.core.atomic import PartialFile, discard_all, publish_partials
 from synthkd_assets.core.ownership import remove_replaced_output
-from synthkd_assets.core.parquet_io import ParquetShardWriter, output_errors_named
+from synthkd_assets.core.parquet_io import ParquetShardWriter, list_column_flat, output_errors_named
 from synthkd_contract import constants
 from synthkd_contract.indexed_dataset import IndexedDatasetWriter
 from synthkd_contract.manifest_seal import sha256_file
 from synthkd_contract.trio import shard_tokens_prefix, trio_files, trio_prefixes, validate_trio
+
+TRIO_COLUMNS = ("tokens", "loss_mask", "span_id")  # the list columns that hold a trio's arrays (ARRAY_KINDS' order)
 
 
 @dataclass(frozen=True)
@@ -93,17 +96,34 @@ class MegatronShardWriter:
             raise
 
     def add(self, tokens: np.ndarray, loss_mask: np.ndarray, span_id: np.ndarray) -> None:
-        n = len(tokens)
-        if not (len(loss_mask) == n == len(span_id)) or n == 0:
+        """One conversation: `add_table` of a table of its one row."""
+        arrays = (tokens, loss_mask, span_id)
+        self.add_table(pa.table({column: pa.array([np.asarray(a)]) for column, a in zip(TRIO_COLUMNS, arrays)}))
+
+    def add_table(self, table: pa.Table) -> None:
+        """Every row of `table` (its `tokens`, `loss_mask` and `span_id` list columns) as one conversation, in
+        order: what `add` does row by row, with one write a file.
+
+        Args:
+            table: rows with the three list columns (any other columns are ignored).
+
+        Raises:
+            ValueError: a row whose three arrays are empty or of different lengths (the first such row named).
+        """
+        flats = [list_column_flat(table.column(column)) for column in TRIO_COLUMNS]
+        lengths = flats[0][0]
+        bad = np.flatnonzero((lengths == 0) | (flats[1][0] != lengths) | (flats[2][0] != lengths))
+        if len(bad):
+            row = int(bad[0])
             raise ValueError(
                 f"shard {self.shard_index} {self.split}: arrays must be non-empty and of equal length, got "
-                f"{len(tokens)}/{len(loss_mask)}/{len(span_id)}"
+                f"{'/'.join(str(int(flat[0][row])) for flat in flats)} (row {row} of {table.num_rows})"
             )
-        for kind, array in zip(constants.ARRAY_KINDS, (tokens, loss_mask, span_id)):
+        for kind, (_, values) in zip(constants.ARRAY_KINDS, flats):
             with output_errors_named(self._bins[kind].final):
-                self._builders[kind].add_document(np.asarray(array, dtype=constants.ARRAY_DTYPES[kind]), [n])
-        self.sequences += 1
-        self.tokens += n
+                self._builders[kind].add_documents(values, lengths)
+        self.sequences += len(lengths)
+        self.tokens += int(lengths.sum())
 
     def finish(self) -> None:
         """Close every .bin and write every .idx, all still under their partial names."""

@@ -185,6 +185,14 @@ def list_column(values: Sequence[np.ndarray], dtype: np.dtype) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
 
 
+def list_column_flat(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A list column as (each row's length, every row's values one after another), without a view per row."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = array.offsets.to_numpy()
+    values = array.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+    return np.diff(offsets), values
+
+
 def list_column_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray]:
     """The inverse of `list_column`: zero-copy numpy views, one per row."""
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]

@@ -28,7 +28,7 @@ from synthkd_assets.core.caps import NO_CAPS, BuildCaps
 from synthkd_assets.core.distill_io import messages_payload, sampled_messages
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.near_dup import BySynthId, shard_cluster_columns
-from synthkd_assets.core.parquet_io import ParquetShardWriter, list_column_rows
+from synthkd_assets.core.parquet_io import ParquetShardWriter
 from synthkd_assets.core.quota import quota_keep
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.source_mix import source_mix_keep
@@ -156,9 +156,10 @@ class PoolOutputs(Outputs):
             raise
 
     def write(self, name: str, table: Table) -> None:
-        arrays = [list_column_rows(table.column(column)) for column in ("tokens", "loss_mask", "span_id")]
-        for cell, tokens, loss_mask, span_id in zip(table.column("cell").to_pylist(), *arrays):
-            self.writers[(name, cell)].add(tokens, loss_mask, span_id)
+        cells = table.column("cell").combine_chunks().dictionary_encode()
+        for code, cell in enumerate(cells.dictionary.to_pylist()):  # each cell's rows, in their order
+            rows = np.flatnonzero(cells.indices.to_numpy(zero_copy_only=False) == code)
+            self.writers[(name, cell)].add_table(table.take(pa.array(rows)))
         self.part.write(table.select(POOL_SCHEMA.names))
 
     def publish(self) -> None:

@@ -435,9 +435,7 @@ class TrioOutputs(Outputs):
 
     def write(self, name: str, table: Table) -> None:
         arrow = table if isinstance(table, pa.Table) else table.to_arrow()
-        arrays = [list_column_rows(arrow.column(column)) for column in ("tokens", "loss_mask", "span_id")]
-        for tokens, loss_mask, span_id in zip(*arrays):
-            self.writers[name].add(tokens, loss_mask, span_id)
+        self.writers[name].add_table(arrow)
         self.documents[name].extend(arrow.column("synth_id").to_pylist())
 
     def publish(self) -> None:
