@@ -520,3 +520,17 @@ def test_the_manifests_row_checks_read_only_parts_no_shard_check_passed_on(
     assert not evaluations["distill_labels_match_input_ids"].passed
     assert evaluations["distill_spans_consistent"].passed
     assert {evaluations[name].metadata["parts_read"].value for name in checks.DISTILL_ROW_CHECKS} == {1}
+
+
+def test_sampled_messages_advance_in_order_and_read_only_the_rows_asked(tmp_path):
+    """The tokenized rows are synth_sampled's in order, some dropped: each is found past the last one found,
+    across frames, its messages_json read when asked; a row not among those left is a contract error."""
+    path = tmp_path / "sampled.parquet"
+    rows = list(range(0, 5000, 3))
+    pq.write_table(pa.table({"source_row": rows, "messages_json": [f"m{r}" for r in rows]}), path, row_group_size=700)
+    messages = distill_io.SampledMessages(path, "synth_009")
+    asked = [3, 30, 2097, 2100, 4998]  # the third across a row group
+    payloads = [messages.advance(row) for row in asked]
+    assert [payload() for payload in payloads] == [f"m{r}" for r in asked]
+    with pytest.raises(distill_io.DistillContractError, match="synth_009: tokenized source_row 30 is not in"):
+        messages.advance(30)  # behind the last row found

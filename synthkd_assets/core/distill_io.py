@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,19 +165,35 @@ def _split_row(input_ids: np.ndarray, spans: np.ndarray, start: int, synth_id: s
     return DistillRow(input_ids, labels, start, analysis, final)
 
 
-def sampled_messages(sampled_path: Path) -> Iterator[tuple[int, str]]:
-    """(source_row, messages_json) of synth_sampled, in order."""
-    for frame in iter_frames(sampled_path, ("source_row", "messages_json")):
-        yield from frame.iter_rows()
+class SampledMessages:
+    """synth_sampled's rows in order, advanced to each tokenized row (the tokenized rows are the sampled rows in
+    the same order, minus the ones the renderer dropped); a row's messages_json is read out of its frame only
+    when asked (synth_distill asks for the few rows openai-harmony confirms)."""
 
+    def __init__(self, sampled_path: Path, shard: str) -> None:
+        self.frames = iter_frames(sampled_path, ("source_row", "messages_json"))
+        self.shard = shard
+        self.source_rows: list[int] = []
+        self.messages: pl.Series | None = None
+        self.at = 0
 
-def messages_payload(rows: Iterator[tuple[int, str]], source_row: int, shard: str) -> str:
-    """Advance the (source_row, messages_json) stream of synth_sampled to `source_row`: the tokenized
-    rows are the sampled rows in the same order, minus the ones the renderer dropped."""
-    for candidate, payload in rows:
-        if candidate == source_row:
-            return payload
-    raise DistillContractError(f"{shard}: tokenized source_row {source_row} is not in synth_sampled (in order)")
+    def advance(self, source_row: int) -> Callable[[], str]:
+        """Advance to `source_row`: its messages_json, when called.
+
+        Raises:
+            DistillContractError: `source_row` is not among the rows left.
+        """
+        while True:
+            for i in range(self.at, len(self.source_rows)):
+                if self.source_rows[i] == source_row:
+                    self.at, messages = i + 1, self.messages
+                    return lambda: messages[i]
+            frame = next(self.frames, None)
+            if frame is None:
+                raise DistillContractError(
+                    f"{self.shard}: tokenized source_row {source_row} is not in synth_sampled (in order)"
+                )
+            self.source_rows, self.messages, self.at = frame["source_row"].to_list(), frame["messages_json"], 0
 
 
 @dataclass
@@ -222,7 +238,7 @@ class DistillStep(DatasetStep):
         super().__init__(tokenized_path, caps)
         self.paths, self.shard, self.prefixes = paths, shard, CompletionPrefixes(encoding)
         self.max_seq_len, self.valid_fraction = max_seq_len, valid_fraction
-        self.messages = sampled_messages(sampled_path)
+        self.messages = SampledMessages(sampled_path, shard)
         self.lengths: dict[str, Counter] = {split: Counter() for split in constants.DISTILL_SPLITS}
         # the row invariants, on the tables as they are handed to Parquet (`written_rows_problems`)
         self.row_checks = {
@@ -238,10 +254,10 @@ class DistillStep(DatasetStep):
             detail = f"{length} tokens > {self.max_seq_len}"
             report.drop(drops.DROP_OVER_MAX_SEQ_LEN, row.source_row, row.synth_id, detail)
             return None
-        payload = messages_payload(self.messages, row.source_row, self.shard)
+        payload = self.messages.advance(row.source_row)
         input_ids, token_spans = _row_arrays(row.tokens, row.span_id, row.synth_id)
         try:
-            start = self.prefixes.prefix(input_ids, token_spans, lambda: json.loads(payload)["messages"])
+            start = self.prefixes.prefix(input_ids, token_spans, lambda: json.loads(payload())["messages"])
         except DistillContractError as error:
             raise DistillContractError(f"{row.synth_id}: {error}") from error
         distilled = _split_row(input_ids, token_spans, start, row.synth_id)

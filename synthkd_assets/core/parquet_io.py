@@ -187,7 +187,10 @@ def list_column(values: Sequence[np.ndarray], dtype: np.dtype) -> pa.Array:
 
 def list_column_flat(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """A list column as (each row's length, every row's values one after another), without a view per row."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if isinstance(column, pa.ChunkedArray):  # one chunk (a frame's) is read in place; more are joined
+        array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    else:
+        array = column
     offsets = array.offsets.to_numpy()
     values = array.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
     return np.diff(offsets), values

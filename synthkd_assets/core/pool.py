@@ -16,7 +16,7 @@ A conversation the quota grid does not keep is dropped and counted (`over_quota`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from synthkd_assets.core.caps import NO_CAPS, BuildCaps
-from synthkd_assets.core.distill_io import messages_payload, sampled_messages
+from synthkd_assets.core.distill_io import SampledMessages
 from synthkd_assets.core.megatron_io import MegatronShardWriter, ShardSplitInventory, commit_shard
 from synthkd_assets.core.near_dup import BySynthId, shard_cluster_columns
 from synthkd_assets.core.parquet_io import ParquetShardWriter
@@ -203,7 +203,7 @@ class PoolStep(DatasetStep):
         if self.source != sources.SYNTH_SOURCE and self.source_rates is None:
             raise ValueError(f"{shard.shard}: an anchor source's shard needs the quota plan's source mix rates")
         self.where = shard
-        self.messages: Iterator[tuple[int, str]] = sampled_messages(shard.sampled_path)
+        self.messages = SampledMessages(shard.sampled_path, shard.shard)
         self.outputs: PoolOutputs | None = None
         self.clusters = shard_cluster_columns(shard.clusters_path) if shard.clusters_path is not None else None
 
@@ -212,7 +212,7 @@ class PoolStep(DatasetStep):
         return self.outputs
 
     def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, PoolRow] | None:
-        payload = messages_payload(self.messages, row.source_row, self.shard)
+        payload = self.messages.advance(row.source_row)()
         kept = pool_row(row, payload, self.where.exercise_table)
         # the skill quota grid is SYNTH's; every source's share of the whole then comes from the source mix
         quota_excluded, source_excluded = self.where.quota_excluded, self.where.source_excluded
