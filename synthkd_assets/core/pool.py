@@ -212,18 +212,14 @@ class PoolStep(DatasetStep):
         return self.outputs
 
     def keep(self, row: TokenizedRow, report: ShardReport) -> tuple[str, PoolRow] | None:
-        payload = self.messages.advance(row.source_row)()
-        kept = pool_row(row, payload, self.where.exercise_table)
+        messages = self.messages.advance(row.source_row)
+        skill, ctx = skill_bucket(row.exercise, self.where.exercise_table), ctx_bucket(len(row.tokens))
         # the skill quota grid is SYNTH's; every source's share of the whole then comes from the source mix
         quota_excluded, source_excluded = self.where.quota_excluded, self.where.source_excluded
-        if self.source == sources.SYNTH_SOURCE and not quota_keep(
-            row.synth_id, kept.skill, kept.ctx, self.rates, quota_excluded
-        ):
-            rate = self.rates[kept.skill][kept.ctx]
+        if self.source == sources.SYNTH_SOURCE and not quota_keep(row.synth_id, skill, ctx, self.rates, quota_excluded):
+            rate = self.rates[skill][ctx]
             why = "excluded by id: too long for its bucket's budget" if row.synth_id in quota_excluded else "rate"
-            report.drop(
-                drops.DROP_OVER_QUOTA, row.source_row, row.synth_id, f"cell {kept.skill}/{kept.ctx} {why} {rate}"
-            )
+            report.drop(drops.DROP_OVER_QUOTA, row.source_row, row.synth_id, f"cell {skill}/{ctx} {why} {rate}")
             return None
         if self.source_rates is not None and not source_mix_keep(
             row.synth_id, self.source, self.source_rates, source_excluded
@@ -232,6 +228,7 @@ class PoolStep(DatasetStep):
             why = "excluded by id: too long for its planned tokens" if row.synth_id in source_excluded else "rate"
             report.drop(drops.DROP_OVER_SOURCE_SHARE, row.source_row, row.synth_id, f"{self.source} {why} {rate}")
             return None
+        kept = pool_row(row, messages(), self.where.exercise_table)  # its spans and messages: for kept rows only
         report.count_sequence(row.exercise, row.language, kept.sequence_tokens, self.where.exercise_table)
         report.exercise_language[(row.exercise, row.language)] += 1
         return assign_split(row.synth_id), kept
