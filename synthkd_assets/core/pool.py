@@ -157,9 +157,9 @@ class PoolOutputs(Outputs):
 
     def write(self, name: str, table: Table) -> None:
         cells = table.column("cell").combine_chunks().dictionary_encode()
+        codes = cells.indices.to_numpy(zero_copy_only=False)
         for code, cell in enumerate(cells.dictionary.to_pylist()):  # each cell's rows, in their order
-            rows = np.flatnonzero(cells.indices.to_numpy(zero_copy_only=False) == code)
-            self.writers[(name, cell)].add_table(table.take(pa.array(rows)))
+            self.writers[(name, cell)].add_table(table.take(pa.array(np.flatnonzero(codes == code))))
         self.part.write(table.select(POOL_SCHEMA.names))
 
     def publish(self) -> None:
