@@ -305,10 +305,9 @@ def recopied(path: Path, copy: int) -> pa.Table:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from synthkd_assets.core.near_dup import band_keys, salted_key
+    from synthkd_assets.core.near_dup import band_keys, synth_id_columns
     from synthkd_contract import near_dup as nd
     from synthkd_contract.schemas import BAND_COLUMNS, SIGNATURES_SCHEMA
-    from synthkd_contract.splits import is_valid
 
     table = pq.read_table(path)
     ids = [f"{i}_{copy}" for i in table.column("synth_id").to_pylist()]
@@ -318,9 +317,7 @@ def recopied(path: Path, copy: int) -> pa.Table:
     columns = {name: table.column(name) for name in table.column_names}
     columns |= {
         "synth_id": ids,
-        "valid": [is_valid(i) for i in ids],
-        "rank_key": [salted_key(nd.CLUSTER_SALT, i) for i in ids],
-        "heldout_key": [salted_key(nd.HELDOUT_SALT, i) for i in ids],
+        **synth_id_columns(ids),
         "near_dup_hash": [f"{k:016x}" for k in keys[:, 0].tolist()],
         "signature": pa.FixedSizeListArray.from_arrays(pa.array(signatures.reshape(-1)), nd.NUM_PERM),
     }

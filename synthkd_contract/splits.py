@@ -40,9 +40,23 @@ def stable_unit_intervals(salt: str, keys: Iterable[str]) -> np.ndarray:
     Returns:
         A float64 array of values in [0, 1), in the keys' order.
     """
+    return salted_heads(salt, keys).astype(np.float64) / 2.0**64
+
+
+def salted_heads(salt: str, keys: Iterable[str]) -> np.ndarray:
+    """The first 8 bytes of sha256(f"{salt}:{key}") of every key, big-endian, as one uint64 array: the salted
+    hashes the rules compare and order rows by (`stable_unit_intervals` scales them into [0, 1)).
+
+    Args:
+        salt: the rule's salt.
+        keys: the conversations' `synth_id`s.
+
+    Returns:
+        A uint64 array, in the keys' order.
+    """
     prefix, sha256 = f"{salt}:", hashlib.sha256
     heads = b"".join([sha256((prefix + key).encode()).digest()[:8] for key in keys])
-    return np.frombuffer(heads, dtype=">u8").astype(np.float64) / 2.0**64
+    return np.frombuffer(heads, dtype=">u8").astype(np.uint64)
 
 
 def is_valid(synth_id: str, salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION) -> bool:
@@ -73,3 +87,19 @@ def assign_split(
         The split's name, one of `constants.SPLITS`.
     """
     return constants.SPLITS[1] if is_valid(synth_id, salt, valid_fraction) else constants.SPLITS[0]
+
+
+def are_valid(
+    synth_ids: Iterable[str], salt: str = constants.SPLIT_SALT, valid_fraction: float = constants.VALID_FRACTION
+) -> np.ndarray:
+    """`is_valid` of every synth_id, as one bool array (hashed by `stable_unit_intervals`).
+
+    Args:
+        synth_ids: the conversations' ids.
+        salt: the split's salt.
+        valid_fraction: the share of conversations that go to valid.
+
+    Returns:
+        True for valid, False for train, in the ids' order.
+    """
+    return stable_unit_intervals(salt, synth_ids) < valid_fraction

@@ -7,6 +7,7 @@ import itertools
 import math
 import random
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
@@ -24,7 +25,7 @@ from synthkd_assets.core.sampling import (
 from synthkd_assets.core.stages import select_rows_shard
 from synthkd_contract import constants
 from synthkd_contract.schemas import HARMONY_SCHEMA
-from synthkd_contract.splits import stable_unit_intervals
+from synthkd_contract.splits import are_valid, is_valid, salted_heads, stable_unit_intervals
 
 EXERCISES = ("memorization", "rag", "mcq", "math exercise")
 LANGUAGES = ("en", "fr", "de", "unknown")
@@ -241,6 +242,15 @@ def test_plan_bytes_do_not_depend_on_count_order():
     cells = {(ex, lang): 10 * i + 1 for i, (ex, lang) in enumerate(itertools.product(EXERCISES, LANGUAGES))}
     reversed_cells = dict(reversed(list(cells.items())))
     assert plan_keep_rates(cells, MixTargets()) == plan_keep_rates(reversed_cells, MixTargets())
+
+
+@given(st.text(max_size=3), st.lists(st.text(max_size=40), max_size=30), st.floats(0, 1))
+def test_salted_heads_and_valid_flags_are_the_rules_key_by_key(salt, keys, fraction):
+    """The vectorized salted hashes (the signature files' rank and held-out keys) and split flags against sha256
+    and `is_valid` taken key by key."""
+    heads = [int.from_bytes(hashlib.sha256(f"{salt}:{key}".encode()).digest()[:8], "big") for key in keys]
+    assert salted_heads(salt, keys).tolist() == heads and salted_heads(salt, keys).dtype == np.uint64
+    assert are_valid(keys, salt, fraction).tolist() == [is_valid(key, salt, fraction) for key in keys]
 
 
 @given(st.text(max_size=3), st.lists(st.text(max_size=40), max_size=30))

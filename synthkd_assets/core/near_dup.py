@@ -27,7 +27,6 @@ file a core at once (`thread_map`), and verification compares one chunk of pairs
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.metadata
 import importlib.resources
 import json
@@ -54,7 +53,7 @@ from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep,
 from synthkd_contract import constants, drops
 from synthkd_contract import near_dup as nd
 from synthkd_contract.schemas import BAND_COLUMNS, CLUSTERS_SCHEMA, HARMONY_SCHEMA, SIGNATURES_SCHEMA
-from synthkd_contract.splits import is_valid
+from synthkd_contract.splits import are_valid, salted_heads
 
 # the first user message's text, whatever precedes it: [system, user, ...] of raw SYNTH and the anchor sources,
 # [system, developer, user, ...] of the synth_harmony_v1 artifact
@@ -221,9 +220,21 @@ def band_keys(signatures: np.ndarray) -> np.ndarray:
     return keys
 
 
-def salted_key(salt: str, synth_id: str) -> int:
-    """The first 8 bytes of sha256(f"{salt}:{synth_id}"), big-endian: the sampling rules' hash, as an integer."""
-    return int.from_bytes(hashlib.sha256(f"{salt}:{synth_id}".encode()).digest()[:8], "big")
+def synth_id_columns(synth_ids: list[str]) -> dict[str, np.ndarray]:
+    """The signature file's columns that come from each row's synth_id alone: its 000 split (`valid`), and the
+    salted keys that order a cluster's rows (`rank_key`) and pick the held-out clusters (`heldout_key`).
+
+    Args:
+        synth_ids: the rows' ids, in order.
+
+    Returns:
+        {"valid": bool, "rank_key": uint64, "heldout_key": uint64} arrays, in the ids' order.
+    """
+    return {
+        "valid": are_valid(synth_ids),
+        "rank_key": salted_heads(nd.CLUSTER_SALT, synth_ids),
+        "heldout_key": salted_heads(nd.HELDOUT_SALT, synth_ids),
+    }
 
 
 def question_expr() -> pl.Expr:
@@ -255,9 +266,7 @@ def signature_table(frame: pl.DataFrame) -> pa.Table:
         "synth_id": ids,
         "exercise": frame["exercise"].to_list(),
         "language": frame["language"].to_list(),
-        "valid": [is_valid(i) for i in ids],
-        "rank_key": [salted_key(nd.CLUSTER_SALT, i) for i in ids],
-        "heldout_key": [salted_key(nd.HELDOUT_SALT, i) for i in ids],
+        **synth_id_columns(ids),
         "answer_form": [None if f is None else f[0] for f in forms],
         "near_dup_hash": [f"{k:016x}" for k in keys[:, 0].tolist()],
         "signature": pa.FixedSizeListArray.from_arrays(pa.array(signatures.reshape(-1)), nd.NUM_PERM),
