@@ -24,7 +24,8 @@
    the build's step and pass times (its console lines; issue #45's target 3 measured both ways: the wall
    outside the shard passes, and the global steps' own seconds), the peak RSS per process, and projects hours for
    the real corpus (500 files, 77.9M rows) on this machine and on a 64-core Celery pool (`projection`: its
-   assumptions; issue #45's target is <= 1 h on the pool).
+   assumptions; issue #45's target is <= 1 h on the pool), the near-duplicate verification timed again at the
+   slices it reads at the real corpus's size (`verification_at_scale`).
 4. verifies a seeded random 1% (`--verify-fraction`) of the written documents: their tokens / loss_mask /
    span_id read from the synth_kd_v1 trio with megatron-core's IndexedDataset, against openai-harmony's own
    render (`HarmonyRenderer`) of the same conversation's synth_harmony messages, found by synth_id through the
