@@ -529,7 +529,7 @@ def test_sampled_messages_advance_in_order_and_read_only_the_rows_asked(tmp_path
     rows = list(range(0, 5000, 3))
     pq.write_table(pa.table({"source_row": rows, "messages_json": [f"m{r}" for r in rows]}), path, row_group_size=700)
     messages = distill_io.SampledMessages(path, "synth_009")
-    asked = [3, 30, 2097, 2100, 4998]  # the third across a row group
+    asked = [3, 30, 2097, 2100, 4998]  # 2097 ends the first row group of 700 rows, 2100 opens the second
     payloads = [messages.advance(row) for row in asked]
     assert [payload() for payload in payloads] == [f"m{r}" for r in asked]
     with pytest.raises(distill_io.DistillContractError, match="synth_009: tokenized source_row 30 is not in"):
