@@ -62,6 +62,7 @@ REAL_CORPUS_FILES = 500
 CELERY_POOL_CORES = 64
 PROJECTION_TARGET_HOURS = 1.0  # issue #45, target 5: the real corpus in <= 1 h on a 64-core pool
 CLUSTER_STEP = "synth_clusters"  # the one global step that grows faster than the rows (n log n)
+EVERY_PAIR_VERIFIES = "every_pair_verifies"  # near-duplicates' worst case for verification (`verification_at_scale`)
 GIB = 1 << 30
 PERTURB_PERIOD = 4  # every 4th word of a copy's answer is replaced
 _LETTERS = re.compile(r"[^\W\d_]+")  # a word's letters: what perturb replaces
@@ -731,7 +732,8 @@ def verification_at_scale(layout, keys: list[str], rows_in: int, repeats: int = 
     `repeats`): at SIGNATURE_BUDGET, as the build ran it, and at that budget shrunk by the real corpus's rows over
     this build's, so that `value_slices` gives the slices it gives at the real corpus's size (verification reads
     the signature files once a slice: its cost grows with the slices, not only the rows). The kept pairs must be
-    the same at both budgets."""
+    the same at both budgets. Then near-duplicates' worst case at the smaller budget (EVERY_PAIR_VERIFIES): as
+    many pairs, each of a row with itself, so that no slice drops one."""
     import numpy as np
 
     from synthkd_assets.core import near_dup
@@ -753,6 +755,16 @@ def verification_at_scale(layout, keys: list[str], rows_in: int, repeats: int = 
             seconds[name] = min(seconds.get(name, math.inf), time.perf_counter() - start)
     if not np.array_equal(kept["build"], kept["real_corpus"]):
         raise AssertionError("verification kept other pairs at the smaller budget")
+    # near-duplicates' worst case: every candidate pair verifies, so no slice drops one. Each pair (a, b) becomes
+    # (a, a): as many pairs, all kept, over the rows of their first members, at the real corpus's slices
+    every_pair = np.stack([pairs[:, 0], pairs[:, 0]], axis=1)
+    for _ in range(repeats):
+        start = time.perf_counter()
+        kept_every = near_dup.verified_pairs(every_pair, paths, offsets, threshold, budget=budgets["real_corpus"])
+        worst = time.perf_counter() - start
+        seconds[EVERY_PAIR_VERIFIES] = min(seconds.get(EVERY_PAIR_VERIFIES, math.inf), worst)
+    if len(kept_every) != len(every_pair):
+        raise AssertionError("a pair of a row with itself did not verify")
     return {
         "candidate_pairs": len(pairs),
         "candidate_rows": candidate_rows,
@@ -786,7 +798,8 @@ def projection(
       scaled by rows, on one process whatever the cores (pessimistic for the manifests, which read their per-file
       inputs on one thread per core); the clustering by rows x log(rows), its verification first counted at
       the slices it takes at the real corpus's size (`verification`, from `verification_at_scale`: the seconds
-      at the smaller budget replace those at the build's);
+      at the smaller budget replace those at the build's; the pool's hours are also given for near-duplicates'
+      worst case, where every candidate pair verifies);
     - passes that need not wait for each other run at once, as the build runs them (`Pass.after`: the manifests
       beside the quota plan and the pool pass): the build takes its passes' critical path (`critical_path_s`);
     - the rest of the build's wall time (the services starting, the summary) is a constant: the wall less this
@@ -806,18 +819,22 @@ def projection(
     for name, wall in steps.items():
         grows = work.get(name, wall)
         global_full_s[name] = wall - grows - (clusters if name == "plan" else 0.0) + grows * row_factor
-    if clusters:
-        sliced = clusters
-        if verification:  # the verification's slices at the real corpus's size
-            sliced += verification["seconds"]["real_corpus"] - verification["seconds"]["build"]
-        global_full_s[CLUSTER_STEP] = sliced * row_factor * math.log(REAL_CORPUS_ROWS) / math.log(rows)
-    global_pass_s = {name: seconds for name, seconds in global_full_s.items() if name != CLUSTER_STEP}
-    global_pass_s["plan"] = global_pass_s.get("plan", 0.0) + global_full_s.get(CLUSTER_STEP, 0.0)
+    timed = (verification or {}).get("seconds", {})
 
-    def hours_on(pool_cores: int) -> dict[str, float]:
+    def clustering_s(verified: str | None) -> float:
+        """The clustering at full scale, its verification as timed at the real corpus's slices (`verified`)."""
+        extra = timed[verified] - timed["build"] if verified in timed else 0.0
+        return (clusters + extra) * row_factor * math.log(REAL_CORPUS_ROWS) / math.log(rows)
+
+    if clusters:
+        global_full_s[CLUSTER_STEP] = clustering_s("real_corpus")
+    global_pass_s = {name: seconds for name, seconds in global_full_s.items() if name != CLUSTER_STEP}
+
+    def hours_on(pool_cores: int, clustering: float = global_full_s.get(CLUSTER_STEP, 0.0)) -> dict[str, float]:
         waves = math.ceil(REAL_CORPUS_FILES / pool_cores)
         shard_s = {name: waves * seconds for name, seconds in file_run_s.items()}
-        path_s = critical_path_s({**global_pass_s, **shard_s})
+        passes_s = {**global_pass_s, "plan": global_pass_s.get("plan", 0.0) + clustering}
+        path_s = critical_path_s({**passes_s, **shard_s})
         return {
             "shard_passes_hours": sum(shard_s.values()) / 3600,
             "global_steps_hours": (path_s - sum(shard_s.values())) / 3600,  # those on the critical path
@@ -825,6 +842,9 @@ def projection(
         }
 
     here, pool = hours_on(cores), hours_on(CELERY_POOL_CORES)
+    if clusters and EVERY_PAIR_VERIFIES in timed:
+        worst = hours_on(CELERY_POOL_CORES, clustering_s(EVERY_PAIR_VERIFIES))
+        pool = {**pool, f"hours_{EVERY_PAIR_VERIFIES}": worst["hours"]}
     return {
         "cores": cores,
         "files": REAL_CORPUS_FILES,
@@ -938,7 +958,7 @@ def verification_at_scale_lines(v: dict | None) -> list[str]:
         f"  near-duplicate verification ({v['candidate_pairs']:,} pairs over {v['candidate_rows']:,} rows): "
         f"{slices['build']} slice(s) of low bytes here {seconds['build']:.2f} s; at the real corpus's "
         f"{slices['real_corpus']} ({slices['at_the_smaller_budget']} at the smaller budget) "
-        f"{seconds['real_corpus']:.2f} s"
+        f"{seconds['real_corpus']:.2f} s; if every candidate pair verified {seconds[EVERY_PAIR_VERIFIES]:.2f} s"
     ]
 
 
@@ -957,6 +977,11 @@ def projection_lines(p: dict) -> list[str]:
         f"global on the critical path {here['global_steps_hours']:.2f} h)",
         f"  a {CELERY_POOL_CORES}-core pool: {pool['hours']:.2f} h (shard passes {pool['shard_passes_hours']:.2f} h, "
         f"global on the critical path {pool['global_steps_hours']:.2f} h): target <= {p['target_hours']:g} h {verdict}",
+        *(
+            [f"  the same if every candidate pair verified (near-duplicates' worst case): {worst:.2f} h"]
+            if (worst := pool.get(f"hours_{EVERY_PAIR_VERIFIES}")) is not None
+            else []
+        ),
     ]
 
 

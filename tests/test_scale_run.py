@@ -94,6 +94,8 @@ def test_the_proof_runs_end_to_end_and_reports_every_figure(kept_run):
     assert sliced["low_byte_slices"]["at_the_smaller_budget"] == sliced["low_byte_slices"]["real_corpus"] >= 1
     assert sliced["candidate_pairs"] == figures["clusters"]["candidate_pairs"]
     assert sliced["verified_pairs"] == figures["clusters"]["verified_pairs"]
+    assert projection["celery_64_cores"]["hours_every_pair_verifies"] > 0  # timings: not ordered at 300 rows
+    assert "if every candidate pair verified" in stdout
     for line in ("rows in / out: 300 /", "tokens written (synth_kd_v1):", "peak RSS (VmHWM", "verification:"):
         assert line in stdout, line
 
@@ -144,19 +146,22 @@ def test_the_projection_waves_the_shard_runs_and_scales_only_the_global_work():
 
 def test_the_projection_counts_the_verification_slices_of_the_real_corpus():
     """The clustering's verification at the real corpus's slices: the extra seconds measured at the smaller budget
-    are added to the clustering's before it is scaled (rows x log(rows))."""
+    are added to the clustering's before it is scaled (rows x log(rows)); near-duplicates' worst case likewise, on
+    a line of its own."""
     rows = 2 * scale_run.REAL_CORPUS_ROWS // scale_run.REAL_CORPUS_FILES
     build = {"seconds": 100.0, "passes": {"scan": {"wall_s": 40.0}}, "steps": {"plan": {"wall_s": 30.0}}}
     figures = {"rows_in": rows, "shards": 2, "tokens": 10**6}
     work = {"plan": 25.0, "synth_clusters": 20.0}
-    sliced = {"seconds": {"build": 2.0, "real_corpus": 5.0}}
+    sliced = {"seconds": {"build": 2.0, "real_corpus": 5.0, scale_run.EVERY_PAIR_VERIFIES: 9.0}}
     plain = scale_run.projection(build, figures, 2, work, {"scan": [40.0]})
     p = scale_run.projection(build, figures, 2, work, {"scan": [40.0]}, sliced)
     scale = scale_run.REAL_CORPUS_ROWS / rows * math.log(scale_run.REAL_CORPUS_ROWS) / math.log(rows)
     assert plain["global_steps_full_corpus_s"]["synth_clusters"] == pytest.approx(20.0 * scale)
     assert p["global_steps_full_corpus_s"]["synth_clusters"] == pytest.approx(23.0 * scale)
-    assert p["celery_64_cores"]["hours"] - plain["celery_64_cores"]["hours"] == pytest.approx(3.0 * scale / 3600)
-    assert p["verification_at_scale"] is sliced
+    pool, plain_pool = p["celery_64_cores"], plain["celery_64_cores"]
+    assert pool["hours"] - plain_pool["hours"] == pytest.approx(3.0 * scale / 3600)
+    assert pool["hours_every_pair_verifies"] - plain_pool["hours"] == pytest.approx(7.0 * scale / 3600)
+    assert "hours_every_pair_verifies" not in plain_pool and p["verification_at_scale"] is sliced
 
 
 def test_the_projection_takes_the_critical_path_of_passes_that_run_at_once():
