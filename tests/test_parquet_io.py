@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synthkd_assets.core.parquet_io import WRITE_ROW_GROUP_ROWS, ParquetShardWriter, write_tables_together
+from synthkd_assets.core.parquet_io import (
+    WRITE_ROW_GROUP_ROWS,
+    ParquetShardWriter,
+    list_column_flat,
+    list_column_rows,
+    write_tables_together,
+)
 from synthkd_assets.core.stages import harmonize_shard
 from synthkd_assets.core.synth import system_message_dict
 
@@ -59,3 +65,19 @@ def test_tables_written_together_are_all_published_or_none(tmp_path):
         write_tables_together([(first, schema, pa.table({"x": [3]})), (second, schema, pa.table({"x": ["no"]}))])
     assert pq.read_table(first)["x"].to_pylist() == [1] and pq.read_table(second)["x"].to_pylist() == [2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=5), max_size=6), min_size=1, max_size=4),
+    st.integers(0, 3),
+)
+def test_a_list_columns_rows_and_flat_view_are_its_values(chunks, cut):
+    """`list_column_rows` and `list_column_flat` of a column of several chunks, sliced (offsets not starting at
+    0), against pyarrow's own `to_pylist`."""
+    column = pa.chunked_array([pa.array(chunk, pa.list_(pa.int32())) for chunk in chunks], pa.list_(pa.int32()))
+    column = column.slice(min(cut, len(column)))
+    want = column.to_pylist()
+    assert [row.tolist() for row in list_column_rows(column)] == want
+    lengths, values = list_column_flat(column)
+    assert lengths.tolist() == [len(row) for row in want] and values.tolist() == [v for row in want for v in row]

@@ -201,9 +201,9 @@ def list_column_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray]:
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     rows: list[np.ndarray] = []
     for chunk in chunks:
-        offsets = chunk.offsets.to_numpy()
-        values = chunk.values.to_numpy(zero_copy_only=False)
-        rows.extend(values[offsets[i] : offsets[i + 1]] for i in range(len(chunk)))
+        lengths, values = list_column_flat(chunk)
+        ends = np.cumsum(lengths).tolist()
+        rows.extend(values[end - length : end] for length, end in zip(lengths.tolist(), ends))
     return rows
 
 
