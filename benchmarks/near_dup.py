@@ -110,7 +110,7 @@ def library_signatures(library: str, sets: list[list[str]]):
 
     from synthkd_contract import near_dup as nd
 
-    if library == "rensa":  # the pipeline's call (core/near_dup.py minhash_signatures)
+    if library == "rensa":  # rensa on the shingles as strings (the pipeline hands it their hashes: core/gram_hashes.py)
         matrix = RMinHash.digest_matrix_from_token_sets(sets, nd.NUM_PERM, nd.MINHASH_SEED)
         return np.asarray(matrix.to_rows(), dtype=np.uint32)
     from datasketch import LeanMinHash, MinHash

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 from rensa import RMinHash
 
 from synthkd_assets.core.filters import answer_expr, constraints_expr, expected_answer
+from synthkd_assets.core.gram_hashes import check_rensa_token_hash, gram_spans, token_hashes
 from synthkd_assets.core.parallel import available_cores, thread_map
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_assets.core.problems import Problems
@@ -64,6 +65,7 @@ REFERENCE_SEPARATOR = constants.USER_TEMPLATE.split("{query}")[1].split("{query_
 # are the verification's transient, ~75 MiB at 2^16 (no slower than 2^20, which held up to 1.2 GiB)
 EDGE_CHUNK = 1 << 16
 SIGNATURE_READ_ROWS = 1 << 14  # rows of a signature file read at a time (8 MiB of values)
+HASHED_BYTES = 1 << 16  # normalized bytes whose grams are hashed at a time (minhash_signatures)
 SIGNATURE_BUDGET = 4 << 30  # bytes of candidate rows' signature values verification holds at once
 KL_SET = "kl"  # the held-out KL slice
 FORMAT_SET = "format"  # the format-compliance suite
@@ -148,8 +150,8 @@ def normalize_prompt(text: str) -> str:
 
 
 def normalized_words(text: str) -> list[str]:
-    """The words of `normalize_prompt(text)` (its space-separated parts; none for an empty text), without
-    joining them into that text and splitting it again: what the signatures hash their word grams of.
+    """The words of `normalize_prompt(text)` (its space-separated parts; none for an empty text), which that
+    text joins and `signature_grams` cuts its grams from.
 
     Args:
         text: The signature text of a row.
@@ -175,8 +177,8 @@ def shingles(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
 
 
 def word_grams(normalized: str, k: int = nd.SHINGLE_WORDS) -> list[str]:
-    """`shingles` with repeats left in: a MinHash is a minimum per permutation, which repeats cannot change, and
-    not removing them saves ~20% of the signature step."""
+    """`shingles` with repeats left in: a MinHash is a minimum per permutation, which repeats cannot change, so
+    the signatures hash every gram, repeats included."""
     return grams_of_words(normalized.split(" ") if normalized else [], k)
 
 
@@ -189,16 +191,48 @@ def grams_of_words(words: list[str], k: int = nd.SHINGLE_WORDS) -> list[str]:
 
 
 def signature_grams(prompt: str) -> list[str]:
-    """The word grams the signatures hash for one row's signature text: its normalized words, never joined."""
+    """The word grams the signatures hash for one row's signature text, as strings (`minhash_signatures` hashes
+    the same grams as spans of the normalized text's bytes: core/gram_hashes.py)."""
     return grams_of_words(normalized_words(prompt))
 
 
-def minhash_signatures(prompts: Sequence[str]) -> np.ndarray:
-    """(rows, NUM_PERM) uint32 MinHash signatures of the prompts (normalized here), by rensa in one call."""
-    if not prompts:
+def minhash_signatures(prompts: Sequence[str] | pl.Series) -> np.ndarray:
+    """(rows, NUM_PERM) uint32 MinHash signatures of the prompts' word grams (`signature_grams`), by rensa.
+
+    rensa is given each gram's hash (core/gram_hashes.py), not the gram: the prompts are normalized
+    (`normalize_prompt`) and their grams cut and hashed on the normalized bytes. The signatures are those of the
+    grams as strings (`RMinHash.digest_matrix_from_token_sets`).
+
+    Args:
+        prompts: the rows' signature texts (a null reads as an empty text).
+
+    Returns:
+        The signatures, in the prompts' order.
+    """
+    texts = prompts.to_list() if isinstance(prompts, pl.Series) else prompts
+    if not texts:
         return np.zeros((0, nd.NUM_PERM), dtype=np.uint32)
-    token_sets = [signature_grams(p) for p in prompts]
-    matrix = RMinHash.digest_matrix_from_token_sets(token_sets, nd.NUM_PERM, nd.MINHASH_SEED)
+    check_rensa_token_hash()
+    normalized = [normalize_prompt(text or "").encode() for text in texts]
+    ends = np.cumsum(np.fromiter(map(len, normalized), dtype=np.int64, count=len(normalized)))
+    # rows a group of about HASHED_BYTES bytes at a time: numpy's temporaries stay in the heap malloc keeps, where
+    # a whole frame's would be handed back to the kernel and faulted in again for the next
+    cuts = np.flatnonzero(np.diff(ends // HASHED_BYTES, prepend=0)) + 1
+    signatures = np.empty((len(texts), nd.NUM_PERM), dtype=np.uint32)
+    for first, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(texts)], strict=True):
+        if first < end:
+            signatures[first:end] = _signatures_of_normalized(normalized[first:end])
+    return signatures
+
+
+def _signatures_of_normalized(normalized: list[bytes]) -> np.ndarray:
+    """The signatures of encoded normalized texts: rensa's MinHash of their grams' hashes."""
+    offsets = np.zeros(len(normalized) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, normalized), dtype=np.int64, count=len(normalized)), out=offsets[1:])
+    data = np.frombuffer(b"".join(normalized), dtype=np.uint8)
+    starts, lengths, token_offsets = gram_spans(data, offsets)
+    hashes = token_hashes(data, starts, lengths)
+    matrix = RMinHash.digest_matrix_from_flat_token_hashes(hashes, token_offsets, nd.NUM_PERM, nd.MINHASH_SEED)
     return np.asarray(matrix.to_rows(), dtype=np.uint32)
 
 
@@ -258,7 +292,7 @@ def signature_text(query: str, answer: str) -> str:
 def signature_table(frame: pl.DataFrame) -> pa.Table:
     """synth_harmony_v1 rows -> SIGNATURES_SCHEMA rows (same order)."""
     texts = frame.select(signature_text_expr().alias("text"))["text"]
-    signatures = minhash_signatures(texts.to_list())
+    signatures = minhash_signatures(texts)
     keys = band_keys(signatures)
     ids = frame["synth_id"].to_list()
     forms = [expected_answer(c) for c in frame.select(constraints_expr().alias("c"))["c"].to_list()]
