@@ -21,7 +21,7 @@ from synthkd_contract import constants
 SHOWN_CHARS = 60  # of a differing value, in a mismatch's text
 TEXT_CONTEXT = 20  # characters quoted either side of the first difference of two texts
 CONVERSATIONS_PER_BATCH = 1024  # checked the fast way at once
-DECODE_TOKENS = 1 << 18  # content tokens decoded by one gather (its index: ~8 MiB at ~4 bytes a token)
+DECODE_TOKENS = 1 << 15  # content tokens decoded by one gather: its index (~1 MiB) stays in the heap malloc keeps
 # each special token's part in a conversation's structure (RoundTripChecker._confirmed)
 START, HEADER, MESSAGE, END, RETURN, EOD, OTHER = range(7)
 ALLOWED = np.zeros((7, 7), dtype=bool)  # which special may follow which, within one conversation
