@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import dagster as dg
+import yaml
 
 from synthkd_assets.core.parallel import die_with_parent
 from synthkd_assets.defs.conventions import pass_tags
@@ -57,6 +60,7 @@ REPOSITORY_NAME = "__repository__"  # the one repository of a `Definitions` code
 BUILD_TAG = "synthkd/build"  # on every run of one build, the same value
 DATA_ROOT_TAG = "synthkd/data_root"  # on every run of a build: the data root it builds (resolved)
 WEBSERVER_START_SECONDS = 180.0  # the webserver loads the code location before it answers
+CODE_SERVER_START_SECONDS = 180.0  # the code server loads the definitions before it answers
 GRAPHQL_TIMEOUT_SECONDS = 600.0  # one launch (the webserver plans the run); generous for a loaded machine
 LAUNCH_THREADS = 4  # a shard pass's launches sent at once (the webserver plans each run)
 POLL_SECONDS = 0.5  # how often the build asks the instance for its runs' status
@@ -101,16 +105,58 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
-class GraphQLServer:
-    """A Dagster webserver of the code location (workspace.yaml) on $DAGSTER_HOME's instance, on a free port of
-    127.0.0.1, for the build's launches: the GraphQL API the UI's "Launch run" uses. Its
-    lines go to `log`; it dies with this process."""
+class CodeServer:
+    """The code location's gRPC code server (`dagster api grpc`, on a Unix socket) that the build's webserver and
+    daemon share, as `dagster dev` shares one: the definitions are loaded once, by this process, which also starts
+    the build's runs. Given workspace.yaml, each of them would start a code server of its own, and the daemon
+    would replace its own every minute (Dagster's workspace refresh), loading the definitions again each time.
+    `workspace` names it for `-w`, under workspace.yaml's location name (its module and working directory
+    loaded), so runs launched through it are runs of the same code location. Its lines go to `log`; it dies with
+    this process."""
 
     def __init__(self, log: IO[str] | None = None):
+        self.directory = Path(tempfile.mkdtemp(prefix="synthkd-code-"))
+        self.socket = self.directory / "grpc.sock"
+        self.workspace = self.directory / "workspace.yaml"
+        location = yaml.safe_load(WORKSPACE_YAML.read_text())["load_from"][0]["python_module"]
+        grpc_server = {"socket": str(self.socket), "location_name": location["location_name"]}
+        self.workspace.write_text(json.dumps({"load_from": [{"grpc_server": grpc_server}]}))  # JSON is YAML
+        command = [_bin("dagster"), "api", "grpc", "-m", location["module_name"]]
+        command += ["-d", str(REPO_ROOT / location["working_directory"]), "--location-name", location["location_name"]]
+        self.process = _start([*command, "--socket", str(self.socket)], log)
+
+    def wait_ready(self, timeout: float = CODE_SERVER_START_SECONDS) -> None:
+        """Wait until the server accepts connections (it binds its socket once the definitions are loaded).
+        Raises LaunchFailed when it exits or does not answer within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                raise LaunchFailed(f"the Dagster code server exited {code} (its lines are in the log)")
+            with socket.socket(socket.AF_UNIX) as probe:
+                try:
+                    probe.connect(str(self.socket))
+                    return
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        raise LaunchFailed(f"the Dagster code server did not answer within {timeout:.0f}s")
+
+    def close(self) -> None:
+        _stop(self.process)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class GraphQLServer:
+    """A Dagster webserver of the code location (`workspace`, by default workspace.yaml) on $DAGSTER_HOME's
+    instance, on a free port of 127.0.0.1, for the build's launches: the GraphQL API the UI's "Launch run" uses.
+    Its lines go to `log`; it dies with this process."""
+
+    def __init__(self, log: IO[str] | None = None, workspace: Path = WORKSPACE_YAML):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ready = False
-        webserver = [_bin("dagster-webserver"), "-w", str(WORKSPACE_YAML), "-h", "127.0.0.1", "-p", str(self.port)]
+        webserver = [_bin("dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1", "-p", str(self.port)]
         self.process = _start(webserver, log)
 
     def wait_ready(self, timeout: float = WEBSERVER_START_SECONDS) -> None:
@@ -238,8 +284,8 @@ class DaemonKeeper:
     with this process), which `close` stops and whose heartbeats it removes (so that the next build does not
     take them for a running daemon)."""
 
-    def __init__(self, instance: dg.DagsterInstance, log: IO[str] | None = None):
-        self.instance, self.log = instance, log
+    def __init__(self, instance: dg.DagsterInstance, log: IO[str] | None = None, workspace: Path = WORKSPACE_YAML):
+        self.instance, self.log, self.workspace = instance, log, workspace
         self.process: subprocess.Popen | None = None
         self.checked = 0.0
 
@@ -252,7 +298,7 @@ class DaemonKeeper:
         self.checked = time.monotonic()
         if self.process is None and daemon_running(self.instance):
             return
-        self.process = _start([_bin("dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)], self.log)
+        self.process = _start([_bin("dagster-daemon"), "run", "-w", str(self.workspace)], self.log)
 
     def close(self) -> None:
         if self.process is None:
@@ -267,15 +313,21 @@ def launch_services(
     instance: dg.DagsterInstance, log: IO[str] | None = None
 ) -> Iterator[tuple[GraphQLServer, DaemonKeeper]]:
     """The webserver the build launches through and the daemon that starts its runs, for the block (both
-    starting at once); stopped when the block ends."""
-    server = GraphQLServer(log)
-    keeper = DaemonKeeper(instance, log)
+    starting at once, once their shared code server answers); stopped when the block ends, the code server
+    last (a run is terminated through the code server that started it)."""
+    code = CodeServer(log)
     try:
-        keeper.keep()
-        yield server, keeper
+        code.wait_ready()
+        server = GraphQLServer(log, code.workspace)
+        keeper = DaemonKeeper(instance, log, code.workspace)
+        try:
+            keeper.keep()
+            yield server, keeper
+        finally:
+            keeper.close()
+            server.close()
     finally:
-        keeper.close()
-        server.close()
+        code.close()
 
 
 def _die_with_this_process(parent: int) -> Callable[[], None]:
