@@ -161,8 +161,12 @@ def gram_spans(text: np.ndarray, offsets: np.ndarray, k: int = nd.SHINGLE_WORDS)
 
 @functools.cache
 def check_rensa_token_hash() -> None:
-    """Raises RuntimeError unless `token_hashes` is rensa's own token hash, on tokens of every length branch
-    (0 to 49 bytes, ASCII and not): signatures from another hash would silently differ."""
+    """Checks, once a process, that `token_hashes` is the installed rensa's own token hash, on tokens of every
+    length branch (0 to 97 bytes, ASCII and not): signatures from another hash would silently differ.
+
+    Raises:
+        RuntimeError: the installed rensa hashes a string token otherwise.
+    """
     tokens = ["".join(chr(ord("a") + (i * 7 + j) % 26) for j in range(n)) for i, n in enumerate(range(50))]
     tokens += ["é", "naïve café", "日本語のテキスト", "x" * 97]
     encoded = [t.encode("utf-8") for t in tokens]
