@@ -214,22 +214,22 @@ def minhash_signatures(prompts: Sequence[str] | pl.Series) -> np.ndarray:
         return np.zeros((0, nd.NUM_PERM), dtype=np.uint32)
     check_rensa_token_hash()
     normalized = [normalize_prompt(text or "").encode() for text in texts]
-    ends = np.cumsum(np.fromiter(map(len, normalized), dtype=np.int64, count=len(normalized)))
+    offsets = np.zeros(len(normalized) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, normalized), dtype=np.int64, count=len(normalized)), out=offsets[1:])
     # rows a group of about HASHED_BYTES bytes at a time: numpy's temporaries stay in the heap malloc keeps, where
     # a whole frame's would be handed back to the kernel and faulted in again for the next
-    cuts = np.flatnonzero(np.diff(ends // HASHED_BYTES, prepend=0)) + 1
+    cuts = (np.flatnonzero(np.diff(offsets[1:] // HASHED_BYTES, prepend=0)) + 1).tolist()
     signatures = np.empty((len(texts), nd.NUM_PERM), dtype=np.uint32)
-    for first, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(texts)], strict=True):
+    for first, end in zip([0, *cuts], [*cuts, len(texts)], strict=True):
         if first < end:
-            signatures[first:end] = _signatures_of_normalized(normalized[first:end])
+            data = np.frombuffer(b"".join(normalized[first:end]), dtype=np.uint8)
+            signatures[first:end] = _signatures_of_normalized(data, offsets[first : end + 1] - offsets[first])
     return signatures
 
 
-def _signatures_of_normalized(normalized: list[bytes]) -> np.ndarray:
-    """The signatures of encoded normalized texts: rensa's MinHash of their grams' hashes."""
-    offsets = np.zeros(len(normalized) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, normalized), dtype=np.int64, count=len(normalized)), out=offsets[1:])
-    data = np.frombuffer(b"".join(normalized), dtype=np.uint8)
+def _signatures_of_normalized(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The signatures of normalized rows (their encoded bytes end to end, and row offsets): rensa's MinHash of their
+    grams' hashes."""
     starts, lengths, token_offsets = gram_spans(data, offsets)
     hashes = token_hashes(data, starts, lengths)
     matrix = RMinHash.digest_matrix_from_flat_token_hashes(hashes, token_offsets, nd.NUM_PERM, nd.MINHASH_SEED)
