@@ -12,6 +12,7 @@ import uuid
 
 import dagster as dg
 import pytest
+import yaml
 
 # no public constructor for a daemon heartbeat: the daemon writes them, and this test stands in for one
 from dagster._daemon.types import DaemonHeartbeat
@@ -21,6 +22,7 @@ from synthkd_assets.cli import ConsoleProgress
 from synthkd_assets.core.layout import DataLayout
 from synthkd_assets.defs import tags
 from synthkd_assets.defs.build import BuildProgress
+from synthkd_assets.defs.instances import ensure_instance_yaml
 from synthkd_assets.defs.passes import build_passes
 from synthkd_assets.launch import (
     REPAIR_HINT,
@@ -214,3 +216,31 @@ def test_the_console_names_the_pass_that_failed_not_the_one_started_last(tmp_pat
         progress.pass_started(passes[name], ["synth_001"] if passes[name].per_shard else [])
     assert progress.failing(None, passes["manifest"]).startswith("manifest (after ")
     assert progress.failing("synth_001").startswith("pool synth_001 (after ")
+
+
+LOCATIONS = "{ workspaceOrError { ... on Workspace { locationEntries { name locationOrLoadError { __typename } } } } }"
+
+
+def test_the_builds_webserver_and_daemon_share_one_code_server(tmp_path, monkeypatch):
+    """`launch_services` starts one code server and points the webserver and the daemon at it: the definitions
+    load once, and no daemon replaces its own code server every minute. (A fresh heartbeat stands in for a
+    running daemon, so none of the daemon's sensors acts on this checkout's data.)"""
+    import psutil
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    ensure_instance_yaml(tmp_path)
+    with dg.DagsterInstance.get() as instance:
+        instance.add_daemon_heartbeat(DaemonHeartbeat(time.time(), "SENSOR", "another-daemon", None))
+        with launch.launch_services(instance) as (server, keeper):
+            workspace = keeper.workspace
+            assert keeper.process is None  # the running daemon serves the queue; one started would use `workspace`
+            assert server.process.args[server.process.args.index("-w") + 1] == str(workspace)
+            [location] = yaml.safe_load(workspace.read_text())["load_from"]
+            assert location["grpc_server"]["location_name"] == launch.LOCATION_NAME
+            entries = server.query(LOCATIONS, {})["workspaceOrError"]["locationEntries"]
+            assert [(e["name"], e["locationOrLoadError"]["__typename"]) for e in entries] == [
+                (launch.LOCATION_NAME, "RepositoryLocation")  # loaded, not PythonError
+            ]
+            servers = [p for p in psutil.Process().children(recursive=True) if "grpc" in " ".join(p.cmdline())]
+            assert len(servers) == 1 and location["grpc_server"]["socket"] in " ".join(servers[0].cmdline())
+        assert not workspace.exists()  # the code server's directory goes with it
