@@ -458,11 +458,12 @@ class PassWait:
 
 
 def cancel_queued(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> None:
-    """Cancel those of `run_ids` that are still queued (not yet launched)."""
-    for run_id in run_ids:
-        run = instance.get_run_by_id(run_id)
-        if run is not None and run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
-            instance.report_run_canceled(run, "the build stopped: another run of its pass failed, or it was stopped")
+    """Cancel those of `run_ids` that are still queued (not yet launched), read in one query."""
+    if not run_ids:
+        return
+    waiting = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
+    for run in instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids), statuses=waiting)):
+        instance.report_run_canceled(run, "the build stopped: another run of its pass failed, or it was stopped")
 
 
 def _awaiting_retry(run: dg.DagsterRun) -> bool:
