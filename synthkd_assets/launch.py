@@ -313,8 +313,9 @@ def launch_services(
     instance: dg.DagsterInstance, log: IO[str] | None = None
 ) -> Iterator[tuple[GraphQLServer, DaemonKeeper]]:
     """The webserver the build launches through and the daemon that starts its runs, for the block (both
-    starting at once, once their shared code server answers); stopped when the block ends, the code server
-    last (a run is terminated through the code server that started it)."""
+    starting at once, once their shared code server answers); stopped when the block ends (the webserver sooner
+    when the block stops it: `launch_build` does once it has launched every pass), the code server last (a run
+    is terminated through the code server that started it)."""
     code = CodeServer(log)
     try:
         code.wait_ready()
@@ -565,8 +566,8 @@ def launch_build(
     runs after (`Pass.after`) are through, then wait for every pass; returns the shard partitions. Passes that
     do not need each other run at once (the manifests beside the quota plan and the pool pass). `progress`
     hears of each pass and shard (defs/build.py's BuildProgress); `daemon` is kept serving the queue while the
-    build waits. Raises PassFailed at the first pass with a failed run or check, LaunchFailed when Dagster
-    refuses a launch."""
+    build waits; `server` is stopped once the last pass is launched. Raises PassFailed at the first pass with a
+    failed run or check, LaunchFailed when Dagster refuses a launch."""
     keys: list[str] = []
     launched: dict[str, LaunchedPass] = {}  # not yet through
     for build_pass in passes:
@@ -585,6 +586,7 @@ def launch_build(
             runs, done = {launch_run(server, job, run_config, pass_run_tags): None}, None
         waiting = PassWait(instance, PassRuns(build_pass, runs), done)
         launched[build_pass.name] = LaunchedPass(build_pass, waiting, start)
+    server.close()  # every run is launched: the webserver stops while the last passes run, not after them
     await_passes(instance, launched, set(launched), progress, daemon)
     return keys
 
