@@ -5,8 +5,8 @@ daemon, launcher) is tested through build.sh: tests/test_build_script.py."""
 
 from __future__ import annotations
 
+import inspect
 import io
-import sys
 import threading
 import time
 import uuid
@@ -113,7 +113,8 @@ def _counted(method, name: str, calls: list[str]):
     not the build's)."""
 
     def counted(*args, **kwargs):
-        if sys._getframe(1).f_code.co_filename == launch.__file__:
+        caller = inspect.currentframe().f_back
+        if caller is not None and caller.f_code.co_filename == launch.__file__:
             calls.append(name)
         return method(*args, **kwargs)
 
