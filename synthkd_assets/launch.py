@@ -128,19 +128,15 @@ class CodeServer:
     def wait_ready(self, timeout: float = CODE_SERVER_START_SECONDS) -> None:
         """Wait until the server accepts connections (it binds its socket once the definitions are loaded).
         Raises LaunchFailed when it exits or does not answer within `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                raise LaunchFailed(f"the Dagster code server exited {code} (its lines are in the log)")
-            with socket.socket(socket.AF_UNIX) as probe:
-                try:
-                    probe.connect(str(self.socket))
-                    return
-                except OSError:
-                    pass
-            time.sleep(0.1)
-        raise LaunchFailed(f"the Dagster code server did not answer within {timeout:.0f}s")
+        _await_answer(self.process, "code server", self._answers, timeout, pause=0.1)
+
+    def _answers(self) -> bool:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(self.socket))
+                return True
+            except OSError:
+                return False
 
     def close(self) -> None:
         _stop(self.process)
@@ -162,17 +158,16 @@ class GraphQLServer:
     def wait_ready(self, timeout: float = WEBSERVER_START_SECONDS) -> None:
         """Wait until the server answers (it has loaded the code location), once. Raises LaunchFailed when it
         exits or does not answer within `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while not self.ready and time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise LaunchFailed(f"the Dagster webserver exited {self.process.returncode} (its lines are in the log)")
-            try:
-                with urllib.request.urlopen(f"{self.url}/server_info", timeout=5):
-                    self.ready = True
-            except OSError:
-                time.sleep(0.2)
         if not self.ready:
-            raise LaunchFailed(f"the Dagster webserver did not answer within {timeout:.0f}s")
+            _await_answer(self.process, "webserver", self._answers, timeout, pause=0.2)
+            self.ready = True
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/server_info", timeout=5):
+                return True
+        except OSError:
+            return False
 
     def query(self, query: str, variables: Mapping) -> dict:
         """Execute one GraphQL operation; its `data`. Raises LaunchFailed on a GraphQL error."""
@@ -196,6 +191,21 @@ class GraphQLServer:
 
     def close(self) -> None:
         _stop(self.process)
+
+
+def _await_answer(
+    process: subprocess.Popen, service: str, answers: Callable[[], bool], timeout: float, pause: float
+) -> None:
+    """Ask `answers()` every `pause` seconds until it says yes. Raises LaunchFailed when the Dagster `service`'s
+    `process` exits first, or it has not answered within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise LaunchFailed(f"the Dagster {service} exited {process.returncode} (its lines are in the log)")
+        if answers():
+            return
+        time.sleep(pause)
+    raise LaunchFailed(f"the Dagster {service} did not answer within {timeout:.0f}s")
 
 
 def _start(command: list[str], log: IO[str] | None) -> subprocess.Popen:
@@ -433,7 +443,7 @@ class PassWait:
                 self.failures.append(f"  repair: {REPAIR_HINT.format(run_id=final.run_id)}")
                 if self.failed_partition is None:
                     self.failed_partition = partition
-                    cancel_queued(self.instance, [r for r in self.runs.runs if r not in self.decided])
+                    cancel_queued(self.instance, self._undecided())
                     current = self._undecided_runs()  # the runs after this one, as the cancel left them
             elif self.on_done is not None:
                 self.on_done(partition, time.monotonic() - self.start)
@@ -444,13 +454,13 @@ class PassWait:
             raise PassFailed(self.runs.build_pass, self.failed_partition, self.failures + canceled)
         return True
 
+    def _undecided(self) -> list[str]:
+        return [run_id for run_id in self.runs.runs if run_id not in self.decided]
+
     def _undecided_runs(self) -> dict[str, dg.DagsterRun]:
         """Each undecided run as the instance has it now, by run id: one query for them all (a pass of SYNTH's
         500 shards is 500 runs, read at every look)."""
-        undecided = [run_id for run_id in self.runs.runs if run_id not in self.decided]
-        if not undecided:
-            return {}
-        return {run.run_id: run for run in self.instance.get_runs(filters=dg.RunsFilter(run_ids=undecided))}
+        return runs_by_id(self.instance, self._undecided())
 
     @property
     def finished(self) -> list[dg.DagsterRun]:
@@ -458,12 +468,20 @@ class PassWait:
         return list(self.decided.values())
 
 
+def runs_by_id(
+    instance: dg.DagsterInstance, run_ids: Sequence[str], statuses: Sequence[dg.DagsterRunStatus] = ()
+) -> dict[str, dg.DagsterRun]:
+    """Those of `run_ids` (with one of `statuses`, when given) as the instance has them now, in one query."""
+    if not run_ids:  # Dagster refuses an empty run id filter
+        return {}
+    runs = instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids), statuses=list(statuses) or None))
+    return {run.run_id: run for run in runs}
+
+
 def cancel_queued(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> None:
     """Cancel those of `run_ids` that are still queued (not yet launched), read in one query."""
-    if not run_ids:
-        return
     waiting = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
-    for run in instance.get_runs(filters=dg.RunsFilter(run_ids=list(run_ids), statuses=waiting)):
+    for run in runs_by_id(instance, run_ids, waiting).values():
         instance.report_run_canceled(run, "the build stopped: another run of its pass failed, or it was stopped")
 
 
