@@ -60,6 +60,7 @@ REPOSITORY_NAME = "__repository__"  # the one repository of a `Definitions` code
 BUILD_TAG = "synthkd/build"  # on every run of one build, the same value
 DATA_ROOT_TAG = "synthkd/data_root"  # on every run of a build: the data root it builds (resolved)
 WEBSERVER_START_SECONDS = 180.0  # the webserver loads the code location before it answers
+CODE_DIRECTORY_PREFIX = "synthkd-code-"  # a build's code server directory: this, the build's pid, a suffix
 CODE_SERVER_START_SECONDS = 180.0  # the code server loads the definitions before it answers
 GRAPHQL_TIMEOUT_SECONDS = 600.0  # one launch (the webserver plans the run); generous for a loaded machine
 LAUNCH_THREADS = 4  # a shard pass's launches sent at once (the webserver plans each run)
@@ -115,7 +116,8 @@ class CodeServer:
     this process."""
 
     def __init__(self, log: IO[str] | None = None):
-        self.directory = Path(tempfile.mkdtemp(prefix="synthkd-code-"))
+        remove_orphaned_code_directories()
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{CODE_DIRECTORY_PREFIX}{os.getpid()}-"))
         self.socket = self.directory / "grpc.sock"
         self.workspace = self.directory / "workspace.yaml"
         location = yaml.safe_load(WORKSPACE_YAML.read_text())["load_from"][0]["python_module"]
@@ -141,6 +143,36 @@ class CodeServer:
     def close(self) -> None:
         _stop(self.process)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def remove_orphaned_code_directories(temporary: Path | None = None) -> list[Path]:
+    """Remove the directories (socket, workspace file) of code servers whose build no longer runs: a build
+    killed with SIGKILL cannot remove its own, and its code server dies with it (`_start`). A directory's name
+    carries its build's process id; one whose process is gone is removed, any other left alone.
+
+    Args:
+        temporary: where the directories are (default: Python's temporary directory, where CodeServer makes them).
+
+    Returns:
+        The directories removed.
+    """
+    removed = []
+    for directory in Path(temporary or tempfile.gettempdir()).glob(f"{CODE_DIRECTORY_PREFIX}*-*"):
+        pid = directory.name[len(CODE_DIRECTORY_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and directory.is_dir() and not _process_exists(int(pid)):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class GraphQLServer:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import inspect
 import io
+import os
+import subprocess
 import threading
 import time
 import uuid
@@ -302,3 +304,18 @@ def test_the_builds_webserver_and_daemon_share_one_code_server(tmp_path, monkeyp
             servers = [p for p in psutil.Process().children(recursive=True) if "grpc" in " ".join(p.cmdline())]
             assert len(servers) == 1 and location["grpc_server"]["socket"] in " ".join(servers[0].cmdline())
         assert not workspace.exists()  # the code server's directory goes with it
+
+
+def test_a_killed_builds_code_server_directory_is_removed_by_the_next(tmp_path):
+    """A build killed with SIGKILL leaves its code server's directory (socket, workspace file) behind; the next
+    build's code server removes it, and leaves a running build's alone."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    orphaned = tmp_path / f"{launch.CODE_DIRECTORY_PREFIX}{gone.pid}-k3x9"
+    running = tmp_path / f"{launch.CODE_DIRECTORY_PREFIX}{os.getpid()}-a1b2"
+    unrelated = tmp_path / f"{launch.CODE_DIRECTORY_PREFIX}old"  # no pid in its name: not a build's, left alone
+    for directory in (orphaned, running, unrelated):
+        directory.mkdir()
+        (directory / "workspace.yaml").write_text("{}")
+    assert launch.remove_orphaned_code_directories(tmp_path) == [orphaned]
+    assert not orphaned.exists() and running.is_dir() and unrelated.is_dir()
