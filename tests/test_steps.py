@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from synthkd_assets.core import parquet_io
+from synthkd_assets.core import parquet_io, stages
 from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, ParquetShardWriter, iter_frames, publish_together
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import first_reason, harmonize_shard, select_rows_shard
@@ -117,12 +117,14 @@ def test_outputs_do_not_depend_on_the_read_batch_size(tmp_path, monkeypatch, row
 
 
 def test_the_real_steps_write_the_same_bytes_whatever_the_read_batch_size(tmp_path, monkeypatch):
-    """harmonize (polars tables), select and tokenize (Arrow tables) on a 5000-row shard: three output windows."""
+    """harmonize (polars tables), select and tokenize (Arrow tables) on a 5000-row shard: three output windows.
+    Harmonize and select read frames of EXPRESSION_FRAME_ROWS (the other steps READ_BATCH_ROWS): both varied."""
     raw = tmp_path / "raw.parquet"
     pq.write_table(rows_to_table(generate_rows(5000, seed=7)), raw, row_group_size=700)
     digests: dict[str, set[str]] = {}
     for batch_rows in (OUTPUT_WINDOW_ROWS, READ_BATCH_ROWS, 256):
         monkeypatch.setattr(parquet_io, "READ_BATCH_ROWS", batch_rows)
+        monkeypatch.setattr(stages, "EXPRESSION_FRAME_ROWS", batch_rows)
         out = tmp_path / str(batch_rows)
         harmonize_shard(raw, out / "harmony.parquet", system_message_dict(), "synth_001")
         rule = first_reason(lambda f: pl.Series([None if i % 5 else "x" for i in f["source_row"]], dtype=pl.String))

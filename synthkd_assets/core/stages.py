@@ -36,7 +36,15 @@ from synthkd_assets.core.raw_read import RawRead, read_raw_shard
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.round_trip import RoundTrip, RoundTripChecker
-from synthkd_assets.core.steps import SHARD, Outputs, ParquetOutputs, ShardStep, Table, run_step
+from synthkd_assets.core.steps import (
+    EXPRESSION_FRAME_ROWS,
+    SHARD,
+    Outputs,
+    ParquetOutputs,
+    ShardStep,
+    Table,
+    run_step,
+)
 from synthkd_assets.core.synth import has_visible_text, messages_json_expr, remove_nul
 from synthkd_assets.core.validation import DuplicateIds, check_exercises, check_raw_schema, conform_raw_frame
 from synthkd_contract import constants, drops
@@ -76,7 +84,8 @@ class HarmonizeStep(ShardStep):
         return ParquetOutputs({SHARD: (self.out_path, HARMONY_SCHEMA)})
 
     def frames(self) -> Iterator[pl.DataFrame]:
-        for frame in iter_frames(self.raw.path, constants.RAW_COLUMNS, max_rows=self.max_rows, source=self.raw.file):
+        columns, rows = constants.RAW_COLUMNS, EXPRESSION_FRAME_ROWS
+        for frame in iter_frames(self.raw.path, columns, rows, max_rows=self.max_rows, source=self.raw.file):
             first, self.rows_read = self.rows_read, self.rows_read + frame.height
             yield frame.with_columns(pl.int_range(first, self.rows_read, dtype=pl.Int64).alias("source_row"))
 
@@ -223,7 +232,7 @@ class SelectRowsStep(ShardStep):
         return ParquetOutputs({SHARD: (self.out_path, HARMONY_SCHEMA)})
 
     def frames(self) -> Iterator[pl.DataFrame]:
-        return iter_frames(self.in_path, HARMONY_SCHEMA.names)
+        return iter_frames(self.in_path, HARMONY_SCHEMA.names, EXPRESSION_FRAME_ROWS)
 
     def apply(self, frame: pl.DataFrame, report: ShardReport) -> dict[str, Table]:
         reasons = self.drop_reason(frame)

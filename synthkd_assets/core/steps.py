@@ -28,6 +28,10 @@ Table = pa.Table | pl.DataFrame
 # READ_BATCH_ROWS (fewer rows held at once), and run_step writes what the frames of each window of
 # OUTPUT_WINDOW_ROWS input rows produced: the bytes are those of one frame per window, whatever READ_BATCH_ROWS.
 OUTPUT_WINDOW_ROWS = 2048
+# the frames of the steps whose rule is polars expressions over whole frames (Harmony's JSON, the filters, the
+# sampling): one per output window, so that polars plans each window's query once instead of once per
+# READ_BATCH_ROWS (the same bytes, a little more memory: benchmarks/README.md)
+EXPRESSION_FRAME_ROWS = OUTPUT_WINDOW_ROWS
 SHARD = "shard"  # the output name of the steps that write one file per shard
 assert OUTPUT_WINDOW_ROWS % READ_BATCH_ROWS == 0, "a frame must never straddle two output windows"
 
