@@ -70,6 +70,30 @@ def test_decision_is_the_salted_split_hash_per_rule():
     assert len(set(constants.SAMPLING_SALTS.values()) | {constants.SPLIT_SALT, constants.DISTILL_SPLIT_SALT}) == 6
 
 
+LABELS = st.sampled_from(["en", "EN", " en-US", "en_GB", "\u200ben", "fr", "FR-ca", "de", "", " ", "unknown", None])
+RATE = st.sampled_from([0.0, 0.25, 0.5, 0.8, 0.999, 1.0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cells=st.lists(st.tuples(st.sampled_from([*EXERCISES, None]), LABELS), max_size=60),
+    rates=st.fixed_dictionaries({rule: RATE for rule in ("memorization", "non_english", "english", "global")}),
+)
+def test_the_frames_rule_is_every_rows_own_decision(cells, rates):
+    """The RowRule the sampled step applies (a rule at a time over a frame) gives each row what the per-row rule,
+    `sampling_drop_reason`, gives it: any label spelling, null labels and exercises, rates at 0 and 1."""
+    frame = pl.DataFrame(
+        {
+            "synth_id": [f"row_{i}" for i in range(len(cells))],
+            "exercise": [exercise for exercise, _ in cells],
+            "language": [label for _, label in cells],
+        },
+        schema={"synth_id": pl.String, "exercise": pl.String, "language": pl.String},
+    )
+    expected = [sampling_drop_reason(*row, rates) for row in frame.iter_rows()]
+    assert sampling_rule(rates)(frame).to_list() == expected
+
+
 def test_independent_of_row_order_and_shard_layout(tmp_path):
     frame = rows(3000, seed=1)
     reference = kept_ids(frame)

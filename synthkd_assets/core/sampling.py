@@ -7,12 +7,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from synthkd_assets.core.filters import filter_config
 from synthkd_contract import constants, drops
 from synthkd_contract.labels import normalize_language
-from synthkd_contract.splits import stable_unit_interval
+from synthkd_contract.splits import stable_unit_interval, stable_unit_intervals
 
 # --- mixture sampling (001 "Exercise/language mixture") --------------------------------------
 #
@@ -87,11 +88,29 @@ def sampling_drop_reason(synth_id: str, exercise: str, language: str, rates: Map
 
 
 def sampling_rule(rates: Mapping[str, float]) -> Callable[[pl.DataFrame], pl.Series]:
-    """The plan's rates as a RowRule over synth_harmony_v1 frames (synth_id, exercise, language)."""
+    """The plan's rates as a RowRule over synth_harmony_v1 frames (synth_id, exercise, language): each row's
+    `sampling_drop_reason`, taken a rule at a time over the frame (each language label judged once, each rule's
+    salted hashes of the rows it still decides taken together)."""
 
     def drop_reasons(frame: pl.DataFrame) -> pl.Series:
-        rows = frame.select("synth_id", "exercise", "language").iter_rows()
-        return pl.Series("reason", [sampling_drop_reason(s, e, lang, rates) for s, e, lang in rows], dtype=pl.String)
+        ids = frame["synth_id"].to_list()
+        labels = frame["language"]
+        english_labels = [label for label in labels.unique().to_list() if is_english(label)]
+        english = labels.is_in(english_labels).fill_null(False).to_numpy()
+        memorization = (frame["exercise"] == constants.MEMORIZATION_EXERCISE).fill_null(False).to_numpy()
+        applies = {"memorization": memorization, "non_english": ~english, "english": english}
+        reasons = np.full(frame.height, None, dtype=object)
+        undecided = np.ones(frame.height, dtype=bool)
+        for rule in RULE_ORDER:  # a row's rules in rules_for's order: the language rules never both apply
+            rate = rates[rule]
+            if rate >= 1.0:
+                continue
+            places = np.flatnonzero(undecided & applies.get(rule, True))
+            units = stable_unit_intervals(constants.SAMPLING_SALTS[rule], [ids[i] for i in places])
+            dropped = places[~(units < rate)]
+            reasons[dropped] = drops.DROP_SAMPLED_OUT[rule]
+            undecided[dropped] = False
+        return pl.Series("reason", reasons.tolist(), dtype=pl.String)
 
     return drop_reasons
 
