@@ -160,8 +160,9 @@ def remove_orphaned_code_directories(temporary: Path | None = None) -> list[Path
     for directory in Path(temporary or tempfile.gettempdir()).glob(f"{CODE_DIRECTORY_PREFIX}*-*"):
         pid = directory.name[len(CODE_DIRECTORY_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and directory.is_dir() and not _process_exists(int(pid)):
-            shutil.rmtree(directory, ignore_errors=True)
-            removed.append(directory)
+            shutil.rmtree(directory, ignore_errors=True)  # another user's stays (not ours to remove)
+            if not directory.exists():
+                removed.append(directory)
     return removed
 
 
