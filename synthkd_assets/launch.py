@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import dagster as dg
+import psutil
 import yaml
 
 from synthkd_assets.core.parallel import die_with_parent
@@ -159,21 +160,11 @@ def remove_orphaned_code_directories(temporary: Path | None = None) -> list[Path
     removed = []
     for directory in Path(temporary or tempfile.gettempdir()).glob(f"{CODE_DIRECTORY_PREFIX}*-*"):
         pid = directory.name[len(CODE_DIRECTORY_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and directory.is_dir() and not _process_exists(int(pid)):
+        if pid.isdigit() and directory.is_dir() and not psutil.pid_exists(int(pid)):
             shutil.rmtree(directory, ignore_errors=True)  # another user's stays (not ours to remove)
             if not directory.exists():
                 removed.append(directory)
     return removed
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 class GraphQLServer:
