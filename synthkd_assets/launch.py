@@ -22,7 +22,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -35,10 +34,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import dagster as dg
-import psutil
 import yaml
 
-from synthkd_assets.core.parallel import die_with_parent
+from synthkd_assets.core.parallel import die_with_parent, process_directory, remove_dead_process_directories
 from synthkd_assets.defs.conventions import pass_tags
 from synthkd_assets.defs.failures import check_evaluations, failed_check_lines, run_failure_lines
 from synthkd_assets.defs.ingest import INVENTORY_WARNINGS
@@ -117,8 +115,8 @@ class CodeServer:
     this process."""
 
     def __init__(self, log: IO[str] | None = None):
-        remove_orphaned_code_directories()
-        self.directory = Path(tempfile.mkdtemp(prefix=f"{CODE_DIRECTORY_PREFIX}{os.getpid()}-"))
+        remove_dead_process_directories(CODE_DIRECTORY_PREFIX)  # those of builds killed with SIGKILL
+        self.directory = process_directory(CODE_DIRECTORY_PREFIX)
         self.socket = self.directory / "grpc.sock"
         self.workspace = self.directory / "workspace.yaml"
         location = yaml.safe_load(WORKSPACE_YAML.read_text())["load_from"][0]["python_module"]
@@ -144,27 +142,6 @@ class CodeServer:
     def close(self) -> None:
         _stop(self.process)
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def remove_orphaned_code_directories(temporary: Path | None = None) -> list[Path]:
-    """Remove the directories (socket, workspace file) of code servers whose build no longer runs: a build
-    killed with SIGKILL cannot remove its own, and its code server dies with it (`_start`). A directory's name
-    carries its build's process id; one whose process is gone is removed, any other left alone.
-
-    Args:
-        temporary: where the directories are (default: Python's temporary directory, where CodeServer makes them).
-
-    Returns:
-        The directories removed.
-    """
-    removed = []
-    for directory in Path(temporary or tempfile.gettempdir()).glob(f"{CODE_DIRECTORY_PREFIX}*-*"):
-        pid = directory.name[len(CODE_DIRECTORY_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and directory.is_dir() and not psutil.pid_exists(int(pid)):
-            shutil.rmtree(directory, ignore_errors=True)  # another user's stays (not ours to remove)
-            if not directory.exists():
-                removed.append(directory)
-    return removed
 
 
 class GraphQLServer:

@@ -23,6 +23,7 @@ from dagster._daemon.types import DaemonHeartbeat
 from synthkd_assets import launch
 from synthkd_assets.cli import ConsoleProgress
 from synthkd_assets.core.layout import DataLayout
+from synthkd_assets.core.parallel import remove_dead_process_directories
 from synthkd_assets.defs import tags
 from synthkd_assets.defs.build import BuildProgress
 from synthkd_assets.defs.instances import ensure_instance_yaml
@@ -317,5 +318,5 @@ def test_a_killed_builds_code_server_directory_is_removed_by_the_next(tmp_path):
     for directory in (orphaned, running, unrelated):
         directory.mkdir()
         (directory / "workspace.yaml").write_text("{}")
-    assert launch.remove_orphaned_code_directories(tmp_path) == [orphaned]
+    assert remove_dead_process_directories(launch.CODE_DIRECTORY_PREFIX, tmp_path) == [orphaned]
     assert not orphaned.exists() and running.is_dir() and unrelated.is_dir()

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
+
+import psutil
 
 from synthkd_contract.settings import Settings
 
@@ -79,3 +84,37 @@ def watch_stop_signals(handler: Callable) -> Callable[[], int | None]:
         return received[0] if received else None
 
     return first
+
+
+def process_directory(prefix: str) -> Path:
+    """A new temporary directory named after this process (`<prefix><pid>-<suffix>`), for files that live as long
+    as it: `remove_dead_process_directories` removes it once the process is gone without removing it itself.
+
+    Args:
+        prefix: what the directory's name starts with, one per kind of directory.
+
+    Returns:
+        The directory, in Python's temporary directory.
+    """
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+
+
+def remove_dead_process_directories(prefix: str, temporary: Path | None = None) -> list[Path]:
+    """Remove the directories `process_directory(prefix)` made for processes that no longer run: one killed with
+    SIGKILL cannot remove its own. A directory whose process is gone is removed, any other left alone.
+
+    Args:
+        prefix: the kind of directory (`process_directory`'s prefix).
+        temporary: where the directories are (default: Python's temporary directory).
+
+    Returns:
+        The directories removed.
+    """
+    removed = []
+    for directory in Path(temporary or tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = directory.name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and directory.is_dir() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(directory, ignore_errors=True)  # another user's stays (not ours to remove)
+            if not directory.exists():
+                removed.append(directory)
+    return removed
