@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """The quota plan at scale (#45, targets 3 and 4): `tokenized_quota_rows` + `plan_quota_selection`, what
-`synth_quota_plan` computes over every shard's row sizes, on N generated rows; its seconds and peak memory per
-million rows, against a baseline tree measured in the same run, and the projection to the full corpus.
+`synth_quota_plan` computes over every shard's row sizes, on N generated rows in F files and on half of them (the
+same rows a file); its seconds and peak memory, against a baseline tree measured in the same run, and the
+projection to the full corpus: the line through the two sizes' figures.
 
     .venv/bin/python benchmarks/quota_plan.py --rows 4000000 --baseline-tree /path/to/other/checkout
     .venv/bin/python benchmarks/quota_plan.py --quick   # < 1 min: a smoke run of the benchmark itself
@@ -16,6 +17,7 @@ process's start), run alternately with the baseline, REPEATS times: min and medi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import subprocess
@@ -88,7 +90,12 @@ def write_shards(directory: Path, rows: int, files: int) -> list[Path]:
 def child(tree: str, directory: str) -> None:
     """One measurement in this process, with `tree`'s code: prints JSON."""
     sys.path.insert(0, tree)
-    from synthkd_assets.core.quota import QuotaTargets, plan_quota_selection, tokenized_quota_rows
+    from synthkd_assets.core.quota import QuotaTargets, plan_quota_selection
+
+    try:  # the rows by hash bin, spilled to disk
+        from synthkd_assets.core.quota_rows import tokenized_quota_rows
+    except ImportError:  # a tree before them: every row's columns in memory
+        from synthkd_assets.core.quota import tokenized_quota_rows
 
     paths = sorted(Path(directory).glob("synth_*[0-9].parquet"))
     Path("/proc/self/clear_refs").write_text("5")
@@ -96,15 +103,17 @@ def child(tree: str, directory: str) -> None:
     started = time.perf_counter()
     rows = tokenized_quota_rows(paths)
     read = time.perf_counter()
-    plan, kept = plan_quota_selection(rows, QuotaTargets())
+    selected = plan_quota_selection(rows, QuotaTargets())
+    plan = selected[0] if isinstance(selected, tuple) else selected  # a tree before the spill: (plan, kept)
     done = time.perf_counter()
+    getattr(rows, "close", lambda: None)()
     result = {
         "read_s": read - started,
         "plan_s": done - read,
         "seconds": done - started,
         "peak_mib": (_status_bytes("VmHWM:") - start_rss) / 2**20,
-        "kept": len(kept),
-        "rates": plan["rates"],
+        "kept": sum(n for cells in plan["expected"]["rows"].values() for n in cells.values()),
+        "plan_sha256": hashlib.sha256(json.dumps(plan).encode()).hexdigest(),
     }
     print(json.dumps(result))
 
@@ -134,31 +143,48 @@ def main() -> None:
     trees = {"this tree": REPO_ROOT}
     if args.baseline_tree:
         trees = {"baseline": args.baseline_tree.resolve(), **trees}
+    if args.files < 2 or args.files % 2:
+        raise SystemExit(f"--files {args.files}: an even number >= 2 (half of them are the smaller size)")
+    # two sizes, half the files and all of them, the same rows a file: the projection is the line through both,
+    # out to the full corpus's files
+    sizes = {"half": args.rows // 2, "full": args.rows}
+    files = {"half": args.files // 2, "full": args.files}
+    found: dict[tuple[str, str], list[dict]] = {(name, size): [] for name in trees for size in sizes}
     with tempfile.TemporaryDirectory(prefix="quota_plan_") as directory:
-        write_shards(Path(directory), args.rows, args.files)
-        found: dict[str, list[dict]] = {name: [] for name in trees}
+        for size, rows in sizes.items():
+            (Path(directory) / size).mkdir()
+            write_shards(Path(directory) / size, rows, files[size])
         for _ in range(args.repeats):
-            for name, tree in trees.items():
-                found[name].append(measure(tree, Path(directory)))
-    rates = {name: json.dumps(runs[0]["rates"]) for name, runs in found.items()}
-    if len(set(rates.values())) > 1:
-        raise SystemExit(f"the trees' plans differ: {rates}")
-    millions = args.rows / 1e6
-    print(f"quota plan over {args.rows:,} rows in {args.files} shards ({args.repeats} repeats, min / median)")
-    for name, runs in found.items():
+            for size in sizes:
+                for name, tree in trees.items():
+                    found[name, size].append(measure(tree, Path(directory) / size))
+    for size in sizes:
+        plans = {name: found[name, size][0]["plan_sha256"] for name in trees}
+        if len(set(plans.values())) > 1:
+            raise SystemExit(f"the trees' plans differ at {sizes[size]:,} rows: {plans}")
+    print(
+        f"quota plan over {args.rows:,} rows in {args.files} shards, and over half of them ({args.repeats} repeats, "
+        "min / median; the same plan bytes from every tree)"
+    )
+    for name in trees:
+        runs, halves = found[name, "full"], found[name, "half"]
         seconds = [run["seconds"] for run in runs]
         peak = [run["peak_mib"] for run in runs]
-        full = FULL_CORPUS_ROWS / args.rows  # the projection: linear in the rows
+        half_peak, half_seconds = min(r["peak_mib"] for r in halves), min(r["seconds"] for r in halves)
+        # the line through the two sizes' minima, at the full corpus's rows
+        slope_peak = (min(peak) - half_peak) / (args.rows - sizes["half"])
+        slope_seconds = (min(seconds) - half_seconds) / (args.rows - sizes["half"])
+        projected_peak = min(peak) + slope_peak * (FULL_CORPUS_ROWS - args.rows)
+        projected_seconds = min(seconds) + slope_seconds * (FULL_CORPUS_ROWS - args.rows)
         print(
             f"  {name}: {min(seconds):.2f} / {statistics.median(seconds):.2f} s "
             f"(read {min(r['read_s'] for r in runs):.2f}, plan {min(r['plan_s'] for r in runs):.2f}); "
-            f"peak {min(peak):.0f} / {statistics.median(peak):.0f} MiB; "
-            f"per million rows {min(seconds) / millions:.2f} s, {min(peak) / millions:.0f} MiB; "
-            f"projected to {FULL_CORPUS_ROWS / 1e6:.1f}M rows on one process: {min(seconds) * full / 60:.1f} min, "
-            f"{min(peak) * full / 1024:.1f} GiB"
+            f"peak {min(peak):.0f} / {statistics.median(peak):.0f} MiB ({half_peak:.0f} MiB at half the rows); "
+            f"projected to {FULL_CORPUS_ROWS / 1e6:.1f}M rows on one process: {projected_seconds / 60:.1f} min, "
+            f"{projected_peak / 1024:.2f} GiB"
         )
     if args.baseline_tree:
-        base, this = found["baseline"], found["this tree"]
+        base, this = found["baseline", "full"], found["this tree", "full"]
         time_ratio = min(r["seconds"] for r in this) / min(r["seconds"] for r in base)
         peak_ratio = min(r["peak_mib"] for r in this) / min(r["peak_mib"] for r in base)
         print(f"  this tree / baseline: time {time_ratio:.2f}x, peak memory {peak_ratio:.2f}x (the same plan)")

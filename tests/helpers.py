@@ -165,3 +165,11 @@ def run_benchmark(name: str, *args: str, timeout: int = 300) -> subprocess.Compl
         text=True,
         timeout=timeout,
     )
+
+
+def quota_rows_of(paths: list[Path]) -> list:
+    """Every row `tokenized_quota_rows` reads from these files (QuotaRows), its spill removed."""
+    from synthkd_assets.core.quota_rows import tokenized_quota_rows
+
+    with tokenized_quota_rows(paths) as held:
+        return held.all_rows()

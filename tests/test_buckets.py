@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from synthkd_assets.cli import build_run_config
 from synthkd_assets.core.buckets import bucket_counts, grid_from_nested, grids_from_reports, nested_grid
 from synthkd_assets.core.parquet_io import READ_BATCH_ROWS, InputFileError
-from synthkd_assets.core.quota import QuotaRow, tokenized_quota_rows
+from synthkd_assets.core.quota_rows import QuotaRow, tokenized_quota_rows
 from synthkd_assets.core.render import FastRenderer
 from synthkd_assets.core.report import ShardReport
 from synthkd_assets.core.stages import harmonize_shard, select_rows_shard, tokenize_shard
@@ -53,7 +53,7 @@ from synthkd_contract.buckets import (
     unknown_exercise_message,
 )
 from synthkd_contract.settings import Settings
-from tests.helpers import SCAN_STEPS, build_all, run
+from tests.helpers import SCAN_STEPS, build_all, quota_rows_of, run
 from tests.test_bad_input import leftovers, row, step_failures, write_raw
 
 SYSTEM = system_message_dict()
@@ -167,7 +167,7 @@ def test_bucket_counts_refuse_an_unknown_exercise():
 
 
 def test_quota_rows_are_every_files_rows_in_order_with_each_rows_own_buckets(tmp_path):
-    """tokenized_quota_rows (each file on a thread, each bucket asked once per exercise and length) gives, file by
+    """tokenized_quota_rows (a file at a time, each bucket asked once per exercise and length) gives, file by
     file and row by row, what the bucket functions give for that row; an exercise no table maps is refused."""
     exercises = ["rag", "memorization", "math exercise", "mcq", "creative writing"]
     lengths = [1, 2048, 2049, 8192, 8193, 40000, 7]
@@ -184,7 +184,7 @@ def test_quota_rows_are_every_files_rows_in_order_with_each_rows_own_buckets(tmp
         paths.append(tmp_path / f"synth_{f}.parquet")
         pq.write_table(table, paths[-1])
         expected += [QuotaRow(i, skill_bucket(e), ctx_bucket(n), n) for i, e, n in rows]
-    assert tokenized_quota_rows(paths).rows() == expected
+    assert quota_rows_of(paths) == expected
     pq.write_table(pa.table({"synth_id": ["x"], "exercise": ["code_review"], "loss_mask": [[1]]}), paths[1])
     with pytest.raises(UnknownExercise, match="'code_review'"):
         tokenized_quota_rows(paths)

@@ -17,11 +17,10 @@ from hypothesis import strategies as st
 from synthkd_assets.core.layout import rows_summary_path
 from synthkd_assets.core.manifest_builders import PERCENTILES
 from synthkd_assets.core.quality import STAT_COLUMNS, length_stats, markdown_table
-from synthkd_assets.core.quota import tokenized_quota_rows
 from synthkd_assets.core.row_sizes import current_row_sizes
 from synthkd_contract import constants
 from synthkd_contract.schemas import TOKENIZED_ROWS_SCHEMA
-from tests.helpers import SAMPLE_RAW_DIR
+from tests.helpers import SAMPLE_RAW_DIR, quota_rows_of
 
 ALL = ("all", "all")
 
@@ -139,7 +138,7 @@ def test_the_row_sizes_written_with_synth_tokenized_are_its_rows(built_sample, t
         shutil.copy(path, copies[-1])
     assert not any(rows_summary_path(copy).exists() for copy in copies)
     assert all(current_row_sizes(path) == rows_summary_path(path) for path in files)
-    assert tokenized_quota_rows(files).rows() == tokenized_quota_rows(copies).rows()
+    assert quota_rows_of(files) == quota_rows_of(copies)
     assert computed(files) == computed(copies)
     # a shard replaced after its row sizes were written (one row fewer): they no longer describe it, and are not read
     edited = tmp_path / "edited" / files[0].name
@@ -147,4 +146,4 @@ def test_the_row_sizes_written_with_synth_tokenized_are_its_rows(built_sample, t
     shutil.copy(rows_summary_path(files[0]), rows_summary_path(edited))
     pq.write_table(pq.read_table(files[0]).slice(1), edited)
     assert current_row_sizes(edited) is None
-    assert tokenized_quota_rows([edited]).rows() == tokenized_quota_rows(files[:1]).rows()[1:]
+    assert quota_rows_of([edited]) == quota_rows_of(files[:1])[1:]

@@ -14,33 +14,37 @@ import math
 import random
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synthkd_assets.core.quota import (
+    MAX_SELECTION_ROUNDS,
+    OVERSIZED_ROW_SHARE,
     QUOTA_SALT,
     QUOTA_SHARE_TOLERANCE,
     PrefixSelection,
-    QuotaColumns,
     QuotaRow,
     QuotaTargets,
     excluded_ids,
     hash_ordered_prefix,
+    median_tokens,
     plan_quota_grid,
     plan_quota_selection,
     quota_keep,
     share_miss_problems,
 )
+from synthkd_assets.core.quota_rows import QUOTA_HASH_BINS, QuotaRows
 from synthkd_assets.core.source_mix import SourceMixTargets, plan_source_mix, source_mix_keep
 from synthkd_contract.buckets import SKILL_BUCKETS, SKILL_MIX, ctx_bucket
 from synthkd_contract.splits import stable_unit_interval
 
 
-def select(rows: list[QuotaRow], targets: QuotaTargets) -> tuple[dict, list[QuotaRow]]:
-    """`plan_quota_selection` over these rows' columns: the plan and the kept rows."""
-    columns = QuotaColumns.from_rows(rows)
-    plan, kept = plan_quota_selection(columns, targets)
-    return plan, columns.rows(kept)
+def select(rows: list[QuotaRow], targets: QuotaTargets, bins: int = QUOTA_HASH_BINS) -> tuple[dict, list[QuotaRow]]:
+    """`plan_quota_selection` over these rows: the plan and the rows its rule keeps."""
+    held = QuotaRows.from_rows(rows, bins)
+    plan = plan_quota_selection(held, targets)
+    return plan, held.kept_rows(plan["rates"], excluded_ids(plan))
 
 
 def small_rows(seed: int, n: int) -> list[QuotaRow]:
@@ -180,17 +184,125 @@ def test_rows_sharing_the_stopping_hash_are_left_out_with_it(monkeypatch):
     the first row left out would be dropped by the pool while the plan counted it. With a coarse hash forcing
     ties, the plan's kept rows are exactly the rule's, row for row."""
     import synthkd_assets.core.quota as quota
+    import synthkd_assets.core.quota_rows as quota_rows
 
-    real, reals = quota.stable_unit_interval, quota.stable_unit_intervals
+    real, reals = quota.stable_unit_interval, quota_rows.stable_unit_intervals
     monkeypatch.setattr(quota, "stable_unit_interval", lambda salt, key: int(real(salt, key) * 16) / 16)
-    monkeypatch.setattr(quota, "stable_unit_intervals", lambda salt, keys: np.floor(reals(salt, keys) * 16) / 16)
+    monkeypatch.setattr(quota_rows, "stable_unit_intervals", lambda salt, keys: np.floor(reals(salt, keys) * 16) / 16)
     rows = small_rows(11, 400)
     plan, kept = select(rows, QuotaTargets())
     assert sorted(r.synth_id for r in kept) == sorted(kept_ids(rows, plan))
     assert plan["skill_tokens"]["expected"] == {b: sum(r.tokens for r in kept if r.skill == b) for b in SKILL_BUCKETS}
 
 
-def walked_prefix(rows: list[tuple[str, int]], salt: str, budget: float, oversized: float) -> PrefixSelection:
+def walked_selection(rows: list[QuotaRow], targets: QuotaTargets) -> dict:
+    """The oracle: the selection as docs/pool.md "How the quota selects rows" states it, every bucket's rows walked
+    one by one (`walked_prefix`), the rounds that lower the kept total or set long rows aside taken in turn."""
+    grid = plan_quota_grid(*grids(rows), targets)
+    shares = grid["targets"]["shares"]
+    total = math.fsum(grid["skill_tokens"]["expected"].values())
+    unusable: dict[str, QuotaRow] = {}
+    for _ in range(MAX_SELECTION_ROUNDS):
+        oversized = OVERSIZED_ROW_SHARE * total
+        budgets = {b: total * shares[b] for b in SKILL_BUCKETS}
+        picked = {}
+        for b in SKILL_BUCKETS:
+            usable = [r for r in rows if r.skill == b and r.synth_id not in unusable]
+            held = sum(r.tokens for r in usable)
+            if shares[b] <= 0 or budgets[b] <= 0:
+                picked[b] = PrefixSelection(0.0, [], [], 0)
+            elif budgets[b] >= held:
+                picked[b] = PrefixSelection(1.0, usable, [], held)
+            else:
+                picked[b] = walked_prefix(usable, QUOTA_SALT, budgets[b], oversized)
+        short = [b for b in SKILL_BUCKETS if budgets[b] - picked[b].tokens > oversized and picked[b].skipped]
+        if not short:
+            break
+        if lumpy := [b for b in short if picked[b].tokens < budgets[b] / 2]:
+            unusable.update({r.synth_id: r for b in lumpy for r in picked[b].skipped})
+            usable = [r for r in rows if r.synth_id not in unusable]
+            held = {b: sum(r.tokens for r in usable if r.skill == b) for b in SKILL_BUCKETS}
+            capacities = [held[b] / shares[b] for b in SKILL_BUCKETS if shares[b] > 0 and held[b] > 0]
+            total = min([total, *capacities]) if capacities else 0.0
+        else:
+            lowered = min(picked[b].tokens / shares[b] for b in short)
+            if lowered >= total:
+                break
+            total = lowered
+    kept = [r for b in SKILL_BUCKETS for r in picked[b].kept]
+    return {
+        "rates": {b: picked[b].rate for b in SKILL_BUCKETS},
+        "excluded": sorted(
+            [(r.synth_id, r.tokens, "unusable") for r in unusable.values()]
+            + [(r.synth_id, r.tokens, "oversized") for b in SKILL_BUCKETS for r in picked[b].skipped]
+        ),
+        "expected_tokens": {b: picked[b].tokens for b in SKILL_BUCKETS},
+        "expected_rows": grids(kept)[1],
+        "granularity": {b: median_tokens([r.tokens for r in rows if r.skill == b]) for b in SKILL_BUCKETS},
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 400), st.sampled_from(SKILL_BUCKETS), st.integers(0, 5_000) | st.integers(0, 400_000)),
+        max_size=300,
+    ),
+    mixes,
+    st.booleans(),
+    st.sampled_from([2, 7, 64, QUOTA_HASH_BINS]),
+)
+def test_the_selection_read_by_hash_bins_is_the_rule_walked_row_by_row(rows, mix, balance, bins):
+    """The selection reads again only the hash bins where each budget ends (`bucket_prefixes`); with one bin it
+    reads every row of a bucket at once. Whatever the bins, long rows, repeated ids (one hash, several rows) and
+    mix: the rates, excluded rows and kept tokens and rows are the oracle's, and the plan is the one-bin plan,
+    byte for byte."""
+    rows = [QuotaRow(f"id-{key}", skill, ctx_bucket(n), n) for key, skill, n in rows]
+    targets = QuotaTargets(mix, balance_tokens=balance)
+    plan = select(rows, targets, bins=bins)[0]
+    walked = walked_selection(rows, targets)
+    assert {b: cells["C1"] for b, cells in plan["rates"].items()} == walked["rates"]
+    assert sorted((e["synth_id"], e["tokens"], e["why"].split(":")[0]) for e in plan["excluded"]) == walked["excluded"]
+    assert plan["skill_tokens"]["expected"] == walked["expected_tokens"]
+    expected_rows = {(b, c): n for b, cells in plan["expected"]["rows"].items() for c, n in cells.items() if n}
+    assert expected_rows == walked["expected_rows"]
+    assert plan["granularity"] == walked["granularity"]
+    assert json.dumps(plan) == json.dumps(select(rows, targets, bins=1)[0])
+
+
+def test_the_quota_rows_of_files_spill_and_are_removed(tmp_path, monkeypatch):
+    """A plan over files keeps each file's hashes on disk, in a directory of its own that closing removes; one
+    left by a plan killed with SIGKILL is removed by the next plan. A file changed between reads is refused."""
+    import subprocess
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from synthkd_assets.core.quota_rows import QUOTA_SPILL_PREFIX, tokenized_quota_rows
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    killed = tmp_path / f"{QUOTA_SPILL_PREFIX}{gone.pid}-x1"
+    killed.mkdir()
+    path = tmp_path / "synth_000.parquet"
+    pq.write_table(
+        pa.table({"synth_id": ["a", "b"], "exercise": ["rag", "mcq"], "loss_mask": [[1] * 3, [0] * 5]}), path
+    )
+    with tokenized_quota_rows([path]) as held:
+        assert not killed.exists()
+        spill = held._spill
+        assert spill.parent == tmp_path
+        assert sorted(p.name for p in spill.iterdir()) == ["0.npy"]
+        assert [row.synth_id for row in held.all_rows()] == ["a", "b"]
+        pq.write_table(pa.table({"synth_id": ["c"], "exercise": ["rag"], "loss_mask": [[1]]}), path)
+        with pytest.raises(RuntimeError, match="changed while the quota plan read it"):
+            held.all_rows()
+    assert not spill.exists()
+
+
+def walked_prefix(rows: list, salt: str, budget: float, oversized: float) -> PrefixSelection:
     """The rule walked row by row, as written: rows sorted by (hash, synth_id) with Python's stable sort, each
     kept while it fits, an oversized one that does not fit skipped, the first other one that does not fit ending
     the prefix (with the kept rows sharing its hash)."""
@@ -199,14 +311,14 @@ def walked_prefix(rows: list[tuple[str, int]], salt: str, budget: float, oversiz
     skipped: list[tuple[str, int]] = []
     for row in ordered:
         unit = stable_unit_interval(salt, row[0])
-        if sum(n for _, n in kept) + row[1] <= budget:
+        if sum(k[-1] for k in kept) + row[-1] <= budget:
             kept.append(row)
-        elif row[1] > oversized:
+        elif row[-1] > oversized:
             skipped.append(row)
         else:
             kept = [k for k in kept if stable_unit_interval(salt, k[0]) != unit]
-            return PrefixSelection(unit, kept, skipped, sum(n for _, n in kept))
-    return PrefixSelection(1.0, kept, skipped, sum(n for _, n in kept))
+            return PrefixSelection(unit, kept, skipped, sum(k[-1] for k in kept))
+    return PrefixSelection(1.0, kept, skipped, sum(k[-1] for k in kept))
 
 
 @settings(max_examples=300)

@@ -27,23 +27,17 @@ distribution (within one typical row of a tiny pool), or the plan says which row
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from synthkd_assets.core.buckets import Cell, nested_grid
-from synthkd_assets.core.parallel import thread_map
-from synthkd_assets.core.row_sizes import current_row_sizes
+from synthkd_assets.core.quota_rows import QuotaRow, QuotaRows, cell_counts
 from synthkd_contract.buckets import (
     CTX_BUCKET_MAX_TOKENS,
     CTX_BUCKETS,
@@ -52,10 +46,7 @@ from synthkd_contract.buckets import (
     SKILL_BUCKET_NAMES,
     SKILL_BUCKETS,
     SKILL_MIX,
-    ctx_codes,
-    skill_bucket,
 )
-from synthkd_contract.manifest_seal import HashedFile
 from synthkd_contract.splits import stable_unit_interval, stable_unit_intervals
 
 QUOTA_RULE = (
@@ -72,69 +63,6 @@ QUOTA_SHARE_TOLERANCE = 0.01
 OVERSIZED_ROW_SHARE = 0.0025
 EXCLUDED_ROWS_NAMED = 20  # excluded rows a failed check's text names (the plan lists them all)
 MAX_SELECTION_ROUNDS = 64  # the kept total is lowered at most this many times
-
-
-class QuotaRow(NamedTuple):
-    """One tokenized conversation as the quota sees it: its id, cell and token count."""
-
-    synth_id: str
-    skill: str
-    ctx: str
-    tokens: int
-
-
-@dataclass(frozen=True, eq=False)  # arrays: compare `rows()`
-class QuotaColumns:
-    """Every SYNTH row the quota draws from, a column a field (row i is `rows([i])[0]`): a plan over tens of
-    millions of rows holds a few arrays, not a Python object per row (benchmarks/README.md, "The quota plan's
-    rows as columns")."""
-
-    synth_id: pa.LargeStringArray  # one array: taking rows from a chunked one combines its chunks every time
-    skill: np.ndarray  # int16: the row's skill bucket, an index into `skills`
-    ctx: np.ndarray  # int16: the row's ctx bucket, an index into CTX_BUCKETS
-    tokens: np.ndarray  # int64
-    skills: tuple[str, ...] = SKILL_BUCKETS  # the names the skill codes stand for (SKILL_BUCKETS first)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    @classmethod
-    def from_rows(cls, rows: Sequence[QuotaRow]) -> QuotaColumns:
-        """The columns of these rows, in order."""
-        skills = tuple(dict.fromkeys([*SKILL_BUCKETS, *(row.skill for row in rows)]))
-        code = {name: i for i, name in enumerate(skills)}
-        return cls(
-            pa.array([row.synth_id for row in rows], pa.large_string()),
-            np.fromiter((code[row.skill] for row in rows), np.int16, len(rows)),
-            np.fromiter((CTX_BUCKETS.index(row.ctx) for row in rows), np.int16, len(rows)),
-            np.fromiter((row.tokens for row in rows), np.int64, len(rows)),
-            skills,
-        )
-
-    def ids(self, indices: np.ndarray) -> list[str]:
-        """The synth_ids of these rows, in that order."""
-        return self.synth_id.take(pa.array(np.asarray(indices, dtype=np.int64))).to_pylist()
-
-    def rows(self, indices: np.ndarray | None = None) -> list[QuotaRow]:
-        """These rows (every row when None) as QuotaRows, in that order."""
-        indices = np.arange(len(self)) if indices is None else np.asarray(indices, dtype=np.int64)
-        skills, ctxs = self.skill[indices].tolist(), self.ctx[indices].tolist()
-        return [
-            QuotaRow(synth_id, self.skills[skill], CTX_BUCKETS[ctx], tokens)
-            for synth_id, skill, ctx, tokens in zip(self.ids(indices), skills, ctxs, self.tokens[indices].tolist())
-        ]
-
-    def grids(self, indices: np.ndarray | None = None) -> tuple[dict[Cell, int], dict[Cell, int]]:
-        """Tokens and rows per (skill, ctx) cell of these rows (every row when None): the cells they hold."""
-        chosen = slice(None) if indices is None else indices
-        cells = self.skill[chosen].astype(np.int64) * len(CTX_BUCKETS) + self.ctx[chosen]
-        size = len(self.skills) * len(CTX_BUCKETS)
-        rows = np.bincount(cells, minlength=size)
-        tokens = np.zeros(size, dtype=np.int64)
-        np.add.at(tokens, cells, self.tokens[chosen])  # exact integer sums
-        held = np.flatnonzero(rows).tolist()
-        names = [(self.skills[i // len(CTX_BUCKETS)], CTX_BUCKETS[i % len(CTX_BUCKETS)]) for i in held]
-        return dict(zip(names, tokens[held].tolist())), dict(zip(names, rows[held].tolist()))
 
 
 class PrefixSelection(NamedTuple):
@@ -381,181 +309,147 @@ def quota_config(targets: QuotaTargets, exercise_table: Mapping[str, str] = EXER
     }
 
 
-def tokenized_quota_rows(
-    paths: Iterable[Path],
-    exercise_table: Mapping[str, str] | None = None,
-    hashed: Mapping[Path, HashedFile] | None = None,
-) -> QuotaColumns:
-    """Every row of these synth_tokenized files as the quota sees it, file by file and row by row: from each file's
-    row sizes while they are current (`current_row_sizes`), else from its own columns read in bounded batches.
-
-    Args:
-        paths: synth_tokenized Parquet files.
-        exercise_table: the build's exercise table (exercise_skill_table); the contract's if None.
-        hashed: what the tokenize steps hashed as they wrote these files (`current_row_sizes`).
-
-    Returns:
-        Their QuotaColumns: synth_id, skill bucket, ctx bucket (by its token count) and token count of every row.
-
-    Raises:
-        UnknownExercise: a row's exercise is in no table (`skill_bucket`).
-    """
-    columns = functools.partial(_quota_columns, hashed=hashed)
-    read = thread_map(columns, paths)  # one file a core at once
-    chunks = [chunk.cast(pa.large_string()) for file_ids, _, _ in read for chunk in file_ids.chunks]
-    ids = pa.concat_arrays(chunks) if chunks else pa.array([], pa.large_string())
-    exercises = pa.chunked_array(
-        [chunk for _, file_exercises, _ in read for chunk in file_exercises.chunks], pa.string()
-    )
-    tokens = np.concatenate([lengths for _, _, lengths in read]) if read else np.zeros(0, dtype=np.int64)
-    if not len(tokens):
-        return QuotaColumns(ids, np.zeros(0, dtype=np.int16), np.zeros(0, dtype=np.int16), tokens)
-    # each exercise's bucket asked once, then given to every row by its index
-    exercise_index = pc.dictionary_encode(exercises).combine_chunks()
-    names = [skill_bucket(e, exercise_table) for e in exercise_index.dictionary.to_pylist()]
-    skills = tuple(dict.fromkeys([*SKILL_BUCKETS, *names]))
-    skill_of = np.array([skills.index(name) for name in names], dtype=np.int16)
-    return QuotaColumns(ids, skill_of[exercise_index.indices.to_numpy()], ctx_codes(tokens), tokens, skills)
-
-
-def _quota_columns(
-    path: Path, hashed: Mapping[Path, HashedFile] | None = None
-) -> tuple[pa.ChunkedArray, pa.ChunkedArray, np.ndarray]:
-    """synth_id, exercise and token count of every row of a synth_tokenized file: from its row sizes
-    (`current_row_sizes`), or, for a file without current ones, its own columns read in bounded batches."""
-    if (sizes := current_row_sizes(path, hashed)) is not None:
-        table = pq.read_table(sizes, columns=["synth_id", "exercise", "tokens"])
-        return table["synth_id"], table["exercise"], table["tokens"].to_numpy().astype(np.int64)
-    ids, exercises, lengths = [], [], []
-    # loss_mask (uint8) is as long as tokens (int32): its lengths for a quarter of the bytes read
-    for batch in pq.ParquetFile(path).iter_batches(columns=["synth_id", "exercise", "loss_mask"], batch_size=4096):
-        ids.append(batch.column("synth_id"))
-        exercises.append(batch.column("exercise"))
-        lengths.append(pc.list_value_length(batch.column("loss_mask")).to_numpy().astype(np.int64))
-    joined = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-    return pa.chunked_array(ids, pa.string()), pa.chunked_array(exercises, pa.string()), joined
-
-
 def _excluded_entry(row: QuotaRow, why: str) -> dict[str, Any]:
     return {"synth_id": row.synth_id, "skill": row.skill, "ctx": row.ctx, "tokens": row.tokens, "why": why}
 
 
-HASHED_IDS_AT_ONCE = 65_536  # synth_ids made Python strings at a time to hash them (`_BucketRows.units`)
+class _BucketSelection(NamedTuple):
+    """What one skill bucket keeps under its budget."""
+
+    rate: float  # the hash of the first row left out (1.0: every usable row; 0.0: none)
+    kept_tokens: np.ndarray  # per ctx bucket
+    kept_rows: np.ndarray  # per ctx bucket
+    skipped: list[QuotaRow]  # oversized rows below the rate, in hash order: excluded by id
+    tokens: int  # the kept tokens
 
 
-class _BucketRows:
-    """One skill bucket's rows (their indices among every row, in input order) and their quota hashes, taken
-    once, when a prefix of them is first needed, a slice of ids at a time (no Python string kept per row)."""
-
-    def __init__(self, rows: QuotaColumns, indices: np.ndarray) -> None:
-        self.rows, self.indices = rows, indices
-        self._units: np.ndarray | None = None
-
-    def units(self) -> np.ndarray:
-        if self._units is None:
-            units = np.empty(len(self.indices), dtype=np.float64)
-            for lo in range(0, len(self.indices), HASHED_IDS_AT_ONCE):
-                ids = self.rows.ids(self.indices[lo : lo + HASHED_IDS_AT_ONCE])
-                units[lo : lo + len(ids)] = stable_unit_intervals(QUOTA_SALT, ids)
-            self._units = units
-        return self._units
-
-    def usable(self, unusable: Mapping[str, int]) -> np.ndarray:
-        """The places (in this bucket) of the rows whose synth_id is not unusable."""
-        if not unusable:
-            return np.arange(len(self.indices))
-        ids = self.rows.synth_id.take(pa.array(self.indices))
-        return np.flatnonzero(~pc.is_in(ids, value_set=pa.array(list(unusable), pa.large_string())).to_numpy(False))
-
-    def tokens(self, places: np.ndarray) -> int:
-        """The tokens of the rows at these places."""
-        return int(self.rows.tokens[self.indices[places]].sum())
-
-    def prefix(self, places: np.ndarray, budget: float, oversized: float) -> tuple[float, np.ndarray, np.ndarray, int]:
-        """`hash_ordered_prefix` of the rows at these places: (rate, kept and skipped row indices, kept tokens)."""
-        tied: list[str] = []  # the rows' synth_ids, read only when two of them share a hash
-
-        def id_of(place: int) -> str:
-            if not tied:
-                tied.extend(self.rows.ids(self.indices[places]))
-            return tied[place]
-
-        order = places[hash_order(self.units()[places], id_of)]
-        rate, kept, skipped, tokens = prefix_places(
-            self.units()[order], self.rows.tokens[self.indices[order]], budget, oversized
-        )
-        return rate, self.indices[order[kept]], self.indices[order[skipped]], tokens
+def _whole_bucket(rows: QuotaRows, skill: int) -> _BucketSelection:
+    tokens, counts = rows.usable_tokens[skill].sum(axis=1), rows.usable_rows[skill].sum(axis=1)
+    return _BucketSelection(1.0, tokens, counts, [], int(tokens.sum()))
 
 
-def plan_quota_selection(rows: QuotaColumns, targets: QuotaTargets) -> tuple[dict[str, Any], np.ndarray]:
+def _no_rows() -> _BucketSelection:
+    none = np.zeros(len(CTX_BUCKETS), dtype=np.int64)
+    return _BucketSelection(0.0, none, none, [], 0)
+
+
+def bucket_prefixes(rows: QuotaRows, budgets: Mapping[int, float], oversized: float) -> dict[int, _BucketSelection]:
+    """`hash_ordered_prefix` of each skill bucket's usable rows (by its index in SKILL_BUCKETS) within its budget,
+    reading again only the rows of the hash bins where the budget ends (docs/pool.md "How the quota selects rows").
+
+    Every bin before the first one whose running total of tokens passes the budget is kept whole, from the counts.
+    The rows of that bin and of the bins after it that the budget plus a margin of oversized rows reaches are
+    gathered (one read for every bucket) and walked row by row (`prefix_places`); when the walk keeps every one of
+    them and usable rows lie beyond, the margin grows and they are read again.
+
+    Args:
+        rows: the rows, with the usable counts the selection round leaves.
+        budgets: the most tokens each bucket (by index) may keep; each less than its usable tokens.
+        oversized: a row that does not fit and holds more tokens than this is skipped instead of ending the prefix.
+
+    Returns:
+        Each bucket's selection: rate, kept tokens and rows per ctx bucket, skipped rows, kept tokens.
+    """
+    walks = {}
+    for skill, budget in budgets.items():
+        running = np.cumsum(rows.usable_tokens[skill].sum(axis=0))
+        limit = math.floor(budget)  # an integer total fits iff <= floor(budget)
+        first = int(np.searchsorted(running, limit, side="right"))  # the first bin whose running total passes it
+        walks[skill] = [running, limit, first, int(running[first - 1]) if first else 0, max(2.0 * oversized, 1.0)]
+    chosen: dict[int, _BucketSelection] = {}
+    while pending := [skill for skill in walks if skill not in chosen]:
+        ranges = {}
+        for skill in pending:
+            running, limit, first, _, margin = walks[skill]
+            ranges[skill] = (first, min(int(np.searchsorted(running, limit + margin, side="right")) + 1, rows.bins))
+        for skill, found in rows.gather_bins(ranges).items():
+            running, limit, first, before, margin = walks[skill]
+            order = hash_order(found.units, found.ids.__getitem__)
+            rate, kept, skipped, tokens = prefix_places(
+                found.units[order], found.tokens[order], limit - before, oversized
+            )
+            if rate == 1.0 and rows.usable_rows[skill][:, ranges[skill][1] :].any():
+                walks[skill][4] = margin * 4  # every gathered row fits: the prefix goes on past them
+                continue
+            places = order[kept]
+            kept_tokens = rows.usable_tokens[skill][:, :first].sum(axis=1) + np.bincount(
+                found.ctx[places], weights=found.tokens[places], minlength=len(CTX_BUCKETS)
+            ).astype(np.int64)
+            kept_rows = rows.usable_rows[skill][:, :first].sum(axis=1) + np.bincount(
+                found.ctx[places], minlength=len(CTX_BUCKETS)
+            )
+            chosen[skill] = _BucketSelection(rate, kept_tokens, kept_rows, found.rows(order[skipped]), before + tokens)
+    return chosen
+
+
+def plan_quota_selection(rows: QuotaRows, targets: QuotaTargets) -> dict[str, Any]:
     """The quota plan that selects rows: keep rates that are hash thresholds of token-budget prefixes.
 
     The grid solver (`plan_quota_grid`) gives the kept total K and the shares t_b; each bucket below its whole keeps
-    the longest prefix of its rows in quota-hash order within K t_b (`hash_ordered_prefix`, one rate for its ctx
+    the longest prefix of its rows in quota-hash order within K t_b (`bucket_prefixes`, one rate for its ctx
     cells), oversized rows that do not fit skipped and excluded. A bucket left short of its budget by more than an
     oversized row lowers K to what it holds (every other bucket follows); one left short by more than half is
     lumpy (a few long rows hold its tokens): those rows are unusable and K is solved again without them.
 
     Args:
-        rows: every SYNTH row the pool draws from (`tokenized_quota_rows`).
+        rows: every SYNTH row the pool draws from (`tokenized_quota_rows`); its usable counts lose the unusable rows.
         targets: the skill mix to meet.
 
     Returns:
-        (plan, kept): the plan as `plan_quota_grid` gives it over every row, its rates replaced by the thresholds,
-        its expected tokens and rows the exact ones of the selection, `excluded` (every row dropped by id, with its
-        cell, tokens and why), `granularity` (each bucket's median row tokens), `oversized_tokens` and
-        `share_misses` (buckets whose kept share misses its target by more than `share_allowance`); and the kept
-        rows' indices in `rows` (each bucket's in turn, SKILL_BUCKETS order; in hash order below its whole).
+        The plan as `plan_quota_grid` gives it over every row, its rates replaced by the thresholds, its expected
+        tokens and rows the exact ones of the selection, `excluded` (every row dropped by id, with its cell, tokens
+        and why), `granularity` (each bucket's median row tokens), `oversized_tokens` and `share_misses` (buckets
+        whose kept share misses its target by more than `share_allowance`). The rows it keeps are
+        `rows.kept_rows(plan["rates"], excluded_ids(plan))`.
     """
     all_tokens, all_rows = rows.grids()
     grid_plan = plan_quota_grid(all_tokens, all_rows, targets)
     shares = grid_plan["targets"]["shares"]
     kept_total = math.fsum(grid_plan["skill_tokens"]["expected"].values())
-    by_bucket = {b: _BucketRows(rows, np.flatnonzero(rows.skill == rows.skills.index(b))) for b in SKILL_BUCKETS}
-    none = np.zeros(0, dtype=np.int64)
-    unusable: dict[str, int] = {}  # by synth_id: the row excluded for it
+    unusable: dict[str, QuotaRow] = {}  # by synth_id: the row excluded for it
     for _ in range(MAX_SELECTION_ROUNDS):
         oversized = OVERSIZED_ROW_SHARE * kept_total
-        selections: dict[str, tuple[float, np.ndarray, np.ndarray, int]] = {}  # rate, kept, skipped, tokens
-        budgets: dict[str, float] = {}
-        for b in SKILL_BUCKETS:
-            usable = by_bucket[b].usable(unusable)
-            held = by_bucket[b].tokens(usable)
-            budgets[b] = kept_total * shares[b]
+        held = rows.held_tokens()
+        budgets = {b: kept_total * shares[b] for b in SKILL_BUCKETS}
+        selections: dict[str, _BucketSelection] = {}
+        below_whole: dict[int, float] = {}
+        for s, b in enumerate(SKILL_BUCKETS):
             if shares[b] <= 0 or budgets[b] <= 0:
-                selections[b] = (0.0, none, none, 0)
-            elif budgets[b] >= held:
-                selections[b] = (1.0, by_bucket[b].indices[usable], none, held)
+                selections[b] = _no_rows()
+            elif budgets[b] >= held[s]:
+                selections[b] = _whole_bucket(rows, s)
             else:
-                selections[b] = by_bucket[b].prefix(usable, budgets[b], oversized)
-        short = [b for b in SKILL_BUCKETS if budgets[b] - selections[b][3] > oversized and len(selections[b][2])]
+                below_whole[s] = budgets[b]
+        for s, selection in bucket_prefixes(rows, below_whole, oversized).items():
+            selections[SKILL_BUCKETS[s]] = selection
+        short = [b for b in SKILL_BUCKETS if budgets[b] - selections[b].tokens > oversized and selections[b].skipped]
         if not short:
             break
-        lumpy = [b for b in short if selections[b][3] < budgets[b] / 2]
+        lumpy = [b for b in short if selections[b].tokens < budgets[b] / 2]
         if lumpy:  # its long rows cannot be kept at any share near its target: solve K without them
-            skipped = np.concatenate([selections[b][2] for b in lumpy])
-            unusable.update(zip(rows.ids(skipped), skipped.tolist()))
-            held = {
-                b: int(rows.tokens[by_bucket[b].indices[by_bucket[b].usable(unusable)]].sum()) for b in SKILL_BUCKETS
-            }
-            capacities = [held[b] / shares[b] for b in SKILL_BUCKETS if shares[b] > 0 and held[b] > 0]
+            skipped = {row.synth_id: row for b in lumpy for row in selections[b].skipped}
+            unusable.update(skipped)
+            rows.exclude({i: stable_unit_interval(QUOTA_SALT, i) for i in skipped})
+            held = rows.held_tokens()
+            capacities = [held[s] / shares[b] for s, b in enumerate(SKILL_BUCKETS) if shares[b] > 0 and held[s] > 0]
             kept_total = min([kept_total, *capacities]) if capacities else 0.0
         else:
-            lowered = min(selections[b][3] / shares[b] for b in short)
+            lowered = min(selections[b].tokens / shares[b] for b in short)
             if lowered >= kept_total:
                 break
             kept_total = lowered
 
-    kept = np.concatenate([selections[b][1] for b in SKILL_BUCKETS])
-    unusable_rows = rows.rows(np.fromiter(unusable.values(), np.int64, len(unusable)))
-    excluded = [_excluded_entry(row, "unusable: too long for any share near its target") for row in unusable_rows]
-    oversized_rows = rows.rows(np.concatenate([selections[b][2] for b in SKILL_BUCKETS]))
+    excluded = [_excluded_entry(row, "unusable: too long for any share near its target") for row in unusable.values()]
+    oversized_rows = [row for b in SKILL_BUCKETS for row in selections[b].skipped]
     excluded += [_excluded_entry(row, "oversized: does not fit its bucket's budget") for row in oversized_rows]
     excluded.sort(key=lambda entry: (-entry["tokens"], entry["synth_id"]))
-    kept_tokens, kept_rows = rows.grids(kept)
+    kept_tokens, kept_rows = cell_counts(
+        np.stack([selections[b].kept_tokens for b in SKILL_BUCKETS]),
+        np.stack([selections[b].kept_rows for b in SKILL_BUCKETS]),
+    )
     cells = [(b, c) for b in SKILL_BUCKETS for c in CTX_BUCKETS]
     expected = {b: sum(kept_tokens.get((b, c), 0) for c in CTX_BUCKETS) for b in SKILL_BUCKETS}
-    granularity = {b: median_tokens(rows.tokens[by_bucket[b].indices]) for b in SKILL_BUCKETS}
+    granularity = {b: rows.median_tokens(s) for s, b in enumerate(SKILL_BUCKETS)}
     misses = share_misses(expected, shares, granularity)
     notes = list(grid_plan["notes"])
     if excluded:
@@ -564,10 +458,10 @@ def plan_quota_selection(rows: QuotaColumns, targets: QuotaTargets) -> tuple[dic
             "bucket's budget (the plan's `excluded`)"
         )
     expected_total = sum(expected.values())
-    plan = {
+    return {
         **grid_plan,
         "rule": QUOTA_RULE,
-        "rates": {b: dict.fromkeys(CTX_BUCKETS, selections[b][0]) for b in SKILL_BUCKETS},
+        "rates": {b: dict.fromkeys(CTX_BUCKETS, selections[b].rate) for b in SKILL_BUCKETS},
         "notes": notes,
         "available": {"tokens": nested_grid(all_tokens), "rows": nested_grid(all_rows)},
         "expected": {
@@ -586,7 +480,6 @@ def plan_quota_selection(rows: QuotaColumns, targets: QuotaTargets) -> tuple[dic
         "granularity": granularity,
         "share_misses": misses,
     }
-    return plan, kept
 
 
 def median_tokens(lengths: Iterable[int] | np.ndarray) -> int:

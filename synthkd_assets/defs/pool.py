@@ -34,8 +34,8 @@ from synthkd_assets.core.quota import (
     plan_quota_selection,
     planned_bucket_tokens,
     quota_config,
-    tokenized_quota_rows,
 )
+from synthkd_assets.core.quota_rows import tokenized_quota_rows
 from synthkd_assets.core.source_mix import (
     reports_by_source,
     source_mix_config,
@@ -91,14 +91,15 @@ def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig, instance: dg.Dag
     by_source = reports_by_source(reports)
     files = {s: [stage_files(paths, "synth_tokenized", n)[0] for n in parts] for s, parts in by_source.items()}
     hashed = partitions_hashed_files(instance, synth_tokenized.key, by_source.get(sources.SYNTH_SOURCE, []))
-    rows = tokenized_quota_rows(files.get(sources.SYNTH_SOURCE, []), build.exercise_table(), hashed)
-    selected, kept = plan_quota_selection(rows, build.quota_targets())  # docs/pool.md "How the quota selects rows"
-    plan = {**selected, "shards": sorted(reports)}
-    if keeps_nothing_reason(plan) is None and set(by_source) - {sources.SYNTH_SOURCE}:
-        # anchor sources: the source mix on top (a SYNTH-only plan has none), every source's rows selected exactly
-        rows_of = {s: tokenized_row_lengths(found) for s, found in files.items() if s != sources.SYNTH_SOURCE}
-        rows_of[sources.SYNTH_SOURCE] = list(zip(rows.ids(kept), rows.tokens[kept].tolist()))
-        plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets(), rows_of)
+    with tokenized_quota_rows(files.get(sources.SYNTH_SOURCE, []), build.exercise_table(), hashed) as rows:
+        selected = plan_quota_selection(rows, build.quota_targets())  # docs/pool.md "How the quota selects rows"
+        plan = {**selected, "shards": sorted(reports)}
+        if keeps_nothing_reason(plan) is None and set(by_source) - {sources.SYNTH_SOURCE}:
+            # anchor sources: the source mix on top (a SYNTH-only plan has none), every source's rows selected exactly
+            rows_of = {s: tokenized_row_lengths(found) for s, found in files.items() if s != sources.SYNTH_SOURCE}
+            kept = rows.kept_rows(plan["rates"], excluded_ids(plan))
+            rows_of[sources.SYNTH_SOURCE] = [(row.synth_id, row.tokens) for row in kept]
+            plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets(), rows_of)
     return plan
 
 
