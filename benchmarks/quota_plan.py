@@ -6,6 +6,7 @@ projection to the full corpus: the line through the two sizes' figures.
 
     .venv/bin/python benchmarks/quota_plan.py --rows 4000000 --baseline-tree /path/to/other/checkout
     .venv/bin/python benchmarks/quota_plan.py --quick   # < 1 min: a smoke run of the benchmark itself
+    .venv/bin/python benchmarks/quota_plan.py --anchors ...   # and the source mix over SYNTH's kept rows
 
 The rows are generated as the tokenize steps leave them: FILES synth_tokenized shards, each with its row sizes
 (`<key>.rows.parquet`, their footer recording the shard's sha256, so `current_row_sizes` reads them), exercises
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -87,10 +89,27 @@ def write_shards(directory: Path, rows: int, files: int) -> list[Path]:
     return paths
 
 
-def child(tree: str, directory: str) -> None:
+def anchor_rows(synth_tokens: float) -> dict[str, list[tuple[str, int]]]:
+    """Two anchor sources, each ~1% of SYNTH's kept tokens: scarce beside their shares, so SYNTH is downsampled
+    and the source mix selects SYNTH's rows exactly."""
+    import random
+
+    rng = random.Random(45)
+    rows: dict[str, list[tuple[str, int]]] = {}
+    for source in ("nemotron_math_v2", "opencodeinstruct"):
+        rows[source], held = [], 0
+        while held < synth_tokens / 100:
+            rows[source].append((f"{source}_{len(rows[source])}", rng.randint(200, 4000)))
+            held += rows[source][-1][1]
+    return rows
+
+
+def child(tree: str, directory: str, anchors: bool) -> None:
     """One measurement in this process, with `tree`'s code: prints JSON."""
     sys.path.insert(0, tree)
-    from synthkd_assets.core.quota import QuotaTargets, plan_quota_selection
+    from synthkd_assets.core.quota import QuotaTargets, excluded_ids, plan_quota_selection
+    from synthkd_assets.core.source_mix import SourceMixTargets, plan_source_mix
+    from synthkd_contract.sources import SOURCE_MIX_SALT
 
     try:  # the rows by hash bin, spilled to disk
         from synthkd_assets.core.quota_rows import tokenized_quota_rows
@@ -106,22 +125,39 @@ def child(tree: str, directory: str) -> None:
     selected = plan_quota_selection(rows, QuotaTargets())
     plan = selected[0] if isinstance(selected, tuple) else selected  # a tree before the spill: (plan, kept)
     done = time.perf_counter()
+    mix: dict = {}
+    if anchors:  # as `quota_plan_of` does with anchor sources: SYNTH's kept rows to the source mix
+        synth_tokens = math.fsum(plan["skill_tokens"]["expected"].values())
+        synth_rows = math.fsum(n for cells in plan["expected"]["rows"].values() for n in cells.values())
+        given = anchor_rows(synth_tokens)
+        tokens = {"synth": synth_tokens, **{s: float(sum(n for _, n in r)) for s, r in given.items()}}
+        counts = {"synth": synth_rows, **{s: float(len(r)) for s, r in given.items()}}
+        if isinstance(selected, tuple):  # a tree before the bins: the kept rows as a list
+            kept = selected[1]
+            given["synth"] = list(zip(rows.ids(kept), rows.tokens[kept].tolist()))
+            mix = plan_source_mix(tokens, counts, SourceMixTargets(), given)
+        else:
+            from synthkd_assets.core.source_mix import BinnedRows
+
+            with rows.kept(plan["rates"], excluded_ids(plan), SOURCE_MIX_SALT, one_bucket=True) as kept:
+                mix = plan_source_mix(tokens, counts, SourceMixTargets(), {**given, "synth": BinnedRows(kept)})
+    mixed = time.perf_counter()
     getattr(rows, "close", lambda: None)()
     result = {
         "read_s": read - started,
         "plan_s": done - read,
-        "seconds": done - started,
+        "mix_s": mixed - done,
+        "seconds": mixed - started,
         "peak_mib": (_status_bytes("VmHWM:") - start_rss) / 2**20,
         "kept": sum(n for cells in plan["expected"]["rows"].values() for n in cells.values()),
-        "plan_sha256": hashlib.sha256(json.dumps(plan).encode()).hexdigest(),
+        "plan_sha256": hashlib.sha256(json.dumps([plan, mix]).encode()).hexdigest(),
     }
     print(json.dumps(result))
 
 
-def measure(tree: Path, directory: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", str(tree), str(directory)], capture_output=True, text=True, check=True
-    )
+def measure(tree: Path, directory: Path, anchors: bool) -> dict:
+    command = [sys.executable, __file__, "--child", str(tree), str(directory)] + (["--anchors"] if anchors else [])
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -132,10 +168,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--baseline-tree", type=Path, help="another checkout, measured alternately with this one")
     parser.add_argument("--quick", action="store_true", help="200,000 rows, one repeat")
+    parser.add_argument(
+        "--anchors", action="store_true", help="two scarce anchor sources: the source mix selects SYNTH's kept rows"
+    )
     parser.add_argument("--child", nargs=2, metavar=("TREE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(*args.child)
+        child(*args.child, args.anchors)
         return
     if args.quick:
         args.rows, args.repeats = 200_000, 1
@@ -157,7 +196,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for size in sizes:
                 for name, tree in trees.items():
-                    found[name, size].append(measure(tree, Path(directory) / size))
+                    found[name, size].append(measure(tree, Path(directory) / size, args.anchors))
     for size in sizes:
         plans = {name: found[name, size][0]["plan_sha256"] for name in trees}
         if len(set(plans.values())) > 1:
@@ -165,6 +204,7 @@ def main() -> None:
     print(
         f"quota plan over {args.rows:,} rows in {args.files} shards, and over half of them ({args.repeats} repeats, "
         "min / median; the same plan bytes from every tree)"
+        + ("; with the source mix of two scarce anchor sources" if args.anchors else "")
     )
     for name in trees:
         runs, halves = found[name, "full"], found[name, "half"]
@@ -178,7 +218,9 @@ def main() -> None:
         projected_seconds = min(seconds) + slope_seconds * (FULL_CORPUS_ROWS - args.rows)
         print(
             f"  {name}: {min(seconds):.2f} / {statistics.median(seconds):.2f} s "
-            f"(read {min(r['read_s'] for r in runs):.2f}, plan {min(r['plan_s'] for r in runs):.2f}); "
+            f"(read {min(r['read_s'] for r in runs):.2f}, plan {min(r['plan_s'] for r in runs):.2f}"
+            + (f", source mix {min(r['mix_s'] for r in runs):.2f}" if args.anchors else "")
+            + "); "
             f"peak {min(peak):.0f} / {statistics.median(peak):.0f} MiB ({half_peak:.0f} MiB at half the rows); "
             f"projected to {FULL_CORPUS_ROWS / 1e6:.1f}M rows on one process: {projected_seconds / 60:.1f} min, "
             f"{projected_peak / 1024:.2f} GiB"

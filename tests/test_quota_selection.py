@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,15 +30,15 @@ from synthkd_assets.core.quota import (
     QuotaTargets,
     excluded_ids,
     hash_ordered_prefix,
-    median_tokens,
     plan_quota_grid,
     plan_quota_selection,
     quota_keep,
     share_miss_problems,
 )
 from synthkd_assets.core.quota_rows import QUOTA_HASH_BINS, QuotaRows
-from synthkd_assets.core.source_mix import SourceMixTargets, plan_source_mix, source_mix_keep
-from synthkd_contract.buckets import SKILL_BUCKETS, SKILL_MIX, ctx_bucket
+from synthkd_assets.core.source_mix import BinnedRows, SourceMixTargets, plan_source_mix, source_mix_keep
+from synthkd_contract.buckets import SKILL_BUCKETS, SKILL_MIX, ctx_bucket, ctx_codes
+from synthkd_contract.sources import SOURCE_MIX_SALT
 from synthkd_contract.splits import stable_unit_interval
 
 
@@ -44,7 +46,7 @@ def select(rows: list[QuotaRow], targets: QuotaTargets, bins: int = QUOTA_HASH_B
     """`plan_quota_selection` over these rows: the plan and the rows its rule keeps."""
     held = QuotaRows.from_rows(rows, bins)
     plan = plan_quota_selection(held, targets)
-    return plan, held.kept_rows(plan["rates"], excluded_ids(plan))
+    return plan, held.kept(plan["rates"], excluded_ids(plan), QUOTA_SALT).all_rows()
 
 
 def small_rows(seed: int, n: int) -> list[QuotaRow]:
@@ -179,6 +181,46 @@ def test_one_10mb_anchor_line_no_longer_takes_math_to_zero():
     assert "math_line" in excluded_ids(plan)
 
 
+def binned(rows: list[tuple[str, int]], bins: int) -> BinnedRows:
+    """These (synth_id, tokens) rows by source-mix hash bin, as the pool hands SYNTH's kept rows to the mix."""
+    held = QuotaRows(bins, salt=SOURCE_MIX_SALT)
+    if rows:
+        lengths = np.array([n for _, n in rows], dtype=np.int64)
+        held.add(pa.array([i for i, _ in rows]), np.zeros(len(rows), np.int16), ctx_codes(lengths), lengths)
+    return BinnedRows(held)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from([0, 3, 10, 30, 100, 400]),
+    st.lists(st.tuples(st.integers(0, 600), st.integers(20_000, 2_000_000)), max_size=4),
+    st.floats(0.02, 0.6),
+    st.floats(0.02, 0.3),
+    st.sampled_from([1, 5, 64, QUOTA_HASH_BINS]),
+    st.integers(0, 10**6),
+)
+def test_synths_rows_by_hash_bin_give_the_source_mix_of_its_rows_in_memory(
+    ordinary, long_rows, math_share, code_share, bins, seed
+):
+    """SYNTH's kept rows reach the source mix by hash bin (`BinnedRows`); the anchors' as lists. Whatever SYNTH's
+    rows (very long ones, repeated ids) and shares: the plan is the one made from SYNTH's rows as a list, byte for
+    byte, and its bins are what the oversized and unusable rows were taken out of."""
+    rng = random.Random(seed)
+    synth = [(rng.randrange(600), rng.randint(0, 4_000)) for _ in range(ordinary)]  # ids repeat now and then
+    synth = [(f"s{key}", n) for key, n in synth + long_rows]
+    anchors = {
+        "nemotron_math_v2": [(f"m{i}", rng.randint(100, 3000)) for i in range(rng.randint(0, 80))],
+        "opencodeinstruct": [(f"c{i}", rng.randint(100, 3000)) for i in range(rng.randint(0, 80))],
+    }
+    rows = {"synth": synth, **anchors}
+    tokens = {s: float(sum(n for _, n in r)) for s, r in rows.items()}
+    counts = {s: float(len(r)) for s, r in rows.items()}
+    targets = SourceMixTargets(category_shares={"math": math_share, "code": code_share}, source_caps={})
+    listed = plan_source_mix(tokens, counts, targets, rows)
+    by_bin = plan_source_mix(tokens, counts, targets, {**anchors, "synth": binned(synth, bins)})
+    assert json.dumps(by_bin) == json.dumps(listed)
+
+
 def test_rows_sharing_the_stopping_hash_are_left_out_with_it(monkeypatch):
     """Two synth_ids can share one float hash (53 bits of 64): the rule keeps hash < rate, so a kept row tied with
     the first row left out would be dropped by the pool while the plan counted it. With a coarse hash forcing
@@ -238,7 +280,9 @@ def walked_selection(rows: list[QuotaRow], targets: QuotaTargets) -> dict:
         ),
         "expected_tokens": {b: picked[b].tokens for b in SKILL_BUCKETS},
         "expected_rows": grids(kept)[1],
-        "granularity": {b: median_tokens([r.tokens for r in rows if r.skill == b]) for b in SKILL_BUCKETS},
+        "granularity": {
+            b: statistics.median_low([r.tokens for r in rows if r.skill == b] or [0]) for b in SKILL_BUCKETS
+        },
     }
 
 

@@ -429,7 +429,7 @@ def plan_quota_selection(rows: QuotaRows, targets: QuotaTargets) -> dict[str, An
         if lumpy:  # its long rows cannot be kept at any share near its target: solve K without them
             skipped = {row.synth_id: row for b in lumpy for row in selections[b].skipped}
             unusable.update(skipped)
-            rows.exclude({i: stable_unit_interval(QUOTA_SALT, i) for i in skipped})
+            rows.exclude(skipped)
             held = rows.held_tokens()
             capacities = [held[s] / shares[b] for s, b in enumerate(SKILL_BUCKETS) if shares[b] > 0 and held[s] > 0]
             kept_total = min([kept_total, *capacities]) if capacities else 0.0
@@ -480,12 +480,6 @@ def plan_quota_selection(rows: QuotaRows, targets: QuotaTargets) -> dict[str, An
         "granularity": granularity,
         "share_misses": misses,
     }
-
-
-def median_tokens(lengths: Iterable[int] | np.ndarray) -> int:
-    """The median (lower middle) of token counts, 0 for none: a bucket's typical row."""
-    values = np.fromiter(lengths, np.int64) if not isinstance(lengths, np.ndarray) else lengths
-    return int(np.partition(values, (len(values) - 1) // 2)[(len(values) - 1) // 2]) if len(values) else 0
 
 
 def share_allowance(granularity: float, total: float) -> float:

@@ -83,7 +83,7 @@ class _Part:
 
 def _merge_counts(counts: tuple[np.ndarray, np.ndarray], lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(values, counts) of token counts, with `lengths` added."""
-    values, how_many = np.unique(lengths, return_counts=True)
+    values, how_many = length_counts(lengths)
     merged, inverse = np.unique(np.concatenate([counts[0], values]), return_inverse=True)
     return merged, np.bincount(inverse, weights=np.concatenate([counts[1], how_many]), minlength=len(merged)).astype(
         np.int64
@@ -98,17 +98,18 @@ class QuotaRows:
     `spill` keeps each part's arrays in a temporary directory: use it as a context manager, or `close` it.
     """
 
-    def __init__(self, bins: int = QUOTA_HASH_BINS, spill: bool = False) -> None:
+    def __init__(self, bins: int = QUOTA_HASH_BINS, spill: bool = False, salt: str = QUOTA_SALT) -> None:
         if bins < 1:
             raise ValueError(f"bins {bins} < 1")
-        self.bins = bins
+        self.bins, self.salt = bins, salt
         shape = (len(SKILL_BUCKETS), len(CTX_BUCKETS), bins)
         self.tokens = np.zeros(shape, dtype=np.int64)
         self.rows = np.zeros(shape, dtype=np.int64)
         self.usable_tokens = np.zeros(shape, dtype=np.int64)
         self.usable_rows = np.zeros(shape, dtype=np.int64)
         empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        self._lengths = [empty] * len(SKILL_BUCKETS)
+        self._lengths = [empty] * len(SKILL_BUCKETS)  # (token counts, rows of each) per skill bucket, every row
+        self._usable_lengths = [empty] * len(SKILL_BUCKETS)  # the same, of the rows not excluded
         self.unusable: set[str] = set()
         self._parts: list[_Part] = []
         if spill:
@@ -149,7 +150,7 @@ class QuotaRows:
         units = np.empty(len(ids), dtype=np.float64)
         for lo in range(0, len(ids), HASHED_IDS_AT_ONCE):
             chunk = ids.slice(lo, HASHED_IDS_AT_ONCE).to_pylist()
-            units[lo : lo + len(chunk)] = stable_unit_intervals(QUOTA_SALT, chunk)
+            units[lo : lo + len(chunk)] = stable_unit_intervals(self.salt, chunk)
         table = np.empty(len(ids), dtype=_PART_DTYPE)
         table["unit"], table["tokens"], table["skill"], table["ctx"] = units, tokens, skill, ctx
         flat = (table["skill"].astype(np.int64) * len(CTX_BUCKETS) + table["ctx"]) * self.bins + self._bins(units)
@@ -163,6 +164,7 @@ class QuotaRows:
             counts += rows_added.reshape(counts.shape)
         for s in np.unique(table["skill"]).tolist():
             self._lengths[s] = _merge_counts(self._lengths[s], table["tokens"][table["skill"] == s])
+            self._usable_lengths[s] = _merge_counts(self._usable_lengths[s], table["tokens"][table["skill"] == s])
         spill = self._spill / f"{len(self._parts)}.npy" if self._spill is not None else None
         self._parts.append(_Part(table, spill, read_ids or (lambda: ids)))
 
@@ -185,12 +187,14 @@ class QuotaRows:
         """The usable tokens of each skill bucket, in SKILL_BUCKETS order."""
         return [int(n) for n in self.usable_tokens.sum(axis=(1, 2))]
 
+    def length_counts(self, skill: int, usable: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct token counts ascending, rows of each) of a skill bucket's rows (by its index; the usable
+        ones when `usable`)."""
+        return (self._usable_lengths if usable else self._lengths)[skill]
+
     def median_tokens(self, skill: int) -> int:
         """The median (lower middle) token count of every row of a skill bucket (by its index), 0 for none."""
-        values, counts = self._lengths[skill]
-        if not len(values):
-            return 0
-        return int(values[np.searchsorted(np.cumsum(counts), (int(counts.sum()) - 1) // 2, side="right")])
+        return median_of_counts(*self._lengths[skill])
 
     def gather(self, wanted: Callable[[np.ndarray], np.ndarray], usable: bool = True) -> GatheredRows:
         """The rows `wanted` marks, read again part by part, their synth_ids from their files.
@@ -258,34 +262,55 @@ class QuotaRows:
             )
         return by_skill
 
-    def exclude(self, ids: Mapping[str, float]) -> None:
-        """Take every row whose synth_id is one of `ids` out of the usable counts and of every later `gather`.
-
-        Args:
-            ids: synth_id -> its quota hash (the bin its rows are in, in any skill bucket).
-        """
-        units = np.fromiter(ids.values(), np.float64, len(ids))
+    def exclude(self, ids: Iterable[str]) -> None:
+        """Take every row whose synth_id is one of `ids` out of the usable counts and of every later `gather`."""
+        ids = set(ids) - self.unusable
+        units = stable_unit_intervals(self.salt, sorted(ids))
         found = self.gather(lambda table: np.isin(table["unit"], units), usable=False)
         places = np.array([i for i, synth_id in enumerate(found.ids) if synth_id in ids], dtype=np.int64)
         where = (found.skill[places], found.ctx[places], self._bins(found.units[places]))
         np.subtract.at(self.usable_tokens, where, found.tokens[places])
         np.subtract.at(self.usable_rows, where, 1)
+        for s in np.unique(found.skill[places]).tolist():
+            values, counts = self._usable_lengths[s]
+            np.subtract.at(counts, np.searchsorted(values, found.tokens[places][found.skill[places] == s]), 1)
         self.unusable.update(ids)
 
-    def kept_rows(self, rates: Mapping[str, Mapping[str, float]], excluded: Iterable[str]) -> list[QuotaRow]:
-        """The rows a plan keeps (`quota_keep`'s rule).
+    def kept(
+        self, rates: Mapping[str, Mapping[str, float]], excluded: Iterable[str], salt: str, one_bucket: bool = False
+    ) -> QuotaRows:
+        """The rows a plan keeps (`quota_keep`'s rule), hashed with `salt`: what the source mix selects SYNTH's
+        rows from.
 
         Args:
             rates: the plan's rate per skill and ctx bucket.
             excluded: the synth_ids the plan drops whatever their hash (`excluded_ids`).
+            salt: the kept rows' hash.
+            one_bucket: every kept row in the first skill bucket (one prefix over all of them).
 
         Returns:
-            The kept rows, in input order.
+            A QuotaRows of the kept rows, in input order, spilled when this one is: close it.
         """
         rate = np.array([[rates[b][c] for c in CTX_BUCKETS] for b in SKILL_BUCKETS], dtype=np.float64)
-        found = self.gather(lambda table: table["unit"] < rate[table["skill"], table["ctx"]], usable=False)
-        dropped = frozenset(excluded)
-        return [row for row in found.rows() if row.synth_id not in dropped]
+        dropped = pa.array(sorted(set(excluded)), pa.large_string())
+        held = QuotaRows(self.bins, spill=self._spill is not None, salt=salt)
+        try:
+            for part in self._parts:
+                table = part.table()
+                places = np.flatnonzero(table["unit"] < rate[table["skill"], table["ctx"]])
+                if not len(places):
+                    continue
+                ids = part.ids().take(pa.array(places))
+                if len(dropped):
+                    mask = ~pc.is_in(ids.cast(pa.large_string()), value_set=dropped).to_numpy(zero_copy_only=False)
+                    places, ids = places[mask], ids.filter(pa.array(mask))
+                chosen = table[places]
+                skills = np.zeros(len(places), dtype=np.int16) if one_bucket else chosen["skill"]
+                held.add(ids, skills, chosen["ctx"], chosen["tokens"], _taken_ids(part, places))
+        except BaseException:
+            held.close()
+            raise
+        return held
 
     def all_rows(self) -> list[QuotaRow]:
         """Every row as a QuotaRow, in input order (for small inputs: each row a Python object)."""
@@ -309,6 +334,31 @@ class QuotaRows:
                 np.fromiter((row.tokens for row in rows), np.int64, len(rows)),
             )
         return held
+
+
+def _taken_ids(part: _Part, places: np.ndarray) -> Callable[[], pa.Array]:
+    return lambda: part.ids().take(pa.array(places))
+
+
+def length_counts(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct token counts ascending, rows of each) of these token counts."""
+    return np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
+
+
+def median_of_counts(values: np.ndarray, counts: np.ndarray) -> int:
+    """The median (lower middle) of token counts given as distinct values and the rows of each, 0 for none.
+
+    Args:
+        values: distinct token counts, ascending.
+        counts: the rows of each (>= 0).
+
+    Returns:
+        The token count at place (n - 1) // 2 of the n rows in order.
+    """
+    total = int(np.sum(counts))
+    if not total:
+        return 0
+    return int(values[np.searchsorted(np.cumsum(counts), (total - 1) // 2, side="right")])
 
 
 def cell_counts(tokens: np.ndarray, rows: np.ndarray) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:

@@ -42,22 +42,24 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
+import numpy as np
 import polars as pl
 
 from synthkd_assets.core.buckets import grids_from_reports
 from synthkd_assets.core.quota import (
     OVERSIZED_ROW_SHARE,
     QUOTA_SHARE_TOLERANCE,
+    bucket_prefixes,
     hash_ordered_prefix,
-    median_tokens,
     share_misses,
 )
+from synthkd_assets.core.quota_rows import QuotaRows, length_counts, median_of_counts
 from synthkd_contract.sources import (
     ANCHOR_CATEGORIES,
     ANCHOR_CATEGORY_SHARES,
@@ -224,11 +226,87 @@ def exact_cap(rows: Sequence[tuple[str, int]], planned_tokens: float) -> tuple[f
     return selection.rate, selection.tokens, len(selection.kept)
 
 
+class PrefixCount(NamedTuple):
+    """What a source's hash-ordered prefix keeps (`SourceRows.prefix`)."""
+
+    rate: float  # the hash of the first row left out (1.0 when every row fits)
+    tokens: int  # the kept rows' tokens
+    rows: int  # the kept rows
+    skipped: list[tuple[str, int]]  # (synth_id, tokens) of the oversized rows below the rate: excluded by id
+
+
+class SourceRows(Protocol):
+    """A source's rows as the source mix selects them (docs/sources.md "The source mix on tokens")."""
+
+    def prefix(self, budget: float, oversized: float) -> PrefixCount: ...
+
+    def exclude(self, ids: Collection[str]) -> None: ...
+
+    def length_counts(self) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class ListedRows:
+    """A source's rows in memory, (synth_id, tokens) each: an anchor source's, small beside SYNTH."""
+
+    def __init__(self, rows: Iterable[tuple[str, int]]) -> None:
+        self.rows = list(rows)
+
+    def prefix(self, budget: float, oversized: float) -> PrefixCount:
+        """`hash_ordered_prefix` of the rows in source-mix hash order."""
+        selection = hash_ordered_prefix(self.rows, SOURCE_MIX_SALT, budget, oversized)
+        return PrefixCount(selection.rate, selection.tokens, len(selection.kept), list(selection.skipped))
+
+    def exclude(self, ids: Collection[str]) -> None:
+        """Leave out the rows with these synth_ids."""
+        self.rows = [row for row in self.rows if row[0] not in ids]
+
+    def length_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct token counts, rows of each) of the rows."""
+        return length_counts(np.fromiter((n for _, n in self.rows), np.int64, len(self.rows)))
+
+
+class BinnedRows:
+    """A source's rows by source-mix hash bin: a `QuotaRows` hashed with SOURCE_MIX_SALT, every row in its first
+    bucket (`QuotaRows.kept(..., one_bucket=True)`). SYNTH's kept rows, however many the corpus holds: the same
+    selection as `ListedRows` (`bucket_prefixes`), one file's rows in memory at a time."""
+
+    def __init__(self, rows: QuotaRows) -> None:
+        if rows.salt != SOURCE_MIX_SALT:
+            raise ValueError(f"rows hashed with {rows.salt!r}, not the source mix's {SOURCE_MIX_SALT!r}")
+        self.held = rows
+
+    def prefix(self, budget: float, oversized: float) -> PrefixCount:
+        """`hash_ordered_prefix` of the usable rows in source-mix hash order."""
+        usable = self.held.held_tokens()[0]
+        if not math.isfinite(budget) or usable <= math.floor(budget):
+            return PrefixCount(1.0, usable, int(self.held.usable_rows[0].sum()), [])
+        chosen = bucket_prefixes(self.held, {0: budget}, oversized)[0]
+        skipped = [(row.synth_id, row.tokens) for row in chosen.skipped]
+        return PrefixCount(chosen.rate, chosen.tokens, int(chosen.kept_rows.sum()), skipped)
+
+    def exclude(self, ids: Collection[str]) -> None:
+        """Leave out the rows with these synth_ids."""
+        self.held.exclude(ids)
+
+    def length_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct token counts, rows of each) of the usable rows."""
+        return self.held.length_counts(0, usable=True)
+
+
+def _group_median(rows: Sequence[SourceRows]) -> int:
+    """The median (lower middle) token count of these sources' rows together, 0 for none."""
+    counts = [source.length_counts() for source in rows]
+    values = np.concatenate([v for v, _ in counts]) if counts else np.zeros(0, dtype=np.int64)
+    held = np.concatenate([n for _, n in counts]) if counts else np.zeros(0, dtype=np.int64)
+    order = np.argsort(values, kind="stable")
+    return median_of_counts(values[order], held[order])
+
+
 def plan_source_mix(
     tokens: Mapping[str, float],
     rows: Mapping[str, float],
     targets: SourceMixTargets,
-    capped_rows: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+    capped_rows: Mapping[str, Sequence[tuple[str, int]] | SourceRows] | None = None,
 ) -> dict[str, Any]:
     """The mix plan for the tokens and rows available per source: the keep rate of every source, whether every
     target is reachable (`feasible`, each unreachable one in `infeasible` with its reason), and the available /
@@ -239,7 +317,8 @@ def plan_source_mix(
         tokens: tokens available per source.
         rows: rows available per source.
         targets: the shares and caps to meet.
-        capped_rows: the rows (synth_id, tokens) of any source, capped or not: each such source below its whole
+        capped_rows: the rows (synth_id, tokens, or a SourceRows) of any source, capped or not: each such source
+            below its whole
             keeps the hash-ordered prefix of its rows within its planned tokens (step 5), an oversized row that
             does not fit excluded by id; rows that leave their source short are unusable and the mix is solved
             again without them (docs/sources.md "The source mix on tokens"). Without its rows, a source's rate
@@ -254,7 +333,7 @@ def plan_source_mix(
     """
     available = _check_counts("tokens", tokens)
     row_counts = _check_counts("rows", rows)
-    given = {s: list(r) for s, r in (capped_rows or {}).items()}
+    given = {s: r if isinstance(r, ListedRows | BinnedRows) else ListedRows(r) for s, r in (capped_rows or {}).items()}
     unusable: list[dict[str, Any]] = []
     shares: dict[str, float] | None = None  # the data's own: what the kept shares are held to (as in core/quota.py)
     while True:
@@ -264,7 +343,7 @@ def plan_source_mix(
             break
         for source, skipped in short.items():
             dropped = {synth_id for synth_id, _ in skipped}
-            given[source] = [row for row in given[source] if row[0] not in dropped]
+            given[source].exclude(dropped)
             available[source] = available[source] - sum(n for _, n in skipped)
             row_counts[source] = max(0.0, row_counts[source] - len(skipped))
             why = "unusable: its source cannot fill its planned tokens with it"
@@ -284,7 +363,7 @@ def plan_source_mix(
     for g, share in shares.items():
         plan["groups"][g]["target_share"] = share
     plan["targets"]["shares"] = shares
-    granularity = {g: median_tokens(n for source in GROUP_SOURCES[g] for _, n in given.get(source, [])) for g in GROUPS}
+    granularity = {g: _group_median([given[s] for s in GROUP_SOURCES[g] if s in given]) for g in GROUPS}
     achieved = {g: entry["expected_tokens"] for g, entry in plan["groups"].items()}
     misses = share_misses(achieved, shares, granularity) if plan["kept_total"] else []
     return {
@@ -304,7 +383,7 @@ def _solve_source_mix(
     tokens: Mapping[str, float],
     rows: Mapping[str, float],
     targets: SourceMixTargets,
-    capped_rows: Mapping[str, Sequence[tuple[str, int]]],
+    capped_rows: Mapping[str, SourceRows],
 ) -> tuple[dict[str, Any], dict[str, list[tuple[str, int]]]]:
     """One solve of `plan_source_mix` over these rows; also the sources whose skipped oversized rows leave them
     more than one oversized row short of their planned tokens, with those rows."""
@@ -367,7 +446,7 @@ def _solve_source_mix(
     excluded: list[dict[str, Any]] = []
     short: dict[str, list[tuple[str, int]]] = {}
     for s in exact:  # step 5: the longest hash-ordered prefix within its planned tokens, stated exactly
-        selection = hash_ordered_prefix(capped_rows[s], SOURCE_MIX_SALT, expected_tokens[s], oversized)
+        selection = capped_rows[s].prefix(expected_tokens[s], oversized)
         # lumpy: a few long rows hold its tokens, and without them it cannot fill half its planned tokens
         if selection.skipped and selection.tokens < expected_tokens[s] / 2 and expected_tokens[s] > oversized:
             short[s] = list(selection.skipped)
@@ -376,7 +455,7 @@ def _solve_source_mix(
         rate[s], expected_tokens[s], expected_rows[s] = (
             selection.rate,
             float(selection.tokens),
-            float(len(selection.kept)),
+            float(selection.rows),
         )
     for g in sorted({SOURCE_GROUP[s] for s in exact}, key=GROUPS.index):  # the rows left out: to the group's others
         others = [s for s in GROUP_SOURCES[g] if available[s] > 0 and s not in exact]
@@ -518,7 +597,7 @@ def source_mix_plan(
     quota_plan: Mapping[str, Any],
     tokenized_by_source: Mapping[str, Mapping[str, Mapping[str, Any]]],
     targets: SourceMixTargets,
-    capped_rows: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+    capped_rows: Mapping[str, Sequence[tuple[str, int]] | SourceRows] | None = None,
 ) -> dict[str, Any]:
     """The pool's source mix: SYNTH enters with the tokens and rows its skill quota grid keeps in expectation (the
     quota plan), each anchor source with all its tokenized tokens and rows (synth_tokenized reports' grids);

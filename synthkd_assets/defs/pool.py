@@ -37,6 +37,7 @@ from synthkd_assets.core.quota import (
 )
 from synthkd_assets.core.quota_rows import tokenized_quota_rows
 from synthkd_assets.core.source_mix import (
+    BinnedRows,
     reports_by_source,
     source_mix_config,
     source_mix_plan,
@@ -79,6 +80,7 @@ from synthkd_assets.defs.upstream import partition_records, read_quota_plan, req
 from synthkd_contract import sources
 from synthkd_contract.manifest_seal import file_record, read_sealed_manifest
 from synthkd_contract.schemas import POOL_SCHEMA
+from synthkd_contract.sources import SOURCE_MIX_SALT
 
 
 def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig, instance: dg.DagsterInstance) -> dict:
@@ -97,9 +99,10 @@ def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig, instance: dg.Dag
         if keeps_nothing_reason(plan) is None and set(by_source) - {sources.SYNTH_SOURCE}:
             # anchor sources: the source mix on top (a SYNTH-only plan has none), every source's rows selected exactly
             rows_of = {s: tokenized_row_lengths(found) for s, found in files.items() if s != sources.SYNTH_SOURCE}
-            kept = rows.kept_rows(plan["rates"], excluded_ids(plan))
-            rows_of[sources.SYNTH_SOURCE] = [(row.synth_id, row.tokens) for row in kept]
-            plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets(), rows_of)
+            # SYNTH's kept rows by source-mix hash bin: as many as the corpus keeps, one file's rows at a time
+            with rows.kept(plan["rates"], excluded_ids(plan), SOURCE_MIX_SALT, one_bucket=True) as kept:
+                rows_of[sources.SYNTH_SOURCE] = BinnedRows(kept)
+                plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets(), rows_of)
     return plan
 
 
