@@ -552,3 +552,40 @@ def test_rows_sharing_a_seed_text_but_asking_other_questions_are_not_near_duplic
     assert len(sharing) > 500  # the sample's structure: many rows per seed text
     assert [(a, b) for a, b in sharing if cluster_of[a] == cluster_of[b]] == []
     assert drops.DROP_CLUSTER_CAP not in clusters.decision
+
+
+@given(
+    st.integers(1, 60).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(0, 7) | st.integers(0, 2**64 - 1), min_size=n, max_size=n),
+            st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n),
+        )
+    )
+)
+def test_component_ranks_are_the_components_of_every_row_ranked_by_key(case):
+    """Only the rows of a verified pair enter the graph; whatever the pairs and repeated rank keys, every row's
+    cluster id, size and rank are the brute force's: components of every row by union-find, each ranked by (rank
+    key, row), named by its first row's rank key >> 1."""
+    keys, pairs = case
+    rank_key = np.array(keys, dtype=np.uint64)
+    parent = list(range(len(keys)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for a, b in pairs:
+        parent[root(a)] = root(b)
+    components: dict[int, list[int]] = {}
+    for row in range(len(keys)):
+        components.setdefault(root(row), []).append(row)
+    expected = [None] * len(keys)
+    for rows in components.values():
+        ranked = sorted(rows, key=lambda row: (keys[row], row))
+        for place, row in enumerate(ranked):
+            expected[row] = (keys[ranked[0]] >> 1, len(rows), place)
+    edges = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    cluster_id, size, rank = near_dup.component_ranks(rank_key, edges)
+    assert (cluster_id.dtype, size.dtype, rank.dtype) == (np.int64, np.int32, np.int32)
+    assert list(zip(cluster_id.tolist(), size.tolist(), rank.tolist())) == expected

@@ -697,6 +697,46 @@ def distinct_candidate_pairs(paths: Sequence[Path], rank_key: np.ndarray) -> np.
     return _code_pairs(codes, n)
 
 
+def component_ranks(rank_key: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every row's cluster: the connected components of the verified pairs, each named by its lowest rank key.
+
+    Only the rows of some pair enter the graph; every other row is a cluster of its own (its rank key, size 1,
+    rank 0), so the components' graph and ranking grow with the rows in clusters, not with the corpus.
+
+    Args:
+        rank_key: every row's rank key (uint64), in row order.
+        edges: (pairs, 2) rows of the verified pairs.
+
+    Returns:
+        (cluster_id, size, rank) per row: the component's lowest rank key >> 1 (int64), its rows (int32), and the
+        row's place in it by rank key, then row order (int32, 0 for the representative).
+    """
+    # scipy loads here, in the plan pass, not in every run worker that imports this module (its import is part of
+    # each run's start-up otherwise: benchmarks/README.md, "Launching through the instance")
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    # a row in no verified pair is a cluster of its own: its own rank key, size 1, rank 0
+    cluster_id = (rank_key >> np.uint64(1)).astype(np.int64)
+    size = np.ones(len(rank_key), dtype=np.int32)
+    rank = np.zeros(len(rank_key), dtype=np.int32)
+    members = np.unique(edges)  # the rows of some verified pair, in row order: the graph is theirs alone
+    if m := len(members):
+        local = np.searchsorted(members, edges)
+        graph = coo_matrix((np.ones(len(local), dtype=np.int8), (local[:, 0], local[:, 1])), shape=(m, m))
+        _, labels = connected_components(graph, directed=False)
+        keys = rank_key[members]
+        order = np.lexsort((keys, labels))  # by component, then rank key, then row (the sort is stable)
+        ordered = labels[order]
+        starts = np.ones(m, dtype=bool)
+        starts[1:] = ordered[1:] != ordered[:-1]
+        first = np.maximum.accumulate(np.where(starts, np.arange(m), 0))
+        rank[members[order]] = np.arange(m) - first
+        size[members] = np.bincount(labels)[labels]
+        cluster_id[members[order]] = (keys[order[first]] >> np.uint64(1)).astype(np.int64)
+    return cluster_id, size, rank
+
+
 def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: ClusterSettings) -> Clusters:
     """Clusters over every shard's signature file; then the held-out clusters and the cap."""
     offsets = shard_row_offsets(paths)
@@ -711,23 +751,7 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
         verified = len(edges)
     else:
         edges = np.zeros((0, 2), dtype=np.int64)
-    # scipy loads here, in the plan pass, not in every run worker that imports this module (its import is part of
-    # each run's start-up otherwise: benchmarks/README.md, "Launching through the instance")
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    graph = coo_matrix((np.ones(len(edges), dtype=np.int8), (edges[:, 0], edges[:, 1])), shape=(n, n))
-    _, labels = connected_components(graph, directed=False)
-    order = np.lexsort((rank_key, labels))
-    ordered = labels[order]
-    starts = np.ones(n, dtype=bool)
-    starts[1:] = ordered[1:] != ordered[:-1]
-    first = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
-    rank = np.empty(n, dtype=np.int32)
-    rank[order] = np.arange(n) - first
-    size = np.bincount(labels)[labels].astype(np.int32)
-    cluster_id = np.empty(n, dtype=np.int64)
-    cluster_id[order] = (rank_key[order[first]] >> np.uint64(1)).astype(np.int64)
+    cluster_id, size, rank = component_ranks(rank_key, edges)
     clusters = Clusters(list(shards), offsets, cluster_id, size, rank, [None] * n)
     clusters.candidate_pairs, clusters.verified_pairs = candidates, verified
     _hold_out(clusters, paths, settings)
