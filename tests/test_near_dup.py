@@ -118,7 +118,9 @@ def clusters_by_id(
     ids = [r["synth_id"] for part in shard_rows for r in part]
     found = {
         i: (int(c), int(s), int(k), d)
-        for i, c, s, k, d in zip(ids, clusters.cluster_id, clusters.size, clusters.rank, clusters.decision)
+        for i, c, s, k, d in zip(
+            ids, clusters.cluster_id, clusters.size, clusters.rank, clusters.decision_names().to_pylist()
+        )
     }
     return found, clusters, paths
 
@@ -357,7 +359,7 @@ def sample_clusters(tmp_path_factory, sample_shards):
 
 
 def _arrays(clusters):
-    return clusters.cluster_id, clusters.size, clusters.rank, clusters.decision
+    return clusters.cluster_id, clusters.size, clusters.rank, clusters.decision_names().to_pylist()
 
 
 def test_the_samples_planted_near_duplicates_are_found_with_recall_and_precision_at_least_095(sample_clusters):
@@ -551,7 +553,7 @@ def test_rows_sharing_a_seed_text_but_asking_other_questions_are_not_near_duplic
     ]
     assert len(sharing) > 500  # the sample's structure: many rows per seed text
     assert [(a, b) for a, b in sharing if cluster_of[a] == cluster_of[b]] == []
-    assert drops.DROP_CLUSTER_CAP not in clusters.decision
+    assert drops.DROP_CLUSTER_CAP not in clusters.decision_names().to_pylist()
 
 
 @given(

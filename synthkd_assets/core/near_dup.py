@@ -654,6 +654,10 @@ def _equal_values(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarra
     return counts
 
 
+DECISIONS = (None, drops.DROP_HELDOUT, drops.DROP_CLUSTER_CAP)  # what `Clusters.decision`'s codes stand for
+NO_DECISION, HELDOUT_DECISION, CAP_DECISION = range(len(DECISIONS))
+
+
 @dataclass
 class Clusters:
     """Every row's cluster (global row order: the shards in order, each in its file's order)."""
@@ -663,7 +667,7 @@ class Clusters:
     cluster_id: np.ndarray  # int64
     size: np.ndarray  # int32
     rank: np.ndarray  # int32
-    decision: list[str | None] = field(default_factory=list)
+    decision: np.ndarray  # int8, an index into DECISIONS: one byte a row, not a Python object
     heldout: list[dict[str, Any]] = field(default_factory=list)  # the held-out clusters' representatives
     over_limit: dict[str, int] = field(default_factory=dict)  # clusters too large to hold out: never chosen
     candidate_pairs: int = 0
@@ -672,6 +676,10 @@ class Clusters:
     @property
     def rows(self) -> int:
         return int(self.offsets[-1])
+
+    def decision_names(self, lo: int = 0, hi: int | None = None) -> pa.Array:
+        """The decisions of rows [lo, hi) as CLUSTERS_SCHEMA's `decision` column: a drop reason, or null."""
+        return pa.array(DECISIONS, pa.string()).take(pa.array(self.decision[lo:hi]))
 
 
 def distinct_candidate_pairs(paths: Sequence[Path], rank_key: np.ndarray) -> np.ndarray:
@@ -752,13 +760,11 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
     else:
         edges = np.zeros((0, 2), dtype=np.int64)
     cluster_id, size, rank = component_ranks(rank_key, edges)
-    clusters = Clusters(list(shards), offsets, cluster_id, size, rank, [None] * n)
+    clusters = Clusters(list(shards), offsets, cluster_id, size, rank, np.zeros(n, dtype=np.int8))
     clusters.candidate_pairs, clusters.verified_pairs = candidates, verified
     _hold_out(clusters, paths, settings)
     if settings.enabled:
-        for i in np.flatnonzero(rank >= settings.max_per_cluster).tolist():
-            if clusters.decision[i] is None:
-                clusters.decision[i] = drops.DROP_CLUSTER_CAP
+        clusters.decision[(rank >= settings.max_per_cluster) & (clusters.decision == NO_DECISION)] = CAP_DECISION
     return clusters
 
 
@@ -811,8 +817,7 @@ def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettin
     form = first(pl.concat([forms(i, p) for i, p in enumerate(paths)]), "answer_form", settings.format_suite_per_form)
     chosen = pl.concat([kl.with_columns(set=pl.lit(KL_SET)), form.with_columns(set=pl.lit(FORMAT_SET))])
     members = np.flatnonzero(np.isin(clusters.cluster_id, chosen["cluster_id"].to_numpy()))
-    for i in members.tolist():
-        clusters.decision[i] = drops.DROP_HELDOUT
+    clusters.decision[members] = HELDOUT_DECISION
     clusters.heldout = chosen.select(
         "set", "synth_id", "shard", "exercise", "language", "answer_form", "cluster_id", "cluster_size"
     ).to_dicts()
@@ -829,7 +834,7 @@ def shard_clusters_table(clusters: Clusters, shard_index: int, signatures_path: 
             "cluster_size": clusters.size[lo:hi],
             "cluster_rank": clusters.rank[lo:hi],
             "near_dup_hash": own.column("near_dup_hash"),
-            "decision": pa.array(clusters.decision[lo:hi], pa.string()),
+            "decision": clusters.decision_names(lo, hi),
         },
         schema=CLUSTERS_SCHEMA,
     )
@@ -875,12 +880,27 @@ def cluster_summary(clusters: Clusters, paths: Sequence[Path], top: int = 5) -> 
         "size_histogram": {str(size): count for size, count in zip(values.tolist(), counts.tolist())},
         "largest": largest,
         "clusters_crossing_split": crossing,
-        "dropped": dict(Counter(d for d in clusters.decision if d is not None)),
+        "dropped": decision_counts(clusters.decision),
         "removed_cells": removed,
         "heldout_clusters": clusters.heldout,
         "heldout_over_limit": clusters.over_limit,
         "heldout_prompts": heldout_prompts(clusters, paths),
     }
+
+
+def decision_counts(decision: np.ndarray) -> dict[str, int]:
+    """Rows per decision (drop reason), in the order each first occurs among the rows.
+
+    Args:
+        decision: every row's decision code (`Clusters.decision`).
+
+    Returns:
+        {drop reason: rows}, the rows with no decision left out.
+    """
+    codes, first = np.unique(decision, return_index=True)
+    counts = np.bincount(decision, minlength=len(DECISIONS))
+    in_order = codes[np.argsort(first)].tolist()
+    return {DECISIONS[code]: int(counts[code]) for code in in_order if code != NO_DECISION}
 
 
 def heldout_prompts(clusters: Clusters, paths: Sequence[Path]) -> list[dict[str, Any]]:
@@ -895,7 +915,7 @@ def heldout_prompts(clusters: Clusters, paths: Sequence[Path]) -> list[dict[str,
         One entry a held-out row (shards in order, each in its file's order): synth_id, shard, cluster_id and
         `signature` (its NUM_PERM uint32 values, little-endian, as hex).
     """
-    held = np.flatnonzero(np.array([d == drops.DROP_HELDOUT for d in clusters.decision], dtype=bool))
+    held = np.flatnonzero(clusters.decision == HELDOUT_DECISION)
     if not len(held):
         return []
     signatures = _signature_rows(paths, clusters.offsets, held).astype("<u4")
@@ -922,16 +942,14 @@ def _summary_rows(clusters: Clusters, index: int, path: Path) -> pl.DataFrame:
     """One shard's rows that the summary's tables use: in a cluster of more than one, or with a decision (the
     rest, most of the corpus, is counted from the arrays alone)."""
     lo, hi = int(clusters.offsets[index]), int(clusters.offsets[index + 1])
-    keep = np.flatnonzero(
-        (clusters.size[lo:hi] > 1) | np.array([d is not None for d in clusters.decision[lo:hi]], dtype=bool)
-    )
+    keep = np.flatnonzero((clusters.size[lo:hi] > 1) | (clusters.decision[lo:hi] != NO_DECISION))
     table = pl.read_parquet(path, columns=["synth_id", "exercise", "language", "valid"])[keep]
     return table.with_columns(
         shard=pl.lit(clusters.shards[index]),
         cluster_id=pl.Series(clusters.cluster_id[lo:hi][keep]),
         cluster_size=pl.Series(clusters.size[lo:hi][keep]),
         cluster_rank=pl.Series(clusters.rank[lo:hi][keep]),
-        decision=pl.Series([clusters.decision[lo + int(i)] for i in keep], dtype=pl.String),
+        decision=pl.Series(clusters.decision_names(lo, hi).take(pa.array(keep)), dtype=pl.String),
     )
 
 
