@@ -166,6 +166,21 @@ def test_candidate_pairs_star_and_chain_each_keys_group_in_rank_order(rows):
         assert {tuple(sorted(map(int, pair))) for pair in pairs} == expected
 
 
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 63), st.integers(0, 3), st.integers(0, 3) | st.integers(0, 2**64 - 1)), max_size=200
+    ),
+    st.sampled_from([2, 4, 64, 1024]),
+)
+def test_a_bands_pairs_taken_by_key_range_are_the_whole_bands_pairs(rows, ranges):
+    """Keys spread over every range (their top bits) and shared within a range, repeated rank keys: the band's
+    pair codes taken range by range are those of the whole band at once."""
+    keys = np.array([(top << 58) | low for top, low, _ in rows], dtype=np.uint64)
+    ranks = np.array([rank for _, _, rank in rows], dtype=np.uint64)
+    whole = near_dup._pair_codes(candidate_pairs(keys, ranks), len(rows))
+    assert np.array_equal(near_dup.band_pair_codes(keys, ranks, ranges), whole)
+
+
 @given(st.lists(st.one_of(st.integers(0, 5), st.integers(0, 2**64 - 1)), max_size=300))
 def test_stable_argsort_is_numpys_stable_argsort(values):
     """The two quicksorts (dense rank, then rank and position) order as numpy's stable sort: equal keys (a band's
@@ -412,6 +427,15 @@ def test_bounded_memory_paths_change_nothing(tmp_path):
     assert removed_by_clusters(a) == removed_by_clusters(b)
     for key in ("rows", "clusters", "size_histogram", "dropped", "clusters_crossing_split"):
         assert a[key] == b[key]
+
+    rank_key = near_dup.every_shards_column(paths, "rank_key")  # the bands' rows in ranges of keys: the same pairs
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(near_dup, "key_ranges", lambda rows: 1)
+        whole_bands = near_dup.distinct_candidate_pairs(paths, rank_key)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(near_dup, "BAND_RANGE_ROWS", 16)
+        assert near_dup.key_ranges(len(rank_key)) > 8
+        assert np.array_equal(near_dup.distinct_candidate_pairs(paths, rank_key), whole_bands)
 
     band = pl.read_parquet(paths[0], columns=["band_00", "rank_key"])
     pairs = candidate_pairs(band["band_00"].to_numpy(), band["rank_key"].to_numpy())

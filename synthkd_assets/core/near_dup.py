@@ -67,6 +67,9 @@ EDGE_CHUNK = 1 << 16
 SIGNATURE_READ_ROWS = 1 << 14  # rows of a signature file read at a time (8 MiB of values)
 HASHED_BYTES = 1 << 16  # normalized bytes whose grams are hashed at a time (minhash_signatures)
 SIGNATURE_BUDGET = 4 << 30  # bytes of candidate rows' signature values verification holds at once
+BAND_RANGE_ROWS = 1 << 20  # a band's rows sorted at once, on average (~80 bytes a row: ~80 MiB)
+RANGES_AT_ONCE = 4  # ranges of one band sorted at once, a thread each
+MAX_KEY_RANGES = 1 << 16  # ranges are numbered in 16 bits
 KL_SET = "kl"  # the held-out KL slice
 FORMAT_SET = "format"  # the format-compliance suite
 
@@ -682,8 +685,63 @@ class Clusters:
         return pa.array(DECISIONS, pa.string()).take(pa.array(self.decision[lo:hi]))
 
 
+def key_ranges(rows: int) -> int:
+    """How many ranges of band keys a band's rows are cut into: the least power of two that leaves at most
+    BAND_RANGE_ROWS rows a range on average (band keys are uniform hashes), and at least one a thread."""
+    ranges = 1
+    while (rows > BAND_RANGE_ROWS * ranges or ranges < min(available_cores(), RANGES_AT_ONCE)) and (
+        ranges < MAX_KEY_RANGES
+    ):
+        ranges *= 2
+    return ranges
+
+
+def rank_places(rank_key: np.ndarray) -> np.ndarray:
+    """Every row's place in `rank_order`: distinct values, so a plain sort of some rows' places orders them by
+    (rank_key, row), as `candidate_pairs` orders a band's groups."""
+    places = np.empty(len(rank_key), dtype=np.int64)
+    places[rank_order(rank_key)] = np.arange(len(rank_key))
+    return places
+
+
+def band_pair_codes(
+    keys: np.ndarray, rank_key: np.ndarray, ranges: int, places: np.ndarray | None = None
+) -> np.ndarray:
+    """The sorted distinct codes (`_pair_codes`) of one band's candidate pairs (`candidate_pairs`), its rows cut
+    by their keys' top bits into `ranges` ranges. A key's rows all lie in one range, so each range's pairs are
+    found on its own: the sorts hold one range's rows, RANGES_AT_ONCE ranges at a time, not the whole band.
+
+    Args:
+        keys: the band's key of every row.
+        rank_key: every row's rank key.
+        ranges: a power of two (`key_ranges`).
+        places: `rank_places(rank_key)`, when the caller has it (one band after another).
+
+    Returns:
+        The codes low * rows + high of the band's candidate pairs, ascending, each once.
+    """
+    n = len(keys)
+    places = rank_places(rank_key) if places is None else places
+    if ranges == 1:
+        return _pair_codes(candidate_pairs(keys, rank_key, np.argsort(places)), n)
+    which = (keys >> np.uint64(64 - ranges.bit_length() + 1)).astype(np.uint16)  # ranges <= MAX_KEY_RANGES
+    by_range = np.argsort(which, kind="stable")  # each range's rows in row order (a radix sort of 16-bit values)
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(which, minlength=ranges))])
+    del which
+
+    def range_codes(index: int) -> np.ndarray:
+        rows = by_range[bounds[index] : bounds[index + 1]]
+        by_rank = np.argsort(places[rows])  # the range's rows in rank order: one sort of distinct values
+        return _pair_codes(rows[candidate_pairs(keys[rows], rank_key[rows], by_rank)], n)
+
+    return merged_codes(*thread_map(range_codes, range(ranges), threads=RANGES_AT_ONCE))
+
+
 def distinct_candidate_pairs(paths: Sequence[Path], rank_key: np.ndarray) -> np.ndarray:
     """Every distinct pair of rows that share a band key in any band (`candidate_pairs`), over every shard.
+
+    A band at a time, its rows in ranges of keys (`band_pair_codes`): what the sorts hold does not grow with the
+    corpus or the cores (docs/near-dup.md).
 
     Args:
         paths: every shard's signature file, in shard order.
@@ -693,15 +751,11 @@ def distinct_candidate_pairs(paths: Sequence[Path], rank_key: np.ndarray) -> np.
         (pairs, 2) global rows, sorted by their pair code, each pair once.
     """
     n = len(rank_key)
-    by_rank = rank_order(rank_key)
-
-    def band_codes(column: str) -> np.ndarray:
-        return _pair_codes(candidate_pairs(every_shards_column(paths, column), rank_key, by_rank), n)
-
-    codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged a round of bands at a time
-    cores = available_cores()
-    for first in range(0, len(BAND_COLUMNS), cores):  # a band a core at once (numpy's sorts release the GIL)
-        codes = merged_codes(codes, *thread_map(band_codes, BAND_COLUMNS[first : first + cores]))
+    ranges, places = key_ranges(n), rank_places(rank_key)
+    codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged a band at a time
+    for column in BAND_COLUMNS:
+        keys = every_shards_column(paths, column)
+        codes = merged_codes(codes, band_pair_codes(keys, rank_key, ranges, places))
     return _code_pairs(codes, n)
 
 

@@ -41,15 +41,16 @@ def parallel_runs(settings: Settings) -> int:
     return settings.parallel_runs or available_cores()
 
 
-def thread_map(function: Callable[[Item], Result], items: Iterable[Item]) -> list[Result]:
-    """`function` of each item, in order, on one thread per available core: for work that releases the GIL, the
-    per-file work of a global step (reading Parquet, hashing, counting in polars or numpy) or the chunks of one
-    numpy computation (the clustering's pair comparison), so that a global step uses the machine's cores instead
-    of one."""
+def thread_map(function: Callable[[Item], Result], items: Iterable[Item], threads: int | None = None) -> list[Result]:
+    """`function` of each item, in order, on one thread per available core (at most `threads`): for work that
+    releases the GIL, the per-file work of a global step (reading Parquet, hashing, counting in polars or numpy) or
+    the chunks of one numpy computation (the clustering's pair comparison), so that a global step uses the
+    machine's cores instead of one."""
     items = list(items)
-    if len(items) < 2:
+    workers = min(len(items), available_cores(), threads or len(items))
+    if workers < 2:
         return [function(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(len(items), available_cores())) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(function, items))
 
 
