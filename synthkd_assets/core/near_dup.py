@@ -782,7 +782,7 @@ def component_ranks(rank_key: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray
     cluster_id = (rank_key >> np.uint64(1)).astype(np.int64)
     size = np.ones(len(rank_key), dtype=np.int32)
     rank = np.zeros(len(rank_key), dtype=np.int32)
-    members = np.unique(edges)  # the rows of some verified pair, in row order: the graph is theirs alone
+    members = sorted_distinct(edges.ravel())  # the rows of some verified pair, in row order: the graph is theirs
     if m := len(members):
         local = np.searchsorted(members, edges)
         graph = coo_matrix((np.ones(len(local), dtype=np.int8), (local[:, 0], local[:, 1])), shape=(m, m))

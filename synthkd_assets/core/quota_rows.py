@@ -169,7 +169,8 @@ class QuotaRows:
         self._parts.append(_Part(table, spill, read_ids or (lambda: ids)))
 
     def _bins(self, units: np.ndarray) -> np.ndarray:
-        return (units * self.bins).astype(np.int64)  # exact: bins is a power of two or the product rounds down
+        # a unit just below 1 times a bin count that is not a power of two can round up to the count itself
+        return np.minimum((units * self.bins).astype(np.int64), self.bins - 1)
 
     def grids(self, usable: bool = False) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
         """Tokens and rows per (skill, ctx) cell.
