@@ -317,12 +317,12 @@ def plan_source_mix(
         tokens: tokens available per source.
         rows: rows available per source.
         targets: the shares and caps to meet.
-        capped_rows: the rows (synth_id, tokens, or a SourceRows) of any source, capped or not: each such source
-            below its whole
-            keeps the hash-ordered prefix of its rows within its planned tokens (step 5), an oversized row that
-            does not fit excluded by id; rows that leave their source short are unusable and the mix is solved
-            again without them (docs/sources.md "The source mix on tokens"). Without its rows, a source's rate
-            holds it to its share on average only.
+        capped_rows: the rows of any source, capped or not, as (synth_id, tokens) pairs or a SourceRows (SYNTH's
+            kept rows by hash bin, `BinnedRows`): each such source below its whole keeps the hash-ordered prefix
+            of its rows within its planned tokens (step 5), an oversized row that does not fit excluded by id;
+            rows that leave their source short are unusable and the mix is solved again without them
+            (docs/sources.md "The source mix on tokens"). Without its rows, a source's rate holds it to its share
+            on average only.
 
     Returns:
         The plan, with `excluded` (every row dropped by id: source, group, tokens, why) and `share_misses` (groups

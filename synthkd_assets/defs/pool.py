@@ -80,7 +80,6 @@ from synthkd_assets.defs.upstream import partition_records, read_quota_plan, req
 from synthkd_contract import sources
 from synthkd_contract.manifest_seal import file_record, read_sealed_manifest
 from synthkd_contract.schemas import POOL_SCHEMA
-from synthkd_contract.sources import SOURCE_MIX_SALT
 
 
 def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig, instance: dg.DagsterInstance) -> dict:
@@ -100,7 +99,7 @@ def quota_plan_of(paths: DataLayout, build: SynthKDBuildConfig, instance: dg.Dag
             # anchor sources: the source mix on top (a SYNTH-only plan has none), every source's rows selected exactly
             rows_of = {s: tokenized_row_lengths(found) for s, found in files.items() if s != sources.SYNTH_SOURCE}
             # SYNTH's kept rows by source-mix hash bin: as many as the corpus keeps, one file's rows at a time
-            with rows.kept(plan["rates"], excluded_ids(plan), SOURCE_MIX_SALT, one_bucket=True) as kept:
+            with rows.kept(plan["rates"], excluded_ids(plan), sources.SOURCE_MIX_SALT, one_bucket=True) as kept:
                 rows_of[sources.SYNTH_SOURCE] = BinnedRows(kept)
                 plan["source_mix"] = source_mix_plan(plan, by_source, build.source_mix_targets(), rows_of)
     return plan
