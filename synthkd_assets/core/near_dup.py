@@ -699,9 +699,14 @@ def key_ranges(rows: int) -> int:
 def rank_places(rank_key: np.ndarray) -> np.ndarray:
     """Every row's place in `rank_order`: distinct values, so a plain sort of some rows' places orders them by
     (rank_key, row), as `candidate_pairs` orders a band's groups."""
-    places = np.empty(len(rank_key), dtype=np.int64)
-    places[rank_order(rank_key)] = np.arange(len(rank_key))
+    places = np.empty(len(rank_key), dtype=row_index_dtype(len(rank_key)))
+    places[rank_order(rank_key)] = np.arange(len(rank_key), dtype=places.dtype)
     return places
+
+
+def row_index_dtype(rows: int) -> type:
+    """The narrowest of int32 and int64 that numbers `rows` rows: the clustering's per-row index arrays."""
+    return np.int32 if rows < 2**31 else np.int64
 
 
 def band_pair_codes(
@@ -725,14 +730,15 @@ def band_pair_codes(
     if ranges == 1:
         return _pair_codes(candidate_pairs(keys, rank_key, np.argsort(places)), n)
     which = (keys >> np.uint64(64 - ranges.bit_length() + 1)).astype(np.uint16)  # ranges <= MAX_KEY_RANGES
-    by_range = np.argsort(which, kind="stable")  # each range's rows in row order (a radix sort of 16-bit values)
+    # each range's rows in row order (a radix sort of 16-bit values)
+    by_range = np.argsort(which, kind="stable").astype(row_index_dtype(n))
     bounds = np.concatenate([[0], np.cumsum(np.bincount(which, minlength=ranges))])
     del which
 
     def range_codes(index: int) -> np.ndarray:
         rows = by_range[bounds[index] : bounds[index + 1]]
         by_rank = np.argsort(places[rows])  # the range's rows in rank order: one sort of distinct values
-        return _pair_codes(rows[candidate_pairs(keys[rows], rank_key[rows], by_rank)], n)
+        return _pair_codes(rows[candidate_pairs(keys[rows], rank_key[rows], by_rank)].astype(np.int64), n)
 
     return merged_codes(*thread_map(range_codes, range(ranges), threads=RANGES_AT_ONCE))
 
