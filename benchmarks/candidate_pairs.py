@@ -16,21 +16,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from two_trees import measure_child, min_median, peak_mib_since, start_peak_window
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 3
 PLANTED = 0.2  # rows in groups of near-duplicates (the near-duplicate benchmark's planted share)
 GROUP = 4
-
-
-def _status_bytes(field: str) -> int:
-    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(field))
 
 
 def write_files(directory: Path, rows: int, files: int) -> None:
@@ -57,15 +53,14 @@ def child(tree: str, directory: str) -> None:
     from synthkd_assets.core import near_dup
 
     paths = sorted(Path(directory).glob("synth_*.parquet"))
-    Path("/proc/self/clear_refs").write_text("5")
-    start_rss = _status_bytes("VmRSS:")
+    start_rss = start_peak_window()
     started = time.perf_counter()
     rank_key = near_dup.every_shards_column(paths, "rank_key")
     pairs = near_dup.distinct_candidate_pairs(paths, rank_key)
     seconds = time.perf_counter() - started
     result = {
         "seconds": seconds,
-        "peak_mib": (_status_bytes("VmHWM:") - start_rss) / 2**20,
+        "peak_mib": peak_mib_since(start_rss),
         "pairs": len(pairs),
         "pairs_sha256": hashlib.sha256(pairs.tobytes()).hexdigest(),
     }
@@ -73,9 +68,7 @@ def child(tree: str, directory: str) -> None:
 
 
 def measure(tree: Path, directory: Path) -> dict:
-    command = [sys.executable, __file__, "--child", str(tree), str(directory)]
-    out = subprocess.run(command, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return measure_child(__file__, tree, directory)
 
 
 def main() -> None:
@@ -112,8 +105,8 @@ def main() -> None:
         seconds = [run["seconds"] for run in runs]
         peak = [run["peak_mib"] for run in runs]
         print(
-            f"  {name}: {min(seconds):.2f} / {statistics.median(seconds):.2f} s; peak {min(peak):.0f} / "
-            f"{statistics.median(peak):.0f} MiB ({min(peak) * 2**20 / args.rows:.0f} B a row)"
+            f"  {name}: {min_median(seconds)} s; peak {min_median(peak, 0)} MiB "
+            f"({min(peak) * 2**20 / args.rows:.0f} B a row)"
         )
     if args.baseline_tree:
         base, this = found["baseline"], found["this tree"]

@@ -21,12 +21,12 @@ import argparse
 import hashlib
 import json
 import math
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from two_trees import measure_child, min_median, peak_mib_since, start_peak_window
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_CORPUS_ROWS = 77_900_000  # real SYNTH's rows (../shared/SYNTH-facts.md); the quota sees fewer, after 001
@@ -43,10 +43,6 @@ FACTS_OTHER_ROWS = {
     "creative writing": 148,
     "cooking": 95,
 }
-
-
-def _status_bytes(field: str) -> int:
-    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(field))
 
 
 def write_shards(directory: Path, rows: int, files: int) -> list[Path]:
@@ -117,8 +113,7 @@ def child(tree: str, directory: str, anchors: bool) -> None:
         from synthkd_assets.core.quota import tokenized_quota_rows
 
     paths = sorted(Path(directory).glob("synth_*[0-9].parquet"))
-    Path("/proc/self/clear_refs").write_text("5")
-    start_rss = _status_bytes("VmRSS:")
+    start_rss = start_peak_window()
     started = time.perf_counter()
     rows = tokenized_quota_rows(paths)
     read = time.perf_counter()
@@ -148,7 +143,7 @@ def child(tree: str, directory: str, anchors: bool) -> None:
         "plan_s": done - read,
         "mix_s": mixed - done,
         "seconds": mixed - started,
-        "peak_mib": (_status_bytes("VmHWM:") - start_rss) / 2**20,
+        "peak_mib": peak_mib_since(start_rss),
         "kept": sum(n for cells in plan["expected"]["rows"].values() for n in cells.values()),
         "plan_sha256": hashlib.sha256(json.dumps([plan, mix]).encode()).hexdigest(),
     }
@@ -156,9 +151,7 @@ def child(tree: str, directory: str, anchors: bool) -> None:
 
 
 def measure(tree: Path, directory: Path, anchors: bool) -> dict:
-    command = [sys.executable, __file__, "--child", str(tree), str(directory)] + (["--anchors"] if anchors else [])
-    out = subprocess.run(command, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return measure_child(__file__, tree, directory, *(["--anchors"] if anchors else []))
 
 
 def main() -> None:
@@ -217,11 +210,11 @@ def main() -> None:
         projected_peak = min(peak) + slope_peak * (FULL_CORPUS_ROWS - args.rows)
         projected_seconds = min(seconds) + slope_seconds * (FULL_CORPUS_ROWS - args.rows)
         print(
-            f"  {name}: {min(seconds):.2f} / {statistics.median(seconds):.2f} s "
+            f"  {name}: {min_median(seconds)} s "
             f"(read {min(r['read_s'] for r in runs):.2f}, plan {min(r['plan_s'] for r in runs):.2f}"
             + (f", source mix {min(r['mix_s'] for r in runs):.2f}" if args.anchors else "")
             + "); "
-            f"peak {min(peak):.0f} / {statistics.median(peak):.0f} MiB ({half_peak:.0f} MiB at half the rows); "
+            f"peak {min_median(peak, 0)} MiB ({half_peak:.0f} MiB at half the rows); "
             f"projected to {FULL_CORPUS_ROWS / 1e6:.1f}M rows on one process: {projected_seconds / 60:.1f} min, "
             f"{projected_peak / 1024:.2f} GiB"
         )
