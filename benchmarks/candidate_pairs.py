@@ -13,7 +13,6 @@ own. Peak memory is the child's VmHWM above its start, after the files are liste
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -21,10 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from two_trees import measure_child, min_median, peak_mib_since, start_peak_window
+from two_trees import measure_child, min_median, peak_mib_since, start_peak_window, two_tree_arguments
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REPEATS = 3
 PLANTED = 0.2  # rows in groups of near-duplicates (the near-duplicate benchmark's planted share)
 GROUP = 4
 
@@ -72,13 +70,7 @@ def measure(tree: Path, directory: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=8_000_000)
-    parser.add_argument("--files", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=REPEATS)
-    parser.add_argument("--baseline-tree", type=Path, help="another checkout, measured alternately with this one")
-    parser.add_argument("--quick", action="store_true", help="200,000 rows, one repeat")
-    parser.add_argument("--child", nargs=2, metavar=("TREE", "DIR"), help=argparse.SUPPRESS)
+    parser = two_tree_arguments(__doc__, 8_000_000, 16)
     args = parser.parse_args()
     if args.child:
         child(*args.child)

@@ -17,7 +17,6 @@ process's start), run alternately with the baseline, REPEATS times: min and medi
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -26,11 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from two_trees import measure_child, min_median, peak_mib_since, start_peak_window
+from two_trees import measure_child, min_median, peak_mib_since, start_peak_window, two_tree_arguments
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_CORPUS_ROWS = 77_900_000  # real SYNTH's rows (../shared/SYNTH-facts.md); the quota sees fewer, after 001
-REPEATS = 3
 # the rows the quota sees, after 001's sampling: memorization at its cap (MEMORIZATION_CAP of the rows), every
 # other label in the proportions of ../shared/SYNTH-facts.md's 20k-row sample of 5 files
 FACTS_OTHER_ROWS = {
@@ -155,16 +153,10 @@ def measure(tree: Path, directory: Path, anchors: bool) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=4_000_000)
-    parser.add_argument("--files", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=REPEATS)
-    parser.add_argument("--baseline-tree", type=Path, help="another checkout, measured alternately with this one")
-    parser.add_argument("--quick", action="store_true", help="200,000 rows, one repeat")
+    parser = two_tree_arguments(__doc__, 4_000_000, 8)
     parser.add_argument(
         "--anchors", action="store_true", help="two scarce anchor sources: the source mix selects SYNTH's kept rows"
     )
-    parser.add_argument("--child", nargs=2, metavar=("TREE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child, args.anchors)

@@ -4,6 +4,7 @@ code, its peak memory read from the kernel, the figures as min / median."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -37,3 +38,19 @@ def measure_child(script: str, tree: Path, directory: Path, *extra: str) -> dict
 def min_median(values: list[float], digits: int = 2) -> str:
     """`min / median` of repeated measurements."""
     return f"{min(values):.{digits}f} / {statistics.median(values):.{digits}f}"
+
+
+REPEATS = 3  # measurements of each tree, alternately
+
+
+def two_tree_arguments(description: str, rows: int, files: int) -> argparse.ArgumentParser:
+    """The options every two-tree benchmark takes: --rows, --files, --repeats, --baseline-tree, --quick (200,000
+    rows, one repeat), and the hidden --child TREE DIR."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=rows)
+    parser.add_argument("--files", type=int, default=files)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--baseline-tree", type=Path, help="another checkout, measured alternately with this one")
+    parser.add_argument("--quick", action="store_true", help="200,000 rows, one repeat")
+    parser.add_argument("--child", nargs=2, metavar=("TREE", "DIR"), help=argparse.SUPPRESS)
+    return parser
