@@ -313,7 +313,7 @@ def _excluded_entry(row: QuotaRow, why: str) -> dict[str, Any]:
     return {"synth_id": row.synth_id, "skill": row.skill, "ctx": row.ctx, "tokens": row.tokens, "why": why}
 
 
-class _BucketSelection(NamedTuple):
+class BucketSelection(NamedTuple):
     """What one skill bucket keeps under its budget."""
 
     rate: float  # the hash of the first row left out (1.0: every usable row; 0.0: none)
@@ -323,17 +323,17 @@ class _BucketSelection(NamedTuple):
     tokens: int  # the kept tokens
 
 
-def _whole_bucket(rows: QuotaRows, skill: int) -> _BucketSelection:
+def _whole_bucket(rows: QuotaRows, skill: int) -> BucketSelection:
     tokens, counts = rows.usable_tokens[skill].sum(axis=1), rows.usable_rows[skill].sum(axis=1)
-    return _BucketSelection(1.0, tokens, counts, [], int(tokens.sum()))
+    return BucketSelection(1.0, tokens, counts, [], int(tokens.sum()))
 
 
-def _no_rows() -> _BucketSelection:
+def _no_rows() -> BucketSelection:
     none = np.zeros(len(CTX_BUCKETS), dtype=np.int64)
-    return _BucketSelection(0.0, none, none, [], 0)
+    return BucketSelection(0.0, none, none, [], 0)
 
 
-def bucket_prefixes(rows: QuotaRows, budgets: Mapping[int, float], oversized: float) -> dict[int, _BucketSelection]:
+def bucket_prefixes(rows: QuotaRows, budgets: Mapping[int, float], oversized: float) -> dict[int, BucketSelection]:
     """`hash_ordered_prefix` of each skill bucket's usable rows (by its index in SKILL_BUCKETS) within its budget,
     reading again only the rows of the hash bins where the budget ends (docs/pool.md "How the quota selects rows").
 
@@ -356,7 +356,7 @@ def bucket_prefixes(rows: QuotaRows, budgets: Mapping[int, float], oversized: fl
         limit = math.floor(budget)  # an integer total fits iff <= floor(budget)
         first = int(np.searchsorted(running, limit, side="right"))  # the first bin whose running total passes it
         walks[skill] = [running, limit, first, int(running[first - 1]) if first else 0, max(2.0 * oversized, 1.0)]
-    chosen: dict[int, _BucketSelection] = {}
+    chosen: dict[int, BucketSelection] = {}
     while pending := [skill for skill in walks if skill not in chosen]:
         ranges = {}
         for skill in pending:
@@ -378,7 +378,7 @@ def bucket_prefixes(rows: QuotaRows, budgets: Mapping[int, float], oversized: fl
             kept_rows = rows.usable_rows[skill][:, :first].sum(axis=1) + np.bincount(
                 found.ctx[places], minlength=len(CTX_BUCKETS)
             )
-            chosen[skill] = _BucketSelection(rate, kept_tokens, kept_rows, found.rows(order[skipped]), before + tokens)
+            chosen[skill] = BucketSelection(rate, kept_tokens, kept_rows, found.rows(order[skipped]), before + tokens)
     return chosen
 
 
@@ -400,7 +400,7 @@ def plan_quota_selection(rows: QuotaRows, targets: QuotaTargets) -> dict[str, An
         tokens and rows the exact ones of the selection, `excluded` (every row dropped by id, with its cell, tokens
         and why), `granularity` (each bucket's median row tokens), `oversized_tokens` and `share_misses` (buckets
         whose kept share misses its target by more than `share_allowance`). The rows it keeps are
-        `rows.kept_rows(plan["rates"], excluded_ids(plan))`.
+        `rows.kept(plan["rates"], excluded_ids(plan), QUOTA_SALT)`.
     """
     all_tokens, all_rows = rows.grids()
     grid_plan = plan_quota_grid(all_tokens, all_rows, targets)
@@ -411,7 +411,7 @@ def plan_quota_selection(rows: QuotaRows, targets: QuotaTargets) -> dict[str, An
         oversized = OVERSIZED_ROW_SHARE * kept_total
         held = rows.held_tokens()
         budgets = {b: kept_total * shares[b] for b in SKILL_BUCKETS}
-        selections: dict[str, _BucketSelection] = {}
+        selections: dict[str, BucketSelection] = {}
         below_whole: dict[int, float] = {}
         for s, b in enumerate(SKILL_BUCKETS):
             if shares[b] <= 0 or budgets[b] <= 0:
