@@ -67,7 +67,6 @@ class _Part:
     how to read their synth_ids again."""
 
     def __init__(self, table: np.ndarray, spill: Path | None, ids: Callable[[], pa.Array]) -> None:
-        self.length = len(table)
         self._table: np.ndarray | None = None
         self._path: Path | None = None
         if spill is None:
@@ -94,8 +93,9 @@ class QuotaRows:
     """Every SYNTH row the quota draws from: token and row counts per (skill, ctx, hash bin), each skill bucket's
     token counts (for its median), and the rows themselves, read again by hash range (`gather`).
 
-    Rows excluded by id (`exclude`) leave the usable counts and every later `gather`. A `QuotaRows` made with
-    `spill` keeps each part's arrays in a temporary directory: use it as a context manager, or `close` it.
+    Rows excluded by id (`exclude`) leave the usable counts and every later `gather`; until the first exclusion the
+    usable counts are the counts themselves, and no row is added after it. A `QuotaRows` made with `spill` keeps
+    each part's arrays in a temporary directory: use it as a context manager, or `close` it.
     """
 
     def __init__(self, bins: int = QUOTA_HASH_BINS, spill: bool = False, salt: str = QUOTA_SALT) -> None:
@@ -105,19 +105,15 @@ class QuotaRows:
         shape = (len(SKILL_BUCKETS), len(CTX_BUCKETS), bins)
         self.tokens = np.zeros(shape, dtype=np.int64)
         self.rows = np.zeros(shape, dtype=np.int64)
-        self.usable_tokens = np.zeros(shape, dtype=np.int64)
-        self.usable_rows = np.zeros(shape, dtype=np.int64)
         empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self._lengths = [empty] * len(SKILL_BUCKETS)  # (token counts, rows of each) per skill bucket, every row
-        self._usable_lengths = [empty] * len(SKILL_BUCKETS)  # the same, of the rows not excluded
+        # the same three of the rows not excluded: the arrays above until the first exclusion copies them
+        self.usable_tokens, self.usable_rows, self._usable_lengths = self.tokens, self.rows, self._lengths
         self.unusable: set[str] = set()
         self._parts: list[_Part] = []
         if spill:
             remove_dead_process_directories(QUOTA_SPILL_PREFIX)  # those of plans killed with SIGKILL
         self._spill = process_directory(QUOTA_SPILL_PREFIX) if spill else None
-
-    def __len__(self) -> int:
-        return sum(part.length for part in self._parts)
 
     def __enter__(self) -> QuotaRows:
         return self
@@ -146,7 +142,12 @@ class QuotaRows:
             ctx: their ctx buckets, as indices into CTX_BUCKETS.
             tokens: their token counts.
             read_ids: reads `ids` again when rows are gathered (default: `ids` are kept in memory).
+
+        Raises:
+            ValueError: rows were excluded already (the usable counts would miss these rows).
         """
+        if self.usable_tokens is not self.tokens:
+            raise ValueError("rows added after an exclusion: add every row first")
         units = np.empty(len(ids), dtype=np.float64)
         for lo in range(0, len(ids), HASHED_IDS_AT_ONCE):
             chunk = ids.slice(lo, HASHED_IDS_AT_ONCE).to_pylist()
@@ -158,13 +159,10 @@ class QuotaRows:
         # float weights are exact for integer sums below 2**53
         tokens_added = np.bincount(flat, weights=table["tokens"], minlength=size).astype(np.int64)
         rows_added = np.bincount(flat, minlength=size)
-        for counts, added in ((self.tokens, tokens_added), (self.usable_tokens, tokens_added)):
-            counts += added.reshape(counts.shape)
-        for counts in (self.rows, self.usable_rows):
-            counts += rows_added.reshape(counts.shape)
+        self.tokens += tokens_added.reshape(self.tokens.shape)
+        self.rows += rows_added.reshape(self.rows.shape)
         for s in np.unique(table["skill"]).tolist():
             self._lengths[s] = _merge_counts(self._lengths[s], table["tokens"][table["skill"] == s])
-            self._usable_lengths[s] = _merge_counts(self._usable_lengths[s], table["tokens"][table["skill"] == s])
         spill = self._spill / f"{len(self._parts)}.npy" if self._spill is not None else None
         self._parts.append(_Part(table, spill, read_ids or (lambda: ids)))
 
@@ -172,26 +170,21 @@ class QuotaRows:
         # a unit just below 1 times a bin count that is not a power of two can round up to the count itself
         return np.minimum((units * self.bins).astype(np.int64), self.bins - 1)
 
-    def grids(self, usable: bool = False) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
-        """Tokens and rows per (skill, ctx) cell.
-
-        Args:
-            usable: count only the rows not excluded by id (`exclude`).
+    def grids(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        """Tokens and rows per (skill, ctx) cell of every row.
 
         Returns:
             (tokens, rows) of the cells that hold a row, in (SKILL_BUCKETS, CTX_BUCKETS) order.
         """
-        tokens, rows = (self.usable_tokens, self.usable_rows) if usable else (self.tokens, self.rows)
-        return cell_counts(tokens.sum(axis=2), rows.sum(axis=2))
+        return cell_counts(self.tokens.sum(axis=2), self.rows.sum(axis=2))
 
     def held_tokens(self) -> list[int]:
         """The usable tokens of each skill bucket, in SKILL_BUCKETS order."""
         return [int(n) for n in self.usable_tokens.sum(axis=(1, 2))]
 
-    def length_counts(self, skill: int, usable: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(distinct token counts ascending, rows of each) of a skill bucket's rows (by its index; the usable
-        ones when `usable`)."""
-        return (self._usable_lengths if usable else self._lengths)[skill]
+    def usable_length_counts(self, skill: int) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct token counts ascending, rows of each) of a skill bucket's usable rows (by its index)."""
+        return self._usable_lengths[skill]
 
     def median_tokens(self, skill: int) -> int:
         """The median (lower middle) token count of every row of a skill bucket (by its index), 0 for none."""
@@ -266,6 +259,9 @@ class QuotaRows:
     def exclude(self, ids: Iterable[str]) -> None:
         """Take every row whose synth_id is one of `ids` out of the usable counts and of every later `gather`."""
         ids = set(ids) - self.unusable
+        if self.usable_tokens is self.tokens:  # the first exclusion: the usable counts become their own
+            self.usable_tokens, self.usable_rows = self.tokens.copy(), self.rows.copy()
+            self._usable_lengths = [(values, counts.copy()) for values, counts in self._lengths]
         units = stable_unit_intervals(self.salt, sorted(ids))
         found = self.gather(lambda table: np.isin(table["unit"], units), usable=False)
         places = np.array([i for i, synth_id in enumerate(found.ids) if synth_id in ids], dtype=np.int64)

@@ -290,7 +290,7 @@ class BinnedRows:
 
     def length_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(distinct token counts, rows of each) of the usable rows."""
-        return self.held.length_counts(0, usable=True)
+        return self.held.usable_length_counts(0)
 
 
 def _group_median(rows: Sequence[SourceRows]) -> int:
