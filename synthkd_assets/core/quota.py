@@ -342,21 +342,26 @@ def bucket_prefixes(rows: QuotaRows, budgets: Mapping[int, float], oversized: fl
     gathered (one read for every bucket) and walked row by row (`prefix_places`); when the walk keeps every one of
     them and usable rows lie beyond, the margin grows and they are read again.
 
+    A bucket whose budget holds all its usable tokens keeps them whole (rate 1.0), without a read.
+
     Args:
         rows: the rows, with the usable counts the selection round leaves.
-        budgets: the most tokens each bucket (by index) may keep; each less than its usable tokens.
+        budgets: the most tokens each bucket (by index) may keep.
         oversized: a row that does not fit and holds more tokens than this is skipped instead of ending the prefix.
 
     Returns:
         Each bucket's selection: rate, kept tokens and rows per ctx bucket, skipped rows, kept tokens.
     """
     walks = {}
+    chosen: dict[int, BucketSelection] = {}
     for skill, budget in budgets.items():
         running = np.cumsum(rows.usable_tokens[skill].sum(axis=0))
+        if not math.isfinite(budget) or math.floor(budget) >= running[-1]:
+            chosen[skill] = _whole_bucket(rows, skill)
+            continue
         limit = math.floor(budget)  # an integer total fits iff <= floor(budget)
         first = int(np.searchsorted(running, limit, side="right"))  # the first bin whose running total passes it
         walks[skill] = [running, limit, first, int(running[first - 1]) if first else 0, max(2.0 * oversized, 1.0)]
-    chosen: dict[int, BucketSelection] = {}
     while pending := [skill for skill in walks if skill not in chosen]:
         ranges = {}
         for skill in pending:
@@ -409,18 +414,10 @@ def plan_quota_selection(rows: QuotaRows, targets: QuotaTargets) -> dict[str, An
     unusable: dict[str, QuotaRow] = {}  # by synth_id: the row excluded for it
     for _ in range(MAX_SELECTION_ROUNDS):
         oversized = OVERSIZED_ROW_SHARE * kept_total
-        held = rows.held_tokens()
         budgets = {b: kept_total * shares[b] for b in SKILL_BUCKETS}
-        selections: dict[str, BucketSelection] = {}
-        below_whole: dict[int, float] = {}
-        for s, b in enumerate(SKILL_BUCKETS):
-            if shares[b] <= 0 or budgets[b] <= 0:
-                selections[b] = _no_rows()
-            elif budgets[b] >= held[s]:
-                selections[b] = _whole_bucket(rows, s)
-            else:
-                below_whole[s] = budgets[b]
-        for s, selection in bucket_prefixes(rows, below_whole, oversized).items():
+        selections = {b: _no_rows() for b in SKILL_BUCKETS if shares[b] <= 0 or budgets[b] <= 0}
+        selected = {s: budgets[b] for s, b in enumerate(SKILL_BUCKETS) if b not in selections}
+        for s, selection in bucket_prefixes(rows, selected, oversized).items():
             selections[SKILL_BUCKETS[s]] = selection
         short = [b for b in SKILL_BUCKETS if budgets[b] - selections[b].tokens > oversized and selections[b].skipped]
         if not short:

@@ -277,9 +277,6 @@ class BinnedRows:
 
     def prefix(self, budget: float, oversized: float) -> PrefixCount:
         """`hash_ordered_prefix` of the usable rows in source-mix hash order."""
-        usable = self.held.held_tokens()[0]
-        if not math.isfinite(budget) or usable <= math.floor(budget):
-            return PrefixCount(1.0, usable, int(self.held.usable_rows[0].sum()), [])
         chosen = bucket_prefixes(self.held, {0: budget}, oversized)[0]
         skipped = [(row.synth_id, row.tokens) for row in chosen.skipped]
         return PrefixCount(chosen.rate, chosen.tokens, int(chosen.kept_rows.sum()), skipped)
