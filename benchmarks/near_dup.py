@@ -375,15 +375,21 @@ def child_cluster(directory: str) -> dict:
         None,
         lambda a, r: counts.__setitem__("band_pairs", counts["band_pairs"] + len(r)),
     )
-    merged = "_code_pairs" if hasattr(near_dup, "_code_pairs") else "_unique_pairs"  # before the bounds: all bands
-    setattr(near_dup, merged, hooked(getattr(near_dup, merged), "band keys + candidate pairs", "unique pairs"))
+    if hasattr(near_dup, "distinct_candidate_codes"):  # the pairs stay codes: their union is the bands' phase
+        near_dup.distinct_candidate_codes = hooked(
+            near_dup.distinct_candidate_codes, None, "band keys + candidate pairs (as codes)"
+        )
+    else:
+        merged = "_code_pairs" if hasattr(near_dup, "_code_pairs") else "_unique_pairs"  # before the bounds
+        setattr(near_dup, merged, hooked(getattr(near_dup, merged), "band keys + candidate pairs", "unique pairs"))
     near_dup._signature_rows = hooked(
         near_dup._signature_rows,
         None,
         None,
         lambda a, r: counts.__setitem__("candidate_rows", max(counts.get("candidate_rows", 0), len(r))),
     )
-    near_dup.verified_pairs = hooked(near_dup.verified_pairs, None, "verification")
+    verifying = "verified_codes" if hasattr(near_dup, "verified_codes") else "verified_pairs"
+    setattr(near_dup, verifying, hooked(getattr(near_dup, verifying), None, "verification"))
     near_dup.connected_components = hooked(connected_components, None, "components")
     near_dup._hold_out = hooked(near_dup._hold_out, "ranks and sizes", "held-out (polars table)")
     clusters = near_dup.cluster_shards([p.stem for p in paths], paths, near_dup.ClusterSettings())

@@ -191,8 +191,9 @@ def test_stable_argsort_is_numpys_stable_argsort(values):
 
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=200), st.lists(st.integers(0, 50), max_size=200))
 def test_sorted_distinct_and_merged_codes_are_numpys_unique_and_union(values, more):
-    """The clustering's own unique and union (numpy 2's hash first) give exactly what np.unique and np.union1d
-    give, for any int64 values, repeated or not, and for any two sorted distinct code arrays."""
+    """The clustering's own unique and unions (numpy 2's hash first; the insert of the values not yet there)
+    give exactly what np.unique and np.union1d give, for any int64 values, repeated or not, and for any two
+    sorted distinct code arrays, either way round, equal or empty."""
     array = np.array(values, dtype=np.int64)
     before = array.copy()
     assert np.array_equal(sorted_distinct(array), np.unique(array)) and np.array_equal(array, before)
@@ -201,6 +202,9 @@ def test_sorted_distinct_and_merged_codes_are_numpys_unique_and_union(values, mo
     codes, other = np.unique(array), np.unique(np.array(more, dtype=np.int64))
     merged = merged_codes(codes, other)
     assert merged.dtype == np.int64 and np.array_equal(merged, np.union1d(codes, other))
+    for a, b in ((codes, other), (other, codes), (codes, codes), (codes[:0], other), (codes, other[:0])):
+        union = near_dup.union_of_sorted(a, b)
+        assert union.dtype == np.int64 and np.array_equal(union, np.union1d(a, b))
 
 
 def test_a_pair_hidden_behind_a_dissimilar_first_row_is_found_on_any_layout(tmp_path):
@@ -615,3 +619,40 @@ def test_component_ranks_are_the_components_of_every_row_ranked_by_key(case):
     cluster_id, size, rank = near_dup.component_ranks(rank_key, edges)
     assert (cluster_id.dtype, size.dtype, rank.dtype) == (np.int64, np.int32, np.int32)
     assert list(zip(cluster_id.tolist(), size.tolist(), rank.tolist())) == expected
+
+
+def test_every_shards_column_reads_each_file_into_its_rows_and_names_a_file_whose_rows_moved(tmp_path, monkeypatch):
+    """Each shard's column lands in its own rows of one array, the shards in order (the oracle: the files read one
+    by one and joined); a file whose rows are not those its footer gave is named."""
+    rows, _ = planted_corpus(seed=31)
+    paths = [write_signatures(part, tmp_path / f"synth_{i}.parquet") for i, part in enumerate((rows[:150], rows[150:]))]
+    for column in ("rank_key", "band_03"):
+        joined = np.concatenate([pq.read_table(path, columns=[column]).column(column).to_numpy() for path in paths])
+        read = near_dup.every_shards_column(paths, column)
+        assert read.dtype == np.uint64 and np.array_equal(read, joined)
+    assert len(near_dup.every_shards_column([], "rank_key")) == 0
+    monkeypatch.setattr(near_dup, "shard_row_offsets", lambda paths: np.array([0, 149, len(rows)], dtype=np.int64))
+    with pytest.raises(ValueError, match="synth_0.parquet: 150 rows of rank_key"):
+        near_dup.every_shards_column(paths, "rank_key")
+
+
+def test_verified_codes_keep_the_pairs_verified_pairs_keeps(tmp_path):
+    """The clustering verifies its candidates as codes (low * rows + high); they keep the same pairs as verifying
+    them as rows, within any budget, in code order."""
+    rows, _ = planted_corpus(seed=37)
+    path = write_signatures(rows, tmp_path / "synth_0.parquet")
+    offsets = near_dup.shard_row_offsets([path])
+    rank_key = near_dup.every_shards_column([path], "rank_key")
+    candidates = near_dup.distinct_candidate_codes([path], rank_key)
+    pairs = near_dup.distinct_candidate_pairs([path], rank_key)
+    assert np.array_equal(near_dup._code_pairs(candidates, len(rows)), pairs) and len(pairs)
+    rng = np.random.default_rng(5)  # and unrelated pairs, which do not verify
+    unrelated = np.sort(rng.choice(len(rows), size=(40, 2), replace=True), axis=1)
+    unrelated = unrelated[unrelated[:, 0] < unrelated[:, 1]]
+    codes = near_dup.union_of_sorted(candidates, sorted_distinct(unrelated[:, 0] * len(rows) + unrelated[:, 1]))
+    pairs = near_dup._code_pairs(codes, len(rows))
+    for budget in (near_dup.SIGNATURE_BUDGET, 1 << 11):
+        kept = near_dup.verified_codes(codes, len(rows), [path], offsets, THRESHOLD, budget=budget)
+        expected = verified_pairs(pairs, [path], offsets, THRESHOLD, budget=budget)
+        assert 0 < len(kept) < len(codes)
+        assert np.array_equal(near_dup._code_pairs(kept, len(rows)), expected)

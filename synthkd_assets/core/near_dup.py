@@ -483,12 +483,9 @@ def _code_pairs(codes: np.ndarray, n_rows: int) -> np.ndarray:
     return np.stack([codes // n_rows, codes % n_rows], axis=1)
 
 
-def _shard_column(path: Path, column: str) -> np.ndarray:
-    return pq.read_table(path, columns=[column]).column(column).to_numpy()
-
-
 def every_shards_column(paths: Sequence[Path], column: str) -> np.ndarray:
-    """A column of every shard's file, in shard order (each file read on its own thread).
+    """A column of every shard's file, in shard order (each file read on its own thread, into its own rows of the
+    result: the column is held once, not once per shard and again joined).
 
     Args:
         paths: every shard's file, in shard order.
@@ -497,7 +494,20 @@ def every_shards_column(paths: Sequence[Path], column: str) -> np.ndarray:
     Returns:
         The column's values, the shards' rows in order.
     """
-    return np.concatenate(thread_map(functools.partial(_shard_column, column=column), paths))
+    offsets = shard_row_offsets(paths)
+    if not len(paths):
+        return np.zeros(0, dtype=np.uint64)
+    dtype = pq.ParquetFile(paths[0]).schema_arrow.field(column).type.to_pandas_dtype()
+    out = np.empty(int(offsets[-1]), dtype=dtype)
+
+    def read_shard(shard: int) -> None:
+        values = pq.read_table(paths[shard], columns=[column]).column(column).to_numpy()
+        if len(values) != offsets[shard + 1] - offsets[shard]:
+            raise ValueError(f"{paths[shard]}: {len(values)} rows of {column}, not the rows its footer gave")
+        out[offsets[shard] : offsets[shard + 1]] = values
+
+    thread_map(read_shard, range(len(paths)))
+    return out
 
 
 def shard_row_offsets(paths: Sequence[Path]) -> np.ndarray:
@@ -576,13 +586,8 @@ def value_slices(candidate_rows: int, budget: int = SIGNATURE_BUDGET, value_byte
 def verified_pairs(
     pairs: np.ndarray, paths: Sequence[Path], offsets: np.ndarray, threshold: float, budget: int = SIGNATURE_BUDGET
 ) -> np.ndarray:
-    """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold.
-
-    A first pass compares only each value's low byte (a quarter of the memory, and of the slices when the
-    budget asks for them: `_pairs_reaching`): equal values have equal low bytes, so no pair that verifies is
-    dropped there, and unrelated values share a low byte one time in 256. The pairs it leaves are then compared on
-    their whole values, reading only their rows (docs/near-dup.md, "Signatures, candidates, clusters"). The pairs
-    kept are those a comparison of the whole values keeps.
+    """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold
+    (`verified_codes`, for pairs given as rows).
 
     Args:
         pairs: (pairs, 2) candidate row pairs (global rows: the shards in order).
@@ -594,67 +599,116 @@ def verified_pairs(
     Returns:
         The pairs kept, in their order.
     """
-    low_bytes_reaching = _pairs_reaching(pairs, paths, offsets, threshold, budget, low_bytes=True)
-    return _pairs_reaching(low_bytes_reaching, paths, offsets, threshold, budget)
+    rows = int(offsets[-1])
+    codes = np.minimum(pairs[:, 0], pairs[:, 1]) * rows + np.maximum(pairs[:, 0], pairs[:, 1])
+    return pairs[_verified(codes, rows, paths, offsets, threshold, budget)]
 
 
-def _pairs_reaching(
-    pairs: np.ndarray,
+def verified_codes(
+    codes: np.ndarray,
+    rows: int,
+    paths: Sequence[Path],
+    offsets: np.ndarray,
+    threshold: float,
+    budget: int = SIGNATURE_BUDGET,
+) -> np.ndarray:
+    """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold.
+
+    A first pass compares only each value's low byte (a quarter of the memory, and of the slices when the
+    budget asks for them: `_reaching`): equal values have equal low bytes, so no pair that verifies is
+    dropped there, and unrelated values share a low byte one time in 256. The pairs it leaves are then compared on
+    their whole values, reading only their rows (docs/near-dup.md, "Signatures, candidates, clusters"). The pairs
+    kept are those a comparison of the whole values keeps. The pairs stay codes throughout: what verification
+    holds per pair is its code (the caller's), its count of equal values and whether it can still verify, two
+    bytes; each chunk of pairs is split into its rows as it is compared.
+
+    Args:
+        codes: the candidate pairs as codes low * rows + high (`distinct_candidate_codes`), each once.
+        rows: the rows of every shard together (the codes' base).
+        paths: every shard's signature file, in shard order.
+        offsets: the global row of each shard's first row (and the total last).
+        threshold: the estimated Jaccard at or above which a pair is kept.
+        budget: the most bytes of signature values held at once.
+
+    Returns:
+        The codes of the pairs kept, in their order.
+    """
+    return codes[_verified(codes, rows, paths, offsets, threshold, budget)]
+
+
+def _verified(
+    codes: np.ndarray, rows: int, paths: Sequence[Path], offsets: np.ndarray, threshold: float, budget: int
+) -> np.ndarray:
+    """Which of the pairs `codes` verify (bool): their values' low bytes first, then their whole values."""
+    low_bytes_reaching = _reaching(codes, rows, paths, offsets, threshold, budget, np.ones(len(codes), bool), True)
+    return _reaching(codes, rows, paths, offsets, threshold, budget, low_bytes_reaching)
+
+
+def _reaching(
+    codes: np.ndarray,
+    rows: int,
     paths: Sequence[Path],
     offsets: np.ndarray,
     threshold: float,
     budget: int,
+    alive: np.ndarray,
     low_bytes: bool = False,
 ) -> np.ndarray:
-    """The pairs with at least `min_equal_values(threshold)` equal values (or equal low bytes), counted a slice of
-    the values at a time within `budget` (`value_slices`). After each slice a pair that could not reach the
-    threshold even if every value left were equal is dropped, and the next slice reads only the rows of the pairs
-    left, in the row groups that hold them: an unrelated pair is read only until it has differed in more values
-    than the threshold allows (26 of 128 at 0.8)."""
-    if len(pairs) == 0:
-        return pairs
+    """Which of the pairs `alive` marks have at least `min_equal_values(threshold)` equal values (or equal low
+    bytes), counted a slice of the values at a time within `budget` (`value_slices`). After each slice a pair that
+    could not reach the threshold even if every value left were equal is dropped, and the next slice reads only the
+    rows of the pairs left, in the row groups that hold them: an unrelated pair is read only until it has differed
+    in more values than the threshold allows (26 of 128 at 0.8). `alive` is updated in place and returned."""
+    if not alive.any():
+        return alive
     need = min_equal_values(threshold)
-    equal = np.zeros(len(pairs), dtype=np.uint8)
-    alive: np.ndarray | None = None  # the pairs that can still reach `need`; None while that is every pair
-    rows = sorted_distinct(pairs.ravel())
-    width = nd.NUM_PERM // value_slices(len(rows), budget, 1 if low_bytes else 4)
+    equal = np.zeros(len(codes), dtype=np.uint8)
+    wanted = _rows_of_pairs(codes, rows, alive)
+    width = nd.NUM_PERM // value_slices(len(wanted), budget, 1 if low_bytes else 4)
     for start in range(0, nd.NUM_PERM, width):
-        live = pairs if alive is None else pairs[alive]
-        if alive is not None:
-            rows = sorted_distinct(live.ravel())
-        # each candidate row's place in `rows`, looked up by row (a gather, not a search per pair member)
-        place = np.empty(int(rows[-1]) + 1, dtype=np.int32 if len(rows) < 2**31 else np.int64)
-        place[rows] = np.arange(len(rows), dtype=place.dtype)
-        a, b = place[live[:, 0]], place[live[:, 1]]
-        del place, live
-        values = _signature_rows(paths, offsets, rows, slice(start, start + width), low_bytes)
-        counts = _equal_values(values, a, b)
-        del values, a, b
-        left = nd.NUM_PERM - (start + width)  # values not compared yet: equal + left <= NUM_PERM fits a uint8
-        if alive is None:
-            equal += counts
-            possible = equal + left >= need
-        else:
-            equal[alive] += counts
-            possible = equal[alive] + left >= need
-        if not possible.all():
-            alive = np.flatnonzero(possible) if alive is None else alive[possible]
-            if len(alive) == 0:
+        if start:
+            wanted = _rows_of_pairs(codes, rows, alive)
+        # each candidate row's place in `wanted`, looked up by row (a gather, not a search per pair member)
+        place = np.empty(int(wanted[-1]) + 1, dtype=row_index_dtype(len(wanted)))
+        place[wanted] = np.arange(len(wanted), dtype=place.dtype)
+        values = _signature_rows(paths, offsets, wanted, slice(start, start + width), low_bytes)
+        del wanted
+        _count_equal_values(values, place, codes, rows, alive, equal)
+        del values, place
+        short = need - (nd.NUM_PERM - (start + width))  # equal values still needed with every value left equal
+        if short > 0:
+            alive &= equal >= short
+            if not alive.any():
                 break
-    return pairs if alive is None else pairs[alive]
+    return alive
 
 
-def _equal_values(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """How many values rows a[i] and b[i] of `values` share, for each i (uint8), a chunk of pairs a core at once."""
-    counts = np.zeros(len(a), dtype=np.uint8)
-    chunk = max(EDGE_CHUNK // available_cores(), 1)  # one chunk a core at once: EDGE_CHUNK pairs' transient in all
+def _rows_of_pairs(codes: np.ndarray, rows: int, alive: np.ndarray) -> np.ndarray:
+    """The distinct rows of the pairs `alive` marks, ascending: a mark per row (one byte a row), not the pairs'
+    rows sorted."""
+    marked = np.zeros(rows, dtype=bool)
+    step = EDGE_CHUNK * 16
+    for lo in range(0, len(codes), step):
+        live = codes[lo : lo + step][alive[lo : lo + step]]
+        marked[live // rows] = True
+        marked[live % rows] = True
+    return np.flatnonzero(marked)
+
+
+def _count_equal_values(
+    values: np.ndarray, place: np.ndarray, codes: np.ndarray, rows: int, alive: np.ndarray, equal: np.ndarray
+) -> None:
+    """Adds to `equal` how many of `values` the two rows of each pair `alive` marks share (their rows' places in
+    `values` by `place`), a chunk of pairs a core at once."""
+    step = max(EDGE_CHUNK // available_cores(), 1)  # one chunk a core at once: EDGE_CHUNK pairs' transient in all
 
     def count(lo: int) -> None:
-        hi = lo + chunk
-        counts[lo:hi] = (values[a[lo:hi]] == values[b[lo:hi]]).sum(axis=1, dtype=np.uint8)
+        chunk = np.flatnonzero(alive[lo : lo + step]) + lo
+        live = codes[chunk]
+        a, b = place[live // rows], place[live % rows]
+        equal[chunk] += (values[a] == values[b]).sum(axis=1, dtype=np.uint8)
 
-    thread_map(count, range(0, len(a), chunk))
-    return counts
+    thread_map(count, range(0, len(codes), step))
 
 
 DECISIONS = (None, drops.DROP_HELDOUT, drops.DROP_CLUSTER_CAP)  # what `Clusters.decision`'s codes stand for
@@ -743,26 +797,52 @@ def band_pair_codes(
     return merged_codes(*thread_map(range_codes, range(ranges), threads=RANGES_AT_ONCE))
 
 
-def distinct_candidate_pairs(paths: Sequence[Path], rank_key: np.ndarray) -> np.ndarray:
+def distinct_candidate_codes(paths: Sequence[Path], rank_key: np.ndarray) -> np.ndarray:
     """Every distinct pair of rows that share a band key in any band (`candidate_pairs`), over every shard.
 
     A band at a time, its rows in ranges of keys (`band_pair_codes`): what the sorts hold does not grow with the
-    corpus or the cores (docs/near-dup.md).
+    corpus or the cores (docs/near-dup.md). Each band's pairs join those of the bands before by `union_of_sorted`.
 
     Args:
         paths: every shard's signature file, in shard order.
         rank_key: every row's rank key, the shards' rows in order (`every_shards_column(paths, "rank_key")`).
 
     Returns:
-        (pairs, 2) global rows, sorted by their pair code, each pair once.
+        The pairs' codes low * rows + high (`_pair_codes`), ascending, each pair once.
     """
     n = len(rank_key)
     ranges, places = key_ranges(n), rank_places(rank_key)
     codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged a band at a time
     for column in BAND_COLUMNS:
         keys = every_shards_column(paths, column)
-        codes = merged_codes(codes, band_pair_codes(keys, rank_key, ranges, places))
-    return _code_pairs(codes, n)
+        band = band_pair_codes(keys, rank_key, ranges, places)
+        del keys
+        codes = union_of_sorted(codes, band)
+    return codes
+
+
+def distinct_candidate_pairs(paths: Sequence[Path], rank_key: np.ndarray) -> np.ndarray:
+    """`distinct_candidate_codes` as (pairs, 2) global rows, sorted by their pair code."""
+    return _code_pairs(distinct_candidate_codes(paths, rank_key), len(rank_key))
+
+
+def union_of_sorted(codes: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """The sorted distinct union of two sorted distinct arrays (`np.union1d`), by inserting the values of `more`
+    not in `codes` at their places: it holds `codes` and the result, and a few bytes per value of `more`, where a
+    merge by sorting their concatenation would also hold the concatenation and the sort's buffer.
+
+    Args:
+        codes: ascending distinct integers (the larger array).
+        more: ascending distinct integers of the same dtype.
+
+    Returns:
+        Every value of either, ascending, each once.
+    """
+    at = np.searchsorted(codes, more)
+    new = at == len(codes)
+    if len(codes):
+        new |= codes[np.minimum(at, len(codes) - 1)] != more
+    return np.insert(codes, at[new], more[new])
 
 
 def component_ranks(rank_key: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -812,10 +892,11 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
     rank_key = every_shards_column(paths, "rank_key") if n else np.zeros(0, np.uint64)
     candidates = verified = 0
     if n:  # clusters are computed (and reported) with the cap off too; `enabled` decides only the cap
-        unique = distinct_candidate_pairs(paths, rank_key)
-        candidates = len(unique)
-        edges = verified_pairs(unique, paths, offsets, settings.threshold)
-        del unique
+        codes = distinct_candidate_codes(paths, rank_key)
+        candidates = len(codes)
+        kept = verified_codes(codes, n, paths, offsets, settings.threshold)
+        del codes
+        edges = _code_pairs(kept, n)
         verified = len(edges)
     else:
         edges = np.zeros((0, 2), dtype=np.int64)
