@@ -154,7 +154,7 @@ def test_the_words_hashed_are_the_normalized_texts_words_and_their_grams_its_gra
 @given(st.lists(st.tuples(st.integers(0, 6), st.one_of(st.integers(0, 3), st.integers(0, 2**64 - 1))), max_size=60))
 def test_candidate_pairs_star_and_chain_each_keys_group_in_rank_order(rows):
     """Ties of rank_key (possible only for repeated synth_ids) are broken by row, with or without the rank order
-    computed once for every band."""
+    computed once for every band (the rank keys themselves not read then)."""
     keys = np.array([k for k, _ in rows], dtype=np.uint64)
     ranks = np.array([r for _, r in rows], dtype=np.uint64)
     expected = set()  # brute force: per key, the rows by rank then row; each to the first and to the one before it
@@ -162,8 +162,10 @@ def test_candidate_pairs_star_and_chain_each_keys_group_in_rank_order(rows):
         group = sorted((r, i) for i, (k, r) in enumerate(rows) if k == key)
         for j in range(1, len(group)):
             expected |= {tuple(sorted((group[0][1], group[j][1]))), tuple(sorted((group[j - 1][1], group[j][1])))}
-    for pairs in (candidate_pairs(keys, ranks), candidate_pairs(keys, ranks, rank_order(ranks))):
+    for pairs in (candidate_pairs(keys, ranks), candidate_pairs(keys, None, rank_order(ranks))):
         assert {tuple(sorted(map(int, pair))) for pair in pairs} == expected
+    with pytest.raises(ValueError, match="needs the rank keys or their order"):
+        candidate_pairs(keys, None)
 
 
 @given(
@@ -179,6 +181,7 @@ def test_a_bands_pairs_taken_by_key_range_are_the_whole_bands_pairs(rows, ranges
     ranks = np.array([rank for _, _, rank in rows], dtype=np.uint64)
     whole = near_dup._pair_codes(candidate_pairs(keys, ranks), len(rows))
     assert np.array_equal(near_dup.band_pair_codes(keys, ranks, ranges), whole)
+    assert np.array_equal(near_dup.band_pair_codes(keys, None, ranges, near_dup.rank_places(ranks)), whole)
 
 
 @given(st.lists(st.one_of(st.integers(0, 5), st.integers(0, 2**64 - 1)), max_size=300))
@@ -495,12 +498,18 @@ def test_verification_reads_the_row_groups_of_its_rows_only_and_decides_as_the_w
         assert read == groups
 
 
-def test_a_verification_past_its_budget_drops_the_pairs_that_can_no_longer_verify(tmp_path, monkeypatch):
-    """Planted near-duplicate pairs beside unrelated ones, a budget their whole values exceed: the values' low
-    bytes are compared first, slice by slice, and once an unrelated pair has differed in more of them than the
-    threshold allows it is no longer read; the pairs left are compared on their whole values. The pairs kept are
-    those counted here over the whole signature arrays, and the last read holds only rows of pairs that still can
-    verify."""
+def test_a_verification_past_its_budget_reads_the_low_bytes_once_and_drops_pairs_that_can_no_longer_verify(
+    tmp_path, monkeypatch
+):
+    """Planted near-duplicate pairs beside unrelated ones, a budget their whole values exceed: every candidate
+    row's low bytes are read from the signature file once into verification's temporary file, and compared from
+    there slice by slice; once an unrelated pair has differed in more of them than the threshold allows it is no
+    longer compared, and only the pairs left are read on their whole values. The pairs kept are those counted
+    here over the whole signature arrays; the temporary directory is gone afterwards, and one left by a process
+    that no longer runs is removed."""
+    import subprocess
+    import tempfile
+
     rows, planted = planted_corpus(seed=29)
     index = {row["synth_id"]: i for i, row in enumerate(rows)}
     path = tmp_path / "synth_0.parquet"
@@ -511,22 +520,46 @@ def test_a_verification_past_its_budget_drops_the_pairs_that_can_no_longer_verif
     pairs = np.array(near + [tuple(rng.sample(range(len(rows)), 2)) for _ in range(30)], dtype=np.int64)
     values = np.array(pq.read_table(path)["signature"].to_pylist(), dtype=np.uint32)
     whole = pairs[(values[pairs[:, 0]] == values[pairs[:, 1]]).sum(axis=1) >= min_equal_values(THRESHOLD)]
-    asked: list[tuple[np.ndarray, bool]] = []
-    real = near_dup._signature_rows
+    read: list[tuple[np.ndarray, bool]] = []  # what was read from the signature file, and whether low bytes
+    spilled: list[np.ndarray] = []  # the rows of each temporary file of low bytes
+    slices: list[slice] = []
+    real_read, real_spill, real_values = near_dup._signature_rows, near_dup.LowBytesSpill, near_dup.LowBytesSpill.values
 
-    def recorded(paths, offsets, wanted, values=slice(None), low_bytes=False):
-        asked.append((wanted.copy(), low_bytes))
-        return real(paths, offsets, wanted, values, low_bytes)
+    def recorded_read(paths, offsets, wanted, values=slice(None), low_bytes=False):
+        read.append((wanted.copy(), low_bytes))
+        return real_read(paths, offsets, wanted, values, low_bytes)
 
-    monkeypatch.setattr(near_dup, "_signature_rows", recorded)
+    class RecordedSpill(real_spill):
+        def __init__(self, paths, offsets, rows):
+            spilled.append(rows.copy())
+            super().__init__(paths, offsets, rows)
+            assert self.path.stat().st_size == len(rows) * nd.NUM_PERM
+            assert self.directory.parent == tmp_path / "temporary"
+
+        def values(self, taken):
+            slices.append(taken)
+            low = real_values(self, taken)
+            assert np.array_equal(low, (values[spilled[-1]][:, taken] & 0xFF).astype(np.uint8))
+            return low
+
+    (tmp_path / "temporary").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temporary"))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    killed = tmp_path / "temporary" / f"{near_dup.VERIFY_SPILL_PREFIX}{gone.pid}-x1"
+    killed.mkdir()
+    monkeypatch.setattr(near_dup, "_signature_rows", recorded_read)
+    monkeypatch.setattr(near_dup, "LowBytesSpill", RecordedSpill)
     budget = 1 << 11
     candidates = len(np.unique(pairs))
     assert value_slices(candidates, budget) == 32 and value_slices(candidates, budget, value_bytes=1) == 8
     sliced = verified_pairs(pairs, [path], offsets, THRESHOLD, budget=budget)
     assert sliced.tolist() == whole.tolist() and len(whole)
-    assert [low for _, low in asked[:8]] == [True] * 8 and not asked[-1][1]  # low bytes first, then whole values
-    assert len(asked[0][0]) == candidates and len(asked[-1][0]) < candidates
-    assert set(asked[-1][0].tolist()) >= set(whole.ravel().tolist())
+    assert len(spilled) == 1 and np.array_equal(spilled[0], np.unique(pairs))  # the low bytes, read once
+    assert len(slices) == 8 and [s.start for s in slices] == list(range(0, nd.NUM_PERM, 16))
+    assert read and not any(low for _, low in read)  # the signature file again for whole values only
+    assert len(read[0][0]) < candidates and set(read[0][0].tolist()) >= set(whole.ravel().tolist())
+    assert list((tmp_path / "temporary").iterdir()) == []  # its own directory removed, and the dead one
 
 
 class SameHash(BySynthId):
@@ -656,3 +689,15 @@ def test_verified_codes_keep_the_pairs_verified_pairs_keeps(tmp_path):
         expected = verified_pairs(pairs, [path], offsets, THRESHOLD, budget=budget)
         assert 0 < len(kept) < len(codes)
         assert np.array_equal(near_dup._code_pairs(kept, len(rows)), expected)
+
+
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(0, 20), max_size=300),
+    st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(0, 20), max_size=20),
+    st.integers(1, 50),
+)
+def test_in_sorted_is_numpys_isin(values, wanted, chunk):
+    """The held-out clusters' members are found by a binary search a chunk at a time: np.isin's answer, for any
+    int64 values, repeated or not, any wanted values (none too) and any chunk."""
+    array, looked_for = np.array(values, dtype=np.int64), np.unique(np.array(wanted, dtype=np.int64))
+    assert np.array_equal(near_dup.in_sorted(array, looked_for, chunk), np.isin(array, looked_for))

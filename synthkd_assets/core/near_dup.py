@@ -19,17 +19,21 @@ held-out clusters of the validation sets.
 Memory is bounded for the full corpus (benchmarks/README.md "Near-duplicate control": 79.6M rows in 24 GiB):
 the clustering holds one band's keys of every row at a time, the distinct candidate pairs (one int64 each,
 merged band by band), the per-row cluster arrays, and at most SIGNATURE_BUDGET bytes of the candidate rows'
-signatures (verification counts equal values slice by slice of the signature); the held-out sets and the
+signatures (verification counts equal values slice by slice of the signature, the low bytes' slices from a
+temporary file it reads the signature files into once); the held-out sets and the
 summary keep, shard by shard, only the rows they can use. It reads the signature files column by column, one
 file a core at once (`thread_map`), and verification compares one chunk of pairs a core at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import importlib.resources
 import json
+import os
+import shutil
 import sys
 import unicodedata
 from collections import Counter
@@ -46,7 +50,12 @@ from rensa import RMinHash
 
 from synthkd_assets.core.filters import answer_expr, constraints_expr, expected_answer
 from synthkd_assets.core.gram_hashes import check_rensa_token_hash, gram_spans, token_hashes
-from synthkd_assets.core.parallel import available_cores, thread_map
+from synthkd_assets.core.parallel import (
+    available_cores,
+    process_directory,
+    remove_dead_process_directories,
+    thread_map,
+)
 from synthkd_assets.core.parquet_io import iter_frames, streaming_parquet_file
 from synthkd_assets.core.problems import Problems
 from synthkd_assets.core.report import ShardReport
@@ -66,7 +75,8 @@ REFERENCE_SEPARATOR = constants.USER_TEMPLATE.split("{query}")[1].split("{query_
 EDGE_CHUNK = 1 << 16
 SIGNATURE_READ_ROWS = 1 << 14  # rows of a signature file read at a time (8 MiB of values)
 HASHED_BYTES = 1 << 16  # normalized bytes whose grams are hashed at a time (minhash_signatures)
-SIGNATURE_BUDGET = 4 << 30  # bytes of candidate rows' signature values verification holds at once
+SIGNATURE_BUDGET = 1 << 30  # bytes of candidate rows' signature values verification holds at once
+VERIFY_SPILL_PREFIX = "synthkd-verify-"  # verification's temporary directory: this, the process id, a suffix
 BAND_RANGE_ROWS = 1 << 20  # a band's rows sorted at once, on average (~80 bytes a row: ~80 MiB)
 RANGES_AT_ONCE = 4  # ranges of one band sorted at once, a thread each
 MAX_KEY_RANGES = 1 << 16  # ranges are numbered in 16 bits
@@ -416,7 +426,7 @@ def rank_order(rank_key: np.ndarray) -> np.ndarray:
     return stable_argsort(rank_key)
 
 
-def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray, by_rank: np.ndarray | None = None) -> np.ndarray:
+def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray | None, by_rank: np.ndarray | None = None) -> np.ndarray:
     """(pairs, 2) int64 row indices with equal keys. Within a key's group, ordered by rank_key (a salted hash of
     synth_id, so the same on any shard layout and row order), each row is paired with the group's first row (a
     star) and with the row before it (a chain): at most two pairs per row and band, and a near-duplicate pair is
@@ -424,14 +434,20 @@ def candidate_pairs(keys: np.ndarray, rank_key: np.ndarray, by_rank: np.ndarray 
 
     Args:
         keys: one band's key of every row.
-        rank_key: every row's rank_key.
+        rank_key: every row's rank_key (None when `by_rank` is given: it is not read then).
         by_rank: `rank_order(rank_key)`, when the caller has it (one band after another): the rows are then
             ordered by a stable sort of one key, the same order as by (keys, rank_key, row).
 
     Returns:
         The pairs, stars first, then chains.
+
+    Raises:
+        ValueError: neither `rank_key` nor `by_rank` given.
     """
-    by_rank = rank_order(rank_key) if by_rank is None else by_rank
+    if by_rank is None:
+        if rank_key is None:
+            raise ValueError("candidate_pairs needs the rank keys or their order")
+        by_rank = rank_order(rank_key)
     order = by_rank[stable_argsort(keys[by_rank])]
     ordered = keys[order]
     starts = np.ones(len(ordered), dtype=bool)
@@ -532,7 +548,25 @@ def _signature_rows(
     width = len(range(nd.NUM_PERM)[values])
     out = np.empty((len(rows), width), dtype=np.uint8 if low_bytes else np.uint32)
 
-    def read_shard(shard: int) -> None:  # into its own rows of `out`
+    def keep(first: int, block: np.ndarray) -> None:  # numpy's assignment keeps a uint32's low byte in a uint8
+        out[first : first + len(block)] = block
+
+    _each_signature_block(paths, offsets, rows, values, keep)
+    return out
+
+
+def _each_signature_block(
+    paths: Sequence[Path],
+    offsets: np.ndarray,
+    rows: np.ndarray,
+    values: slice,
+    take: Callable[[int, np.ndarray], None],
+) -> None:
+    """Hands `take(first, block)` the signature values (the `values` slice, uint32) of the given global rows
+    (sorted), a batch of a shard's rows at a time: `block` holds rows[first : first + len(block)]. Each shard's
+    signature column is read once, on a thread a shard, in the row groups that hold those rows only."""
+
+    def read_shard(shard: int) -> None:
         lo, hi = np.searchsorted(rows, [offsets[shard], offsets[shard + 1]])
         if lo == hi:
             return
@@ -544,14 +578,64 @@ def _signature_rows(
             first, end = np.searchsorted(wanted, [start, start + batch.num_rows])
             if first < end:
                 flat = batch.column(0).flatten().to_numpy().reshape(-1, nd.NUM_PERM)[:, values]
-                if low_bytes:  # numpy's assignment keeps a uint32's low byte in a uint8
-                    out[lo + first : lo + end] = np.take(flat, wanted[first:end] - start, axis=0)
-                else:
-                    np.take(flat, wanted[first:end] - start, axis=0, out=out[lo + first : lo + end])
+                take(int(lo + first), np.take(flat, wanted[first:end] - start, axis=0))
             start += batch.num_rows
 
     thread_map(read_shard, range(len(paths)))
-    return out
+
+
+class LowBytesSpill:
+    """Every given row's NUM_PERM low bytes, read from the signature files once and kept value by value in a
+    temporary file (`VERIFY_SPILL_PREFIX`): a slice of the values is then one read of its values' bytes, in
+    order, where reading it from the signature files decodes every value of every row again. Use it as a context
+    manager: the file is removed on leaving it, and a process killed before that leaves a directory the next
+    verification removes."""
+
+    def __init__(self, paths: Sequence[Path], offsets: np.ndarray, rows: np.ndarray) -> None:
+        """Read the rows' low bytes into the file.
+
+        Args:
+            paths: every shard's signature file, in shard order.
+            offsets: the global row of each shard's first row (and the total last).
+            rows: the global rows to keep, ascending.
+        """
+        remove_dead_process_directories(VERIFY_SPILL_PREFIX)  # those of plans killed with SIGKILL
+        self.directory = process_directory(VERIFY_SPILL_PREFIX)
+        self.rows = len(rows)
+        self.path = self.directory / "low_bytes"
+        with open(self.path, "wb") as file:
+            file.truncate(self.rows * nd.NUM_PERM)
+            descriptor = file.fileno()
+
+            def write(first: int, block: np.ndarray) -> None:  # value j of row i at j * rows + i
+                by_value = np.ascontiguousarray(block.astype(np.uint8).T)
+                for value, column in enumerate(by_value):
+                    os.pwrite(descriptor, column, value * self.rows + first)
+
+            _each_signature_block(paths, offsets, rows, slice(None), write)
+
+    def __enter__(self) -> LowBytesSpill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def values(self, values: slice) -> np.ndarray:
+        """Some values' low bytes, of every row.
+
+        Args:
+            values: a slice of the NUM_PERM values.
+
+        Returns:
+            (rows, values) uint8: the rows in the order given, the values in the slice's.
+        """
+        taken = range(nd.NUM_PERM)[values]
+        out = np.empty((self.rows, len(taken)), dtype=np.uint8)
+        with open(self.path, "rb") as file:
+            for column, value in enumerate(taken):
+                out[:, column] = np.fromfile(file, dtype=np.uint8, count=self.rows, offset=value * self.rows)
+                file.seek(0)
+        return out
 
 
 def rows_in_row_groups(metadata: pq.FileMetaData, rows: np.ndarray) -> tuple[list[int], np.ndarray]:
@@ -656,31 +740,48 @@ def _reaching(
 ) -> np.ndarray:
     """Which of the pairs `alive` marks have at least `min_equal_values(threshold)` equal values (or equal low
     bytes), counted a slice of the values at a time within `budget` (`value_slices`). After each slice a pair that
-    could not reach the threshold even if every value left were equal is dropped, and the next slice reads only the
-    rows of the pairs left, in the row groups that hold them: an unrelated pair is read only until it has differed
-    in more values than the threshold allows (26 of 128 at 0.8). `alive` is updated in place and returned."""
+    could not reach the threshold even if every value left were equal is dropped. The low bytes in more than one
+    slice are read from the signature files once (`LowBytesSpill`), each slice then from that file; otherwise each
+    slice reads only the rows of the pairs left, in the row groups that hold them: an unrelated pair is compared
+    only until it has differed in more values than the threshold allows (26 of 128 at 0.8). `alive` is updated in
+    place and returned."""
     if not alive.any():
         return alive
     need = min_equal_values(threshold)
     equal = np.zeros(len(codes), dtype=np.uint8)
     wanted = _rows_of_pairs(codes, rows, alive)
     width = nd.NUM_PERM // value_slices(len(wanted), budget, 1 if low_bytes else 4)
-    for start in range(0, nd.NUM_PERM, width):
-        if start:
-            wanted = _rows_of_pairs(codes, rows, alive)
-        # each candidate row's place in `wanted`, looked up by row (a gather, not a search per pair member)
-        place = np.empty(int(wanted[-1]) + 1, dtype=row_index_dtype(len(wanted)))
-        place[wanted] = np.arange(len(wanted), dtype=place.dtype)
-        values = _signature_rows(paths, offsets, wanted, slice(start, start + width), low_bytes)
-        del wanted
-        _count_equal_values(values, place, codes, rows, alive, equal)
-        del values, place
-        short = need - (nd.NUM_PERM - (start + width))  # equal values still needed with every value left equal
-        if short > 0:
-            alive &= equal >= short
-            if not alive.any():
-                break
+    with contextlib.ExitStack() as stack:
+        spill = None
+        if low_bytes and width < nd.NUM_PERM:
+            spill = stack.enter_context(LowBytesSpill(paths, offsets, wanted))
+            place = _places(wanted)  # every row of the spill, in its order, for every slice
+            del wanted
+        for start in range(0, nd.NUM_PERM, width):
+            taken = slice(start, start + width)
+            if spill is not None:
+                values = spill.values(taken)
+            else:
+                if start:
+                    wanted = _rows_of_pairs(codes, rows, alive)
+                place = _places(wanted)
+                values = _signature_rows(paths, offsets, wanted, taken, low_bytes)
+            _count_equal_values(values, place, codes, rows, alive, equal)
+            del values
+            short = need - (nd.NUM_PERM - (start + width))  # equal values still needed with every value left equal
+            if short > 0:
+                alive &= equal >= short
+                if not alive.any():
+                    break
     return alive
+
+
+def _places(wanted: np.ndarray) -> np.ndarray:
+    """Each row of `wanted` (sorted) at its place in it, looked up by row: a gather, not a search per pair
+    member."""
+    place = np.empty(int(wanted[-1]) + 1, dtype=row_index_dtype(len(wanted)))
+    place[wanted] = np.arange(len(wanted), dtype=place.dtype)
+    return place
 
 
 def _rows_of_pairs(codes: np.ndarray, rows: int, alive: np.ndarray) -> np.ndarray:
@@ -764,7 +865,7 @@ def row_index_dtype(rows: int) -> type:
 
 
 def band_pair_codes(
-    keys: np.ndarray, rank_key: np.ndarray, ranges: int, places: np.ndarray | None = None
+    keys: np.ndarray, rank_key: np.ndarray | None, ranges: int, places: np.ndarray | None = None
 ) -> np.ndarray:
     """The sorted distinct codes (`_pair_codes`) of one band's candidate pairs (`candidate_pairs`), its rows cut
     by their keys' top bits into `ranges` ranges. A key's rows all lie in one range, so each range's pairs are
@@ -772,7 +873,7 @@ def band_pair_codes(
 
     Args:
         keys: the band's key of every row.
-        rank_key: every row's rank key.
+        rank_key: every row's rank key (None when `places` is given: it is not read then).
         ranges: a power of two (`key_ranges`).
         places: `rank_places(rank_key)`, when the caller has it (one band after another).
 
@@ -782,7 +883,7 @@ def band_pair_codes(
     n = len(keys)
     places = rank_places(rank_key) if places is None else places
     if ranges == 1:
-        return _pair_codes(candidate_pairs(keys, rank_key, np.argsort(places)), n)
+        return _pair_codes(candidate_pairs(keys, None, np.argsort(places)), n)
     which = (keys >> np.uint64(64 - ranges.bit_length() + 1)).astype(np.uint16)  # ranges <= MAX_KEY_RANGES
     # each range's rows in row order (a radix sort of 16-bit values)
     by_range = np.argsort(which, kind="stable").astype(row_index_dtype(n))
@@ -792,12 +893,12 @@ def band_pair_codes(
     def range_codes(index: int) -> np.ndarray:
         rows = by_range[bounds[index] : bounds[index + 1]]
         by_rank = np.argsort(places[rows])  # the range's rows in rank order: one sort of distinct values
-        return _pair_codes(rows[candidate_pairs(keys[rows], rank_key[rows], by_rank)].astype(np.int64), n)
+        return _pair_codes(rows[candidate_pairs(keys[rows], None, by_rank)].astype(np.int64), n)
 
     return merged_codes(*thread_map(range_codes, range(ranges), threads=RANGES_AT_ONCE))
 
 
-def distinct_candidate_codes(paths: Sequence[Path], rank_key: np.ndarray) -> np.ndarray:
+def distinct_candidate_codes(paths: Sequence[Path], rank_key: np.ndarray | None = None) -> np.ndarray:
     """Every distinct pair of rows that share a band key in any band (`candidate_pairs`), over every shard.
 
     A band at a time, its rows in ranges of keys (`band_pair_codes`): what the sorts hold does not grow with the
@@ -805,17 +906,19 @@ def distinct_candidate_codes(paths: Sequence[Path], rank_key: np.ndarray) -> np.
 
     Args:
         paths: every shard's signature file, in shard order.
-        rank_key: every row's rank key, the shards' rows in order (`every_shards_column(paths, "rank_key")`).
+        rank_key: every row's rank key, the shards' rows in order (`every_shards_column(paths, "rank_key")`);
+            read here when not given, and then held only until their order is taken (`rank_places`).
 
     Returns:
         The pairs' codes low * rows + high (`_pair_codes`), ascending, each pair once.
     """
-    n = len(rank_key)
-    ranges, places = key_ranges(n), rank_places(rank_key)
+    places = rank_places(every_shards_column(paths, "rank_key") if rank_key is None else rank_key)
+    n = len(places)
+    ranges = key_ranges(n)
     codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged a band at a time
     for column in BAND_COLUMNS:
         keys = every_shards_column(paths, column)
-        band = band_pair_codes(keys, rank_key, ranges, places)
+        band = band_pair_codes(keys, None, ranges, places)
         del keys
         codes = union_of_sorted(codes, band)
     return codes
@@ -889,10 +992,9 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
     """Clusters over every shard's signature file; then the held-out clusters and the cap."""
     offsets = shard_row_offsets(paths)
     n = int(offsets[-1])
-    rank_key = every_shards_column(paths, "rank_key") if n else np.zeros(0, np.uint64)
     candidates = verified = 0
     if n:  # clusters are computed (and reported) with the cap off too; `enabled` decides only the cap
-        codes = distinct_candidate_codes(paths, rank_key)
+        codes = distinct_candidate_codes(paths)  # the rank keys held only as their order while it runs
         candidates = len(codes)
         kept = verified_codes(codes, n, paths, offsets, settings.threshold)
         del codes
@@ -900,6 +1002,7 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
         verified = len(edges)
     else:
         edges = np.zeros((0, 2), dtype=np.int64)
+    rank_key = every_shards_column(paths, "rank_key")  # the clusters' names: read again, not held through the pairs
     cluster_id, size, rank = component_ranks(rank_key, edges)
     clusters = Clusters(list(shards), offsets, cluster_id, size, rank, np.zeros(n, dtype=np.int8))
     clusters.candidate_pairs, clusters.verified_pairs = candidates, verified
@@ -957,11 +1060,30 @@ def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettin
 
     form = first(pl.concat([forms(i, p) for i, p in enumerate(paths)]), "answer_form", settings.format_suite_per_form)
     chosen = pl.concat([kl.with_columns(set=pl.lit(KL_SET)), form.with_columns(set=pl.lit(FORMAT_SET))])
-    members = np.flatnonzero(np.isin(clusters.cluster_id, chosen["cluster_id"].to_numpy()))
-    clusters.decision[members] = HELDOUT_DECISION
+    clusters.decision[in_sorted(clusters.cluster_id, np.sort(chosen["cluster_id"].to_numpy()))] = HELDOUT_DECISION
     clusters.heldout = chosen.select(
         "set", "synth_id", "shard", "exercise", "language", "answer_form", "cluster_id", "cluster_size"
     ).to_dicts()
+
+
+def in_sorted(values: np.ndarray, wanted: np.ndarray, chunk: int = EDGE_CHUNK * 16) -> np.ndarray:
+    """`np.isin(values, wanted)` for a few wanted values among many: a binary search of each value in `wanted`,
+    a chunk of values at a time, where np.isin sorts every value with the wanted ones (~50 bytes a value).
+
+    Args:
+        values: any 1-D array (e.g. every row's cluster id).
+        wanted: the values looked for, ascending.
+        chunk: values looked up at once.
+
+    Returns:
+        A bool per value: whether it is among `wanted`.
+    """
+    found = np.zeros(len(values), dtype=bool)
+    if len(wanted):
+        for lo in range(0, len(values), chunk):
+            part = values[lo : lo + chunk]
+            found[lo : lo + chunk] = wanted[np.minimum(np.searchsorted(wanted, part), len(wanted) - 1)] == part
+    return found
 
 
 def shard_clusters_table(clusters: Clusters, shard_index: int, signatures_path: Path) -> pa.Table:
