@@ -701,3 +701,23 @@ def test_in_sorted_is_numpys_isin(values, wanted, chunk):
     int64 values, repeated or not, any wanted values (none too) and any chunk."""
     array, looked_for = np.array(values, dtype=np.int64), np.unique(np.array(wanted, dtype=np.int64))
     assert np.array_equal(near_dup.in_sorted(array, looked_for, chunk), np.isin(array, looked_for))
+
+
+def test_a_low_bytes_file_that_fails_while_written_is_removed(tmp_path, monkeypatch):
+    """A read that fails while verification writes its temporary file (a signature file gone bad) raises, and
+    leaves no directory behind."""
+    import tempfile
+
+    rows, _ = planted_corpus(seed=41)
+    path = write_signatures(rows, tmp_path / "synth_0.parquet")
+    (tmp_path / "temporary").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temporary"))
+
+    def failing(paths, offsets, rows, values, take):
+        take(0, np.zeros((2, nd.NUM_PERM), dtype=np.uint32))
+        raise OSError(f"{paths[0]}: unreadable")
+
+    monkeypatch.setattr(near_dup, "_each_signature_block", failing)
+    with pytest.raises(OSError, match="unreadable"):
+        near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]), np.arange(len(rows)))
+    assert list((tmp_path / "temporary").iterdir()) == []

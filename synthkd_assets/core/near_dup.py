@@ -603,16 +603,20 @@ class LowBytesSpill:
         self.directory = process_directory(VERIFY_SPILL_PREFIX)
         self.rows = len(rows)
         self.path = self.directory / "low_bytes"
-        with open(self.path, "wb") as file:
-            file.truncate(self.rows * nd.NUM_PERM)
-            descriptor = file.fileno()
+        try:
+            with open(self.path, "wb") as file:
+                file.truncate(self.rows * nd.NUM_PERM)
+                descriptor = file.fileno()
 
-            def write(first: int, block: np.ndarray) -> None:  # value j of row i at j * rows + i
-                by_value = np.ascontiguousarray(block.astype(np.uint8).T)
-                for value, column in enumerate(by_value):
-                    os.pwrite(descriptor, column, value * self.rows + first)
+                def write(first: int, block: np.ndarray) -> None:  # value j of row i at j * rows + i
+                    by_value = np.ascontiguousarray(block.astype(np.uint8).T)
+                    for value, column in enumerate(by_value):
+                        os.pwrite(descriptor, column, value * self.rows + first)
 
-            _each_signature_block(paths, offsets, rows, slice(None), write)
+                _each_signature_block(paths, offsets, rows, slice(None), write)
+        except BaseException:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
 
     def __enter__(self) -> LowBytesSpill:
         return self
