@@ -721,3 +721,13 @@ def test_a_low_bytes_file_that_fails_while_written_is_removed(tmp_path, monkeypa
     with pytest.raises(OSError, match="unreadable"):
         near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]), np.arange(len(rows)))
     assert list((tmp_path / "temporary").iterdir()) == []
+
+
+@given(st.lists(st.integers(0, 15), max_size=300), st.integers(1, 40))
+def test_rows_by_label_is_numpys_stable_argsort(labels, chunk):
+    """A band's rows by key range, chunk by chunk: numpy's stable argsort of the labels (each label's rows in row
+    order), for any labels and chunk, with each label's bounds."""
+    array = np.array(labels, dtype=np.uint16)
+    ordered, bounds = near_dup.rows_by_label(array, 16, chunk)
+    assert ordered.dtype == np.int32 and np.array_equal(ordered, np.argsort(array, kind="stable"))
+    assert np.array_equal(bounds, np.concatenate([[0], np.cumsum(np.bincount(array, minlength=16))]))

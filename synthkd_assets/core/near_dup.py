@@ -868,6 +868,34 @@ def row_index_dtype(rows: int) -> type:
     return np.int32 if rows < 2**31 else np.int64
 
 
+def rows_by_label(labels: np.ndarray, count: int, chunk: int = BAND_RANGE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """The rows ordered by their label, each label's rows in row order (`np.argsort(labels, kind="stable")`),
+    in the narrowest index type (`row_index_dtype`): each chunk of rows is sorted on its own and placed after the
+    chunks before it, so no int64 index of every row is held beside the result.
+
+    Args:
+        labels: each row's label, integers in [0, count).
+        count: how many labels.
+        chunk: rows sorted at once.
+
+    Returns:
+        The rows in label order, and where each label's rows start in it (count + 1 bounds, the total last).
+    """
+    counts = np.bincount(labels, minlength=count)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    ordered = np.empty(len(labels), dtype=row_index_dtype(len(labels)))
+    next_place = bounds[:-1].copy()  # where each label's next row goes
+    for lo in range(0, len(labels), chunk):
+        part = labels[lo : lo + chunk]
+        order = np.argsort(part, kind="stable")
+        part_counts = np.bincount(part, minlength=count)
+        part_starts = np.concatenate([[0], np.cumsum(part_counts)[:-1]])
+        sorted_labels = part[order]
+        ordered[next_place[sorted_labels] + np.arange(len(part)) - part_starts[sorted_labels]] = order + lo
+        next_place += part_counts
+    return ordered, bounds
+
+
 def band_pair_codes(
     keys: np.ndarray, rank_key: np.ndarray | None, ranges: int, places: np.ndarray | None = None
 ) -> np.ndarray:
@@ -889,9 +917,7 @@ def band_pair_codes(
     if ranges == 1:
         return _pair_codes(candidate_pairs(keys, None, np.argsort(places)), n)
     which = (keys >> np.uint64(64 - ranges.bit_length() + 1)).astype(np.uint16)  # ranges <= MAX_KEY_RANGES
-    # each range's rows in row order (a radix sort of 16-bit values)
-    by_range = np.argsort(which, kind="stable").astype(row_index_dtype(n))
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(which, minlength=ranges))])
+    by_range, bounds = rows_by_label(which, ranges)  # each range's rows in row order
     del which
 
     def range_codes(index: int) -> np.ndarray:
