@@ -704,9 +704,13 @@ def test_in_sorted_is_numpys_isin(values, wanted, chunk):
 
 
 def test_a_low_bytes_file_that_fails_while_written_is_removed(tmp_path, monkeypatch):
-    """A read that fails while verification writes its temporary file (a signature file gone bad) raises, and
-    leaves no directory behind."""
+    """A read that fails while verification writes its temporary file (a signature file gone bad), or a full
+    disk, raises, naming the file, and leaves no directory behind."""
+    import errno
+    import os
     import tempfile
+
+    real_blocks = near_dup._each_signature_block
 
     rows, _ = planted_corpus(seed=41)
     path = write_signatures(rows, tmp_path / "synth_0.parquet")
@@ -719,6 +723,15 @@ def test_a_low_bytes_file_that_fails_while_written_is_removed(tmp_path, monkeypa
 
     monkeypatch.setattr(near_dup, "_each_signature_block", failing)
     with pytest.raises(OSError, match="unreadable"):
+        near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]), np.arange(len(rows)))
+    assert list((tmp_path / "temporary").iterdir()) == []
+
+    def full_disk(descriptor, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(near_dup, "_each_signature_block", real_blocks)
+    monkeypatch.setattr(near_dup.os, "pwrite", full_disk)
+    with pytest.raises(OSError, match=r"verification's temporary file .*low_bytes: No space left on device"):
         near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]), np.arange(len(rows)))
     assert list((tmp_path / "temporary").iterdir()) == []
 

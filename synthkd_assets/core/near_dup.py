@@ -614,8 +614,11 @@ class LowBytesSpill:
                         os.pwrite(descriptor, column, value * self.rows + first)
 
                 _each_signature_block(paths, offsets, rows, slice(None), write)
-        except BaseException:
+        except BaseException as error:
             shutil.rmtree(self.directory, ignore_errors=True)
+            # a failed write (a full disk) names no file: name the temporary file
+            if isinstance(error, OSError) and error.errno is not None and error.filename is None:
+                raise OSError(error.errno, f"verification's temporary file {self.path}: {error.strerror}") from error
             raise
 
     def __enter__(self) -> LowBytesSpill:
