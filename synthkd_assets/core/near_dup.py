@@ -32,6 +32,7 @@ import functools
 import importlib.metadata
 import importlib.resources
 import json
+import math
 import os
 import shutil
 import sys
@@ -775,9 +776,11 @@ def _reaching(
                 values = _signature_rows(paths, offsets, wanted, taken, low_bytes)
             _count_equal_values(values, place, codes, rows, alive, equal)
             del values
-            short = need - (nd.NUM_PERM - (start + width))  # equal values still needed with every value left equal
+            if spill is None:
+                del place  # the next slice's rows are fewer
+            short = math.ceil(need - (nd.NUM_PERM - (start + width)))  # still needed if every value left is equal
             if short > 0:
-                alive &= equal >= short
+                alive &= equal >= np.uint8(short)
                 if not alive.any():
                     break
     return alive
