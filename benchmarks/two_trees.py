@@ -1,4 +1,4 @@
-"""What the benchmarks that measure this tree against a baseline tree share (`quota_plan.py`,
+"""What the benchmarks that measure this tree against a baseline tree share (`quota_plan.py`, `clustering.py`,
 `candidate_pairs.py`): each measurement a child process running the benchmark's own `--child` with one tree's
 code, its peak memory read from the kernel, the figures as min / median."""
 
