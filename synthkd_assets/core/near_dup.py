@@ -500,18 +500,22 @@ def _code_pairs(codes: np.ndarray, n_rows: int) -> np.ndarray:
     return np.stack([codes // n_rows, codes % n_rows], axis=1)
 
 
-def every_shards_column(paths: Sequence[Path], column: str) -> np.ndarray:
+def every_shards_column(paths: Sequence[Path], column: str, offsets: np.ndarray | None = None) -> np.ndarray:
     """A column of every shard's file, in shard order (each file read on its own thread, into its own rows of the
     result: the column is held once, not once per shard and again joined).
 
     Args:
         paths: every shard's file, in shard order.
         column: a column of plain values (e.g. "rank_key", a band column).
+        offsets: `shard_row_offsets(paths)`, when the caller has them (every footer is read otherwise).
 
     Returns:
         The column's values, the shards' rows in order.
+
+    Raises:
+        ValueError: a file does not hold the rows its footer gave (it changed since).
     """
-    offsets = shard_row_offsets(paths)
+    offsets = shard_row_offsets(paths) if offsets is None else offsets
     if not len(paths):
         return np.zeros(0, dtype=np.uint64)
     dtype = pq.ParquetFile(paths[0]).schema_arrow.field(column).type.to_pandas_dtype()
@@ -948,12 +952,13 @@ def distinct_candidate_codes(paths: Sequence[Path], rank_key: np.ndarray | None 
     Returns:
         The pairs' codes low * rows + high (`_pair_codes`), ascending, each pair once.
     """
-    places = rank_places(every_shards_column(paths, "rank_key") if rank_key is None else rank_key)
+    offsets = shard_row_offsets(paths)  # each footer read once, not once a band
+    places = rank_places(every_shards_column(paths, "rank_key", offsets) if rank_key is None else rank_key)
     n = len(places)
     ranges = key_ranges(n)
     codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged a band at a time
     for column in BAND_COLUMNS:
-        keys = every_shards_column(paths, column)
+        keys = every_shards_column(paths, column, offsets)
         band = band_pair_codes(keys, None, ranges, places)
         del keys
         codes = union_of_sorted(codes, band)
@@ -1038,7 +1043,8 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
         verified = len(edges)
     else:
         edges = np.zeros((0, 2), dtype=np.int64)
-    rank_key = every_shards_column(paths, "rank_key")  # the clusters' names: read again, not held through the pairs
+    # the clusters are named by rank key: read again here, not held while the pairs are found and verified
+    rank_key = every_shards_column(paths, "rank_key", offsets)
     cluster_id, size, rank = component_ranks(rank_key, edges)
     clusters = Clusters(list(shards), offsets, cluster_id, size, rank, np.zeros(n, dtype=np.int8))
     clusters.candidate_pairs, clusters.verified_pairs = candidates, verified
