@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -65,6 +67,32 @@ def test_tables_written_together_are_all_published_or_none(tmp_path):
         write_tables_together([(first, schema, pa.table({"x": [3]})), (second, schema, pa.table({"x": ["no"]}))])
     assert pq.read_table(first)["x"].to_pylist() == [1] and pq.read_table(second)["x"].to_pylist() == [2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet"]
+
+
+def test_tables_written_together_from_a_generator_are_held_one_at_a_time(tmp_path):
+    """The clusters write 500 shards' tables: each must be written and let go before the next is made."""
+    schema = pa.schema([("x", pa.int64())])
+    rows = 1 << 20  # 8 MiB a table
+    held: list[int] = []
+
+    def tables(fail_at: int | None = None):
+        for index in range(4):
+            held.append(pa.total_allocated_bytes())  # what Arrow holds before the next table is made
+            if index == fail_at:
+                raise OSError("the generator failed")
+            yield (
+                tmp_path / f"{index}.parquet",
+                schema,
+                pa.table({"x": pc.add(np.arange(rows), index)}),
+            )  # Arrow's memory
+
+    write_tables_together(tables())
+    assert [pq.read_table(tmp_path / f"{i}.parquet")["x"][0].as_py() for i in range(4)] == [0, 1, 2, 3]
+    assert max(held) - held[0] < rows * 8 // 2  # not one earlier table is still held
+    with pytest.raises(OSError, match="the generator failed"):  # a failure part way: nothing replaced or left
+        write_tables_together((path, schema, table.slice(0, 1)) for path, schema, table in tables(fail_at=2))
+    assert pq.read_table(tmp_path / "1.parquet").num_rows == rows
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{i}.parquet" for i in range(4)]
 
 
 @settings(max_examples=100, deadline=None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -338,14 +338,26 @@ def publish_together(writers: Sequence[ParquetShardWriter]) -> None:
         raise
 
 
-def write_tables_together(tables: Sequence[tuple[Path, pa.Schema, pa.Table]]) -> None:
+def write_tables_together(tables: Iterable[tuple[Path, pa.Schema, pa.Table]]) -> None:
     """Write several whole tables (path, schema, rows) and publish them together: after a failure none of the
-    files is in place (old versions stay as they were) and no partial file remains."""
+    files is in place (old versions stay as they were) and no partial file remains.
+
+    Each table is written and its file finished (under its partial name) before the next is taken, so a
+    generator of tables holds one at a time: the clusters' 500 shard tables are never all in memory.
+
+    Args:
+        tables: (final path, schema, table) of each file, in any iterable.
+
+    Raises:
+        OutputFileError: a file could not be written (it names the file and the reason); nothing is published.
+    """
     writers: list[ParquetShardWriter] = []
     try:
         for path, schema, table in tables:
             writers.append(ParquetShardWriter(path, schema))
             writers[-1].write(table)
+            del table
+            writers[-1].finish()
     except BaseException:
         for writer in writers:
             writer._discard()

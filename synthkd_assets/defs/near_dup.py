@@ -96,11 +96,9 @@ def synth_clusters(context: dg.AssetExecutionContext, layout: SynthKDLayout, bui
     settings = build.cluster_settings()
     clusters = cluster_shards(names, signature_files, settings)
     # every shard's decisions published together, then the summary the plan reads: never a mix of two clusterings
-    write_tables_together(
-        [
-            (stage_files(paths, "synth_clusters", name)[0], CLUSTERS_SCHEMA, shard_clusters_table(clusters, i, sig))
-            for i, (name, sig) in enumerate(zip(names, signature_files))
-        ]
+    write_tables_together(  # a shard's table at a time (a generator): never every shard's rows at once
+        (stage_files(paths, "synth_clusters", name)[0], CLUSTERS_SCHEMA, shard_clusters_table(clusters, i, sig))
+        for i, (name, sig) in enumerate(zip(names, signature_files))
     )
     stale = remove_stale_cluster_files(paths, names)  # shards removed since the last clustering: not in this one
     summary = {
