@@ -93,13 +93,15 @@ def child(tree: str, directory: str) -> None:
     started = time.perf_counter()
     clusters = near_dup.cluster_shards([path.stem for path in paths], paths, near_dup.ClusterSettings())
     seconds = time.perf_counter() - started
+    peak = peak_mib_since(start_rss)  # before every row's columns are put together below, for the digest only
+    every_row = clusters.every_row() if hasattr(clusters, "every_row") else clusters  # a tree before every_row
     digest = hashlib.sha256()
-    for array in (clusters.cluster_id, clusters.size, clusters.rank, clusters.decision):
+    for array in (every_row.cluster_id, every_row.size, every_row.rank, every_row.decision):
         digest.update(np.ascontiguousarray(array).tobytes())
     result = {
         "rows": rows,
         "seconds": seconds,
-        "peak_mib": peak_mib_since(start_rss),
+        "peak_mib": peak,
         "candidate_pairs": clusters.candidate_pairs,
         "verified_pairs": clusters.verified_pairs,
         "clusters_sha256": digest.hexdigest(),

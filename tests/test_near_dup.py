@@ -116,12 +116,7 @@ def clusters_by_id(
     paths = [write_signatures(part, tmp_path / f"{name}.parquet") for name, part in zip(names, shard_rows)]
     clusters = cluster_shards(names, paths, settings or ClusterSettings())
     ids = [r["synth_id"] for part in shard_rows for r in part]
-    found = {
-        i: (int(c), int(s), int(k), d)
-        for i, c, s, k, d in zip(
-            ids, clusters.cluster_id, clusters.size, clusters.rank, clusters.decision_names().to_pylist()
-        )
-    }
+    found = {i: (int(c), int(s), int(k), d) for i, c, s, k, d in zip(ids, *_arrays(clusters))}
     return found, clusters, paths
 
 
@@ -235,7 +230,7 @@ def test_a_pair_hidden_behind_a_dissimilar_first_row_is_found_on_any_layout(tmp_
         pq.write_table(table.take(order), path)
         clusters = cluster_shards(["s"], [path], settings)
         ids = [table["synth_id"][i].as_py() for i in order]
-        cluster = dict(zip(ids, clusters.cluster_id.tolist()))
+        cluster = dict(zip(ids, clusters.every_row().cluster_id.tolist()))
         assert cluster["b"] == cluster["c"] != cluster["a"], order
 
 
@@ -270,6 +265,23 @@ def test_planted_near_duplicates_are_found_with_recall_and_precision_at_least_09
     precise = sum(oracle_jaccard(texts[a], texts[b]) >= THRESHOLD for a, b in predicted)
     assert recall >= 0.95
     assert predicted and precise / len(predicted) >= 0.95
+
+
+def test_the_clusters_hold_only_the_rows_of_verified_pairs_and_name_a_shard_changed_since(tmp_path):
+    """What the clustering keeps grows with the rows in clusters: every other row's columns come from its shard."""
+    rows, planted = planted_corpus(seed=5)
+    found, clusters, paths = clusters_by_id(rows, [rows[:120], rows[120:]], tmp_path)
+    in_clusters = [i for i, r in enumerate(rows) if found[r["synth_id"]][1] > 1]
+    assert len(in_clusters) >= len(planted)  # the planted pairs, at least
+    assert clusters.members.tolist() == in_clusters  # no other row is held
+    assert len(clusters.member_cluster_id) == len(clusters.member_size) == len(clusters.member_rank) == len(in_clusters)
+    every = clusters.every_row()
+    second = clusters.shard(1)
+    assert second.cluster_id.tolist() == every.cluster_id[120:].tolist()
+    assert second.decision.tolist() == every.decision[120:].tolist()
+    pq.write_table(pq.read_table(paths[1]).slice(1), paths[1])  # a row fewer than when it was clustered
+    with pytest.raises(ValueError, match=str(paths[1])):
+        clusters.shard(1)
 
 
 def test_exact_duplicates_and_empty_prompts_are_clusters(tmp_path):
@@ -381,7 +393,8 @@ def sample_clusters(tmp_path_factory, sample_shards):
 
 
 def _arrays(clusters):
-    return clusters.cluster_id, clusters.size, clusters.rank, clusters.decision_names().to_pylist()
+    rows = clusters.every_row()
+    return rows.cluster_id, rows.size, rows.rank, rows.decision_names().to_pylist()
 
 
 def test_the_samples_planted_near_duplicates_are_found_with_recall_and_precision_at_least_095(sample_clusters):
@@ -605,7 +618,7 @@ def test_rows_sharing_a_seed_text_but_asking_other_questions_are_not_near_duplic
     signatures_shard(filtered, signatures, "synth_001")
     clusters = cluster_shards(["synth_001"], [signatures], ClusterSettings())
     ids = pl.read_parquet(signatures, columns=["synth_id"])["synth_id"].to_list()
-    cluster_of = dict(zip(ids, list(clusters.cluster_id), strict=True))
+    cluster_of = dict(zip(ids, list(clusters.every_row().cluster_id), strict=True))
     by_id = {r["synth_id"]: r for r in rows}
     sharing = [
         (a, b)
@@ -614,7 +627,7 @@ def test_rows_sharing_a_seed_text_but_asking_other_questions_are_not_near_duplic
     ]
     assert len(sharing) > 500  # the sample's structure: many rows per seed text
     assert [(a, b) for a, b in sharing if cluster_of[a] == cluster_of[b]] == []
-    assert drops.DROP_CLUSTER_CAP not in clusters.decision_names().to_pylist()
+    assert drops.DROP_CLUSTER_CAP not in clusters.every_row().decision_names().to_pylist()
 
 
 @given(

@@ -18,7 +18,8 @@ held-out clusters of the validation sets.
 
 Memory is bounded for the full corpus (benchmarks/README.md "Near-duplicate control": 79.6M rows in 24 GiB):
 the clustering holds one band's keys of every row at a time, the distinct candidate pairs (one int64 each,
-merged band by band), the per-row cluster arrays, and at most SIGNATURE_BUDGET bytes of the candidate rows'
+merged band by band), the clusters of the rows in some verified pair only (every other row's is read from its
+shard's file when a shard is written), and at most SIGNATURE_BUDGET bytes of the candidate rows'
 signatures (verification counts equal values slice by slice of the signature, the low bytes' slices from a
 temporary file it reads the signature files into once); the held-out sets and the
 summary keep, shard by shard, only the rows they can use. It reads the signature files column by column, one
@@ -831,15 +832,37 @@ NO_DECISION, HELDOUT_DECISION, CAP_DECISION = range(len(DECISIONS))
 
 
 @dataclass
-class Clusters:
-    """Every row's cluster (global row order: the shards in order, each in its file's order)."""
+class ShardClusters:
+    """One shard's rows of the clusters, in its file's order (CLUSTERS_SCHEMA's cluster columns)."""
 
-    shards: list[str]
-    offsets: np.ndarray  # rows of shard i are offsets[i]:offsets[i+1]
     cluster_id: np.ndarray  # int64
     size: np.ndarray  # int32
     rank: np.ndarray  # int32
     decision: np.ndarray  # int8, an index into DECISIONS: one byte a row, not a Python object
+
+    def decision_names(self) -> pa.Array:
+        """The decisions as CLUSTERS_SCHEMA's `decision` column: a drop reason, or null."""
+        return pa.array(DECISIONS, pa.string()).take(pa.array(self.decision))
+
+
+@dataclass
+class Clusters:
+    """The clusters of every row (global row order: the shards in order, each in its file's order).
+
+    Only the rows of some verified pair (`members`) are held: every other row is a cluster of its own, named by
+    its rank key, which its shard's signature file holds. A shard's rows are put together from both on demand
+    (`shard`), so what the clustering keeps grows with the rows in clusters, not with the corpus
+    (docs/near-dup.md, "Signatures, candidates, clusters")."""
+
+    shards: list[str]
+    paths: list[Path]  # each shard's signature file
+    offsets: np.ndarray  # rows of shard i are offsets[i]:offsets[i+1]
+    members: np.ndarray  # the global rows of some verified pair, ascending (int64)
+    member_cluster_id: np.ndarray  # int64, the members' in their order
+    member_size: np.ndarray  # int32
+    member_rank: np.ndarray  # int32
+    heldout_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # ascending
+    cap: int | None = None  # max_per_cluster, when the cap is on
     heldout: list[dict[str, Any]] = field(default_factory=list)  # the held-out clusters' representatives
     over_limit: dict[str, int] = field(default_factory=dict)  # clusters too large to hold out: never chosen
     candidate_pairs: int = 0
@@ -849,9 +872,47 @@ class Clusters:
     def rows(self) -> int:
         return int(self.offsets[-1])
 
-    def decision_names(self, lo: int = 0, hi: int | None = None) -> pa.Array:
-        """The decisions of rows [lo, hi) as CLUSTERS_SCHEMA's `decision` column: a drop reason, or null."""
-        return pa.array(DECISIONS, pa.string()).take(pa.array(self.decision[lo:hi]))
+    def shard(self, index: int) -> ShardClusters:
+        """Shard `index`'s rows: its rank keys read from its signature file, its members' clusters placed over
+        them, then the decisions (the held-out clusters, then the cap on what is left).
+
+        Args:
+            index: the shard's place in `shards`.
+
+        Returns:
+            Its rows' cluster_id, size, rank and decision, in its file's order.
+
+        Raises:
+            ValueError: the signature file does not hold the rows it held when the clusters were made.
+        """
+        lo, hi = int(self.offsets[index]), int(self.offsets[index + 1])
+        rank_key = every_shards_column([self.paths[index]], "rank_key", np.array([0, hi - lo], dtype=np.int64))
+        cluster_id = (rank_key >> np.uint64(1)).astype(np.int64)
+        del rank_key
+        size = np.ones(hi - lo, dtype=np.int32)
+        rank = np.zeros(hi - lo, dtype=np.int32)
+        first, end = np.searchsorted(self.members, [lo, hi])
+        local = self.members[first:end] - lo
+        cluster_id[local] = self.member_cluster_id[first:end]
+        size[local] = self.member_size[first:end]
+        rank[local] = self.member_rank[first:end]
+        decision = np.zeros(hi - lo, dtype=np.int8)
+        decision[in_sorted(cluster_id, self.heldout_ids)] = HELDOUT_DECISION
+        if self.cap is not None:
+            decision[(rank >= self.cap) & (decision == NO_DECISION)] = CAP_DECISION
+        return ShardClusters(cluster_id, size, rank, decision)
+
+    def every_row(self) -> ShardClusters:
+        """Every row's columns, the shards' rows in order: for tests and small corpora (the build takes a
+        shard at a time)."""
+        parts = [self.shard(index) for index in range(len(self.shards))]
+        if not parts:
+            empty = np.zeros(0, dtype=np.int32)
+            return ShardClusters(empty.astype(np.int64), empty, empty, empty.astype(np.int8))
+        return ShardClusters(*(np.concatenate([getattr(p, name) for p in parts]) for name in _SHARD_COLUMNS))
+
+
+_SHARD_COLUMNS = ("cluster_id", "size", "rank", "decision")
 
 
 def key_ranges(rows: int) -> int:
@@ -989,72 +1050,126 @@ def union_of_sorted(codes: np.ndarray, more: np.ndarray) -> np.ndarray:
     return np.insert(codes, at[new], more[new])
 
 
-def component_ranks(rank_key: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every row's cluster: the connected components of the verified pairs, each named by its lowest rank key.
-
-    Only the rows of some pair enter the graph; every other row is a cluster of its own (its rank key, size 1,
-    rank 0), so the components' graph and ranking grow with the rows in clusters, not with the corpus.
+def member_clusters(member_keys: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The clusters of the rows of the verified pairs: the connected components of the pairs, each named by its
+    lowest rank key.
 
     Args:
-        rank_key: every row's rank key (uint64), in row order.
-        edges: (pairs, 2) rows of the verified pairs.
+        member_keys: the rank key (uint64) of each row of some pair, in row order.
+        edges: (pairs, 2) places of the pairs' rows in `member_keys`.
 
     Returns:
-        (cluster_id, size, rank) per row: the component's lowest rank key >> 1 (int64), its rows (int32), and the
-        row's place in it by rank key, then row order (int32, 0 for the representative).
+        (cluster_id, size, rank) per member: the component's lowest rank key >> 1 (int64), its rows (int32), and
+        the row's place in it by rank key, then row order (int32, 0 for the representative).
     """
     # scipy loads here, in the plan pass, not in every run worker that imports this module (its import is part of
     # each run's start-up otherwise: benchmarks/README.md, "Launching through the instance")
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    # a row in no verified pair is a cluster of its own: its own rank key, size 1, rank 0
-    cluster_id = (rank_key >> np.uint64(1)).astype(np.int64)
-    size = np.ones(len(rank_key), dtype=np.int32)
-    rank = np.zeros(len(rank_key), dtype=np.int32)
-    members = sorted_distinct(edges.ravel())  # the rows of some verified pair, in row order: the graph is theirs
-    if m := len(members):
-        local = np.searchsorted(members, edges)
-        graph = coo_matrix((np.ones(len(local), dtype=np.int8), (local[:, 0], local[:, 1])), shape=(m, m))
-        _, labels = connected_components(graph, directed=False)
-        keys = rank_key[members]
-        order = np.lexsort((keys, labels))  # by component, then rank key, then row (the sort is stable)
-        ordered = labels[order]
-        starts = np.ones(m, dtype=bool)
-        starts[1:] = ordered[1:] != ordered[:-1]
-        first = np.maximum.accumulate(np.where(starts, np.arange(m), 0))
-        rank[members[order]] = np.arange(m) - first
-        size[members] = np.bincount(labels)[labels]
-        cluster_id[members[order]] = (keys[order[first]] >> np.uint64(1)).astype(np.int64)
+    m = len(member_keys)
+    cluster_id = np.empty(m, dtype=np.int64)
+    rank = np.empty(m, dtype=np.int32)
+    if not m:
+        return cluster_id, np.zeros(0, dtype=np.int32), rank
+    graph = coo_matrix((np.ones(len(edges), dtype=np.int8), (edges[:, 0], edges[:, 1])), shape=(m, m))
+    _, labels = connected_components(graph, directed=False)
+    order = np.lexsort((member_keys, labels))  # by component, then rank key, then row (the sort is stable)
+    ordered = labels[order]
+    starts = np.ones(m, dtype=bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    first = np.maximum.accumulate(np.where(starts, np.arange(m), 0))
+    rank[order] = np.arange(m) - first
+    size = np.bincount(labels)[labels].astype(np.int32)
+    cluster_id[order] = (member_keys[order[first]] >> np.uint64(1)).astype(np.int64)
     return cluster_id, size, rank
 
 
+def component_ranks(rank_key: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every row's cluster: `member_clusters` over the rows of some pair, and every other row a cluster of its own
+    (its rank key, size 1, rank 0).
+
+    Args:
+        rank_key: every row's rank key (uint64), in row order.
+        edges: (pairs, 2) rows of the verified pairs.
+
+    Returns:
+        (cluster_id, size, rank) per row, as `member_clusters` gives them for the members.
+    """
+    cluster_id = (rank_key >> np.uint64(1)).astype(np.int64)
+    size = np.ones(len(rank_key), dtype=np.int32)
+    rank = np.zeros(len(rank_key), dtype=np.int32)
+    members = sorted_distinct(edges.ravel())
+    cluster_id[members], size[members], rank[members] = member_clusters(
+        rank_key[members], np.searchsorted(members, edges)
+    )
+    return cluster_id, size, rank
+
+
+def column_at_rows(paths: Sequence[Path], offsets: np.ndarray, column: str, rows: np.ndarray) -> np.ndarray:
+    """A column's values at some global rows, each shard's file read only when it holds some of them.
+
+    Args:
+        paths: every shard's file, in shard order.
+        offsets: `shard_row_offsets(paths)`.
+        column: a column of plain values (e.g. "rank_key").
+        rows: global rows, ascending.
+
+    Returns:
+        The values, in the rows' order.
+
+    Raises:
+        ValueError: a file does not hold the rows its offsets give (it changed since).
+    """
+    dtype = pq.ParquetFile(paths[0]).schema_arrow.field(column).type.to_pandas_dtype() if len(paths) else np.uint64
+    out = np.empty(len(rows), dtype=dtype)
+
+    def read_shard(shard: int) -> None:
+        first, end = np.searchsorted(rows, [offsets[shard], offsets[shard + 1]])
+        if first < end:
+            bounds = offsets[shard : shard + 2] - offsets[shard]
+            out[first:end] = every_shards_column([paths[shard]], column, bounds)[rows[first:end] - offsets[shard]]
+
+    thread_map(read_shard, range(len(paths)))
+    return out
+
+
 def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: ClusterSettings) -> Clusters:
-    """Clusters over every shard's signature file; then the held-out clusters and the cap."""
+    """Clusters over every shard's signature file; then the held-out clusters and the cap.
+
+    Args:
+        shards: the shards' names, in order.
+        paths: each shard's signature file, in the same order.
+        settings: the threshold, the cap and the held-out sets' sizes.
+
+    Returns:
+        The clusters: the members' held, every other row's read from its shard when asked (`Clusters.shard`).
+
+    Raises:
+        ValueError: a signature file changed while it was read.
+    """
     offsets = shard_row_offsets(paths)
     n = int(offsets[-1])
-    candidates = verified = 0
+    candidates = 0
+    edges = np.zeros((0, 2), dtype=np.int64)
     if n:  # clusters are computed (and reported) with the cap off too; `enabled` decides only the cap
         codes = distinct_candidate_codes(paths)  # the rank keys held only as their order while it runs
         candidates = len(codes)
         kept = verified_codes(codes, n, paths, offsets, settings.threshold)
         del codes
         edges = _code_pairs(kept, n)
-        verified = len(edges)
-    else:
-        edges = np.zeros((0, 2), dtype=np.int64)
-    # the clusters are named by rank key: read again here, not held while the pairs are found and verified
-    rank_key = every_shards_column(paths, "rank_key", offsets)
-    cluster_id, size, rank = component_ranks(rank_key, edges)
-    clusters = Clusters(list(shards), offsets, cluster_id, size, rank, np.zeros(n, dtype=np.int8))
-    clusters.candidate_pairs, clusters.verified_pairs = candidates, verified
-    _hold_out(clusters, paths, settings)
-    if settings.enabled:
-        clusters.decision[(rank >= settings.max_per_cluster) & (clusters.decision == NO_DECISION)] = CAP_DECISION
+    # only the rows of some verified pair are held: their rank keys, read again here, name their clusters
+    members = sorted_distinct(edges.ravel())
+    keys = column_at_rows(paths, offsets, "rank_key", members)
+    cluster_id, size, rank = member_clusters(keys, np.searchsorted(members, edges))
+    clusters = Clusters(list(shards), list(paths), offsets, members, cluster_id, size, rank)
+    clusters.candidate_pairs, clusters.verified_pairs = candidates, len(edges)
+    _hold_out(clusters, settings)
+    clusters.cap = settings.max_per_cluster if settings.enabled else None
     return clusters
 
 
-def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettings) -> None:
+def _hold_out(clusters: Clusters, settings: ClusterSettings) -> None:
     """Pick whole clusters for the validation sets by their representative (rank 0) row: per exercise the
     `heldout_per_exercise` first by heldout_key (the KL slice), then per checkable answer form the
     `format_suite_per_form` first among the rest (the format suite); mark every member `heldout`. A cluster of
@@ -1064,22 +1179,21 @@ def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettin
     The first k of a group over all shards are among the union of each shard's first k of it, so each shard
     contributes only those (two passes: the KL slice, then the format suite without it): memory does not grow
     with the corpus."""
-    first_rows = clusters.rank == 0
-    over = first_rows & (clusters.size > settings.heldout_cluster_limit)
-    clusters.over_limit = {"clusters": int(over.sum()), "rows": int(clusters.size[over].sum())}
+    over = (clusters.member_rank == 0) & (clusters.member_size > settings.heldout_cluster_limit)
+    clusters.over_limit = {"clusters": int(over.sum()), "rows": int(clusters.member_size[over].sum())}
     if clusters.rows == 0:
         return
 
-    def representatives(index: int, path: Path) -> pl.DataFrame:
-        lo, hi = int(clusters.offsets[index]), int(clusters.offsets[index + 1])
+    def representatives(index: int) -> pl.DataFrame:
+        own = clusters.shard(index)
         columns = ["synth_id", "exercise", "language", "answer_form", "heldout_key"]
         return (
-            pl.read_parquet(path, columns=columns)
+            pl.read_parquet(clusters.paths[index], columns=columns)
             .with_columns(
                 shard=pl.lit(clusters.shards[index]),
-                cluster_id=pl.Series(clusters.cluster_id[lo:hi]),
-                cluster_size=pl.Series(clusters.size[lo:hi]),
-                cluster_rank=pl.Series(clusters.rank[lo:hi]),
+                cluster_id=pl.Series(own.cluster_id),
+                cluster_size=pl.Series(own.size),
+                cluster_rank=pl.Series(own.rank),
             )
             .filter((pl.col("cluster_rank") == 0) & (pl.col("cluster_size") <= settings.heldout_cluster_limit))
         )
@@ -1087,22 +1201,21 @@ def _hold_out(clusters: Clusters, paths: Sequence[Path], settings: ClusterSettin
     def first(frame: pl.DataFrame, by: str, k: int) -> pl.DataFrame:
         return frame.sort("heldout_key", "synth_id").filter(pl.int_range(pl.len()).over(by) < k)
 
+    shards = range(len(clusters.shards))
     kl = first(
-        pl.concat(
-            [first(representatives(i, p), "exercise", settings.heldout_per_exercise) for i, p in enumerate(paths)]
-        ),
+        pl.concat([first(representatives(i), "exercise", settings.heldout_per_exercise) for i in shards]),
         "exercise",
         settings.heldout_per_exercise,
     )
     taken = kl["cluster_id"].implode()
 
-    def forms(index: int, path: Path) -> pl.DataFrame:
-        rest = representatives(index, path).filter(~pl.col("cluster_id").is_in(taken))
+    def forms(index: int) -> pl.DataFrame:
+        rest = representatives(index).filter(~pl.col("cluster_id").is_in(taken))
         return first(rest.filter(pl.col("answer_form").is_not_null()), "answer_form", settings.format_suite_per_form)
 
-    form = first(pl.concat([forms(i, p) for i, p in enumerate(paths)]), "answer_form", settings.format_suite_per_form)
+    form = first(pl.concat([forms(i) for i in shards]), "answer_form", settings.format_suite_per_form)
     chosen = pl.concat([kl.with_columns(set=pl.lit(KL_SET)), form.with_columns(set=pl.lit(FORMAT_SET))])
-    clusters.decision[in_sorted(clusters.cluster_id, np.sort(chosen["cluster_id"].to_numpy()))] = HELDOUT_DECISION
+    clusters.heldout_ids = np.unique(chosen["cluster_id"].to_numpy().astype(np.int64))
     clusters.heldout = chosen.select(
         "set", "synth_id", "shard", "exercise", "language", "answer_form", "cluster_id", "cluster_size"
     ).to_dicts()
@@ -1130,16 +1243,16 @@ def in_sorted(values: np.ndarray, wanted: np.ndarray, chunk: int = EDGE_CHUNK * 
 
 def shard_clusters_table(clusters: Clusters, shard_index: int, signatures_path: Path) -> pa.Table:
     """One shard's rows of `clusters` as CLUSTERS_SCHEMA (synth_id and near_dup_hash from its signatures)."""
-    lo, hi = int(clusters.offsets[shard_index]), int(clusters.offsets[shard_index + 1])
     own = pq.read_table(signatures_path, columns=["synth_id", "near_dup_hash"])
+    rows = clusters.shard(shard_index)
     return pa.table(
         {
             "synth_id": own.column("synth_id"),
-            "cluster_id": clusters.cluster_id[lo:hi],
-            "cluster_size": clusters.size[lo:hi],
-            "cluster_rank": clusters.rank[lo:hi],
+            "cluster_id": rows.cluster_id,
+            "cluster_size": rows.size,
+            "cluster_rank": rows.rank,
             "near_dup_hash": own.column("near_dup_hash"),
-            "decision": clusters.decision_names(lo, hi),
+            "decision": rows.decision_names(),
         },
         schema=CLUSTERS_SCHEMA,
     )
@@ -1148,14 +1261,27 @@ def shard_clusters_table(clusters: Clusters, shard_index: int, signatures_path: 
 def cluster_summary(clusters: Clusters, paths: Sequence[Path], top: int = 5) -> dict[str, Any]:
     """What the UI and the plan need: size histogram, largest clusters, share of rows in clusters of size > 1,
     diversity, the clusters crossing the 000 split, and the rows each decision removes per (exercise,
-    language) cell of every shard (the sampling plan counts rows after them)."""
+    language) cell of every shard (the sampling plan counts rows after them).
+
+    A shard at a time: the rows in no cluster of more than one, most of the corpus, are counted from the
+    members alone, and a shard's rows are read only for its members and its rows with a decision."""
     n = clusters.rows
-    first = clusters.rank == 0
-    sizes = clusters.size[first]
-    values, counts = np.unique(sizes, return_counts=True)
+    representatives = clusters.member_size[clusters.member_rank == 0]
+    singles = n - len(clusters.members)  # every row of no verified pair is a cluster of its own
+    values, counts = np.unique(representatives, return_counts=True)
+    if singles:
+        values, counts = np.concatenate([[1], values]), np.concatenate([[singles], counts])
+    dropped: dict[str, int] = {}
+    parts: list[pl.DataFrame] = []
+    held: list[dict[str, Any]] = []
+    for index, path in enumerate(paths):
+        rows = clusters.shard(index)
+        for reason, count in decision_counts(rows.decision).items():  # each reason in the order it first occurs
+            dropped[reason] = dropped.get(reason, 0) + count
+        parts.append(_summary_rows(clusters, index, path, rows))
+        held.extend(_heldout_prompts_of(clusters, index, path, rows))
     table = pl.concat(
-        [_summary_rows(clusters, i, p) for i, p in enumerate(paths)]
-        or [pl.DataFrame(schema={"synth_id": pl.String, "exercise": pl.String, "language": pl.String})]
+        parts or [pl.DataFrame(schema={"synth_id": pl.String, "exercise": pl.String, "language": pl.String})]
     )
     largest = _largest(table, top) if n else []
     crossing = 0
@@ -1172,24 +1298,26 @@ def cluster_summary(clusters: Clusters, paths: Sequence[Path], top: int = 5) -> 
             .iter_rows()
         ):
             removed.setdefault(shard, {}).setdefault(reason, {}).setdefault(exercise, {})[language] = count
-    in_clusters = int(clusters.size[clusters.size > 1].shape[0])
+    in_clusters = int((clusters.member_size > 1).sum())
+    clusters_count = singles + len(representatives)
+    largest_size = int(values.max()) if len(values) else 0
     return {
         "rows": n,
-        "clusters": int(first.sum()),
+        "clusters": clusters_count,
         "candidate_pairs": clusters.candidate_pairs,
         "verified_pairs": clusters.verified_pairs,
         "rows_in_clusters_over_1": in_clusters,
         "share_in_clusters_over_1": in_clusters / n if n else 0.0,
-        "distinct_share": float(first.sum()) / n if n else 1.0,
-        "largest_cluster_share": float(sizes.max()) / n if n and sizes.max() > 1 else 0.0,  # a cluster of 2+
+        "distinct_share": float(clusters_count) / n if n else 1.0,
+        "largest_cluster_share": float(largest_size) / n if n and largest_size > 1 else 0.0,  # a cluster of 2+
         "size_histogram": {str(size): count for size, count in zip(values.tolist(), counts.tolist())},
         "largest": largest,
         "clusters_crossing_split": crossing,
-        "dropped": decision_counts(clusters.decision),
+        "dropped": dropped,
         "removed_cells": removed,
         "heldout_clusters": clusters.heldout,
         "heldout_over_limit": clusters.over_limit,
-        "heldout_prompts": heldout_prompts(clusters, paths),
+        "heldout_prompts": held,
     }
 
 
@@ -1197,7 +1325,7 @@ def decision_counts(decision: np.ndarray) -> dict[str, int]:
     """Rows per decision (drop reason), in the order each first occurs among the rows.
 
     Args:
-        decision: every row's decision code (`Clusters.decision`).
+        decision: the rows' decision codes (`ShardClusters.decision`).
 
     Returns:
         {drop reason: rows}, the rows with no decision left out.
@@ -1220,41 +1348,38 @@ def heldout_prompts(clusters: Clusters, paths: Sequence[Path]) -> list[dict[str,
         One entry a held-out row (shards in order, each in its file's order): synth_id, shard, cluster_id and
         `signature` (its NUM_PERM uint32 values, little-endian, as hex).
     """
-    held = np.flatnonzero(clusters.decision == HELDOUT_DECISION)
+    return [entry for i, p in enumerate(paths) for entry in _heldout_prompts_of(clusters, i, p, clusters.shard(i))]
+
+
+def _heldout_prompts_of(clusters: Clusters, index: int, path: Path, rows: ShardClusters) -> list[dict[str, Any]]:
+    """`heldout_prompts`' entries of one shard, whose rows are `rows`."""
+    held = np.flatnonzero(rows.decision == HELDOUT_DECISION)
     if not len(held):
         return []
-    signatures = _signature_rows(paths, clusters.offsets, held).astype("<u4")
-    shard_of = np.searchsorted(clusters.offsets, held, side="right") - 1
-    entries: list[dict[str, Any]] = []
-    for index, path in enumerate(paths):
-        mine = np.flatnonzero(shard_of == index)
-        if not len(mine):
-            continue
-        ids = pl.read_parquet(path, columns=["synth_id"])["synth_id"].gather(held[mine] - clusters.offsets[index])
-        for row, synth_id in zip(mine.tolist(), ids.to_list()):
-            entries.append(
-                {
-                    "synth_id": synth_id,
-                    "shard": clusters.shards[index],
-                    "cluster_id": int(clusters.cluster_id[held[row]]),
-                    "signature": signatures[row].tobytes().hex(),
-                }
-            )
-    return entries
+    signatures = _signature_rows([path], np.array([0, len(rows.decision)]), held).astype("<u4")
+    ids = pl.read_parquet(path, columns=["synth_id"])["synth_id"].gather(held)
+    return [
+        {
+            "synth_id": synth_id,
+            "shard": clusters.shards[index],
+            "cluster_id": int(rows.cluster_id[row]),
+            "signature": signature.tobytes().hex(),
+        }
+        for row, synth_id, signature in zip(held.tolist(), ids.to_list(), signatures)
+    ]
 
 
-def _summary_rows(clusters: Clusters, index: int, path: Path) -> pl.DataFrame:
+def _summary_rows(clusters: Clusters, index: int, path: Path, rows: ShardClusters) -> pl.DataFrame:
     """One shard's rows that the summary's tables use: in a cluster of more than one, or with a decision (the
-    rest, most of the corpus, is counted from the arrays alone)."""
-    lo, hi = int(clusters.offsets[index]), int(clusters.offsets[index + 1])
-    keep = np.flatnonzero((clusters.size[lo:hi] > 1) | (clusters.decision[lo:hi] != NO_DECISION))
+    rest, most of the corpus, is counted from the members alone)."""
+    keep = np.flatnonzero((rows.size > 1) | (rows.decision != NO_DECISION))
     table = pl.read_parquet(path, columns=["synth_id", "exercise", "language", "valid"])[keep]
     return table.with_columns(
         shard=pl.lit(clusters.shards[index]),
-        cluster_id=pl.Series(clusters.cluster_id[lo:hi][keep]),
-        cluster_size=pl.Series(clusters.size[lo:hi][keep]),
-        cluster_rank=pl.Series(clusters.rank[lo:hi][keep]),
-        decision=pl.Series(clusters.decision_names(lo, hi).take(pa.array(keep)), dtype=pl.String),
+        cluster_id=pl.Series(rows.cluster_id[keep]),
+        cluster_size=pl.Series(rows.size[keep]),
+        cluster_rank=pl.Series(rows.rank[keep]),
+        decision=pl.Series(rows.decision_names().take(pa.array(keep)), dtype=pl.String),
     )
 
 
