@@ -14,6 +14,7 @@ own. Peak memory is the child's VmHWM above its start, after the files are liste
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import sys
 import tempfile
@@ -53,8 +54,10 @@ def child(tree: str, directory: str) -> None:
     paths = sorted(Path(directory).glob("synth_*.parquet"))
     start_rss = start_peak_window()
     started = time.perf_counter()
-    rank_key = near_dup.every_shards_column(paths, "rank_key")
-    pairs = near_dup.distinct_candidate_pairs(paths, rank_key)
+    if "rank_key" in inspect.signature(near_dup.distinct_candidate_pairs).parameters:  # a tree before the blocks
+        pairs = near_dup.distinct_candidate_pairs(paths, near_dup.every_shards_column(paths, "rank_key"))
+    else:
+        pairs = near_dup.distinct_candidate_pairs(paths)
     seconds = time.perf_counter() - started
     result = {
         "seconds": seconds,

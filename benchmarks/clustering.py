@@ -112,13 +112,14 @@ def child(tree: str, directory: str) -> None:
 def main() -> None:
     parser = two_tree_arguments(__doc__, 155_800, 1)  # --files: one file, copied
     parser.add_argument("--signatures", type=Path, help="a signature file to copy, instead of generating one")
+    parser.add_argument("--copies", type=int, nargs=2, default=COPIES, help="the two sizes, in copies of the file")
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
     from throughput import FULL_CORPUS_ROWS
 
-    copies = (2, 4) if args.quick else COPIES
+    copies = (2, 4) if args.quick else tuple(sorted(args.copies))
     if args.quick:
         args.rows, args.repeats = QUICK_ROWS, 1
     trees = {"this tree": REPO_ROOT}
@@ -127,8 +128,10 @@ def main() -> None:
     found: dict[tuple[str, int], list[dict]] = {(name, n): [] for name in trees for n in copies}
     with tempfile.TemporaryDirectory(prefix="clustering_") as work:
         signatures = args.signatures or signatures_file(Path(work), args.rows)
-        for n in copies:
-            write_copies(signatures, Path(work) / f"copies_{n}", n)
+        write_copies(signatures, Path(work) / f"copies_{copies[1]}", copies[1])  # the smaller size: its first files
+        (Path(work) / f"copies_{copies[0]}").mkdir()
+        for file in sorted((Path(work) / f"copies_{copies[1]}").glob("synth_*.parquet"))[: copies[0]]:
+            (Path(work) / f"copies_{copies[0]}" / file.name).symlink_to(file)
         for _ in range(args.repeats):
             for n in copies:
                 for name, tree in trees.items():

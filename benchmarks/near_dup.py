@@ -375,7 +375,11 @@ def child_cluster(directory: str) -> dict:
         None,
         lambda a, r: counts.__setitem__("band_pairs", counts["band_pairs"] + len(r)),
     )
-    if hasattr(near_dup, "distinct_candidate_codes"):  # the pairs stay codes: their union is the bands' phase
+    if hasattr(near_dup, "CandidateBlocks"):  # the pairs' codes in files, a block at a time
+        near_dup.CandidateBlocks.__init__ = hooked(
+            near_dup.CandidateBlocks.__init__, None, "band keys + candidate pairs (codes on disk)"
+        )
+    elif hasattr(near_dup, "distinct_candidate_codes"):  # the pairs stay codes: their union is the bands' phase
         near_dup.distinct_candidate_codes = hooked(
             near_dup.distinct_candidate_codes, None, "band keys + candidate pairs (as codes)"
         )

@@ -741,8 +741,9 @@ def verification_at_scale(layout, keys: list[str], rows_in: int, repeats: int = 
 
     paths = [layout.stage_output(SIGNATURES_STAGE, key) for key in keys]
     offsets = near_dup.shard_row_offsets(paths)
-    pairs = near_dup.distinct_candidate_pairs(paths, near_dup.every_shards_column(paths, "rank_key"))
+    pairs = near_dup.distinct_candidate_pairs(paths)
     candidate_rows = len(near_dup.sorted_distinct(pairs.ravel()))
+    rows = int(offsets[-1])  # past the budget, every row's low bytes are read into the temporary file
     row_factor = REAL_CORPUS_ROWS / rows_in
     budgets = {"build": near_dup.SIGNATURE_BUDGET, "real_corpus": int(near_dup.SIGNATURE_BUDGET / row_factor)}
     threshold = near_dup.ClusterSettings().threshold
@@ -771,9 +772,9 @@ def verification_at_scale(layout, keys: list[str], rows_in: int, repeats: int = 
         "candidate_rows": candidate_rows,
         "budgets": budgets,
         "low_byte_slices": {
-            "build": near_dup.value_slices(candidate_rows, value_bytes=1),
-            "real_corpus": near_dup.value_slices(round(candidate_rows * row_factor), value_bytes=1),
-            "at_the_smaller_budget": near_dup.value_slices(candidate_rows, budgets["real_corpus"], value_bytes=1),
+            "build": near_dup.value_slices(rows, value_bytes=1),
+            "real_corpus": near_dup.value_slices(round(rows * row_factor), value_bytes=1),
+            "at_the_smaller_budget": near_dup.value_slices(rows, budgets["real_corpus"], value_bytes=1),
         },
         "seconds": seconds,
         "verified_pairs": len(kept["build"]),

@@ -3,8 +3,10 @@ clusters, on generated prompts whose true pairs are known, against an exact-Jacc
 
 from __future__ import annotations
 
+import itertools
 import random
 import string
+import tempfile
 import unicodedata
 from collections import Counter
 from dataclasses import replace
@@ -17,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from rensa import RMinHash
 
@@ -24,13 +27,13 @@ from synthkd_assets.core import near_dup
 from synthkd_assets.core.filters import quality_drop_reasons
 from synthkd_assets.core.near_dup import (
     BySynthId,
+    CandidateBlocks,
     ClusterSettings,
     band_keys,
     candidate_pairs,
     cluster_shards,
     cluster_summary,
     grams_of_words,
-    merged_codes,
     min_equal_values,
     minhash_signatures,
     normalize_prompt,
@@ -163,20 +166,47 @@ def test_candidate_pairs_star_and_chain_each_keys_group_in_rank_order(rows):
         candidate_pairs(keys, None)
 
 
+@hypothesis_settings(max_examples=60, deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(0, 63), st.integers(0, 3), st.integers(0, 3) | st.integers(0, 2**64 - 1)), max_size=200
     ),
     st.sampled_from([2, 4, 64, 1024]),
+    st.sampled_from([1, 3, 1 << 20]),
+    st.integers(1, 4),
 )
-def test_a_bands_pairs_taken_by_key_range_are_the_whole_bands_pairs(rows, ranges):
-    """Keys spread over every range (their top bits) and shared within a range, repeated rank keys: the band's
-    pair codes taken range by range are those of the whole band at once."""
+def test_the_candidate_blocks_hold_the_whole_bands_pairs(tmp_path_factory, rows, ranges, block_rows, files):
+    """Keys spread over every range (their top bits) and shared within a range, repeated rank keys, the rows in
+    several files: the pair codes the blocks hold, found a key range at a time from the spilled rows, are those of
+    each whole band at once, ascending, each once, whatever the ranges, the blocks and the files."""
+    directory = tmp_path_factory.mktemp("blocks")
+    n = len(rows)
     keys = np.array([(top << 58) | low for top, low, _ in rows], dtype=np.uint64)
     ranks = np.array([rank for _, _, rank in rows], dtype=np.uint64)
-    whole = near_dup._pair_codes(candidate_pairs(keys, ranks), len(rows))
-    assert np.array_equal(near_dup.band_pair_codes(keys, ranks, ranges), whole)
-    assert np.array_equal(near_dup.band_pair_codes(keys, None, ranges, near_dup.rank_places(ranks)), whole)
+    columns = {"rank_key": ranks}
+    expected = np.zeros(0, dtype=np.int64)
+    for band, column in enumerate(BAND_COLUMNS):  # each band's keys a permutation of band_00's
+        band_keys = np.roll(keys, band) if band % 2 else keys ^ np.uint64(band)
+        columns[column] = band_keys
+        expected = np.union1d(expected, near_dup._pair_codes(candidate_pairs(band_keys, ranks), n))
+    bounds = np.linspace(0, n, files + 1).astype(int)
+    paths = []
+    for i in range(files):
+        paths.append(directory / f"synth_{i}.parquet")
+        pq.write_table(pa.table({c: v[bounds[i] : bounds[i + 1]] for c, v in columns.items()}), paths[-1])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(near_dup, "key_ranges", lambda rows: ranges)
+        patch.setattr(near_dup, "BLOCK_ROWS", block_rows)
+        patch.setattr(tempfile, "tempdir", str(directory))
+        with CandidateBlocks(paths, near_dup.shard_row_offsets(paths)) as blocks:
+            held = list(blocks)
+            assert blocks.count == len(expected)
+            assert len(held) == max(1, -(-n // block_rows))
+            spill = blocks.directory
+        assert not spill.exists()
+    assert np.array_equal(np.concatenate([np.zeros(0, dtype=np.int64), *held]), expected.astype(np.int64))
+    for block, codes in enumerate(held):  # each block holds the pairs whose low row is in its rows
+        assert ((codes // max(n, 1)) // block_rows == block).all()
 
 
 @given(st.lists(st.one_of(st.integers(0, 5), st.integers(0, 2**64 - 1)), max_size=300))
@@ -197,12 +227,9 @@ def test_sorted_distinct_and_merged_codes_are_numpys_unique_and_union(values, mo
     assert np.array_equal(sorted_distinct(array), np.unique(array)) and np.array_equal(array, before)
     assert np.array_equal(sorted_distinct(array.copy(), in_place=True), np.unique(array))
     assert np.array_equal(sorted_distinct(np.sort(array), runs=True), np.unique(array))
-    codes, other = np.unique(array), np.unique(np.array(more, dtype=np.int64))
-    merged = merged_codes(codes, other)
+    codes, other = np.unique(array), np.unique(np.array(more, dtype=np.int64))  # a block's runs, one after another
+    merged = sorted_distinct(np.concatenate([codes, other, codes]), runs=True)
     assert merged.dtype == np.int64 and np.array_equal(merged, np.union1d(codes, other))
-    for a, b in ((codes, other), (other, codes), (codes, codes), (codes[:0], other), (codes, other[:0])):
-        union = near_dup.union_of_sorted(a, b)
-        assert union.dtype == np.int64 and np.array_equal(union, np.union1d(a, b))
 
 
 def test_a_pair_hidden_behind_a_dissimilar_first_row_is_found_on_any_layout(tmp_path):
@@ -451,11 +478,12 @@ def test_bounded_memory_paths_change_nothing(tmp_path):
     rank_key = near_dup.every_shards_column(paths, "rank_key")  # the bands' rows in ranges of keys: the same pairs
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(near_dup, "key_ranges", lambda rows: 1)
-        whole_bands = near_dup.distinct_candidate_pairs(paths, rank_key)
+        whole_bands = near_dup.distinct_candidate_pairs(paths)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(near_dup, "BAND_RANGE_ROWS", 16)
+        patch.setattr(near_dup, "BLOCK_ROWS", 7)
         assert near_dup.key_ranges(len(rank_key)) > 8
-        assert np.array_equal(near_dup.distinct_candidate_pairs(paths, rank_key), whole_bands)
+        assert np.array_equal(near_dup.distinct_candidate_pairs(paths), whole_bands)
 
     band = pl.read_parquet(paths[0], columns=["band_00", "rank_key"])
     pairs = candidate_pairs(band["band_00"].to_numpy(), band["rank_key"].to_numpy())
@@ -495,7 +523,10 @@ def test_verification_reads_the_row_groups_of_its_rows_only_and_decides_as_the_w
             self.name = Path(source).name
 
         def iter_batches(self, *args, row_groups=None, **kwargs):
-            read.setdefault(self.name, set()).update(row_groups)
+            if row_groups is None:  # the whole file: every row's low bytes, into the temporary file
+                whole_reads.append(self.name)
+            else:
+                read.setdefault(self.name, set()).update(row_groups)
             return super().iter_batches(*args, row_groups=row_groups, **kwargs)
 
     monkeypatch.setattr(near_dup, "streaming_parquet_file", Recorded)
@@ -504,11 +535,16 @@ def test_verification_reads_the_row_groups_of_its_rows_only_and_decides_as_the_w
         shard = int(row >= offsets[1])
         groups[paths[shard].name].add((row - offsets[shard]) // 7)
     assert len(groups["synth_0.parquet"]) < pq.ParquetFile(paths[0]).metadata.num_row_groups / 2
-    for budget in (1 << 30, 1 << 10):  # the signatures whole, and slice by slice of their values
-        read.clear()
-        found = verified_pairs(pairs, paths, offsets, THRESHOLD, budget=budget)
-        assert {tuple(p) for p in found.tolist()} == expected
-        assert read == groups
+    whole_reads: list[str] = []
+    read.clear()  # within the budget: the pairs' rows only, in the row groups that hold them
+    found = verified_pairs(pairs, paths, offsets, THRESHOLD, budget=1 << 30)
+    assert {tuple(p) for p in found.tolist()} == expected
+    assert read == groups and whole_reads == []
+    read.clear()  # past it: every row's low bytes once, then the rows of the pairs left, slice by slice
+    found = verified_pairs(pairs, paths, offsets, THRESHOLD, budget=1 << 10)
+    assert {tuple(p) for p in found.tolist()} == expected
+    assert sorted(whole_reads) == sorted(p.name for p in paths)
+    assert all(read[name] <= groups[name] for name in read) and read
 
 
 def test_a_verification_past_its_budget_reads_the_low_bytes_once_and_drops_pairs_that_can_no_longer_verify(
@@ -543,16 +579,16 @@ def test_a_verification_past_its_budget_reads_the_low_bytes_once_and_drops_pairs
         return real_read(paths, offsets, wanted, values, low_bytes)
 
     class RecordedSpill(real_spill):
-        def __init__(self, paths, offsets, rows):
-            spilled.append(rows.copy())
-            super().__init__(paths, offsets, rows)
-            assert self.path.stat().st_size == len(rows) * nd.NUM_PERM
+        def __init__(self, paths, offsets):
+            spilled.append(int(offsets[-1]))
+            super().__init__(paths, offsets)
+            assert self.path.stat().st_size == len(rows) * nd.NUM_PERM  # every row's
             assert self.directory.parent == tmp_path / "temporary"
 
         def values(self, taken):
             slices.append(taken)
             low = real_values(self, taken)
-            assert np.array_equal(low, (values[spilled[-1]][:, taken] & 0xFF).astype(np.uint8))
+            assert np.array_equal(low, (values[:, taken].T & 0xFF).astype(np.uint8))  # value by value
             return low
 
     (tmp_path / "temporary").mkdir()
@@ -563,13 +599,14 @@ def test_a_verification_past_its_budget_reads_the_low_bytes_once_and_drops_pairs
     killed.mkdir()
     monkeypatch.setattr(near_dup, "_signature_rows", recorded_read)
     monkeypatch.setattr(near_dup, "LowBytesSpill", RecordedSpill)
-    budget = 1 << 11
+    budget = 1 << 13
     candidates = len(np.unique(pairs))
-    assert value_slices(candidates, budget) == 32 and value_slices(candidates, budget, value_bytes=1) == 8
+    width = nd.NUM_PERM // value_slices(len(rows), budget, value_bytes=1)  # every row's low bytes, a slice a read
+    assert value_slices(candidates, budget) > 1 and width < nd.NUM_PERM // 2  # whole values, and low bytes, sliced
     sliced = verified_pairs(pairs, [path], offsets, THRESHOLD, budget=budget)
     assert sliced.tolist() == whole.tolist() and len(whole)
-    assert len(spilled) == 1 and np.array_equal(spilled[0], np.unique(pairs))  # the low bytes, read once
-    assert len(slices) == 8 and [s.start for s in slices] == list(range(0, nd.NUM_PERM, 16))
+    assert spilled == [len(rows)]  # the low bytes, read once
+    assert [s.start for s in slices] == list(range(0, nd.NUM_PERM, width))
     assert read and not any(low for _, low in read)  # the signature file again for whole values only
     assert len(read[0][0]) < candidates and set(read[0][0].tolist()) >= set(whole.ravel().tolist())
     assert list((tmp_path / "temporary").iterdir()) == []  # its own directory removed, and the dead one
@@ -683,25 +720,67 @@ def test_every_shards_column_reads_each_file_into_its_rows_and_names_a_file_whos
 
 
 def test_verified_codes_keep_the_pairs_verified_pairs_keeps(tmp_path):
-    """The clustering verifies its candidates as codes (low * rows + high); they keep the same pairs as verifying
-    them as rows, within any budget, in code order."""
+    """The clustering verifies its candidates as codes (low * rows + high), in chunks of pairs, from one array or a
+    block after another: it keeps the pairs whose whole signatures (counted here) share enough values, within any
+    budget, in code order."""
     rows, _ = planted_corpus(seed=37)
     path = write_signatures(rows, tmp_path / "synth_0.parquet")
     offsets = near_dup.shard_row_offsets([path])
-    rank_key = near_dup.every_shards_column([path], "rank_key")
-    candidates = near_dup.distinct_candidate_codes([path], rank_key)
-    pairs = near_dup.distinct_candidate_pairs([path], rank_key)
+    candidates = near_dup.distinct_candidate_codes([path])
+    pairs = near_dup.distinct_candidate_pairs([path])
     assert np.array_equal(near_dup._code_pairs(candidates, len(rows)), pairs) and len(pairs)
+    values = np.array(pq.read_table(path)["signature"].to_pylist(), dtype=np.uint32)
     rng = np.random.default_rng(5)  # and unrelated pairs, which do not verify
     unrelated = np.sort(rng.choice(len(rows), size=(40, 2), replace=True), axis=1)
     unrelated = unrelated[unrelated[:, 0] < unrelated[:, 1]]
-    codes = near_dup.union_of_sorted(candidates, sorted_distinct(unrelated[:, 0] * len(rows) + unrelated[:, 1]))
+    codes = np.union1d(candidates, sorted_distinct(unrelated[:, 0] * len(rows) + unrelated[:, 1]))
     pairs = near_dup._code_pairs(codes, len(rows))
-    for budget in (near_dup.SIGNATURE_BUDGET, 1 << 11):
-        kept = near_dup.verified_codes(codes, len(rows), [path], offsets, THRESHOLD, budget=budget)
-        expected = verified_pairs(pairs, [path], offsets, THRESHOLD, budget=budget)
+    expected = pairs[(values[pairs[:, 0]] == values[pairs[:, 1]]).sum(axis=1) >= min_equal_values(THRESHOLD)]
+    blocks = np.array_split(codes, [5, 6, 40])  # as `CandidateBlocks` gives them: some short, one empty
+    for budget, chunk, as_given in itertools.product(
+        (near_dup.SIGNATURE_BUDGET, 1 << 11), (1 << 23, 7), (codes, blocks)
+    ):
+        kept = near_dup.verified_codes(as_given, len(rows), [path], offsets, THRESHOLD, budget=budget, chunk=chunk)
         assert 0 < len(kept) < len(codes)
         assert np.array_equal(near_dup._code_pairs(kept, len(rows)), expected)
+        assert np.array_equal(verified_pairs(pairs, [path], offsets, THRESHOLD, budget=budget), expected)
+
+
+def test_candidate_blocks_that_fail_while_written_are_removed_and_a_dead_processs_are_too(tmp_path, monkeypatch):
+    """A full disk while the candidate pairs are written raises, naming the temporary file, and so does a signature
+    file that changed since its rows were counted, naming it; neither leaves a directory. A directory left by a
+    process that no longer runs is removed by the next clustering."""
+    import errno
+    import os
+    import subprocess
+
+    rows, _ = planted_corpus(seed=43)
+    path = write_signatures(rows, tmp_path / "synth_0.parquet")
+    (tmp_path / "temporary").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temporary"))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    (tmp_path / "temporary" / f"{near_dup.PAIRS_SPILL_PREFIX}{gone.pid}-x1").mkdir()
+    with CandidateBlocks([path], near_dup.shard_row_offsets([path])) as blocks:
+        assert list((tmp_path / "temporary").iterdir()) == [blocks.directory]  # the dead one gone
+        assert blocks.count == len(near_dup.distinct_candidate_codes([path]))
+    assert list((tmp_path / "temporary").iterdir()) == []
+    with pytest.raises(ValueError, match=f"{path}: {len(rows)} rows, not the rows its footer gave"):
+        CandidateBlocks([path], np.array([0, len(rows) + 1]))  # the file changed since its footer was read
+    assert list((tmp_path / "temporary").iterdir()) == []
+    real_open = open
+    written: list[str] = []
+
+    def full_disk(file, mode="r", *args, **kwargs):
+        if "a" in mode and written:  # the first append goes through, the next finds the disk full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(near_dup, "open", full_disk, raising=False)
+    with pytest.raises(OSError, match=r"the clustering's temporary file .*synthkd-pairs-.*: No space left on device"):
+        CandidateBlocks([path], near_dup.shard_row_offsets([path]))
+    assert written and list((tmp_path / "temporary").iterdir()) == []
 
 
 @given(
@@ -736,7 +815,7 @@ def test_a_low_bytes_file_that_fails_while_written_is_removed(tmp_path, monkeypa
 
     monkeypatch.setattr(near_dup, "_each_signature_block", failing)
     with pytest.raises(OSError, match="unreadable"):
-        near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]), np.arange(len(rows)))
+        near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]))
     assert list((tmp_path / "temporary").iterdir()) == []
 
     def full_disk(descriptor, data, offset):
@@ -744,16 +823,6 @@ def test_a_low_bytes_file_that_fails_while_written_is_removed(tmp_path, monkeypa
 
     monkeypatch.setattr(near_dup, "_each_signature_block", real_blocks)
     monkeypatch.setattr(near_dup.os, "pwrite", full_disk)
-    with pytest.raises(OSError, match=r"verification's temporary file .*low_bytes: No space left on device"):
-        near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]), np.arange(len(rows)))
+    with pytest.raises(OSError, match=r"the clustering's temporary file .*low_bytes: No space left on device"):
+        near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]))
     assert list((tmp_path / "temporary").iterdir()) == []
-
-
-@given(st.lists(st.integers(0, 15), max_size=300), st.integers(1, 40))
-def test_rows_by_label_is_numpys_stable_argsort(labels, chunk):
-    """A band's rows by key range, chunk by chunk: numpy's stable argsort of the labels (each label's rows in row
-    order), for any labels and chunk, with each label's bounds."""
-    array = np.array(labels, dtype=np.uint16)
-    ordered, bounds = near_dup.rows_by_label(array, 16, chunk)
-    assert ordered.dtype == np.int32 and np.array_equal(ordered, np.argsort(array, kind="stable"))
-    assert np.array_equal(bounds, np.concatenate([[0], np.cumsum(np.bincount(array, minlength=16))]))

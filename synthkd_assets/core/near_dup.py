@@ -37,12 +37,13 @@ import math
 import os
 import shutil
 import sys
+import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import polars as pl
@@ -77,8 +78,12 @@ REFERENCE_SEPARATOR = constants.USER_TEMPLATE.split("{query}")[1].split("{query_
 EDGE_CHUNK = 1 << 16
 SIGNATURE_READ_ROWS = 1 << 14  # rows of a signature file read at a time (8 MiB of values)
 HASHED_BYTES = 1 << 16  # normalized bytes whose grams are hashed at a time (minhash_signatures)
-SIGNATURE_BUDGET = 1 << 30  # bytes of candidate rows' signature values verification holds at once
+SIGNATURE_BUDGET = 1 << 28  # bytes of signature values verification holds at once
+PAIR_CHUNK = 1 << 23  # candidate pairs verified at once (~10 bytes each while they are)
 VERIFY_SPILL_PREFIX = "synthkd-verify-"  # verification's temporary directory: this, the process id, a suffix
+PAIRS_SPILL_PREFIX = "synthkd-pairs-"  # the candidate pairs' temporary directory: this, the process id, a suffix
+BLOCK_ROWS = 1 << 20  # the candidate pairs whose low rows lie in one block of this many rows share a file
+BANDS_AT_ONCE = 4  # bands whose rows are in the candidate pairs' files at once (24 bytes a row and band)
 BAND_RANGE_ROWS = 1 << 20  # a band's rows sorted at once, on average (~80 bytes a row: ~80 MiB)
 RANGES_AT_ONCE = 4  # ranges of one band sorted at once, a thread each
 MAX_KEY_RANGES = 1 << 16  # ranges are numbered in 16 bits
@@ -468,7 +473,8 @@ def sorted_distinct(values: np.ndarray, in_place: bool = False, runs: bool = Fal
     numpy 2's `np.unique` hashes the values before sorting them, many times slower on the millions of pair codes
     and rows of the clustering (benchmarks/README.md, "Near-duplicate control"). Values in no order are sorted by
     numpy's default sort (its vectorized quicksort: ~10x the stable sort on millions of int64); sorted runs
-    concatenated (`runs`, as `merged_codes` gives them) by its stable sort, timsort, which merges them in linear time.
+    concatenated (`runs`, as a block of `CandidateBlocks` holds them) by its stable sort, timsort, which merges them
+    in linear time.
 
     Args:
         values: a 1-D integer array.
@@ -484,11 +490,6 @@ def sorted_distinct(values: np.ndarray, in_place: bool = False, runs: bool = Fal
     keep[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
-
-
-def merged_codes(codes: np.ndarray, *more: np.ndarray) -> np.ndarray:
-    """The sorted distinct union of sorted distinct code arrays (`np.union1d`, as `sorted_distinct`)."""
-    return sorted_distinct(np.concatenate([codes, *more]), in_place=True, runs=True)
 
 
 def _pair_codes(pairs: np.ndarray, n_rows: int) -> np.ndarray:
@@ -564,19 +565,28 @@ def _signature_rows(
 def _each_signature_block(
     paths: Sequence[Path],
     offsets: np.ndarray,
-    rows: np.ndarray,
+    rows: np.ndarray | None,
     values: slice,
     take: Callable[[int, np.ndarray], None],
 ) -> None:
     """Hands `take(first, block)` the signature values (the `values` slice, uint32) of the given global rows
     (sorted), a batch of a shard's rows at a time: `block` holds rows[first : first + len(block)]. Each shard's
-    signature column is read once, on a thread a shard, in the row groups that hold those rows only."""
+    signature column is read once, on a thread a shard, in the row groups that hold those rows only. `rows`
+    None: every row, `block` then holding rows first .. first + len(block) - 1."""
 
     def read_shard(shard: int) -> None:
+        file = streaming_parquet_file(paths[shard])
+        if rows is None:  # every row: each batch whole
+            start = int(offsets[shard])
+            for batch in file.iter_batches(batch_size=SIGNATURE_READ_ROWS, columns=["signature"]):
+                take(start, batch.column(0).flatten().to_numpy().reshape(-1, nd.NUM_PERM)[:, values])
+                start += batch.num_rows
+            if start != offsets[shard + 1]:
+                raise ValueError(f"{paths[shard]}: {start - offsets[shard]} signatures, not the rows its footer gave")
+            return
         lo, hi = np.searchsorted(rows, [offsets[shard], offsets[shard + 1]])
         if lo == hi:
             return
-        file = streaming_parquet_file(paths[shard])
         groups, wanted = rows_in_row_groups(file.metadata, rows[lo:hi] - offsets[shard])
         start = 0  # the row, among the row groups read, of the batch's first row
         batches = file.iter_batches(batch_size=SIGNATURE_READ_ROWS, row_groups=groups, columns=["signature"])
@@ -591,23 +601,25 @@ def _each_signature_block(
 
 
 class LowBytesSpill:
-    """Every given row's NUM_PERM low bytes, read from the signature files once and kept value by value in a
+    """Every row's NUM_PERM low bytes, read from the signature files once and kept value by value in a
     temporary file (`VERIFY_SPILL_PREFIX`): a slice of the values is then one read of its values' bytes, in
     order, where reading it from the signature files decodes every value of every row again. Use it as a context
     manager: the file is removed on leaving it, and a process killed before that leaves a directory the next
     verification removes."""
 
-    def __init__(self, paths: Sequence[Path], offsets: np.ndarray, rows: np.ndarray) -> None:
-        """Read the rows' low bytes into the file.
+    def __init__(self, paths: Sequence[Path], offsets: np.ndarray) -> None:
+        """Read every row's low bytes into the file.
 
         Args:
             paths: every shard's signature file, in shard order.
             offsets: the global row of each shard's first row (and the total last).
-            rows: the global rows to keep, ascending.
+
+        Raises:
+            OSError: the file could not be written (it is named).
         """
         remove_dead_process_directories(VERIFY_SPILL_PREFIX)  # those of plans killed with SIGKILL
         self.directory = process_directory(VERIFY_SPILL_PREFIX)
-        self.rows = len(rows)
+        self.rows = int(offsets[-1])
         self.path = self.directory / "low_bytes"
         try:
             with open(self.path, "wb") as file:
@@ -619,13 +631,13 @@ class LowBytesSpill:
                     for value, column in enumerate(by_value):
                         os.pwrite(descriptor, column, value * self.rows + first)
 
-                _each_signature_block(paths, offsets, rows, slice(None), write)
+                _each_signature_block(paths, offsets, None, slice(None), write)
         except BaseException as error:
             shutil.rmtree(self.directory, ignore_errors=True)
-            # a failed write (a full disk) names no file: name the temporary file
-            if isinstance(error, OSError) and error.errno is not None and error.filename is None:
-                raise OSError(error.errno, f"verification's temporary file {self.path}: {error.strerror}") from error
-            raise
+            named = temporary_file_error(error, self.path)  # a failed write (a full disk) names no file
+            if named is error:
+                raise
+            raise named from error
 
     def __enter__(self) -> LowBytesSpill:
         return self
@@ -640,13 +652,14 @@ class LowBytesSpill:
             values: a slice of the NUM_PERM values.
 
         Returns:
-            (rows, values) uint8: the rows in the order given, the values in the slice's.
+            (values, rows) uint8, value-major as the file holds them: the values in the slice's order, every row
+            in order.
         """
         taken = range(nd.NUM_PERM)[values]
-        out = np.empty((self.rows, len(taken)), dtype=np.uint8)
+        out = np.empty((len(taken), self.rows), dtype=np.uint8)
         with open(self.path, "rb") as file:
             for column, value in enumerate(taken):
-                out[:, column] = np.fromfile(file, dtype=np.uint8, count=self.rows, offset=value * self.rows)
+                out[column] = np.fromfile(file, dtype=np.uint8, count=self.rows, offset=value * self.rows)
                 file.seek(0)
         return out
 
@@ -698,16 +711,18 @@ def verified_pairs(
     """
     rows = int(offsets[-1])
     codes = np.minimum(pairs[:, 0], pairs[:, 1]) * rows + np.maximum(pairs[:, 0], pairs[:, 1])
-    return pairs[_verified(codes, rows, paths, offsets, threshold, budget)]
+    kept = sorted_distinct(verified_codes(codes, rows, paths, offsets, threshold, budget))
+    return pairs[in_sorted(codes, kept)]
 
 
 def verified_codes(
-    codes: np.ndarray,
+    codes: np.ndarray | Iterable[np.ndarray],
     rows: int,
     paths: Sequence[Path],
     offsets: np.ndarray,
     threshold: float,
     budget: int = SIGNATURE_BUDGET,
+    chunk: int = PAIR_CHUNK,
 ) -> np.ndarray:
     """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold.
 
@@ -715,30 +730,69 @@ def verified_codes(
     budget asks for them: `_reaching`): equal values have equal low bytes, so no pair that verifies is
     dropped there, and unrelated values share a low byte one time in 256. The pairs it leaves are then compared on
     their whole values, reading only their rows (docs/near-dup.md, "Signatures, candidates, clusters"). The pairs
-    kept are those a comparison of the whole values keeps. The pairs stay codes throughout: what verification
-    holds per pair is its code (the caller's), its count of equal values and whether it can still verify, two
-    bytes; each chunk of pairs is split into its rows as it is compared.
+    kept are those a comparison of the whole values keeps. The pairs are taken `chunk` at a time; what
+    verification holds per pair of a chunk is its code, its count of equal values and whether it can still
+    verify, and each part of a chunk is split into its rows as it is compared. When every row's low bytes exceed
+    the budget they are read from the signature files once, into a temporary file (`LowBytesSpill`), and each
+    slice of the values is read from there.
 
     Args:
-        codes: the candidate pairs as codes low * rows + high (`distinct_candidate_codes`), each once.
+        codes: the candidate pairs as codes low * rows + high (`CandidateBlocks`' are ascending, each once): one
+            array, or arrays one after another (`CandidateBlocks`' blocks).
         rows: the rows of every shard together (the codes' base).
         paths: every shard's signature file, in shard order.
         offsets: the global row of each shard's first row (and the total last).
         threshold: the estimated Jaccard at or above which a pair is kept.
         budget: the most bytes of signature values held at once.
+        chunk: the most pairs verified at once.
 
     Returns:
         The codes of the pairs kept, in their order.
+
+    Raises:
+        OSError: the temporary file could not be written (it is named).
     """
-    return codes[_verified(codes, rows, paths, offsets, threshold, budget)]
+    kept = [np.zeros(0, dtype=np.int64)]
+    with contextlib.ExitStack() as stack:
+        spill = None
+        if rows * nd.NUM_PERM > budget:  # every row's low bytes past the budget: read them once, into a file
+            spill = stack.enter_context(LowBytesSpill(paths, offsets))
+        for part in _chunks_of([codes] if isinstance(codes, np.ndarray) else codes, chunk):
+            kept.append(part[_verified(part, rows, paths, offsets, threshold, budget, spill)])
+    return np.concatenate(kept)
+
+
+def _chunks_of(arrays: Iterable[np.ndarray], chunk: int) -> Iterator[np.ndarray]:
+    """The values of `arrays`, one after another, in arrays of `chunk` values (the last shorter): small arrays
+    joined, large ones cut."""
+    pending: list[np.ndarray] = []
+    held = 0
+    for array in arrays:
+        while len(array):
+            taken, array = array[: chunk - held], array[chunk - held :]
+            pending.append(taken)
+            held += len(taken)
+            if held == chunk:
+                yield np.concatenate(pending)
+                pending, held = [], 0
+    if held:
+        yield np.concatenate(pending)
 
 
 def _verified(
-    codes: np.ndarray, rows: int, paths: Sequence[Path], offsets: np.ndarray, threshold: float, budget: int
+    codes: np.ndarray,
+    rows: int,
+    paths: Sequence[Path],
+    offsets: np.ndarray,
+    threshold: float,
+    budget: int,
+    spill: LowBytesSpill | None = None,
 ) -> np.ndarray:
-    """Which of the pairs `codes` verify (bool): their values' low bytes first, then their whole values."""
-    low_bytes_reaching = _reaching(codes, rows, paths, offsets, threshold, budget, np.ones(len(codes), bool), True)
-    return _reaching(codes, rows, paths, offsets, threshold, budget, low_bytes_reaching)
+    """Which of the pairs `codes` verify (bool): their values' low bytes first (from `spill` when given: every
+    row's), then their whole values."""
+    alive = np.ones(len(codes), bool)
+    _reaching(codes, rows, paths, offsets, threshold, budget, alive, low_bytes=True, spill=spill)
+    return _reaching(codes, rows, paths, offsets, threshold, budget, alive)
 
 
 def _reaching(
@@ -750,78 +804,95 @@ def _reaching(
     budget: int,
     alive: np.ndarray,
     low_bytes: bool = False,
+    spill: LowBytesSpill | None = None,
 ) -> np.ndarray:
     """Which of the pairs `alive` marks have at least `min_equal_values(threshold)` equal values (or equal low
     bytes), counted a slice of the values at a time within `budget` (`value_slices`). After each slice a pair that
-    could not reach the threshold even if every value left were equal is dropped. The low bytes in more than one
-    slice are read from the signature files once (`LowBytesSpill`), each slice then from that file; otherwise each
-    slice reads only the rows of the pairs left, in the row groups that hold them: an unrelated pair is compared
-    only until it has differed in more values than the threshold allows (26 of 128 at 0.8). `alive` is updated in
-    place and returned."""
+    could not reach the threshold even if every value left were equal is dropped. The low bytes are read from
+    `spill` when given (every row's, a slice a read); otherwise each slice reads only the rows of the pairs left,
+    in the row groups that hold them: an unrelated pair is compared only until it has differed in more values than
+    the threshold allows (26 of 128 at 0.8). `alive` is updated in place and returned."""
     if not alive.any():
         return alive
     need = min_equal_values(threshold)
     equal = np.zeros(len(codes), dtype=np.uint8)
-    wanted = _rows_of_pairs(codes, rows, alive)
-    width = nd.NUM_PERM // value_slices(len(wanted), budget, 1 if low_bytes else 4)
-    with contextlib.ExitStack() as stack:
-        spill = None
-        if low_bytes and width < nd.NUM_PERM:
-            spill = stack.enter_context(LowBytesSpill(paths, offsets, wanted))
-            place = _places(wanted)  # every row of the spill, in its order, for every slice
-            del wanted
-        for start in range(0, nd.NUM_PERM, width):
-            taken = slice(start, start + width)
-            if spill is not None:
-                values = spill.values(taken)
-            else:
-                if start:
-                    wanted = _rows_of_pairs(codes, rows, alive)
-                place = _places(wanted)
-                values = _signature_rows(paths, offsets, wanted, taken, low_bytes)
-            _count_equal_values(values, place, codes, rows, alive, equal)
-            del values
-            if spill is None:
-                del place  # the next slice's rows are fewer
-            short = math.ceil(need - (nd.NUM_PERM - (start + width)))  # still needed if every value left is equal
-            if short > 0:
-                alive &= equal >= np.uint8(short)
-                if not alive.any():
-                    break
+    from_spill = low_bytes and spill is not None
+    if from_spill:
+        width = nd.NUM_PERM // value_slices(rows, budget, 1)
+    else:
+        wanted = _rows_of_pairs(codes, rows, alive)
+        width = nd.NUM_PERM // value_slices(len(wanted), budget, 1 if low_bytes else 4)
+    for start in range(0, nd.NUM_PERM, width):
+        taken = slice(start, start + width)
+        if from_spill:
+            places = None  # every row, at its own place
+            values = spill.values(taken)
+        else:
+            if start:
+                wanted = _rows_of_pairs(codes, rows, alive)
+            places = RowPlaces(wanted)
+            values = _signature_rows(paths, offsets, wanted, taken, low_bytes)
+        _count_equal_values(values, places, codes, rows, alive, equal)
+        del values, places
+        short = math.ceil(need - (nd.NUM_PERM - (start + width)))  # still needed if every value left is equal
+        if short > 0:
+            alive &= equal >= np.uint8(short)
+            if not alive.any():
+                break
     return alive
 
 
-def _places(wanted: np.ndarray) -> np.ndarray:
-    """Each row of `wanted` (sorted) at its place in it, looked up by row: a gather, not a search per pair
-    member."""
-    place = np.empty(int(wanted[-1]) + 1, dtype=row_index_dtype(len(wanted)))
-    place[wanted] = np.arange(len(wanted), dtype=place.dtype)
-    return place
+class RowPlaces:
+    """Each row of `wanted` (ascending, distinct) at its place in it, looked up by row: a gather from an array
+    over the rows' span when that is at most four times as long as `wanted` (the pairs of one stretch of rows),
+    else a binary search (the pairs left after the low bytes, scattered over the corpus)."""
+
+    def __init__(self, wanted: np.ndarray) -> None:
+        self.wanted = wanted
+        self.first = int(wanted[0]) if len(wanted) else 0
+        span = int(wanted[-1]) + 1 - self.first if len(wanted) else 0
+        self.place: np.ndarray | None = None
+        if span <= 4 * len(wanted):
+            self.place = np.empty(span, dtype=row_index_dtype(len(wanted)))
+            self.place[wanted - self.first] = np.arange(len(wanted), dtype=self.place.dtype)
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        if self.place is not None:
+            return self.place[rows - self.first]
+        return np.searchsorted(self.wanted, rows)
 
 
 def _rows_of_pairs(codes: np.ndarray, rows: int, alive: np.ndarray) -> np.ndarray:
-    """The distinct rows of the pairs `alive` marks, ascending: a mark per row (one byte a row), not the pairs'
-    rows sorted."""
-    marked = np.zeros(rows, dtype=bool)
-    step = EDGE_CHUNK * 16
-    for lo in range(0, len(codes), step):
-        live = codes[lo : lo + step][alive[lo : lo + step]]
-        marked[live // rows] = True
-        marked[live % rows] = True
-    return np.flatnonzero(marked)
+    """The distinct rows of the pairs `alive` marks, ascending (int64)."""
+    live = codes[alive]
+    return sorted_distinct(np.concatenate([live // rows, live % rows]), in_place=True)
 
 
 def _count_equal_values(
-    values: np.ndarray, place: np.ndarray, codes: np.ndarray, rows: int, alive: np.ndarray, equal: np.ndarray
+    values: np.ndarray,
+    places: RowPlaces | None,
+    codes: np.ndarray,
+    rows: int,
+    alive: np.ndarray,
+    equal: np.ndarray,
 ) -> None:
-    """Adds to `equal` how many of `values` the two rows of each pair `alive` marks share (their rows' places in
-    `values` by `place`), a chunk of pairs a core at once."""
+    """Adds to `equal` how many of `values` the two rows of each pair `alive` marks share, a chunk of pairs a core
+    at once. `values` is (rows, values), the rows' places in it by `places`; or, with `places` None, (values, rows)
+    of every row (`LowBytesSpill.values`), each row at its own place: a gather a value, where a sum across a few
+    values of each row costs more than the comparisons."""
     step = max(EDGE_CHUNK // available_cores(), 1)  # one chunk a core at once: EDGE_CHUNK pairs' transient in all
 
     def count(lo: int) -> None:
         chunk = np.flatnonzero(alive[lo : lo + step]) + lo
         live = codes[chunk]
-        a, b = place[live // rows], place[live % rows]
+        a, b = live // rows, live % rows
+        if places is None:
+            same = np.zeros(len(chunk), dtype=np.uint8)
+            for value in values:
+                same += value[a] == value[b]
+            equal[chunk] += same
+            return
+        a, b = places(a), places(b)
         equal[chunk] += (values[a] == values[b]).sum(axis=1, dtype=np.uint8)
 
     thread_map(count, range(0, len(codes), step))
@@ -926,128 +997,170 @@ def key_ranges(rows: int) -> int:
     return ranges
 
 
-def rank_places(rank_key: np.ndarray) -> np.ndarray:
-    """Every row's place in `rank_order`: distinct values, so a plain sort of some rows' places orders them by
-    (rank_key, row), as `candidate_pairs` orders a band's groups."""
-    places = np.empty(len(rank_key), dtype=row_index_dtype(len(rank_key)))
-    places[rank_order(rank_key)] = np.arange(len(rank_key), dtype=places.dtype)
-    return places
-
-
 def row_index_dtype(rows: int) -> type:
     """The narrowest of int32 and int64 that numbers `rows` rows: the clustering's per-row index arrays."""
     return np.int32 if rows < 2**31 else np.int64
 
 
-def rows_by_label(labels: np.ndarray, count: int, chunk: int = BAND_RANGE_ROWS) -> tuple[np.ndarray, np.ndarray]:
-    """The rows ordered by their label, each label's rows in row order (`np.argsort(labels, kind="stable")`),
-    in the narrowest index type (`row_index_dtype`): each chunk of rows is sorted on its own and placed after the
-    chunks before it, so no int64 index of every row is held beside the result.
-
-    Args:
-        labels: each row's label, integers in [0, count).
-        count: how many labels.
-        chunk: rows sorted at once.
-
-    Returns:
-        The rows in label order, and where each label's rows start in it (count + 1 bounds, the total last).
-    """
-    counts = np.bincount(labels, minlength=count)
-    bounds = np.concatenate([[0], np.cumsum(counts)])
-    ordered = np.empty(len(labels), dtype=row_index_dtype(len(labels)))
-    next_place = bounds[:-1].copy()  # where each label's next row goes
-    for lo in range(0, len(labels), chunk):
-        part = labels[lo : lo + chunk]
-        order = np.argsort(part, kind="stable")
-        part_counts = np.bincount(part, minlength=count)
-        part_starts = np.concatenate([[0], np.cumsum(part_counts)[:-1]])
-        sorted_labels = part[order]
-        ordered[next_place[sorted_labels] + np.arange(len(part)) - part_starts[sorted_labels]] = order + lo
-        next_place += part_counts
-    return ordered, bounds
+_BAND_RECORD = np.dtype([("key", "<u8"), ("rank", "<u8"), ("row", "<i8")])  # a row of one band, spilled
 
 
-def band_pair_codes(
-    keys: np.ndarray, rank_key: np.ndarray | None, ranges: int, places: np.ndarray | None = None
-) -> np.ndarray:
-    """The sorted distinct codes (`_pair_codes`) of one band's candidate pairs (`candidate_pairs`), its rows cut
-    by their keys' top bits into `ranges` ranges. A key's rows all lie in one range, so each range's pairs are
-    found on its own: the sorts hold one range's rows, RANGES_AT_ONCE ranges at a time, not the whole band.
-
-    Args:
-        keys: the band's key of every row.
-        rank_key: every row's rank key (None when `places` is given: it is not read then).
-        ranges: a power of two (`key_ranges`).
-        places: `rank_places(rank_key)`, when the caller has it (one band after another).
-
-    Returns:
-        The codes low * rows + high of the band's candidate pairs, ascending, each once.
-    """
-    n = len(keys)
-    places = rank_places(rank_key) if places is None else places
-    if ranges == 1:
-        return _pair_codes(candidate_pairs(keys, None, np.argsort(places)), n)
-    which = (keys >> np.uint64(64 - ranges.bit_length() + 1)).astype(np.uint16)  # ranges <= MAX_KEY_RANGES
-    by_range, bounds = rows_by_label(which, ranges)  # each range's rows in row order
-    del which
-
-    def range_codes(index: int) -> np.ndarray:
-        rows = by_range[bounds[index] : bounds[index + 1]]
-        by_rank = np.argsort(places[rows])  # the range's rows in rank order: one sort of distinct values
-        return _pair_codes(rows[candidate_pairs(keys[rows], None, by_rank)].astype(np.int64), n)
-
-    return merged_codes(*thread_map(range_codes, range(ranges), threads=RANGES_AT_ONCE))
+def temporary_file_error(error: BaseException, path: Path) -> BaseException:
+    """An OSError that names no file (a failed write: a full disk) as one naming the temporary file `path`; any
+    other error as it is."""
+    if isinstance(error, OSError) and error.errno is not None and error.filename is None:
+        return OSError(error.errno, f"the clustering's temporary file {path}: {error.strerror}")
+    return error
 
 
-def distinct_candidate_codes(paths: Sequence[Path], rank_key: np.ndarray | None = None) -> np.ndarray:
-    """Every distinct pair of rows that share a band key in any band (`candidate_pairs`), over every shard.
+@contextlib.contextmanager
+def _appending(path: Path) -> Iterator[BinaryIO]:
+    """`path` opened to append to, a failed write (a full disk) naming it (`temporary_file_error`)."""
+    try:
+        with open(path, "ab") as file:
+            yield file
+    except OSError as error:
+        named = temporary_file_error(error, path)
+        if named is error:
+            raise
+        raise named from error
 
-    A band at a time, its rows in ranges of keys (`band_pair_codes`): what the sorts hold does not grow with the
-    corpus or the cores (docs/near-dup.md). Each band's pairs join those of the bands before by `union_of_sorted`.
+
+class CandidateBlocks:
+    """Every distinct pair of rows that share a band key in any band (`candidate_pairs`), over every shard, as
+    codes low * rows + high kept in temporary files (`PAIRS_SPILL_PREFIX`), not in memory.
+
+    A band at a time: each shard's rows of the band (key, rank key, row) are appended to the file of their key
+    range (`key_ranges`: a key's rows all lie in one range), then each range, RANGES_AT_ONCE at a time, is read
+    back, its pairs found and their codes appended to the file of their low row's block (BLOCK_ROWS rows). Each
+    block's codes are then made distinct. What is held at once is a shard's rows and a few ranges' pairs: it does
+    not grow with the corpus (docs/near-dup.md, "Signatures, candidates, clusters"). Use it as a context manager:
+    the files are removed on leaving it, and a process killed before that leaves a directory the next clustering
+    removes."""
+
+    def __init__(self, paths: Sequence[Path], offsets: np.ndarray) -> None:
+        """Find the pairs and write their codes.
+
+        Args:
+            paths: every shard's signature file, in shard order.
+            offsets: `shard_row_offsets(paths)`.
+
+        Raises:
+            ValueError: a file does not hold the rows its offsets give (it changed since).
+            OSError: a temporary file could not be written (it is named).
+        """
+        remove_dead_process_directories(PAIRS_SPILL_PREFIX)  # those of plans killed with SIGKILL
+        self.directory = process_directory(PAIRS_SPILL_PREFIX)
+        self.rows = int(offsets[-1])
+        self.blocks = max(1, -(-self.rows // BLOCK_ROWS))
+        self.count = 0  # distinct pairs
+        self._locks = [threading.Lock() for _ in range(self.blocks)]
+        try:
+            ranges = key_ranges(self.rows)
+            for first in range(0, len(BAND_COLUMNS), BANDS_AT_ONCE):
+                columns = BAND_COLUMNS[first : first + BANDS_AT_ONCE]
+                for files in self._band_records(paths, offsets, columns, ranges):  # a band's ranges at a time
+                    thread_map(self._range_pairs, files, RANGES_AT_ONCE)
+            for block in range(self.blocks):
+                path = self.block_path(block)
+                if path.exists():
+                    codes = sorted_distinct(np.fromfile(path, dtype=np.int64), in_place=True, runs=True)
+                    path.unlink()
+                    with _appending(path) as file:
+                        codes.tofile(file)
+                    self.count += len(codes)
+        except BaseException:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
+
+    def __enter__(self) -> CandidateBlocks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def block_path(self, block: int) -> Path:
+        """The file of the pairs whose low row is in [block * BLOCK_ROWS, (block + 1) * BLOCK_ROWS)."""
+        return self.directory / f"block_{block:06d}"
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """Each block's codes, ascending and distinct, the blocks in order (so every code ascending)."""
+        for block in range(self.blocks):
+            path = self.block_path(block)
+            yield np.fromfile(path, dtype=np.int64) if path.exists() else np.zeros(0, dtype=np.int64)
+
+    def _band_records(
+        self, paths: Sequence[Path], offsets: np.ndarray, columns: Sequence[str], ranges: int
+    ) -> list[list[Path]]:
+        """Every shard's rows of some bands appended to the files of their key ranges, each shard's columns read
+        once for them all (a shard a thread at once).
+
+        Returns:
+            Each band's range files, in the order of `columns`.
+        """
+        files = [[self.directory / f"{column}_range_{index:05d}" for index in range(ranges)] for column in columns]
+        locks = [[threading.Lock() for _ in range(ranges)] for _ in columns]
+        shift = np.uint64(64 - (ranges.bit_length() - 1))
+
+        def append_shard(shard: int) -> None:
+            table = pq.read_table(paths[shard], columns=[*columns, "rank_key"], use_threads=False)
+            if table.num_rows != offsets[shard + 1] - offsets[shard]:
+                raise ValueError(f"{paths[shard]}: {table.num_rows} rows, not the rows its footer gave")
+            rank_key = table.column("rank_key").to_numpy()
+            for band, column in enumerate(columns):
+                keys = table.column(column).to_numpy()
+                label = (keys >> shift).astype(np.uint16) if ranges > 1 else np.zeros(len(keys), dtype=np.uint16)
+                order = np.argsort(label, kind="stable")  # a radix sort of 16-bit labels
+                records = np.empty(len(keys), dtype=_BAND_RECORD)
+                records["key"] = keys[order]
+                records["rank"] = rank_key[order]
+                records["row"] = order + offsets[shard]
+                bounds = np.searchsorted(label[order], np.arange(ranges + 1))
+                for index in np.flatnonzero(np.diff(bounds)).tolist():
+                    with locks[band][index], _appending(files[band][index]) as file:
+                        records[bounds[index] : bounds[index + 1]].tofile(file)
+
+        thread_map(append_shard, range(len(paths)))
+        return files
+
+    def _range_pairs(self, path: Path) -> None:
+        """One key range's candidate pairs, their codes appended to their blocks' files."""
+        if not path.exists():
+            return
+        records = np.fromfile(path, dtype=_BAND_RECORD)
+        path.unlink()
+        by_rank = np.argsort(records["rank"])  # by (rank key, row), as `rank_order`
+        ranks = records["rank"][by_rank]
+        if (ranks[1:] == ranks[:-1]).any():  # rank keys repeat (a synth_id twice): their rows in row order
+            by_rank = np.lexsort((records["row"], records["rank"]))
+        del ranks
+        rows = records["row"]
+        codes = _pair_codes(rows[candidate_pairs(records["key"], None, by_rank)], self.rows)
+        del records, by_rank, rows
+        block_starts = np.arange(self.blocks + 1, dtype=np.int64) * BLOCK_ROWS * self.rows
+        bounds = np.searchsorted(codes, block_starts)
+        for block in np.flatnonzero(np.diff(bounds)).tolist():
+            with self._locks[block], _appending(self.block_path(block)) as file:
+                codes[bounds[block] : bounds[block + 1]].tofile(file)
+
+
+def distinct_candidate_codes(paths: Sequence[Path]) -> np.ndarray:
+    """Every distinct candidate pair's code (`CandidateBlocks`), in memory: for tests and benchmarks (the
+    clustering reads them a block at a time).
 
     Args:
         paths: every shard's signature file, in shard order.
-        rank_key: every row's rank key, the shards' rows in order (`every_shards_column(paths, "rank_key")`);
-            read here when not given, and then held only until their order is taken (`rank_places`).
 
     Returns:
         The pairs' codes low * rows + high (`_pair_codes`), ascending, each pair once.
     """
-    offsets = shard_row_offsets(paths)  # each footer read once, not once a band
-    places = rank_places(every_shards_column(paths, "rank_key", offsets) if rank_key is None else rank_key)
-    n = len(places)
-    ranges = key_ranges(n)
-    codes = np.zeros(0, dtype=np.int64)  # the distinct candidate pairs so far, merged a band at a time
-    for column in BAND_COLUMNS:
-        keys = every_shards_column(paths, column, offsets)
-        band = band_pair_codes(keys, None, ranges, places)
-        del keys
-        codes = union_of_sorted(codes, band)
-    return codes
+    with CandidateBlocks(paths, shard_row_offsets(paths)) as blocks:
+        return np.concatenate([np.zeros(0, dtype=np.int64), *blocks])
 
 
-def distinct_candidate_pairs(paths: Sequence[Path], rank_key: np.ndarray) -> np.ndarray:
+def distinct_candidate_pairs(paths: Sequence[Path]) -> np.ndarray:
     """`distinct_candidate_codes` as (pairs, 2) global rows, sorted by their pair code."""
-    return _code_pairs(distinct_candidate_codes(paths, rank_key), len(rank_key))
-
-
-def union_of_sorted(codes: np.ndarray, more: np.ndarray) -> np.ndarray:
-    """The sorted distinct union of two sorted distinct arrays (`np.union1d`), by inserting the values of `more`
-    not in `codes` at their places: it holds `codes` and the result, and a few bytes per value of `more`, where a
-    merge by sorting their concatenation would also hold the concatenation and the sort's buffer.
-
-    Args:
-        codes: ascending distinct integers (the larger array).
-        more: ascending distinct integers of the same dtype.
-
-    Returns:
-        Every value of either, ascending, each once.
-    """
-    at = np.searchsorted(codes, more)
-    new = at == len(codes)
-    if len(codes):
-        new |= codes[np.minimum(at, len(codes) - 1)] != more
-    return np.insert(codes, at[new], more[new])
+    return _code_pairs(distinct_candidate_codes(paths), int(shard_row_offsets(paths)[-1]))
 
 
 def member_clusters(member_keys: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1153,11 +1266,9 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
     candidates = 0
     edges = np.zeros((0, 2), dtype=np.int64)
     if n:  # clusters are computed (and reported) with the cap off too; `enabled` decides only the cap
-        codes = distinct_candidate_codes(paths)  # the rank keys held only as their order while it runs
-        candidates = len(codes)
-        kept = verified_codes(codes, n, paths, offsets, settings.threshold)
-        del codes
-        edges = _code_pairs(kept, n)
+        with CandidateBlocks(paths, offsets) as blocks:  # the pairs on disk, a block of them at a time in memory
+            candidates = blocks.count
+            edges = _code_pairs(verified_codes(blocks, n, paths, offsets, settings.threshold), n)
     # only the rows of some verified pair are held: their rank keys, read again here, name their clusters
     members = sorted_distinct(edges.ravel())
     keys = column_at_rows(paths, offsets, "rank_key", members)
