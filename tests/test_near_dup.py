@@ -826,3 +826,39 @@ def test_a_low_bytes_file_that_fails_while_written_is_removed(tmp_path, monkeypa
     with pytest.raises(OSError, match=r"the clustering's temporary file .*low_bytes: No space left on device"):
         near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]))
     assert list((tmp_path / "temporary").iterdir()) == []
+
+
+KEPT_FROM_LARGE_FRAMES = """
+import sys
+import polars as pl
+from synthkd_assets.core.near_dup import owned
+
+def resident_mib():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS")) / 1024
+
+keep = owned if sys.argv[1] == "owned" else (lambda frame: frame)
+before, kept = resident_mib(), []
+for copy in range(12):  # 12 frames of ~24 MiB of long strings, three rows kept of each
+    ids = pl.Series("synth_id", [f"memorization_{copy}_{row:08d}_" + "x" * 64 for row in range(300_000)])
+    kept.append(keep(pl.DataFrame([ids])[[0, 7, 299_999]]))
+    del ids
+assert [frame["synth_id"][1] for frame in kept] == [f"memorization_{c}_00000007_" + "x" * 64 for c in range(12)]
+print(resident_mib() - before)
+"""
+
+
+def test_a_few_rows_owned_hold_none_of_their_sources_strings():
+    """The held-out sets and the summary keep a few rows of every shard's ids: kept as polars' views, each would
+    hold its whole shard's strings (1.2 GiB at 40M rows); `owned` copies only the rows kept. Each way in a process
+    of its own, so that neither reuses what the other freed."""
+    import subprocess
+    import sys
+
+    def growth(mode: str) -> float:
+        run = subprocess.run([sys.executable, "-c", KEPT_FROM_LARGE_FRAMES, mode], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return float(run.stdout)
+
+    as_views = growth("views")
+    assert as_views > 150  # the views hold every frame's strings: what `owned` is for
+    assert growth("owned") < as_views / 3

@@ -1280,6 +1280,21 @@ def cluster_shards(shards: Sequence[str], paths: Sequence[Path], settings: Clust
     return clusters
 
 
+def owned(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with its own copy of its strings. A filter or gather of polars' strings keeps views into the whole
+    source column's buffers, so a few rows kept from each of 500 shards would hold every shard's strings (~26 B a
+    row of the signature files' ids and labels, 1.2 GiB at 40M rows); a pass through Arrow's contiguous strings
+    copies only the rows kept.
+
+    Args:
+        frame: a frame, typically a few rows taken from a large one.
+
+    Returns:
+        The same rows and schema, sharing no buffer with the source.
+    """
+    return pl.from_arrow(frame.to_arrow())
+
+
 def _hold_out(clusters: Clusters, settings: ClusterSettings) -> None:
     """Pick whole clusters for the validation sets by their representative (rank 0) row: per exercise the
     `heldout_per_exercise` first by heldout_key (the KL slice), then per checkable answer form the
@@ -1309,8 +1324,8 @@ def _hold_out(clusters: Clusters, settings: ClusterSettings) -> None:
             .filter((pl.col("cluster_rank") == 0) & (pl.col("cluster_size") <= settings.heldout_cluster_limit))
         )
 
-    def first(frame: pl.DataFrame, by: str, k: int) -> pl.DataFrame:
-        return frame.sort("heldout_key", "synth_id").filter(pl.int_range(pl.len()).over(by) < k)
+    def first(frame: pl.DataFrame, by: str, k: int) -> pl.DataFrame:  # a few rows of a shard's: their own strings
+        return owned(frame.sort("heldout_key", "synth_id").filter(pl.int_range(pl.len()).over(by) < k))
 
     shards = range(len(clusters.shards))
     kl = first(
@@ -1484,7 +1499,7 @@ def _summary_rows(clusters: Clusters, index: int, path: Path, rows: ShardCluster
     """One shard's rows that the summary's tables use: in a cluster of more than one, or with a decision (the
     rest, most of the corpus, is counted from the members alone)."""
     keep = np.flatnonzero((rows.size > 1) | (rows.decision != NO_DECISION))
-    table = pl.read_parquet(path, columns=["synth_id", "exercise", "language", "valid"])[keep]
+    table = owned(pl.read_parquet(path, columns=["synth_id", "exercise", "language", "valid"])[keep])
     return table.with_columns(
         shard=pl.lit(clusters.shards[index]),
         cluster_id=pl.Series(rows.cluster_id[keep]),
