@@ -572,16 +572,21 @@ def test_a_verification_past_its_budget_reads_the_low_bytes_once_and_drops_pairs
     read: list[tuple[np.ndarray, bool]] = []  # what was read from the signature file, and whether low bytes
     spilled: list[np.ndarray] = []  # the rows of each temporary file of low bytes
     slices: list[slice] = []
-    real_read, real_spill, real_values = near_dup._signature_rows, near_dup.LowBytesSpill, near_dup.LowBytesSpill.values
+    real_read, real_spill, real_values = (
+        near_dup._signature_rows,
+        near_dup.SignatureSpill,
+        near_dup.SignatureSpill.values,
+    )
 
     def recorded_read(paths, offsets, wanted, values=slice(None), low_bytes=False):
         read.append((wanted.copy(), low_bytes))
         return real_read(paths, offsets, wanted, values, low_bytes)
 
     class RecordedSpill(real_spill):
-        def __init__(self, paths, offsets):
+        def __init__(self, paths, offsets, kept=None, low_bytes=True):
+            assert kept is None and low_bytes  # every row's low bytes: the whole values of so few rows fit
             spilled.append(int(offsets[-1]))
-            super().__init__(paths, offsets)
+            super().__init__(paths, offsets, kept, low_bytes)
             assert self.path.stat().st_size == len(rows) * nd.NUM_PERM  # every row's
             assert self.directory.parent == tmp_path / "temporary"
 
@@ -598,7 +603,7 @@ def test_a_verification_past_its_budget_reads_the_low_bytes_once_and_drops_pairs
     killed = tmp_path / "temporary" / f"{near_dup.VERIFY_SPILL_PREFIX}{gone.pid}-x1"
     killed.mkdir()
     monkeypatch.setattr(near_dup, "_signature_rows", recorded_read)
-    monkeypatch.setattr(near_dup, "LowBytesSpill", RecordedSpill)
+    monkeypatch.setattr(near_dup, "SignatureSpill", RecordedSpill)
     budget = 1 << 13
     candidates = len(np.unique(pairs))
     width = nd.NUM_PERM // value_slices(len(rows), budget, value_bytes=1)  # every row's low bytes, a slice a read
@@ -719,10 +724,11 @@ def test_every_shards_column_reads_each_file_into_its_rows_and_names_a_file_whos
         near_dup.every_shards_column(paths, "rank_key")
 
 
-def test_verified_codes_keep_the_pairs_verified_pairs_keeps(tmp_path):
+def test_verified_codes_keep_the_pairs_verified_pairs_keeps(tmp_path, monkeypatch):
     """The clustering verifies its candidates as codes (low * rows + high), in chunks of pairs, from one array or a
     block after another: it keeps the pairs whose whole signatures (counted here) share enough values, within any
-    budget, in code order."""
+    budget, in code order. Past a small budget, every row's low bytes and the whole values of the pairs left are
+    each read once into a temporary file, which holds those rows' values."""
     rows, _ = planted_corpus(seed=37)
     path = write_signatures(rows, tmp_path / "synth_0.parquet")
     offsets = near_dup.shard_row_offsets([path])
@@ -737,6 +743,16 @@ def test_verified_codes_keep_the_pairs_verified_pairs_keeps(tmp_path):
     pairs = near_dup._code_pairs(codes, len(rows))
     expected = pairs[(values[pairs[:, 0]] == values[pairs[:, 1]]).sum(axis=1) >= min_equal_values(THRESHOLD)]
     blocks = np.array_split(codes, [5, 6, 40])  # as `CandidateBlocks` gives them: some short, one empty
+    spilled: list[tuple[bool, bool]] = []  # (every row, low bytes) of each temporary file
+
+    class CheckedSpill(near_dup.SignatureSpill):
+        def __init__(self, paths, offsets, kept=None, low_bytes=True):
+            super().__init__(paths, offsets, kept, low_bytes)
+            spilled.append((kept is None, low_bytes))
+            held = values if kept is None else values[kept]
+            assert np.array_equal(self.values(slice(None)), (held & 0xFF if low_bytes else held).T)
+
+    monkeypatch.setattr(near_dup, "SignatureSpill", CheckedSpill)
     for budget, chunk, as_given in itertools.product(
         (near_dup.SIGNATURE_BUDGET, 1 << 11), (1 << 23, 7), (codes, blocks)
     ):
@@ -744,6 +760,7 @@ def test_verified_codes_keep_the_pairs_verified_pairs_keeps(tmp_path):
         assert 0 < len(kept) < len(codes)
         assert np.array_equal(near_dup._code_pairs(kept, len(rows)), expected)
         assert np.array_equal(verified_pairs(pairs, [path], offsets, THRESHOLD, budget=budget), expected)
+    assert set(spilled) == {(True, True), (False, False)}  # only past the small budget: both kinds
 
 
 def test_candidate_blocks_that_fail_while_written_are_removed_and_a_dead_processs_are_too(tmp_path, monkeypatch):
@@ -815,7 +832,7 @@ def test_a_low_bytes_file_that_fails_while_written_is_removed(tmp_path, monkeypa
 
     monkeypatch.setattr(near_dup, "_each_signature_block", failing)
     with pytest.raises(OSError, match="unreadable"):
-        near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]))
+        near_dup.SignatureSpill([path], near_dup.shard_row_offsets([path]))
     assert list((tmp_path / "temporary").iterdir()) == []
 
     def full_disk(descriptor, data, offset):
@@ -824,7 +841,7 @@ def test_a_low_bytes_file_that_fails_while_written_is_removed(tmp_path, monkeypa
     monkeypatch.setattr(near_dup, "_each_signature_block", real_blocks)
     monkeypatch.setattr(near_dup.os, "pwrite", full_disk)
     with pytest.raises(OSError, match=r"the clustering's temporary file .*low_bytes: No space left on device"):
-        near_dup.LowBytesSpill([path], near_dup.shard_row_offsets([path]))
+        near_dup.SignatureSpill([path], near_dup.shard_row_offsets([path]))
     assert list((tmp_path / "temporary").iterdir()) == []
 
 

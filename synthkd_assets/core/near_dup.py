@@ -16,14 +16,13 @@ held-out clusters of the validation sets.
   member of them is ever trained on; their signatures are kept (`heldout_prompts`) and every later build holds
   out any row matching one of them, whatever its synth_id (`heldout_matches`).
 
-Memory is bounded for the full corpus (benchmarks/README.md "Near-duplicate control": 79.6M rows in 24 GiB):
-the clustering holds one band's keys of every row at a time, the distinct candidate pairs (one int64 each,
-merged band by band), the clusters of the rows in some verified pair only (every other row's is read from its
-shard's file when a shard is written), and at most SIGNATURE_BUDGET bytes of the candidate rows'
-signatures (verification counts equal values slice by slice of the signature, the low bytes' slices from a
-temporary file it reads the signature files into once); the held-out sets and the
-summary keep, shard by shard, only the rows they can use. It reads the signature files column by column, one
-file a core at once (`thread_map`), and verification compares one chunk of pairs a core at once.
+What the clustering holds grows with its near-duplicates, not with the corpus (benchmarks/README.md "The
+clustering at two sizes"): the candidate pairs are found and kept on disk (`CandidateBlocks`), verified a chunk
+of pairs at a time within SIGNATURE_BUDGET bytes of low bytes (their slices from a temporary file it reads the
+signature files into once; the whole values of the pairs left, as many values), and only the rows of verified
+pairs are held afterwards (`Clusters`); the held-out sets, the summary and the clusters files take a shard at a
+time. It reads the signature files one file a core at once (`thread_map`), and verification compares one chunk
+of pairs a core at once.
 """
 
 from __future__ import annotations
@@ -600,38 +599,43 @@ def _each_signature_block(
     thread_map(read_shard, range(len(paths)))
 
 
-class LowBytesSpill:
-    """Every row's NUM_PERM low bytes, read from the signature files once and kept value by value in a
-    temporary file (`VERIFY_SPILL_PREFIX`): a slice of the values is then one read of its values' bytes, in
-    order, where reading it from the signature files decodes every value of every row again. Use it as a context
-    manager: the file is removed on leaving it, and a process killed before that leaves a directory the next
-    verification removes."""
+class SignatureSpill:
+    """Some rows' NUM_PERM signature values (every row's low bytes, or the whole values of the rows of the pairs
+    left after them), read from the signature files once and kept value by value in a temporary file
+    (`VERIFY_SPILL_PREFIX`): a slice of the values is then one read of its values' bytes, in order, where reading
+    it from the signature files decodes every value of every row again. Use it as a context manager: the file is
+    removed on leaving it, and a process killed before that leaves a directory the next verification removes."""
 
-    def __init__(self, paths: Sequence[Path], offsets: np.ndarray) -> None:
-        """Read every row's low bytes into the file.
+    def __init__(
+        self, paths: Sequence[Path], offsets: np.ndarray, rows: np.ndarray | None = None, low_bytes: bool = True
+    ) -> None:
+        """Read the rows' values into the file.
 
         Args:
             paths: every shard's signature file, in shard order.
             offsets: the global row of each shard's first row (and the total last).
+            rows: the global rows to keep, ascending (None: every row, each at its own place).
+            low_bytes: keep each value's low byte (uint8), or the whole value (uint32).
 
         Raises:
             OSError: the file could not be written (it is named).
         """
         remove_dead_process_directories(VERIFY_SPILL_PREFIX)  # those of plans killed with SIGKILL
         self.directory = process_directory(VERIFY_SPILL_PREFIX)
-        self.rows = int(offsets[-1])
-        self.path = self.directory / "low_bytes"
+        self.rows = int(offsets[-1]) if rows is None else len(rows)
+        self.dtype = np.dtype(np.uint8 if low_bytes else "<u4")
+        self.path = self.directory / ("low_bytes" if low_bytes else "values")
         try:
             with open(self.path, "wb") as file:
-                file.truncate(self.rows * nd.NUM_PERM)
+                file.truncate(self.rows * nd.NUM_PERM * self.dtype.itemsize)
                 descriptor = file.fileno()
 
                 def write(first: int, block: np.ndarray) -> None:  # value j of row i at j * rows + i
-                    by_value = np.ascontiguousarray(block.astype(np.uint8).T)
+                    by_value = np.ascontiguousarray(block.astype(self.dtype).T)
                     for value, column in enumerate(by_value):
-                        os.pwrite(descriptor, column, value * self.rows + first)
+                        os.pwrite(descriptor, column, (value * self.rows + first) * self.dtype.itemsize)
 
-                _each_signature_block(paths, offsets, None, slice(None), write)
+                _each_signature_block(paths, offsets, rows, slice(None), write)
         except BaseException as error:
             shutil.rmtree(self.directory, ignore_errors=True)
             named = temporary_file_error(error, self.path)  # a failed write (a full disk) names no file
@@ -639,27 +643,29 @@ class LowBytesSpill:
                 raise
             raise named from error
 
-    def __enter__(self) -> LowBytesSpill:
+    def __enter__(self) -> SignatureSpill:
         return self
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def values(self, values: slice) -> np.ndarray:
-        """Some values' low bytes, of every row.
+        """Some values of every row kept.
 
         Args:
             values: a slice of the NUM_PERM values.
 
         Returns:
-            (values, rows) uint8, value-major as the file holds them: the values in the slice's order, every row
-            in order.
+            (values, rows), value-major as the file holds them: the values in the slice's order, the rows in the
+            order given.
         """
         taken = range(nd.NUM_PERM)[values]
-        out = np.empty((len(taken), self.rows), dtype=np.uint8)
+        out = np.empty((len(taken), self.rows), dtype=self.dtype)
         with open(self.path, "rb") as file:
             for column, value in enumerate(taken):
-                out[column] = np.fromfile(file, dtype=np.uint8, count=self.rows, offset=value * self.rows)
+                out[column] = np.fromfile(
+                    file, dtype=self.dtype, count=self.rows, offset=value * self.rows * self.dtype.itemsize
+                )
                 file.seek(0)
         return out
 
@@ -727,13 +733,13 @@ def verified_codes(
     """The candidate pairs whose estimated Jaccard (share of equal MinHash values) is >= threshold.
 
     A first pass compares only each value's low byte (a quarter of the memory, and of the slices when the
-    budget asks for them: `_reaching`): equal values have equal low bytes, so no pair that verifies is
+    budget asks for them: `_Verification.reaching`): equal values have equal low bytes, so no pair that verifies is
     dropped there, and unrelated values share a low byte one time in 256. The pairs it leaves are then compared on
     their whole values, reading only their rows (docs/near-dup.md, "Signatures, candidates, clusters"). The pairs
     kept are those a comparison of the whole values keeps. The pairs are taken `chunk` at a time; what
     verification holds per pair of a chunk is its code, its count of equal values and whether it can still
     verify, and each part of a chunk is split into its rows as it is compared. When every row's low bytes exceed
-    the budget they are read from the signature files once, into a temporary file (`LowBytesSpill`), and each
+    the budget they are read from the signature files once, into a temporary file (`SignatureSpill`), and each
     slice of the values is read from there.
 
     Args:
@@ -754,11 +760,11 @@ def verified_codes(
     """
     kept = [np.zeros(0, dtype=np.int64)]
     with contextlib.ExitStack() as stack:
-        spill = None
+        verification = _Verification(rows, paths, offsets, threshold, budget)
         if rows * nd.NUM_PERM > budget:  # every row's low bytes past the budget: read them once, into a file
-            spill = stack.enter_context(LowBytesSpill(paths, offsets))
+            verification.spill = stack.enter_context(SignatureSpill(paths, offsets))
         for part in _chunks_of([codes] if isinstance(codes, np.ndarray) else codes, chunk):
-            kept.append(part[_verified(part, rows, paths, offsets, threshold, budget, spill)])
+            kept.append(part[verification.verified(part)])
     return np.concatenate(kept)
 
 
@@ -779,67 +785,69 @@ def _chunks_of(arrays: Iterable[np.ndarray], chunk: int) -> Iterator[np.ndarray]
         yield np.concatenate(pending)
 
 
-def _verified(
-    codes: np.ndarray,
-    rows: int,
-    paths: Sequence[Path],
-    offsets: np.ndarray,
-    threshold: float,
-    budget: int,
-    spill: LowBytesSpill | None = None,
-) -> np.ndarray:
-    """Which of the pairs `codes` verify (bool): their values' low bytes first (from `spill` when given: every
-    row's), then their whole values."""
-    alive = np.ones(len(codes), bool)
-    _reaching(codes, rows, paths, offsets, threshold, budget, alive, low_bytes=True, spill=spill)
-    return _reaching(codes, rows, paths, offsets, threshold, budget, alive)
+@dataclass
+class _Verification:
+    """What verifying a chunk of pairs reads: the signature files, the threshold and the budget, and every row's
+    low bytes in a temporary file when they exceed the budget (`spill`)."""
 
+    rows: int  # the rows of every shard together (the codes' base)
+    paths: Sequence[Path]
+    offsets: np.ndarray
+    threshold: float
+    budget: int
+    spill: SignatureSpill | None = None
 
-def _reaching(
-    codes: np.ndarray,
-    rows: int,
-    paths: Sequence[Path],
-    offsets: np.ndarray,
-    threshold: float,
-    budget: int,
-    alive: np.ndarray,
-    low_bytes: bool = False,
-    spill: LowBytesSpill | None = None,
-) -> np.ndarray:
-    """Which of the pairs `alive` marks have at least `min_equal_values(threshold)` equal values (or equal low
-    bytes), counted a slice of the values at a time within `budget` (`value_slices`). After each slice a pair that
-    could not reach the threshold even if every value left were equal is dropped. The low bytes are read from
-    `spill` when given (every row's, a slice a read); otherwise each slice reads only the rows of the pairs left,
-    in the row groups that hold them: an unrelated pair is compared only until it has differed in more values than
-    the threshold allows (26 of 128 at 0.8). `alive` is updated in place and returned."""
-    if not alive.any():
-        return alive
-    need = min_equal_values(threshold)
-    equal = np.zeros(len(codes), dtype=np.uint8)
-    from_spill = low_bytes and spill is not None
-    if from_spill:
-        width = nd.NUM_PERM // value_slices(rows, budget, 1)
-    else:
-        wanted = _rows_of_pairs(codes, rows, alive)
-        width = nd.NUM_PERM // value_slices(len(wanted), budget, 1 if low_bytes else 4)
-    for start in range(0, nd.NUM_PERM, width):
-        taken = slice(start, start + width)
-        if from_spill:
-            places = None  # every row, at its own place
-            values = spill.values(taken)
-        else:
-            if start:
+    def verified(self, codes: np.ndarray) -> np.ndarray:
+        """Which of the pairs `codes` verify (bool): their values' low bytes first (from `spill` when given), then
+        their whole values."""
+        alive = np.ones(len(codes), bool)
+        self.reaching(codes, alive, low_bytes=True)
+        return self.reaching(codes, alive)
+
+    def reaching(self, codes: np.ndarray, alive: np.ndarray, low_bytes: bool = False) -> np.ndarray:
+        """Which of the pairs `alive` marks have at least `min_equal_values(threshold)` equal values (or equal low
+        bytes), counted a slice of the values at a time within `budget` (`value_slices`). After each slice a pair
+        that could not reach the threshold even if every value left were equal is dropped. The low bytes are read
+        from `spill` when there is one (every row's, a slice a read). The whole values are those of the rows of
+        the pairs left, as many values as the low bytes get (4 bytes each: they are the near-duplicates' rows,
+        few unless most rows are), read from the row groups that hold them; in more than one slice they are read
+        once into a temporary file of their own, each slice then from there. An unrelated pair is compared only
+        until it has differed in more values than the threshold allows (26 of 128 at 0.8). `alive` is updated in
+        place and returned."""
+        if not alive.any():
+            return alive
+        rows = self.rows
+        need = min_equal_values(self.threshold)
+        equal = np.zeros(len(codes), dtype=np.uint8)
+        with contextlib.ExitStack() as stack:
+            places: RowPlaces | None = None  # every row, at its own place: the spill of every row's low bytes
+            spill = self.spill if low_bytes else None
+            if spill is not None:
+                width = nd.NUM_PERM // value_slices(rows, self.budget, 1)
+            else:
                 wanted = _rows_of_pairs(codes, rows, alive)
-            places = RowPlaces(wanted)
-            values = _signature_rows(paths, offsets, wanted, taken, low_bytes)
-        _count_equal_values(values, places, codes, rows, alive, equal)
-        del values, places
-        short = math.ceil(need - (nd.NUM_PERM - (start + width)))  # still needed if every value left is equal
-        if short > 0:
-            alive &= equal >= np.uint8(short)
-            if not alive.any():
-                break
-    return alive
+                width = nd.NUM_PERM // value_slices(len(wanted), self.budget, 1)
+                places = RowPlaces(wanted)
+                if width < nd.NUM_PERM and not low_bytes:  # the whole values in slices: read them once
+                    spill = stack.enter_context(SignatureSpill(self.paths, self.offsets, wanted, low_bytes=False))
+            for start in range(0, nd.NUM_PERM, width):
+                taken = slice(start, start + width)
+                if spill is not None:
+                    values, by_value = spill.values(taken), True
+                else:
+                    if start:
+                        wanted = _rows_of_pairs(codes, rows, alive)
+                        places = RowPlaces(wanted)
+                    values = _signature_rows(self.paths, self.offsets, wanted, taken, low_bytes)
+                    by_value = False
+                _count_equal_values(values, by_value, places, codes, rows, alive, equal)
+                del values
+                short = math.ceil(need - (nd.NUM_PERM - (start + width)))  # needed if every value left is equal
+                if short > 0:
+                    alive &= equal >= np.uint8(short)
+                    if not alive.any():
+                        break
+        return alive
 
 
 class RowPlaces:
@@ -870,6 +878,7 @@ def _rows_of_pairs(codes: np.ndarray, rows: int, alive: np.ndarray) -> np.ndarra
 
 def _count_equal_values(
     values: np.ndarray,
+    by_value: bool,
     places: RowPlaces | None,
     codes: np.ndarray,
     rows: int,
@@ -877,23 +886,24 @@ def _count_equal_values(
     equal: np.ndarray,
 ) -> None:
     """Adds to `equal` how many of `values` the two rows of each pair `alive` marks share, a chunk of pairs a core
-    at once. `values` is (rows, values), the rows' places in it by `places`; or, with `places` None, (values, rows)
-    of every row (`LowBytesSpill.values`), each row at its own place: a gather a value, where a sum across a few
-    values of each row costs more than the comparisons."""
+    at once. `values` is (rows, values), or with `by_value` (values, rows) as `SignatureSpill.values` gives them
+    (then compared a value at a time: a sum across a few values of each row costs more than the comparisons); the
+    pairs' rows at their places in it by `places` (None: each row at its own place)."""
     step = max(EDGE_CHUNK // available_cores(), 1)  # one chunk a core at once: EDGE_CHUNK pairs' transient in all
 
     def count(lo: int) -> None:
         chunk = np.flatnonzero(alive[lo : lo + step]) + lo
         live = codes[chunk]
         a, b = live // rows, live % rows
-        if places is None:
+        if places is not None:
+            a, b = places(a), places(b)
+        if by_value:
             same = np.zeros(len(chunk), dtype=np.uint8)
             for value in values:
                 same += value[a] == value[b]
             equal[chunk] += same
-            return
-        a, b = places(a), places(b)
-        equal[chunk] += (values[a] == values[b]).sum(axis=1, dtype=np.uint8)
+        else:
+            equal[chunk] += (values[a] == values[b]).sum(axis=1, dtype=np.uint8)
 
     thread_map(count, range(0, len(codes), step))
 
