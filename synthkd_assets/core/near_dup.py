@@ -1040,11 +1040,12 @@ class CandidateBlocks:
     """Every distinct pair of rows that share a band key in any band (`candidate_pairs`), over every shard, as
     codes low * rows + high kept in temporary files (`PAIRS_SPILL_PREFIX`), not in memory.
 
-    A band at a time: each shard's rows of the band (key, rank key, row) are appended to the file of their key
-    range (`key_ranges`: a key's rows all lie in one range), then each range, RANGES_AT_ONCE at a time, is read
-    back, its pairs found and their codes appended to the file of their low row's block (BLOCK_ROWS rows). Each
-    block's codes are then made distinct. What is held at once is a shard's rows and a few ranges' pairs: it does
-    not grow with the corpus (docs/near-dup.md, "Signatures, candidates, clusters"). Use it as a context manager:
+    BANDS_AT_ONCE bands at a time: each shard's rows of them (key, rank key, row), its columns read once for them
+    all, are appended to the file of their band's key range (`key_ranges`: a key's rows all lie in one range);
+    then each range, RANGES_AT_ONCE at a time, is read back, its pairs found and their codes appended to the file
+    of their low row's block (BLOCK_ROWS rows). Each block's codes are then made distinct. What is held at once is
+    a shard's rows and a few ranges' pairs: it does not grow with the corpus (docs/near-dup.md, "Signatures,
+    candidates, clusters"). Use it as a context manager:
     the files are removed on leaving it, and a process killed before that leaves a directory the next clustering
     removes."""
 
