@@ -120,6 +120,8 @@ def main() -> None:
     from throughput import FULL_CORPUS_ROWS
 
     copies = (2, 4) if args.quick else tuple(sorted(args.copies))
+    if copies[0] == copies[1]:
+        parser.error("--copies takes two different sizes")
     if args.quick:
         args.rows, args.repeats = QUICK_ROWS, 1
     trees = {"this tree": REPO_ROOT}
