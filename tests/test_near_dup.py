@@ -680,10 +680,11 @@ def test_rows_sharing_a_seed_text_but_asking_other_questions_are_not_near_duplic
         )
     )
 )
-def test_component_ranks_are_the_components_of_every_row_ranked_by_key(case):
-    """Only the rows of a verified pair enter the graph; whatever the pairs and repeated rank keys, every row's
-    cluster id, size and rank are the brute force's: components of every row by union-find, each ranked by (rank
-    key, row), named by its first row's rank key >> 1."""
+def test_member_clusters_are_the_components_of_every_row_ranked_by_key(case):
+    """Only the rows of a verified pair enter the graph (`member_clusters`); whatever the pairs and repeated rank
+    keys, each member's cluster id, size and rank are the brute force's: components of every row by union-find,
+    each ranked by (rank key, row), named by its first row's rank key >> 1. Every other row is, by the brute force
+    too, a cluster of its own named by its rank key (what `Clusters.shard` gives it)."""
     keys, pairs = case
     rank_key = np.array(keys, dtype=np.uint64)
     parent = list(range(len(keys)))
@@ -704,9 +705,12 @@ def test_component_ranks_are_the_components_of_every_row_ranked_by_key(case):
         for place, row in enumerate(ranked):
             expected[row] = (keys[ranked[0]] >> 1, len(rows), place)
     edges = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    cluster_id, size, rank = near_dup.component_ranks(rank_key, edges)
+    members = sorted_distinct(edges.ravel())
+    cluster_id, size, rank = near_dup.member_clusters(rank_key[members], np.searchsorted(members, edges))
     assert (cluster_id.dtype, size.dtype, rank.dtype) == (np.int64, np.int32, np.int32)
-    assert list(zip(cluster_id.tolist(), size.tolist(), rank.tolist())) == expected
+    assert list(zip(cluster_id.tolist(), size.tolist(), rank.tolist())) == [expected[m] for m in members.tolist()]
+    others = sorted(set(range(len(keys))) - set(members.tolist()))
+    assert [expected[row] for row in others] == [(keys[row] >> 1, 1, 0) for row in others]
 
 
 def test_every_shards_column_reads_each_file_into_its_rows_and_names_a_file_whose_rows_moved(tmp_path, monkeypatch):

@@ -1209,27 +1209,6 @@ def member_clusters(member_keys: np.ndarray, edges: np.ndarray) -> tuple[np.ndar
     return cluster_id, size, rank
 
 
-def component_ranks(rank_key: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every row's cluster: `member_clusters` over the rows of some pair, and every other row a cluster of its own
-    (its rank key, size 1, rank 0).
-
-    Args:
-        rank_key: every row's rank key (uint64), in row order.
-        edges: (pairs, 2) rows of the verified pairs.
-
-    Returns:
-        (cluster_id, size, rank) per row, as `member_clusters` gives them for the members.
-    """
-    cluster_id = (rank_key >> np.uint64(1)).astype(np.int64)
-    size = np.ones(len(rank_key), dtype=np.int32)
-    rank = np.zeros(len(rank_key), dtype=np.int32)
-    members = sorted_distinct(edges.ravel())
-    cluster_id[members], size[members], rank[members] = member_clusters(
-        rank_key[members], np.searchsorted(members, edges)
-    )
-    return cluster_id, size, rank
-
-
 def column_at_rows(paths: Sequence[Path], offsets: np.ndarray, column: str, rows: np.ndarray) -> np.ndarray:
     """A column's values at some global rows, each shard's file read only when it holds some of them.
 
