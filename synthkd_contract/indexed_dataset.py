@@ -85,7 +85,7 @@ class IndexedDatasetWriter:
             raise ValueError(
                 f"{len(values)} values cannot be {len(lengths)} documents of lengths summing to {int(lengths.sum())}"
             )
-        self.data_file.write(np.array(values, dtype=self.dtype).tobytes(order="C"))
+        self.data_file.write(np.ascontiguousarray(values, dtype=self.dtype).data)  # its bytes, not a copy of them
         first = len(self.sequence_lengths)
         self.sequence_lengths.extend(lengths.tolist())
         self.document_indices.extend(range(first + 1, first + len(lengths) + 1))

@@ -87,6 +87,42 @@ def test_a_table_written_at_once_is_the_same_bytes_as_its_rows_one_by_one(tmp_pa
         assert (tmp_path / "table" / "train" / name.name).read_bytes() == name.read_bytes(), name.name
 
 
+def test_a_table_of_many_chunks_is_the_same_bytes_as_its_rows_one_by_one(tmp_path):
+    """`add_table` of a table whose columns are slices chained without a copy (what the trio step hands it: the
+    runs of a frame's kept rows, a window's frames one after another) writes each chunk where it is."""
+    rng = np.random.default_rng(6)
+    conversations = [random_conversation(rng) for _ in range(30)]
+    write_shard(tmp_path / "rows" / "train", 0, conversations[2:9] + conversations[12:30])
+    columns = ("tokens", "loss_mask", "span_id")
+    table = pa.table({c: pa.array([conv[i] for conv in conversations]) for i, c in enumerate(columns)})
+    chained = pa.concat_tables([table.slice(2, 7), table.slice(12, 1), table.slice(13, 17)])
+    assert chained.column("tokens").num_chunks == 3
+    with MegatronShardWriter(tmp_path / "table" / "train", 0, "train") as writer:
+        writer.add_table(chained)
+        inventory = writer.commit()
+    assert inventory.sequences == 25
+    for name in trio_files(tmp_path / "rows" / "train", 0):
+        assert (tmp_path / "table" / "train" / name.name).read_bytes() == name.read_bytes(), name.name
+
+
+def test_a_bad_row_in_a_later_chunk_is_named_and_nothing_is_written(tmp_path):
+    """Every chunk is checked before any is written: a bad row in the second chunk leaves the first unwritten,
+    and is named by its place in the whole table."""
+    good = pa.table({"tokens": [[1, 2], [3]], "loss_mask": [[0, 1], [1]], "span_id": [[0, 1], [1]]})
+    bad = pa.table({"tokens": [[4], [5, 6]], "loss_mask": [[1], [1, 1]], "span_id": [[1], [1]]})
+    with MegatronShardWriter(tmp_path / "refused" / "train", 0, "train") as writer:
+        with pytest.raises(ValueError, match=r"got 2/2/1 \(row 3 of 4\)"):
+            writer.add_table(pa.concat_tables([good, bad]))
+        assert writer.sequences == 0 and writer.tokens == 0
+        writer.add_table(good)  # the refused table left nothing behind
+        writer.commit()
+    with MegatronShardWriter(tmp_path / "good" / "train", 0, "train") as writer:
+        writer.add_table(good)
+        writer.commit()
+    for name in trio_files(tmp_path / "good" / "train", 0):
+        assert (tmp_path / "refused" / "train" / name.name).read_bytes() == name.read_bytes(), name.name
+
+
 def test_unequal_lengths_are_refused(tmp_path):
     with MegatronShardWriter(tmp_path / "train", 0, "train") as writer:
         with pytest.raises(ValueError, match="equal length"):

@@ -17,6 +17,7 @@ from synthkd_assets.core.parquet_io import (
     ParquetShardWriter,
     list_column_flat,
     list_column_rows,
+    rows_at,
     write_tables_together,
 )
 from synthkd_assets.core.stages import harmonize_shard
@@ -109,3 +110,28 @@ def test_a_list_columns_rows_and_flat_view_are_its_values(chunks, cut):
     assert [row.tolist() for row in list_column_rows(column)] == want
     lengths, values = list_column_flat(column)
     assert lengths.tolist() == [len(row) for row in want] and values.tolist() == [v for row in want for v in row]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.lists(st.integers(0, 39), max_size=30), st.booleans())
+def test_rows_at_are_the_rows_take_gives(rows, places, increasing):
+    """`rows_at` against `Table.take`: the same rows, list and string columns included; increasing places are
+    slices of the table (one chunk a run of consecutive rows, no copy), any other order is taken."""
+    table = pa.table(
+        {
+            "id": pa.array([f"row {i}" for i in range(rows)]),
+            "tokens": pa.array([list(range(i % 5)) for i in range(rows)], pa.list_(pa.int32())),
+        }
+    )
+    places = [p for p in places if p < rows]
+    if increasing:
+        places = sorted(set(places))
+    chosen = rows_at(table, places)
+    assert chosen.to_pylist() == table.take(pa.array(places, pa.int64())).to_pylist()
+    if increasing and places:
+        runs = 1 + sum(1 for a, b in zip(places, places[1:]) if b != a + 1)
+        assert chosen.column("tokens").num_chunks == runs
+        # a slice shares the table's value buffer
+        assert chosen.column("tokens").chunk(0).values.buffers()[1].address == (
+            table.column("tokens").chunk(0).values.buffers()[1].address
+        )

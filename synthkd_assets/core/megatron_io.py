@@ -102,7 +102,7 @@ class MegatronShardWriter:
 
     def add_table(self, table: pa.Table) -> None:
         """Every row of `table` (its `tokens`, `loss_mask` and `span_id` list columns) as one conversation, in
-        order: what `add` does row by row, with one write a file.
+        order: what `add` does row by row, with one write a file for each chunk of the table.
 
         Args:
             table: rows with the three list columns (any other columns are ignored).
@@ -110,20 +110,30 @@ class MegatronShardWriter:
         Raises:
             ValueError: a row whose three arrays are empty or of different lengths (the first such row named).
         """
-        flats = [list_column_flat(table.column(column)) for column in TRIO_COLUMNS]
-        lengths = flats[0][0]
-        bad = np.flatnonzero((lengths == 0) | (flats[1][0] != lengths) | (flats[2][0] != lengths))
-        if len(bad):
-            row = int(bad[0])
-            raise ValueError(
-                f"shard {self.shard_index} {self.split}: arrays must be non-empty and of equal length, got "
-                f"{'/'.join(str(int(flat[0][row])) for flat in flats)} (row {row} of {table.num_rows})"
-            )
-        for kind, (_, values) in zip(constants.ARRAY_KINDS, flats):
-            with output_errors_named(self._bins[kind].final):
-                self._builders[kind].add_documents(values, lengths)
-        self.sequences += len(lengths)
-        self.tokens += int(lengths.sum())
+        # each chunk's arrays in place (a table of slices is never joined), all checked before any is written
+        chunks = [
+            [list_column_flat(batch.column(column)) for column in TRIO_COLUMNS]
+            for batch in table.select(list(TRIO_COLUMNS)).to_batches()
+        ]
+        first_row = 0
+        for flats in chunks:
+            lengths = flats[0][0]
+            bad = np.flatnonzero((lengths == 0) | (flats[1][0] != lengths) | (flats[2][0] != lengths))
+            if len(bad):
+                row = int(bad[0])
+                raise ValueError(
+                    f"shard {self.shard_index} {self.split}: arrays must be non-empty and of equal length, got "
+                    f"{'/'.join(str(int(flat[0][row])) for flat in flats)} (row {first_row + row} of "
+                    f"{table.num_rows})"
+                )
+            first_row += len(lengths)
+        for flats in chunks:
+            lengths = flats[0][0]
+            for kind, (_, values) in zip(constants.ARRAY_KINDS, flats):
+                with output_errors_named(self._bins[kind].final):
+                    self._builders[kind].add_documents(values, lengths)
+            self.sequences += len(lengths)
+            self.tokens += int(lengths.sum())
 
     def finish(self) -> None:
         """Close every .bin and write every .idx, all still under their partial names."""

@@ -196,6 +196,25 @@ def list_column_flat(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np
     return np.diff(offsets), values
 
 
+def rows_at(table: pa.Table, rows: Sequence[int]) -> pa.Table:
+    """The rows of `table` at `rows`, as `table.take(rows)` gives them, but each run of consecutive rows a slice
+    of `table` (nothing copied) where `rows` increase; otherwise taken.
+
+    Args:
+        table: the rows to choose from.
+        rows: the places of the rows wanted, in their order.
+
+    Returns:
+        A table of those rows (one chunk a run of consecutive rows, or one chunk when taken).
+    """
+    places = np.asarray(rows, dtype=np.int64)
+    if len(places) == 0 or (len(places) > 1 and bool((np.diff(places) <= 0).any())):
+        return table.take(pa.array(places, pa.int64()))
+    breaks = np.flatnonzero(np.diff(places) != 1) + 1
+    starts, ends = places[np.r_[0, breaks]], places[np.r_[breaks - 1, len(places) - 1]] + 1
+    return pa.concat_tables([table.slice(a, b - a) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)])
+
+
 def list_column_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray]:
     """The inverse of `list_column`: zero-copy numpy views, one per row."""
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]

@@ -31,6 +31,7 @@ from synthkd_assets.core.parquet_io import (
     list_column,
     list_column_rows,
     parquet_row_count,
+    rows_at,
 )
 from synthkd_assets.core.raw_read import RawRead, read_raw_shard
 from synthkd_assets.core.render import FastRenderer, HarmonyRenderer, RenderError, span_token_counts
@@ -425,7 +426,10 @@ class DatasetStep(ShardStep):
 
 class TrioOutputs(Outputs):
     """Both splits' trios of one shard and its documents table (split, document index -> synth_id),
-    published together by `commit_shard`; `inventories` says what was published."""
+    published together by `commit_shard`; `inventories` says what was published. The trios' bytes are the
+    rows' values whatever their chunks: a window's tables are written as they come, not joined."""
+
+    joins_chunks = False
 
     def __init__(self, dataset_root: Path, shard_index: int) -> None:
         self.writers: dict[str, MegatronShardWriter] = {}
@@ -481,7 +485,7 @@ class TrioStep(DatasetStep):
         return assign_split(row.synth_id, valid_fraction=self.valid_fraction), row.index
 
     def tables(self, arrow: pa.Table, kept: dict[str, list[int]]) -> dict[str, Table]:
-        return {split: arrow.take(indices) for split, indices in kept.items()}
+        return {split: rows_at(arrow, indices) for split, indices in kept.items()}
 
 
 def write_megatron_shard(

@@ -39,6 +39,10 @@ assert OUTPUT_WINDOW_ROWS % READ_BATCH_ROWS == 0, "a frame must never straddle t
 class Outputs(ABC):
     """The files one step writes for one shard, under partial names until `publish`."""
 
+    # whether `write` is handed a window's rows with every column one chunk (joined, a copy); False: the frames'
+    # tables chained as they are, for outputs whose bytes do not depend on the chunks (the Megatron trios)
+    joins_chunks: bool = True
+
     @abstractmethod
     def write(self, name: str, table: Table) -> None:
         """Append rows to the output called `name`."""
@@ -130,10 +134,16 @@ def run_step(step: ShardStep, shard: str, errors_log: Path | None = None) -> Sha
 
 
 def _write_window(outputs: Outputs, window: dict[str, list[Table]]) -> None:
-    """Write (and forget) one window's tables: one table per output, each column one chunk."""
+    """Write (and forget) one window's tables: one table per output, each column one chunk (or the tables
+    chained, where the outputs do not join chunks)."""
     for name, tables in window.items():
-        outputs.write(name, _concatenated(tables))
+        outputs.write(name, _concatenated(tables) if outputs.joins_chunks else _chained(tables))
     window.clear()
+
+
+def _chained(tables: list[Table]) -> pa.Table:
+    """The rows of `tables` as one Arrow table of their chunks, nothing copied."""
+    return pa.concat_tables([t if isinstance(t, pa.Table) else t.to_arrow() for t in tables])
 
 
 def _concatenated(tables: list[Table]) -> Table:
