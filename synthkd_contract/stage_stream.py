@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,44 @@ class ScorerPhase:
     scorer_sha256: str | None = None
 
 
+class PoolIds(Sequence[str]):
+    """The pool row ids of a stage's conversations, held as one Arrow string array (a Python `str` each would
+    cost ~4x its bytes at a pool of millions of rows); read as a sequence of `str`.
+
+    Args:
+        ids: the ids, in the conversations' order.
+    """
+
+    ITER_ROWS = 1 << 16  # ids made `str` at a time while iterating
+
+    def __init__(self, ids: pa.Array | pa.ChunkedArray) -> None:
+        if isinstance(ids, pa.ChunkedArray):
+            ids = ids.combine_chunks() if ids.num_chunks else pa.array([], pa.large_string())
+        self.array = ids.cast(pa.large_string())
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, index):  # noqa: ANN001, ANN204 - Sequence's int / slice overloads
+        if isinstance(index, slice):
+            return self.array[index].to_pylist()
+        return self.array[index].as_py()
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self.array), self.ITER_ROWS):
+            yield from self.array.slice(start, self.ITER_ROWS).to_pylist()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PoolIds):
+            return self.array.equals(other.array)
+        return isinstance(other, Sequence) and not isinstance(other, str) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment] - mutable-looking, compared by value
+
+    def __repr__(self) -> str:
+        return f"PoolIds({len(self)} ids)"
+
+
 @dataclass(frozen=True)
 class StageConversations:
     """The train conversations of one stage, one entry per conversation, in the stage file's prefix order.
@@ -137,7 +175,7 @@ class StageConversations:
         length: its tokens, EOD included.
         skill, ctx, group: indices into SKILL_BUCKETS, CTX_BUCKETS, SOURCE_GROUPS.
         cluster: its near-duplicate cluster (NO_CLUSTER: none).
-        ids: its pool row `id`.
+        ids: its pool row `id` (a sequence of `str`).
         prefix_weight: each prefix's weight in the stage file (they sum to 1).
     """
 
@@ -149,7 +187,7 @@ class StageConversations:
     ctx: np.ndarray
     group: np.ndarray
     cluster: np.ndarray
-    ids: tuple[str, ...]
+    ids: PoolIds
     prefix_weight: np.ndarray
 
     def __len__(self) -> int:
@@ -281,7 +319,7 @@ def read_stage_conversations(
     columns: dict[str, list[np.ndarray]] = {
         name: [] for name in ("prefix", "document", "length", "skill", "ctx", "group", "cluster")
     }
-    ids: list[str] = []
+    ids: list[pa.Array] = []
     for index, prefix in enumerate(prefixes):
         try:
             relative = Path(prefix).resolve().relative_to(trio_root.resolve()).as_posix()
@@ -309,9 +347,10 @@ def read_stage_conversations(
         columns["ctx"].append(np.full(n, CTX_BUCKETS.index(ctx), dtype=np.int64))
         columns["group"].append(rows.group)
         columns["cluster"].append(rows.cluster)
-        ids.extend(rows.ids)
+        ids.append(rows.ids)
     arrays = {name: np.concatenate(parts_) if parts_ else np.zeros(0, np.int64) for name, parts_ in columns.items()}
-    return StageConversations(prefixes=tuple(prefixes), ids=tuple(ids), prefix_weight=weights, **arrays)
+    pool_ids = PoolIds(pa.chunked_array(ids, pa.large_string()))
+    return StageConversations(prefixes=tuple(prefixes), ids=pool_ids, prefix_weight=weights, **arrays)
 
 
 def stage_token_budget(stage_file: Path | str) -> int:
@@ -339,13 +378,14 @@ def stage_token_budget(stage_file: Path | str) -> int:
 class _PartCell:
     """The train rows of one pool part in one cell, in part order: the trio's documents, in the same order."""
 
-    ids: list[str]
+    ids: pa.Array
     tokens: np.ndarray
     group: np.ndarray
     cluster: np.ndarray
 
 
-_EMPTY_CELL = _PartCell([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+_NO_ROWS = np.zeros(0, np.int64)
+_EMPTY_CELL = _PartCell(pa.array([], pa.large_string()), _NO_ROWS, _NO_ROWS, _NO_ROWS)
 
 
 def _part_cells(part_path: Path) -> dict[tuple[str, str], _PartCell]:
@@ -362,13 +402,13 @@ def _part_cells(part_path: Path) -> dict[tuple[str, str], _PartCell]:
     cell_names = pc.binary_join_element_wise(table.column("skill_bucket"), table.column("ctx_bucket"), "_")
     cells = pc.unique(cell_names)
     cell_of_row = pc.index_in(cell_names, value_set=cells).to_numpy()
-    row_ids = table.column("id")
+    row_ids = table.column("id").combine_chunks().cast(pa.large_string())
     found = {}
     for index, name in enumerate(cells.to_pylist()):
         rows = np.flatnonzero(cell_of_row == index)
         skill, ctx = name.split("_")
         found[skill, ctx] = _PartCell(
-            ids=row_ids.take(rows).to_pylist(), tokens=tokens[rows], group=group[rows], cluster=cluster[rows]
+            ids=row_ids.take(rows), tokens=tokens[rows], group=group[rows], cluster=cluster[rows]
         )
     return found
 

@@ -25,6 +25,7 @@ from synthkd_contract.buckets import CTX_BUCKETS, SKILL_BUCKETS
 from synthkd_contract.sources import dataset_group
 from synthkd_contract.splits import assign_split
 from synthkd_contract.stage_stream import (
+    PoolIds,
     ScorerPhase,
     StageStreamError,
     StreamPolicy,
@@ -412,3 +413,33 @@ def test_the_stages_of_one_pool_read_each_part_once_and_draw_the_same_conversati
         assert one.ids == other.ids and one.prefixes == other.prefixes
         for name in ("prefix", "document", "length", "skill", "ctx", "group", "cluster"):
             assert np.array_equal(getattr(one, name), getattr(other, name)), name
+
+
+def test_a_stages_ids_are_its_documents_pool_rows_as_strings(curriculum):
+    """`StageConversations.ids` (one Arrow array, `PoolIds`) reads as the `str` ids of the pool rows behind each
+    conversation's trio document: the part rows of its cell and the train split, in part order (an oracle read
+    from the part files row by row)."""
+    import pyarrow.parquet as pq
+
+    conversations = read_stage_conversations(curriculum / "P1.json")
+    pool_root = curriculum.parent
+    expected = []
+    for prefix in conversations.prefixes:
+        cell = Path(prefix).parent.name
+        shard = Path(prefix).name.split("_")[1]
+        record = json.loads((pool_root / "shards" / f"shard_{shard}.json").read_text())
+        rows = pq.read_table(pool_root / record["part"]["path"]).to_pylist()
+        expected += [
+            row["id"]
+            for row in rows
+            if f"{row['skill_bucket']}_{row['ctx_bucket']}" == cell
+            and assign_split(row["source_example_id"]) == constants.SPLITS[0]
+        ]
+    ids = conversations.ids
+    assert len(ids) == len(conversations) == len(expected) > 0
+    assert list(ids) == expected and all(type(i) is str for i in ids)
+    assert ids[0] == expected[0] and ids[-1] == expected[-1] and ids[1:4] == expected[1:4]
+    assert ids == expected and ids == tuple(expected) and ids != expected[:-1]
+    with pytest.MonkeyPatch.context() as patch:  # iterated a block at a time, the same ids
+        patch.setattr(PoolIds, "ITER_ROWS", 3)
+        assert list(ids) == expected
