@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -119,7 +118,6 @@ def main() -> None:
         for _ in range(args.repeats):
             for copies in (small, large):
                 found[copies].append(measure(Path(directory) / str(copies)))
-        shutil.rmtree(directory, ignore_errors=True)
     print(f"synth_curriculum's stage files and stream reports ({args.repeats} repeats, min / median)")
     for copies in (small, large):
         runs = found[copies]
