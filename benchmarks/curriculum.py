@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from two_trees import min_median, peak_mib_since, start_peak_window
+from two_trees import measure_child, min_median, peak_mib_since, start_peak_window
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POOL = Path("pool") / "synth_pool_v1"
@@ -87,14 +87,6 @@ def child(tree: str, data: str) -> None:
     print(json.dumps({"seconds": seconds, "peak_mib": peak, "pool_rows": pool_rows}))
 
 
-def measure(data: Path) -> dict:
-    import subprocess
-
-    command = [sys.executable, __file__, "--child", str(REPO_ROOT), str(data)]
-    out = subprocess.run(command, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, help="a finished build's data root")
@@ -117,7 +109,7 @@ def main() -> None:
             files[copies] = pool_copies(args.data.resolve(), Path(directory) / str(copies), copies)
         for _ in range(args.repeats):
             for copies in (small, large):
-                found[copies].append(measure(Path(directory) / str(copies)))
+                found[copies].append(measure_child(__file__, REPO_ROOT, Path(directory) / str(copies)))
     print(f"synth_curriculum's stage files and stream reports ({args.repeats} repeats, min / median)")
     for copies in (small, large):
         runs = found[copies]

@@ -142,8 +142,9 @@ def _write_window(outputs: Outputs, window: dict[str, list[Table]]) -> None:
 
 
 def _chained(tables: list[Table]) -> pa.Table:
-    """The rows of `tables` as one Arrow table of their chunks, nothing copied."""
-    return pa.concat_tables([t if isinstance(t, pa.Table) else t.to_arrow() for t in tables])
+    """The rows of `tables` as one Arrow table of their chunks, nothing copied (a column typed null where it held
+    only nulls takes the type the other tables give it)."""
+    return pa.concat_tables([t if isinstance(t, pa.Table) else t.to_arrow() for t in tables], promote_options="default")
 
 
 def _concatenated(tables: list[Table]) -> Table:
@@ -153,5 +154,4 @@ def _concatenated(tables: list[Table]) -> Table:
         return tables[0]
     if all(isinstance(t, pl.DataFrame) for t in tables):
         return pl.concat(tables, how="vertical_relaxed", rechunk=True)
-    arrow = [t if isinstance(t, pa.Table) else t.to_arrow() for t in tables]
-    return pa.concat_tables(arrow, promote_options="default").combine_chunks()
+    return _chained(tables).combine_chunks()
